@@ -1,0 +1,42 @@
+# Every target creates .venv on first use so a fresh clone needs only `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint typecheck unit demo bench bench-core bench-assess bench-drift clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check capwatch tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict capwatch
+
+test: lint typecheck
+	$(BIN)/pytest -q
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not integration"
+
+demo: $(STAMP)
+	$(BIN)/capwatch demo
+
+bench: bench-core bench-assess bench-drift
+
+bench-core: $(STAMP)
+	$(BIN)/python benchmarks/bench_consistency.py
+
+bench-assess: $(STAMP)
+	$(BIN)/python benchmarks/bench_assess.py
+
+bench-drift: $(STAMP)
+	$(BIN)/python benchmarks/bench_drift.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,271 @@
+"""Immutable, typed symbolic models: predicates, lifted actions with outcomes, domains, problems.
+
+A lifted atom names its arguments by the action's parameter names (``?x``) or by
+constants; a ground atom is a plain tuple ``(predicate, obj, ...)`` because that is
+what a JSON decoder hands over and tuples hash fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from capwatch.model.errors import ModelError
+
+GroundAtom = tuple[str, ...]
+"""``("on", "a", "b")``: predicate name followed by object names."""
+
+GroundAction = tuple[str, ...]
+"""``("stack", "a", "b")``: action name followed by object names."""
+
+ROOT_TYPE = "object"
+PROBABILITY_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Parameter:
+    name: str
+    type: str = ROOT_TYPE
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Predicate:
+    name: str
+    parameters: tuple[Parameter, ...] = ()
+
+    @property
+    def arity(self) -> int:
+        return len(self.parameters)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LiftedAtom:
+    """A predicate applied to action parameters (``?x``) or constants."""
+
+    predicate: str
+    args: tuple[str, ...] = ()
+
+    def ground(self, binding: Mapping[str, str]) -> GroundAtom:
+        return (self.predicate, *(binding.get(a, a) for a in self.args))
+
+    def __str__(self) -> str:
+        return f"({' '.join((self.predicate, *self.args))})"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One effect branch: what becomes true, what becomes false, and how likely."""
+
+    add: frozenset[LiftedAtom] = frozenset()
+    delete: frozenset[LiftedAtom] = frozenset()
+    probability: float = 1.0
+
+    def sort_key(self) -> tuple[float, tuple[LiftedAtom, ...], tuple[LiftedAtom, ...]]:
+        return (-self.probability, tuple(sorted(self.add)), tuple(sorted(self.delete)))
+
+    @property
+    def is_noop(self) -> bool:
+        return not self.add and not self.delete
+
+
+def normalise_outcomes(outcomes: Iterable[Outcome]) -> tuple[Outcome, ...]:
+    """Merge outcomes with identical effects and order them canonically.
+
+    Two branches with the same add and delete sets are indistinguishable to an
+    observer, so keeping them apart would only make equality depend on file layout.
+    """
+    merged: dict[tuple[frozenset[LiftedAtom], frozenset[LiftedAtom]], float] = {}
+    for o in outcomes:
+        key = (o.add, o.delete)
+        merged[key] = merged.get(key, 0.0) + o.probability
+    result = [Outcome(add, delete, round(p, 12)) for (add, delete), p in merged.items() if p > 0]
+    result.sort(key=Outcome.sort_key)
+    return tuple(result)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A lifted action: typed parameters, a conjunctive precondition, and outcomes."""
+
+    name: str
+    parameters: tuple[Parameter, ...]
+    pre_pos: frozenset[LiftedAtom] = frozenset()
+    pre_neg: frozenset[LiftedAtom] = frozenset()
+    outcomes: tuple[Outcome, ...] = (Outcome(),)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcomes", normalise_outcomes(self.outcomes))
+        total = sum(o.probability for o in self.outcomes)
+        if not self.outcomes or abs(total - 1.0) > PROBABILITY_TOLERANCE:
+            raise ModelError(f"action {self.name}: outcome probabilities sum to {total}, not 1")
+        names = [p.name for p in self.parameters]
+        if len(set(names)) != len(names):
+            raise ModelError(f"action {self.name}: repeated parameter name")
+
+    @property
+    def arity(self) -> int:
+        return len(self.parameters)
+
+    @property
+    def is_deterministic(self) -> bool:
+        return len(self.outcomes) == 1
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+    def header(self) -> str:
+        return f"{self.name}({' '.join(self.parameter_names)})"
+
+    def all_atoms(self) -> frozenset[LiftedAtom]:
+        atoms: set[LiftedAtom] = set(self.pre_pos | self.pre_neg)
+        for o in self.outcomes:
+            atoms |= o.add | o.delete
+        return frozenset(atoms)
+
+    def replace(self, **changes: object) -> Action:
+        fields = {
+            "name": self.name,
+            "parameters": self.parameters,
+            "pre_pos": self.pre_pos,
+            "pre_neg": self.pre_neg,
+            "outcomes": self.outcomes,
+        }
+        fields.update(changes)
+        return Action(**fields)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeHierarchy:
+    """Declared types and their parents; every type descends from ``object``."""
+
+    parents: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parents", MappingProxyType(dict(self.parents)))
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.parents.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TypeHierarchy) and dict(self.parents) == dict(other.parents)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset({ROOT_TYPE, *self.parents, *self.parents.values()})
+
+    def ancestors(self, t: str) -> tuple[str, ...]:
+        chain = [t]
+        seen = {t}
+        while chain[-1] in self.parents:
+            parent = self.parents[chain[-1]]
+            if parent in seen:
+                raise ModelError(f"type hierarchy has a cycle through {parent!r}")
+            seen.add(parent)
+            chain.append(parent)
+        if chain[-1] != ROOT_TYPE:
+            chain.append(ROOT_TYPE)
+        return tuple(chain)
+
+    def is_subtype(self, t: str, of: str) -> bool:
+        return of == ROOT_TYPE or of in self.ancestors(t)
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    name: str
+    predicates: tuple[Predicate, ...]
+    actions: tuple[Action, ...]
+    types: TypeHierarchy = field(default_factory=TypeHierarchy)
+    constants: tuple[Parameter, ...] = ()
+    requirements: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "predicates", tuple(sorted(self.predicates)))
+        object.__setattr__(self, "actions", tuple(sorted(self.actions, key=lambda a: a.name)))
+        object.__setattr__(self, "constants", tuple(sorted(self.constants)))
+        seen: set[str] = set()
+        for a in self.actions:
+            if a.name in seen:
+                raise ModelError(f"domain {self.name}: action {a.name} defined twice")
+            seen.add(a.name)
+
+    @property
+    def predicate_map(self) -> dict[str, Predicate]:
+        return {p.name: p for p in self.predicates}
+
+    @property
+    def action_map(self) -> dict[str, Action]:
+        return {a.name: a for a in self.actions}
+
+    def action(self, name: str) -> Action:
+        for a in self.actions:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def is_probabilistic(self) -> bool:
+        return any(not a.is_deterministic for a in self.actions)
+
+    def replace_action(self, action: Action) -> Domain:
+        return self.replace(actions=tuple(action if a.name == action.name else a for a in self.actions))
+
+    def replace(self, **changes: object) -> Domain:
+        fields = {
+            "name": self.name,
+            "predicates": self.predicates,
+            "actions": self.actions,
+            "types": self.types,
+            "constants": self.constants,
+            "requirements": self.requirements,
+        }
+        fields.update(changes)
+        return Domain(**fields)  # type: ignore[arg-type]
+
+    def without_action_literals(self) -> Domain:
+        """Drop pddlgym-style action literals such as ``(move-car ?from ?to)``.
+
+        pddlgym puts a predicate named like the action into its precondition to mark
+        which action was chosen; no real agent reports such atoms in its state, so a
+        monitor that kept them would see every transition as inconsistent.
+        """
+        action_names = {a.name for a in self.actions}
+        actions = []
+        for a in self.actions:
+            lit = LiftedAtom(a.name, a.parameter_names)
+            actions.append(a.replace(pre_pos=a.pre_pos - {lit}))
+        used = {atom.predicate for a in actions for atom in a.all_atoms()}
+        predicates = tuple(
+            p for p in self.predicates if p.name not in action_names or p.name in used
+        )
+        return self.replace(actions=tuple(actions), predicates=predicates)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    name: str
+    domain_name: str
+    objects: tuple[Parameter, ...]
+    init: frozenset[GroundAtom]
+    goal_pos: frozenset[GroundAtom] = frozenset()
+    goal_neg: frozenset[GroundAtom] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objects", tuple(sorted(self.objects)))
+
+    def objects_by_type(self, domain: Domain) -> dict[str, tuple[str, ...]]:
+        """Objects (and domain constants) grouped under every type they belong to."""
+        result: dict[str, list[str]] = {}
+        for obj in (*domain.constants, *self.objects):
+            for t in domain.types.ancestors(obj.type):
+                result.setdefault(t, []).append(obj.name)
+        return {t: tuple(sorted(set(v))) for t, v in result.items()}
+
+
+def check_probability(p: float, where: str) -> float:
+    if not math.isfinite(p) or p < 0 or p > 1 + PROBABILITY_TOLERANCE:
+        raise ModelError(f"{where}: probability {p} is not in [0, 1]")
+    return p
