@@ -7,10 +7,12 @@ what a JSON decoder hands over and tuples hash fast.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from capwatch.model.errors import ModelError
 
@@ -125,16 +127,8 @@ class Action:
             atoms |= o.add | o.delete
         return frozenset(atoms)
 
-    def replace(self, **changes: object) -> Action:
-        fields = {
-            "name": self.name,
-            "parameters": self.parameters,
-            "pre_pos": self.pre_pos,
-            "pre_neg": self.pre_neg,
-            "outcomes": self.outcomes,
-        }
-        fields.update(changes)
-        return Action(**fields)  # type: ignore[arg-type]
+    def replace(self, **changes: Any) -> Action:
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +174,7 @@ class Domain:
     actions: tuple[Action, ...]
     types: TypeHierarchy = field(default_factory=TypeHierarchy)
     constants: tuple[Parameter, ...] = ()
-    requirements: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "predicates", tuple(sorted(self.predicates)))
@@ -211,19 +205,11 @@ class Domain:
         return any(not a.is_deterministic for a in self.actions)
 
     def replace_action(self, action: Action) -> Domain:
-        return self.replace(actions=tuple(action if a.name == action.name else a for a in self.actions))
+        actions = tuple(action if a.name == action.name else a for a in self.actions)
+        return self.replace(actions=actions)
 
-    def replace(self, **changes: object) -> Domain:
-        fields = {
-            "name": self.name,
-            "predicates": self.predicates,
-            "actions": self.actions,
-            "types": self.types,
-            "constants": self.constants,
-            "requirements": self.requirements,
-        }
-        fields.update(changes)
-        return Domain(**fields)  # type: ignore[arg-type]
+    def replace(self, **changes: Any) -> Domain:
+        return dataclasses.replace(self, **changes)
 
     def without_action_literals(self) -> Domain:
         """Drop pddlgym-style action literals such as ``(move-car ?from ?to)``.

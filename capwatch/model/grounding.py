@@ -1,0 +1,133 @@
+"""Grounding to fast operators over interned atoms.
+
+A state is a Python ``int`` used as a bitset over interned ground atoms: applying an
+outcome is ``(s & keep) | add`` and checking a precondition is two ``&``, a handful
+of machine-word operations for the state sizes of real domains. Operators are
+grounded lazily, only for ground actions actually seen, because the full grounding of
+a fleet's vocabulary would be far larger than the part in use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from operator import or_
+
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
+from capwatch.model.errors import ModelError
+
+StateMask = int
+
+
+class AtomIndex:
+    """Interns ground atoms as bit positions; grows as new atoms are seen."""
+
+    __slots__ = ("_atoms", "_bits")
+
+    def __init__(self) -> None:
+        self._bits: dict[GroundAtom, int] = {}
+        self._atoms: list[GroundAtom] = []
+
+    def __len__(self) -> int:
+        return len(self._atoms)
+
+    def bit(self, atom: GroundAtom) -> int:
+        b = self._bits.get(atom)
+        if b is None:
+            b = 1 << len(self._atoms)
+            self._bits[atom] = b
+            self._atoms.append(atom)
+        return b
+
+    def encode(self, atoms: Iterable[GroundAtom]) -> StateMask:
+        bits = self._bits
+        try:
+            return reduce(or_, map(bits.__getitem__, atoms), 0)
+        except KeyError:
+            return reduce(or_, map(self.bit, atoms), 0)
+
+    def encode_lists(self, atoms: Iterable[Sequence[str]]) -> StateMask:
+        """Encode atoms as a JSON decoder hands them over (lists of strings)."""
+        bits = self._bits
+        try:
+            return reduce(or_, map(bits.__getitem__, map(tuple, atoms)), 0)
+        except KeyError:
+            return reduce(or_, map(self.bit, map(tuple, atoms)), 0)
+
+    def decode(self, mask: StateMask) -> frozenset[GroundAtom]:
+        atoms = self._atoms
+        result = []
+        i = 0
+        while mask:
+            low = mask & 0xFFFFFFFFFFFFFFFF
+            while low:
+                lsb = low & -low
+                result.append(atoms[i + lsb.bit_length() - 1])
+                low ^= lsb
+            mask >>= 64
+            i += 64
+        return frozenset(result)
+
+
+@dataclass(frozen=True, slots=True)
+class GroundOperator:
+    """A ground action with bitmask precondition and one (keep, add) pair per outcome."""
+
+    action: Action
+    args: tuple[str, ...]
+    pre_pos: StateMask
+    pre_neg: StateMask
+    effects: tuple[tuple[StateMask, StateMask], ...]
+    """Per outcome, in ``action.outcomes`` order: (keep = ~delete, add)."""
+
+    @property
+    def probabilities(self) -> tuple[float, ...]:
+        return tuple(o.probability for o in self.action.outcomes)
+
+    def applicable(self, state: StateMask) -> bool:
+        return (state & self.pre_pos) == self.pre_pos and not (state & self.pre_neg)
+
+    def apply(self, state: StateMask, outcome: int = 0) -> StateMask:
+        keep, add = self.effects[outcome]
+        return (state & keep) | add
+
+
+class Grounder:
+    """Lazily grounds a domain's actions against one atom index."""
+
+    __slots__ = ("_cache", "actions", "domain", "index")
+
+    def __init__(self, domain: Domain, index: AtomIndex | None = None) -> None:
+        self.domain = domain
+        self.index = index if index is not None else AtomIndex()
+        self.actions = domain.action_map
+        self._cache: dict[GroundAction, GroundOperator] = {}
+
+    def operator(self, ground_action: GroundAction) -> GroundOperator:
+        op = self._cache.get(ground_action)
+        if op is None:
+            op = self._ground(ground_action)
+            self._cache[ground_action] = op
+        return op
+
+    def _ground(self, ground_action: GroundAction) -> GroundOperator:
+        name, args = ground_action[0], tuple(ground_action[1:])
+        action = self.actions.get(name)
+        if action is None:
+            raise ModelError(f"unknown action {name!r}")
+        if len(args) != action.arity:
+            raise ModelError(
+                f"action {name!r} takes {action.arity} arguments, found {len(args)}"
+            )
+        binding = dict(zip(action.parameter_names, args, strict=True))
+        idx = self.index
+
+        def mask(atoms: Iterable[object]) -> int:
+            m = 0
+            for atom in atoms:
+                m |= idx.bit(atom.ground(binding))  # type: ignore[attr-defined]
+            return m
+
+        effects = tuple((~mask(o.delete), mask(o.add)) for o in action.outcomes)
+        return GroundOperator(action, args, mask(action.pre_pos), mask(action.pre_neg), effects)
