@@ -1,0 +1,77 @@
+"""``capwatch model stats|diff``: inspect capability models from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from capwatch.model import AbstractModel, ModelError, pal_tuples, summarise_changes
+from capwatch.model.pal import Mode
+from capwatch.model.pddl_reader import read_domain
+
+
+def register(sub: Any) -> None:
+    model = sub.add_parser("model", help="inspect PDDL/PPDDL capability models")
+    msub = model.add_subparsers(dest="model_command", required=True)
+
+    stats = msub.add_parser("stats", help="count predicates, actions and pal-tuples")
+    stats.add_argument("domain")
+    stats.set_defaults(handler=_stats)
+
+    diff = msub.add_parser("diff", help="pal-tuples whose modes differ, and Δ")
+    diff.add_argument("a")
+    diff.add_argument("b")
+    diff.add_argument("--json", action="store_true", help="machine-readable output")
+    diff.set_defaults(handler=_diff)
+
+
+def _load(path: str) -> Any:
+    try:
+        return read_domain(path)
+    except OSError as e:
+        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
+    except ModelError as e:
+        raise SystemExit(f"capwatch: {e}") from None
+
+
+def _stats(args: argparse.Namespace) -> int:
+    domain = _load(args.domain)
+    out = {
+        "predicates": len(domain.predicates),
+        "actions": len(domain.actions),
+        "pal_tuples": len(pal_tuples(domain)),
+        "probabilistic": domain.is_probabilistic,
+    }
+    print(json.dumps(out))
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    a, b = _load(args.a), _load(args.b)
+    ma, mb = AbstractModel.from_domain(a), AbstractModel.from_domain(b)
+    if ma.modes.keys() != mb.modes.keys():
+        print("capwatch: the two models have different vocabularies (predicates, action "
+              "headers or types); Δ is defined only over the same pal-tuples", file=sys.stderr)
+        return 2
+    changes = ma.diff(mb)
+    if args.json:
+        print(json.dumps({
+            "delta": len(changes),
+            "pal_tuples": len(ma.modes),
+            "changes": [
+                {"action": p.action, "atom": [p.atom.predicate, *p.atom.args],
+                 "location": p.location.value, "from": _m(old), "to": _m(new)}
+                for p, old, new in changes
+            ],
+        }))
+    else:
+        for line in summarise_changes(changes, a):
+            print(line)
+        print(f"Δ = {len(changes)} of {len(ma.modes)} pal-tuples")
+    return 0 if not changes else 1
+
+
+def _m(mode: Mode) -> str:
+    return mode.value

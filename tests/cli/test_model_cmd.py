@@ -1,0 +1,38 @@
+"""``capwatch model stats|diff``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capwatch.cli import main
+from tests.paths import DOMAINS
+
+
+@pytest.mark.parametrize(("name", "pals", "actions"), [("gripper", 20, 3), ("miconic", 36, 4),
+                                                       ("blocksworld", 52, 4)])
+def test_stats(name: str, pals: int, actions: int, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", "stats", str(DOMAINS / name / "domain.pddl")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pal_tuples"] == pals
+    assert out["actions"] == actions
+
+
+def test_diff_json_lists_changed_pal_tuples(capsys: pytest.CaptureFixture[str]) -> None:
+    a = DOMAINS / "gripper" / "initial-models" / "domain_1_0.pddl"
+    b = DOMAINS / "gripper" / "domain.pddl"
+    assert main(["model", "diff", "--json", str(a), str(b)]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["delta"] == 1 == len(out["changes"])
+    assert main(["model", "diff", str(b), str(b)]) == 0
+    assert "Δ = 0 of 20" in capsys.readouterr().out
+
+
+def test_bad_file_names_file_line_and_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pddl"
+    bad.write_text("(define (domain d)\n  (:predicates (p))\n  (:action a :effect (q)))\n")
+    with pytest.raises(SystemExit) as info:
+        main(["model", "stats", str(bad)])
+    assert f"{bad}:3:22: unknown predicate 'q'" in str(info.value)
