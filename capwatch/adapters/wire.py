@@ -1,0 +1,338 @@
+"""Wire formats: what crosses the process boundary as JSON (design.md §4).
+
+Inbound: a transition event (one step) or a trace event (a whole episode), keyed by
+agent id. Outbound: a model-version event, an alert event and a dead-letter record.
+Every event carries ``"v"``, the wire-format version; inbound events may omit it and
+are then read as version 1, so the example in the design brief stays valid.
+
+Inbound models forbid unknown fields: a misspelt optional field (``"optmal"``) would
+otherwise be dropped without a word and the daemon would draw wrong conclusions.
+
+``decode`` never raises on bad input: it returns a :class:`DeadLetter` with a reason,
+and the caller routes it (with the original bytes) to the dead-letter output. Checks
+that need the agent's model (unknown predicate or action, wrong arity) are made by the
+daemon with :func:`vocabulary_error`, because the decoder does not know the model.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+from capwatch.model.domain import Domain, GroundAction, GroundAtom
+
+WIRE_VERSION = 1
+
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s()\x00-\x1f]+$"),
+]
+"""A PDDL-ish name: no whitespace, parentheses or control characters."""
+
+Identifier = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$"),
+]
+"""Agent, family and episode ids: any printable text."""
+
+Atom = Annotated[list[Name], Field(min_length=1, max_length=33)]
+"""``["at", "rover1", "waypoint1"]``: predicate or action name, then objects."""
+
+
+class _Inbound(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+    v: Literal[1] = Field(default=1, description="Wire-format version.")
+    agent_id: Identifier = Field(description="Stable id of the agent; also the Kafka key.")
+    family: Identifier = Field(description="The model the agent was deployed with.")
+    episode_id: Identifier | None = None
+    time: datetime | None = Field(default=None, description="When the agent acted (RFC 3339).")
+    optimal: bool = Field(
+        default=False, description="True when the agent's plan was optimal (DAAISy uses it)."
+    )
+
+
+class TransitionEvent(_Inbound):
+    """One step ⟨s, a, s'⟩ of one agent."""
+
+    type: Literal["transition"]
+    step: int | None = Field(default=None, ge=0, description="Position within the episode.")
+    state: list[Atom]
+    action: Atom
+    next_state: list[Atom]
+
+
+class TraceEvent(_Inbound):
+    """A whole episode: ``states[i]`` --``actions[i]``--> ``states[i+1]``."""
+
+    type: Literal["trace"]
+    start_step: int = Field(default=0, ge=0)
+    states: list[list[Atom]] = Field(min_length=1)
+    actions: list[Atom]
+
+    @model_validator(mode="after")
+    def _lengths(self) -> TraceEvent:
+        if len(self.states) != len(self.actions) + 1:
+            raise ValueError(
+                f"a trace with {len(self.actions)} actions needs {len(self.actions) + 1}"
+                f" states, found {len(self.states)}"
+            )
+        return self
+
+
+InboundEvent = Annotated[TransitionEvent | TraceEvent, Field(discriminator="type")]
+_INBOUND: TypeAdapter[TransitionEvent | TraceEvent] = TypeAdapter(InboundEvent)
+
+
+# --------------------------------------------------------------------------- outbound
+
+
+class _Outbound(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+
+
+class PalChange(_Outbound):
+    """One pal-tuple whose mode changed: ``old`` and ``new`` are ``+``, ``-``, ``0`` or ``?``."""
+
+    action: str
+    atom: list[str] = Field(description='Lifted atom, e.g. ["battery_full", "?r"].')
+    location: Literal["pre", "eff"]
+    old: Literal["+", "-", "0", "?"]
+    new: Literal["+", "-", "0", "?"]
+
+
+class ModelPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    json_: dict[str, Any] = Field(alias="json", description="capwatch.model.serialize form.")
+    pddl: str
+
+
+class ModelVersionEvent(_Outbound):
+    """A new model version of one agent (topic ``capwatch.models``, compacted, key = agent)."""
+
+    type: Literal["model_version"] = "model_version"
+    agent_id: str
+    family: str
+    version: int = Field(ge=1)
+    parent_version: int | None = None
+    delta: int = Field(ge=0, description="Δ to the parent: pal-tuples whose mode differs.")
+    changes: list[PalChange]
+    summary: list[str] = Field(description="One human line per changed action.")
+    model: ModelPayload
+    time: datetime
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class AlertEvent(_Outbound):
+    """A human-facing alert (topic ``capwatch.alerts``)."""
+
+    type: Literal["alert"] = "alert"
+    alert_type: str = Field(description="e.g. capability_reduced, effect_distribution_drift.")
+    severity: Literal["info", "warning", "critical"]
+    agent_id: str
+    family: str
+    action: str | None = None
+    summary: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    dedup_key: str
+    model_version: int | None = None
+    time: datetime
+
+
+class DeadLetterRecord(_Outbound):
+    """Bad input as it reached us, with why it was refused (topic ``capwatch.deadletter``)."""
+
+    type: Literal["dead_letter"] = "dead_letter"
+    reason: str
+    raw_base64: str
+    source: str = Field(description="Topic or file the message came from.")
+    partition: int | None = None
+    offset: int | None = None
+    time: datetime
+
+    @property
+    def raw(self) -> bytes:
+        return base64.b64decode(self.raw_base64)
+
+
+SCHEMA_MODELS: dict[str, type[BaseModel]] = {
+    "transition-event": TransitionEvent,
+    "trace-event": TraceEvent,
+    "model-version-event": ModelVersionEvent,
+    "alert-event": AlertEvent,
+    "dead-letter": DeadLetterRecord,
+}
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schema of every wire model, keyed by file stem (docs/schemas/<stem>.json)."""
+    result: dict[str, dict[str, Any]] = {}
+    for stem, model in SCHEMA_MODELS.items():
+        schema = model.model_json_schema(by_alias=True)
+        schema["$id"] = f"https://capwatch.dev/schemas/v{WIRE_VERSION}/{stem}.json"
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        result[stem] = schema
+    return result
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A decoded, validated step, in the model core's types."""
+
+    agent_id: str
+    family: str
+    episode_id: str | None
+    step: int | None
+    time: datetime | None
+    state: frozenset[GroundAtom]
+    action: GroundAction
+    next_state: frozenset[GroundAtom]
+    optimal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    reason: str
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeLimits:
+    max_message_bytes: int = 1_000_000
+    max_state_atoms: int = 5_000
+    max_trace_steps: int = 5_000
+
+
+def _atoms(atoms: Iterable[list[str]]) -> frozenset[GroundAtom]:
+    return frozenset(tuple(a) for a in atoms)
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for e in error.errors(include_url=False)[:3]:
+        loc = ".".join(str(x) for x in e["loc"]) or "(message)"
+        parts.append(f"{loc}: {e['msg']}")
+    more = error.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def decode(
+    raw: bytes, limits: DecodeLimits = DecodeLimits(), key: bytes | None = None
+) -> list[Transition] | DeadLetter:
+    """Bytes from a source → transitions, or a dead letter saying why not.
+
+    ``key`` is the Kafka message key when there is one: it must equal ``agent_id``,
+    because partition ownership (and so which replica holds the agent) follows the key.
+    """
+    if len(raw) > limits.max_message_bytes:
+        return DeadLetter(
+            f"message of {len(raw)} bytes exceeds the limit of {limits.max_message_bytes}", raw
+        )
+    try:
+        event = _INBOUND.validate_json(raw)
+    except ValidationError as e:
+        return DeadLetter(f"invalid event: {_describe(e)}", raw)
+    except (ValueError, RecursionError) as e:  # pydantic-core raises these on odd input
+        return DeadLetter(f"not a JSON event: {e}", raw)
+    if key is not None:
+        try:
+            key_text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return DeadLetter("message key is not UTF-8", raw)
+        if key_text != event.agent_id:
+            return DeadLetter(
+                f"message key {key_text!r} does not match agent_id {event.agent_id!r}", raw
+            )
+    if isinstance(event, TransitionEvent):
+        for name, atoms in (("state", event.state), ("next_state", event.next_state)):
+            if len(atoms) > limits.max_state_atoms:
+                return DeadLetter(
+                    f"{name} has {len(atoms)} atoms, more than the limit of"
+                    f" {limits.max_state_atoms}", raw,
+                )
+        return [Transition(
+            event.agent_id, event.family, event.episode_id, event.step, event.time,
+            _atoms(event.state), tuple(event.action), _atoms(event.next_state), event.optimal,
+        )]
+    if len(event.actions) > limits.max_trace_steps:
+        return DeadLetter(
+            f"trace has {len(event.actions)} steps, more than the limit of"
+            f" {limits.max_trace_steps}", raw,
+        )
+    for i, s in enumerate(event.states):
+        if len(s) > limits.max_state_atoms:
+            return DeadLetter(
+                f"states[{i}] has {len(s)} atoms, more than the limit of"
+                f" {limits.max_state_atoms}", raw,
+            )
+    states = [_atoms(s) for s in event.states]
+    return [
+        Transition(
+            event.agent_id, event.family, event.episode_id, event.start_step + i, event.time,
+            states[i], tuple(a), states[i + 1], event.optimal,
+        )
+        for i, a in enumerate(event.actions)
+    ]
+
+
+def vocabulary_error(domain: Domain, t: Transition) -> str | None:
+    """Why ``t`` cannot be read in ``domain``'s vocabulary, or None when it can.
+
+    An unknown predicate in a state is refused rather than ignored: it means the agent
+    reports a vocabulary its model does not have, and silently dropping atoms could make
+    an inconsistent transition look consistent.
+    """
+    actions = domain.action_map
+    action = actions.get(t.action[0])
+    if action is None:
+        return f"unknown action {t.action[0]!r} for model {domain.name!r}"
+    if len(t.action) - 1 != action.arity:
+        return f"action {t.action[0]!r} takes {action.arity} arguments, found {len(t.action) - 1}"
+    arity = {p.name: p.arity for p in domain.predicates}
+    for name, atoms in (("state", t.state), ("next_state", t.next_state)):
+        for atom in atoms:
+            n = arity.get(atom[0])
+            if n is None:
+                return f"{name}: unknown predicate {atom[0]!r} for model {domain.name!r}"
+            if len(atom) - 1 != n:
+                return f"{name}: predicate {atom[0]!r} takes {n} arguments, found {len(atom) - 1}"
+    return None
+
+
+def encode_transition(t: Transition) -> bytes:
+    """The wire form of a transition (simulated fleets and tests produce events with it)."""
+    event = TransitionEvent(
+        type="transition", agent_id=t.agent_id, family=t.family, episode_id=t.episode_id,
+        step=t.step, time=t.time, state=[list(a) for a in sorted(t.state)],
+        action=list(t.action), next_state=[list(a) for a in sorted(t.next_state)],
+        optimal=t.optimal,
+    )
+    return event.model_dump_json(exclude_none=True).encode()
+
+
+def dead_letter_record(
+    letter: DeadLetter, source: str, partition: int | None, offset: int | None, time: datetime
+) -> DeadLetterRecord:
+    return DeadLetterRecord(
+        reason=letter.reason[:2000], raw_base64=base64.b64encode(letter.raw).decode("ascii"),
+        source=source, partition=partition, offset=offset, time=time,
+    )

@@ -1,0 +1,6 @@
+(define (problem courier-demo)
+  (:domain courier)
+  (:objects robot1 - robot parcel1 parcel2 - parcel hall lab dock - room)
+  (:init (at_robot robot1 hall) (free robot1) (at parcel1 hall) (at parcel2 lab))
+  (:goal (and (at parcel1 dock) (at parcel2 dock)))
+)

@@ -1,0 +1,6 @@
+(define (problem rover-demo)
+  (:domain rover)
+  (:objects rover1 - rover store1 - store waypoint1 waypoint2 waypoint3 - waypoint)
+  (:init (at rover1 waypoint1) (equipped_rock_analysis rover1) (battery_half rover1))
+  (:goal (and (rock_sample_taken rover1)))
+)
