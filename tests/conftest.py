@@ -1,0 +1,65 @@
+"""Shared pytest fixtures.
+
+Real servers for integration tests (mark such tests ``@pytest.mark.integration``). Each server
+is session-scoped and started only when a test first asks for it:
+
+- ``kafka_bootstrap``: ``host:port`` of a real Kafka broker (tests/support/kafka_broker.py;
+  ``KAFKA_BOOTSTRAP_SERVERS`` uses an existing cluster instead).
+- ``postgres_dsn``: a psycopg 3 DSN of a real PostgreSQL database
+  (tests/support/postgres_server.py; ``CAPWATCH_TEST_POSTGRES_DSN`` uses an existing server).
+- ``kafka_topic``: a topic name unique to the test (not created: auto-creation is on, or create
+  it with the admin client when the test needs several partitions).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
+from tests.support.postgres_server import PostgresServer, start_postgres_server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3.0 loads its protocol schemas with importlib.resources' legacy API.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:(read|open)_text is deprecated:DeprecationWarning"
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    broker = start_kafka_broker()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaBroker) -> str:
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture
+def kafka_topic(request: pytest.FixtureRequest) -> str:
+    # Only '-' as separator: Kafka warns that '.' and '_' collide in metric names.
+    base = re.sub(r"[^A-Za-z0-9-]+", "-", request.node.name).strip("-")[:80]
+    return f"test-{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = start_postgres_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    return postgres_server.dsn

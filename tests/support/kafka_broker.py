@@ -1,0 +1,428 @@
+"""A real single-node Apache Kafka broker (KRaft, no ZooKeeper) for integration tests.
+
+The broker jars and their runtime dependencies come from Maven Central through the machine's
+``mvn`` and are cached in ``~/.cache/capwatch/kafka-<version>/libs`` (``CAPWATCH_KAFKA_CACHE``
+overrides the directory). The broker runs as ``java -cp <jars> kafka.Kafka server.properties`` in
+combined broker+controller mode on free 127.0.0.1 ports, in a temporary directory that also holds
+its log (``kafka.log``) and is removed on stop.
+
+If ``KAFKA_BOOTSTRAP_SERVERS`` is set, that cluster is used and nothing is started.
+
+Command line (from the repository root)::
+
+    .venv/bin/python -m tests.support.kafka_broker --fetch   # fetch/verify the jar cache only
+    .venv/bin/python -m tests.support.kafka_broker           # start, print timings, stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import ctypes
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+KAFKA_VERSION = os.environ.get("CAPWATCH_KAFKA_VERSION", "4.1.1")
+# kafka_2.13 4.x declares log4j-core and slf4j-api 1.7 but no SLF4J binding: add the log4j2 one.
+LOG4J_VERSION = "2.24.3"
+SCALA_BINARY = "2.13"
+START_TIMEOUT_S = float(os.environ.get("CAPWATCH_KAFKA_START_TIMEOUT", "90"))
+STOP_TIMEOUT_S = 10.0
+FETCH_TIMEOUT_S = 600.0
+_COMPLETE_MARKER = ".complete"
+
+_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>capwatch.tests</groupId>
+  <artifactId>kafka-broker-jars</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{scala}</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+"""
+
+
+class KafkaBrokerError(RuntimeError):
+    """The broker could not be fetched, started or reached."""
+
+
+# --------------------------------------------------------------------------- jar cache
+
+
+def cache_dir(version: str = KAFKA_VERSION) -> Path:
+    env = os.environ.get("CAPWATCH_KAFKA_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "capwatch" / f"kafka-{version}"
+
+
+def fetch_kafka(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path:
+    """Return the directory of broker jars, fetching them with ``mvn`` on first use.
+
+    Safe to call from several processes at once (a file lock serialises the fetch); a cache is
+    used only once a fetch into it completed.
+    """
+    root = cache if cache is not None else cache_dir(version)
+    libs = root / "libs"
+    if (root / _COMPLETE_MARKER).exists():
+        return libs
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / _COMPLETE_MARKER).exists():
+            return libs
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaBrokerError("mvn not found: install Maven (Debian package 'maven')")
+        work = Path(tempfile.mkdtemp(prefix="fetch-", dir=root))
+        try:
+            (work / "pom.xml").write_text(
+                _POM.format(scala=SCALA_BINARY, kafka=version, log4j=LOG4J_VERSION)
+            )
+            staged = work / "libs"
+            cmd = [
+                mvn, "-q", "-B", "-f", str(work / "pom.xml"),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={staged}", "-DincludeScope=runtime",
+            ]  # fmt: skip
+            t0 = time.monotonic()
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S, check=False
+            )
+            if proc.returncode != 0 or not any(staged.glob(f"kafka_{SCALA_BINARY}-*.jar")):
+                raise KafkaBrokerError(
+                    f"fetching org.apache.kafka:kafka_{SCALA_BINARY}:{version} with mvn failed"
+                    f" (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}"
+                )
+            if libs.exists():
+                shutil.rmtree(libs)
+            staged.rename(libs)
+            (root / _COMPLETE_MARKER).write_text(f"{version}\n")
+            log.info("fetched Kafka %s jars into %s in %.1fs", version, libs, time.monotonic() - t0)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return libs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cluster_id() -> str:
+    # Kafka's Uuid string form: URL-safe base64 of 16 random bytes, no padding (22 chars).
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM the child if the test process dies without cleaning up (Linux)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise KafkaBrokerError("java not found: install a JRE 17+ (Debian openjdk-17-jre-headless)")
+    return java
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def cluster_is_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    """True when a kafka-python admin client can list the cluster's topics."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaConfigurationError
+
+    admin = None
+    try:
+        ms = int(timeout_s * 1000)
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="capwatch-test-probe",
+            request_timeout_ms=ms,
+            bootstrap_timeout_ms=ms,
+        )
+        admin.list_topics()
+        return True
+    except KafkaConfigurationError:  # our mistake, not "not ready yet"
+        raise
+    except Exception:  # any other failure means "not ready yet"
+        return False
+    finally:
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
+
+# --------------------------------------------------------------------------- broker
+
+
+@dataclass
+class KafkaBroker:
+    """A running broker (or an external cluster when ``external`` is true)."""
+
+    bootstrap: str
+    external: bool = False
+    workdir: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+    start_seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def log_file(self) -> Path | None:
+        return self.workdir / "kafka.log" if self.workdir else None
+
+    def stop(self) -> None:
+        """Stop the broker by PID: SIGTERM, then SIGKILL after a bound; remove its directory."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                log.warning(
+                    "Kafka pid %d ignored SIGTERM for %.0fs: SIGKILL", proc.pid, STOP_TIMEOUT_S
+                )
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            self.timings["stop"] = time.monotonic() - t0
+        if self.workdir is not None and not os.environ.get("CAPWATCH_KEEP_KAFKA_DIR"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaBroker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _server_properties(data: Path, broker_port: int, controller_port: int) -> str:
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "auto.create.topics.enable": "true",
+        "delete.topic.enable": "true",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+        "num.recovery.threads.per.data.dir": "1",
+        "log.retention.check.interval.ms": "300000",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _jvm_opts(workdir: Path) -> list[str]:
+    return [
+        "-Xms128m", "-Xmx512m",
+        "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
+        f"-Djava.io.tmpdir={workdir}",
+    ]  # fmt: skip
+
+
+def start_kafka_broker(
+    version: str = KAFKA_VERSION, timeout_s: float = START_TIMEOUT_S
+) -> KafkaBroker:
+    """Start a fresh broker (or return the ``KAFKA_BOOTSTRAP_SERVERS`` cluster) and wait for it."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        while not cluster_is_ready(external):
+            if time.monotonic() > deadline:
+                raise KafkaBrokerError(f"KAFKA_BOOTSTRAP_SERVERS={external} is not reachable")
+            time.sleep(0.5)
+        return KafkaBroker(bootstrap=external, external=True, start_seconds=time.monotonic() - t0)
+
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    libs = fetch_kafka(version)
+    timings["fetch_or_cache"] = time.monotonic() - t0
+    java = _java()
+    classpath = f"{libs}/*"
+
+    last_error: KafkaBrokerError | None = None
+    for _attempt in range(2):  # a second try covers a lost race for a "free" port
+        try:
+            return _start_once(java, classpath, timeout_s, timings, t0)
+        except KafkaBrokerError as e:
+            last_error = e
+            if "Address already in use" not in str(e):
+                break
+    assert last_error is not None
+    raise last_error
+
+
+def _start_once(
+    java: str, classpath: str, timeout_s: float, timings: dict[str, float], t0: float
+) -> KafkaBroker:
+    workdir = Path(tempfile.mkdtemp(prefix="capwatch-kafka-"))
+    broker = KafkaBroker(bootstrap="", workdir=workdir, timings=timings)
+    try:
+        data = workdir / "data"
+        broker_port, controller_port = free_port(), free_port()
+        while controller_port == broker_port:
+            controller_port = free_port()
+        broker.bootstrap = f"127.0.0.1:{broker_port}"
+        log_file = workdir / "kafka.log"
+        (workdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=log_file))
+        props = workdir / "server.properties"
+        props.write_text(_server_properties(data, broker_port, controller_port))
+        jvm = [java, *_jvm_opts(workdir), "-cp", classpath]
+
+        t1 = time.monotonic()
+        fmt = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        timings["format"] = time.monotonic() - t1
+        if fmt.returncode != 0:
+            raise KafkaBrokerError(f"kafka-storage format failed:\n{fmt.stdout}{fmt.stderr}")
+
+        t2 = time.monotonic()
+        with open(workdir / "kafka.stdout", "wb") as out:
+            broker.process = subprocess.Popen(
+                [*jvm, "kafka.Kafka", str(props)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=workdir, preexec_fn=_die_with_parent,
+            )  # fmt: skip
+        deadline = t2 + timeout_s
+        while True:
+            if broker.process.poll() is not None:
+                raise KafkaBrokerError(
+                    f"Kafka exited with {broker.process.returncode} while starting:\n"
+                    f"{_tail(workdir / 'kafka.stdout')}\n{_tail(log_file)}"
+                )
+            if cluster_is_ready(broker.bootstrap, timeout_s=2.0):
+                break
+            if time.monotonic() > deadline:
+                raise KafkaBrokerError(
+                    f"Kafka not ready on {broker.bootstrap} after {timeout_s:.0f}s:\n"
+                    f"{_tail(log_file)}"
+                )
+            time.sleep(0.2)
+        timings["broker_ready"] = time.monotonic() - t2
+        broker.start_seconds = time.monotonic() - t0
+        log.info("Kafka ready on %s in %.1fs %s", broker.bootstrap, broker.start_seconds, timings)
+        return broker
+    except BaseException:
+        broker.stop()
+        raise
+
+
+@contextlib.contextmanager
+def kafka_broker(version: str = KAFKA_VERSION) -> Iterator[KafkaBroker]:
+    broker = start_kafka_broker(version)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fetch", action="store_true", help="only fetch/verify the jar cache")
+    parser.add_argument("--version", default=KAFKA_VERSION)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    try:
+        if args.fetch:
+            t0 = time.monotonic()
+            libs = fetch_kafka(args.version)
+            jars = len(list(libs.glob("*.jar")))
+            print(f"Kafka {args.version}: {jars} jars in {libs} ({time.monotonic() - t0:.1f}s)")
+            return 0
+        with kafka_broker(args.version) as broker:
+            print(
+                f"Kafka {args.version} ready on {broker.bootstrap} in "
+                f"{broker.start_seconds:.1f}s {broker.timings}"
+            )
+        print(f"stopped in {broker.timings.get('stop', 0.0):.1f}s")
+        return 0
+    except KafkaBrokerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
