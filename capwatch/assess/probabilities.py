@@ -1,0 +1,187 @@
+"""Outcome probabilities by repeated queries (QACE-style MLE with a stopping rule).
+
+QACE (papers/qace.md §4.3) estimates effect probabilities by maximum likelihood over
+the transitions its queries produce, with no stopping criterion. Here the query is the
+one-step plan ⟨s, [a]⟩ asked ``samples`` times from a state where ``a`` is applicable
+and every outcome yields a different successor (QACE's identifiability condition),
+and sampling stops once every outcome's probability is known to within the requested
+half-width, simultaneously for all outcomes at the requested confidence.
+
+Clopper–Pearson intervals are the default because their coverage is at least nominal
+for every p and n; Wilson's oscillates around nominal and dips below it near p = 0 or
+1. Both are computed at the Bonferroni level across outcomes when there are more than
+two (with two, the intervals for p and 1 − p are one event).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from capwatch.assess.agent import AgentQuery, State
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
+from capwatch.monitor.drift import with_probabilities
+from capwatch.monitor.stats import (
+    IntervalMethod,
+    MultinomialEstimate,
+    multinomial_mle,
+    simultaneous_level,
+)
+
+
+class UnidentifiableOutcomes(ValueError):
+    """In the probe state some outcomes produce the same successor; pick another state."""
+
+    def __init__(self, action: str, groups: list[tuple[int, ...]]) -> None:
+        super().__init__(
+            f"{action}: outcomes {groups} yield the same successor in this state, "
+            "so their probabilities cannot be told apart here")
+        self.groups = groups
+
+
+@dataclass(frozen=True, slots=True)
+class ProbabilityEstimate:
+    action: str
+    ground_action: GroundAction
+    estimate: MultinomialEstimate
+    """MLE with simultaneous intervals, over the samples that executed an outcome."""
+    samples: int
+    """Every sample asked of the agent, including the ones below."""
+    not_executed: int
+    """Samples in which the agent did not execute the action (a precondition changed?)."""
+    unexplained: int
+    """Samples whose successor matches no modelled outcome (structural drift)."""
+    half_width: float
+    """The requested half-width."""
+    converged: bool
+    """Every interval's half-width reached ``half_width`` before the sample budget ran out."""
+
+    @property
+    def structural_anomalies(self) -> int:
+        return self.not_executed + self.unexplained
+
+    def updated_action(self, action: Action) -> Action:
+        """``action`` with the estimated probabilities (outcome order as in ``action``)."""
+        if self.estimate.n == 0:
+            return action
+        return with_probabilities(action, self.estimate.probabilities, self.estimate.n)
+
+
+def _successors(action: Action, ground_action: GroundAction, state: State
+                ) -> list[frozenset[GroundAtom]]:
+    binding = dict(zip(action.parameter_names, ground_action[1:], strict=True))
+    pos = {a.ground(binding) for a in action.pre_pos}
+    neg = {a.ground(binding) for a in action.pre_neg}
+    if not pos <= state or neg & state:
+        raise ValueError(f"{action.name} is not applicable in the probe state under the model")
+    result = []
+    for o in action.outcomes:
+        dele = {a.ground(binding) for a in o.delete}
+        add = {a.ground(binding) for a in o.add}
+        result.append(frozenset((state - dele) | add))
+    return result
+
+
+def _samples_needed(estimate: MultinomialEstimate, half_width: float, level: float) -> int:
+    # Plan the next batch from the most pessimistic p still plausible (the interval end
+    # nearest 1/2), so that one more round trip usually suffices.
+    z = float(sps.norm.isf((1.0 - level) / 2.0))
+    worst = 0.0
+    for lo, hi in zip(estimate.low, estimate.high, strict=True):
+        p = min(max(0.5, lo), hi)
+        worst = max(worst, p * (1.0 - p))
+    return math.ceil(z * z * worst / (half_width * half_width))
+
+
+def estimate_outcome_probabilities(
+    agent: AgentQuery, action: Action, ground_action: GroundAction, state: State, *,
+    half_width: float = 0.05, confidence: float = 0.95,
+    method: IntervalMethod = "clopper-pearson", pilot: int = 30, max_samples: int = 20_000,
+    max_anomaly_fraction: float = 0.5,
+) -> ProbabilityEstimate:
+    """Sample ⟨state, [ground_action]⟩ until each outcome probability is within ±half_width.
+
+    Stops early (``converged=False``) when ``max_samples`` is spent or when more than
+    ``max_anomaly_fraction`` of the samples are structural anomalies: the action is not
+    executed or its successor is not a modelled outcome, which is a question for the
+    assessment engine rather than for probability estimation.
+    """
+    if not 0.0 < half_width < 0.5:
+        raise ValueError("half_width must be in (0, 0.5)")
+    if ground_action[0] != action.name or len(ground_action) != action.arity + 1:
+        raise ValueError(f"{ground_action} is not an instance of {action.header()}")
+    successors = _successors(action, ground_action, state)
+    k = len(successors)
+    index = {s: i for i, s in reversed(list(enumerate(successors)))}
+    if len(index) < k:
+        groups: dict[frozenset[GroundAtom], list[int]] = {}
+        for i, s in enumerate(successors):
+            groups.setdefault(s, []).append(i)
+        raise UnidentifiableOutcomes(action.header(),
+                                     [tuple(g) for g in groups.values() if len(g) > 1])
+    level = simultaneous_level(confidence, k)
+    counts = np.zeros(k, dtype=np.int64)
+    asked = not_executed = unexplained = 0
+
+    def current() -> MultinomialEstimate:
+        return multinomial_mle(counts, confidence, method, simultaneous=True)
+
+    if k == 1:
+        return ProbabilityEstimate(action.header(), ground_action,
+                                   MultinomialEstimate((1.0,), (1.0,), (1.0,), 0, (0,), level,
+                                                       method),
+                                   0, 0, 0, half_width, True)
+    request = min(pilot, max_samples)
+    while request > 0:
+        for result in agent.query(state, [ground_action], request):
+            asked += 1
+            if result.executed < 1:
+                not_executed += 1
+                continue
+            hit = index.get(frozenset(result.state))
+            if hit is None:
+                unexplained += 1
+            else:
+                counts[hit] += 1
+        est = current()
+        if est.n and max(est.half_widths) <= half_width:
+            return ProbabilityEstimate(action.header(), ground_action, est, asked,
+                                       not_executed, unexplained, half_width, True)
+        if asked >= max_samples or (not_executed + unexplained) > max_anomaly_fraction * asked:
+            break
+        needed = _samples_needed(est, half_width, level) if est.n else pilot
+        # Scale by the usable fraction so anomalies do not leave the next batch short.
+        usable = max(est.n / asked, 1.0 - max_anomaly_fraction)
+        more = max(math.ceil((needed - est.n) / usable), pilot // 2, 1)
+        request = min(more, max_samples - asked)
+    return ProbabilityEstimate(action.header(), ground_action, current(), asked, not_executed,
+                               unexplained, half_width, False)
+
+
+def estimate_domain_probabilities(
+    agent: AgentQuery, domain: Domain, probes: Mapping[str, tuple[GroundAction, State]], *,
+    half_width: float = 0.05, confidence: float = 0.95,
+    method: IntervalMethod = "clopper-pearson", max_samples: int = 20_000,
+) -> dict[str, ProbabilityEstimate]:
+    """Estimate every probabilistic action that has a probe ⟨ground action, state⟩."""
+    result = {}
+    for action in domain.actions:
+        if action.is_deterministic or action.name not in probes:
+            continue
+        ground_action, state = probes[action.name]
+        result[action.name] = estimate_outcome_probabilities(
+            agent, action, ground_action, state, half_width=half_width, confidence=confidence,
+            method=method, max_samples=max_samples)
+    return result
+
+
+def updated_domain(domain: Domain, estimates: Mapping[str, ProbabilityEstimate]) -> Domain:
+    """The domain with every converged estimate applied (a new model version)."""
+    for name, est in estimates.items():
+        if est.converged:
+            domain = domain.replace_action(est.updated_action(domain.action(name)))
+    return domain

@@ -1,0 +1,89 @@
+"""Which outcome a consistent transition realises, and which outcomes it cannot tell apart.
+
+In a given pre-state several outcomes may produce the same successor (an add-literal
+that is already true makes its outcome look like "no change"). Such outcomes are
+indistinguishable *in that state*. The grouping of outcomes by successor depends only
+on the pre-state, which is fixed before the agent's outcome is drawn, so:
+
+- the statistics may condition on it (select observations by it) without bias, and
+- the likelihood of an observation is the total probability of its group.
+
+A transition that no outcome explains is structural drift: ``attribute`` returns None
+and the caller sends it down the consistency path, never into the frequency tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capwatch.model.grounding import GroundOperator, StateMask
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """One consistent execution of an action, as seen by the outcome statistics."""
+
+    partition: tuple[tuple[int, ...], ...]
+    """Outcome indices grouped by the successor they produce in the pre-state (sorted)."""
+    block: int
+    """Index into ``partition`` of the group the observed successor belongs to."""
+
+    @property
+    def explaining(self) -> tuple[int, ...]:
+        """The outcomes that explain the transition."""
+        return self.partition[self.block]
+
+    @property
+    def distinguishable(self) -> bool:
+        """Every outcome produces a different successor in this pre-state."""
+        return all(len(b) == 1 for b in self.partition)
+
+    @property
+    def outcome(self) -> int | None:
+        """The realised outcome when it is unambiguous."""
+        blk = self.partition[self.block]
+        return blk[0] if len(blk) == 1 else None
+
+    @classmethod
+    def single(cls, k: int, outcome: int) -> Attribution:
+        """An unambiguous observation among ``k`` distinguishable outcomes."""
+        if not 0 <= outcome < k:
+            raise ValueError(f"outcome {outcome} out of range for {k} outcomes")
+        return cls(tuple((i,) for i in range(k)), outcome)
+
+
+def partition_successors(successors: list[StateMask]) -> tuple[tuple[int, ...], ...]:
+    groups: dict[StateMask, list[int]] = {}
+    for i, s in enumerate(successors):
+        groups.setdefault(s, []).append(i)
+    return tuple(sorted(tuple(g) for g in groups.values()))
+
+
+def attribute(op: GroundOperator, state: StateMask, next_state: StateMask) -> Attribution | None:
+    """Attribute (s, a, s') to an outcome group, or None if it is not a modelled execution.
+
+    None covers both an inapplicable action (no outcome was drawn, nothing to count)
+    and a successor no outcome predicts (structural drift, for the consistency path).
+    """
+    if not op.applicable(state):
+        return None
+    successors = [(state & keep) | add for keep, add in op.effects]
+    partition = partition_successors(successors)
+    for b, group in enumerate(partition):
+        if successors[group[0]] == next_state:
+            return Attribution(partition, b)
+    return None
+
+
+def attribution_from_mask(op: GroundOperator, state: StateMask, matched: int
+                          ) -> Attribution | None:
+    """Build an attribution from ``consistency.check``'s bitmask of explaining outcomes."""
+    if not matched:
+        return None
+    successors = [(state & keep) | add for keep, add in op.effects]
+    partition = partition_successors(successors)
+    first = (matched & -matched).bit_length() - 1
+    for b, group in enumerate(partition):
+        if first in group:
+            return Attribution(partition, b)
+    return None  # pragma: no cover - every outcome index is in some group

@@ -1,0 +1,343 @@
+"""Probability drift of one agent's actions: online detection, fleet audits, re-estimation.
+
+Two complementary tests watch every (agent, lifted action) frequency table:
+
+- online, on every consistent transition: the mixture Shiryaev–Roberts detector of
+  capwatch.monitor.sequential, whose false-alarm rate per transition is bounded by
+  ``false_alarm_rate`` for each stream, whatever the number of streams;
+- periodically, across the whole fleet: a windowed Pearson chi-square test per table
+  with Benjamini–Hochberg control of the false discovery rate across tables.
+
+Either produces a ``DriftEvidence`` record (chi-square, dof, p, q, TVD with its
+confidence interval, counts, expected counts, MLE with per-outcome intervals) and a
+re-estimated ``Action`` for the next model version. docs/drift-detection.md explains
+why the online detector is sequential rather than a windowed chi-square.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from capwatch.model.domain import Action, Outcome
+from capwatch.monitor.attribution import Attribution
+from capwatch.monitor.sequential import DEFAULT_LOGIT_SHIFTS, SequentialDetector
+from capwatch.monitor.stats import (
+    GofResult,
+    IntervalMethod,
+    MultinomialEstimate,
+    TvdEstimate,
+    benjamini_hochberg,
+    chi_square_gof,
+    multinomial_mle,
+    tvd_interval,
+)
+from capwatch.monitor.tables import OutcomeWindow, WindowKind
+
+Detector = Literal["sequential", "audit"]
+
+
+@dataclass(frozen=True, slots=True)
+class DriftConfig:
+    false_alarm_rate: float = 1e-5
+    """Online detector: at most this many false alarms per transition, per action."""
+    shifts: tuple[float, ...] = DEFAULT_LOGIT_SHIFTS
+    window: int = 2000
+    """Executions per frequency table (the audit's window, the re-estimation horizon)."""
+    window_kind: WindowKind = "sliding"
+    min_samples: int = 100
+    """Audit: a table is tested only once its window holds this many usable executions."""
+    min_expected: float = 5.0
+    fdr: float = 0.05
+    """Audit: Benjamini–Hochberg level across all tables tested in one audit."""
+    confidence: float = 0.95
+    interval: IntervalMethod = "wilson"
+    min_estimate_samples: int = 30
+    """Re-estimation looks back at least this far even if the change point is more recent."""
+
+    def __post_init__(self) -> None:
+        if self.window < self.min_samples:
+            raise ValueError("window must hold at least min_samples executions")
+        if not 0 < self.fdr < 1 or not 0 < self.confidence < 1:
+            raise ValueError("fdr and confidence must be in (0, 1)")
+
+
+@dataclass(frozen=True, slots=True)
+class DriftEvidence:
+    """Why capwatch believes an action's outcome probabilities changed; goes into alerts."""
+
+    action: str
+    detector: Detector
+    gof: GofResult
+    tvd: TvdEstimate
+    estimate: MultinomialEstimate
+    model_probabilities: tuple[float, ...]
+    outcomes: tuple[str, ...]
+    """Each outcome in the model's vocabulary, in index order."""
+    window: tuple[int, int]
+    """[start, end) execution indices (since the table was started) the figures cover."""
+    ambiguous: int
+    """Executions in the window set aside because their outcome was ambiguous."""
+    agent_id: str | None = None
+    q_value: float | None = None
+    """Benjamini–Hochberg adjusted p-value (audit only)."""
+    log_statistic: float | None = None
+    """Sequential detector: log of the mixture Shiryaev–Roberts statistic at the alarm."""
+    log_threshold: float | None = None
+    change_point: int | None = None
+
+    def summary(self) -> str:
+        """One line, in the model's vocabulary, for the alert text."""
+        parts = []
+        for name, old, new in zip(self.outcomes, self.model_probabilities,
+                                  self.estimate.probabilities, strict=True):
+            if abs(new - old) >= 0.005:
+                parts.append(f"{name}: {old:.2f} → {new:.2f}")
+        what = "; ".join(parts) or "outcome frequencies differ from the model"
+        return (f"{self.action} outcome probabilities drifted ({what}); TVD {self.tvd.value:.3f} "
+                f"[{self.tvd.low:.3f}, {self.tvd.high:.3f}], p={self.gof.p_value:.2g}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "action": self.action,
+            "detector": self.detector,
+            "chi2": self.gof.statistic,
+            "dof": self.gof.dof,
+            "p_value": self.gof.p_value,
+            "q_value": self.q_value,
+            "test": self.gof.method,
+            "tvd": self.tvd.value,
+            "tvd_ci": [self.tvd.low, self.tvd.high],
+            "tvd_confidence": self.tvd.confidence,
+            "n": self.gof.n,
+            "counts": list(self.gof.counts),
+            "expected": list(self.gof.expected),
+            "cells": [list(c) for c in self.gof.cells],
+            "outcomes": list(self.outcomes),
+            "model_probabilities": list(self.model_probabilities),
+            "estimated_probabilities": list(self.estimate.probabilities),
+            "estimate_ci": [list(p) for p in zip(self.estimate.low, self.estimate.high,
+                                                 strict=True)],
+            "estimate_confidence": self.estimate.confidence,
+            "window": list(self.window),
+            "ambiguous": self.ambiguous,
+            "log_statistic": self.log_statistic,
+            "log_threshold": self.log_threshold,
+            "change_point": self.change_point,
+            "summary": self.summary(),
+        }
+
+
+def describe_outcome(outcome: Outcome) -> str:
+    lits = [str(a) for a in sorted(outcome.add)] + [f"(not {a})" for a in sorted(outcome.delete)]
+    return " ".join(lits) if lits else "(no change)"
+
+
+def with_probabilities(action: Action, probabilities: Sequence[float], n: int | None = None
+                       ) -> Action:
+    """The action with new outcome probabilities, for a new model version.
+
+    An outcome never observed keeps a small probability (half an observation's worth,
+    0.5 / n, capped by its old value) instead of the MLE's zero: dropping an outcome is a
+    structural change of the model, which only the consistency path and the assessment
+    engine may decide; a zero here would turn its next occurrence into an "inconsistent"
+    transition. The result's outcomes are re-sorted canonically, so indices may move.
+    """
+    probs = np.asarray(probabilities, dtype=np.float64)
+    if probs.shape != (len(action.outcomes),):
+        raise ValueError("one probability per outcome is required")
+    if (probs < 0).any() or probs.sum() <= 0:
+        raise ValueError("probabilities must be non-negative and not all zero")
+    probs = probs / probs.sum()
+    zero = probs <= 0
+    if zero.any():
+        old = np.array([o.probability for o in action.outcomes])
+        floor = 0.5 / n if n else 1e-6
+        probs = np.where(zero, np.minimum(old, floor), probs)
+        probs = probs / probs.sum()
+    outcomes = tuple(replace(o, probability=float(p))
+                     for o, p in zip(action.outcomes, probs, strict=True))
+    return action.replace(outcomes=outcomes)
+
+
+@dataclass(frozen=True, slots=True)
+class DriftAlarm:
+    evidence: DriftEvidence
+    updated_action: Action
+    """The action with the MLE probabilities over the evidence window (a provisional
+    version: confirm it with fresh data or query-based estimation before relying on it)."""
+
+
+class ActionMonitor:
+    """Frequency table, online detector and tests for one (agent, lifted action)."""
+
+    __slots__ = ("action", "config", "detector", "probabilities", "window")
+
+    def __init__(self, action: Action, config: DriftConfig | None = None) -> None:
+        self.config = config or DriftConfig()
+        self._setup(action)
+
+    def _setup(self, action: Action) -> None:
+        self.action = action
+        self.probabilities = tuple(o.probability for o in action.outcomes)
+        self.window = OutcomeWindow(len(action.outcomes), self.config.window,
+                                    self.config.window_kind)
+        self.detector: SequentialDetector | None = None
+        if len(action.outcomes) >= 2:
+            self.detector = SequentialDetector(self.probabilities,
+                                               false_alarm_rate=self.config.false_alarm_rate,
+                                               shifts=self.config.shifts)
+
+    @property
+    def stochastic(self) -> bool:
+        return self.detector is not None
+
+    def reset(self, action: Action | None = None) -> None:
+        """Start afresh against ``action`` (a new model version) or the current one."""
+        if action is not None and action != self.action:
+            self._setup(action)
+            return
+        self.window.clear()
+        if self.detector is not None:
+            self.detector.restart()
+
+    def observe(self, attribution: Attribution | int) -> DriftAlarm | None:
+        """Count one consistent execution; returns an alarm when the online test fires."""
+        self.window.add(attribution)
+        if self.detector is None or not self.detector.update(attribution):
+            return None
+        offset = self.window.seen - self.detector.n
+        change = offset + self.detector.change_point
+        evidence = self.evidence(since=change, detector="sequential")
+        evidence = replace(evidence, log_statistic=self.detector.log_statistic,
+                           log_threshold=self.detector.log_threshold, change_point=change)
+        self.detector.restart()
+        return DriftAlarm(evidence, self.updated_action(evidence.estimate))
+
+    def test(self) -> GofResult:
+        """The windowed chi-square goodness of fit the audit uses."""
+        return chi_square_gof(self.window.counts(), self.probabilities,
+                              min_samples=self.config.min_samples,
+                              min_expected=self.config.min_expected)
+
+    def evidence(self, since: int | None = None, detector: Detector = "audit") -> DriftEvidence:
+        """Figures over the executions since ``since`` (default: the test window)."""
+        cfg = self.config
+        if since is None:
+            counts, ambiguous, span = self.window.counts(), self.window.ambiguous(), \
+                self.window.span()
+        else:
+            start = min(since, self.window.seen - cfg.min_estimate_samples)
+            counts, ambiguous, first = self.window.counts_since(start)
+            span = (first, self.window.seen)
+        # The evidence describes whatever data there is; the minimum-sample rule gates
+        # the audit's decision, not the description of an alarm already raised.
+        gof = chi_square_gof(counts, self.probabilities, min_samples=1,
+                             min_expected=cfg.min_expected)
+        return DriftEvidence(
+            action=self.action.header(),
+            detector=detector,
+            gof=gof,
+            tvd=tvd_interval(counts, self.probabilities, cfg.confidence),
+            estimate=multinomial_mle(counts, cfg.confidence, cfg.interval),
+            model_probabilities=self.probabilities,
+            outcomes=tuple(describe_outcome(o) for o in self.action.outcomes),
+            window=span,
+            ambiguous=ambiguous,
+        )
+
+    def updated_action(self, estimate: MultinomialEstimate) -> Action:
+        if estimate.n == 0:
+            return self.action
+        return with_probabilities(self.action, estimate.probabilities, estimate.n)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFinding:
+    agent_id: str
+    action: str
+    gof: GofResult
+    q_value: float
+    rejected: bool
+    evidence: DriftEvidence | None = None
+    """Filled in for rejected tables only."""
+
+
+class DriftMonitor:
+    """All of one replica's (agent, action) monitors; owned and driven by the daemon."""
+
+    __slots__ = ("_monitors", "config")
+
+    def __init__(self, config: DriftConfig | None = None) -> None:
+        self.config = config or DriftConfig()
+        self._monitors: dict[tuple[str, str], ActionMonitor] = {}
+
+    def monitor(self, agent_id: str, action: Action) -> ActionMonitor:
+        """The monitor for ``action``; a changed action (new model version) starts afresh."""
+        key = (agent_id, action.name)
+        mon = self._monitors.get(key)
+        if mon is None:
+            mon = ActionMonitor(action, self.config)
+            self._monitors[key] = mon
+        elif mon.action is not action and mon.action != action:
+            mon.reset(action)
+        return mon
+
+    def observe(self, agent_id: str, action: Action, attribution: Attribution | int
+                ) -> DriftAlarm | None:
+        alarm = self.monitor(agent_id, action).observe(attribution)
+        if alarm is None:
+            return None
+        return replace(alarm, evidence=replace(alarm.evidence, agent_id=agent_id))
+
+    def forget(self, agent_id: str) -> None:
+        for key in [k for k in self._monitors if k[0] == agent_id]:
+            del self._monitors[key]
+
+    def __iter__(self) -> Iterator[tuple[tuple[str, str], ActionMonitor]]:
+        return iter(self._monitors.items())
+
+    def __len__(self) -> int:
+        return len(self._monitors)
+
+    def audit(self) -> list[AuditFinding]:
+        """Chi-square on every stochastic table with enough data, BH across all of them."""
+        tested: list[tuple[str, ActionMonitor, GofResult]] = []
+        for (agent_id, _), mon in self._monitors.items():
+            if not mon.stochastic:
+                continue
+            gof = mon.test()
+            if gof.tested:
+                tested.append((agent_id, mon, gof))
+        if not tested:
+            return []
+        rejected, q_values = benjamini_hochberg([g.p_value for _, _, g in tested],
+                                                self.config.fdr)
+        findings = []
+        for (agent_id, mon, gof), rej, q in zip(tested, rejected, q_values, strict=True):
+            evidence = None
+            if rej:
+                evidence = replace(mon.evidence(), agent_id=agent_id, q_value=float(q))
+            findings.append(AuditFinding(agent_id, mon.action.header(), gof, float(q), bool(rej),
+                                         evidence))
+        return findings
+
+
+def expected_delay_hint(p0: Sequence[float], p1: Sequence[float], false_alarm_rate: float,
+                        n_alternatives: int) -> float:
+    """Rough detection delay (executions) for a change p0 → p1: threshold / KL(p1 ‖ p0).
+
+    For capacity planning and docs; the benchmark measures the real thing.
+    """
+    a = np.asarray(p1, dtype=np.float64)
+    b = np.asarray(p0, dtype=np.float64)
+    mask = a > 0
+    kl = float((a[mask] * np.log(a[mask] / b[mask])).sum())
+    if kl <= 0:
+        return math.inf
+    return (-math.log(false_alarm_rate) + math.log(n_alternatives)) / kl

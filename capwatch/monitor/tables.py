@@ -1,0 +1,110 @@
+"""Outcome-frequency tables over a window of recent executions of one lifted action.
+
+Windows count executions, not seconds: the core reads no clock, and an action that
+is executed rarely should keep its evidence until there is newer evidence to replace
+it. Only observations whose pre-state tells every outcome apart are counted; the
+others are tallied separately (see capwatch.monitor.attribution for why dropping
+them does not bias the counts).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from capwatch.monitor.attribution import Attribution
+
+WindowKind = Literal["sliding", "tumbling"]
+IntArray = npt.NDArray[np.int64]
+
+_AMBIGUOUS = -1
+_EMPTY = -2
+
+
+class OutcomeWindow:
+    """The last ``size`` executions of an action, as outcome indices.
+
+    ``sliding``: ``counts()`` is over the last ``size`` executions, updated every step.
+    ``tumbling``: ``counts()`` is over the last *completed* block of ``size`` executions,
+    so successive tests see disjoint data and are independent under the model.
+    ``counts_since(i)`` always reads the sliding buffer, for estimates after a change
+    point. Indices are global: the i-th execution since the table was (re)started.
+    """
+
+    __slots__ = ("_block", "_buffer", "_completed", "_counts", "_k", "kind", "seen", "size")
+
+    def __init__(self, k: int, size: int, kind: WindowKind = "sliding") -> None:
+        if size < 1:
+            raise ValueError("window size must be positive")
+        if kind not in ("sliding", "tumbling"):
+            raise ValueError(f"unknown window kind {kind!r}")
+        self._k = k
+        self.size = size
+        self.kind: WindowKind = kind
+        self._buffer = np.full(size, _EMPTY, dtype=np.int64)
+        self._counts = np.zeros(k + 1, dtype=np.int64)  # last slot: ambiguous observations
+        self._block = np.zeros(k + 1, dtype=np.int64)
+        self._completed: IntArray | None = None
+        self.seen = 0
+
+    @property
+    def k(self) -> int:
+        return self._k
+
+    def add(self, attribution: Attribution | int) -> None:
+        if isinstance(attribution, int):
+            value = attribution
+        else:
+            outcome = attribution.outcome if attribution.distinguishable else None
+            value = _AMBIGUOUS if outcome is None else outcome
+        if not (value == _AMBIGUOUS or 0 <= value < self._k):
+            raise ValueError(f"outcome {value} out of range for {self._k} outcomes")
+        slot = self.seen % self.size
+        old = int(self._buffer[slot])
+        if old != _EMPTY:
+            self._counts[old] -= 1
+        self._buffer[slot] = value
+        self._counts[value] += 1
+        self._block[value] += 1
+        self.seen += 1
+        if self.kind == "tumbling" and self.seen % self.size == 0:
+            self._completed = self._block.copy()
+            self._block.fill(0)
+
+    def counts(self) -> IntArray:
+        """Counts of distinguishable observations in the window the tests use."""
+        if self.kind == "tumbling":
+            if self._completed is None:
+                return np.zeros(self._k, dtype=np.int64)
+            return self._completed[: self._k].copy()
+        return self._counts[: self._k].copy()
+
+    def ambiguous(self) -> int:
+        """Observations in the tested window that were set aside as ambiguous."""
+        if self.kind == "tumbling":
+            return 0 if self._completed is None else int(self._completed[-1])
+        return int(self._counts[-1])
+
+    def span(self) -> tuple[int, int]:
+        """[start, end) global indices of the window the tests use."""
+        if self.kind == "tumbling":
+            end = (self.seen // self.size) * self.size
+            return (max(0, end - self.size), end)
+        return (max(0, self.seen - self.size), self.seen)
+
+    def counts_since(self, start: int) -> tuple[IntArray, int, int]:
+        """(counts, ambiguous, first index) over retained observations with index ≥ start."""
+        first = max(start, self.seen - self.size, 0)
+        idx = np.arange(first, self.seen) % self.size
+        values = self._buffer[idx]
+        counts = np.bincount(values[values >= 0], minlength=self._k).astype(np.int64)
+        return counts, int((values == _AMBIGUOUS).sum()), first
+
+    def clear(self) -> None:
+        self._buffer.fill(_EMPTY)
+        self._counts.fill(0)
+        self._block.fill(0)
+        self._completed = None
+        self.seen = 0
