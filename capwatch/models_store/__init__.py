@@ -1,1 +1,44 @@
-"""capwatch.models_store."""
+"""The versioned model registry: SQLite (embedded default) or PostgreSQL, one interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capwatch.models_store.base import (
+    LineageSummary,
+    ModelRef,
+    ModelStore,
+    ModelVersion,
+    PendingAssessment,
+    StoreError,
+    UnknownVersion,
+    VersionConflict,
+    VersionDiff,
+    build_version,
+    diff_versions,
+    lineage_chain,
+    record_new_model,
+)
+
+
+def open_store(url: str, *, migrate: bool = True) -> ModelStore:
+    """``postgresql://...`` (or ``postgres://``) opens PostgreSQL; ``sqlite:///path``, a plain
+    path or ``:memory:`` opens SQLite."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from capwatch.models_store.postgres import PostgresModelStore
+
+        return PostgresModelStore(url, migrate=migrate)
+    if url.startswith("sqlite://"):
+        url = url.removeprefix("sqlite://") or ":memory:"
+    elif "://" in url:
+        raise ValueError(f"unsupported store URL {url!r}: use a SQLite path or postgresql://")
+    from capwatch.models_store.sqlite import SqliteModelStore
+
+    return SqliteModelStore(Path(url) if url != ":memory:" else url, migrate=migrate)
+
+
+__all__ = [
+    "LineageSummary", "ModelRef", "ModelStore", "ModelVersion", "PendingAssessment",
+    "StoreError", "UnknownVersion", "VersionConflict", "VersionDiff", "build_version",
+    "diff_versions", "lineage_chain", "open_store", "record_new_model",
+]

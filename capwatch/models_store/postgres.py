@@ -1,0 +1,92 @@
+"""The shared store for fleets with several daemon replicas: PostgreSQL through psycopg 3.
+
+Pending assessments are claimed with ``FOR UPDATE SKIP LOCKED`` so replicas never take
+the same item; migrations hold a transaction-scoped advisory lock so replicas starting
+together apply them once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+
+from capwatch.models_store.sql import Row, SqlModelStore, Tx
+
+_MIGRATION_LOCK_ID = 0x6361_7077  # "capw": any constant shared by all replicas
+_PLACEHOLDER = re.compile(r"\?")
+
+
+def _pg(sql: str) -> str:
+    # Our SQL never contains a literal "?" or "%", so a plain rewrite is safe.
+    return _PLACEHOLDER.sub("%s", sql)
+
+
+class _PgTx(Tx):
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        with self._conn.cursor() as cur:
+            cur.execute(_pg(sql), tuple(params))
+            return list(cur.fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        with self._conn.cursor() as cur:
+            cur.execute(_pg(sql), tuple(params))
+            return cur.rowcount
+
+
+class PostgresModelStore(SqlModelStore):
+    dialect = "postgresql"
+    claim_lock_clause = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, dsn: str, *, connect_timeout_s: int = 10, migrate: bool = True) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self._connect_timeout_s = connect_timeout_s
+        self._conn = self._connect()
+        if migrate:
+            self.migrate()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn, connect_timeout=self._connect_timeout_s)
+
+    @contextmanager
+    def _transaction(self, write: bool) -> Iterator[Tx]:
+        if self._conn.closed or self._conn.broken:
+            # A restarted server or a dropped connection: reconnect once per transaction
+            # rather than leave the daemon holding a dead handle.
+            self._conn = self._connect()
+        with self._conn.transaction():
+            yield _PgTx(self._conn)
+
+    def _lock_migrations(self, tx: Tx) -> None:
+        tx.rows("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_ID,))
+
+    def _ts_in(self, t: datetime) -> Any:
+        return t.astimezone(UTC)
+
+    def _ts_out(self, v: Any) -> datetime:
+        if not isinstance(v, datetime):
+            raise TypeError(f"expected a timestamp, got {type(v).__name__}")
+        return v.astimezone(UTC)
+
+    def _json_in(self, obj: Any) -> Any:
+        return Jsonb(obj)
+
+    def _json_out(self, v: Any) -> Any:
+        return v
+
+    def _is_unique_violation(self, exc: BaseException) -> bool:
+        return isinstance(exc, pg_errors.UniqueViolation)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

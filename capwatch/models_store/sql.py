@@ -1,0 +1,382 @@
+"""The SQL the SQLite and PostgreSQL stores share; each backend supplies a dialect.
+
+Statements are written once with ``?`` placeholders; the PostgreSQL backend rewrites them.
+Every public method is one transaction, so a crash leaves either all of a write or none.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any
+
+from capwatch.models_store.base import (
+    JSON,
+    QUEUE_STATUSES,
+    LineageSummary,
+    ModelRef,
+    ModelVersion,
+    PendingAssessment,
+    StoreError,
+    UnknownVersion,
+    VersionConflict,
+    _utc,
+    _with_key,
+    change_from_json,
+    change_to_json,
+)
+
+Row = tuple[Any, ...]
+
+_VERSION_COLUMNS = (
+    "family, agent_id, version, parent_family, parent_agent_id, parent_version, "
+    "delta_to_parent, delta_to_baseline, changed_pal_tuples, summary, evidence, model_json, "
+    "pddl, created_at, content_key"
+)
+_QUEUE_COLUMNS = (
+    "key, agent_id, family, payload, status, attempts, enqueued_at, claimed_by, lease_until, "
+    "last_error"
+)
+
+
+class Tx(abc.ABC):
+    """One open transaction."""
+
+    @abc.abstractmethod
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    @abc.abstractmethod
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute and return the number of rows affected."""
+
+
+def load_migrations(dialect: str) -> list[tuple[int, str, list[str]]]:
+    """(number, file name, statements) for every ``NNNN_*.sql`` file, in order."""
+    root = resources.files("capwatch.models_store") / "migrations" / dialect
+    found = []
+    for entry in root.iterdir():
+        name = entry.name
+        if not name.endswith(".sql"):
+            continue
+        number = int(name.split("_", 1)[0])
+        text = entry.read_text(encoding="utf-8")
+        lines = [ln for ln in text.splitlines() if not ln.strip().startswith("--")]
+        statements = [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+        found.append((number, name, statements))
+    found.sort()
+    numbers = [n for n, _, _ in found]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise StoreError(f"migrations for {dialect} are not numbered 1..n: {numbers}")
+    return found
+
+
+class SqlModelStore(abc.ABC):
+    """A :class:`~capwatch.models_store.base.ModelStore` over a DB-API connection."""
+
+    dialect: str
+    claim_lock_clause = ""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    # -- dialect hooks ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def _transaction(self, write: bool) -> Any:
+        """A context manager yielding a :class:`Tx`; commits on success."""
+
+    @abc.abstractmethod
+    def _lock_migrations(self, tx: Tx) -> None: ...
+
+    @abc.abstractmethod
+    def _ts_in(self, t: datetime) -> Any: ...
+
+    @abc.abstractmethod
+    def _ts_out(self, v: Any) -> datetime: ...
+
+    @abc.abstractmethod
+    def _json_in(self, obj: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def _json_out(self, v: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def _is_unique_violation(self, exc: BaseException) -> bool: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @contextmanager
+    def _tx(self, write: bool = True) -> Iterator[Tx]:
+        with self._lock, self._transaction(write) as tx:
+            yield tx
+
+    # -- schema ----------------------------------------------------------------------------
+    def migrate(self) -> int:
+        """Apply missing migrations in one transaction; returns the schema version."""
+        migrations = load_migrations(self.dialect)
+        with self._tx() as tx:
+            self._lock_migrations(tx)
+            tx.run("CREATE TABLE IF NOT EXISTS schema_version ("
+                   "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+            applied = {int(r[0]) for r in tx.rows("SELECT version FROM schema_version")}
+            newest = max((n for n, _, _ in migrations), default=0)
+            if applied and max(applied) > newest:
+                raise StoreError(
+                    f"the database schema is at version {max(applied)} but this capwatch "
+                    f"knows only up to {newest}: upgrade capwatch before using this store")
+            for number, name, statements in migrations:
+                if number in applied:
+                    continue
+                for statement in statements:
+                    tx.run(statement)
+                tx.run("INSERT INTO schema_version (version, name, applied_at) "
+                       "VALUES (?, ?, CURRENT_TIMESTAMP)", (number, name))
+            return newest
+
+    def schema_version(self) -> int:
+        with self._tx(write=False) as tx:
+            rows = tx.rows("SELECT MAX(version) FROM schema_version")
+        return int(rows[0][0] or 0)
+
+    # -- model versions --------------------------------------------------------------------
+    def _version_from_row(self, r: Row) -> ModelVersion:
+        parent = ModelRef(r[3], r[4] or None, int(r[5])) if r[3] is not None else None
+        return ModelVersion(
+            ref=ModelRef(r[0], r[1] or None, int(r[2])), parent=parent,
+            delta_to_parent=int(r[6]), delta_to_baseline=int(r[7]),
+            changed_pal_tuples=tuple(change_from_json(c) for c in self._json_out(r[8])),
+            summary=tuple(self._json_out(r[9])), evidence=self._json_out(r[10]),
+            model_json=self._json_out(r[11]), pddl=r[12], created_at=self._ts_out(r[13]),
+            key=r[14],
+        )
+
+    @staticmethod
+    def _pk(ref: ModelRef) -> tuple[str, str, int]:
+        return (ref.family, ref.agent_id or "", ref.version)
+
+    def _get(self, tx: Tx, ref: ModelRef) -> ModelVersion | None:
+        rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions "
+                       "WHERE family = ? AND agent_id = ? AND version = ?", self._pk(ref))
+        return self._version_from_row(rows[0]) if rows else None
+
+    def put(self, version: ModelVersion) -> ModelVersion:
+        v = _with_key(version)
+        _validate_ref(v.ref)
+        try:
+            with self._tx() as tx:
+                return self._put(tx, v)
+        except StoreError:
+            raise
+        except Exception as exc:
+            if not self._is_unique_violation(exc):
+                raise
+        # Another writer inserted the same primary key between our check and our insert:
+        # decide, now that it is committed, whether it was the same content.
+        with self._tx() as tx:
+            return self._put(tx, v)
+
+    def _put(self, tx: Tx, v: ModelVersion) -> ModelVersion:
+        existing = self._get(tx, v.ref)
+        if existing is not None:
+            if existing.key == v.key:
+                return existing
+            raise VersionConflict(
+                f"{v.ref} already holds a different model (stored key {existing.key[:12]}, "
+                f"offered {v.key[:12]}); re-read the lineage and write the next version")
+        rows = tx.rows("SELECT MAX(version) FROM model_versions WHERE family = ? "
+                       "AND agent_id = ?", (v.ref.family, v.ref.agent_id or ""))
+        latest = int(rows[0][0] or 0)
+        if v.ref.version != latest + 1:
+            raise VersionConflict(f"lineage {v.ref.family}/{v.ref.agent_id or 'baseline'} "
+                                  f"is at version {latest}; cannot write {v.ref.version}")
+        if v.parent is not None and self._get(tx, v.parent) is None:
+            raise UnknownVersion(f"parent {v.parent} of {v.ref} does not exist")
+        p = v.parent
+        tx.run(
+            f"INSERT INTO model_versions ({_VERSION_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*self._pk(v.ref), p.family if p else None, (p.agent_id or "") if p else None,
+             p.version if p else None, v.delta_to_parent, v.delta_to_baseline,
+             self._json_in([change_to_json(c) for c in v.changed_pal_tuples]),
+             self._json_in(list(v.summary)), self._json_in(v.evidence),
+             self._json_in(v.model_json), v.pddl, self._ts_in(v.created_at), v.key),
+        )
+        return v
+
+    def get(self, ref: ModelRef) -> ModelVersion | None:
+        with self._tx(write=False) as tx:
+            return self._get(tx, ref)
+
+    def latest(self, family: str, agent_id: str | None = None) -> ModelVersion | None:
+        with self._tx(write=False) as tx:
+            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE family = ? "
+                           "AND agent_id = ? ORDER BY version DESC LIMIT 1",
+                           (family, agent_id or ""))
+        return self._version_from_row(rows[0]) if rows else None
+
+    def history(self, family: str, agent_id: str | None = None) -> list[ModelVersion]:
+        with self._tx(write=False) as tx:
+            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE family = ? "
+                           "AND agent_id = ? ORDER BY version", (family, agent_id or ""))
+        return [self._version_from_row(r) for r in rows]
+
+    def model_at(self, agent_id: str, at: datetime,
+                 family: str | None = None) -> ModelVersion | None:
+        if not agent_id:
+            raise ValueError("agent_id must be non-empty")
+        at_param = self._ts_in(_utc(at))
+        with self._tx(write=False) as tx:
+            where, params = "agent_id = ? AND created_at <= ?", [agent_id, at_param]
+            if family is not None:
+                where += " AND family = ?"
+                params.append(family)
+            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE {where} "
+                           "ORDER BY created_at DESC, version DESC LIMIT 1", params)
+            if rows:
+                return self._version_from_row(rows[0])
+            if family is None:
+                fam = tx.rows("SELECT family FROM model_versions WHERE agent_id = ? "
+                              "ORDER BY created_at LIMIT 1", (agent_id,))
+                if not fam:
+                    return None
+                family = str(fam[0][0])
+            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE family = ? "
+                           "AND agent_id = '' AND created_at <= ? "
+                           "ORDER BY created_at DESC, version DESC LIMIT 1", (family, at_param))
+        return self._version_from_row(rows[0]) if rows else None
+
+    def lineages(self, family: str | None = None) -> list[LineageSummary]:
+        sql = ("SELECT m.family, m.agent_id, m.version, m.created_at, m.delta_to_baseline "
+               "FROM model_versions m JOIN (SELECT family, agent_id, MAX(version) AS v "
+               "FROM model_versions GROUP BY family, agent_id) l ON m.family = l.family "
+               "AND m.agent_id = l.agent_id AND m.version = l.v")
+        params: tuple[Any, ...] = ()
+        if family is not None:
+            sql += " WHERE m.family = ?"
+            params = (family,)
+        with self._tx(write=False) as tx:
+            rows = tx.rows(sql + " ORDER BY m.family, m.agent_id", params)
+        return [LineageSummary(r[0], r[1] or None, int(r[2]), self._ts_out(r[3]), int(r[4]))
+                for r in rows]
+
+    # -- pending assessments ---------------------------------------------------------------
+    def _item_from_row(self, r: Row) -> PendingAssessment:
+        return PendingAssessment(
+            key=r[0], agent_id=r[1], family=r[2], payload=self._json_out(r[3]), status=r[4],
+            attempts=int(r[5]), enqueued_at=self._ts_out(r[6]), claimed_by=r[7],
+            lease_until=self._ts_out(r[8]) if r[8] is not None else None, last_error=r[9])
+
+    def enqueue(self, item: PendingAssessment) -> bool:
+        if not item.key:
+            raise ValueError("a pending assessment needs a non-empty key")
+        at = self._ts_in(_utc(item.enqueued_at))
+        with self._tx() as tx:
+            n = tx.run(
+                "INSERT INTO pending_assessments (key, agent_id, family, payload, status, "
+                "attempts, enqueued_at, not_before) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                (item.key, item.agent_id, item.family, self._json_in(item.payload), at, at))
+        return n == 1
+
+    def claim(self, worker: str, now: datetime, lease_seconds: float,
+              limit: int = 1) -> list[PendingAssessment]:
+        if lease_seconds <= 0 or limit < 1:
+            raise ValueError("lease_seconds must be positive and limit at least 1")
+        now_p = self._ts_in(_utc(now))
+        lease = self._ts_in(_utc(now) + timedelta(seconds=lease_seconds))
+        with self._tx() as tx:
+            keys = [r[0] for r in tx.rows(
+                "SELECT key FROM pending_assessments WHERE (status = 'pending' AND "
+                "not_before <= ?) OR (status = 'claimed' AND lease_until < ?) "
+                f"ORDER BY enqueued_at, key LIMIT ?{self.claim_lock_clause}",
+                (now_p, now_p, limit))]
+            claimed = []
+            for key in keys:
+                tx.run("UPDATE pending_assessments SET status = 'claimed', claimed_by = ?, "
+                       "lease_until = ?, attempts = attempts + 1 WHERE key = ?",
+                       (worker, lease, key))
+                rows = tx.rows(f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments "
+                               "WHERE key = ?", (key,))
+                claimed.append(self._item_from_row(rows[0]))
+        return claimed
+
+    def complete(self, key: str, worker: str) -> None:
+        with self._tx() as tx:
+            n = tx.run("UPDATE pending_assessments SET status = 'done', lease_until = NULL "
+                       "WHERE key = ? AND status = 'claimed' AND claimed_by = ?", (key, worker))
+            if n == 0:
+                self._explain_not_held(tx, key, worker)
+
+    def release(self, key: str, worker: str, error: str, not_before: datetime,
+                max_attempts: int = 5) -> None:
+        with self._tx() as tx:
+            n = tx.run(
+                "UPDATE pending_assessments SET status = CASE WHEN attempts >= ? THEN 'failed' "
+                "ELSE 'pending' END, claimed_by = NULL, lease_until = NULL, last_error = ?, "
+                "not_before = ? WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
+                (max_attempts, error, self._ts_in(_utc(not_before)), key, worker))
+            if n == 0:
+                self._explain_not_held(tx, key, worker)
+
+    def _explain_not_held(self, tx: Tx, key: str, worker: str) -> None:
+        rows = tx.rows("SELECT status, claimed_by FROM pending_assessments WHERE key = ?",
+                       (key,))
+        if not rows:
+            raise StoreError(f"no pending assessment {key!r}")
+        raise StoreError(f"pending assessment {key!r} is {rows[0][0]} and held by "
+                         f"{rows[0][1]!r}, not {worker!r}: its lease was lost")
+
+    def queue_items(self, status: str | None = None) -> list[PendingAssessment]:
+        if status is not None and status not in QUEUE_STATUSES:
+            raise ValueError(f"status must be one of {QUEUE_STATUSES}")
+        sql = f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments"
+        params: tuple[Any, ...] = ()
+        if status is not None:
+            sql += " WHERE status = ?"
+            params = (status,)
+        with self._tx(write=False) as tx:
+            rows = tx.rows(sql + " ORDER BY enqueued_at, key", params)
+        return [self._item_from_row(r) for r in rows]
+
+    # -- consumer checkpoints --------------------------------------------------------------
+    def save_offsets(self, group: str, offsets: Mapping[tuple[str, int], int],
+                     at: datetime) -> None:
+        for (topic, partition), offset in offsets.items():
+            if offset < 0 or partition < 0 or not topic:
+                raise ValueError(f"bad checkpoint {topic!r}[{partition}] = {offset}")
+        at_p = self._ts_in(_utc(at))
+        with self._tx() as tx:
+            for (topic, partition), offset in sorted(offsets.items()):
+                tx.run("INSERT INTO consumer_offsets (consumer_group, topic, kafka_partition, "
+                       "next_offset, updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
+                       "(consumer_group, topic, kafka_partition) DO UPDATE SET "
+                       "next_offset = excluded.next_offset, updated_at = excluded.updated_at",
+                       (group, topic, partition, offset, at_p))
+
+    def load_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        with self._tx(write=False) as tx:
+            rows = tx.rows("SELECT topic, kafka_partition, next_offset FROM consumer_offsets "
+                           "WHERE consumer_group = ?", (group,))
+        return {(str(r[0]), int(r[1])): int(r[2]) for r in rows}
+
+
+def _validate_ref(ref: ModelRef) -> None:
+    if not ref.family:
+        raise ValueError("a model version needs a family")
+    if ref.agent_id == "":
+        raise ValueError("agent_id '' is reserved for the family baseline: use None")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def as_json(obj: Any) -> JSON:
+    if not isinstance(obj, dict):
+        raise StoreError(f"expected a JSON object, found {type(obj).__name__}")
+    return obj

@@ -1,0 +1,85 @@
+"""The embedded default store: one SQLite file in WAL mode, no server.
+
+WAL lets readers (the CLI, the read API) run while the daemon writes; writers serialise
+on ``BEGIN IMMEDIATE`` and wait up to ``busy_timeout`` for one another instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from capwatch.models_store.sql import Row, SqlModelStore, Tx, dumps
+
+_TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+"""Fixed width, so text order is time order and ``created_at <= ?`` compares correctly."""
+
+
+class _SqliteTx(Tx):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return list(self._conn.execute(sql, tuple(params)).fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._conn.execute(sql, tuple(params)).rowcount
+
+
+class SqliteModelStore(SqlModelStore):
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000,
+                 migrate: bool = True) -> None:
+        super().__init__()
+        self.path = str(path)
+        if self.path != ":memory:":
+            parent = Path(self.path).parent
+            if not parent.is_dir():
+                raise FileNotFoundError(f"directory {parent} for the model store does not exist")
+        # isolation_level=None: we issue BEGIN ourselves, so DDL in migrations is
+        # transactional too (the sqlite3 module would otherwise commit before it).
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        if migrate:
+            self.migrate()
+
+    @contextmanager
+    def _transaction(self, write: bool) -> Iterator[Tx]:
+        self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield _SqliteTx(self._conn)
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _lock_migrations(self, tx: Tx) -> None:
+        """BEGIN IMMEDIATE already excludes every other writer."""
+
+    def _ts_in(self, t: datetime) -> Any:
+        return t.astimezone(UTC).strftime(_TS_FORMAT)
+
+    def _ts_out(self, v: Any) -> datetime:
+        return datetime.strptime(str(v), _TS_FORMAT).replace(tzinfo=UTC)
+
+    def _json_in(self, obj: Any) -> Any:
+        return dumps(obj)
+
+    def _json_out(self, v: Any) -> Any:
+        return json.loads(v)
+
+    def _is_unique_violation(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,55 @@
+"""One store fixture, parametrised over both backends, so every store test runs on both.
+
+PostgreSQL tests each get a fresh schema (selected through the DSN's ``options``) in the
+session's real server, so they neither see nor clean up after one another.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+from capwatch.models_store import ModelStore, open_store
+
+StoreFactory = Callable[[], ModelStore]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "models.db")
+        return
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in dsn else "?"
+    yield f"{dsn}{sep}options={quote(f'-csearch_path={schema}')}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def open_new(store_url: str) -> Iterator[StoreFactory]:
+    """Opens another handle on the same database, as a restarted daemon or a second
+    replica would; all are closed at the end."""
+    opened: list[ModelStore] = []
+
+    def factory() -> ModelStore:
+        s = open_store(store_url)
+        opened.append(s)
+        return s
+
+    yield factory
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(open_new: StoreFactory) -> ModelStore:
+    return open_new()
