@@ -9,7 +9,7 @@ a fleet's vocabulary would be far larger than the part in use.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
@@ -32,6 +32,9 @@ class AtomIndex:
     def __len__(self) -> int:
         return len(self._atoms)
 
+    def __contains__(self, atom: object) -> bool:
+        return atom in self._bits
+
     def bit(self, atom: GroundAtom) -> int:
         b = self._bits.get(atom)
         if b is None:
@@ -41,19 +44,33 @@ class AtomIndex:
         return b
 
     def encode(self, atoms: Iterable[GroundAtom]) -> StateMask:
-        bits = self._bits
-        try:
-            return reduce(or_, map(bits.__getitem__, atoms), 0)
-        except KeyError:
-            return reduce(or_, map(self.bit, atoms), 0)
+        return reduce(or_, map(self.bit, atoms), 0)
 
-    def encode_lists(self, atoms: Iterable[Sequence[str]]) -> StateMask:
-        """Encode atoms as a JSON decoder hands them over (lists of strings)."""
-        bits = self._bits
+    def encode_lists(self, atoms: Sequence[Sequence[str]],
+                     validate: Callable[[GroundAtom], None] | None = None) -> StateMask:
+        """Encode atoms as a JSON decoder hands them over (lists of strings).
+
+        The fast path sums the bits of known atoms; ``bit_count`` then catches a
+        repeated atom (which a sum would double) and sends it to the slow path, as
+        does any atom never seen before. ``validate`` vets new atoms before they are
+        interned, so a bad message cannot grow the index.
+        """
         try:
-            return reduce(or_, map(bits.__getitem__, map(tuple, atoms)), 0)
+            mask: int = sum(map(self._bits.__getitem__, map(tuple, atoms)))
+            if mask.bit_count() == len(atoms):
+                return mask
         except KeyError:
-            return reduce(or_, map(self.bit, map(tuple, atoms)), 0)
+            pass
+        mask = 0
+        for raw in atoms:
+            atom = tuple(raw)
+            b = self._bits.get(atom)
+            if b is None:
+                if validate is not None:
+                    validate(atom)
+                b = self.bit(atom)
+            mask |= b
+        return mask
 
     def decode(self, mask: StateMask) -> frozenset[GroundAtom]:
         atoms = self._atoms

@@ -1,0 +1,217 @@
+"""Per-agent consistency monitoring: the hot path every transition goes through.
+
+One ``TransitionMonitor`` per agent holds the agent's current model grounded over an
+atom index, checks each transition (Def. 35), and keeps the evidence the assessment
+engine needs: the inconsistent transitions with their Table 2 explanation, and a
+bounded sample of executed transitions per action, from which the pa-values that the
+observations pin down are inferred without asking the agent anything.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from capwatch.model.consistency import Inconsistency, Verdict, check, explain
+from capwatch.model.domain import Domain, GroundAction, GroundAtom
+from capwatch.model.errors import ModelError
+from capwatch.model.grounding import AtomIndex, Grounder, StateMask
+from capwatch.model.pal import (
+    LEGAL_PA_VALUES,
+    AbstractModel,
+    PaTuple,
+    PaValue,
+    lifted_instantiations,
+    pa_values_consistent_with,
+)
+
+AtomLists = Sequence[Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one transition told us. ``position`` is the caller's (e.g. a Kafka offset)."""
+
+    verdict: Verdict
+    action: GroundAction
+    outcomes: int
+    """Bitmask of the model's outcomes that explain the transition (APPLIED only)."""
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class InconsistentTransition:
+    position: int
+    state: frozenset[GroundAtom]
+    action: GroundAction
+    next_state: frozenset[GroundAtom]
+    explanation: Inconsistency
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutedTransition:
+    """Kept as bitsets: decoding on the hot path would cost more than the check itself."""
+
+    position: int
+    state: StateMask
+    action: GroundAction
+    next_state: StateMask
+
+
+@dataclass(slots=True)
+class ActionCounts:
+    applied: int = 0
+    not_applicable: int = 0
+    inconsistent: int = 0
+
+
+@dataclass(slots=True)
+class _LastState:
+    lists: AtomLists | None = None
+    mask: StateMask = 0
+
+
+@dataclass
+class MonitorLimits:
+    max_inconsistencies: int = 256
+    """Inconsistent transitions kept as evidence until an assessment consumes them."""
+    executed_per_action: int = 64
+    """Executed transitions kept per action for Table 2 inference and DAAISy."""
+    max_state_atoms: int = 10_000
+
+
+class TransitionMonitor:
+    """Checks one agent's transitions against its current model."""
+
+    def __init__(self, domain: Domain, limits: MonitorLimits | None = None) -> None:
+        self.limits = limits or MonitorLimits()
+        self.index = AtomIndex()
+        self._set_domain(domain)
+        self.counts: dict[str, ActionCounts] = {}
+        self.inconsistencies: deque[InconsistentTransition] = deque(
+            maxlen=self.limits.max_inconsistencies)
+        self.executed: dict[str, deque[ExecutedTransition]] = {}
+        self._last = _LastState()
+        self.transitions = 0
+
+    def _set_domain(self, domain: Domain) -> None:
+        self.domain = domain
+        self.grounder = Grounder(domain, self.index)
+        self._predicates = {p.name: p.arity for p in domain.predicates}
+
+    def replace_model(self, domain: Domain) -> None:
+        """Adopt a new model version; evidence gathered under the old one is dropped
+        because its verdicts no longer hold, but the atom index is kept."""
+        self._set_domain(domain)
+        self.inconsistencies.clear()
+        self.executed.clear()
+
+    def validate_atom(self, atom: GroundAtom) -> None:
+        arity = self._predicates.get(atom[0]) if atom else None
+        if arity is None:
+            raise ModelError(f"unknown predicate {atom[0]!r}" if atom else "empty atom")
+        if len(atom) - 1 != arity:
+            raise ModelError(
+                f"predicate {atom[0]!r} takes {arity} arguments, found {len(atom) - 1}")
+
+    def _encode(self, atoms: AtomLists) -> StateMask:
+        if len(atoms) > self.limits.max_state_atoms:
+            raise ModelError(
+                f"state has {len(atoms)} atoms, more than the limit {self.limits.max_state_atoms}")
+        last = self._last
+        # Consecutive transitions of an episode share a state: s_{t+1} = s'_t.
+        if last.lists is not None and atoms == last.lists:
+            return last.mask
+        return self.index.encode_lists(atoms, self.validate_atom)
+
+    def observe_lists(self, state: AtomLists, action: Sequence[str], next_state: AtomLists,
+                      position: int = -1) -> Observation:
+        """Check a transition given as decoded JSON. Raises ModelError on vocabulary errors
+        (unknown action or predicate, wrong arity, oversized state) before touching any
+        evidence, so a rejected message leaves the monitor as it was."""
+        ground_action = tuple(action)
+        op = self.grounder.operator(ground_action)
+        s = self._encode(state)
+        s2 = self._encode(next_state)
+        self._last.lists, self._last.mask = next_state, s2
+        return self._record(op.action.name, ground_action, s, s2, check(op, s, s2), position)
+
+    def observe(self, state: frozenset[GroundAtom], action: GroundAction,
+                next_state: frozenset[GroundAtom], position: int = -1) -> Observation:
+        for atom in state | next_state:
+            self.validate_atom(atom)
+        op = self.grounder.operator(action)
+        s, s2 = self.index.encode(state), self.index.encode(next_state)
+        return self._record(op.action.name, action, s, s2, check(op, s, s2), position)
+
+    def _record(self, name: str, action: GroundAction, s: StateMask, s2: StateMask,
+                result: tuple[Verdict, int], position: int) -> Observation:
+        verdict, outcomes = result
+        self.transitions += 1
+        counts = self.counts.get(name)
+        if counts is None:
+            counts = self.counts[name] = ActionCounts()
+        if verdict is Verdict.APPLIED:
+            counts.applied += 1
+            self._keep_executed(name, position, s, action, s2)
+        elif verdict is Verdict.NOT_APPLICABLE:
+            counts.not_applicable += 1
+        else:
+            counts.inconsistent += 1
+            fs, fs2 = self.index.decode(s), self.index.decode(s2)
+            self.inconsistencies.append(InconsistentTransition(
+                position, fs, action, fs2, explain(self.domain, action, fs, fs2)))
+            if s != s2:
+                self._keep_executed(name, position, s, action, s2)
+        return Observation(verdict, action, outcomes, position)
+
+    def _keep_executed(self, name: str, position: int, s: StateMask, action: GroundAction,
+                       s2: StateMask) -> None:
+        buf = self.executed.get(name)
+        if buf is None:
+            buf = self.executed[name] = deque(maxlen=self.limits.executed_per_action)
+        buf.append(ExecutedTransition(position, s, action, s2))
+
+    def executed_transitions(self) -> list[tuple[frozenset[GroundAtom], GroundAction,
+                                                 frozenset[GroundAtom]]]:
+        """The kept executed transitions, decoded, oldest first per action."""
+        dec = self.index.decode
+        return [(dec(t.state), t.action, dec(t.next_state))
+                for buf in self.executed.values() for t in buf]
+
+    def pinned_pa_values(self) -> dict[PaTuple, frozenset[PaValue]]:
+        """Pa-values still possible after every executed transition seen (Table 2),
+        for the pa-tuples some observation constrains."""
+        result: dict[PaTuple, frozenset[PaValue]] = {}
+        actions = self.domain.action_map
+        bit = self.index.bit
+        for name, buf in self.executed.items():
+            action = actions[name]
+            if not action.is_deterministic:
+                # Table 2 describes one effect; branches of a probabilistic action
+                # would rule each other out.
+                continue
+            atoms = list(lifted_instantiations(self.domain, action))
+            for t in buf:
+                binding = dict(zip(action.parameter_names, t.action[1:], strict=True))
+                for atom in atoms:
+                    b = bit(atom.ground(binding))
+                    pa = PaTuple(name, atom)
+                    allowed = pa_values_consistent_with((bool(t.state & b),
+                                                         bool(t.next_state & b)))
+                    result[pa] = result.get(pa, frozenset(LEGAL_PA_VALUES)) & allowed
+        return result
+
+    def contradicted(self) -> set[PaTuple]:
+        """Pa-tuples whose current value the observations rule out."""
+        model = AbstractModel.from_domain(self.domain)
+        pinned = self.pinned_pa_values()
+        out = {pa for pa, allowed in pinned.items() if model.pa_value(pa) not in allowed}
+        for inc in self.inconsistencies:
+            out.update(c.pa for c in inc.explanation.contradicted)
+        return out
+
+    @property
+    def inconsistent_count(self) -> int:
+        return sum(c.inconsistent for c in self.counts.values())
