@@ -75,13 +75,14 @@ def naive_check(domain: Domain, action: GroundAction, s: frozenset[GroundAtom],
 
 
 def rate(fn: Callable[[], int], min_seconds: float = 1.0) -> float:
-    """Checks per second, best of three runs of at least ``min_seconds``."""
+    """Checks per second of CPU time (robust to other load on the machine), best of three
+    runs of at least ``min_seconds``."""
     best = 0.0
     for _ in range(3):
-        done, start = 0, time.perf_counter()
+        done, start = 0, time.process_time()
         while True:
             done += fn()
-            elapsed = time.perf_counter() - start
+            elapsed = time.process_time() - start
             if elapsed >= min_seconds:
                 break
         best = max(best, done / elapsed)

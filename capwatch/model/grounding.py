@@ -113,19 +113,19 @@ class GroundOperator:
 class Grounder:
     """Lazily grounds a domain's actions against one atom index."""
 
-    __slots__ = ("_cache", "actions", "domain", "index")
+    __slots__ = ("actions", "cache", "domain", "index")
 
     def __init__(self, domain: Domain, index: AtomIndex | None = None) -> None:
         self.domain = domain
         self.index = index if index is not None else AtomIndex()
         self.actions = domain.action_map
-        self._cache: dict[GroundAction, GroundOperator] = {}
+        self.cache: dict[GroundAction, GroundOperator] = {}
 
     def operator(self, ground_action: GroundAction) -> GroundOperator:
-        op = self._cache.get(ground_action)
+        op = self.cache.get(ground_action)
         if op is None:
             op = self._ground(ground_action)
-            self._cache[ground_action] = op
+            self.cache[ground_action] = op
         return op
 
     def _ground(self, ground_action: GroundAction) -> GroundOperator:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from capwatch.model.consistency import Inconsistency, Verdict, check, explain
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
@@ -29,9 +30,12 @@ from capwatch.model.pal import (
 AtomLists = Sequence[Sequence[str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """What one transition told us. ``position`` is the caller's (e.g. a Kafka offset)."""
+class Observation(NamedTuple):
+    """What one transition told us. ``position`` is the caller's (e.g. a Kafka offset).
+
+    A NamedTuple rather than a dataclass: it is built for every transition and a
+    tuple costs a fraction of a frozen dataclass's construction.
+    """
 
     verdict: Verdict
     action: GroundAction
@@ -49,8 +53,7 @@ class InconsistentTransition:
     explanation: Inconsistency
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutedTransition:
+class ExecutedTransition(NamedTuple):
     """Kept as bitsets: decoding on the hot path would cost more than the check itself."""
 
     position: int
@@ -59,17 +62,11 @@ class ExecutedTransition:
     next_state: StateMask
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ActionCounts:
     applied: int = 0
     not_applicable: int = 0
     inconsistent: int = 0
-
-
-@dataclass(slots=True)
-class _LastState:
-    lists: AtomLists | None = None
-    mask: StateMask = 0
 
 
 @dataclass
@@ -88,16 +85,18 @@ class TransitionMonitor:
         self.limits = limits or MonitorLimits()
         self.index = AtomIndex()
         self._set_domain(domain)
-        self.counts: dict[str, ActionCounts] = {}
+        self._counts: dict[str, list[int]] = {}
         self.inconsistencies: deque[InconsistentTransition] = deque(
             maxlen=self.limits.max_inconsistencies)
         self.executed: dict[str, deque[ExecutedTransition]] = {}
-        self._last = _LastState()
+        self._last_lists: AtomLists | None = None
+        self._last_mask: StateMask = 0
         self.transitions = 0
 
     def _set_domain(self, domain: Domain) -> None:
         self.domain = domain
         self.grounder = Grounder(domain, self.index)
+        self._ops = self.grounder.cache
         self._predicates = {p.name: p.arity for p in domain.predicates}
 
     def replace_model(self, domain: Domain) -> None:
@@ -119,10 +118,6 @@ class TransitionMonitor:
         if len(atoms) > self.limits.max_state_atoms:
             raise ModelError(
                 f"state has {len(atoms)} atoms, more than the limit {self.limits.max_state_atoms}")
-        last = self._last
-        # Consecutive transitions of an episode share a state: s_{t+1} = s'_t.
-        if last.lists is not None and atoms == last.lists:
-            return last.mask
         return self.index.encode_lists(atoms, self.validate_atom)
 
     def observe_lists(self, state: AtomLists, action: Sequence[str], next_state: AtomLists,
@@ -131,10 +126,16 @@ class TransitionMonitor:
         (unknown action or predicate, wrong arity, oversized state) before touching any
         evidence, so a rejected message leaves the monitor as it was."""
         ground_action = tuple(action)
-        op = self.grounder.operator(ground_action)
-        s = self._encode(state)
+        op = self._ops.get(ground_action)
+        if op is None:
+            op = self.grounder.operator(ground_action)
+        # Consecutive transitions of an episode share a state (s_{t+1} = s'_t), so the
+        # previous next-state's encoding is reused when the lists are equal.
+        last_lists = self._last_lists
+        s = self._last_mask if last_lists is not None and state == last_lists \
+            else self._encode(state)
         s2 = self._encode(next_state)
-        self._last.lists, self._last.mask = next_state, s2
+        self._last_lists, self._last_mask = next_state, s2
         return self._record(op.action.name, ground_action, s, s2, check(op, s, s2), position)
 
     def observe(self, state: frozenset[GroundAtom], action: GroundAction,
@@ -149,22 +150,24 @@ class TransitionMonitor:
                 result: tuple[Verdict, int], position: int) -> Observation:
         verdict, outcomes = result
         self.transitions += 1
-        counts = self.counts.get(name)
+        counts = self._counts.get(name)
         if counts is None:
-            counts = self.counts[name] = ActionCounts()
+            counts = self._counts[name] = [0, 0, 0]
+        counts[verdict] += 1
         if verdict is Verdict.APPLIED:
-            counts.applied += 1
             self._keep_executed(name, position, s, action, s2)
-        elif verdict is Verdict.NOT_APPLICABLE:
-            counts.not_applicable += 1
-        else:
-            counts.inconsistent += 1
+        elif verdict is Verdict.INCONSISTENT:
             fs, fs2 = self.index.decode(s), self.index.decode(s2)
             self.inconsistencies.append(InconsistentTransition(
                 position, fs, action, fs2, explain(self.domain, action, fs, fs2)))
             if s != s2:
                 self._keep_executed(name, position, s, action, s2)
         return Observation(verdict, action, outcomes, position)
+
+    @property
+    def counts(self) -> dict[str, ActionCounts]:
+        """Verdict counts per action name since the monitor started."""
+        return {name: ActionCounts(*c) for name, c in self._counts.items()}
 
     def _keep_executed(self, name: str, position: int, s: StateMask, action: GroundAction,
                        s2: StateMask) -> None:
@@ -214,4 +217,4 @@ class TransitionMonitor:
 
     @property
     def inconsistent_count(self) -> int:
-        return sum(c.inconsistent for c in self.counts.values())
+        return sum(c[Verdict.INCONSISTENT] for c in self._counts.values())
