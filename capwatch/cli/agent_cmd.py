@@ -1,0 +1,164 @@
+"""``capwatch agent serve|query|openapi``: the reference agent and query protocol from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from capwatch.adapters.agent_http import AgentServer, HttpAgentClient
+from capwatch.adapters.agent_protocol import (
+    DEFAULT_MAX_BODY_BYTES,
+    QueryRequest,
+    QueryResponse,
+    openapi_document,
+)
+from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.assess.agent import AgentUnavailable
+from capwatch.model.domain import Domain, GroundAtom, Problem
+from capwatch.model.errors import ModelError
+from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
+
+
+def register(sub: Any) -> None:
+    agent = sub.add_parser("agent", help="the reference agent and the agent query protocol")
+    asub = agent.add_subparsers(dest="agent_command", required=True)
+
+    serve = asub.add_parser(
+        "serve", help="serve a simulated PDDL/PPDDL agent over HTTP",
+        description="Answer plan-outcome queries (POST /capwatch/v1/query) by simulating "
+                    "DOMAIN; POST /capwatch/v1/drift switches the model at run time.")
+    serve.add_argument("--domain", required=True, help="PDDL or PPDDL domain the agent follows")
+    serve.add_argument("--problem", help="problem file: checked against the domain and used "
+                                         "as the default task of the agent's optimal mode")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the agent)")
+    serve.add_argument("--port", type=int, default=8085, help="port (0 picks a free one)")
+    serve.add_argument("--seed", type=int, help="seed of the outcome RNG (reproducible answers)")
+    serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    serve.add_argument("--no-drift", action="store_true",
+                       help="disable POST /capwatch/v1/drift")
+    serve.add_argument("--keep-action-literals", action="store_true",
+                       help="keep pddlgym-style action literals such as (move-car ?from ?to) "
+                            "in preconditions (by default they are stripped: no real agent "
+                            "reports them in its state)")
+    serve.add_argument("--log-level", default="INFO",
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.set_defaults(handler=_serve)
+
+    query = asub.add_parser("query", help="ask an agent one plan-outcome query")
+    query.add_argument("--url", required=True, help="agent base URL, e.g. http://127.0.0.1:8085")
+    source = query.add_mutually_exclusive_group(required=True)
+    source.add_argument("--problem", help="start from this problem's initial state")
+    source.add_argument("--state", help='JSON file with the start state: [["at", "a"], ...]')
+    query.add_argument("--plan", required=True, help="plan file, one (action obj ...) per line")
+    query.add_argument("--samples", type=int, default=1)
+    query.add_argument("--timeout", type=float, default=10.0)
+    query.add_argument("--retries", type=int, default=2)
+    query.set_defaults(handler=_query)
+
+    openapi = asub.add_parser("openapi", help="print the OpenAPI 3.1 document of the protocol")
+    openapi.add_argument("--output", "-o", help="write to this file instead of stdout")
+    openapi.set_defaults(handler=_openapi)
+
+
+def _fail(message: str) -> SystemExit:
+    return SystemExit(f"capwatch: {message}")
+
+
+def _read(kind: str, path: str) -> Any:
+    try:
+        return read_domain(path) if kind == "domain" else read_problem(path)
+    except OSError as e:
+        raise _fail(f"cannot read {path}: {e.strerror}") from None
+    except ModelError as e:
+        raise _fail(str(e)) from None
+
+
+def _check_problem(domain: Domain, problem: Problem) -> None:
+    predicates = domain.predicate_map
+    for atom in sorted(problem.init | problem.goal_pos | problem.goal_neg):
+        pred = predicates.get(atom[0])
+        if pred is None or pred.arity != len(atom) - 1:
+            raise _fail(f"problem {problem.name}: atom ({' '.join(atom)}) does not match any "
+                        f"predicate of domain {domain.name}")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    domain: Domain = _read("domain", args.domain)
+    if not args.keep_action_literals:
+        domain = domain.without_action_literals()
+    problem: Problem | None = None
+    if args.problem:
+        problem = _read("problem", args.problem)
+        _check_problem(domain, problem)
+    agent = SimulatedAgent(domain, seed=args.seed, problem=problem)
+    try:
+        server = AgentServer(agent, args.host, args.port, max_body_bytes=args.max_body_bytes,
+                             allow_drift=not args.no_drift)
+    except OSError as e:
+        raise _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    # One parseable line on stdout: scripts and tests read the real port from it.
+    print(f"capwatch agent: serving domain {domain.name} on {server.url}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.close()
+    print(f"capwatch agent: stopped after {agent.stats.queries} queries", flush=True)
+    return 0
+
+
+def _query(args: argparse.Namespace) -> int:
+    state: frozenset[GroundAtom]
+    if args.problem:
+        state = _read("problem", args.problem).init
+    else:
+        try:
+            raw = json.loads(Path(args.state).read_text(encoding="utf-8"))
+            state = QueryRequest.model_validate({"state": raw, "plan": []}).to_core()[0]
+        except OSError as e:
+            raise _fail(f"cannot read {args.state}: {e.strerror}") from None
+        except ValueError as e:  # JSON syntax and pydantic validation errors
+            raise _fail(f"{args.state}: not a JSON list of atoms: {e}") from None
+    try:
+        plan = parse_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
+    except OSError as e:
+        raise _fail(f"cannot read {args.plan}: {e.strerror}") from None
+    except ModelError as e:
+        raise _fail(str(e)) from None
+    try:
+        client = HttpAgentClient(args.url, timeout=args.timeout, retries=args.retries)
+        results = client.query(state, plan, args.samples)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    except AgentUnavailable as e:
+        print(f"capwatch: {e}", file=sys.stderr)
+        return 3
+    print(QueryResponse.of(results).model_dump_json())
+    return 0
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    text = yaml.safe_dump(openapi_document(), sort_keys=False, allow_unicode=True, width=100)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
