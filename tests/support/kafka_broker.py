@@ -42,6 +42,7 @@ KAFKA_VERSION = os.environ.get("CAPWATCH_KAFKA_VERSION", "4.1.1")
 # kafka_2.13 4.x declares log4j-core and slf4j-api 1.7 but no SLF4J binding: add the log4j2 one.
 LOG4J_VERSION = "2.24.3"
 SCALA_BINARY = "2.13"
+DEPENDENCY_PLUGIN = "3.8.1"
 START_TIMEOUT_S = float(os.environ.get("CAPWATCH_KAFKA_START_TIMEOUT", "90"))
 STOP_TIMEOUT_S = 10.0
 FETCH_TIMEOUT_S = 600.0
@@ -106,13 +107,20 @@ def fetch_kafka(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path
     """
     root = cache if cache is not None else cache_dir(version)
     libs = root / "libs"
-    if (root / _COMPLETE_MARKER).exists():
+    marker = root / _COMPLETE_MARKER
+    stamp = f"kafka_{SCALA_BINARY} {version} log4j {LOG4J_VERSION}\n"
+
+    def cached() -> bool:
+        return marker.exists() and marker.read_text() == stamp
+
+    if cached():
         return libs
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (root / _COMPLETE_MARKER).exists():
+        if cached():
             return libs
+        marker.unlink(missing_ok=True)
         mvn = shutil.which("mvn")
         if mvn is None:
             raise KafkaBrokerError("mvn not found: install Maven (Debian package 'maven')")
@@ -123,8 +131,8 @@ def fetch_kafka(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path
             )
             staged = work / "libs"
             cmd = [
-                mvn, "-q", "-B", "-f", str(work / "pom.xml"),
-                "dependency:copy-dependencies",
+                mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(work / "pom.xml"),
+                f"org.apache.maven.plugins:maven-dependency-plugin:{DEPENDENCY_PLUGIN}:copy-dependencies",
                 f"-DoutputDirectory={staged}", "-DincludeScope=runtime",
             ]  # fmt: skip
             t0 = time.monotonic()
@@ -139,7 +147,7 @@ def fetch_kafka(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path
             if libs.exists():
                 shutil.rmtree(libs)
             staged.rename(libs)
-            (root / _COMPLETE_MARKER).write_text(f"{version}\n")
+            marker.write_text(stamp)
             log.info("fetched Kafka %s jars into %s in %.1fs", version, libs, time.monotonic() - t0)
         finally:
             shutil.rmtree(work, ignore_errors=True)
