@@ -211,12 +211,12 @@ class ActionMonitor:
         self.window.add(attribution)
         if self.detector is None or not self.detector.update(attribution):
             return None
-        offset = self.window.seen - self.detector.n
-        change = offset + self.detector.change_point
+        # The detector skips observations that tell no outcomes apart, so count back
+        # the post-change evidence from the newest execution rather than forward.
+        change = self.window.seen - (self.detector.n - self.detector.change_point)
         evidence = self.evidence(since=change, detector="sequential")
         evidence = replace(evidence, log_statistic=self.detector.log_statistic,
                            log_threshold=self.detector.log_threshold, change_point=change)
-        self.detector.restart()
         return DriftAlarm(evidence, self.updated_action(evidence.estimate))
 
     def test(self) -> GofResult:

@@ -96,6 +96,15 @@ def sr_step(log_r: FloatArray, llr: FloatArray) -> FloatArray:
     return np.asarray(np.logaddexp(0.0, log_r) + llr, dtype=np.float64)
 
 
+def sr_step_linear(r: FloatArray, lr: FloatArray) -> FloatArray:
+    """The same update on R itself, for batch simulation of many streams.
+
+    Several times faster than the log-space form. Safe while every stream is restarted
+    at its alarm: no single R_j can then exceed A · G · max(q/p), far from overflow.
+    """
+    return np.asarray((1.0 + r) * lr, dtype=np.float64)
+
+
 def mixture_log_statistic(log_r: FloatArray, logw: FloatArray) -> FloatArray:
     """log Σ_j w_j R^j over the last axis."""
     return np.asarray(logsumexp(log_r + logw, axis=-1), dtype=np.float64)
@@ -111,55 +120,81 @@ def threshold_for_rate(false_alarm_rate: float) -> float:
 class SequentialDetector:
     """Mixture Shiryaev–Roberts change detector for one (agent, lifted action) stream.
 
-    ``update`` returns True on an alarm and then restarts itself, so a persisting
-    change raises one alarm per fresh batch of evidence rather than one per step;
-    the owner normally calls ``reset`` with the re-estimated probabilities instead.
+    After an alarm the statistics stay readable (``log_statistic``, ``change_point``)
+    until the next ``update``, which restarts the detector first; so a persisting change
+    raises one alarm per fresh batch of evidence rather than one per step. The owner
+    normally replaces the detector with one for the re-estimated probabilities instead.
+
+    R is kept in linear space (one multiply-add per alternative per step, the hot path):
+    the restart at each alarm bounds every R_j by A · G · max(q/p), far from overflow.
     """
 
-    __slots__ = ("_cusum", "_llr", "_log_r", "_logw", "_start", "alternatives", "log_threshold",
-                 "n", "p0")
+    __slots__ = ("_alarmed", "_cusum", "_llr", "_lr", "_r", "_start", "_threshold", "_w",
+                 "alternatives", "log_threshold", "n", "p0")
 
     def __init__(self, probabilities: Sequence[float], *, false_alarm_rate: float = 1e-5,
                  shifts: Sequence[float] = DEFAULT_LOGIT_SHIFTS) -> None:
+        if false_alarm_rate < 1e-100:
+            raise ValueError("false_alarm_rate below 1e-100 is not supported")
         self.log_threshold = threshold_for_rate(false_alarm_rate)
+        self._threshold = math.exp(self.log_threshold)
         self.p0 = np.asarray(probabilities, dtype=np.float64)
-        self.alternatives, self._logw = tilted_alternatives(self.p0, shifts)
-        self._llr = llr_table(self.p0, self.alternatives)
+        self.alternatives, logw = tilted_alternatives(self.p0, shifts)
+        self._w = np.exp(logw)
+        self._llr = np.ascontiguousarray(llr_table(self.p0, self.alternatives).T)  # (k, G)
+        self._lr = np.exp(self._llr)
         g = len(self.alternatives)
-        self._log_r = np.full(g, -np.inf)
+        self._r = np.zeros(g)
         self._cusum = np.zeros(g)
         self._start = np.zeros(g, dtype=np.int64)
+        self._alarmed = False
         self.n = 0
         """Observations since the last (re)start."""
 
     def restart(self) -> None:
-        self._log_r.fill(-np.inf)
+        self._alarmed = False
+        self._r.fill(0.0)
         self._cusum.fill(0.0)
         self._start.fill(0)
         self.n = 0
 
-    def _evidence(self, obs: int | Attribution) -> FloatArray:
-        if isinstance(obs, int):
-            return self._llr[:, obs]
-        if obs.distinguishable:
-            return self._llr[:, obs.explaining[0]]
-        return block_llr(self.p0, self.alternatives, obs.explaining)
-
     def update(self, obs: int | Attribution) -> bool:
-        """Feed one observation (an outcome index or an attribution); True means alarm."""
-        llr = self._evidence(obs)
-        self._log_r = sr_step(self._log_r, llr)
+        """Feed one observation (an outcome index or an attribution); True means alarm.
+
+        An observation that cannot tell any outcome from another (all in one group) is
+        skipped: it carries no evidence, yet Shiryaev–Roberts would still add 1 to R for
+        it and so walk towards a certain false alarm.
+        """
+        if self._alarmed:
+            self.restart()
+        if isinstance(obs, int):
+            llr = self._llr[obs]
+            lr = self._lr[obs]
+        elif len(obs.explaining) == 1:
+            llr = self._llr[obs.explaining[0]]
+            lr = self._lr[obs.explaining[0]]
+        elif len(obs.explaining) == len(self.p0):
+            return False
+        else:
+            llr = block_llr(self.p0, self.alternatives, obs.explaining)
+            lr = np.exp(llr)
+        r = self._r
+        r += 1.0
+        r *= lr
         # Per-alternative CUSUMs ride along only to say where the change most likely began.
-        w = self._cusum + llr
-        fresh = w <= 0.0
-        self._cusum = np.where(fresh, 0.0, w)
-        self._start = np.where(fresh, self.n + 1, self._start)
+        c = self._cusum
+        c += llr
+        fresh = c <= 0.0
+        c[fresh] = 0.0
+        self._start[fresh] = self.n + 1
         self.n += 1
-        return self.log_statistic >= self.log_threshold
+        self._alarmed = float(r @ self._w) >= self._threshold
+        return self._alarmed
 
     @property
     def log_statistic(self) -> float:
-        return float(mixture_log_statistic(self._log_r, self._logw))
+        s = float(self._r @ self._w)
+        return math.log(s) if s > 0 else -math.inf
 
     @property
     def change_point(self) -> int:
@@ -168,7 +203,7 @@ class SequentialDetector:
 
     @property
     def best_alternative(self) -> tuple[float, ...]:
-        j = int(np.argmax(self._log_r + self._logw))
+        j = int(np.argmax(self._r * self._w))
         return tuple(float(v) for v in self.alternatives[j])
 
 
