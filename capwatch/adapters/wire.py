@@ -117,7 +117,8 @@ class PalChange(_Outbound):
 
 
 class ModelPayload(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True,
+                              serialize_by_alias=True)
 
     json_: dict[str, Any] = Field(alias="json", description="capwatch.model.serialize form.")
     pddl: str
@@ -131,7 +132,11 @@ class ModelVersionEvent(_Outbound):
     family: str
     version: int = Field(ge=1)
     parent_version: int | None = None
+    parent_agent_id: str | None = Field(
+        default=None, description="Lineage of the parent; null for the family baseline."
+    )
     delta: int = Field(ge=0, description="Δ to the parent: pal-tuples whose mode differs.")
+    delta_to_baseline: int = Field(default=0, ge=0)
     changes: list[PalChange]
     summary: list[str] = Field(description="One human line per changed action.")
     model: ModelPayload

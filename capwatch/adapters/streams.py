@@ -1,0 +1,232 @@
+"""Sources and publishers that need no server: JSONL files or stdin, the simulated fleet,
+the log, and in-memory collection (the demo's summary and tests read it).
+
+Offsets: a JSONL source's offset is the line number (0-based), a simulated source's is
+the position in its (deterministic, seeded) stream per partition; both resume from the
+daemon's checkpoint in the models store, so a restarted daemon skips what it finished.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+from capwatch.adapters.fleet import SimulatedFleet
+from capwatch.adapters.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+from capwatch.daemon.ports import Rebalance, Record
+
+
+class JsonlSource:
+    """One event per line; ``-`` reads stdin. ``follow`` keeps reading as the file grows."""
+
+    def __init__(self, path: str, *, follow: bool = False, batch: int = 500) -> None:
+        self.path = path
+        self.name = "stdin" if path == "-" else Path(path).name
+        self.follow = follow
+        self.batch = batch
+        self._file: IO[bytes] | None = None
+        self._line = 0
+        self._skip = 0
+        self._eof = False
+
+    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
+              resume: Mapping[int, int]) -> None:
+        self._file = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")  # noqa: SIM115
+        self._skip = resume.get(0, 0)
+        on_assign({0})
+
+    def poll(self, timeout_s: float) -> list[Record]:
+        assert self._file is not None, "start() first"
+        records: list[Record] = []
+        while len(records) < self.batch:
+            raw = self._file.readline()
+            if not raw:
+                self._eof = True
+                if self.follow and not records:
+                    time.sleep(min(timeout_s, 0.2))
+                break
+            if not raw.endswith(b"\n") and self.follow:
+                # A writer is midway through the line: read it whole next time.
+                self._file.seek(-len(raw), 1)
+                break
+            line = self._line
+            self._line += 1
+            if line < self._skip:
+                continue
+            value = raw.rstrip(b"\r\n")
+            if not value.strip():
+                continue
+            records.append(Record(self.name, 0, line, None, value))
+        return records
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """The daemon's checkpoint in the store is the only record of progress."""
+
+    def exhausted(self) -> bool:
+        return self._eof and not self.follow
+
+    def lag(self) -> dict[int, int]:
+        return {}
+
+    def close(self) -> None:
+        if self._file is not None and self._file is not sys.stdin.buffer:
+            self._file.close()
+        self._file = None
+
+
+def stable_partition(key: str, partitions: int) -> int:
+    """The same agent always lands in the same partition, across runs and hosts."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+class SimulatedSource:
+    """The simulated fleet as a partitioned, replayable stream of ``rounds`` per agent."""
+
+    def __init__(self, fleet: SimulatedFleet, rounds: int, *, partitions: int = 1,
+                 batch: int = 200, name: str = "simulated") -> None:
+        self.fleet = fleet
+        self.rounds = rounds
+        self.partitions = partitions
+        self.batch = batch
+        self.name = name
+        self._events: Iterator[Any] = fleet.events(rounds)
+        self._offsets = [0] * partitions
+        self._skip: dict[int, int] = {}
+        self._done = False
+
+    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
+              resume: Mapping[int, int]) -> None:
+        self._skip = dict(resume)
+        on_assign(set(range(self.partitions)))
+
+    def poll(self, timeout_s: float) -> list[Record]:
+        records: list[Record] = []
+        while len(records) < self.batch:
+            event = next(self._events, None)
+            if event is None:
+                self._done = True
+                break
+            p = stable_partition(event.agent_id, self.partitions)
+            offset = self._offsets[p]
+            self._offsets[p] += 1
+            if offset < self._skip.get(p, 0):
+                continue
+            records.append(Record(self.name, p, offset, event.agent_id.encode(), event.value))
+        return records
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Progress lives in the store's checkpoint; the fleet regenerates the stream."""
+
+    def exhausted(self) -> bool:
+        return self._done
+
+    def lag(self) -> dict[int, int]:
+        return {}
+
+    def close(self) -> None:
+        self._done = True
+
+
+class MemoryPublisher:
+    """Keeps everything published, in order (the demo's summary, tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.models: list[ModelVersionEvent] = []
+        self.alerts: list[AlertEvent] = []
+        self.dead_letters: list[DeadLetterRecord] = []
+
+    def model_version(self, event: ModelVersionEvent) -> None:
+        with self._lock:
+            self.models.append(event)
+
+    def alert(self, event: AlertEvent) -> None:
+        with self._lock:
+            self.alerts.append(event)
+
+    def dead_letter(self, record: DeadLetterRecord) -> None:
+        with self._lock:
+            self.dead_letters.append(record)
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Nothing is buffered."""
+
+    def close(self) -> None:
+        """Nothing to release; the lists stay readable."""
+
+
+class LogPublisher:
+    """Events as structured log lines (the no-server default for alerts)."""
+
+    def __init__(self, inner: MemoryPublisher | None = None) -> None:
+        self.log = structlog.get_logger("capwatch.events")
+        self.inner = inner
+
+    def model_version(self, event: ModelVersionEvent) -> None:
+        self.log.info("model version", agent_id=event.agent_id, family=event.family,
+                      version=event.version, delta=event.delta, summary=event.summary)
+        if self.inner is not None:
+            self.inner.model_version(event)
+
+    def alert(self, event: AlertEvent) -> None:
+        self.log.warning("alert", alert_type=event.alert_type, severity=event.severity,
+                         agent_id=event.agent_id, summary=event.summary,
+                         dedup_key=event.dedup_key)
+        if self.inner is not None:
+            self.inner.alert(event)
+
+    def dead_letter(self, record: DeadLetterRecord) -> None:
+        self.log.warning("dead letter", reason=record.reason, source=record.source,
+                         partition=record.partition, offset=record.offset)
+        if self.inner is not None:
+            self.inner.dead_letter(record)
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Log lines are written synchronously."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class JsonlPublisher:
+    """Appends each event as one JSON line to models.jsonl, alerts.jsonl, deadletter.jsonl."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._files = {name: open(directory / f"{name}.jsonl", "ab")  # noqa: SIM115
+                       for name in ("models", "alerts", "deadletter")}
+
+    def _write(self, name: str, data: str) -> None:
+        with self._lock:
+            self._files[name].write(data.encode() + b"\n")
+
+    def model_version(self, event: ModelVersionEvent) -> None:
+        self._write("models", event.model_dump_json())
+
+    def alert(self, event: AlertEvent) -> None:
+        self._write("alerts", event.model_dump_json())
+
+    def dead_letter(self, record: DeadLetterRecord) -> None:
+        self._write("deadletter", record.model_dump_json())
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        import os
+
+        with self._lock:
+            for f in self._files.values():
+                f.flush()
+                os.fsync(f.fileno())
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            for f in self._files.values():
+                f.close()
