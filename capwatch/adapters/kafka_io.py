@@ -1,0 +1,191 @@
+"""Kafka: the consumer-group source of transitions and the publisher of what capwatch says.
+
+kafka-python (pure Python, no librdkafka to install) with manual commits only: the
+daemon decides when a partition's offset may move (after everything the records before
+it caused is durable). The producer is idempotent with ``acks=all``, so a retried send
+inside one producer session never duplicates a record, and :meth:`KafkaPublisher.flush`
+raises if any send since the previous flush failed: the daemon then does not commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from capwatch.adapters.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+from capwatch.daemon.ports import Rebalance, Record
+
+log = structlog.get_logger("capwatch.kafka")
+
+
+class PublishError(RuntimeError):
+    """A record could not be written to Kafka; nothing after it may be committed."""
+
+
+def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
+                  dead_letter: str, partitions: int = 6, replication_factor: int = 1,
+                  client_id: str = "capwatch-admin") -> list[str]:
+    """Create the topics capwatch uses if missing; returns those it created.
+
+    The model topic is compacted: it keeps the newest version per agent forever, which is
+    what a consumer joining late needs (the store keeps the full history).
+    """
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
+    created = []
+    try:
+        existing = set(admin.list_topics())
+        wanted = [
+            NewTopic(transitions, partitions, replication_factor),
+            NewTopic(models, partitions, replication_factor,
+                     topic_configs={"cleanup.policy": "compact"}),
+            NewTopic(alerts, partitions, replication_factor),
+            NewTopic(dead_letter, partitions, replication_factor),
+        ]
+        for topic in wanted:
+            if topic.name in existing:
+                continue
+            try:
+                admin.create_topics([topic])
+                created.append(topic.name)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+    return created
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, on_assign: Rebalance, on_revoke: Rebalance, topic: str) -> None:
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+        self.topic = topic
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        parts = {tp.partition for tp in revoked if tp.topic == self.topic}
+        if parts:
+            self.on_revoke(parts)
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        parts = {tp.partition for tp in assigned if tp.topic == self.topic}
+        if parts:
+            self.on_assign(parts)
+
+
+class KafkaSource:
+    """A consumer-group member reading the transitions topic; commits only when told."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str, *,
+                 client_id: str = "capwatch", max_poll_records: int = 500,
+                 session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000) -> None:
+        self.name = topic
+        self.topic = topic
+        self._config: dict[str, Any] = dict(
+            bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            max_poll_records=max_poll_records, session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=max(1000, session_timeout_ms // 3),
+            # Oversized messages must reach the decoder (and the dead-letter topic) rather
+            # than stall the partition, so fetch a little more than the limit.
+            max_partition_fetch_bytes=max(1_048_576, max_message_bytes + 65_536),
+        )
+        self._consumer: KafkaConsumer | None = None
+
+    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
+              resume: Mapping[int, int]) -> None:
+        del resume  # the group's committed offsets are the checkpoint
+        self._consumer = KafkaConsumer(**self._config)
+        self._consumer.subscribe([self.topic], listener=_Listener(on_assign, on_revoke,
+                                                                  self.topic))
+
+    def poll(self, timeout_s: float) -> list[Record]:
+        assert self._consumer is not None, "start() first"
+        batch = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
+        records = []
+        for tp, messages in batch.items():
+            for m in messages:
+                value = m.value if m.value is not None else b""
+                records.append(Record(tp.topic, tp.partition, m.offset, m.key, value))
+        return records
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        if self._consumer is None or not offsets:
+            return
+        self._consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                               for p, o in offsets.items()})
+
+    def exhausted(self) -> bool:
+        return False
+
+    def lag(self) -> dict[int, int]:
+        if self._consumer is None:
+            return {}
+        assigned = list(self._consumer.assignment())
+        if not assigned:
+            return {}
+        try:
+            ends = self._consumer.end_offsets(assigned)
+            return {tp.partition: max(0, ends[tp] - self._consumer.position(tp))
+                    for tp in assigned}
+        except Exception:  # lag is a metric: never let it break a checkpoint
+            return {}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close(autocommit=False)
+            self._consumer = None
+
+
+class KafkaPublisher:
+    """Model versions (compacted topic, key = agent), alerts and dead letters."""
+
+    def __init__(self, bootstrap: str, *, models_topic: str, alerts_topic: str,
+                 dead_letter_topic: str, client_id: str = "capwatch") -> None:
+        self.models_topic = models_topic
+        self.alerts_topic = alerts_topic
+        self.dead_letter_topic = dead_letter_topic
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap, client_id=client_id, acks="all",
+            enable_idempotence=True, linger_ms=5, max_request_size=8_388_608,
+        )
+        self._lock = threading.Lock()
+        self._futures: list[Any] = []
+
+    def _send(self, topic: str, key: str | None, value: bytes) -> None:
+        future = self._producer.send(topic, key=key.encode() if key is not None else None,
+                                     value=value)
+        with self._lock:
+            self._futures.append(future)
+
+    def model_version(self, event: ModelVersionEvent) -> None:
+        self._send(self.models_topic, event.agent_id, event.model_dump_json().encode())
+
+    def alert(self, event: AlertEvent) -> None:
+        self._send(self.alerts_topic, event.agent_id, event.model_dump_json().encode())
+
+    def dead_letter(self, record: DeadLetterRecord) -> None:
+        self._send(self.dead_letter_topic, None, record.model_dump_json().encode())
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        with self._lock:
+            futures, self._futures = self._futures, []
+        # Flush even with no futures of our own: another thread may have taken them, and
+        # the caller's commit must not pass records still in the producer's buffer.
+        self._producer.flush(timeout=timeout_s)
+        for f in futures:
+            try:
+                f.get(timeout=timeout_s)
+            except Exception as e:
+                raise PublishError(f"a record could not be written to Kafka: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.flush()
+        self._producer.close(timeout=10)
