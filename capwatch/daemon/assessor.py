@@ -1,0 +1,83 @@
+"""The daemon's assessor: the assessment engine (DAAISy) plus the drift statistics' estimates.
+
+Structural evidence (inconsistent transitions, canary findings) goes to
+capwatch.assess.engine in DAAISy mode with the agent's recent executed transitions, which
+pin many modes without a query. Effect-distribution drift is re-estimated
+by repeated one-step queries from a state the action was seen executing in
+(capwatch.assess.probabilities, sampling until every outcome's probability is known to
+±``half_width``); without such a state, or if sampling does not converge, the monitor's
+estimate over the window since the change point is installed instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from capwatch.assess.engine import Method, assess
+from capwatch.assess.observations import Transition as Observed
+from capwatch.assess.probabilities import UnidentifiableOutcomes, estimate_outcome_probabilities
+from capwatch.daemon.ports import AssessmentOutcome, AssessmentRequest
+from capwatch.model.domain import Domain
+
+
+class EngineAssessor:
+    def __init__(self, objects: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+                 method: str = "verify", half_width: float = 0.05) -> None:
+        self.half_width = half_width
+        self.method = Method(method)
+        self.objects = dict(objects or {})
+        """Family → type → object names, for the engine's optimal-plan comparison."""
+
+    def assess(self, request: AssessmentRequest) -> AssessmentOutcome:
+        model: Domain = request.model
+        details: dict[str, Any] = {}
+        queries = 0
+        observations = [
+            Observed(s, a, s2, source=f"executed[{i}]")
+            for i, (s, a, s2) in enumerate(request.executed)
+        ] + [
+            Observed(s, a, s2, source=f"inconsistent[{i}]")
+            for i, (s, a, s2) in enumerate(request.inconsistent)
+        ]
+        if request.inconsistent:
+            result = assess(model, observations, request.agent, method=self.method,
+                            budget=request.query_budget,
+                            objects=self.objects.get(request.family))
+            queries += result.query_count
+            model = result.domain()
+            details["method"] = result.method.value
+            details["changes"] = len(result.changes)
+            details["unresolved"] = sorted(str(p) for p in result.unresolved)
+            details["budget_exhausted"] = result.budget_exhausted
+            details["notes"] = list(result.notes)
+        if request.drifted_actions:
+            structural = {a.name: a for a in model.actions}
+            for name, updated in request.drifted_actions.items():
+                current = structural.get(name)
+                if current is None:
+                    continue
+                same_effects = {(o.add, o.delete) for o in current.outcomes} == {
+                    (o.add, o.delete) for o in updated.outcomes}
+                if not (same_effects and current.pre_pos == updated.pre_pos
+                        and current.pre_neg == updated.pre_neg):
+                    continue
+                probe = request.drift_probes.get(name)
+                if probe is not None:
+                    try:
+                        est = estimate_outcome_probabilities(
+                            request.agent, current, probe[0], probe[1],
+                            half_width=self.half_width, max_samples=request.query_budget * 20)
+                    except UnidentifiableOutcomes:
+                        est = None
+                    if est is not None:
+                        queries += 1
+                        details.setdefault("estimates", {})[name] = {
+                            "samples": est.samples, "converged": est.converged,
+                            "probabilities": list(est.estimate.probabilities),
+                            "low": list(est.estimate.low), "high": list(est.estimate.high)}
+                        if est.converged and not est.structural_anomalies:
+                            updated = est.updated_action(current)
+                model = model.replace_action(updated)
+            details["reestimated"] = sorted(request.drifted_actions)
+        return AssessmentOutcome(model, queries, details)

@@ -1,0 +1,311 @@
+"""Typed daemon configuration: a YAML file plus ``CAPWATCH_*`` environment variables.
+
+Environment variables override the file (``CAPWATCH_KAFKA__BOOTSTRAP_SERVERS`` sets
+``kafka.bootstrap_servers``: ``__`` separates levels), because deployments keep one
+file per environment and inject secrets and addresses through the environment.
+
+Everything is validated before the daemon touches a server. An error names where the
+bad value came from: ``capwatch.yaml:12:3: kafka.group_id: ...`` for the file, the
+variable's name for the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "CAPWATCH_"
+ENV_DELIMITER = "__"
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; the message says where and why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    transitions_topic: str = "capwatch.transitions"
+    models_topic: str = "capwatch.models"
+    alerts_topic: str = "capwatch.alerts"
+    dead_letter_topic: str = "capwatch.deadletter"
+    group_id: str = "capwatch"
+    client_id: str = "capwatch"
+    max_poll_records: int = Field(default=500, ge=1)
+    session_timeout_ms: int = Field(default=10_000, ge=1000)
+    create_topics: bool = True
+    """Create missing topics at start (the model topic compacted)."""
+    partitions: int = Field(default=6, ge=1)
+    """Partitions of topics capwatch creates; the unit of scale-out."""
+    replication_factor: int = Field(default=1, ge=1)
+
+
+class FleetFamily(_Section):
+    agents: int = Field(default=10, ge=1)
+
+
+class FleetDrift(_Section):
+    domain: Path
+    at_step: int = Field(ge=0)
+    agent_id: str | None = None
+    family: str | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> FleetDrift:
+        if (self.agent_id is None) == (self.family is None):
+            raise ValueError("name exactly one of agent_id or family")
+        return self
+
+
+class SimulatedSourceConfig(_Section):
+    families: dict[str, FleetFamily] = Field(default_factory=dict)
+    """Agents per family; each family needs a ``problem`` in ``families``."""
+    drifts: list[FleetDrift] = Field(default_factory=list)
+    rounds: int = Field(default=200, ge=1)
+    """Transitions per agent before the source is exhausted."""
+    seed: int = 0
+    episode_steps: int = Field(default=12, ge=1)
+    p_inapplicable: float = Field(default=0.25, ge=0, le=1)
+
+
+class SourceConfig(_Section):
+    kind: Literal["kafka", "jsonl", "simulated"] = "kafka"
+    path: str = "-"
+    """jsonl: file to read, ``-`` for stdin."""
+    follow: bool = False
+    """jsonl: keep reading as the file grows (tail -f) instead of stopping at its end."""
+    simulated: SimulatedSourceConfig = Field(default_factory=SimulatedSourceConfig)
+
+
+class OutputConfig(_Section):
+    kind: Literal["kafka", "log", "jsonl"] = "kafka"
+    """Where model versions and alerts go: Kafka topics, the log, or JSONL files."""
+    directory: Path = Path("capwatch-out")
+    """jsonl: models.jsonl, alerts.jsonl and deadletter.jsonl are appended here."""
+
+
+class StoreConfig(_Section):
+    url: str = "sqlite:///capwatch.db"
+    """``sqlite:///path`` (embedded) or ``postgresql://...`` (shared by replicas)."""
+
+
+class FamilyConfig(_Section):
+    domain: Path
+    """The PDDL/PPDDL model the family's agents were deployed with (its baseline)."""
+    problem: Path | None = None
+    """A problem over the family's objects; canaries and the simulated fleet use it."""
+
+
+class AgentsConfig(_Section):
+    url_template: str = "http://{agent_id}:8080"
+    """Where to ask an agent plan-outcome queries; ``{agent_id}`` and ``{family}`` expand."""
+    urls: dict[str, str] = Field(default_factory=dict)
+    """Per-agent URLs that override the template."""
+    timeout_s: float = Field(default=5.0, gt=0)
+
+
+class LimitsConfig(_Section):
+    max_message_bytes: int = Field(default=1_000_000, ge=64)
+    max_state_atoms: int = Field(default=5_000, ge=1)
+    max_trace_steps: int = Field(default=5_000, ge=1)
+
+
+class DetectionConfig(_Section):
+    debounce_transitions: int = Field(default=3, ge=1)
+    """Inconsistent transitions to collect before assessing (or until debounce_s)."""
+    debounce_s: float = Field(default=2.0, ge=0)
+    max_evidence: int = Field(default=50, ge=1)
+    max_executed_evidence: int = Field(default=200, ge=0)
+    """Recent executed transitions handed to the assessment (Table 2 pins modes free)."""
+    drift_false_alarm_rate: float = Field(default=1e-5, gt=0, lt=1)
+    drift_window: int = Field(default=2000, ge=10)
+    drift_min_samples: int = Field(default=100, ge=10)
+    drift_fdr: float = Field(default=0.05, gt=0, lt=1)
+
+
+class AssessmentConfig(_Section):
+    method: Literal["daaisy", "verify"] = "verify"
+    """``daaisy`` resolves only the pal-tuples the evidence flags; ``verify`` then also
+    confirms the rest with probing queries (more queries, no missed change)."""
+    workers: int = Field(default=2, ge=1)
+    lease_s: float = Field(default=120.0, gt=0)
+    max_attempts: int = Field(default=5, ge=1)
+    retry_after_s: float = Field(default=10.0, ge=0)
+    query_budget: int = Field(default=500, ge=1)
+    samples: int = Field(default=30, ge=1)
+    """Samples per query when re-estimating probabilities of stochastic actions."""
+
+
+class SchedulerConfig(_Section):
+    checkpoint_s: float = Field(default=5.0, gt=0)
+    drift_audit_s: float = Field(default=60.0, gt=0)
+    canary_s: float = Field(default=300.0, gt=0)
+    canary_idle_s: float = Field(default=600.0, gt=0)
+    """An action not seen executing for this long is probed by a canary query."""
+    results_poll_s: float = Field(default=2.0, gt=0)
+
+
+class HttpConfig(_Section):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+    """0 picks a free port (tests)."""
+
+
+class LogConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+
+
+class DaemonConfig(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER, extra="forbid",
+        case_sensitive=False,
+    )
+
+    replica_id: str = Field(default_factory=socket.gethostname)
+    source: SourceConfig = Field(default_factory=SourceConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    families: dict[str, FamilyConfig] = Field(default_factory=dict)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    detection: DetectionConfig = Field(default_factory=DetectionConfig)
+    assessment: AssessmentConfig = Field(default_factory=AssessmentConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    shutdown_grace_s: float = Field(default=20.0, gt=0)
+    """SIGTERM: in-flight assessments get this long before they are left to the queue."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file arrives as init kwargs; the environment must win over it.
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> DaemonConfig:
+        if self.source.kind == "simulated":
+            for name in self.source.simulated.families:
+                fam = self.families.get(name)
+                if fam is None:
+                    raise ValueError(f"source.simulated.families names {name!r}, which is not"
+                                     f" in families")
+                if fam.problem is None:
+                    raise ValueError(f"families.{name}.problem is needed by the simulated"
+                                     f" source")
+            for d in self.source.simulated.drifts:
+                if d.family is not None and d.family not in self.families:
+                    raise ValueError(f"a drift targets unknown family {d.family!r}")
+        return self
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Keeps every mapping node's marks so errors can point at a line."""
+
+
+def _positions(node: yaml.Node, path: tuple[str | int, ...],
+               out: dict[tuple[str | int, ...], tuple[int, int]]) -> None:
+    out[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
+            out[(*path, key)] = (k.start_mark.line + 1, k.start_mark.column + 1)
+            _positions(v, (*path, key), out)
+            out[(*path, key)] = (k.start_mark.line + 1, k.start_mark.column + 1)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _positions(v, (*path, i), out)
+
+
+def _env_name(loc: tuple[str | int, ...]) -> str:
+    return ENV_PREFIX + ENV_DELIMITER.join(str(p).upper() for p in loc)
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> None:
+    """Relative model paths in a file are relative to the file, not the working directory."""
+    for fam in (data.get("families") or {}).values():
+        if isinstance(fam, dict):
+            for k in ("domain", "problem"):
+                if isinstance(fam.get(k), str) and not Path(fam[k]).is_absolute():
+                    fam[k] = str(base / fam[k])
+    sim = ((data.get("source") or {}).get("simulated") or {})
+    for d in sim.get("drifts") or []:
+        if isinstance(d, dict) and isinstance(d.get("domain"), str) \
+                and not Path(d["domain"]).is_absolute():
+            d["domain"] = str(base / d["domain"])
+    out = data.get("output") or {}
+    if isinstance(out.get("directory"), str) and not Path(out["directory"]).is_absolute():
+        out["directory"] = str(base / out["directory"])
+
+
+def load_config(path: str | Path | None = None, *, text: str | None = None,
+                source_name: str | None = None) -> DaemonConfig:
+    """Read and validate the configuration; raises :class:`ConfigError` naming the spot."""
+    name = source_name or (str(path) if path is not None else "<config>")
+    if text is None and path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"{name}: cannot read the configuration: {e.strerror}") from None
+    data: dict[str, Any] = {}
+    positions: dict[tuple[str | int, ...], tuple[int, int]] = {}
+    if text:
+        try:
+            node = yaml.compose(text, Loader=_LineLoader)
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+            problem = getattr(e, "problem", None) or str(e)
+            raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{name}:1:1: the configuration must be a mapping of sections")
+        data = loaded or {}
+        if node is not None:
+            _positions(node, (), positions)
+        if path is not None:
+            _resolve_paths(data, Path(path).resolve().parent)
+    try:
+        return DaemonConfig(**data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, name, positions, data)) from None
+
+
+def _explain(error: ValidationError, name: str,
+             positions: dict[tuple[str | int, ...], tuple[int, int]],
+             data: dict[str, Any]) -> str:
+    lines = []
+    for err in error.errors(include_url=False):
+        loc = tuple(err["loc"])
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        env = _env_name(loc)
+        if loc and env in {k.upper() for k in os.environ}:
+            where = f"environment variable {env}"
+        else:
+            # Walk up to the nearest node the file has (a missing key points at its parent).
+            probe = loc
+            while probe and probe not in positions:
+                probe = probe[:-1]
+            line, col = positions.get(probe, (1, 1))
+            where = f"{name}:{line}:{col}"
+        value = ""
+        if err["type"] not in ("missing",) and "input" in err:
+            shown = repr(err["input"])
+            value = f" (got {shown[:80]})"
+        lines.append(f"{where}: {dotted}: {err['msg']}{value}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
