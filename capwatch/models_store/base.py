@@ -95,24 +95,36 @@ def model_changes(old: Domain, new: Domain) -> list[Change]:
     return sorted((c for c in changes if c[1] is not c[2]), key=lambda c: c[0])
 
 
-def probability_changes(old: Domain, new: Domain) -> list[str]:
-    """Actions whose outcome probabilities moved while their effects kept their modes.
-
-    Δ counts pal-tuples only, so effect-distribution drift has Δ = 0; without these
-    lines a new version caused by it would carry no explanation.
-    """
-    lines = []
+def probability_shifts(old: Domain, new: Domain) -> dict[str, tuple[list[float], list[float]]]:
+    """Per action whose outcome probabilities moved while its effects kept their modes:
+    (old probabilities, new probabilities), both in the old model's outcome order."""
+    shifts = {}
     old_actions = old.action_map
     for action in new.actions:
         before = old_actions.get(action.name)
         if before is None:
             continue
-        old_probs = {(o.add, o.delete): o.probability for o in before.outcomes}
         new_probs = {(o.add, o.delete): o.probability for o in action.outcomes}
-        if old_probs.keys() == new_probs.keys() and old_probs != new_probs:
-            pairs = [f"{old_probs[k]:.3g}→{new_probs[k]:.3g}"
-                     for k in sorted(new_probs, key=lambda k: -new_probs[k])]
-            lines.append(f"{action.header()} outcome probabilities changed: {', '.join(pairs)}")
+        keys = [(o.add, o.delete) for o in before.outcomes]
+        if set(keys) != new_probs.keys():
+            continue
+        old_list = [o.probability for o in before.outcomes]
+        new_list = [new_probs[k] for k in keys]
+        if old_list != new_list:
+            shifts[action.name] = (old_list, new_list)
+    return shifts
+
+
+def probability_changes(old: Domain, new: Domain) -> list[str]:
+    """Lines for actions whose outcome probabilities moved (see :func:`probability_shifts`).
+
+    Δ counts pal-tuples only, so effect-distribution drift has Δ = 0; without these
+    lines a new version caused by it would carry no explanation.
+    """
+    lines = []
+    for name, (before, after) in probability_shifts(old, new).items():
+        pairs = ", ".join(f"{a:.3g}→{b:.3g}" for a, b in zip(before, after, strict=True))
+        lines.append(f"{new.action(name).header()} outcome probabilities changed: {pairs}")
     return lines
 
 

@@ -181,6 +181,12 @@ class SqlModelStore(abc.ABC):
             return self._put(tx, v)
 
     def _put(self, tx: Tx, v: ModelVersion) -> ModelVersion:
+        # Read the lineage's head before looking for our row: under READ COMMITTED each
+        # statement sees newly committed rows, so the other order could see a racing
+        # writer's commit only in the second query and misreport an identical retry.
+        rows = tx.rows("SELECT MAX(version) FROM model_versions WHERE family = ? "
+                       "AND agent_id = ?", (v.ref.family, v.ref.agent_id or ""))
+        latest = int(rows[0][0] or 0)
         existing = self._get(tx, v.ref)
         if existing is not None:
             if existing.key == v.key:
@@ -188,9 +194,6 @@ class SqlModelStore(abc.ABC):
             raise VersionConflict(
                 f"{v.ref} already holds a different model (stored key {existing.key[:12]}, "
                 f"offered {v.key[:12]}); re-read the lineage and write the next version")
-        rows = tx.rows("SELECT MAX(version) FROM model_versions WHERE family = ? "
-                       "AND agent_id = ?", (v.ref.family, v.ref.agent_id or ""))
-        latest = int(rows[0][0] or 0)
         if v.ref.version != latest + 1:
             raise VersionConflict(f"lineage {v.ref.family}/{v.ref.agent_id or 'baseline'} "
                                   f"is at version {latest}; cannot write {v.ref.version}")

@@ -1,0 +1,143 @@
+"""Severity, deduplication, suppression and family grouping between builders and sinks.
+
+The router reads no clock: callers pass ``now``. Alerts wait ``group_wait`` in a group
+keyed by (type, family, action, fingerprint) so that seven agents of one family hitting
+the same drift give one alert, "7 agents of rover-v3: ...", instead of seven pages.
+An alert whose dedup key was let through less than its type's suppression window ago
+is dropped (and counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from capwatch.alerts.types import DEFAULT_SEVERITY, Alert, AlertType, Severity
+
+DEFAULT_SUPPRESSION: Mapping[AlertType, timedelta] = {
+    AlertType.CAPABILITY_REDUCED: timedelta(hours=24),
+    AlertType.CAPABILITY_EXPANDED: timedelta(hours=24),
+    AlertType.EFFECT_DISTRIBUTION_DRIFT: timedelta(hours=6),
+    AlertType.UNEXPLAINED_INCONSISTENCY: timedelta(hours=1),
+    AlertType.ASSESSMENT_FAILED: timedelta(hours=1),
+}
+
+
+@dataclass(frozen=True)
+class AlertPolicy:
+    severities: Mapping[AlertType, Severity] = field(
+        default_factory=lambda: dict(DEFAULT_SEVERITY))
+    suppress_for: Mapping[AlertType, timedelta] = field(
+        default_factory=lambda: dict(DEFAULT_SUPPRESSION))
+    group_wait: timedelta = timedelta(seconds=30)
+    """How long the first alert of a group waits for others (Alertmanager's group_wait)."""
+    max_agents_listed: int = 20
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any]) -> AlertPolicy:
+        """From a config mapping such as ``{"severity": {"capability_expanded": "warning"},
+        "suppress_seconds": {"assessment_failed": 600}, "group_wait_seconds": 10}``."""
+        known = {"severity", "suppress_seconds", "group_wait_seconds", "max_agents_listed"}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown alert policy keys {sorted(unknown)}; known: "
+                             f"{sorted(known)}")
+        severities = dict(DEFAULT_SEVERITY)
+        for name, level in dict(data.get("severity", {})).items():
+            severities[_alert_type(name)] = Severity.parse(str(level))
+        suppress = dict(DEFAULT_SUPPRESSION)
+        for name, seconds in dict(data.get("suppress_seconds", {})).items():
+            if float(seconds) < 0:
+                raise ValueError(f"suppress_seconds.{name} must not be negative")
+            suppress[_alert_type(name)] = timedelta(seconds=float(seconds))
+        wait = float(data.get("group_wait_seconds", 30))
+        if wait < 0:
+            raise ValueError("group_wait_seconds must not be negative")
+        return cls(severities, suppress, timedelta(seconds=wait),
+                   int(data.get("max_agents_listed", 20)))
+
+
+def _alert_type(name: str) -> AlertType:
+    try:
+        return AlertType(name)
+    except ValueError:
+        raise ValueError(f"unknown alert type {name!r}; known: "
+                         f"{[t.value for t in AlertType]}") from None
+
+
+@dataclass
+class _Group:
+    opened: datetime
+    members: dict[str, Alert] = field(default_factory=dict)
+
+
+@dataclass
+class RouterStats:
+    submitted: int = 0
+    suppressed: int = 0
+    emitted: int = 0
+
+
+class AlertRouter:
+    def __init__(self, policy: AlertPolicy | None = None) -> None:
+        self.policy = policy or AlertPolicy()
+        self.stats = RouterStats()
+        self._last_sent: dict[str, datetime] = {}
+        self._groups: dict[tuple[str, str, str, str], _Group] = {}
+
+    def submit(self, alert: Alert, now: datetime) -> bool:
+        """Queue an alert for the next :meth:`flush`; False if it was suppressed."""
+        self.stats.submitted += 1
+        key = alert.dedup_key
+        window = self.policy.suppress_for.get(alert.type, timedelta(0))
+        last = self._last_sent.get(key)
+        if last is not None and now - last < window:
+            self.stats.suppressed += 1
+            return False
+        self._last_sent[key] = now
+        alert = alert.with_severity(self.policy.severities.get(alert.type, alert.severity))
+        group = self._groups.setdefault(alert.group_key, _Group(now))
+        group.members[alert.agent_id or "*"] = alert
+        return True
+
+    def flush(self, now: datetime, force: bool = False) -> list[Alert]:
+        """Alerts whose group has waited long enough (all of them with ``force``)."""
+        out = []
+        for gk in sorted(self._groups):
+            group = self._groups[gk]
+            if force or now - group.opened >= self.policy.group_wait:
+                out.append(self._merge(list(group.members.values())))
+                del self._groups[gk]
+        self._prune(now)
+        self.stats.emitted += len(out)
+        return out
+
+    @property
+    def pending(self) -> int:
+        return sum(len(g.members) for g in self._groups.values())
+
+    def _prune(self, now: datetime) -> None:
+        longest = max(self.policy.suppress_for.values(), default=timedelta(0))
+        for key in [k for k, t in self._last_sent.items() if now - t >= longest]:
+            del self._last_sent[key]
+
+    def _merge(self, members: list[Alert]) -> Alert:
+        if len(members) == 1:
+            return members[0]
+        members.sort(key=lambda a: a.agent_id or "")
+        first = members[0]
+        agents = tuple(a.agent_id or "*" for a in members)
+        phrase = first.group_summary or first.summary
+        shown = agents[: self.policy.max_agents_listed]
+        return replace(
+            first, agent_id=None, agents=agents,
+            severity=max(a.severity for a in members),
+            summary=f"{len(agents)} agents of {first.family}: {phrase}",
+            evidence={"agents": {a.agent_id or "*": dict(a.evidence) for a in members
+                                 if (a.agent_id or "*") in shown}},
+            detail={**dict(first.detail), "agents": list(shown),
+                    "agents_not_listed": len(agents) - len(shown)},
+            model_version=None,
+        )

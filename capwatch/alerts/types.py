@@ -1,0 +1,269 @@
+"""What capwatch alerts on, and how an alert reads.
+
+Builders here are pure: they take the time as an argument and read no clock, so the same
+evidence always gives the same alert (and the same dedup key) on every replica.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from capwatch.model.domain import Domain
+from capwatch.model.pal import Location, Mode, PalTuple, summarise_changes
+from capwatch.models_store.base import (
+    Change,
+    ModelVersion,
+    change_to_json,
+    model_changes,
+    probability_changes,
+    probability_shifts,
+)
+
+
+class AlertType(enum.Enum):
+    CAPABILITY_REDUCED = "capability_reduced"
+    """A precondition literal was added (or flipped) or an effect was removed."""
+    CAPABILITY_EXPANDED = "capability_expanded"
+    """A precondition literal was dropped or an effect was added."""
+    EFFECT_DISTRIBUTION_DRIFT = "effect_distribution_drift"
+    """Outcome frequencies no longer fit the model's probabilities."""
+    UNEXPLAINED_INCONSISTENCY = "unexplained_inconsistency"
+    """A transition contradicts the model and no assessment has explained it yet."""
+    ASSESSMENT_FAILED = "assessment_failed"
+    """The agent could not be assessed (unreachable, query budget exhausted, ...)."""
+
+    @property
+    def alertname(self) -> str:
+        """Alertmanager's ``alertname``: CamelCase, prefixed so routes can match ``Capwatch.*``."""
+        return "Capwatch" + "".join(w.capitalize() for w in self.value.split("_"))
+
+
+class Severity(enum.IntEnum):
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r}: use info, warning or critical") from None
+
+
+DEFAULT_SEVERITY: Mapping[AlertType, Severity] = {
+    AlertType.CAPABILITY_REDUCED: Severity.CRITICAL,
+    AlertType.CAPABILITY_EXPANDED: Severity.INFO,
+    AlertType.EFFECT_DISTRIBUTION_DRIFT: Severity.WARNING,
+    AlertType.UNEXPLAINED_INCONSISTENCY: Severity.WARNING,
+    AlertType.ASSESSMENT_FAILED: Severity.WARNING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    type: AlertType
+    severity: Severity
+    family: str
+    agent_id: str | None
+    """``None`` for an alert that groups several agents (listed in ``agents``)."""
+    action: str | None
+    summary: str
+    """One line in the model's vocabulary, e.g. ``pick(?o ?r ?g) now requires (free ?g)``."""
+    time: datetime
+    fingerprint: str = ""
+    """What distinguishes this alert's content: equal fingerprints group across agents."""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    model_version: int | None = None
+    agents: tuple[str, ...] = ()
+    group_summary: str | None = None
+    """Phrase used when several agents are grouped, if ``summary`` is agent-specific."""
+
+    def __post_init__(self) -> None:
+        if self.time.tzinfo is None:
+            raise ValueError("alert time needs a time zone")
+        if not self.family:
+            raise ValueError("an alert needs a family")
+
+    @property
+    def dedup_key(self) -> str:
+        owner = self.agent_id if self.agent_id is not None else "*"
+        return "|".join((self.type.value, self.family, owner, self.action or "-",
+                         self.fingerprint))
+
+    @property
+    def group_key(self) -> tuple[str, str, str, str]:
+        return (self.type.value, self.family, self.action or "-", self.fingerprint)
+
+    def with_severity(self, severity: Severity) -> Alert:
+        return replace(self, severity=severity)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alert_type": self.type.value, "severity": self.severity.label,
+            "family": self.family, "agent_id": self.agent_id, "agents": list(self.agents),
+            "action": self.action, "summary": self.summary, "dedup_key": self.dedup_key,
+            "model_version": self.model_version, "time": self.time.isoformat(),
+            "detail": dict(self.detail), "evidence": dict(self.evidence),
+        }
+
+
+def fingerprint(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def is_reduction(change: Change) -> bool:
+    """Does this change take a capability away in some state?
+
+    A new or flipped precondition literal forbids the action where it used to run, and a
+    removed or flipped effect no longer achieves what plans relied on. ``?`` (unknown) is
+    never stored in a concrete model and counts as neither.
+    """
+    pal, old, new = change
+    if Mode.UNKNOWN in (old, new):
+        return False
+    if pal.location is Location.PRE:
+        return new is not Mode.ABSENT
+    return old is not Mode.ABSENT
+
+
+def _by_action(changes: Iterable[Change]) -> dict[str, list[Change]]:
+    grouped: dict[str, list[Change]] = {}
+    for c in changes:
+        grouped.setdefault(c[0].action, []).append(c)
+    return grouped
+
+
+def alerts_for_model_change(
+    old: Domain, new: Domain, *, family: str, agent_id: str | None, time: datetime,
+    model_version: int | None = None, evidence: Mapping[str, Any] | None = None,
+    changes: Sequence[Change] | None = None,
+    severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY,
+) -> list[Alert]:
+    """One alert per changed action: reduced if any change reduces, else expanded; plus an
+    effect-distribution alert per action whose outcome probabilities moved."""
+    if changes is None:
+        changes = model_changes(old, new)
+    ev = dict(evidence or {})
+    new_actions = new.action_map
+    alerts = []
+    for action, cs in sorted(_by_action(changes).items()):
+        kind = (AlertType.CAPABILITY_REDUCED if any(is_reduction(c) for c in cs)
+                else AlertType.CAPABILITY_EXPANDED)
+        if action in new_actions:
+            (line,) = summarise_changes(cs, new)
+        else:
+            line = f"{old.action(action).header()} removed from the model"
+        payload = [change_to_json(c) for c in sorted(cs, key=lambda c: c[0])]
+        alerts.append(Alert(
+            type=kind, severity=severities[kind], family=family, agent_id=agent_id,
+            action=action, summary=line, time=time, fingerprint=fingerprint(payload),
+            detail={"changes": payload,
+                    "reduced": [_pal_text(c[0]) for c in cs if is_reduction(c)]},
+            evidence=ev, model_version=model_version,
+        ))
+    shifts = probability_shifts(old, new)
+    for action, line in zip(sorted(shifts), _lines_by_action(old, new), strict=True):
+        probs = {"old": shifts[action][0], "new": shifts[action][1]}
+        alerts.append(Alert(
+            type=AlertType.EFFECT_DISTRIBUTION_DRIFT,
+            severity=severities[AlertType.EFFECT_DISTRIBUTION_DRIFT], family=family,
+            agent_id=agent_id, action=action, summary=line, time=time,
+            fingerprint=fingerprint(probs), detail={"probabilities": probs}, evidence=ev,
+            model_version=model_version,
+        ))
+    return alerts
+
+
+def _lines_by_action(old: Domain, new: Domain) -> list[str]:
+    return sorted(probability_changes(old, new))
+
+
+def alerts_for_version(parent: ModelVersion, version: ModelVersion, *,
+                       severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY
+                       ) -> list[Alert]:
+    """Alerts for a stored version against its parent, reusing the stored change set."""
+    return alerts_for_model_change(
+        parent.domain(), version.domain(), family=version.family, agent_id=version.agent_id,
+        time=version.created_at, model_version=version.version, evidence=version.evidence,
+        changes=version.changed_pal_tuples, severities=severities)
+
+
+def _pal_text(pal: PalTuple) -> str:
+    return f"{pal.atom} in {pal.location.value}"
+
+
+def drift_alert(
+    *, family: str, agent_id: str, action: str, time: datetime, p_value: float,
+    effect_size: float, observed: Mapping[str, int], expected: Mapping[str, float],
+    header: str | None = None, evidence: Mapping[str, Any] | None = None,
+    severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY,
+) -> Alert:
+    """A failed goodness-of-fit test before any re-assessment has changed the model."""
+    name = header or action
+    summary = (f"{name} outcome frequencies no longer fit the model "
+               f"(p={p_value:.2g}, effect size {effect_size:.2f})")
+    return Alert(
+        type=AlertType.EFFECT_DISTRIBUTION_DRIFT,
+        severity=severities[AlertType.EFFECT_DISTRIBUTION_DRIFT], family=family,
+        agent_id=agent_id, action=action, summary=summary, time=time,
+        fingerprint="gof", detail={"observed": dict(observed), "expected": dict(expected)},
+        evidence={"p_value": p_value, "effect_size": effect_size, **(evidence or {})},
+        group_summary=f"{name} outcome frequencies no longer fit the model",
+    )
+
+
+def inconsistency_alert(
+    *, family: str, agent_id: str, action: str, time: datetime,
+    contradicted: Sequence[str], header: str | None = None,
+    evidence: Mapping[str, Any] | None = None,
+    severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY,
+) -> Alert:
+    """A transition the model cannot explain, queued for assessment.
+
+    ``contradicted`` are the pa-tuples the transition contradicts (Table 2), as text.
+    """
+    name = header or action
+    shown = ", ".join(contradicted[:3]) + (" ..." if len(contradicted) > 3 else "")
+    base = f"{name} observed behaving inconsistently with the model; awaiting assessment"
+    summary = f"{base} (contradicts {shown})" if contradicted else base
+    return Alert(
+        type=AlertType.UNEXPLAINED_INCONSISTENCY,
+        severity=severities[AlertType.UNEXPLAINED_INCONSISTENCY], family=family,
+        agent_id=agent_id, action=action, summary=summary, time=time,
+        detail={"contradicted": list(contradicted)}, evidence=dict(evidence or {}),
+        group_summary=base,
+    )
+
+
+ASSESSMENT_FAILURE_REASONS = ("agent_unreachable", "budget_exhausted", "planner_failed",
+                              "error")
+
+
+def assessment_failed_alert(
+    *, family: str, agent_id: str, time: datetime, reason: str, message: str,
+    action: str | None = None, evidence: Mapping[str, Any] | None = None,
+    severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY,
+) -> Alert:
+    if reason not in ASSESSMENT_FAILURE_REASONS:
+        raise ValueError(f"reason must be one of {ASSESSMENT_FAILURE_REASONS}")
+    words = reason.replace("_", " ")
+    return Alert(
+        type=AlertType.ASSESSMENT_FAILED, severity=severities[AlertType.ASSESSMENT_FAILED],
+        family=family, agent_id=agent_id, action=action,
+        summary=f"assessment failed ({words}): {message}", time=time, fingerprint=reason,
+        detail={"reason": reason, "message": message}, evidence=dict(evidence or {}),
+        group_summary=f"assessment failed ({words})",
+    )
