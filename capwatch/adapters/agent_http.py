@@ -28,17 +28,20 @@ from pydantic import BaseModel, ValidationError
 from capwatch.adapters.agent_protocol import (
     DEFAULT_MAX_BODY_BYTES,
     DRIFT_PATH,
+    EPISODE_PATH,
     HEALTH_PATH,
     QUERY_PATH,
     DriftRequest,
     DriftResponse,
+    EpisodeRequest,
+    EpisodeResponse,
     ErrorDetail,
     ErrorResponse,
     HealthResponse,
     QueryRequest,
     QueryResponse,
 )
-from capwatch.adapters.agent_sim import InvalidQuery
+from capwatch.adapters.agent_sim import InvalidQuery, SimulatedAgent
 from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult, State
 from capwatch.model.domain import Domain, GroundAction
 from capwatch.model.errors import ModelError
@@ -128,6 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         routes: dict[str, tuple[str, Callable[[], BaseModel]]] = {
             QUERY_PATH: ("POST", self._query),
             DRIFT_PATH: ("POST", self._drift),
+            EPISODE_PATH: ("POST", self._episode),
             HEALTH_PATH: ("GET", self._health),
         }
         path = self.path.split("?", 1)[0]
@@ -237,6 +241,22 @@ class _Handler(BaseHTTPRequestHandler):
         version = agent.switch_model(domain)
         return DriftResponse(domain=domain.name, model_version=version,
                              actions=[a.name for a in domain.actions])
+
+    def _episode(self) -> BaseModel:
+        agent = self.server.agent
+        if not isinstance(agent, SimulatedAgent) or agent.problem is None:
+            self._discard_body()
+            raise _HttpError(HTTPStatus.NOT_FOUND, "no_problem",
+                             "this agent serves no problem to act on (start it with --problem)")
+        request = self._body(EpisodeRequest)
+        if request.mode == "optimal":
+            trace = agent.run_optimal(max_steps=request.steps)
+        else:
+            trace = agent.random_walk(request.steps, p_inapplicable=request.p_inapplicable)
+        return EpisodeResponse(
+            states=[[list(a) for a in sorted(s)] for s in trace.states],
+            actions=[list(a) for a in trace.actions], executed=list(trace.executed),
+            optimal=trace.optimal, goal_reached=trace.goal_reached)
 
     def _health(self) -> BaseModel:
         agent = self.server.agent

@@ -26,6 +26,7 @@ PROTOCOL_VERSION = 1
 BASE_PATH = f"/capwatch/v{PROTOCOL_VERSION}"
 QUERY_PATH = f"{BASE_PATH}/query"
 DRIFT_PATH = f"{BASE_PATH}/drift"
+EPISODE_PATH = f"{BASE_PATH}/episode"
 HEALTH_PATH = "/healthz"
 
 # Limits a reference agent enforces; they bound the work one request can cause.
@@ -125,6 +126,32 @@ class DriftResponse(_Response):
     actions: list[str] = Field(description="Names of the actions of the new model.")
 
 
+class EpisodeRequest(_Request):
+    """Reference agent only: act on the served problem and return the trace."""
+
+    mode: Literal["optimal", "random"] = Field(
+        default="optimal",
+        description="optimal: execute an optimal plan to the problem's goal (replanning after "
+                    "stochastic steps); random: a random walk from the initial state.",
+    )
+    steps: int = Field(default=50, ge=1, le=MAX_PLAN_LENGTH, strict=True,
+                       description="Most steps to take.")
+    p_inapplicable: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="random mode: share of steps that attempt an inapplicable action.",
+    )
+
+
+class EpisodeResponse(_Response):
+    """A trace: ``states[i]`` --``actions[i]``--> ``states[i+1]``."""
+
+    states: list[list[Atom]]
+    actions: list[Atom]
+    executed: list[bool] = Field(description="Whether each action's precondition held.")
+    optimal: bool = Field(description="True only for an optimal plan of a deterministic model.")
+    goal_reached: bool
+
+
 class HealthResponse(_Response):
     status: Literal["ok"] = "ok"
     protocol: int = Field(default=PROTOCOL_VERSION, description="Agent query protocol version.")
@@ -148,7 +175,7 @@ class ErrorResponse(_Response):
 
 SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     QueryRequest, QueryResultBody, QueryResponse, DriftRequest, DriftResponse,
-    HealthResponse, ErrorDetail, ErrorResponse,
+    EpisodeRequest, EpisodeResponse, HealthResponse, ErrorDetail, ErrorResponse,
 )
 
 
@@ -221,6 +248,19 @@ def openapi_document() -> dict[str, Any]:
                                 "content": _json("DriftResponse")},
                         **client_errors,
                         "404": _error("Drift injection is disabled on this agent."),
+                    },
+                }
+            },
+            EPISODE_PATH: {
+                "post": {
+                    "operationId": "episode",
+                    "summary": "Reference agent only: act on the served problem, return the trace.",
+                    "requestBody": {"required": True, "content": _json("EpisodeRequest")},
+                    "responses": {
+                        "200": {"description": "The trace of one episode.",
+                                "content": _json("EpisodeResponse")},
+                        **client_errors,
+                        "404": _error("The agent serves no problem (start it with --problem)."),
                     },
                 }
             },

@@ -36,8 +36,8 @@ def register(sub: Any) -> None:
         description="Answer plan-outcome queries (POST /capwatch/v1/query) by simulating "
                     "DOMAIN; POST /capwatch/v1/drift switches the model at run time.")
     serve.add_argument("--domain", required=True, help="PDDL or PPDDL domain the agent follows")
-    serve.add_argument("--problem", help="problem file: checked against the domain and used "
-                                         "as the default task of the agent's optimal mode")
+    serve.add_argument("--problem", help="problem file: checked against the domain; enables "
+                                         "POST /capwatch/v1/episode (optimal or random traces)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the agent)")
     serve.add_argument("--port", type=int, default=8085, help="port (0 picks a free one)")

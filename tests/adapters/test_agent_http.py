@@ -19,7 +19,7 @@ from capwatch.adapters.agent_http import (
     AgentServer,
     HttpAgentClient,
 )
-from capwatch.adapters.agent_protocol import QUERY_PATH
+from capwatch.adapters.agent_protocol import EPISODE_PATH, QUERY_PATH
 from capwatch.adapters.agent_sim import SimulatedAgent
 from capwatch.assess.agent import AgentUnavailable
 from capwatch.model.domain import Domain, LiftedAtom, Outcome
@@ -142,6 +142,30 @@ def test_url_prefix_is_kept(gripper_domain: Domain) -> None:
     with serve(Recorder) as url:
         HttpAgentClient(url + "/fleet/rover-17/").query(frozenset(), [])
     assert seen == ["/fleet/rover-17" + QUERY_PATH]
+
+
+def test_episode_endpoint_returns_optimal_and_random_traces(gripper_domain: Domain) -> None:
+    problem = read_problem(GRIPPER / "problem.pddl")
+    reference = parse_plan((GRIPPER / "optimal-plan.txt").read_text())
+    agent = SimulatedAgent(gripper_domain, seed=2, problem=problem)
+    with AgentServer(agent, poll_interval=0.02) as s:
+        status, optimal, _ = raw(s, "POST", EPISODE_PATH, b'{"mode": "optimal"}')
+        assert status == 200
+        assert optimal["optimal"] and optimal["goal_reached"]
+        assert len(optimal["actions"]) == len(reference)
+        assert len(optimal["states"]) == len(reference) + 1
+        assert {tuple(a) for a in optimal["states"][0]} == problem.init
+        status, walk, _ = raw(s, "POST", EPISODE_PATH,
+                              b'{"mode": "random", "steps": 30, "p_inapplicable": 0.5}')
+        assert status == 200
+        assert len(walk["actions"]) == 30
+        assert not all(walk["executed"])
+        assert not walk["optimal"]
+
+
+def test_episode_endpoint_needs_a_problem(server: AgentServer) -> None:
+    status, answer, _ = raw(server, "POST", EPISODE_PATH, b"{}")
+    assert (status, answer["error"]["code"]) == (404, "no_problem")
 
 
 # ------------------------------------------------------------------ bad requests

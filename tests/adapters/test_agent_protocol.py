@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from capwatch.adapters.agent_http import AgentServer
 from capwatch.adapters.agent_protocol import (
     DRIFT_PATH,
+    EPISODE_PATH,
     HEALTH_PATH,
     QUERY_PATH,
     QueryRequest,
@@ -24,7 +25,7 @@ from capwatch.adapters.agent_protocol import (
 from capwatch.adapters.agent_sim import SimulatedAgent
 from capwatch.assess.agent import QueryResult
 from capwatch.cli.agent_cmd import openapi_yaml
-from capwatch.model.pddl_reader import read_domain
+from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.adapters.test_agent_http import raw
 from tests.paths import DOMAINS, REPO_ROOT
 
@@ -53,7 +54,7 @@ def test_committed_document_is_the_generated_one() -> None:
 def test_document_is_valid_openapi_3_1(spec: dict[str, Any]) -> None:
     assert spec["openapi"].startswith("3.1")
     validate_openapi(spec)
-    assert set(spec["paths"]) == {QUERY_PATH, DRIFT_PATH, HEALTH_PATH}
+    assert set(spec["paths"]) == {QUERY_PATH, DRIFT_PATH, EPISODE_PATH, HEALTH_PATH}
     assert spec["components"]["schemas"] == openapi_document()["components"]["schemas"]
 
 
@@ -90,7 +91,8 @@ def test_pydantic_and_openapi_agree_on_requests(spec: dict[str, Any], body: Any,
 @pytest.fixture(scope="module")
 def server() -> Iterator[AgentServer]:
     domain = read_domain(DOMAINS / "gripper" / "domain.pddl")
-    with AgentServer(SimulatedAgent(domain, seed=0), poll_interval=0.02) as s:
+    problem = read_problem(DOMAINS / "gripper" / "problem.pddl")
+    with AgentServer(SimulatedAgent(domain, seed=0, problem=problem), poll_interval=0.02) as s:
         yield s
 
 
@@ -102,6 +104,8 @@ def server() -> Iterator[AgentServer]:
     ("GET", QUERY_PATH, None, 405, "ErrorResponse"),
     ("GET", HEALTH_PATH, None, 200, "HealthResponse"),
     ("POST", DRIFT_PATH, b'{"domain": "(define"}', 400, "ErrorResponse"),
+    ("POST", EPISODE_PATH, b'{"mode": "random", "steps": 5}', 200, "EpisodeResponse"),
+    ("POST", EPISODE_PATH, b'{"mode": "greedy"}', 400, "ErrorResponse"),
 ])
 def test_real_answers_match_the_document(spec: dict[str, Any], server: AgentServer, method: str,
                                          path: str, body: bytes | None, status: int,
