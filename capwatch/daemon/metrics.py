@@ -1,48 +1,151 @@
 """The daemon's Prometheus metrics, in a registry of its own (tests run several daemons).
 
-Labels are bounded: family and action, never agent id, on per-transition series.
+Labels are bounded: family and action, never agent id, on per-transition series. Beyond
+that convention, a :class:`LabelGuard` caps how many distinct values a label may take
+(``family``, ``action``, ``reason``, ...); later values are reported as ``__other__``, so a
+misbehaving producer inventing action names cannot blow up Prometheus' memory.
+Names follow the Prometheus rules (``capwatch_`` prefix, base units, ``_total`` on
+counters); ``promtool check metrics`` runs on the exposition in the tests.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import threading
+from collections.abc import Mapping
+from typing import Generic, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from capwatch import __version__
+
+OTHER = "__other__"
+DEFAULT_LIMITS: Mapping[str, int] = {
+    "family": 100, "action": 500, "reason": 50, "source": 50, "partition": 1024,
+    "topic": 50, "sink": 20, "type": 20, "result": 20, "verdict": 10, "status": 10,
+}
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class LabelGuard:
+    """Remembers the label values seen per label name and caps their number."""
+
+    def __init__(self, limits: Mapping[str, int] | None = None) -> None:
+        self.limits = dict(DEFAULT_LIMITS if limits is None else limits)
+        self._seen: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def value(self, label: str, value: str) -> str:
+        limit = self.limits.get(label)
+        if limit is None:
+            return value
+        with self._lock:
+            seen = self._seen.setdefault(label, set())
+            if value in seen:
+                return value
+            if len(seen) >= limit:
+                return OTHER
+            seen.add(value)
+            return value
+
+
+class Bounded(Generic[M]):
+    """A metric whose ``labels(...)`` passes every value through a :class:`LabelGuard`."""
+
+    def __init__(self, metric: M, names: tuple[str, ...], guard: LabelGuard) -> None:
+        self.metric: M = metric
+        self._names = names
+        self._guard = guard
+
+    def labels(self, *values: str) -> M:
+        if len(values) != len(self._names):
+            raise ValueError(f"expected labels {self._names}, got {values}")
+        child: M = self.metric.labels(*(self._guard.value(n, str(v))
+                                        for n, v in zip(self._names, values, strict=True)))
+        return child
 
 
 class DaemonMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    """Every series capwatch exports. Attribute names are what the pipeline calls."""
+
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 label_limits: Mapping[str, int] | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.guard = LabelGuard(label_limits)
         r = self.registry
-        self.records = Counter("capwatch_records_total", "Records read from the source.",
-                               ["source"], registry=r)
-        self.transitions = Counter("capwatch_transitions_total",
+
+        def counter(name: str, doc: str, labels: tuple[str, ...]) -> Bounded[Counter]:
+            return Bounded(Counter(name, doc, labels, registry=r), labels, self.guard)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Bounded[Gauge]:
+            return Bounded(Gauge(name, doc, labels, registry=r), labels, self.guard)
+
+        self.build_info = Gauge("capwatch_build_info", "capwatch version (value is always 1).",
+                                ["version"], registry=r)
+        self.build_info.labels(__version__).set(1)
+        self.records = counter("capwatch_records_total", "Records read from the source.",
+                               ("source",))
+        self.transitions = counter("capwatch_transitions_total",
                                    "Transitions checked, by verdict.",
-                                   ["family", "action", "verdict"], registry=r)
-        self.dead_letters = Counter("capwatch_dead_letters_total",
-                                    "Messages sent to the dead-letter output.", ["reason"],
-                                    registry=r)
-        self.drift_alarms = Counter("capwatch_drift_alarms_total",
-                                    "Effect-distribution drift alarms.", ["family", "action"],
-                                    registry=r)
-        self.assessments_queued = Counter("capwatch_assessments_queued_total",
-                                          "Assessments queued.", ["family"], registry=r)
-        self.assessments = Counter("capwatch_assessments_total", "Assessments finished.",
-                                   ["family", "result"], registry=r)
-        self.assessment_seconds = Histogram(
+                                   ("family", "action", "verdict"))
+        self.inconsistencies = counter(
+            "capwatch_inconsistencies_total",
+            "Transitions inconsistent with the agent's model (hard evidence of drift).",
+            ("family", "action"))
+        self.dead_letters = counter("capwatch_dead_letters_total",
+                                    "Messages sent to the dead-letter output.", ("reason",))
+        self.drift_tests = counter("capwatch_drift_tests_total",
+                                   "Effect-frequency goodness-of-fit tests run.",
+                                   ("family", "action"))
+        self.drift_alarms = counter("capwatch_drift_alarms_total",
+                                    "Drift tests that failed (effect-distribution drift "
+                                    "alarms after FDR control).", ("family", "action"))
+        self.assessments_queued = counter("capwatch_assessments_queued_total",
+                                          "Assessments queued.", ("family",))
+        self.assessments = counter("capwatch_assessments_total", "Assessments finished.",
+                                   ("family", "result"))
+        self.assessment_seconds = Bounded(Histogram(
             "capwatch_assessment_duration_seconds", "Assessment wall time.", ["family"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r)
-        self.queries = Counter("capwatch_agent_queries_total", "Plan-outcome queries asked.",
-                               ["family"], registry=r)
-        self.model_versions = Counter("capwatch_model_versions_total",
-                                      "Model versions published.", ["family"], registry=r)
-        self.alerts = Counter("capwatch_alerts_total", "Alerts published.",
-                              ["family", "type"], registry=r)
-        self.model_delta = Gauge("capwatch_model_delta_from_baseline",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r),
+            ("family",), self.guard)
+        self.queries = counter("capwatch_agent_queries_total", "Plan-outcome queries asked.",
+                               ("family",))
+        self.model_versions = counter("capwatch_model_versions_total",
+                                      "Model versions published.", ("family",))
+        self.alerts = counter("capwatch_alerts_total", "Alerts published.",
+                              ("family", "type"))
+        self.alerts_suppressed = counter(
+            "capwatch_alerts_suppressed_total",
+            "Alerts dropped inside their suppression window.", ("type",))
+        self.alert_delivery_failures = counter(
+            "capwatch_alert_delivery_failures_total",
+            "Alert batches a sink failed to deliver.", ("sink",))
+        self.model_delta = gauge("capwatch_model_delta_from_baseline",
                                  "Pal-tuples differing from the family baseline (max).",
-                                 ["family"], registry=r)
+                                 ("family",))
+        self.agents_drifted = gauge(
+            "capwatch_agents_drifted", "Agents whose model differs from their family baseline.",
+            ("family",))
         self.agents = Gauge("capwatch_agents", "Agents held by this replica.", registry=r)
         self.pending = Gauge("capwatch_agents_awaiting_assessment",
                              "Agents with queued or running assessment.", registry=r)
-        self.lag = Gauge("capwatch_consumer_lag", "Records behind the head, per partition.",
-                         ["partition"], registry=r)
-        self.canaries = Counter("capwatch_canary_queries_total", "Canary probes, by result.",
-                                ["family", "result"], registry=r)
+        self.lag = gauge("capwatch_consumer_lag", "Records behind the head, per partition.",
+                         ("partition",))
+        self.canaries = counter("capwatch_canary_queries_total", "Canary probes, by result.",
+                                ("family", "result"))
+        self._deltas: dict[str, dict[str, int]] = {}
+        self._delta_lock = threading.Lock()
+
+    def observe_model_delta(self, family: str, agent_id: str, delta: int) -> None:
+        """Record one agent's Δ from its baseline; exported per family as the maximum and
+        the number of drifted agents, so the agent id never becomes a label."""
+        with self._delta_lock:
+            per_agent = self._deltas.setdefault(family, {})
+            per_agent[agent_id] = delta
+            worst = max(per_agent.values())
+            drifted = sum(1 for d in per_agent.values() if d > 0)
+        self.model_delta.labels(family).set(worst)
+        self.agents_drifted.labels(family).set(drifted)
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(self.registry)

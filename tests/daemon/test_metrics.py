@@ -1,0 +1,115 @@
+"""The metrics capwatch exports: names pass promtool, labels stay bounded, and a real
+Prometheus server scrapes them from the daemon's HTTP endpoint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from capwatch.daemon.http import ApiServer, RecentAlerts
+from capwatch.daemon.metrics import OTHER, DaemonMetrics
+from capwatch.models_store.sqlite import SqliteModelStore
+from tests.support.prometheus_server import prometheus_binary, start_prometheus
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None,
+                                    reason="promtool missing: apt-get install -y prometheus")
+
+
+def exercised() -> DaemonMetrics:
+    """Every metric with at least one sample, as a busy daemon would have them."""
+    m = DaemonMetrics()
+    m.records.labels("capwatch.transitions").inc(10)
+    m.transitions.labels("rover-v3", "sample_rock", "applied").inc(7)
+    m.transitions.labels("rover-v3", "sample_rock", "inconsistent").inc()
+    m.inconsistencies.labels("rover-v3", "sample_rock").inc()
+    m.dead_letters.labels("schema").inc()
+    m.drift_tests.labels("courier", "pick").inc(3)
+    m.drift_alarms.labels("courier", "pick").inc()
+    m.assessments_queued.labels("rover-v3").inc()
+    m.assessments.labels("rover-v3", "changed").inc()
+    m.assessment_seconds.labels("rover-v3").observe(1.7)
+    m.queries.labels("rover-v3").inc(4)
+    m.model_versions.labels("rover-v3").inc()
+    m.alerts.labels("rover-v3", "capability_reduced").inc()
+    m.alerts_suppressed.labels("capability_reduced").inc()
+    m.alert_delivery_failures.labels("alertmanager").inc()
+    m.observe_model_delta("rover-v3", "rover-17", 5)
+    m.agents.set(3)
+    m.pending.set(1)
+    m.lag.labels("0").set(12)
+    m.canaries.labels("rover-v3", "applied").inc()
+    return m
+
+
+@needs_promtool
+def test_promtool_check_metrics_accepts_the_exposition() -> None:
+    text = exercised().exposition()
+    assert PROMTOOL is not None
+    run = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                         timeout=60)
+    assert run.returncode == 0, (run.stdout + run.stderr).decode()
+    assert run.stdout.strip() == b"" and run.stderr.strip() == b""
+
+
+def test_every_issue_metric_is_exported_without_agent_labels() -> None:
+    families = {f.name: f for f in text_string_to_metric_families(
+        exercised().exposition().decode())}
+    for name in ["capwatch_transitions", "capwatch_inconsistencies", "capwatch_drift_tests",
+                 "capwatch_drift_alarms", "capwatch_model_delta_from_baseline",
+                 "capwatch_agent_queries", "capwatch_assessment_duration_seconds",
+                 "capwatch_alerts", "capwatch_consumer_lag", "capwatch_dead_letters"]:
+        assert name in families, name
+    for f in families.values():
+        for sample in f.samples:
+            assert "agent_id" not in sample.labels and "agent" not in sample.labels
+
+
+def test_label_values_beyond_the_limit_fold_into_other() -> None:
+    m = DaemonMetrics(label_limits={"action": 3})
+    for i in range(10):
+        m.transitions.labels("f", f"a{i}", "applied").inc()
+    samples = [s for f in text_string_to_metric_families(m.exposition().decode())
+               if f.name == "capwatch_transitions" for s in f.samples
+               if s.name == "capwatch_transitions_total"]
+    by_action = {s.labels["action"]: s.value for s in samples}
+    assert by_action == {"a0": 1, "a1": 1, "a2": 1, OTHER: 7}
+    with pytest.raises(ValueError, match="expected labels"):
+        m.transitions.labels("f", "a0")
+
+
+def test_model_delta_is_the_family_maximum() -> None:
+    m = DaemonMetrics()
+    m.observe_model_delta("rover-v3", "r1", 5)
+    m.observe_model_delta("rover-v3", "r2", 2)
+    m.observe_model_delta("rover-v3", "r1", 0)
+    values = {s.name: s.value for f in text_string_to_metric_families(m.exposition().decode())
+              for s in f.samples if s.labels.get("family") == "rover-v3"}
+    assert values == {"capwatch_model_delta_from_baseline": 2, "capwatch_agents_drifted": 1}
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(prometheus_binary() is None,
+                    reason="prometheus missing: apt-get install -y prometheus")
+def test_real_prometheus_scrapes_the_daemon_endpoint(tmp_path: Path) -> None:
+    metrics = exercised()
+    store = SqliteModelStore(tmp_path / "m.db")
+    api = ApiServer(store, metrics.registry, ready=lambda: True, families_of=lambda a: None,
+                    alerts=RecentAlerts()).start()
+    prom = start_prometheus([api.url.removeprefix("http://")])
+    try:
+        result = prom.wait_for('capwatch_transitions_total{verdict="inconsistent"}')
+        (series,) = result
+        assert series["metric"]["family"] == "rover-v3"
+        assert series["metric"]["action"] == "sample_rock"
+        assert float(series["value"][1]) == 1.0
+        up = prom.query('up{job="capwatch"}')
+        assert [float(s["value"][1]) for s in up] == [1.0]
+    finally:
+        prom.stop()
+        api.close()
+        store.close()
