@@ -22,6 +22,9 @@ import pytest
 from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
 from tests.support.postgres_server import PostgresServer, start_postgres_server
 
+# "what: seconds" of each real server started in this session, shown in the terminal summary.
+_SERVER_STARTS: list[str] = []
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # kafka-python 3.0 loads its protocol schemas with importlib.resources' legacy API.
@@ -30,9 +33,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SERVER_STARTS:
+        terminalreporter.write_line("test servers: " + "; ".join(_SERVER_STARTS))
+
+
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
     broker = start_kafka_broker()
+    where = "external " if broker.external else ""
+    _SERVER_STARTS.append(f"{where}Kafka {broker.bootstrap} ready in {broker.start_seconds:.1f}s")
     try:
         yield broker
     finally:
@@ -54,6 +64,8 @@ def kafka_topic(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     server = start_postgres_server()
+    where = "external " if server.external else ""
+    _SERVER_STARTS.append(f"{where}PostgreSQL ready in {server.start_seconds:.1f}s")
     try:
         yield server
     finally:

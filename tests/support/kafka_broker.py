@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import ctypes
 import fcntl
 import logging
 import os
@@ -171,10 +170,13 @@ def _cluster_id() -> str:
             return cid
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM the child if the test process dies without cleaning up (Linux)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _die_with_parent() -> list[str]:
+    """A command prefix that SIGTERMs the broker if the test process dies without cleaning up.
+
+    util-linux ``setpriv --pdeathsig`` (Linux); no Python runs between fork and exec.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
 
 
 def _java() -> str:
@@ -369,9 +371,9 @@ def _start_once(
         t2 = time.monotonic()
         with open(workdir / "kafka.stdout", "wb") as out:
             broker.process = subprocess.Popen(
-                [*jvm, "kafka.Kafka", str(props)],
+                [*_die_with_parent(), *jvm, "kafka.Kafka", str(props)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=workdir, preexec_fn=_die_with_parent,
+                cwd=workdir,
             )  # fmt: skip
         deadline = t2 + timeout_s
         while True:
@@ -411,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch", action="store_true", help="only fetch/verify the jar cache")
     parser.add_argument("--version", default=KAFKA_VERSION)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("kafka").setLevel(logging.ERROR)
     try:
         if args.fetch:

@@ -157,7 +157,7 @@ def start_postgres_server(database: str = DATABASE) -> PostgresServer:
         return PostgresServer(dsn=external, external=True, start_seconds=time.monotonic() - t0)
 
     bindir = find_bindir()
-    workdir = Path(tempfile.mkdtemp(prefix="capwatch-pg-"))
+    workdir = Path(tempfile.mkdtemp(prefix="capwatch-pg-", dir=_workdir_parent()))
     server = PostgresServer(dsn="", workdir=workdir, bindir=bindir)
     try:
         if _as_root():
@@ -179,30 +179,9 @@ def start_postgres_server(database: str = DATABASE) -> PostgresServer:
         ])  # fmt: skip
         server.timings["initdb"] = time.monotonic() - t1
 
-        last = ""
-        for _attempt in range(3):  # retried only when the "free" port was taken meanwhile
-            port = free_port()
-            opts = (
-                f"-c port={port} -c listen_addresses=127.0.0.1 "
-                f"-c unix_socket_directories={workdir} -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
-            )
-            t2 = time.monotonic()
-            proc = _run_as_service_user(
-                [str(bindir / "pg_ctl"), "start", "-D", str(data), "-w",
-                 "-t", str(START_TIMEOUT_S), "-l", str(workdir / "postgres.log"), "-o", opts],
-                check=False,
-            )  # fmt: skip
-            if proc.returncode == 0:
-                server.timings["pg_ctl_start"] = time.monotonic() - t2
-                break
-            last = proc.stdout + proc.stderr + _tail(workdir / "postgres.log")
-            if "already in use" not in last:
-                break
-        else:
-            proc = None
-        if proc is None or proc.returncode != 0:
-            raise PostgresServerError(f"pg_ctl start failed:\n{last}")
+        t2 = time.monotonic()
+        port = _pg_ctl_start(bindir, workdir)
+        server.timings["pg_ctl_start"] = time.monotonic() - t2
         server.port = port
 
         import psycopg
@@ -217,6 +196,43 @@ def start_postgres_server(database: str = DATABASE) -> PostgresServer:
     except BaseException:
         server.stop()
         raise
+
+
+def _pg_ctl_start(bindir: Path, workdir: Path) -> int:
+    """Start the server on a free port (retried if another process takes it first)."""
+    output = ""
+    for _attempt in range(3):
+        port = free_port()
+        opts = (
+            f"-c port={port} -c listen_addresses=127.0.0.1 "
+            f"-c unix_socket_directories={workdir} -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
+        )
+        proc = _run_as_service_user(
+            [str(bindir / "pg_ctl"), "start", "-D", str(workdir / "data"), "-w",
+             "-t", str(START_TIMEOUT_S), "-l", str(workdir / "postgres.log"), "-o", opts],
+            check=False,
+        )  # fmt: skip
+        if proc.returncode == 0:
+            return port
+        output = proc.stdout + proc.stderr + _tail(workdir / "postgres.log")
+        if "already in use" not in output:
+            break
+    raise PostgresServerError(f"pg_ctl start failed:\n{output}")
+
+
+def _workdir_parent() -> str:
+    """The system temp dir, unless the server user could not reach it or the socket path
+    (limited to ~107 bytes) would be too long there; then /tmp."""
+    base = tempfile.gettempdir()
+    if len(base) > 40:
+        return "/tmp"
+    if _as_root():
+        p = Path(base).resolve()
+        for d in (p, *p.parents):
+            if not os.stat(d).st_mode & 0o001:  # not searchable by others
+                return "/tmp"
+    return base
 
 
 def _tail(path: Path, n: int = 30) -> str:
