@@ -2,9 +2,10 @@
 
 Each agent is a :class:`~capwatch.adapters.agent_sim.SimulatedAgent` wandering through
 episodes of its family's problem. Drift is scheduled per agent or per family at an
-agent-local step: from that step on the agent behaves by the drifted model, which is
-what the daemon must discover. The fleet emits wire-format bytes (the same bytes a
-Kafka producer would send), so the daemon's decoder sees exactly what production sees.
+agent-local step: from the first episode that starts at or after that step the agent
+behaves by the drifted model, which is what the daemon must discover. The fleet emits
+wire-format bytes (the same bytes a Kafka producer would send), so the daemon's decoder
+sees exactly what production sees.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ class SimulatedFleet:
         m.episodes += 1
         episode = f"{m.agent_id}-ep{m.episodes:05d}"
         out = []
-        for k, (s, a, s2) in enumerate(m.agent.emit_trace(
-                steps=self.episode_steps, p_inapplicable=self.p_inapplicable)):
+        trace = m.agent.random_walk(self.episode_steps, p_inapplicable=self.p_inapplicable)
+        for k, (s, a, s2) in enumerate(trace.transitions()):
             self._time += timedelta(milliseconds=100)
-            t = Transition(m.agent_id, m.family.name, episode, k, self._time, s, a, s2, False)
+            t = Transition(m.agent_id, m.family.name, episode, k, self._time, s, a, s2, False,
+                           trace.executed[k])
             out.append(encode_transition(t))
         return out
 

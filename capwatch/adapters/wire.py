@@ -73,6 +73,10 @@ class TransitionEvent(_Inbound):
     state: list[Atom]
     action: Atom
     next_state: list[Atom]
+    executed: bool | None = Field(
+        default=None, description="Whether the agent executed the action (false: it refused or"
+        " its precondition failed); omit when unknown."
+    )
 
 
 class TraceEvent(_Inbound):
@@ -82,6 +86,7 @@ class TraceEvent(_Inbound):
     start_step: int = Field(default=0, ge=0)
     states: list[list[Atom]] = Field(min_length=1)
     actions: list[Atom]
+    executed: list[bool] | None = None
 
     @model_validator(mode="after")
     def _lengths(self) -> TraceEvent:
@@ -90,6 +95,9 @@ class TraceEvent(_Inbound):
                 f"a trace with {len(self.actions)} actions needs {len(self.actions) + 1}"
                 f" states, found {len(self.states)}"
             )
+        if self.executed is not None and len(self.executed) != len(self.actions):
+            raise ValueError(f"executed has {len(self.executed)} entries for"
+                             f" {len(self.actions)} actions")
         return self
 
 
@@ -212,6 +220,7 @@ class Transition:
     action: GroundAction
     next_state: frozenset[GroundAtom]
     optimal: bool
+    executed: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +286,7 @@ def decode(
         return [Transition(
             event.agent_id, event.family, event.episode_id, event.step, event.time,
             _atoms(event.state), tuple(event.action), _atoms(event.next_state), event.optimal,
+            event.executed,
         )]
     if len(event.actions) > limits.max_trace_steps:
         return DeadLetter(
@@ -294,6 +304,7 @@ def decode(
         Transition(
             event.agent_id, event.family, event.episode_id, event.start_step + i, event.time,
             states[i], tuple(a), states[i + 1], event.optimal,
+            event.executed[i] if event.executed is not None else None,
         )
         for i, a in enumerate(event.actions)
     ]
@@ -329,7 +340,7 @@ def encode_transition(t: Transition) -> bytes:
         type="transition", agent_id=t.agent_id, family=t.family, episode_id=t.episode_id,
         step=t.step, time=t.time, state=[list(a) for a in sorted(t.state)],
         action=list(t.action), next_state=[list(a) for a in sorted(t.next_state)],
-        optimal=t.optimal,
+        optimal=t.optimal, executed=t.executed,
     )
     return event.model_dump_json(exclude_none=True).encode()
 

@@ -37,7 +37,9 @@ class EngineAssessor:
             Observed(s, a, s2, source=f"executed[{i}]")
             for i, (s, a, s2) in enumerate(request.executed)
         ] + [
-            Observed(s, a, s2, source=f"inconsistent[{i}]")
+            Observed(s, a, s2, source=f"inconsistent[{i}]",
+                     executed=request.inconsistent_executed[i]
+                     if i < len(request.inconsistent_executed) else None)
             for i, (s, a, s2) in enumerate(request.inconsistent)
         ]
         if request.inconsistent:

@@ -625,6 +625,7 @@ class Daemon:
                 inconsistent=[(frozenset(tuple(a) for a in o["state"]), tuple(o["action"]),
                                frozenset(tuple(a) for a in o["next_state"]))
                               for o in payload.get("inconsistent", [])],
+                inconsistent_executed=[o.get("executed") for o in payload.get("inconsistent", [])],
                 executed=[(frozenset(tuple(a) for a in o["state"]), tuple(o["action"]),
                            frozenset(tuple(a) for a in o["next_state"]))
                           for o in payload.get("executed", [])],

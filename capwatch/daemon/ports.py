@@ -98,7 +98,7 @@ class ObservedTransition:
             "partition": self.partition, "offset": self.offset, "episode_id": t.episode_id,
             "step": t.step, "state": sorted(list(a) for a in t.state),
             "action": list(t.action), "next_state": sorted(list(a) for a in t.next_state),
-            "optimal": t.optimal,
+            "optimal": t.optimal, "executed": t.executed,
         }
 
 
@@ -112,6 +112,8 @@ class AssessmentRequest:
     inconsistent: Sequence[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
                                  frozenset[tuple[str, ...]]]] = ()
     """Observed (s, a, s') the model cannot explain."""
+    inconsistent_executed: Sequence[bool | None] = ()
+    """Per inconsistent transition, whether the agent said it executed (None: unknown)."""
     executed: Sequence[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
                              frozenset[tuple[str, ...]]]] = ()
     """Recent transitions the model explained (they pin modes without a query)."""

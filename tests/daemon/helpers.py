@@ -1,0 +1,83 @@
+"""Building daemons over the example fleet for tests (no servers: SQLite in tmp_path)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from capwatch.adapters.streams import MemoryPublisher
+from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.service import Service, build_service
+from capwatch.model.domain import Domain
+from capwatch.model.pddl_reader import read_domain
+from tests.paths import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "capwatch" / "examples"
+
+
+def example(name: str) -> Domain:
+    return read_domain(EXAMPLES / name)
+
+
+def config(tmp_path: Path, **overrides: Any) -> DaemonConfig:
+    base: dict[str, Any] = {
+        "replica_id": "test",
+        "store": {"url": f"sqlite:///{tmp_path / 'models.db'}"},
+        "families": {
+            "rover-v1": {"domain": str(EXAMPLES / "rover.pddl"),
+                         "problem": str(EXAMPLES / "rover-problem.pddl")},
+            "courier-v1": {"domain": str(EXAMPLES / "courier.pddl"),
+                           "problem": str(EXAMPLES / "courier-problem.pddl")},
+        },
+        "output": {"kind": "log"},
+        "http": {"enabled": False},
+        "log": {"level": "error"},
+        "detection": {"debounce_transitions": 3, "debounce_s": 0.5},
+        "scheduler": {"checkpoint_s": 0.2},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return DaemonConfig(**base)
+
+
+def simulated(tmp_path: Path, agents: int = 3, rounds: int = 200,
+              drifts: list[dict[str, Any]] | None = None, **overrides: Any) -> DaemonConfig:
+    return config(tmp_path, source={"kind": "simulated", "simulated": {
+        "families": {"rover-v1": {"agents": agents}, "courier-v1": {"agents": agents}},
+        "rounds": rounds, "seed": 3, "drifts": drifts or []}}, **overrides)
+
+
+def run(cfg: DaemonConfig, **kwargs: Any) -> tuple[Service, MemoryPublisher]:
+    memory = MemoryPublisher()
+    service = build_service(cfg, publisher=memory, **kwargs)
+    code = service.run(exit_when_idle=True, install_signals=False)
+    assert code == 0
+    return service, memory
+
+
+def transition(agent: str, family: str, state: list[list[str]], action: list[str],
+               next_state: list[list[str]], step: int = 0, **extra: Any) -> str:
+    return json.dumps({"type": "transition", "agent_id": agent, "family": family,
+                       "episode_id": "ep", "step": step, "state": state, "action": action,
+                       "next_state": next_state, **extra})
+
+
+HALF = [["at", "rover1", "waypoint1"], ["equipped_rock_analysis", "rover1"],
+        ["battery_half", "rover1"]]
+SAMPLE = ["sample_rock", "rover1", "store1", "waypoint1"]
+SAMPLED = [["at", "rover1", "waypoint1"], ["equipped_rock_analysis", "rover1"],
+           ["battery_reserve", "rover1"], ["rock_sample_taken", "rover1"],
+           ["store_full", "rover1", "store1"]]
+
+
+def refused_sample(agent: str = "rover-a", step: int = 0) -> str:
+    """The drifted rover refusing to sample on a half battery: inconsistent with rover.pddl."""
+    return transition(agent, "rover-v1", HALF, SAMPLE, HALF, step, executed=False)
+
+
+def good_sample(agent: str = "rover-a", step: int = 0) -> str:
+    return transition(agent, "rover-v1", HALF, SAMPLE, SAMPLED, step, executed=True)

@@ -1,0 +1,223 @@
+"""The pipeline end to end without servers: simulated fleet or JSONL in, SQLite store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.assess.agent import AgentQuery
+from capwatch.daemon.pipeline import Daemon
+from capwatch.daemon.service import build_service
+from capwatch.model.pal import delta
+from capwatch.model.serialize import domain_from_json
+from capwatch.models_store import open_store
+from tests.daemon.helpers import (
+    config,
+    example,
+    good_sample,
+    refused_sample,
+    run,
+    simulated,
+    transition,
+)
+
+
+class Directory:
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=1)
+        self.asked: list[str] = []
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        self.asked.append(agent_id)
+        return self.sim
+
+
+def test_each_drift_yields_one_exact_model_version_and_one_alert(tmp_path: Path) -> None:
+    drifts = [
+        {"agent_id": "rover-v1-001", "at_step": 30, "domain": str(
+            Path("capwatch/examples/rover-sample-drift.pddl").resolve())},
+        {"agent_id": "courier-v1-000", "at_step": 30, "domain": str(
+            Path("capwatch/examples/courier-drop-jam.pddl").resolve())},
+        {"agent_id": "courier-v1-002", "at_step": 20, "domain": str(
+            Path("capwatch/examples/courier-pick-wear.pddl").resolve())},
+    ]
+    service, out = run(simulated(tmp_path, agents=3, rounds=500, drifts=drifts))
+    fleet = service.daemon.agents.fleet  # type: ignore[attr-defined]
+    drifted = {"rover-v1-001", "courier-v1-000", "courier-v1-002"}
+    assert set(fleet.drifted_agents()) == drifted
+    assert sorted(m.agent_id for m in out.models) == sorted(drifted)
+    for m in out.models:
+        learned = domain_from_json(m.model.json_)
+        truth = fleet.true_model(m.agent_id)
+        assert m.version == 1 and m.parent_agent_id is None and m.parent_version == 1
+        assert delta(learned, truth) == 0, m.summary
+    by_agent = {a.agent_id: a for a in out.alerts}
+    assert len(out.alerts) == len(by_agent) == 3
+    assert by_agent["rover-v1-001"].alert_type == "capability_reduced"
+    assert "now requires (battery_full ?r)" in by_agent["rover-v1-001"].summary
+    assert by_agent["courier-v1-000"].alert_type == "capability_reduced"
+    assert by_agent["courier-v1-002"].alert_type == "effect_distribution_drift"
+    pick = domain_from_json(next(m for m in out.models if m.agent_id == "courier-v1-002")
+                            .model.json_).action("pick")
+    assert pick.outcomes[0].probability == pytest.approx(0.5, abs=0.1)
+    assert out.dead_letters == []
+
+
+def _write(path: Path, lines: list[str | bytes]) -> Path:
+    with open(path, "wb") as f:
+        for line in lines:
+            f.write((line.encode() if isinstance(line, str) else line) + b"\n")
+    return path
+
+
+def _jsonl_daemon(tmp_path: Path, lines: list[str | bytes], **overrides: object
+                  ) -> tuple[MemoryPublisher, Directory, object]:
+    path = _write(tmp_path / "in.jsonl", lines)
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)}, **overrides)
+    memory = MemoryPublisher()
+    agents = Directory()
+    service = build_service(cfg, publisher=memory, agents=agents,
+                            source=JsonlSource(str(path)))
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    return memory, agents, service
+
+
+def test_bad_input_goes_to_the_dead_letters_and_good_input_is_processed(
+        tmp_path: Path) -> None:
+    lines: list[str | bytes] = [
+        good_sample(step=0),
+        b"{not json",
+        transition("x", "no-such-family", [], ["navigate", "a", "b", "c"], []),
+        transition("rover-a", "rover-v1", [["wet", "rover1"]], ["navigate", "rover1",
+                   "waypoint1", "waypoint2"], []),
+        transition("rover-a", "rover-v1", [], ["fly", "rover1"], []),
+        transition("rover-a", "rover-v1", [], ["sample_rock", "rover1"], []),
+        b"\xff\xfe\x00",
+        b'{"type": "transition"}',
+        good_sample(step=1),
+    ]
+    memory, _, service = _jsonl_daemon(tmp_path, lines)
+    reasons = [d.reason for d in memory.dead_letters]
+    assert len(reasons) == 7
+    assert [d.offset for d in memory.dead_letters] == [1, 2, 3, 4, 5, 6, 7]
+    assert "unknown family 'no-such-family'" in reasons[1]
+    assert "unknown predicate 'wet'" in reasons[2]
+    assert "unknown action 'fly'" in reasons[3]
+    assert "takes 3 arguments, found 1" in reasons[4]
+    assert memory.dead_letters[5].raw == b"\xff\xfe\x00"
+    assert service.daemon.processed == len(lines)  # type: ignore[attr-defined]
+    assert memory.models == [] and memory.alerts == []
+
+
+def _manual(tmp_path: Path, lines: list[str | bytes], **overrides: object) -> Daemon:
+    """A daemon whose records the test feeds by hand (no run loop, no workers)."""
+    path = _write(tmp_path / "in.jsonl", lines)
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)}, **overrides)
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=Directory(),
+                            source=JsonlSource(str(path)))
+    d = service.daemon
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    return d
+
+
+def test_debounce_queues_once_when_enough_evidence_arrived(tmp_path: Path) -> None:
+    lines: list[str | bytes] = [refused_sample(step=0), good_sample(step=1),
+                                refused_sample(step=2), refused_sample(step=3),
+                                refused_sample(step=4)]
+    d = _manual(tmp_path, lines, detection={"debounce_transitions": 3, "debounce_s": 3600.0})
+    records = d.source.poll(1.0)
+    for r in records[:3]:
+        d._handle(r)
+    d._sweep()
+    assert d.store.queue_items() == []  # two inconsistencies: still debouncing
+    d._handle(records[3])
+    (item,) = d.store.queue_items()
+    assert [o["offset"] for o in item.payload["inconsistent"]] == [0, 2, 3]
+    d._handle(records[4])  # evidence while queued does not queue again
+    d._sweep(force=True)
+    assert len(d.store.queue_items()) == 1
+    d.source.close()
+    d.store.close()
+
+
+def test_debounce_time_bound_queues_a_lone_inconsistency(tmp_path: Path) -> None:
+    d = _manual(tmp_path, [refused_sample(step=0)],
+                detection={"debounce_transitions": 3, "debounce_s": 0.0})
+    for r in d.source.poll(1.0):
+        d._handle(r)
+    assert len(d.store.queue_items()) == 1
+    d.source.close()
+    d.store.close()
+
+
+def test_the_commit_never_passes_a_buffered_inconsistency(tmp_path: Path) -> None:
+    d = _manual(tmp_path, [good_sample(step=0), refused_sample(step=1), good_sample(step=2),
+                           good_sample(step=3)],
+                detection={"debounce_transitions": 5, "debounce_s": 3600.0})
+    for record in d.source.poll(1.0):
+        d._handle(record)
+    assert d.commit_offsets() == {0: 1}  # the refusal at offset 1 is not yet durable
+    agent = d.registry.get("rover-a")
+    assert agent is not None and len(agent.evidence) == 1
+    d._maybe_queue(agent, force=True)
+    assert d.commit_offsets() == {0: 4}
+    d.source.close()
+    d.store.close()
+
+
+def test_a_restarted_daemon_resumes_from_its_checkpoint_without_duplicates(
+        tmp_path: Path) -> None:
+    lines: list[str | bytes] = [good_sample(step=0)]
+    lines += [refused_sample(step=i) for i in range(1, 6)]
+    lines += [good_sample("rover-b", step=i) for i in range(5)]
+    memory, _, first = _jsonl_daemon(tmp_path, lines)
+    assert len(memory.models) == 1 and len(memory.alerts) == 1
+    assert first.daemon.processed == len(lines)  # type: ignore[attr-defined]
+    again, _, second = _jsonl_daemon(tmp_path, lines)
+    assert second.daemon.processed == 0  # type: ignore[attr-defined]
+    assert again.models == [] and again.alerts == []
+    store = open_store(f"sqlite:///{tmp_path / 'models.db'}")
+    try:
+        history = store.history("rover-v1", "rover-a")
+        assert [v.version for v in history] == [1]
+        assert delta(history[0].domain(), example("rover-sample-drift.pddl")) == 0
+        assert store.load_offsets("capwatch") == {("in.jsonl", 0): len(lines)}
+    finally:
+        store.close()
+
+
+def test_a_new_version_is_used_for_later_transitions(tmp_path: Path) -> None:
+    # After the drift is learned, the same refusal is consistent: no second version.
+    lines: list[str | bytes] = [refused_sample(step=i) for i in range(3)]
+    memory, _, first = _jsonl_daemon(tmp_path, lines)
+    assert len(memory.models) == 1
+    path = _write(tmp_path / "more.jsonl", [refused_sample(step=i) for i in range(3, 9)])
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    more = MemoryPublisher()
+    service = build_service(cfg, publisher=more, agents=Directory(),
+                            source=JsonlSource(str(path)))
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    assert more.models == [] and more.alerts == []
+    agent = service.daemon.registry.get("rover-a")
+    assert agent is not None and agent.version.agent_id == "rover-a"
+    assert agent.inconsistent == 0
+    del first
+
+
+def test_event_payloads_are_json_with_the_model_text(tmp_path: Path) -> None:
+    memory, _, _ = _jsonl_daemon(tmp_path, [refused_sample(step=i) for i in range(3)])
+    (event,) = memory.models
+    data = json.loads(event.model_dump_json())
+    assert data["type"] == "model_version" and data["agent_id"] == "rover-a"
+    assert data["model"]["pddl"].startswith("(define (domain rover)")
+    assert data["model"]["json"]["name"] == "rover"
+    assert {"action": "sample_rock", "atom": ["battery_full", "?r"], "location": "pre",
+            "old": "0", "new": "+"} in [{k: c[k] for k in ("action", "atom", "location", "old",
+                                                           "new")} for c in data["changes"]]
+    assert data["evidence"]["queries"] > 0
+    assert [t["offset"] for t in data["evidence"]["transitions"]] == [0, 1, 2]
