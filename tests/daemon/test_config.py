@@ -1,0 +1,69 @@
+"""Configuration: defaults, file + environment, and errors that say where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capwatch.daemon.config import ConfigError, load_config
+from tests.paths import REPO_ROOT
+
+
+def test_defaults_need_no_file() -> None:
+    cfg = load_config(text="")
+    assert cfg.source.kind == "kafka"
+    assert cfg.kafka.transitions_topic == "capwatch.transitions"
+    assert cfg.assessment.method == "verify"
+
+
+def test_the_demo_configuration_is_valid_and_resolves_paths_next_to_it() -> None:
+    cfg = load_config(REPO_ROOT / "capwatch" / "examples" / "demo.yaml")
+    assert cfg.source.kind == "simulated"
+    assert cfg.families["rover-v3"].domain == REPO_ROOT / "capwatch" / "examples" / "rover.pddl"
+    assert cfg.source.simulated.drifts[0].domain.is_file()
+
+
+def test_errors_name_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "capwatch.yaml"
+    path.write_text("kafka:\n  group_id: g\n  max_poll_records: -4\n"
+                    "detection:\n  debounce_transitions: x\n  bogus: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    text = str(e.value)
+    assert f"{path}:3:3: kafka.max_poll_records: Input should be greater than or equal to 1" \
+        in text
+    assert f"{path}:5:3: detection.debounce_transitions" in text
+    assert f"{path}:6:3: detection.bogus: Extra inputs are not permitted" in text
+
+
+def test_yaml_syntax_errors_point_at_the_spot(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("kafka:\n  group_id: [unclosed\n")
+    with pytest.raises(ConfigError, match=rf"{path}:\d+:\d+: not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(text="- a\n- b\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_environment_overrides_the_file_and_its_errors_name_the_variable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAPWATCH_KAFKA__GROUP_ID", "from-env")
+    cfg = load_config(text="kafka:\n  group_id: from-file\n  client_id: kept\n")
+    assert cfg.kafka.group_id == "from-env"
+    assert cfg.kafka.client_id == "kept"
+    monkeypatch.setenv("CAPWATCH_KAFKA__PARTITIONS", "many")
+    with pytest.raises(ConfigError, match="environment variable CAPWATCH_KAFKA__PARTITIONS: "
+                                          "kafka.partitions"):
+        load_config(text="")
+
+
+def test_cross_checks_catch_a_simulated_family_without_a_model() -> None:
+    with pytest.raises(ConfigError, match="names 'ghost', which is not in families"):
+        load_config(text="source:\n  kind: simulated\n  simulated:\n"
+                         "    families: {ghost: {agents: 2}}\n")
+    with pytest.raises(ConfigError, match="exactly one of agent_id or family"):
+        load_config(text="source:\n  simulated:\n    drifts:\n"
+                         "      - {domain: x.pddl, at_step: 3}\n")
