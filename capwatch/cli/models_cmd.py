@@ -1,0 +1,232 @@
+"""``capwatch models list|show|history|diff|export``: the versioned model registry.
+
+A model version is named ``FAMILY[/AGENT][@VERSION]``: ``rover-v3`` is the family
+baseline's newest version, ``rover-v3/rover-17@2`` version 2 of rover-17's own lineage.
+``show AGENT-REF --at TIME`` answers "which model did this agent run at that time".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from capwatch.models_store import (
+    ModelRef,
+    ModelStore,
+    ModelVersion,
+    StoreError,
+    diff_versions,
+    lineage_chain,
+    open_store,
+)
+
+STORE_ENV = "CAPWATCH_STORE__URL"
+DEFAULT_STORE = "capwatch.db"
+
+
+class _Fail(Exception):
+    pass
+
+
+def register(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store", default=os.environ.get(STORE_ENV, DEFAULT_STORE),
+        help=f"SQLite path (sqlite:///path) or postgresql:// DSN; default ${STORE_ENV} "
+             f"or {DEFAULT_STORE}")
+    with_json = argparse.ArgumentParser(add_help=False, parents=[common])
+    with_json.add_argument("--json", action="store_true", help="machine-readable output")
+
+    models = sub.add_parser("models", help="the versioned model registry")
+    msub = models.add_subparsers(dest="models_command", required=True)
+
+    p = msub.add_parser("list", parents=[with_json], help="lineages and their newest version")
+    p.add_argument("--family")
+    p.set_defaults(handler=_list)
+
+    p = msub.add_parser("show", parents=[with_json], help="one model version")
+    p.add_argument("ref", help="FAMILY[/AGENT][@VERSION]")
+    p.add_argument("--at", help="ISO time: the model the agent ran then (needs /AGENT)")
+    p.set_defaults(handler=_show)
+
+    p = msub.add_parser("history", parents=[with_json], help="versions of one lineage")
+    p.add_argument("ref", help="FAMILY[/AGENT]")
+    p.add_argument("--ancestry", action="store_true",
+                   help="follow parents across lineages back to the baseline")
+    p.set_defaults(handler=_history)
+
+    p = msub.add_parser("diff", parents=[with_json], help="pal-tuples that differ, and Δ")
+    p.add_argument("a", help="FAMILY[/AGENT][@VERSION]")
+    p.add_argument("b", help="FAMILY[/AGENT][@VERSION]")
+    p.set_defaults(handler=_diff)
+
+    p = msub.add_parser("export", parents=[common], help="write a model as PDDL or JSON")
+    p.add_argument("ref", help="FAMILY[/AGENT][@VERSION]")
+    p.add_argument("--format", choices=["pddl", "json"], default="pddl")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.set_defaults(handler=_export)
+
+
+def parse_ref(text: str) -> tuple[str, str | None, int | None]:
+    """``family[/agent][@version]`` → (family, agent or None, version or None)."""
+    body, _, version = text.partition("@")
+    family, _, agent = body.partition("/")
+    if not family or (_ and not agent):
+        raise _Fail(f"bad model reference {text!r}: use FAMILY[/AGENT][@VERSION]")
+    n: int | None = None
+    if version:
+        try:
+            n = int(version)
+        except ValueError:
+            raise _Fail(f"bad version {version!r} in {text!r}: a positive integer") from None
+        if n < 1:
+            raise _Fail(f"bad version {version!r} in {text!r}: a positive integer")
+    return family, agent or None, n
+
+
+@contextmanager
+def _store(url: str) -> Iterator[ModelStore]:
+    plain = url.removeprefix("sqlite://")
+    if "://" not in plain and plain != ":memory:" and not Path(plain).exists():
+        # Opening would create an empty store: for a read command that hides a typo.
+        raise _Fail(f"no model store at {plain}")
+    try:
+        store = open_store(url)
+    except (StoreError, ValueError, OSError) as e:
+        raise _Fail(f"cannot open model store {url}: {e}") from None
+    except Exception as e:  # psycopg's connection errors have no common stdlib base
+        raise _Fail(f"cannot open model store {url}: {e}") from None
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _resolve(store: ModelStore, text: str) -> ModelVersion:
+    family, agent, n = parse_ref(text)
+    v = store.get(ModelRef(family, agent, n)) if n else store.latest(family, agent)
+    if v is None:
+        raise _Fail(f"no model version {text}")
+    return v
+
+
+def _time(v: datetime) -> str:
+    return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _run(args: argparse.Namespace, body: Any) -> int:
+    try:
+        with _store(args.store) as store:
+            body(store)
+    except (_Fail, StoreError) as e:
+        print(f"capwatch: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    def body(store: ModelStore) -> None:
+        rows = store.lineages(args.family)
+        if args.json:
+            print(json.dumps([{"family": r.family, "agent_id": r.agent_id,
+                               "version": r.latest_version, "updated_at": _time(r.updated_at),
+                               "delta_to_baseline": r.delta_to_baseline} for r in rows]))
+            return
+        print(f"{'FAMILY':<20} {'AGENT':<20} {'VERSION':>7} {'Δ BASE':>6}  UPDATED")
+        for r in rows:
+            print(f"{r.family:<20} {r.agent_id or '(baseline)':<20} {r.latest_version:>7} "
+                  f"{r.delta_to_baseline:>6}  {_time(r.updated_at)}")
+    return _run(args, body)
+
+
+def _describe(v: ModelVersion) -> list[str]:
+    lines = [f"{v.ref}  created {_time(v.created_at)}",
+             f"  parent: {v.parent or '-'}  Δ to parent: {v.delta_to_parent}  "
+             f"Δ to baseline: {v.delta_to_baseline}"]
+    lines += [f"  {s}" for s in v.summary]
+    if v.evidence:
+        lines.append(f"  evidence: {json.dumps(v.evidence, sort_keys=True)}")
+    return lines
+
+
+def _show(args: argparse.Namespace) -> int:
+    def body(store: ModelStore) -> None:
+        if args.at:
+            family, agent, n = parse_ref(args.ref)
+            if agent is None or n is not None:
+                raise _Fail("--at needs FAMILY/AGENT without @VERSION")
+            try:
+                at = datetime.fromisoformat(args.at)
+            except ValueError:
+                raise _Fail(f"bad time {args.at!r}: ISO 8601, e.g. 2026-11-25T21:00Z") from None
+            if at.tzinfo is None:
+                at = at.replace(tzinfo=UTC)
+            found = store.model_at(agent, at, family)
+            if found is None:
+                raise _Fail(f"agent {agent} of {family} had no model at {_time(at)}")
+            v = found
+        else:
+            v = _resolve(store, args.ref)
+        if args.json:
+            print(json.dumps(v.to_json(), sort_keys=True))
+        else:
+            print("\n".join(_describe(v)))
+    return _run(args, body)
+
+
+def _history(args: argparse.Namespace) -> int:
+    def body(store: ModelStore) -> None:
+        family, agent, n = parse_ref(args.ref)
+        if n is not None and not args.ancestry:
+            raise _Fail("history takes FAMILY[/AGENT]; @VERSION only with --ancestry")
+        if args.ancestry:
+            versions = lineage_chain(store, _resolve(store, args.ref).ref)
+        else:
+            versions = store.history(family, agent)
+        if not versions:
+            raise _Fail(f"no versions of {args.ref}")
+        if args.json:
+            print(json.dumps([{k: val for k, val in v.to_json().items()
+                               if k not in ("model", "pddl")} for v in versions]))
+            return
+        for v in versions:
+            print("\n".join(_describe(v)))
+    return _run(args, body)
+
+
+def _diff(args: argparse.Namespace) -> int:
+    def body(store: ModelStore) -> None:
+        d = diff_versions(_resolve(store, args.a), _resolve(store, args.b))
+        if args.json:
+            print(json.dumps(d.to_json(), sort_keys=True))
+            return
+        print(f"Δ({d.a}, {d.b}) = {d.delta}")
+        for pal, old, new in d.changes:
+            print(f"  {pal}: {old} → {new}")
+        for line in d.summary:
+            print(f"  {line}")
+    return _run(args, body)
+
+
+def _export(args: argparse.Namespace) -> int:
+    def body(store: ModelStore) -> None:
+        v = _resolve(store, args.ref)
+        if args.format == "pddl":
+            text = v.pddl
+        else:
+            text = json.dumps(v.model_json, indent=2, sort_keys=True) + "\n"
+        if args.output:
+            try:
+                Path(args.output).write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise _Fail(f"cannot write {args.output}: {e.strerror}") from None
+        else:
+            sys.stdout.write(text)
+    return _run(args, body)
