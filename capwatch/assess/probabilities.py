@@ -94,7 +94,8 @@ def _samples_needed(estimate: MultinomialEstimate, half_width: float, level: flo
     for lo, hi in zip(estimate.low, estimate.high, strict=True):
         p = min(max(0.5, lo), hi)
         worst = max(worst, p * (1.0 - p))
-    return math.ceil(z * z * worst / (half_width * half_width))
+    # Clopper–Pearson is a little wider than the normal approximation: 10% more samples.
+    return math.ceil(1.1 * z * z * worst / (half_width * half_width))
 
 
 def estimate_outcome_probabilities(
@@ -104,6 +105,10 @@ def estimate_outcome_probabilities(
     max_anomaly_fraction: float = 0.5,
 ) -> ProbabilityEstimate:
     """Sample ⟨state, [ground_action]⟩ until each outcome probability is within ±half_width.
+
+    A pilot of ``pilot`` samples sizes the next stage (from the largest variance its
+    interval still allows); the estimate reported is the last stage's. ``samples``
+    counts every sample asked, pilot included.
 
     Stops early (``converged=False``) when ``max_samples`` is spent or when more than
     ``max_anomaly_fraction`` of the samples are structural anomalies: the action is not
@@ -136,7 +141,13 @@ def estimate_outcome_probabilities(
                                                        method),
                                    0, 0, 0, half_width, True)
     request = min(pilot, max_samples)
+    est = current()
     while request > 0:
+        # Each stage's size is fixed by the previous stage and its estimate uses its own
+        # samples only: conditional on that size the samples are fresh, so the reported
+        # interval keeps its nominal coverage. Pooling the stages would let the data that
+        # chose the sample size leak into the estimate (the pilot costs ~30 samples).
+        counts.fill(0)
         for result in agent.query(state, [ground_action], request):
             asked += 1
             if result.executed < 1:
@@ -154,11 +165,10 @@ def estimate_outcome_probabilities(
         if asked >= max_samples or (not_executed + unexplained) > max_anomaly_fraction * asked:
             break
         needed = _samples_needed(est, half_width, level) if est.n else pilot
-        # Scale by the usable fraction so anomalies do not leave the next batch short.
-        usable = max(est.n / asked, 1.0 - max_anomaly_fraction)
-        more = max(math.ceil((needed - est.n) / usable), pilot // 2, 1)
-        request = min(more, max_samples - asked)
-    return ProbabilityEstimate(action.header(), ground_action, current(), asked, not_executed,
+        # Scale by the usable fraction so anomalies do not leave the next stage short.
+        usable = max(est.n / request, 1.0 - max_anomaly_fraction)
+        request = min(max(math.ceil(needed / usable), pilot), max_samples - asked)
+    return ProbabilityEstimate(action.header(), ground_action, est, asked, not_executed,
                                unexplained, half_width, False)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
+from scipy import stats as sps
 
 from capwatch.model.domain import Action, Outcome
 from capwatch.monitor.attribution import Attribution
@@ -34,11 +35,12 @@ from capwatch.monitor.stats import (
     benjamini_hochberg,
     chi_square_gof,
     multinomial_mle,
+    simultaneous_level,
     tvd_interval,
 )
 from capwatch.monitor.tables import OutcomeWindow, WindowKind
 
-Detector = Literal["sequential", "audit"]
+Detector = Literal["sequential", "confirmation", "audit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,10 @@ class DriftConfig:
     interval: IntervalMethod = "wilson"
     min_estimate_samples: int = 30
     """Re-estimation looks back at least this far even if the change point is more recent."""
+    confirm_half_width: float | None = 0.05
+    """After an alarm, collect this many fresh executions that every outcome probability
+    is then known within ± this half-width (simultaneous Clopper–Pearson at
+    ``confidence``), and report a confirmed estimate; None disables confirmation."""
 
     def __post_init__(self) -> None:
         if self.window < self.min_samples:
@@ -169,14 +175,37 @@ def with_probabilities(action: Action, probabilities: Sequence[float], n: int | 
 class DriftAlarm:
     evidence: DriftEvidence
     updated_action: Action
-    """The action with the MLE probabilities over the evidence window (a provisional
-    version: confirm it with fresh data or query-based estimation before relying on it)."""
+    """The action with the MLE probabilities over the evidence window."""
+    provisional: bool = True
+    """True for the alarm itself: its window was chosen by the detector because it looked
+    different, so its MLE is biased away from the model and its intervals under-cover.
+    A confirmation (``provisional=False``) is estimated from executions observed after
+    the alarm, whose number was fixed at the alarm: its intervals and its chi-square
+    p-value are honest."""
+    fresh_samples_planned: int | None = None
+    """Provisional alarms: how many fresh executions the confirmation will use."""
+
+
+def planned_samples(estimate: MultinomialEstimate, half_width: float, confidence: float
+                    ) -> int:
+    """Executions needed so every outcome's simultaneous CI is about ±``half_width``.
+
+    Planned from the provisional interval's end nearest 1/2 (the largest variance still
+    plausible), plus the Clopper–Pearson widening; fixed before the fresh data arrive,
+    so the confirmation's coverage is the interval's nominal coverage.
+    """
+    level = simultaneous_level(confidence, len(estimate.probabilities))
+    z = float(sps.norm.isf((1.0 - level) / 2.0))
+    worst = max(min(max(0.5, lo), hi) * (1.0 - min(max(0.5, lo), hi))
+                for lo, hi in zip(estimate.low, estimate.high, strict=True))
+    return max(30, math.ceil(z * z * worst / half_width**2 * 1.1))
 
 
 class ActionMonitor:
     """Frequency table, online detector and tests for one (agent, lifted action)."""
 
-    __slots__ = ("action", "config", "detector", "probabilities", "window")
+    __slots__ = ("_confirm_counts", "_confirm_left", "_confirm_start", "action", "config",
+                 "detector", "probabilities", "window")
 
     def __init__(self, action: Action, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
@@ -187,6 +216,9 @@ class ActionMonitor:
         self.probabilities = tuple(o.probability for o in action.outcomes)
         self.window = OutcomeWindow(len(action.outcomes), self.config.window,
                                     self.config.window_kind)
+        self._confirm_counts = np.zeros(len(action.outcomes), dtype=np.int64)
+        self._confirm_left = 0
+        self._confirm_start = 0
         self.detector: SequentialDetector | None = None
         if len(action.outcomes) >= 2:
             self.detector = SequentialDetector(self.probabilities,
@@ -203,13 +235,29 @@ class ActionMonitor:
             self._setup(action)
             return
         self.window.clear()
+        self._confirm_left = 0
         if self.detector is not None:
             self.detector.restart()
 
+    @property
+    def confirming(self) -> bool:
+        """Collecting fresh executions after an alarm (the detector is paused meanwhile)."""
+        return self._confirm_left > 0
+
     def observe(self, attribution: Attribution | int) -> DriftAlarm | None:
-        """Count one consistent execution; returns an alarm when the online test fires."""
+        """Count one consistent execution; returns an alarm or a confirmation, or None.
+
+        After an alarm the detector pauses while the planned fresh executions arrive
+        (further alarms about the same change would only repeat it); then the
+        confirmation is returned and the detector resumes against the current model,
+        until the owner passes the new model version to ``reset``.
+        """
         self.window.add(attribution)
-        if self.detector is None or not self.detector.update(attribution):
+        if self.detector is None:
+            return None
+        if self._confirm_left > 0:
+            return self._confirm(attribution)
+        if not self.detector.update(attribution):
             return None
         # The detector skips observations that tell no outcomes apart, so count back
         # the post-change evidence from the newest execution rather than forward.
@@ -217,7 +265,44 @@ class ActionMonitor:
         evidence = self.evidence(since=change, detector="sequential")
         evidence = replace(evidence, log_statistic=self.detector.log_statistic,
                            log_threshold=self.detector.log_threshold, change_point=change)
-        return DriftAlarm(evidence, self.updated_action(evidence.estimate))
+        planned = None
+        if self.config.confirm_half_width is not None:
+            planned = planned_samples(
+                multinomial_mle(evidence.gof.counts, self.config.confidence, "clopper-pearson",
+                                simultaneous=True),
+                self.config.confirm_half_width, self.config.confidence)
+            self._confirm_left = planned
+            self._confirm_start = self.window.seen
+            self._confirm_counts.fill(0)
+        return DriftAlarm(evidence, self.updated_action(evidence.estimate), True, planned)
+
+    def _confirm(self, attribution: Attribution | int) -> DriftAlarm | None:
+        outcome = attribution if isinstance(attribution, int) else (
+            attribution.outcome if attribution.distinguishable else None)
+        if outcome is None:
+            return None  # ambiguous executions neither count nor use up the plan
+        self._confirm_counts[outcome] += 1
+        self._confirm_left -= 1
+        if self._confirm_left > 0:
+            return None
+        assert self.detector is not None
+        self.detector.restart()
+        cfg = self.config
+        counts = self._confirm_counts.copy()
+        estimate = multinomial_mle(counts, cfg.confidence, "clopper-pearson", simultaneous=True)
+        evidence = DriftEvidence(
+            action=self.action.header(),
+            detector="confirmation",
+            gof=chi_square_gof(counts, self.probabilities, min_samples=1,
+                               min_expected=cfg.min_expected),
+            tvd=tvd_interval(counts, self.probabilities, cfg.confidence),
+            estimate=estimate,
+            model_probabilities=self.probabilities,
+            outcomes=tuple(describe_outcome(o) for o in self.action.outcomes),
+            window=(self._confirm_start, self.window.seen),
+            ambiguous=0,
+        )
+        return DriftAlarm(evidence, self.updated_action(estimate), provisional=False)
 
     def test(self) -> GofResult:
         """The windowed chi-square goodness of fit the audit uses."""

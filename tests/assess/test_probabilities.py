@@ -59,9 +59,11 @@ def test_estimates_a_drifted_agent_within_the_half_width(tireworld: Domain) -> N
     est = estimate_outcome_probabilities(agent, move, *PROBE, half_width=0.05)
     assert est.converged
     assert max(est.estimate.half_widths) <= 0.05
-    assert est.samples == est.estimate.n == agent.stats.samples
+    assert est.samples == agent.stats.samples
+    # The pilot sizes the second stage and is then set aside: it is not in the estimate.
+    assert est.samples == est.estimate.n + 30
     # p(1 − p) = 0.24 needs roughly 1.96² · 0.24 / 0.05² ≈ 370 samples; CP is a bit wider.
-    assert 300 <= est.samples <= 600
+    assert 300 <= est.estimate.n <= 600
     assert est.estimate.covers([0.6, 0.4])
     new = est.updated_action(move)
     flat = next(o for o in new.outcomes if LiftedAtom("not-flattire") in o.delete)
@@ -80,7 +82,7 @@ def test_coverage_over_200_trials(tireworld: Domain) -> None:
         covered.append(est.estimate.covers(truth))
         used.append(est.samples)
     assert np.mean(covered) >= 0.93
-    assert np.median(used) < 450
+    assert np.median(used) < 480
 
 
 def test_more_outcomes_use_simultaneous_intervals(tireworld: Domain) -> None:

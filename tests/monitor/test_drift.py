@@ -161,3 +161,38 @@ def test_audit_skips_tables_below_the_minimum_sample(move_car: Action) -> None:
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
         DriftConfig(window=10, min_samples=100)
+
+
+def test_alarm_is_confirmed_on_fresh_executions(move_car: Action) -> None:
+    p0 = [o.probability for o in move_car.outcomes]
+    p1 = [0.65, 0.35]
+    mon = ActionMonitor(move_car)
+    rng = np.random.default_rng(21)
+    events = []
+    for x in _draws(rng, p0, 2000) + _draws(rng, p1, 4000):
+        ev = mon.observe(x)
+        if ev is not None:
+            events.append(ev)
+            if not ev.provisional:
+                break
+    assert len(events) == 2, "one alarm, then its confirmation, nothing in between"
+    alarm, confirmation = events
+    assert alarm.provisional and alarm.fresh_samples_planned is not None
+    # ±0.05 around p ≈ 0.35 needs roughly 1.96² · 0.23 / 0.05² ≈ 350 fresh executions.
+    assert 250 <= alarm.fresh_samples_planned <= 600
+    assert not mon.confirming
+    ev = confirmation.evidence
+    assert ev.detector == "confirmation"
+    assert ev.gof.n == alarm.fresh_samples_planned
+    assert ev.window[1] - ev.window[0] == alarm.fresh_samples_planned
+    assert ev.estimate.method == "clopper-pearson"
+    assert ev.estimate.covers(p1)
+    assert max(ev.estimate.half_widths) <= 0.055
+    assert ev.gof.p_value < 1e-3
+
+
+def test_confirmation_can_be_disabled(move_car: Action) -> None:
+    mon = ActionMonitor(move_car, DriftConfig(confirm_half_width=None))
+    rng = np.random.default_rng(5)
+    events = [e for e in map(mon.observe, _draws(rng, [0.5, 0.5], 3000)) if e is not None]
+    assert events and all(e.provisional and e.fresh_samples_planned is None for e in events)
