@@ -84,7 +84,7 @@ class Case:
 
 
 def load_cases() -> list[Case]:
-    cases = []
+    cases: list[Case] = []
     for name in DOMAINS:
         domain = read_domain(STOCHASTIC / name / "domain.pddl").without_action_literals()
         cases.extend(Case(domain, a) for a in domain.actions if not a.is_deterministic)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 
 from capwatch.model.domain import Action, Outcome
@@ -144,8 +145,8 @@ def describe_outcome(outcome: Outcome) -> str:
     return " ".join(lits) if lits else "(no change)"
 
 
-def with_probabilities(action: Action, probabilities: Sequence[float], n: int | None = None
-                       ) -> Action:
+def with_probabilities(action: Action, probabilities: Sequence[float] | npt.ArrayLike,
+                       n: int | None = None) -> Action:
     """The action with new outcome probabilities, for a new model version.
 
     An outcome never observed keeps a small probability (half an observation's worth,

@@ -210,7 +210,7 @@ class SequentialDetector:
 # --------------------------------------------------------------------------- CUSUM
 
 
-def cusum_arl(llr: Sequence[float], probs: Sequence[float], threshold: float,
+def cusum_arl(llr: npt.ArrayLike, probs: npt.ArrayLike, threshold: float,
               cells: int = 2000) -> float:
     """Average run length of a CUSUM W ← max(0, W + llr(x)) to reach ``threshold``.
 
@@ -243,7 +243,7 @@ def cusum_arl(llr: Sequence[float], probs: Sequence[float], threshold: float,
     return float(arl[0])
 
 
-def cusum_threshold_for_arl(llr: Sequence[float], probs: Sequence[float], arl: float,
+def cusum_threshold_for_arl(llr: npt.ArrayLike, probs: npt.ArrayLike, arl: float,
                             cells: int = 2000) -> float:
     """The CUSUM threshold whose in-control average run length is ``arl`` (bisection)."""
     lo, hi = 0.0, max(1.0, math.log(arl) + 2.0)
