@@ -1,0 +1,103 @@
+"""AlertmanagerSink against a real Alertmanager (Debian's prometheus-alertmanager): the
+server must accept our payload and list the alerts back with our labels."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capwatch.alerts import Alert, AlertmanagerSink, AlertType, Severity
+
+BINARY = os.environ.get("CAPWATCH_ALERTMANAGER") or shutil.which("prometheus-alertmanager") \
+    or shutil.which("alertmanager")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(BINARY is None, reason="apt-get install -y prometheus-alertmanager"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def alertmanager() -> Iterator[str]:
+    assert BINARY is not None
+    workdir = Path(tempfile.mkdtemp(prefix="capwatch-alertmanager-"))
+    (workdir / "am.yml").write_text(yaml.safe_dump(
+        {"route": {"receiver": "void"}, "receivers": [{"name": "void"}]}))
+    port = _free_port()
+    with (workdir / "am.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [BINARY, f"--config.file={workdir / 'am.yml'}", f"--storage.path={workdir}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                pytest.fail((workdir / "am.log").read_text(errors="replace")[-2000:])
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("alertmanager not ready after 30 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def listed(url: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5) as r:
+        data: list[dict[str, Any]] = json.load(r)
+    return data
+
+
+def test_real_alertmanager_accepts_and_lists_capwatch_alerts(alertmanager: str) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    single = Alert(AlertType.CAPABILITY_REDUCED, Severity.CRITICAL, "rover-v3", "rover-17",
+                   "sample_rock", "sample_rock(?r ?s ?w) now requires (battery_full ?r)", now,
+                   fingerprint="fp", evidence={"queries": 3})
+    grouped = Alert(AlertType.UNEXPLAINED_INCONSISTENCY, Severity.WARNING, "gripper", None,
+                    "pick", "2 agents of gripper: pick(?o ?r ?g) inconsistent", now,
+                    agents=("g1", "g2"))
+    AlertmanagerSink(alertmanager, resolve_after=timedelta(hours=1)).send([single, grouped])
+    alerts = {a["labels"]["alertname"]: a for a in listed(alertmanager)}
+    assert set(alerts) == {"CapwatchCapabilityReduced", "CapwatchUnexplainedInconsistency"}
+    got = alerts["CapwatchCapabilityReduced"]
+    assert got["labels"]["agent_id"] == "rover-17"
+    assert got["labels"]["dedup_key"] == single.dedup_key
+    assert got["annotations"]["summary"] == single.summary
+    assert got["status"]["state"] == "active"
+    assert "agent_id" not in alerts["CapwatchUnexplainedInconsistency"]["labels"]
+    # Re-sending the same alert updates it in place: Alertmanager deduplicates by labels.
+    AlertmanagerSink(alertmanager).send([single])
+    assert len(listed(alertmanager)) == 2
