@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench bench-core bench-assess bench-drift clean
+.PHONY: test lint typecheck unit demo bench bench-core bench-assess bench-drift bench-store clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ unit: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/capwatch demo
 
-bench: bench-core bench-assess bench-drift
+bench: bench-core bench-assess bench-drift bench-store
 
 bench-core: $(STAMP)
 	$(BIN)/python benchmarks/bench_consistency.py
@@ -37,6 +37,9 @@ bench-assess: $(STAMP)
 
 bench-drift: $(STAMP)
 	$(BIN)/python benchmarks/bench_drift.py
+
+bench-store: $(STAMP)
+	$(BIN)/python benchmarks/bench_store.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
