@@ -142,6 +142,7 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
            planner: Planner | None = None,
            objects: Mapping[str, Sequence[str]] | None = None,
            detect_reduced: bool = True,
+           minimal_change: bool = False,
            max_search_states: int = 20_000) -> AssessmentResult:
     """Assess how ``agent`` now behaves, relative to the ``known`` model.
 
@@ -149,10 +150,12 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     reduced-functionality detection). ``affected`` adds pal-tuples the caller suspects
     (e.g. from the monitor). ``budget`` caps the number of queries. ``objects`` (type →
     names) grounds the known model for the optimal-plan comparison; inferred from the
-    observations when omitted.
+    observations when omitted. ``minimal_change`` (daaisy only) settles a pa-tuple whose
+    known value the observations rule out by changing just the location they pin down,
+    without a query: fewer queries, lower accuracy (docs/assessment.md).
     """
     m = Method(method) if isinstance(method, str) else method
-    engine = _Engine(known, m, budget)
+    engine = _Engine(known, m, budget, minimal_change)
     engine.observe(transitions_of(observations))
     notes: list[str] = []
     if m is not Method.AIA:
@@ -173,8 +176,10 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
 
 
 class _Engine:
-    def __init__(self, known: Domain, method: Method, budget: int) -> None:
+    def __init__(self, known: Domain, method: Method, budget: int,
+                 minimal_change: bool = False) -> None:
         self.known = known
+        self.minimal_change = minimal_change
         self.method = method
         self.budget = budget
         self.initial = AbstractModel.from_domain(known)
@@ -188,6 +193,7 @@ class _Engine:
         self.init_value: dict[PaTuple, PaValue] = {
             pa: self.initial.pa_value(pa) for pa in self.initial.pa_tuples()}
         self.targets: set[PaTuple] = set()
+        self.adopted: dict[PaTuple, PaValue] = {}
         self.flagged: set[PaTuple] = set()
         self.flag_reasons: dict[PaTuple, list[str]] = {}
         self.queries: list[QueryLog] = []
@@ -255,8 +261,33 @@ class _Engine:
         if self.method is Method.AIA:
             return
         for pa, value in self.init_value.items():
-            if not self.vs.mask(pa) & mask_of([value]) and pa not in self.targets:
-                self._flag(pa, "the known value contradicts the evidence (Table 2)")
+            if pa in self.targets or self.vs.mask(pa) & mask_of([value]):
+                continue
+            if self.minimal_change:
+                fixed = self._minimal_change(pa, value)
+                if fixed is not None:
+                    self.adopted[pa] = fixed
+                    self.flagged.add(pa)
+                    self.flag_reasons.setdefault(pa, []).append(
+                        "the known value contradicts the evidence (Table 2); the one "
+                        "location the evidence fixes was changed, the other kept")
+                    continue
+            self._flag(pa, "the known value contradicts the evidence (Table 2)")
+
+    def _minimal_change(self, pa: PaTuple, known: PaValue) -> PaValue | None:
+        """The value that changes only the location the evidence pins down, if legal and
+        still possible; None when the evidence leaves more than that open."""
+        mask = self.vs.mask(pa)
+        pre, eff = self.vs.modes(pa)
+        candidates: list[PaValue] = []
+        if pre is not Mode.UNKNOWN:
+            candidates.append((pre, known[1]))
+        if eff is not Mode.UNKNOWN:
+            candidates.append((known[0], eff))
+        for v in candidates:
+            if mask & mask_of([v]):
+                return v
+        return None
 
     # ------------------------------------------------------------------ hypothesis
 
@@ -266,7 +297,7 @@ class _Engine:
         if len(values) == 1:
             return values[0]
         if self.method is not Method.AIA:
-            init = self.init_value[pa]
+            init = self.adopted.get(pa, self.init_value[pa])
             if mask & mask_of([init]):
                 return init
             # The known value is gone: take the closest surviving value, preferring a
@@ -311,10 +342,12 @@ class _Engine:
             assignment[atom] = min(choices, key=lambda v: (self._split_score(mask, v), v))
         return assignment
 
-    def probes(self, action: str) -> tuple[Probe | None, list[Probe]]:
-        """(a success probe, uncertain probes) for one action's unresolved targets."""
-        todo = [PaTuple(action, a) for a in self.atoms[action]
-                if PaTuple(action, a) in self.targets and not self.vs.resolved(PaTuple(action, a))]
+    def probes(self, action: str, only: Collection[PaTuple] | None
+               ) -> tuple[Probe | None, list[Probe]]:
+        """(a success probe, uncertain probes) for the action's unresolved pa-tuples that
+        are in ``only`` (all of them when None)."""
+        todo = [pa for pa in (PaTuple(action, a) for a in self.atoms[action])
+                if (only is None or pa in only) and not self.vs.resolved(pa)]
         if not todo:
             return None, []
         if action not in self.vs.executed_actions:
@@ -322,17 +355,19 @@ class _Engine:
             return None, [probe] if probe else []
         base = self._base(action)
         uncertain: list[Probe] = []
-        for clause in self.vs.open_clauses(action):
-            live = [(pa, v) for pa, v in self.vs.live_literals(clause) if v is not None]
-            if len(live) >= 2:
-                half = live[: len(live) // 2]
-                assignment = dict(base)
-                for pa, v in half:
-                    assignment[pa.atom] = v
-                uncertain.append(Probe(action, assignment, SPLIT,
-                                       "which of " + ", ".join(str(pa.atom) for pa, _ in live)
-                                       + f" blocked {action}?", risky=len(half)))
-                break
+        clauses = [[(pa, v) for pa, v in self.vs.live_literals(c) if v is not None]
+                   for c in self.vs.open_clauses(action)]
+        # The smallest clause first: after a failed split it is the half just tested.
+        open_ = sorted((c for c in clauses if len(c) >= 2), key=len)
+        if open_:
+            live = open_[0]
+            half = live[: len(live) // 2]
+            assignment = dict(base)
+            for pa, v in half:
+                assignment[pa.atom] = v
+            uncertain.append(Probe(action, assignment, SPLIT,
+                                   "which of " + ", ".join(str(pa.atom) for pa, _ in live)
+                                   + f" blocked {action}?", risky=len(half)))
         success = dict(base)
         risky: list[PaTuple] = []
         informative = False
@@ -418,17 +453,25 @@ class _Engine:
             safe: list[Probe] = []
             risky: list[Probe] = []
             final: list[Probe] = []
+            riders = self.method is Method.DAAISY
+            rider_final: list[Probe] = []
             for action in sorted(self.atoms):
-                success, uncertain = self.probes(action)
+                success, uncertain = self.probes(action, self.targets)
+                if riders and (success is not None or uncertain):
+                    # A query goes out for the targets anyway: let it also test what the
+                    # observations never challenged, at no extra query.
+                    success, more = self.probes(action, None)
+                    rider_final.extend(more)
                 if success is not None:
                     (risky if success.kind == RISKY else safe).append(success)
                 final.extend(uncertain)
             if not (safe or risky or final):
                 break
+            final = final or rider_final
             if len(self.queries) >= self.budget:
                 self.budget_exhausted = True
                 break
-            query = pack(safe, risky, final, self.actions, objects)
+            query = pack(safe, risky, final, self.actions, objects, self._effect)
             if query is None:
                 break
             answers = agent.query(query.state, query.plan, 1)
@@ -438,11 +481,14 @@ class _Engine:
             self._absorb(query, answers[0])
             self._refresh_targets()
 
+    def _effect(self, pa: PaTuple) -> Mode:
+        return self.vs.modes(pa)[1]
+
     def _absorb(self, query: Query, answer: QueryResult) -> None:
         number = len(self.queries) + 1
         self.queries.append(QueryLog(number, query.state, tuple(query.plan), answer.executed,
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
-        executed, failed = read_answer(query, answer)
+        executed, failed = read_answer(query, answer, self._effect)
         for i, (step, seen) in enumerate(executed):
             self.vs.executed(step.probe.action, seen,
                              f"query {number} step {i + 1}: {_show(step.ground_action)} ran")
@@ -468,6 +514,8 @@ class _Engine:
                 modes[pal] = fixed
             elif mask & mask_of([known]):
                 modes[pal] = known[idx]
+            elif pa in self.adopted and mask & mask_of([self.adopted[pa]]):
+                modes[pal] = self.adopted[pa][idx]
             else:
                 modes[pal] = Mode.UNKNOWN
         model = self.initial.with_modes(modes)

@@ -5,8 +5,8 @@ own atoms (its Γ instantiations), on freshly named objects. With distinct fresh
 the atoms of one step are independent of every other step's atoms, so several probes can
 share one query ⟨s_I, π⟩: π runs the probes one after another, each on its own objects,
 and the answer ⟨n_F, s_F⟩ shows each executed step's before/after values and which step
-failed. Steps that share a ground atom (0-ary predicates such as ``handempty``) are never
-packed together, because the later step would see the earlier one's effect.
+failed. Steps that share a ground atom (0-ary predicates such as ``handempty``) are packed
+together only while the earlier steps' effects on it are known.
 
 Kinds of probe, by what the engine expects:
   safe     – must execute if the evidence so far is sound;
@@ -14,21 +14,21 @@ Kinds of probe, by what the engine expects:
   fail     – expected to fail: confirms one precondition literal;
   split    – halves an open failure clause (adaptive group testing);
   explore  – looking for any state where a never-seen action executes.
-At most one step that is not ``safe``/``risky`` is packed, and it goes last, because a
-failure ends the plan and the steps after it would be wasted.
+Steps expected to fail go last: a failure ends the plan, so each query settles every
+guess before its first real failure, plus that failure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capwatch.assess.agent import QueryResult
 from capwatch.model.domain import Action, GroundAction, GroundAtom, LiftedAtom
-from capwatch.model.pal import PaTuple
+from capwatch.model.pal import Mode, PaTuple
 
 SAFE, RISKY, FAIL, SPLIT, EXPLORE = "safe", "risky", "fail", "split", "explore"
-_FINAL_PRIORITY = {SPLIT: 0, FAIL: 1, EXPLORE: 2}
+_FINAL_PRIORITY = {EXPLORE: 0, FAIL: 1, SPLIT: 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,39 +85,54 @@ class Query:
         return [s.ground_action for s in self.steps]
 
 
-def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
-         actions: Mapping[str, Action], objects: ObjectFactory) -> Query | None:
-    """One query: safe steps, then risky ones, then at most one expected failure.
+EffectOf = Callable[[PaTuple], Mode]
+"""The known effect mode of a pa-tuple, ``Mode.UNKNOWN`` while it is unresolved."""
 
-    Probes whose ground atoms overlap an already packed step are left for a later query.
+
+def _after(effect: Mode, before: bool | None) -> bool | None:
+    if effect is Mode.POS:
+        return True
+    if effect is Mode.NEG:
+        return False
+    if effect is Mode.ABSENT:
+        return before
+    return None
+
+
+def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
+         actions: Mapping[str, Action], objects: ObjectFactory,
+         effect: EffectOf = lambda pa: Mode.UNKNOWN) -> Query | None:
+    """One query: safe steps, then risky ones, then the expected failures.
+
+    Steps may share a ground atom (a 0-ary predicate such as ``handempty``) only when
+    every earlier step's effect on it is known, so its value at each step is predictable
+    and equals what that step's probe asks for; other probes wait for a later query.
     """
-    used: set[GroundAtom] = set()
+    value: dict[GroundAtom, bool | None] = {}
     steps: list[Step] = []
     state: set[GroundAtom] = set()
 
     def add(probe: Probe) -> bool:
         step = ground_probe(probe, actions[probe.action], objects)
-        ground = set(step.atoms.values())
-        if ground & used:
+        wanted = {g: probe.assignment[pa.atom] for pa, g in step.atoms.items()}
+        if any(g in value and value[g] != v for g, v in wanted.items()):
             return False
-        used.update(ground)
         steps.append(step)
-        state.update(step.atoms[PaTuple(probe.action, a)] for a, v in probe.assignment.items()
-                     if v)
+        for pa, g in step.atoms.items():
+            if g not in value and wanted[g]:
+                state.add(g)
+            value[g] = _after(effect(pa), wanted[g])
         return True
 
-    ordered_final = sorted(final, key=lambda p: _FINAL_PRIORITY[p.kind])
-    last: Step | None = None
-    for probe in ordered_final:
-        if add(probe):
-            last = steps.pop()
-            break
     for probe in safe:
         add(probe)
     for probe in sorted(risky, key=lambda p: p.risky):
         add(probe)
-    if last is not None:
-        steps.append(last)
+    # Expected failures go last, as many as fit: the agent stops at the first real
+    # failure, and every probe before it that ran was a wrong guess now settled, so a
+    # query costs one failure however many guesses it clears.
+    for probe in sorted(final, key=lambda p: _FINAL_PRIORITY[p.kind]):
+        add(probe)
     if not steps:
         return None
     return Query(frozenset(state), steps)
@@ -126,20 +141,28 @@ def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
 Seen = dict[PaTuple, tuple[bool | None, bool | None]]
 
 
-def read_answer(query: Query, answer: QueryResult
+def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa: Mode.UNKNOWN
                 ) -> tuple[list[tuple[Step, Seen]], tuple[Step, dict[PaTuple, bool | None]] | None]:
     """Executed steps with each atom's value before/after, and the failed step if any.
 
-    A value is reported only when no other executed step could have changed the atom in
-    between; otherwise it is None (unseen) and the engine draws no conclusion from it.
+    An atom's value before a step is known when every earlier step's effect on it is
+    known; its value after a step is read from s_F when no later executed step touches
+    it. Otherwise it is None (unseen) and the engine draws no conclusion from it.
     """
     n = min(answer.executed, len(query.steps))
-    executed = query.steps[:n]
-    touched: list[set[GroundAtom]] = [set(s.atoms.values()) for s in executed]
+    later_touch: list[set[GroundAtom]] = []
+    acc: set[GroundAtom] = set()
+    for step in reversed(query.steps[:n]):
+        later_touch.append(set(acc))
+        acc |= set(step.atoms.values())
+    later_touch.reverse()
+    current: dict[GroundAtom, bool | None] = {}
+
+    def before(g: GroundAtom) -> bool | None:
+        return current.get(g, g in query.state)
+
     result: list[tuple[Step, Seen]] = []
-    for i, step in enumerate(executed):
-        earlier: set[GroundAtom] = set().union(*touched[:i]) if i else set()
-        later: set[GroundAtom] = set().union(*touched[i + 1:]) if i + 1 < n else set()
+    for i, step in enumerate(query.steps[:n]):
         counts: dict[GroundAtom, int] = {}
         for g in step.atoms.values():
             counts[g] = counts.get(g, 0) + 1
@@ -148,14 +171,15 @@ def read_answer(query: Query, answer: QueryResult
             if counts[g] > 1:
                 seen[pa] = (None, None)
                 continue
-            before = None if g in earlier else g in query.state
-            after = None if g in later else g in answer.state
-            seen[pa] = (before, after)
+            after = None if g in later_touch[i] else g in answer.state
+            seen[pa] = (before(g), after)
+        for pa, g in step.atoms.items():
+            b, a = seen[pa]
+            known = _after(effect(pa), b)
+            current[g] = a if a is not None else known
         result.append((step, seen))
     failed = None
     if n < len(query.steps):
         step = query.steps[n]
-        earlier = set().union(*touched) if touched else set()
-        failed = (step, {pa: (None if g in earlier else g in query.state)
-                         for pa, g in step.atoms.items()})
+        failed = (step, {pa: before(g) for pa, g in step.atoms.items()})
     return result, failed
