@@ -1,0 +1,149 @@
+"""``capwatch assess offline``: run one assessment against a simulated black-box agent.
+
+The truth model is simulated as the agent; the observations are the given plan executed
+from the problem's initial state by that agent (marked optimal: the plan is expected to
+be an optimal one, as in the DAAISy experiments); the initial model is what was known
+before the drift. Prints what changed, or with ``--json`` one line of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.assess.engine import AssessmentResult, Method, assess
+from capwatch.assess.observations import Trace
+from capwatch.assess.planner import BreadthFirstPlanner, Planner
+from capwatch.model import AbstractModel, ModelError
+from capwatch.model.domain import Domain, GroundAction, Problem
+from capwatch.model.grounding import Grounder
+from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
+from capwatch.model.simulate import execute_plan
+
+
+def register(sub: Any) -> None:
+    cmd = sub.add_parser("assess", help="differential assessment of a drifted agent")
+    asub = cmd.add_subparsers(dest="assess_command", required=True)
+    off = asub.add_parser("offline", help="assess a simulated agent from PDDL files")
+    off.add_argument("--truth", required=True, help="PDDL domain the simulated agent follows")
+    off.add_argument("--initial", required=True, help="PDDL domain known before the drift")
+    off.add_argument("--problem", required=True, help="PDDL problem (objects, initial state)")
+    off.add_argument("--plan", required=True, help="plan the agent executes (observations)")
+    off.add_argument("--method", choices=[m.value for m in Method], default="daaisy")
+    off.add_argument("--budget", type=int, default=200, help="maximum number of queries")
+    off.add_argument("--planner", choices=["bfs", "fd"], default="bfs",
+                     help="optimal planner for reduced-functionality detection")
+    off.add_argument("--seed", type=int, default=0, help="seed of the simulated agent")
+    off.add_argument("--json", action="store_true", help="one line of JSON figures")
+    off.add_argument("--show-queries", action="store_true", help="print every query asked")
+    off.set_defaults(handler=_offline)
+
+
+def _load_domain(path: str) -> Domain:
+    try:
+        return read_domain(path)
+    except OSError as e:
+        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
+    except ModelError as e:
+        raise SystemExit(f"capwatch: {e}") from None
+
+
+def _load_problem(path: str) -> Problem:
+    try:
+        return read_problem(path)
+    except OSError as e:
+        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
+    except ModelError as e:
+        raise SystemExit(f"capwatch: {e}") from None
+
+
+def _load_plan(path: str) -> list[GroundAction]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [tuple(s) for s in parse_plan(f.read(), path)]
+    except OSError as e:
+        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
+    except ModelError as e:
+        raise SystemExit(f"capwatch: {e}") from None
+
+
+def observed_trace(truth: Domain, problem: Problem, plan: list[GroundAction],
+                   source: str = "plan") -> Trace:
+    """The plan run step by step on the truth model; stops with an error if a step fails."""
+    grounder = Grounder(truth)
+    states = [problem.init]
+    state = problem.init
+    for i, step in enumerate(plan):
+        try:
+            n, state = execute_plan(grounder, state, [step])
+        except ModelError as e:
+            raise SystemExit(f"capwatch: plan step {i + 1} {step}: {e}") from None
+        if n != 1:
+            raise SystemExit(f"capwatch: plan step {i + 1} ({' '.join(step)}) is not "
+                             f"executable in the truth model; the observations must be "
+                             f"something the agent actually did")
+        states.append(state)
+    return Trace(tuple(states), tuple(plan), optimal=True, source=source)
+
+
+def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[GroundAction],
+                method: str, *, budget: int = 200, planner: Planner | None = None,
+                seed: int = 0) -> tuple[AssessmentResult, dict[str, Any]]:
+    """One assessment and its figures (shared with benchmarks/bench_assess.py)."""
+    trace = observed_trace(truth, problem, plan)
+    agent = SimulatedAgent(truth, seed=seed)
+    start = time.perf_counter()
+    result = assess(initial, [trace], agent, method=method, budget=budget,
+                    planner=planner or BreadthFirstPlanner(),
+                    objects=problem.objects_by_type(initial))
+    seconds = time.perf_counter() - start
+    true_model = AbstractModel.from_domain(truth)
+    learned = result.best_guess()
+    if learned.modes.keys() != true_model.modes.keys():
+        raise SystemExit("capwatch: truth and initial models have different vocabularies")
+    figures = {
+        "method": method,
+        "queries": result.query_count,
+        "accuracy": round(learned.accuracy(true_model), 4),
+        "delta": learned.delta(true_model),
+        "pal_tuples": len(true_model.modes),
+        "drift": AbstractModel.from_domain(initial).delta(true_model),
+        "unresolved": len(result.unresolved),
+        "seconds": round(seconds, 4),
+    }
+    return result, figures
+
+
+def _offline(args: argparse.Namespace) -> int:
+    truth = _load_domain(args.truth)
+    initial = _load_domain(args.initial)
+    problem = _load_problem(args.problem)
+    plan = _load_plan(args.plan)
+    planner: Planner
+    if args.planner == "fd":
+        from capwatch.adapters.fast_downward import FastDownwardPlanner
+
+        planner = FastDownwardPlanner()
+    else:
+        planner = BreadthFirstPlanner()
+    result, figures = run_offline(truth, initial, problem, plan, args.method,
+                                  budget=args.budget, planner=planner, seed=args.seed)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(f"{figures['queries']} queries, accuracy {figures['accuracy']:.3f} "
+          f"(Δ {figures['delta']} of {figures['pal_tuples']} pal-tuples), "
+          f"{figures['seconds']:.3f} s")
+    for line in result.summary():
+        print("  " + line)
+    for note in result.notes:
+        print("  note: " + note, file=sys.stderr)
+    if args.show_queries:
+        for q in result.queries:
+            steps = " ".join(f"({' '.join(a)})" for a in q.plan)
+            print(f"  query {q.number}: executed {q.executed}/{len(q.plan)}: {steps}")
+    return 0
