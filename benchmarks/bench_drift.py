@@ -16,8 +16,8 @@ or 0.3. Printed, in one run:
    provisional MLE the alarm carries.
 
 For contrast it also runs the design the online detector replaced: a chi-square
-(exact binomial) test on a sliding window after every transition, at the per-test level
-that keeps it to one false alarm per 100,000 transitions.
+(exact binomial) test on a sliding window after every transition, at a per-test level
+calibrated so that its measured false-alarm rate is close to ours.
 
 The detectors run vectorised over many independent streams with the very arithmetic of
 capwatch.monitor.sequential (tested equal to the per-stream class).
@@ -65,6 +65,11 @@ DOMAINS = ("tireworld", "explodingblocks", "probabilistic_elevators")
 SHIFTS = (0.05, 0.1, 0.2, 0.3)
 TARGET_RATE = 1e-5
 WINDOWS = (250, 1000)
+WINDOW_LEVEL = 3e-4
+"""Per-step level of the windowed comparators: 1e-5 per step, the level that bounds
+their false-alarm rate by the target, leaves them ~25x under it (rejections of
+overlapping windows cluster), so their level was raised until the measured rate came
+near ours. That calibration holds for these probabilities only; nothing guarantees it."""
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -155,15 +160,11 @@ class Oracle:
 
 
 class Windowed:
-    """Exact two-sided binomial test of one outcome's count in a sliding window, every step.
-
-    Per-test level 1e-5: the expected number of rejections per transition is then at
-    most 1e-5 whatever the overlap between windows, the same budget as the others.
-    """
+    """Exact two-sided binomial test of one outcome's count in a sliding window, every step."""
 
     def __init__(self, p0: FloatArray, outcome: int, size: int, streams: int,
                  horizon: int) -> None:
-        alpha = TARGET_RATE
+        alpha = WINDOW_LEVEL
         self.lo = sps.binom.ppf(alpha / 2, size, p0[outcome]) - 1  # reject if count ≤ lo
         self.hi = sps.binom.isf(alpha / 2, size, p0[outcome]) + 1  # reject if count ≥ hi
         self.size = size
@@ -405,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capwatch drift benchmark: {len(cases)} probabilistic actions from {STOCHASTIC}")
     print(f"detector: mixture Shiryaev-Roberts, false_alarm_rate={rate:g} "
           f"(log A = {threshold_for_rate(rate):.2f}); oracle CUSUM calibrated to "
-          f"ARL0 = {1 / TARGET_RATE:,.0f}; windowed tests at level {TARGET_RATE:g} per step")
+          f"ARL0 = {1 / TARGET_RATE:,.0f}; windowed tests at level {WINDOW_LEVEL:g} per step")
     print()
     print("1. False alarms per 100,000 transitions per action, no drift "
           f"({settings.null_streams} streams x {settings.null_steps:,} transitions per action; "

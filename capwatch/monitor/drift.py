@@ -43,6 +43,10 @@ from capwatch.monitor.tables import OutcomeWindow, WindowKind
 
 Detector = Literal["sequential", "confirmation", "audit"]
 
+CONFIRM_ALPHA = 0.01
+"""A confirmation whose fresh executions fit the old model at this level (p ≥ 0.01)
+says so in its summary: the alarm was then likely one of the rare false ones."""
+
 
 @dataclass(frozen=True, slots=True)
 class DriftConfig:
@@ -97,8 +101,16 @@ class DriftEvidence:
     log_threshold: float | None = None
     change_point: int | None = None
 
+    @property
+    def confirms_drift(self) -> bool:
+        """For a confirmation: whether the fresh executions reject the old model on their own."""
+        return self.gof.p_value < CONFIRM_ALPHA
+
     def summary(self) -> str:
         """One line, in the model's vocabulary, for the alert text."""
+        if self.detector == "confirmation" and not self.confirms_drift:
+            return (f"{self.action}: earlier drift alarm not confirmed by {self.gof.n} fresh "
+                    f"executions (p={self.gof.p_value:.2g}, TVD {self.tvd.value:.3f})")
         parts = []
         for name, old, new in zip(self.outcomes, self.model_probabilities,
                                   self.estimate.probabilities, strict=True):
@@ -136,6 +148,7 @@ class DriftEvidence:
             "log_statistic": self.log_statistic,
             "log_threshold": self.log_threshold,
             "change_point": self.change_point,
+            "confirmed": self.confirms_drift if self.detector == "confirmation" else None,
             "summary": self.summary(),
         }
 

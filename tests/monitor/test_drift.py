@@ -196,3 +196,23 @@ def test_confirmation_can_be_disabled(move_car: Action) -> None:
     rng = np.random.default_rng(5)
     events = [e for e in map(mon.observe, _draws(rng, [0.5, 0.5], 3000)) if e is not None]
     assert events and all(e.provisional and e.fresh_samples_planned is None for e in events)
+
+
+def test_unconfirmed_alarm_says_so(move_car: Action) -> None:
+    mon = ActionMonitor(move_car, DriftConfig(confirm_half_width=0.1))
+    # A burst of the rare outcome raises an alarm; the fresh executions then fit the model.
+    for _ in range(40):
+        alarm = mon.observe(1)
+        if alarm is not None:
+            break
+    assert alarm is not None and alarm.provisional
+    rng = np.random.default_rng(0)
+    confirmation = None
+    for x in _draws(rng, [0.8, 0.2], 2000):
+        confirmation = mon.observe(x)
+        if confirmation is not None:
+            break
+    assert confirmation is not None and not confirmation.provisional
+    assert not confirmation.evidence.confirms_drift
+    assert "not confirmed" in confirmation.evidence.summary()
+    assert confirmation.evidence.to_dict()["confirmed"] is False
