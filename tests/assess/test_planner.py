@@ -1,0 +1,52 @@
+"""Planner facade: bounded breadth-first search and Fast Downward in a subprocess."""
+
+from __future__ import annotations
+
+import pytest
+
+from capwatch.adapters.fast_downward import FastDownwardPlanner
+from capwatch.assess.planner import BreadthFirstPlanner, PlannerGaveUp, PlanningTask
+from capwatch.model.grounding import Grounder
+from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
+from capwatch.model.simulate import execute_plan
+from tests.paths import DOMAINS
+
+
+def _task(name: str) -> tuple[PlanningTask, int]:
+    domain = read_domain(DOMAINS / name / "domain.pddl")
+    problem = read_problem(DOMAINS / name / "problem.pddl")
+    plan = [tuple(s) for s in parse_plan((DOMAINS / name / "optimal-plan.txt").read_text())]
+    _, goal = execute_plan(Grounder(domain), problem.init, plan)
+    return PlanningTask(domain, problem.objects_by_type(domain), problem.init, goal), len(plan)
+
+
+def test_breadth_first_finds_a_plan_as_short_as_the_reference() -> None:
+    task, length = _task("miconic")
+    plan = BreadthFirstPlanner().shortest_plan(task, length)
+    assert plan is not None and len(plan) == length
+    n, final = execute_plan(Grounder(task.domain), task.init, plan)
+    assert n == length and final == task.goal
+
+
+def test_breadth_first_respects_the_length_bound() -> None:
+    task, length = _task("miconic")
+    assert BreadthFirstPlanner().shortest_plan(task, length - 1) is None
+
+
+def test_breadth_first_gives_up_rather_than_guessing() -> None:
+    task, length = _task("blocksworld")
+    with pytest.raises(PlannerGaveUp):
+        BreadthFirstPlanner(max_states=50).shortest_plan(task, length)
+
+
+def test_fast_downward_agrees_on_the_optimal_length() -> None:
+    task, length = _task("miconic")
+    plan = FastDownwardPlanner(timeout=60).shortest_plan(task, length)
+    assert plan is not None and len(plan) == length
+    assert FastDownwardPlanner(timeout=60).shortest_plan(task, length - 1) is None
+
+
+def test_fast_downward_is_killed_on_timeout() -> None:
+    task, length = _task("blocksworld")
+    with pytest.raises(PlannerGaveUp, match="timed out"):
+        FastDownwardPlanner(timeout=0.01).shortest_plan(task, length)

@@ -1,0 +1,71 @@
+"""Packing probes into one plan-outcome query and reading the answer back."""
+
+from __future__ import annotations
+
+from capwatch.assess.agent import QueryResult
+from capwatch.assess.probes import FAIL, RISKY, SAFE, ObjectFactory, Probe, pack, read_answer
+from capwatch.model.domain import Action, LiftedAtom, Outcome, Parameter
+from capwatch.model.pal import Mode, PaTuple
+
+X = Parameter("?x", "block")
+HOLD = LiftedAtom("holding", ("?x",))
+EMPTY = LiftedAtom("handempty", ())
+PUT = Action("put", (X,), frozenset({HOLD}),
+             outcomes=(Outcome(frozenset({EMPTY}), frozenset({HOLD})),))
+GRAB = Action("grab", (X,), frozenset({EMPTY}),
+              outcomes=(Outcome(frozenset({HOLD}), frozenset({EMPTY})),))
+ACTIONS = {"put": PUT, "grab": GRAB}
+
+
+LOOK = Action("look", (X,), frozenset({HOLD}))
+
+
+def test_expected_failures_go_last() -> None:
+    fail = Probe("look", {HOLD: False}, FAIL, "f")
+    risky = Probe("look", {HOLD: True}, RISKY, "r", risky=1)
+    safe = Probe("look", {HOLD: True}, SAFE, "s")
+    q = pack([safe], [risky], [fail], {"look": LOOK}, ObjectFactory(set()))
+    assert q is not None
+    assert [s.probe.kind for s in q.steps] == [SAFE, RISKY, FAIL]
+
+
+def test_a_step_that_would_not_see_its_designed_state_is_left_out() -> None:
+    safe = Probe("put", {HOLD: True, EMPTY: False}, SAFE, "s")
+    fail = Probe("grab", {HOLD: False, EMPTY: False}, FAIL, "f")
+    q = pack([safe], [], [fail], ACTIONS, ObjectFactory({"a"}),
+             effect=lambda pa: Mode.POS if pa.atom == EMPTY and pa.action == "put"
+             else Mode.UNKNOWN)
+    assert q is not None
+    assert [s.probe.kind for s in q.steps] == [SAFE]  # handempty after put is true, not false
+    args = [s.ground_action[1] for s in q.steps]
+    assert "a" not in args and len(set(args)) == len(args)
+
+
+def test_shared_atom_is_chained_only_when_the_earlier_effect_is_known() -> None:
+    first = Probe("put", {HOLD: True, EMPTY: False}, SAFE, "s")
+    second = Probe("grab", {HOLD: False, EMPTY: True}, RISKY, "r")
+    known = pack([first], [second], [], ACTIONS, ObjectFactory(set()),
+                 effect=lambda pa: Mode.POS if pa.action == "put" else Mode.UNKNOWN)
+    unknown = pack([first], [second], [], ACTIONS, ObjectFactory(set()))
+    assert known is not None and unknown is not None
+    assert len(known.steps) == 2
+    assert len(unknown.steps) == 1
+
+
+def test_read_answer_reports_before_after_and_the_failed_step() -> None:
+    a = Probe("put", {HOLD: True, EMPTY: False}, SAFE, "s")
+    b = Probe("put", {HOLD: False, EMPTY: False}, FAIL, "f")
+    q = pack([a], [], [b], {"put": PUT}, ObjectFactory(set()))
+    assert q is not None and len(q.steps) == 1  # both touch handempty, effect unknown
+    x = q.steps[0].ground_action[1]
+    answer = QueryResult(1, frozenset({("handempty",)}))
+    executed, failed = read_answer(q, answer)
+    seen = executed[0][1]
+    assert seen[PaTuple("put", HOLD)] == (True, False)
+    assert seen[PaTuple("put", EMPTY)] == (False, True)
+    assert failed is None
+    refused = read_answer(q, QueryResult(0, q.state))
+    assert refused[0] == []
+    assert refused[1] is not None
+    assert refused[1][1][PaTuple("put", HOLD)] is True
+    assert x.startswith("q")
