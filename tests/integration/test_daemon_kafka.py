@@ -313,3 +313,54 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(setup: Setup, sig: int)
         again.kill_quietly()
     assert first_half + second_half == 300 * 2 * AGENTS_PER_FAMILY
     _check_outputs(setup)
+
+
+def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
+    import base64
+    import threading
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from capwatch.daemon.config import DaemonConfig
+    from capwatch.daemon.logs import configure_logging
+    from capwatch.daemon.service import build_service
+
+    samples: list[bytes] = []
+
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.binary(max_size=200) | st.text(max_size=50).map(str.encode))
+    def collect(raw: bytes) -> None:
+        samples.append(raw)
+
+    collect()
+    good = [e.value for e in setup.fleet.events(3)]
+    wrong_key = good[0]
+    producer = KafkaProducer(bootstrap_servers=setup.bootstrap, acks="all")
+    for raw in samples:
+        producer.send(setup.topics.transitions, key=b"fuzz", value=raw)
+    producer.send(setup.topics.transitions, key=b"someone-else", value=wrong_key)
+    for event_raw in good:
+        agent = json.loads(event_raw)["agent_id"]
+        producer.send(setup.topics.transitions, key=agent.encode(), value=event_raw)
+    producer.flush(30)
+    producer.close()
+    bad = len(samples) + 1
+    configure_logging("error", "json")
+    service = build_service(DaemonConfig(**_config(setup, 0)))
+    runner = threading.Thread(target=service.run, kwargs={"install_signals": False})
+    runner.start()
+    try:
+        _wait(lambda: service.daemon.processed >= bad + len(good) and _lag(setup) == 0, 60,
+              "every message to be handled")
+    finally:
+        service.daemon.stop()
+        runner.join(30)
+    dead = _read_all(setup.bootstrap, setup.topics.dead_letter)
+    assert len(dead) == bad == service.daemon.dead_letters
+    assert all(d["reason"] and d["source"] == setup.topics.transitions for d in dead)
+    assert sorted(base64.b64decode(d["raw_base64"]) for d in dead) == sorted(
+        [*samples, wrong_key])
+    assert any("does not match agent_id" in d["reason"] for d in dead)
+    assert len({(d["partition"], d["offset"]) for d in dead}) == bad
