@@ -75,6 +75,11 @@ class Method(enum.Enum):
     DAAISY = "daaisy"
     VERIFY = "verify"
     AIA = "aia"
+    AUTO = "auto"
+    """daaisy, switching to verify when over half of the pa-tuples are flagged."""
+
+
+AUTO_SWITCH = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +159,8 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     known value the observations rule out by changing just the location they pin down,
     without a query: fewer queries, lower accuracy (docs/assessment.md).
     """
-    m = Method(method) if isinstance(method, str) else method
+    requested = Method(method) if isinstance(method, str) else method
+    m = Method.DAAISY if requested is Method.AUTO else requested
     engine = _Engine(known, m, budget, minimal_change)
     engine.observe(transitions_of(observations))
     notes: list[str] = []
@@ -171,6 +177,13 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
                 notes.extend(report.notes)
                 for shortcut in report.shortcuts:
                     engine.flag_action(shortcut.suspect[0], shortcut.describe())
+    if requested is Method.AUTO and len(engine.flagged) > AUTO_SWITCH * len(engine.init_value):
+        # Most of the model is in doubt: confirming everything costs little more than
+        # resolving the flagged part, and leaves no stale pa-tuple behind.
+        notes.append(f"{len(engine.flagged)} of {len(engine.init_value)} pa-tuples flagged: "
+                     f"verifying the whole model")
+        engine.method = Method.VERIFY
+        engine.targets = set(engine.init_value)
     engine.run(agent)
     return engine.result(notes)
 

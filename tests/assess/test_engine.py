@@ -182,3 +182,16 @@ def test_reduced_functionality_is_found_from_an_optimal_trace() -> None:
     assert needs in result.affected
     assert result.model.mode(needs) is Mode.POS
     assert any("teleport" in line and "requires (charged)" in line for line in result.summary())
+
+
+def test_auto_switches_to_verify_only_when_most_of_the_model_is_in_doubt() -> None:
+    truth, _, trace = _inputs("gripper")
+    true_model = AbstractModel.from_domain(truth)
+    models = DOMAINS / "gripper" / "initial-models"
+    low = assess(read_domain(models / "domain_1_0.pddl"), [trace], SimulatedAgent(truth),
+                 method="auto")
+    high = assess(read_domain(models / "domain_19_0.pddl"), [trace], SimulatedAgent(truth),
+                  method="auto")
+    assert not any("verifying the whole model" in n for n in low.notes)
+    assert any("verifying the whole model" in n for n in high.notes)
+    assert high.best_guess().accuracy(true_model) == 1.0
