@@ -114,8 +114,10 @@ class _Outbound(BaseModel):
     v: Literal[1] = 1
 
 
-class PalChange(_Outbound):
+class PalChange(BaseModel):
     """One pal-tuple whose mode changed: ``old`` and ``new`` are ``+``, ``-``, ``0`` or ``?``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     action: str
     atom: list[str] = Field(description='Lifted atom, e.g. ["battery_full", "?r"].')
