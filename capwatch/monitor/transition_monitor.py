@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from capwatch.model.consistency import Inconsistency, Verdict, check, explain
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
@@ -28,6 +28,7 @@ from capwatch.model.pal import (
 )
 
 AtomLists = Sequence[Sequence[str]]
+_new_tuple: Any = tuple.__new__
 
 
 class Observation(NamedTuple):
@@ -134,7 +135,8 @@ class TransitionMonitor:
         last_lists = self._last_lists
         s = self._last_mask if last_lists is not None and state == last_lists \
             else self._encode(state)
-        s2 = self._encode(next_state)
+        # A refused action leaves the state as it was: no need to encode it twice.
+        s2 = s if next_state == state else self._encode(next_state)
         self._last_lists, self._last_mask = next_state, s2
         return self._record(op.action.name, ground_action, s, s2, check(op, s, s2), position)
 
@@ -162,7 +164,9 @@ class TransitionMonitor:
                 position, fs, action, fs2, explain(self.domain, action, fs, fs2)))
             if s != s2:
                 self._keep_executed(name, position, s, action, s2)
-        return Observation(verdict, action, outcomes, position)
+        # tuple.__new__ skips the NamedTuple's Python-level constructor (hot path).
+        obs: Observation = _new_tuple(Observation, (verdict, action, outcomes, position))
+        return obs
 
     @property
     def counts(self) -> dict[str, ActionCounts]:
@@ -174,7 +178,7 @@ class TransitionMonitor:
         buf = self.executed.get(name)
         if buf is None:
             buf = self.executed[name] = deque(maxlen=self.limits.executed_per_action)
-        buf.append(ExecutedTransition(position, s, action, s2))
+        buf.append(_new_tuple(ExecutedTransition, (position, s, action, s2)))
 
     def executed_transitions(self) -> list[tuple[frozenset[GroundAtom], GroundAction,
                                                  frozenset[GroundAtom]]]:
