@@ -374,7 +374,12 @@ class Daemon:
             ripe = time.monotonic() - agent.evidence_since >= det.debounce_s
         if not ripe:
             return
-        key = f"{agent.family}/{agent.agent_id}@{agent.version.ref}"
+        # The key names the model the evidence contradicts and where the evidence starts:
+        # a replay after a crash rebuilds the same key (and enqueue is a no-op), while new
+        # evidence after an assessment that changed nothing gets a fresh one.
+        first = agent.first_buffered_offset()
+        since = first if first is not None else agent.last_offset
+        key = f"{agent.family}/{agent.agent_id}@{agent.version.ref}#{since}"
         n_evidence = len(agent.evidence)
         provisional = agent.domain
         drift: dict[str, Any] = {}
@@ -411,6 +416,11 @@ class Daemon:
             self.metrics.assessments_queued.labels(agent.family).inc()
             log.info("assessment queued", key=key, agent_id=agent.agent_id,
                      inconsistent=n_evidence, drift=sorted(drift))
+        elif key not in {i.key for i in (*self.store.queue_items("pending"),
+                                         *self.store.queue_items("claimed"))}:
+            # A replay of evidence whose assessment already finished: nothing to wait for.
+            agent.awaiting = None
+            self._awaiting_keys.pop(agent.agent_id, None)
         self._work.set()
 
     def _executed_evidence(self, agent: AgentState) -> list[dict[str, Any]]:
@@ -475,20 +485,24 @@ class Daemon:
                 self._maybe_queue(agent, force=True)
 
     def poll_results(self) -> None:
-        """Pick up versions other replicas' workers stored for agents this one owns."""
+        """Pick up what other replicas' workers did for agents this one owns.
+
+        Only the live queue (pending and claimed items, a short list) is read: work that
+        left it was either stored as a newer version, which is installed, or ended without
+        one (no change found, or failed), which releases the agent.
+        """
         waiting = [a for a in self.registry if a.awaiting is not None]
         if not waiting:
             return
-        items = {i.key: i for i in self.store.queue_items("failed")}
-        items.update({i.key: i for i in self.store.queue_items("done")})
+        live = {i.key for i in (*self.store.queue_items("pending"),
+                                *self.store.queue_items("claimed"))}
         for agent in waiting:
             latest = self.store.latest(agent.family, agent.agent_id)
             if latest is not None and (agent.version.agent_id is None
                                        or latest.version > agent.version.version):
                 self._apply(_Installed(agent.agent_id, latest))
-                continue
-            if agent.awaiting in items:
-                self._apply(_Cleared(agent.agent_id, agent.awaiting, items[agent.awaiting].status))
+            elif agent.awaiting not in live and agent.awaiting is not None:
+                self._apply(_Cleared(agent.agent_id, agent.awaiting, "left the queue"))
 
     # ------------------------------------------------------------------ checkpoint
 
@@ -610,7 +624,9 @@ class Daemon:
         version: ModelVersion | None = None
         if latest is not None and latest.evidence.get("assessment_key") == item.key:
             version = latest  # a retry after the version was stored but not acknowledged
-        elif latest is not None and base.agent_id == agent_id and latest.version > base.version:
+        elif latest is not None and (base.agent_id is None
+                                     or latest.version > base.version):
+            # The agent's lineage moved past the model this work was queued against.
             self.store.complete(item.key, worker)
             self._results.put(_Installed(agent_id, latest))
             return
@@ -743,6 +759,6 @@ class Daemon:
         self.metrics.canaries.labels(family, verdict.name.lower()).inc()
         if verdict is Verdict.INCONSISTENT:
             t = Transition(agent_id, family, "canary", None, self.clock(), state, ground,
-                           answer.state, False)
+                           answer.state, False, answer.executed > 0)
             log.info("canary found an inconsistency", agent_id=agent_id, action=list(ground))
             self._results.put(_CanaryEvidence(agent_id, ObservedTransition(t, -1, -1)))

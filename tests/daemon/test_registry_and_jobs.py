@@ -1,0 +1,93 @@
+"""Per-agent registry (rebuilt from the store) and the scheduled jobs' work."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.assess.agent import AgentQuery
+from capwatch.daemon.registry import Registry
+from capwatch.daemon.service import build_service
+from capwatch.model.domain import GroundAtom
+from capwatch.models_store import ModelRef, build_version, open_store
+from tests.daemon.helpers import config, example, good_sample
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_registry_rebuilds_agents_from_the_store(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        base = store.put(build_version(ModelRef("rover-v1", None, 1), example("rover.pddl"), T0))
+        registry = Registry(store)
+        assert registry.load("rover-a", "no-such-family", 0) is None
+        a = registry.load("rover-a", "rover-v1", 3)
+        assert a is not None and a.version.ref == base.ref and a.partition == 3
+        assert registry.load("rover-a", "rover-v1", 3) is a  # held, not reloaded
+        store.put(build_version(ModelRef("rover-v1", "rover-a", 1),
+                                example("rover-sample-drift.pddl"), T0, parent=base))
+        # Another replica taking the partition over sees the agent's own lineage.
+        fresh = Registry(store).load("rover-a", "rover-v1", 3)
+        assert fresh is not None and fresh.version.ref == ModelRef("rover-v1", "rover-a", 1)
+        assert fresh.domain == example("rover-sample-drift.pddl")
+        b = registry.load("rover-b", "rover-v1", 5)
+        assert b is not None
+        assert [x.agent_id for x in registry.in_partitions({5})] == ["rover-b"]
+        registry.drop(["rover-b"])
+        assert registry.get("rover-b") is None and len(registry) == 1
+    finally:
+        store.close()
+
+
+class DriftedRover:
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=2)
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.sim
+
+
+def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: Path) -> None:
+    # The stream shows the rover navigating only; sample_rock is never attempted, so its
+    # new precondition is invisible to the monitor. A canary asks the agent to sample.
+    path = tmp_path / "in.jsonl"
+    nav = ["navigate", "rover1", "waypoint1", "waypoint2"]
+    state = [["at", "rover1", "waypoint1"], ["equipped_rock_analysis", "rover1"],
+             ["battery_half", "rover1"]]
+    after = [["at", "rover1", "waypoint2"], ["equipped_rock_analysis", "rover1"],
+             ["battery_half", "rover1"]]
+    import json
+
+    path.write_text(json.dumps({"type": "transition", "agent_id": "rover-a",
+                                "family": "rover-v1", "state": state, "action": nav,
+                                "next_state": after}) + "\n" + good_sample("rover-b") + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 scheduler={"canary_idle_s": 0.0001})
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
+                            source=JsonlSource(str(path)))
+    d = service.daemon
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    for r in d.source.poll(1.0):
+        d._handle(r)
+    assert d.store.queue_items() == []
+    inits: dict[str, frozenset[GroundAtom]] = {
+        n: p.init for n, p in service.problems.items()}
+    objects = {n: p.objects_by_type(d.families[n]) for n, p in service.problems.items()}
+    time.sleep(0.01)
+    d.canary(inits, objects)
+    deadline = time.monotonic() + 10
+    while not d.store.queue_items() and time.monotonic() < deadline:
+        time.sleep(0.05)
+        d._drain()
+    items = d.store.queue_items()
+    assert {i.agent_id for i in items} == {"rover-a", "rover-b"}
+    evidence = items[0].payload["inconsistent"]
+    assert any(o["action"][0] == "sample_rock" for o in evidence)
+    assert all(o["offset"] == -1 for o in evidence)  # canary findings hold no commit
+    assert d.commit_offsets() == {0: 2}
+    d.source.close()
+    d.store.close()
