@@ -126,7 +126,7 @@ class DetectionConfig(_Section):
     max_evidence: int = Field(default=50, ge=1)
     max_executed_evidence: int = Field(default=200, ge=0)
     """Recent executed transitions handed to the assessment (Table 2 pins modes free)."""
-    drift_false_alarm_rate: float = Field(default=1e-5, gt=0, lt=1)
+    drift_false_alarm_rate: float = Field(default=1e-5, ge=1e-100, lt=1)
     drift_window: int = Field(default=2000, ge=10)
     drift_min_samples: int = Field(default=100, ge=10)
     drift_fdr: float = Field(default=0.05, gt=0, lt=1)

@@ -349,6 +349,7 @@ class Daemon:
         if verdict is not Verdict.INCONSISTENT:
             return
         agent.inconsistent += 1
+        self.metrics.inconsistencies.labels(agent.family, t.action[0]).inc()
         if agent.awaiting is not None:
             return  # the queued assessment will settle it; the new model re-checks
         if len(agent.evidence) < self.config.detection.max_evidence:
@@ -542,6 +543,9 @@ class Daemon:
     def audit(self) -> None:
         """The fleet-wide windowed chi-square with BH control (scheduler job, main loop)."""
         for finding in self.drift.audit():
+            family_agent = self.registry.get(finding.agent_id)
+            self.metrics.drift_tests.labels(family_agent.family if family_agent else "-",
+                                            finding.action.split("(", 1)[0]).inc()
             if not finding.rejected or finding.evidence is None:
                 continue
             agent = self.registry.get(finding.agent_id)
@@ -697,7 +701,7 @@ class Daemon:
         self.store.complete(item.key, worker)
         self.metrics.model_versions.labels(family).inc()
         self.metrics.assessments.labels(family, "changed").inc()
-        self.metrics.model_delta.labels(family).set(version.delta_to_baseline)
+        self.metrics.observe_model_delta(family, agent_id, version.delta_to_baseline)
         log.info("model version published", version=version.version, delta=version.delta_to_parent,
                  summary=list(version.summary), queries=queries, alerts=len(events))
         self._results.put(_Installed(agent_id, version))

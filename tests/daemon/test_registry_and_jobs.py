@@ -91,3 +91,41 @@ def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: P
     assert d.commit_offsets() == {0: 2}
     d.source.close()
     d.store.close()
+
+
+def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> None:
+    import json
+    import random
+
+    rng = random.Random(5)
+    before = [["at_robot", "robot1", "hall"], ["at", "parcel1", "hall"], ["free", "robot1"]]
+    picked = [["at_robot", "robot1", "hall"], ["carrying", "robot1", "parcel1"]]
+    lines = []
+    for i in range(300):  # pick succeeds half the time; the model says 0.9
+        after = picked if rng.random() < 0.5 else before
+        lines.append(json.dumps({"type": "transition", "agent_id": "courier-a",
+                                 "family": "courier-v1", "step": i, "state": before,
+                                 "action": ["pick", "robot1", "parcel1", "hall"],
+                                 "next_state": after}))
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    # A false-alarm rate this small keeps the online detector quiet: only the audit fires.
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 detection={"drift_false_alarm_rate": 1e-100, "drift_min_samples": 100})
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
+                            source=JsonlSource(str(path)))
+    d = service.daemon
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    for r in d.source.poll(1.0):
+        d._handle(r)
+    assert d.store.queue_items() == []
+    d.audit()
+    (item,) = d.store.queue_items()
+    drift = item.payload["drift"]["pick"]
+    assert drift["detector"] == "audit" and drift["q_value"] < 0.05
+    assert drift["estimated_probabilities"][0] < 0.7
+    assert item.payload["drift_probes"]["pick"]["action"] == ["pick", "robot1", "parcel1",
+                                                              "hall"]
+    d.source.close()
+    d.store.close()
