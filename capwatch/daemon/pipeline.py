@@ -59,6 +59,7 @@ from capwatch.daemon.ports import (
 from capwatch.daemon.registry import AgentState, Registry
 from capwatch.model.consistency import Verdict, check
 from capwatch.model.domain import Domain
+from capwatch.model.errors import ModelError
 from capwatch.model.grounding import Grounder
 from capwatch.model.serialize import domain_from_json, domain_to_json
 from capwatch.models_store.base import (
@@ -151,6 +152,17 @@ class Daemon:
         self._consuming = False
         self.dead_letters = 0
         self.processed = 0
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def _count(self, metric: str, *labels: str) -> None:
+        """Increment a per-record counter; children are cached because resolving labels
+        (with the cardinality guard) costs more than the consistency check itself."""
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = getattr(self.metrics, metric).labels(*labels)
+            self._children[key] = child
+        child.inc()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -286,7 +298,7 @@ class Daemon:
     def _handle(self, record: Record) -> None:
         structlog.contextvars.bind_contextvars(partition=record.partition, offset=record.offset)
         try:
-            self.metrics.records.labels(record.source).inc()
+            self._count("records", record.source)
             self._handle_record(record)
             self.processed += 1
         finally:
@@ -315,13 +327,19 @@ class Daemon:
             return
         if agent.awaiting is None and agent.agent_id in self._awaiting_keys:
             agent.awaiting = self._awaiting_keys[agent.agent_id]
-        for i, t in enumerate(decoded):
+        if len(decoded) == 1:
+            # The monitor checks the vocabulary before it changes anything, so a single
+            # transition needs no separate pass.
+            try:
+                self._observe(agent, first, record)
+            except ModelError as e:
+                self._dead_letter(record, str(e), "vocabulary")
+            return
+        for t in decoded:  # a trace is applied whole or not at all
             problem = vocabulary_error(agent.domain, t)
             if problem is not None:
-                where = f"step {t.step}: " if len(decoded) > 1 else ""
-                self._dead_letter(record, where + problem, "vocabulary")
+                self._dead_letter(record, f"step {t.step}: {problem}", "vocabulary")
                 return
-            del i
         for t in decoded:
             self._observe(agent, t, record)
 
@@ -331,7 +349,7 @@ class Daemon:
         agent.transitions += 1
         agent.last_offset = record.offset
         agent.last_state = t.next_state
-        self.metrics.transitions.labels(agent.family, t.action[0], verdict.name.lower()).inc()
+        self._count("transitions", agent.family, t.action[0], verdict.name.lower())
         if verdict is Verdict.APPLIED:
             agent.last_executed[t.action[0]] = time.monotonic()
             op = agent.monitor.grounder.operator(t.action)

@@ -221,3 +221,22 @@ def test_event_payloads_are_json_with_the_model_text(tmp_path: Path) -> None:
                                                            "new")} for c in data["changes"]]
     assert data["evidence"]["queries"] > 0
     assert [t["offset"] for t in data["evidence"]["transitions"]] == [0, 1, 2]
+
+
+def test_a_trace_with_one_bad_step_is_refused_whole(tmp_path: Path) -> None:
+    from tests.daemon.helpers import HALF, SAMPLE, SAMPLED
+
+    bad_trace = json.dumps({"type": "trace", "agent_id": "rover-a", "family": "rover-v1",
+                            "states": [HALF, SAMPLED, [["wet", "rover1"]]],
+                            "actions": [SAMPLE, ["drop_sample", "rover1", "store1"]]})
+    good_trace = json.dumps({"type": "trace", "agent_id": "rover-a", "family": "rover-v1",
+                             "states": [HALF, SAMPLED], "actions": [SAMPLE]})
+    d = _manual(tmp_path, [bad_trace, good_trace])
+    for r in d.source.poll(1.0):
+        d._handle(r)
+    (dead,) = d.publisher.inner.dead_letters  # type: ignore[attr-defined]
+    assert dead.reason.startswith("step 1: next_state: unknown predicate 'wet'")
+    agent = d.registry.get("rover-a")
+    assert agent is not None and agent.transitions == 1  # only the good trace's step
+    d.source.close()
+    d.store.close()
