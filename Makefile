@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench bench-core bench-assess bench-drift bench-store clean
+.PHONY: test lint typecheck unit demo bench bench-core bench-assess bench-drift bench-store bench-daemon clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ unit: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/capwatch demo
 
-bench: bench-core bench-assess bench-drift bench-store
+bench: bench-core bench-assess bench-drift bench-store bench-daemon
 
 bench-core: $(STAMP)
 	$(BIN)/python benchmarks/bench_consistency.py
@@ -40,6 +40,9 @@ bench-drift: $(STAMP)
 
 bench-store: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py
+
+bench-daemon: $(STAMP)
+	$(BIN)/python benchmarks/bench_daemon.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
