@@ -42,5 +42,18 @@ def handle(args: argparse.Namespace) -> int:
         print(f"{args.config}: configuration is valid")
         return 0
     configure_logging(config.log.level, config.log.format)
-    service = build_service(config)
-    return service.run(exit_when_idle=args.exit_when_idle)
+    try:
+        service = build_service(config)
+        return service.run(exit_when_idle=args.exit_when_idle)
+    except OSError as e:
+        # A missing input file, an unwritable store directory, a port in use.
+        print(f"capwatch run: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        from kafka.errors import KafkaError
+
+        if isinstance(e, KafkaError):
+            print(f"capwatch run: Kafka at {config.kafka.bootstrap_servers}: {e}",
+                  file=sys.stderr)
+            return 1
+        raise

@@ -248,6 +248,10 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
         if isinstance(d, dict) and isinstance(d.get("domain"), str) \
                 and not Path(d["domain"]).is_absolute():
             d["domain"] = str(base / d["domain"])
+    src = data.get("source") or {}
+    if isinstance(src, dict) and isinstance(src.get("path"), str) and src["path"] != "-" \
+            and not Path(src["path"]).is_absolute():
+        src["path"] = str(base / src["path"])
     out = data.get("output") or {}
     if isinstance(out.get("directory"), str) and not Path(out["directory"]).is_absolute():
         out["directory"] = str(base / out["directory"])

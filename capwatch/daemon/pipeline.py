@@ -205,14 +205,14 @@ class Daemon:
         self._recover_claims()
         for item in (*self.store.queue_items("pending"), *self.store.queue_items("claimed")):
             self._awaiting_keys[item.agent_id] = item.key
-        self._start_workers()
-        resume = {p: o for (topic, p), o in self.store.load_offsets(self.group).items()
-                  if topic == self.source.name}
-        self.source.start(self._on_assign, self._on_revoke, resume)
-        self._consuming = True
-        self._started.set()
-        log.info("daemon started", replica=self.config.replica_id, source=self.source.name)
         try:
+            resume = {p: o for (topic, p), o in self.store.load_offsets(self.group).items()
+                      if topic == self.source.name}
+            self.source.start(self._on_assign, self._on_revoke, resume)
+            self._start_workers()
+            self._consuming = True
+            self._started.set()
+            log.info("daemon started", replica=self.config.replica_id, source=self.source.name)
             while not self._stop.is_set():
                 records = self.source.poll(0.1)
                 for r in records:
