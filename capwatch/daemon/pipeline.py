@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -77,6 +78,21 @@ from capwatch.monitor.drift import DriftAlarm, DriftConfig, DriftMonitor
 from capwatch.monitor.transition_monitor import MonitorLimits
 
 log = structlog.get_logger("capwatch.daemon")
+
+
+def _infrastructure_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [StoreError, sqlite3.Error, OSError]
+    try:
+        import psycopg
+
+        errors.append(psycopg.Error)
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        pass
+    return tuple(errors)
+
+
+INFRASTRUCTURE_ERRORS = _infrastructure_errors()
+"""Failures of what the daemon stands on rather than of the message it was handling."""
 
 Clock = Callable[[], datetime]
 
@@ -299,11 +315,21 @@ class Daemon:
         structlog.contextvars.bind_contextvars(partition=record.partition, offset=record.offset)
         try:
             self._count("records", record.source)
-            self._handle_record(record)
+            try:
+                self._handle_record(record)
+            except INFRASTRUCTURE_ERRORS:
+                raise  # the store is down: stop without committing past this record
+            except Exception as e:
+                # A message that trips a bug must not crash-loop the daemon on every
+                # restart: it goes to the dead letters like any other unusable input.
+                log.exception("record handling failed")
+                self._dead_letter(record, f"internal error: {type(e).__name__}: {e}",
+                                  "internal")
             self.processed += 1
-        finally:
+            # Only a handled record moves the position; a failure above leaves it unread.
             self._next[record.partition] = max(self._next.get(record.partition, 0),
                                                record.offset + 1)
+        finally:
             structlog.contextvars.unbind_contextvars("partition", "offset", "agent_id",
                                                      "episode")
 

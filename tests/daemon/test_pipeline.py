@@ -240,3 +240,43 @@ def test_a_trace_with_one_bad_step_is_refused_whole(tmp_path: Path) -> None:
     assert agent is not None and agent.transitions == 1  # only the good trace's step
     d.source.close()
     d.store.close()
+
+
+def test_a_message_that_trips_a_bug_is_dead_lettered_not_fatal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _manual(tmp_path, [good_sample(step=0), good_sample("rover-boom", step=1),
+                           good_sample(step=2)])
+    real = d._observe
+
+    def observe(agent: object, t: object, record: object) -> None:
+        if getattr(t, "agent_id", "") == "rover-boom":
+            raise RuntimeError("boom")
+        real(agent, t, record)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(d, "_observe", observe)
+    for r in d.source.poll(1.0):
+        d._handle(r)
+    (dead,) = d.publisher.inner.dead_letters  # type: ignore[attr-defined]
+    assert dead.reason == "internal error: RuntimeError: boom" and dead.offset == 1
+    assert d.commit_offsets() == {0: 3}
+    d.source.close()
+    d.store.close()
+
+
+def test_a_store_failure_stops_the_daemon_without_committing_the_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from capwatch.models_store.base import StoreError
+
+    d = _manual(tmp_path, [good_sample(step=0), good_sample("rover-new", step=1)])
+    records = d.source.poll(1.0)
+    d._handle(records[0])
+
+    def down(*args: object) -> None:
+        raise StoreError("database is unreachable")
+
+    monkeypatch.setattr(d.registry, "current_version", down)
+    with pytest.raises(StoreError):
+        d._handle(records[1])
+    assert d.commit_offsets() == {0: 1}
+    d.source.close()
+    d.store.close()
