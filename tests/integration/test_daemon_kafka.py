@@ -364,3 +364,51 @@ def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
         [*samples, wrong_key])
     assert any("does not match agent_id" in d["reason"] for d in dead)
     assert len({(d["partition"], d["offset"]) for d in dead}) == bad
+
+
+def test_two_replicas_share_the_fleet_through_the_consumer_group(
+        setup: Setup, postgres_dsn: str) -> None:
+    """Scale-out: two replicas in one consumer group with a shared PostgreSQL store split
+    the partitions between them; each drift still yields exactly one version and alert."""
+    import threading
+    import uuid
+    from urllib.parse import quote
+
+    import psycopg
+
+    from capwatch.daemon.config import DaemonConfig
+    from capwatch.daemon.logs import configure_logging
+    from capwatch.daemon.service import build_service
+
+    schema = f"daemon_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in postgres_dsn else "?"
+    dsn = f"{postgres_dsn}{sep}options={quote(f'-csearch_path={schema}')}"
+    n = _produce(setup, rounds=300)
+    configure_logging("error", "json")
+    services, runners = [], []
+    for i in range(2):
+        cfg = _config(setup, 0)
+        cfg["replica_id"] = f"replica-{i}"
+        cfg["store"] = {"url": dsn}
+        cfg["scheduler"]["results_poll_s"] = 0.5
+        service = build_service(DaemonConfig(**cfg))
+        services.append(service)
+        runners.append(threading.Thread(target=service.run, kwargs={"install_signals": False}))
+    for r in runners:
+        r.start()
+    try:
+        _wait(lambda: _lag(setup) == 0
+              and sum(s.daemon.processed for s in services) >= n
+              and not any(s.daemon._awaiting_keys for s in services), 90,
+              "both replicas to consume the stream")
+        _wait(lambda: len(_read_all(setup.bootstrap, setup.topics.alerts)) >= len(DRIFTS), 30,
+              "the alerts")
+    finally:
+        for s in services:
+            s.daemon.stop()
+        for r in runners:
+            r.join(30)
+    assert all(s.daemon.processed > 0 for s in services), "one replica got no partition"
+    _check_outputs(setup)
