@@ -9,6 +9,21 @@ from typing import TextIO
 
 import structlog
 
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time of writing.
+
+    Binding the stream at configuration time would keep writing to a stream someone
+    replaced and closed since (test runners swap stderr per test; so do daemonisers).
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
 
@@ -28,7 +43,7 @@ def configure_logging(level: str = "info", fmt: str = "json",
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(stream or _CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     # kafka-python logs through the standard library; keep its chatter out of ours.
