@@ -22,12 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from capwatch.assess.agent import QueryResult, State
-from capwatch.assess.search import (
-    DEFAULT_MAX_EXPANSIONS,
-    Goal,
-    breadth_first_plan,
-    ground_operators,
-)
+from capwatch.assess.search import DEFAULT_MAX_STATES, Goal, breadth_first, ground_operators
 from capwatch.model.domain import Domain, GroundAction, GroundAtom, Problem
 from capwatch.model.grounding import Grounder, GroundOperator, StateMask
 from capwatch.model.simulate import step
@@ -218,7 +213,7 @@ class SimulatedAgent:
         return p
 
     def run_optimal(self, problem: Problem | None = None, *, max_steps: int = 200,
-                    max_expansions: int = DEFAULT_MAX_EXPANSIONS) -> Trace:
+                    max_states: int = DEFAULT_MAX_STATES) -> Trace:
         """Execute an optimal plan for ``problem`` and return the trace.
 
         In a deterministic model this is one optimal plan. In a probabilistic one the
@@ -236,7 +231,7 @@ class SimulatedAgent:
             states = [state]
             actions: list[GroundAction] = []
             replanned = False
-            plan = breadth_first_plan(ops, state, goal, max_expansions=max_expansions) or []
+            plan = breadth_first(ops, state, goal, max_states=max_states).plan or []
             while plan and len(actions) < max_steps:
                 ground = plan.pop(0)
                 op = grounder.operator(ground)
@@ -245,8 +240,7 @@ class SimulatedAgent:
                 states.append(state)
                 if not op.action.is_deterministic and not goal.satisfied(state):
                     replanned = True
-                    plan = breadth_first_plan(ops, state, goal,
-                                              max_expansions=max_expansions) or []
+                    plan = breadth_first(ops, state, goal, max_states=max_states).plan or []
             decoded = tuple(grounder.index.decode(s) for s in states)
             reached = goal.satisfied(state)
             deterministic = not domain.is_probabilistic

@@ -1,28 +1,42 @@
-"""Pure-Python optimal planning for small problems: full grounding plus breadth-first search.
+"""capwatch's one in-process optimal planner: grounding plus breadth-first search.
 
-Used by the reference agent's optimal mode and available to the assessment engine for
-tiny problems where starting Fast Downward would cost more than the search itself.
-All actions cost 1, so breadth-first search returns a shortest (optimal) plan.
+Two kinds of caller share it. The reference agent's optimal mode plans to a problem's
+goal (a :class:`Goal`: some literals must hold, the rest is free) with no length bound.
+:class:`~capwatch.assess.planner.BreadthFirstPlanner` and the reduced-functionality
+check ask whether the known model reaches one of several *exact* observed states within
+a number of steps (:class:`Targets`). All actions cost 1, so the first goal state the
+search generates is at its shortest distance: the plan is optimal.
 
 Probabilistic actions are planned over the all-outcomes determinisation (every outcome
 with p > 0 becomes its own deterministic successor): the plan is optimal in the best
 case, and a caller executing it must replan when the sampled outcome differs.
+
+Grounding keeps only operators whose static preconditions hold in the start state: no
+action changes a static fact, so the others can never apply on the way. The search is
+bounded in generated states and raises :class:`PlannerGaveUp` past that bound, so a
+caller never mistakes "gave up" for "no plan".
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom, Problem
 from capwatch.model.grounding import Grounder, GroundOperator, StateMask
 
-DEFAULT_MAX_EXPANSIONS = 500_000
+DEFAULT_MAX_STATES = 500_000
 
 
-class SearchLimitExceeded(RuntimeError):
-    """The search gave up before deciding whether a plan exists."""
+class PlannerGaveUp(RuntimeError):
+    """The planner hit its time or size limit before deciding whether a plan exists."""
+
+
+class GoalTest(Protocol):
+    def reached(self, state: StateMask, depth: int) -> bool:
+        """Whether ``state``, first generated ``depth`` steps from the start, ends the search."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +50,34 @@ class Goal:
     def of(cls, grounder: Grounder, pos: Iterable[GroundAtom],
            neg: Iterable[GroundAtom] = ()) -> Goal:
         idx = grounder.index
-        pmask = 0
-        for atom in pos:
-            pmask |= idx.bit(atom)
-        nmask = 0
-        for atom in neg:
-            nmask |= idx.bit(atom)
-        return cls(pmask, nmask)
+        return cls(idx.encode(pos), idx.encode(neg))
 
     def satisfied(self, state: StateMask) -> bool:
         return (state & self.pos) == self.pos and not (state & self.neg)
+
+    def reached(self, state: StateMask, depth: int) -> bool:
+        return self.satisfied(state)
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """Exact states to reach, each within its own number of steps."""
+
+    limits: Mapping[StateMask, int]
+
+    def reached(self, state: StateMask, depth: int) -> bool:
+        limit = self.limits.get(state)
+        return limit is not None and depth <= limit
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    plan: list[GroundAction] | None
+    """A shortest plan, or None when no goal state is reachable (within the depth bound)."""
+    end: StateMask | None
+    """The goal state the plan reaches (which target, for :class:`Targets`)."""
+    generated: int
+    """Distinct states the search generated, the start included."""
 
 
 def static_predicates(domain: Domain) -> frozenset[str]:
@@ -55,7 +87,7 @@ def static_predicates(domain: Domain) -> frozenset[str]:
     return frozenset(p.name for p in domain.predicates if p.name not in changed)
 
 
-def _bindings(action: Action, objects: Mapping[str, tuple[str, ...]],
+def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
               static_true: frozenset[GroundAtom], static: frozenset[str]
               ) -> Iterator[tuple[str, ...]]:
     """Argument tuples for ``action`` that satisfy its static preconditions.
@@ -94,12 +126,14 @@ def _bindings(action: Action, objects: Mapping[str, tuple[str, ...]],
     yield from extend(0)
 
 
-def ground_operators(grounder: Grounder, objects: Mapping[str, tuple[str, ...]],
+def ground_operators(grounder: Grounder, objects: Mapping[str, Sequence[str]],
                      init: Iterable[GroundAtom]) -> list[GroundOperator]:
     """Every ground operator whose static preconditions hold in ``init``.
 
     ``objects`` maps each type to its objects (``Problem.objects_by_type``). Operators
     ruled out by static facts can never apply in any state reachable from ``init``.
+    Order is the domain's action order, then arguments in the order of ``objects``: the
+    same as the unpruned cross product, so pruning never changes which plan is found.
     """
     domain = grounder.domain
     static = static_predicates(domain)
@@ -111,42 +145,46 @@ def ground_operators(grounder: Grounder, objects: Mapping[str, tuple[str, ...]],
     return ops
 
 
-def breadth_first_plan(operators: Sequence[GroundOperator], init: StateMask, goal: Goal, *,
-                       max_expansions: int = DEFAULT_MAX_EXPANSIONS
-                       ) -> list[GroundAction] | None:
-    """A shortest plan from ``init`` to ``goal``, or None when the goal is unreachable.
+def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: GoalTest, *,
+                  max_states: int = DEFAULT_MAX_STATES, max_depth: int | None = None
+                  ) -> SearchResult:
+    """A shortest plan from ``start`` to a state ``goal`` accepts.
 
-    Raises :class:`SearchLimitExceeded` after ``max_expansions`` expanded states, so a
-    caller never mistakes "gave up" for "impossible".
+    Explores layer by layer (states in the order generated, operators in the given
+    order, outcomes in the action's order), testing the goal as states are generated.
+    ``max_depth`` bounds the plan length (None: unbounded). Raises
+    :class:`PlannerGaveUp` once more than ``max_states`` distinct states were generated
+    without an answer.
     """
-    if goal.satisfied(init):
-        return []
-    parent: dict[StateMask, tuple[StateMask, int]] = {init: (init, -1)}
-    frontier: deque[StateMask] = deque([init])
-    expansions = 0
-    while frontier:
-        state = frontier.popleft()
-        expansions += 1
-        if expansions > max_expansions:
-            raise SearchLimitExceeded(
-                f"breadth-first search expanded {max_expansions} states without an answer"
-            )
-        for i, op in enumerate(operators):
-            if not op.applicable(state):
-                continue
-            for keep, add in op.effects:
-                nxt = (state & keep) | add
-                if nxt in parent:
+    if goal.reached(start, 0):
+        return SearchResult([], start, 1)
+    reached = goal.reached
+    parent: dict[StateMask, tuple[StateMask, int]] = {start: (start, -1)}
+    layer = [start]
+    depth = 0
+    while layer and (max_depth is None or depth < max_depth):
+        depth += 1
+        next_layer: list[StateMask] = []
+        for state in layer:
+            for i, op in enumerate(operators):
+                if not op.applicable(state):
                     continue
-                parent[nxt] = (state, i)
-                if goal.satisfied(nxt):
-                    return _extract(parent, operators, nxt)
-                frontier.append(nxt)
-    return None
+                for keep, add in op.effects:
+                    nxt = (state & keep) | add
+                    if nxt in parent:
+                        continue
+                    parent[nxt] = (state, i)
+                    if reached(nxt, depth):
+                        return SearchResult(_path(parent, operators, nxt), nxt, len(parent))
+                    next_layer.append(nxt)
+            if len(parent) > max_states:
+                raise PlannerGaveUp(f"more than {max_states} states within {depth} steps")
+        layer = next_layer
+    return SearchResult(None, None, len(parent))
 
 
-def _extract(parent: Mapping[StateMask, tuple[StateMask, int]],
-             operators: Sequence[GroundOperator], state: StateMask) -> list[GroundAction]:
+def _path(parent: Mapping[StateMask, tuple[StateMask, int]],
+          operators: Sequence[GroundOperator], state: StateMask) -> list[GroundAction]:
     plan: list[GroundAction] = []
     while True:
         prev, i = parent[state]
@@ -161,10 +199,10 @@ def _extract(parent: Mapping[StateMask, tuple[StateMask, int]],
 
 def optimal_plan(domain: Domain, problem: Problem, *, grounder: Grounder | None = None,
                  init: Iterable[GroundAtom] | None = None,
-                 max_expansions: int = DEFAULT_MAX_EXPANSIONS) -> list[GroundAction] | None:
+                 max_states: int = DEFAULT_MAX_STATES) -> list[GroundAction] | None:
     """A shortest plan for ``problem`` (from ``init`` if given, else the problem's)."""
     g = grounder if grounder is not None else Grounder(domain)
     start = problem.init if init is None else frozenset(init)
     ops = ground_operators(g, problem.objects_by_type(domain), start)
     goal = Goal.of(g, problem.goal_pos, problem.goal_neg)
-    return breadth_first_plan(ops, g.index.encode(start), goal, max_expansions=max_expansions)
+    return breadth_first(ops, g.index.encode(start), goal, max_states=max_states).plan

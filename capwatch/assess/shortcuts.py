@@ -20,13 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capwatch.assess.observations import Trace
-from capwatch.assess.planner import (
-    BreadthFirstPlanner,
-    Planner,
-    PlannerGaveUp,
-    PlanningTask,
-    bounded_reach,
-)
+from capwatch.assess.planner import BreadthFirstPlanner, Planner, PlannerGaveUp, PlanningTask
+from capwatch.assess.search import Targets, breadth_first
 from capwatch.model.domain import Domain, GroundAction
 from capwatch.model.simulate import execute_plan
 
@@ -100,7 +95,7 @@ def _search(known: Domain, objects: Mapping[str, Sequence[str]], planner: Planne
             states: Sequence[frozenset[tuple[str, ...]]], i: int, candidates: Mapping[int, int],
             budget: int) -> tuple[tuple[int, list[GroundAction]] | None, int]:
     if isinstance(planner, BreadthFirstPlanner):
-        grounder, ops = planner.operators(known, objects)
+        grounder, ops = planner.operators(known, objects, states[i])
         index = grounder.index
         targets: dict[int, int] = {}
         where: dict[int, int] = {}
@@ -109,12 +104,11 @@ def _search(known: Domain, objects: Mapping[str, Sequence[str]], planner: Planne
             if mask not in targets:
                 targets[mask] = limit
                 where[mask] = j
-        hit, used = bounded_reach(ops, index.encode(states[i]), targets,
-                                  max(candidates.values()), budget)
-        if hit is None:
-            return None, used
-        plan, mask = hit
-        return (where[mask], plan), used
+        hit = breadth_first(ops, index.encode(states[i]), Targets(targets),
+                            max_states=budget, max_depth=max(candidates.values()))
+        if hit.plan is None or hit.end is None:
+            return None, hit.generated
+        return (where[hit.end], hit.plan), hit.generated
     for j, limit in sorted(candidates.items()):
         found = planner.shortest_plan(PlanningTask(known, objects, states[i], states[j]), limit)
         if found is not None:

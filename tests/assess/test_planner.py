@@ -50,3 +50,36 @@ def test_fast_downward_is_killed_on_timeout() -> None:
     task, length = _task("blocksworld")
     with pytest.raises(PlannerGaveUp, match="timed out"):
         FastDownwardPlanner(timeout=0.01).shortest_plan(task, length)
+
+
+def test_static_pruning_finds_the_same_plan_over_the_same_states_as_full_grounding() -> None:
+    import itertools
+
+    from capwatch.assess.search import Targets, breadth_first
+
+    task, length = _task("miconic")
+    grounder, pruned = BreadthFirstPlanner().operators(task.domain, task.objects, task.init)
+    full = [grounder.operator((a.name, *args)) for a in task.domain.actions
+            for args in itertools.product(*(task.objects.get(p.type, ())
+                                             for p in a.parameters))]
+    assert len(pruned) < len(full)
+    # Same relative order: ties between equally short plans are broken the same way.
+    assert pruned == [op for op in full if op in set(pruned)]
+    start, goal = grounder.index.encode(task.init), grounder.index.encode(task.goal)
+    a = breadth_first(pruned, start, Targets({goal: length}), max_depth=length)
+    b = breadth_first(full, start, Targets({goal: length}), max_depth=length)
+    assert a.plan is not None and len(a.plan) == length
+    assert (a.plan, a.end, a.generated) == (b.plan, b.end, b.generated)
+
+
+def test_pruning_follows_each_task_s_own_static_facts() -> None:
+    task, length = _task("miconic")
+    above = ("above", "f0", "f1")
+    assert above in task.init
+    # Without the static fact the lift cannot move: no plan. The operators pruned for that
+    # state must not be reused for the next task, whose initial state has the fact again.
+    planner = BreadthFirstPlanner()
+    stuck = PlanningTask(task.domain, task.objects, task.init - {above}, task.goal - {above})
+    assert planner.shortest_plan(stuck, length + 5) is None
+    plan = planner.shortest_plan(task, length)
+    assert plan is not None and len(plan) == length

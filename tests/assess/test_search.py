@@ -6,8 +6,9 @@ import pytest
 
 from capwatch.assess.search import (
     Goal,
-    SearchLimitExceeded,
-    breadth_first_plan,
+    PlannerGaveUp,
+    Targets,
+    breadth_first,
     ground_operators,
     optimal_plan,
     static_predicates,
@@ -56,11 +57,11 @@ def test_unreachable_goal_returns_none() -> None:
     assert optimal_plan(domain, impossible) is None
 
 
-def test_expansion_limit_raises_instead_of_claiming_unsolvable() -> None:
+def test_state_limit_raises_instead_of_claiming_unsolvable() -> None:
     domain = read_domain(DOMAINS / "gripper" / "domain.pddl")
     problem = read_problem(DOMAINS / "gripper" / "problem.pddl")
-    with pytest.raises(SearchLimitExceeded):
-        optimal_plan(domain, problem, max_expansions=5)
+    with pytest.raises(PlannerGaveUp):
+        optimal_plan(domain, problem, max_states=5)
 
 
 def test_static_preconditions_prune_grounding() -> None:
@@ -92,4 +93,24 @@ def test_probabilistic_actions_use_every_outcome() -> None:
     ops = ground_operators(grounder, {}, frozenset())
     # Only the unlikely outcome reaches the goal: the determinisation must still find it.
     goal = Goal.of(grounder, [("tails",)])
-    assert breadth_first_plan(ops, 0, goal) == [("toss",)]
+    assert breadth_first(ops, 0, goal).plan == [("toss",)]
+
+
+def test_exact_targets_are_reached_only_within_their_own_step_limits() -> None:
+    domain = read_domain(DOMAINS / "gripper" / "domain.pddl")
+    problem = read_problem(DOMAINS / "gripper" / "problem.pddl")
+    grounder = Grounder(domain)
+    ops = ground_operators(grounder, problem.objects_by_type(domain), problem.init)
+    states = [grounder.index.encode(problem.init)]
+    for step in parse_plan((DOMAINS / "gripper" / "optimal-plan.txt").read_text()):
+        states.append(grounder.operator(tuple(step)).apply(states[-1]))
+    # Prefixes of an optimal plan are shortest paths to the states they pass through.
+    start = states[0]
+    too_tight = breadth_first(ops, start, Targets({states[3]: 2}))
+    assert too_tight.plan is None and too_tight.end is None and too_tight.generated > 1
+    exact = breadth_first(ops, start, Targets({states[3]: 3}))
+    assert exact.plan is not None and len(exact.plan) == 3 and exact.end == states[3]
+    # The nearer target is met first but outside its limit; the farther one counts.
+    farther = breadth_first(ops, start, Targets({states[2]: 1, states[4]: 4}))
+    assert farther.end == states[4] and farther.plan is not None and len(farther.plan) == 4
+    assert breadth_first(ops, start, Targets({states[4]: 9}), max_depth=3).plan is None
