@@ -22,9 +22,8 @@ from capwatch.adapters.agent_protocol import (
 )
 from capwatch.adapters.agent_sim import SimulatedAgent
 from capwatch.assess.agent import AgentUnavailable
+from capwatch.cli._common import fail, load_domain, load_plan, load_problem, reading
 from capwatch.model.domain import Domain, GroundAtom, Problem
-from capwatch.model.errors import ModelError
-from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
 
 
 def register(sub: Any) -> None:
@@ -69,44 +68,31 @@ def register(sub: Any) -> None:
     openapi.set_defaults(handler=_openapi)
 
 
-def _fail(message: str) -> SystemExit:
-    return SystemExit(f"capwatch: {message}")
-
-
-def _read(kind: str, path: str) -> Any:
-    try:
-        return read_domain(path) if kind == "domain" else read_problem(path)
-    except OSError as e:
-        raise _fail(f"cannot read {path}: {e.strerror}") from None
-    except ModelError as e:
-        raise _fail(str(e)) from None
-
-
 def _check_problem(domain: Domain, problem: Problem) -> None:
     predicates = domain.predicate_map
     for atom in sorted(problem.init | problem.goal_pos | problem.goal_neg):
         pred = predicates.get(atom[0])
         if pred is None or pred.arity != len(atom) - 1:
-            raise _fail(f"problem {problem.name}: atom ({' '.join(atom)}) does not match any "
-                        f"predicate of domain {domain.name}")
+            raise fail(f"problem {problem.name}: atom ({' '.join(atom)}) does not match any "
+                       f"predicate of domain {domain.name}")
 
 
 def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    domain: Domain = _read("domain", args.domain)
+    domain = load_domain(args.domain)
     if not args.keep_action_literals:
         domain = domain.without_action_literals()
     problem: Problem | None = None
     if args.problem:
-        problem = _read("problem", args.problem)
+        problem = load_problem(args.problem)
         _check_problem(domain, problem)
     agent = SimulatedAgent(domain, seed=args.seed, problem=problem)
     try:
         server = AgentServer(agent, args.host, args.port, max_body_bytes=args.max_body_bytes,
                              allow_drift=not args.no_drift)
     except OSError as e:
-        raise _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
+        raise fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -128,26 +114,21 @@ def _serve(args: argparse.Namespace) -> int:
 def _query(args: argparse.Namespace) -> int:
     state: frozenset[GroundAtom]
     if args.problem:
-        state = _read("problem", args.problem).init
+        state = load_problem(args.problem).init
     else:
+        with reading(args.state):
+            text = Path(args.state).read_text(encoding="utf-8")
         try:
-            raw = json.loads(Path(args.state).read_text(encoding="utf-8"))
+            raw = json.loads(text)
             state = QueryRequest.model_validate({"state": raw, "plan": []}).to_core()[0]
-        except OSError as e:
-            raise _fail(f"cannot read {args.state}: {e.strerror}") from None
         except ValueError as e:  # JSON syntax and pydantic validation errors
-            raise _fail(f"{args.state}: not a JSON list of atoms: {e}") from None
-    try:
-        plan = parse_plan(Path(args.plan).read_text(encoding="utf-8"), args.plan)
-    except OSError as e:
-        raise _fail(f"cannot read {args.plan}: {e.strerror}") from None
-    except ModelError as e:
-        raise _fail(str(e)) from None
+            raise fail(f"{args.state}: not a JSON list of atoms: {e}") from None
+    plan = load_plan(args.plan)
     try:
         client = HttpAgentClient(args.url, timeout=args.timeout, retries=args.retries)
         results = client.query(state, plan, args.samples)
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except AgentUnavailable as e:
         print(f"capwatch: {e}", file=sys.stderr)
         return 3

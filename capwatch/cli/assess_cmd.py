@@ -18,10 +18,10 @@ from capwatch.adapters.agent_sim import SimulatedAgent
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Trace
 from capwatch.assess.planner import BreadthFirstPlanner, Planner
+from capwatch.cli._common import fail, load_domain, load_plan, load_problem
 from capwatch.model import AbstractModel, ModelError
 from capwatch.model.domain import Domain, GroundAction, Problem
 from capwatch.model.grounding import Grounder
-from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
 from capwatch.model.simulate import execute_plan
 
 
@@ -43,34 +43,6 @@ def register(sub: Any) -> None:
     off.set_defaults(handler=_offline)
 
 
-def _load_domain(path: str) -> Domain:
-    try:
-        return read_domain(path)
-    except OSError as e:
-        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
-    except ModelError as e:
-        raise SystemExit(f"capwatch: {e}") from None
-
-
-def _load_problem(path: str) -> Problem:
-    try:
-        return read_problem(path)
-    except OSError as e:
-        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
-    except ModelError as e:
-        raise SystemExit(f"capwatch: {e}") from None
-
-
-def _load_plan(path: str) -> list[GroundAction]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [tuple(s) for s in parse_plan(f.read(), path)]
-    except OSError as e:
-        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
-    except ModelError as e:
-        raise SystemExit(f"capwatch: {e}") from None
-
-
 def observed_trace(truth: Domain, problem: Problem, plan: list[GroundAction],
                    source: str = "plan") -> Trace:
     """The plan run step by step on the truth model; stops with an error if a step fails."""
@@ -81,11 +53,11 @@ def observed_trace(truth: Domain, problem: Problem, plan: list[GroundAction],
         try:
             n, state = execute_plan(grounder, state, [step])
         except ModelError as e:
-            raise SystemExit(f"capwatch: plan step {i + 1} {step}: {e}") from None
+            raise fail(f"plan step {i + 1} {step}: {e}") from None
         if n != 1:
-            raise SystemExit(f"capwatch: plan step {i + 1} ({' '.join(step)}) is not "
-                             f"executable in the truth model; the observations must be "
-                             f"something the agent actually did")
+            raise fail(f"plan step {i + 1} ({' '.join(step)}) is not executable in the "
+                       f"truth model; the observations must be something the agent "
+                       f"actually did")
         states.append(state)
     return Trace(tuple(states), tuple(plan), optimal=True, source=source)
 
@@ -104,7 +76,7 @@ def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[Gro
     true_model = AbstractModel.from_domain(truth)
     learned = result.best_guess()
     if learned.modes.keys() != true_model.modes.keys():
-        raise SystemExit("capwatch: truth and initial models have different vocabularies")
+        raise fail("truth and initial models have different vocabularies")
     figures = {
         "method": method,
         "queries": result.query_count,
@@ -119,10 +91,10 @@ def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[Gro
 
 
 def _offline(args: argparse.Namespace) -> int:
-    truth = _load_domain(args.truth)
-    initial = _load_domain(args.initial)
-    problem = _load_problem(args.problem)
-    plan = _load_plan(args.plan)
+    truth = load_domain(args.truth)
+    initial = load_domain(args.initial)
+    problem = load_problem(args.problem)
+    plan = load_plan(args.plan)
     planner: Planner
     if args.planner == "fd":
         from capwatch.adapters.fast_downward import FastDownwardPlanner

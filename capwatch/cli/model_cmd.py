@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
-from capwatch.model import AbstractModel, ModelError, pal_tuples, summarise_changes
+from capwatch.cli._common import load_domain
+from capwatch.model import AbstractModel, pal_tuples, summarise_changes
 from capwatch.model.pal import Mode
-from capwatch.model.pddl_reader import read_domain
 
 
 def register(sub: Any) -> None:
@@ -27,17 +27,8 @@ def register(sub: Any) -> None:
     diff.set_defaults(handler=_diff)
 
 
-def _load(path: str) -> Any:
-    try:
-        return read_domain(path)
-    except OSError as e:
-        raise SystemExit(f"capwatch: cannot read {path}: {e.strerror}") from None
-    except ModelError as e:
-        raise SystemExit(f"capwatch: {e}") from None
-
-
 def _stats(args: argparse.Namespace) -> int:
-    domain = _load(args.domain)
+    domain = load_domain(args.domain)
     out = {
         "predicates": len(domain.predicates),
         "actions": len(domain.actions),
@@ -49,7 +40,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    a, b = _load(args.a), _load(args.b)
+    a, b = load_domain(args.a), load_domain(args.b)
     ma, mb = AbstractModel.from_domain(a), AbstractModel.from_domain(b)
     if ma.modes.keys() != mb.modes.keys():
         print("capwatch: the two models have different vocabularies (predicates, action "

@@ -1,0 +1,48 @@
+"""What the command modules share: reading model files, and failing with one clear line.
+
+A command that cannot read its input exits with ``capwatch: <what went wrong>`` (status
+1 through :class:`SystemExit`) instead of a traceback: the file name and, for a parse
+error, the line and column come from the reader's :class:`ModelError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from capwatch.model.domain import Domain, GroundAction, Problem
+from capwatch.model.errors import ModelError
+from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
+
+
+def fail(message: str) -> SystemExit:
+    return SystemExit(f"capwatch: {message}")
+
+
+@contextmanager
+def reading(path: str | Path) -> Iterator[None]:
+    """Turn the errors of reading and parsing ``path`` into :func:`fail`."""
+    try:
+        yield
+    except OSError as e:
+        raise fail(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise fail(f"cannot read {path}: not UTF-8 text") from None
+    except ModelError as e:
+        raise fail(str(e)) from None
+
+
+def load_domain(path: str | Path) -> Domain:
+    with reading(path):
+        return read_domain(path)
+
+
+def load_problem(path: str | Path) -> Problem:
+    with reading(path):
+        return read_problem(path)
+
+
+def load_plan(path: str | Path) -> list[GroundAction]:
+    with reading(path):
+        return parse_plan(Path(path).read_text(encoding="utf-8"), str(path))
