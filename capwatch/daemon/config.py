@@ -133,9 +133,10 @@ class DetectionConfig(_Section):
 
 
 class AssessmentConfig(_Section):
-    method: Literal["daaisy", "verify"] = "verify"
+    method: Literal["daaisy", "verify", "auto"] = "verify"
     """``daaisy`` resolves only the pal-tuples the evidence flags; ``verify`` then also
-    confirms the rest with probing queries (more queries, no missed change)."""
+    confirms the rest with probing queries (more queries, no missed change); ``auto`` is
+    daaisy, switching to verify when over half of the pa-tuples are flagged."""
     workers: int = Field(default=2, ge=1)
     lease_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=5, ge=1)
