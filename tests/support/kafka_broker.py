@@ -23,17 +23,22 @@ import fcntl
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+
+from tests.support._proc import (
+    ManagedServer,
+    free_port,
+    start_print_stop,
+    stop_process,
+    tail,
+    wait_until,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +161,6 @@ def fetch_kafka(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path
 # --------------------------------------------------------------------------- helpers
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _cluster_id() -> str:
     # Kafka's Uuid string form: URL-safe base64 of 16 random bytes, no padding (22 chars).
     while True:
@@ -186,11 +185,8 @@ def _java() -> str:
     return java
 
 
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
+def _tail(path: Path) -> str:
+    return tail(path, 40, "(no log)")
 
 
 def cluster_is_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
@@ -223,7 +219,7 @@ def cluster_is_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
 
 
 @dataclass
-class KafkaBroker:
+class KafkaBroker(ManagedServer):
     """A running broker (or an external cluster when ``external`` is true)."""
 
     bootstrap: str
@@ -240,31 +236,11 @@ class KafkaBroker:
     def stop(self) -> None:
         """Stop the broker by PID: SIGTERM, then SIGKILL after a bound; remove its directory."""
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            t0 = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                log.warning(
-                    "Kafka pid %d ignored SIGTERM for %.0fs: SIGKILL", proc.pid, STOP_TIMEOUT_S
-                )
-                proc.kill()
-                proc.wait(timeout=STOP_TIMEOUT_S)
+        t0 = time.monotonic()
+        if proc is not None and stop_process(proc, STOP_TIMEOUT_S, "Kafka"):
             self.timings["stop"] = time.monotonic() - t0
         if self.workdir is not None and not os.environ.get("CAPWATCH_KEEP_KAFKA_DIR"):
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> KafkaBroker:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _server_properties(data: Path, broker_port: int, controller_port: int) -> str:
@@ -316,11 +292,8 @@ def start_kafka_broker(
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if external:
         t0 = time.monotonic()
-        deadline = t0 + timeout_s
-        while not cluster_is_ready(external):
-            if time.monotonic() > deadline:
-                raise KafkaBrokerError(f"KAFKA_BOOTSTRAP_SERVERS={external} is not reachable")
-            time.sleep(0.5)
+        if not wait_until(lambda: cluster_is_ready(external), timeout_s, interval_s=0.5):
+            raise KafkaBrokerError(f"KAFKA_BOOTSTRAP_SERVERS={external} is not reachable")
         return KafkaBroker(bootstrap=external, external=True, start_seconds=time.monotonic() - t0)
 
     timings: dict[str, float] = {}
@@ -375,21 +348,20 @@ def _start_once(
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=workdir,
             )  # fmt: skip
-        deadline = t2 + timeout_s
-        while True:
-            if broker.process.poll() is not None:
+        process = broker.process
+
+        def ready() -> bool:
+            if process.poll() is not None:
                 raise KafkaBrokerError(
-                    f"Kafka exited with {broker.process.returncode} while starting:\n"
+                    f"Kafka exited with {process.returncode} while starting:\n"
                     f"{_tail(workdir / 'kafka.stdout')}\n{_tail(log_file)}"
                 )
-            if cluster_is_ready(broker.bootstrap, timeout_s=2.0):
-                break
-            if time.monotonic() > deadline:
-                raise KafkaBrokerError(
-                    f"Kafka not ready on {broker.bootstrap} after {timeout_s:.0f}s:\n"
-                    f"{_tail(log_file)}"
-                )
-            time.sleep(0.2)
+            return cluster_is_ready(broker.bootstrap, timeout_s=2.0)
+
+        if not wait_until(ready, t2 + timeout_s - time.monotonic()):
+            raise KafkaBrokerError(
+                f"Kafka not ready on {broker.bootstrap} after {timeout_s:.0f}s:\n{_tail(log_file)}"
+            )
         timings["broker_ready"] = time.monotonic() - t2
         broker.start_seconds = time.monotonic() - t0
         log.info("Kafka ready on %s in %.1fs %s", broker.bootstrap, broker.start_seconds, timings)
@@ -399,15 +371,6 @@ def _start_once(
         raise
 
 
-@contextlib.contextmanager
-def kafka_broker(version: str = KAFKA_VERSION) -> Iterator[KafkaBroker]:
-    broker = start_kafka_broker(version)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fetch", action="store_true", help="only fetch/verify the jar cache")
@@ -415,23 +378,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("kafka").setLevel(logging.ERROR)
+    if not args.fetch:
+        return start_print_stop(
+            lambda: start_kafka_broker(args.version),
+            lambda b: (
+                f"Kafka {args.version} ready on {b.bootstrap} in {b.start_seconds:.1f}s {b.timings}"
+            ),
+            KafkaBrokerError,
+        )
     try:
-        if args.fetch:
-            t0 = time.monotonic()
-            libs = fetch_kafka(args.version)
-            jars = len(list(libs.glob("*.jar")))
-            print(f"Kafka {args.version}: {jars} jars in {libs} ({time.monotonic() - t0:.1f}s)")
-            return 0
-        with kafka_broker(args.version) as broker:
-            print(
-                f"Kafka {args.version} ready on {broker.bootstrap} in "
-                f"{broker.start_seconds:.1f}s {broker.timings}"
-            )
-        print(f"stopped in {broker.timings.get('stop', 0.0):.1f}s")
-        return 0
+        t0 = time.monotonic()
+        libs = fetch_kafka(args.version)
     except KafkaBrokerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    jars = len(list(libs.glob("*.jar")))
+    print(f"Kafka {args.version}: {jars} jars in {libs} ({time.monotonic() - t0:.1f}s)")
+    return 0
 
 
 if __name__ == "__main__":

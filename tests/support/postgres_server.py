@@ -15,20 +15,18 @@ Command line: ``.venv/bin/python -m tests.support.postgres_server`` starts, prin
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+
+from tests.support._proc import ManagedServer, free_port, start_print_stop, tail, wait_until
 
 DATABASE = "capwatch_test"
 SERVICE_USER = "postgres"
@@ -64,29 +62,27 @@ def find_bindir() -> Path:
     )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_for_connection(dsn: str, timeout_s: float) -> None:
     import psycopg
 
-    deadline = time.monotonic() + timeout_s
-    while True:
+    errors: list[psycopg.OperationalError] = []
+
+    def connects() -> bool:
         try:
             with psycopg.connect(dsn, connect_timeout=3) as conn:
                 conn.execute("SELECT 1")
-            return
+            return True
         except psycopg.OperationalError as e:
-            if time.monotonic() > deadline:
-                raise PostgresServerError(f"PostgreSQL at {dsn} not reachable: {e}") from e
-            time.sleep(0.2)
+            errors.append(e)
+            return False
+
+    if not wait_until(connects, timeout_s):
+        last = errors[-1]
+        raise PostgresServerError(f"PostgreSQL at {dsn} not reachable: {last}") from last
 
 
 @dataclass
-class PostgresServer:
+class PostgresServer(ManagedServer):
     """A running server (or an external one when ``external`` is true)."""
 
     dsn: str
@@ -116,17 +112,6 @@ class PostgresServer:
             self.timings["stop"] = time.monotonic() - t0
         if not os.environ.get("CAPWATCH_KEEP_POSTGRES_DIR"):
             shutil.rmtree(workdir, ignore_errors=True)
-
-    def __enter__(self) -> PostgresServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _as_root() -> bool:
@@ -215,7 +200,7 @@ def _pg_ctl_start(bindir: Path, workdir: Path) -> int:
         )  # fmt: skip
         if proc.returncode == 0:
             return port
-        output = proc.stdout + proc.stderr + _tail(workdir / "postgres.log")
+        output = proc.stdout + proc.stderr + tail(workdir / "postgres.log", 30)
         if "already in use" not in output:
             break
     raise PostgresServerError(f"pg_ctl start failed:\n{output}")
@@ -235,33 +220,12 @@ def _workdir_parent() -> str:
     return base
 
 
-def _tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
-@contextlib.contextmanager
-def postgres_server(database: str = DATABASE) -> Iterator[PostgresServer]:
-    server = start_postgres_server(database)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def main() -> int:
-    try:
-        with postgres_server() as server:
-            print(
-                f"PostgreSQL ready at {server.dsn} in {server.start_seconds:.1f}s {server.timings}"
-            )
-        print(f"stopped in {server.timings.get('stop', 0.0):.1f}s")
-        return 0
-    except PostgresServerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return start_print_stop(
+        start_postgres_server,
+        lambda s: f"PostgreSQL ready at {s.dsn} in {s.start_seconds:.1f}s {s.timings}",
+        PostgresServerError,
+    )
 
 
 if __name__ == "__main__":
