@@ -130,29 +130,26 @@ def eff_mode(action: Action, atom: LiftedAtom) -> Mode:
     return Mode.ABSENT
 
 
-def _set_pre(action: Action, atom: LiftedAtom, mode: Mode) -> Action:
-    pos, neg = set(action.pre_pos), set(action.pre_neg)
-    pos.discard(atom)
-    neg.discard(atom)
+def _place(atom: LiftedAtom, mode: Mode, pos: frozenset[LiftedAtom],
+           neg: frozenset[LiftedAtom]) -> tuple[frozenset[LiftedAtom], frozenset[LiftedAtom]]:
+    """``pos`` and ``neg`` with ``atom`` only in the one ``mode`` names (in neither for ∅, ?)."""
+    pos, neg = pos - {atom}, neg - {atom}
     if mode is Mode.POS:
-        pos.add(atom)
+        pos |= {atom}
     elif mode is Mode.NEG:
-        neg.add(atom)
-    return action.replace(pre_pos=frozenset(pos), pre_neg=frozenset(neg))
+        neg |= {atom}
+    return pos, neg
+
+
+def _set_pre(action: Action, atom: LiftedAtom, mode: Mode) -> Action:
+    pos, neg = _place(atom, mode, action.pre_pos, action.pre_neg)
+    return action.replace(pre_pos=pos, pre_neg=neg)
 
 
 def _set_eff(action: Action, atom: LiftedAtom, mode: Mode) -> Action:
-    outcomes = []
-    for o in action.outcomes:
-        add, delete = set(o.add), set(o.delete)
-        add.discard(atom)
-        delete.discard(atom)
-        if mode is Mode.POS:
-            add.add(atom)
-        elif mode is Mode.NEG:
-            delete.add(atom)
-        outcomes.append(Outcome(frozenset(add), frozenset(delete), o.probability))
-    return action.replace(outcomes=tuple(outcomes))
+    outcomes = tuple(Outcome(*_place(atom, mode, o.add, o.delete), o.probability)
+                     for o in action.outcomes)
+    return action.replace(outcomes=outcomes)
 
 
 @dataclass(frozen=True)

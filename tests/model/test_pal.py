@@ -92,3 +92,45 @@ def test_summary_speaks_the_model_vocabulary() -> None:
     lines = summarise_changes(model.diff(drifted), truth)
     assert lines == ["pick(?obj ?room ?gripper) now requires (not (free ?gripper)) "
                      "instead of requires (free ?gripper)"]
+
+
+def test_summary_lists_preconditions_before_effects() -> None:
+    truth = read_domain(DOMAINS / "gripper" / "domain.pddl")
+    model = AbstractModel.from_domain(truth)
+    free = LiftedAtom("free", ("?gripper",))
+    drifted = model.with_modes({PalTuple("pick", free, Location.PRE): Mode.ABSENT,
+                                PalTuple("pick", free, Location.EFF): Mode.ABSENT})
+    (line,) = summarise_changes(model.diff(drifted), truth)
+    assert line == ("pick(?obj ?room ?gripper) no longer requires (free ?gripper); "
+                    "no longer makes (free ?gripper) false")
+
+
+@pytest.mark.parametrize(("pre", "eff"), LEGAL_PA_VALUES)
+def test_every_legal_pa_value_round_trips_through_a_domain(pre: Mode, eff: Mode) -> None:
+    model = AbstractModel.from_domain(read_domain(DOMAINS / "gripper" / "domain.pddl"))
+    atom = LiftedAtom("at", ("?obj", "?room"))
+    changed = model.with_modes({PalTuple("pick", atom, Location.PRE): pre,
+                                PalTuple("pick", atom, Location.EFF): eff})
+    pick = changed.to_domain().action("pick")
+    assert (atom in pick.pre_pos, atom in pick.pre_neg) == (pre is Mode.POS, pre is Mode.NEG)
+    for o in pick.outcomes:
+        assert (atom in o.add, atom in o.delete) == (eff is Mode.POS, eff is Mode.NEG)
+    assert AbstractModel.from_domain(changed.to_domain()) == changed
+
+
+def test_an_effect_change_reaches_every_probabilistic_branch() -> None:
+    from capwatch.model.pddl_reader import parse_domain
+
+    coin = parse_domain("""
+    (define (domain coin) (:requirements :probabilistic-effects)
+      (:predicates (heads) (tails) (tossed))
+      (:action toss :parameters ()
+        :precondition (and (not (tossed)))
+        :effect (and (tossed) (probabilistic 0.9 (heads) 0.1 (tails)))))
+    """)
+    heads = LiftedAtom("heads", ())
+    model = AbstractModel.from_domain(coin)
+    toss = model.with_modes({PalTuple("toss", heads, Location.EFF): Mode.NEG}).to_domain()
+    outcomes = toss.action("toss").outcomes
+    assert sorted(o.probability for o in outcomes) == [0.1, 0.9]
+    assert all(heads in o.delete and heads not in o.add for o in outcomes)
