@@ -277,7 +277,9 @@ def summarise_changes(changes: Iterable[tuple[PalTuple, Mode, Mode]], domain: Do
     """One line per action: ``pick(?o ?r ?g) now requires (free ?g); no longer ...``."""
     by_action: dict[str, list[str]] = {}
     actions = domain.action_map
-    for pal, old, new in sorted(changes, key=lambda c: (c[0].action, c[0].location.value, c[0])):
+    # Preconditions first: "now requires ..." is what an operator reads first.
+    for pal, old, new in sorted(changes, key=lambda c: (c[0].action,
+                                                        c[0].location is not Location.PRE, c[0])):
         by_action.setdefault(pal.action, []).append(describe_change(pal, old, new,
                                                                     actions[pal.action]))
     return [f"{actions[name].header()} {'; '.join(parts)}" for name, parts in by_action.items()]
