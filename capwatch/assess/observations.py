@@ -7,10 +7,10 @@ engine detect *reduced* functionality by comparing plan lengths (papers/daaisy.m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from capwatch.model.domain import Domain, GroundAction, GroundAtom
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, Predicate
 from capwatch.model.errors import ModelError
 
 State = frozenset[GroundAtom]
@@ -113,19 +113,17 @@ def infer_object_types(domain: Domain, states: Iterable[State],
     def note(obj: str, t: str) -> None:
         types.setdefault(obj, set()).update(domain.types.ancestors(t))
 
+    def note_args(term: Sequence[str], signature: Predicate | Action | None) -> None:
+        # A name the model does not know, or the wrong arity, says nothing about types.
+        if signature is not None and signature.arity == len(term) - 1:
+            for obj, param in zip(term[1:], signature.parameters, strict=True):
+                note(obj, param.type)
+
     for state in states:
         for atom in state:
-            pred = preds.get(atom[0])
-            if pred is None or pred.arity != len(atom) - 1:
-                continue
-            for obj, param in zip(atom[1:], pred.parameters, strict=True):
-                note(obj, param.type)
+            note_args(atom, preds.get(atom[0]))
     for ga in actions:
-        act = acts.get(ga[0])
-        if act is None or act.arity != len(ga) - 1:
-            continue
-        for obj, param in zip(ga[1:], act.parameters, strict=True):
-            note(obj, param.type)
+        note_args(ga, acts.get(ga[0]))
     for const in domain.constants:
         note(const.name, const.type)
     by_type: dict[str, set[str]] = {}
