@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,6 +26,7 @@ from capwatch.model.domain import Domain, LiftedAtom, Outcome
 from capwatch.model.pddl_reader import parse_domain, parse_plan, read_domain, read_problem
 from capwatch.model.pddl_writer import write_domain
 from tests.paths import DOMAINS
+from tests.support._proc import free_port
 
 GRIPPER = DOMAINS / "gripper"
 COIN = """
@@ -126,18 +127,11 @@ def test_drift_endpoint_can_be_disabled(gripper_domain: Domain) -> None:
 def test_url_prefix_is_kept(gripper_domain: Domain) -> None:
     seen: list[str] = []
 
-    class Recorder(BaseHTTPRequestHandler):
+    class Recorder(Stub):
         def do_POST(self) -> None:
             seen.append(self.path)
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = b'{"results": [{"executed": 0, "state": []}]}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+            self.read_body()
+            self.reply(200, b'{"results": [{"executed": 0, "state": []}]}')
 
     with serve(Recorder) as url:
         HttpAgentClient(url + "/fleet/rover-17/").query(frozenset(), [])
@@ -248,6 +242,24 @@ def test_connection_is_reused_after_an_error(server: AgentServer) -> None:
 # ------------------------------------------------------------------ failures and retries
 
 
+class Stub(BaseHTTPRequestHandler):
+    """A scripted agent endpoint for the tests below; keeps the test output quiet."""
+
+    def read_body(self) -> bytes:
+        return self.rfile.read(int(self.headers["Content-Length"]))
+
+    def reply(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 class serve:
     """A throwaway HTTP server on a free loopback port running ``handler``."""
 
@@ -264,13 +276,6 @@ class serve:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def test_server_down_raises_after_retries_with_growing_backoff() -> None:
@@ -301,9 +306,9 @@ def test_silent_server_times_out() -> None:
 
 
 def test_trickling_server_hits_the_whole_answer_deadline() -> None:
-    class Trickle(BaseHTTPRequestHandler):
+    class Trickle(Stub):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
+            self.read_body()
             self.send_response(200)
             self.send_header("Content-Length", "1000")
             self.end_headers()
@@ -315,9 +320,6 @@ def test_trickling_server_hits_the_whole_answer_deadline() -> None:
                     return
                 time.sleep(0.02)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
     with serve(Trickle) as url:
         client = HttpAgentClient(url, timeout=0.3, retries=0)
         with pytest.raises(AgentUnavailable, match="no complete answer"):
@@ -328,26 +330,18 @@ def flaky(failures: int, status: int, results: list[dict[str, Any]],
           retry_after: str | None = "0") -> type[BaseHTTPRequestHandler]:
     calls = {"n": 0}
 
-    class Flaky(BaseHTTPRequestHandler):
+    class Flaky(Stub):
         protocol_version = "HTTP/1.1"
 
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
+            self.read_body()
             calls["n"] += 1
             if calls["n"] <= failures:
-                body = b'{"error": {"code": "busy", "message": "warming up"}}'
-                self.send_response(status)
-                if retry_after is not None:
-                    self.send_header("Retry-After", retry_after)
+                self.reply(status, b'{"error": {"code": "busy", "message": "warming up"}}',
+                           {"Retry-After": retry_after} if retry_after is not None else None)
             else:
-                body = json.dumps({"results": results, "agent": "extra fields are fine"}).encode()
-                self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+                self.reply(200, json.dumps({"results": results,
+                                            "agent": "extra fields are fine"}).encode())
 
     return Flaky
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,6 +18,7 @@ import pytest
 import yaml
 
 from capwatch.alerts import Alert, AlertmanagerSink, AlertType, Severity
+from tests.support._proc import free_port, stop_process, wait_until
 
 BINARY = os.environ.get("CAPWATCH_ALERTMANAGER") or shutil.which("prometheus-alertmanager") \
     or shutil.which("alertmanager")
@@ -30,48 +28,35 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def alertmanager() -> Iterator[str]:
     assert BINARY is not None
     workdir = Path(tempfile.mkdtemp(prefix="capwatch-alertmanager-"))
     (workdir / "am.yml").write_text(yaml.safe_dump(
         {"route": {"receiver": "void"}, "receivers": [{"name": "void"}]}))
-    port = _free_port()
+    port = free_port()
     with (workdir / "am.log").open("wb") as log:
         proc = subprocess.Popen(
             [BINARY, f"--config.file={workdir / 'am.yml'}", f"--storage.path={workdir}",
              f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            pytest.fail((workdir / "am.log").read_text(errors="replace")[-2000:])
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail((workdir / "am.log").read_text(errors="replace")[-2000:])
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("alertmanager not ready after 30 s")
-            time.sleep(0.2)
+        if not wait_until(ready, 30):
+            pytest.fail("alertmanager not ready after 30 s")
         yield url
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+        stop_process(proc, 10, "alertmanager")
         shutil.rmtree(workdir, ignore_errors=True)
 
 
