@@ -16,8 +16,10 @@ why the online detector is sequential rather than a windowed chi-square.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -151,6 +153,14 @@ class DriftEvidence:
             "confirmed": self.confirms_drift if self.detector == "confirmation" else None,
             "summary": self.summary(),
         }
+
+
+def action_fingerprint(action: Action) -> str:
+    """Short digest of what an action's frequency tables depend on: its outcomes (in index
+    order) and their probabilities. Saved state is only valid for an equal fingerprint."""
+    text = json.dumps([action.header(), [[describe_outcome(o), o.probability]
+                                         for o in action.outcomes]])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def describe_outcome(outcome: Outcome) -> str:
@@ -318,6 +328,45 @@ class ActionMonitor:
         )
         return DriftAlarm(evidence, self.updated_action(estimate), provisional=False)
 
+    def export_state(self) -> dict[str, Any]:
+        """Window, detector and confirmation progress as plain values (see
+        capwatch.monitor.snapshot for the versioned, compact form)."""
+        return {
+            "action": self.action.header(),
+            "fingerprint": action_fingerprint(self.action),
+            "window": self.window.export_state(),
+            "detector": None if self.detector is None else self.detector.export_state(),
+            "confirm_counts": [int(v) for v in self._confirm_counts],
+            "confirm_left": self._confirm_left,
+            "confirm_start": self._confirm_start,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Continue exactly where ``export_state`` left off; raises ValueError (and
+        changes nothing) if the state belongs to another action, model or setting."""
+        if state["fingerprint"] != action_fingerprint(self.action):
+            raise ValueError(f"state is for another version of {state['action']}")
+        if (state["detector"] is None) != (self.detector is None):
+            raise ValueError("state and action disagree on whether the action is stochastic")
+        confirm = np.asarray(state["confirm_counts"], dtype=np.int64)
+        if confirm.shape != self._confirm_counts.shape:
+            raise ValueError("confirmation counts have the wrong length")
+        # Load into fresh parts first so a bad state leaves this monitor untouched.
+        window = OutcomeWindow(len(self.action.outcomes), self.config.window,
+                               self.config.window_kind)
+        window.load_state(state["window"])
+        detector = None
+        if self.detector is not None:
+            detector = SequentialDetector(self.probabilities,
+                                          false_alarm_rate=self.config.false_alarm_rate,
+                                          shifts=self.config.shifts)
+            detector.load_state(state["detector"])
+        self.window = window
+        self.detector = detector
+        self._confirm_counts = confirm
+        self._confirm_left = int(state["confirm_left"])
+        self._confirm_start = int(state["confirm_start"])
+
     def test(self) -> GofResult:
         """The windowed chi-square goodness of fit the audit uses."""
         return chi_square_gof(self.window.counts(), self.probabilities,
@@ -370,11 +419,48 @@ class AuditFinding:
 class DriftMonitor:
     """All of one replica's (agent, action) monitors; owned and driven by the daemon."""
 
-    __slots__ = ("_monitors", "config")
+    __slots__ = ("_changed", "_monitors", "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
         self._monitors: dict[tuple[str, str], ActionMonitor] = {}
+        self._changed: set[str] = set()
+
+    def take_changed(self) -> set[str]:
+        """Agents whose tables changed since the last call (observed, reset or forgotten):
+        the ones whose saved state is out of date."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def agent_states(self, agent_id: str) -> dict[str, dict[str, Any]]:
+        """Action name → ``ActionMonitor.export_state()`` for one agent."""
+        return {name: mon.export_state() for (agent, name), mon in self._monitors.items()
+                if agent == agent_id}
+
+    def load_agent_states(self, agent_id: str, actions: Mapping[str, Action],
+                          states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+        """Replace the agent's tables by saved ones, for the agent's current ``actions``.
+
+        Each action is restored or skipped on its own; returns action name → why it was
+        skipped (not in the model, another version of it, inconsistent state). Skipped
+        actions start afresh, as they would without saved state.
+        """
+        self.forget(agent_id)
+        skipped: dict[str, str] = {}
+        for name, state in states.items():
+            action = actions.get(name)
+            if action is None:
+                skipped[name] = "not in the current model"
+                continue
+            mon = ActionMonitor(action, self.config)
+            try:
+                mon.load_state(state)
+            except (ValueError, KeyError, TypeError) as e:
+                skipped[name] = f"{type(e).__name__}: {e}"
+                continue
+            self._monitors[(agent_id, name)] = mon
+        self._changed.discard(agent_id)
+        return skipped
 
     def monitor(self, agent_id: str, action: Action) -> ActionMonitor:
         """The monitor for ``action``; a changed action (new model version) starts afresh."""
@@ -385,11 +471,13 @@ class DriftMonitor:
             self._monitors[key] = mon
         elif mon.action is not action and mon.action != action:
             mon.reset(action)
+            self._changed.add(agent_id)
         return mon
 
     def observe(self, agent_id: str, action: Action, attribution: Attribution | int
                 ) -> DriftAlarm | None:
         alarm = self.monitor(agent_id, action).observe(attribution)
+        self._changed.add(agent_id)
         if alarm is None:
             return None
         return replace(alarm, evidence=replace(alarm.evidence, agent_id=agent_id))
@@ -397,6 +485,7 @@ class DriftMonitor:
     def forget(self, agent_id: str) -> None:
         for key in [k for k in self._monitors if k[0] == agent_id]:
             del self._monitors[key]
+        self._changed.add(agent_id)
 
     def __iter__(self) -> Iterator[tuple[tuple[str, str], ActionMonitor]]:
         return iter(self._monitors.items())

@@ -30,7 +30,8 @@ same arithmetic on thousands of simulated streams at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -157,6 +158,41 @@ class SequentialDetector:
         self._cusum.fill(0.0)
         self._start.fill(0)
         self.n = 0
+
+    def export_state(self) -> dict[str, Any]:
+        """The running statistics as plain values; the alternatives and threshold are
+        recomputed from the probabilities and settings, so only their identity is kept."""
+        return {
+            "p0": [float(v) for v in self.p0],
+            "log_threshold": self.log_threshold,
+            "alternatives": len(self.alternatives),
+            "r": [float(v) for v in self._r],
+            "cusum": [float(v) for v in self._cusum],
+            "start": [int(v) for v in self._start],
+            "n": self.n,
+            "alarmed": self._alarmed,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``export_state``'s values; raises ValueError when they belong to a
+        detector with other probabilities, threshold or alternatives."""
+        g = len(self.alternatives)
+        if [float(v) for v in state["p0"]] != [float(v) for v in self.p0] \
+                or float(state["log_threshold"]) != self.log_threshold \
+                or int(state["alternatives"]) != g:
+            raise ValueError("detector state belongs to other probabilities or settings")
+        r = np.asarray(state["r"], dtype=np.float64)
+        cusum = np.asarray(state["cusum"], dtype=np.float64)
+        start = np.asarray(state["start"], dtype=np.int64)
+        if r.shape != (g,) or cusum.shape != (g,) or start.shape != (g,):
+            raise ValueError("detector state has the wrong number of alternatives")
+        if not (np.isfinite(r).all() and np.isfinite(cusum).all()) or (r < 0).any():
+            raise ValueError("detector state holds non-finite or negative statistics")
+        self._r[:] = r
+        self._cusum[:] = cusum
+        self._start[:] = start
+        self.n = int(state["n"])
+        self._alarmed = bool(state["alarmed"])
 
     def update(self, obs: int | Attribution) -> bool:
         """Feed one observation (an outcome index or an attribution); True means alarm.

@@ -9,7 +9,8 @@ them does not bias the counts).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -101,6 +102,45 @@ class OutcomeWindow:
         values = self._buffer[idx]
         counts = np.bincount(values[values >= 0], minlength=self._k).astype(np.int64)
         return counts, int((values == _AMBIGUOUS).sum()), first
+
+    def export_state(self) -> dict[str, Any]:
+        """Everything ``counts``, ``counts_since`` and later ``add`` calls depend on, as
+        plain values: the retained outcome indices oldest first (-1 = ambiguous)."""
+        kept = min(self.seen, self.size)
+        idx = np.arange(self.seen - kept, self.seen) % self.size
+        return {
+            "k": self._k, "size": self.size, "kind": self.kind, "seen": self.seen,
+            "values": [int(v) for v in self._buffer[idx]],
+            "block": [int(v) for v in self._block],
+            "completed": None if self._completed is None else [int(v) for v in
+                                                               self._completed],
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Become the window ``export_state`` described; raises ValueError if it does not
+        fit this window's shape (outcome count, size or kind differ)."""
+        if (state["k"], state["size"], state["kind"]) != (self._k, self.size, self.kind):
+            raise ValueError(
+                f"window state is for k={state['k']}, size={state['size']}, "
+                f"{state['kind']}; this window is k={self._k}, size={self.size}, {self.kind}")
+        seen = int(state["seen"])
+        values = np.asarray(state["values"], dtype=np.int64)
+        block = np.asarray(state["block"], dtype=np.int64)
+        completed = state["completed"]
+        if seen < 0 or len(values) != min(seen, self.size) or block.shape != (self._k + 1,):
+            raise ValueError("window state is inconsistent with its own length")
+        if values.size and (values.min() < _AMBIGUOUS or values.max() >= self._k):
+            raise ValueError("window state holds an outcome index out of range")
+        if completed is not None and len(completed) != self._k + 1:
+            raise ValueError("window state's completed block has the wrong length")
+        self.clear()
+        self.seen = seen
+        self._buffer[np.arange(seen - len(values), seen) % self.size] = values
+        self._counts = np.bincount(values + 1, minlength=self._k + 1).astype(np.int64)
+        # bincount put ambiguous (-1) first; the table keeps it in the last slot.
+        self._counts = np.roll(self._counts, -1)
+        self._block = block.copy()
+        self._completed = None if completed is None else np.asarray(completed, dtype=np.int64)
 
     def clear(self) -> None:
         self._buffer.fill(_EMPTY)

@@ -1,0 +1,198 @@
+"""A compact, versioned form of one agent's drift state, to outlive a restart or a
+partition move (the daemon stores it in the models store; this module does no I/O).
+
+An agent's drift state is, per lifted action: the outcome window (the retained outcome
+indices, oldest first), the sequential detector's running statistics and the progress of
+a confirmation after an alarm. Restoring it gives a monitor that continues exactly like
+the original: the same alarm at the same step, with the same evidence.
+
+The form is a JSON object::
+
+    {"format": "capwatch.drift-state", "version": 1, "model": {...} | null,
+     "actions": {"move-car": {"fingerprint": "…", "seen": 812, "values": "<zlib+b64>", …}}}
+
+- ``model`` is opaque here: the daemon puts the model version the tables were counted
+  against and refuses a snapshot for any other version.
+- ``fingerprint`` digests the action's outcomes and probabilities, so state is never
+  restored into a different version of an action even if ``model`` was not checked.
+- Outcome windows are bytes (one per execution, index + 1, 0 = ambiguous), deflated and
+  base64-encoded: a full 2,000-execution window of a two-outcome action takes a few
+  hundred characters. Detector statistics are little-endian float64/int64 arrays in
+  base64, which round-trips every bit (decimal text would too, at twice the size).
+
+Readers refuse a snapshot whose ``format`` or ``version`` they do not know
+(:class:`SnapshotError`), and callers then start afresh: losing soft state costs
+detection delay, never correctness.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from capwatch.model.domain import Action
+from capwatch.monitor.drift import DriftMonitor
+
+FORMAT = "capwatch.drift-state"
+VERSION = 1
+
+
+class SnapshotError(ValueError):
+    """A snapshot this version of capwatch cannot read; the message says why."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise SnapshotError(f"expected base64 text, found {type(text).__name__}")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError) as e:
+        raise SnapshotError(f"bad base64: {e}") from e
+
+
+def _pack_floats(values: list[float]) -> str:
+    return _b64(np.asarray(values, dtype="<f8").tobytes())
+
+
+def _unpack_floats(text: Any) -> list[float]:
+    raw = _unb64(text)
+    if len(raw) % 8:
+        raise SnapshotError("float array length is not a multiple of 8 bytes")
+    return [float(v) for v in np.frombuffer(raw, dtype="<f8")]
+
+
+def _pack_ints(values: list[int]) -> str:
+    return _b64(np.asarray(values, dtype="<i8").tobytes())
+
+
+def _unpack_ints(text: Any) -> list[int]:
+    raw = _unb64(text)
+    if len(raw) % 8:
+        raise SnapshotError("integer array length is not a multiple of 8 bytes")
+    return [int(v) for v in np.frombuffer(raw, dtype="<i8")]
+
+
+def _pack_outcomes(values: list[int]) -> str:
+    shifted = np.asarray(values, dtype=np.int64) + 1
+    if shifted.size and (shifted.min() < 0 or shifted.max() > 255):
+        raise ValueError("outcome indices must be in [-1, 254] to pack")
+    return _b64(zlib.compress(shifted.astype(np.uint8).tobytes(), 9))
+
+
+def _unpack_outcomes(text: Any) -> list[int]:
+    try:
+        raw = zlib.decompress(_unb64(text))
+    except zlib.error as e:
+        raise SnapshotError(f"outcome window does not inflate: {e}") from e
+    return [int(v) - 1 for v in np.frombuffer(raw, dtype=np.uint8)]
+
+
+def encode_action_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``ActionMonitor.export_state()`` → its compact JSON form."""
+    w = state["window"]
+    out: dict[str, Any] = {
+        "action": state["action"],
+        "fingerprint": state["fingerprint"],
+        "k": w["k"], "size": w["size"], "kind": w["kind"], "seen": w["seen"],
+        "values": _pack_outcomes(w["values"]),
+        "block": w["block"],
+        "completed": w["completed"],
+        "confirm": [state["confirm_counts"], state["confirm_left"], state["confirm_start"]],
+        "detector": None,
+    }
+    d = state["detector"]
+    if d is not None:
+        out["detector"] = {
+            "p0": d["p0"], "log_threshold": d["log_threshold"],
+            "alternatives": d["alternatives"], "n": d["n"], "alarmed": d["alarmed"],
+            "r": _pack_floats(d["r"]), "cusum": _pack_floats(d["cusum"]),
+            "start": _pack_ints(d["start"]),
+        }
+    return out
+
+
+def decode_action_state(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The compact form → what ``ActionMonitor.load_state`` takes."""
+    try:
+        counts, left, start = data["confirm"]
+        state: dict[str, Any] = {
+            "action": str(data["action"]),
+            "fingerprint": str(data["fingerprint"]),
+            "window": {"k": int(data["k"]), "size": int(data["size"]), "kind": data["kind"],
+                       "seen": int(data["seen"]), "values": _unpack_outcomes(data["values"]),
+                       "block": [int(v) for v in data["block"]],
+                       "completed": None if data["completed"] is None
+                       else [int(v) for v in data["completed"]]},
+            "confirm_counts": [int(v) for v in counts],
+            "confirm_left": int(left),
+            "confirm_start": int(start),
+            "detector": None,
+        }
+        d = data["detector"]
+        if d is not None:
+            state["detector"] = {
+                "p0": [float(v) for v in d["p0"]],
+                "log_threshold": float(d["log_threshold"]),
+                "alternatives": int(d["alternatives"]), "n": int(d["n"]),
+                "alarmed": bool(d["alarmed"]), "r": _unpack_floats(d["r"]),
+                "cusum": _unpack_floats(d["cusum"]), "start": _unpack_ints(d["start"]),
+            }
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, SnapshotError):
+            raise
+        raise SnapshotError(f"malformed action state: {type(e).__name__}: {e}") from e
+    return state
+
+
+def snapshot_agent(drift: DriftMonitor, agent_id: str,
+                   model: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One agent's drift state in the versioned compact form (plain JSON values)."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": dict(model) if model is not None else None,
+        "actions": {name: encode_action_state(state)
+                    for name, state in sorted(drift.agent_states(agent_id).items())},
+    }
+
+
+def check_snapshot(data: Any) -> Mapping[str, Any]:
+    """The snapshot if this capwatch can read it; :class:`SnapshotError` otherwise."""
+    if not isinstance(data, Mapping):
+        raise SnapshotError(f"a drift snapshot is a JSON object, found {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise SnapshotError(f"not a drift snapshot (format {data.get('format')!r})")
+    if data.get("version") != VERSION:
+        raise SnapshotError(f"drift snapshot version {data.get('version')!r} is not supported "
+                            f"(this capwatch reads version {VERSION})")
+    if not isinstance(data.get("actions"), Mapping):
+        raise SnapshotError("drift snapshot has no actions object")
+    return data
+
+
+def restore_agent(drift: DriftMonitor, agent_id: str, actions: Mapping[str, Action],
+                  data: Any) -> dict[str, str]:
+    """Load a snapshot into ``drift`` for the agent's current ``actions``.
+
+    Raises :class:`SnapshotError` (changing nothing) for an unreadable snapshot. Otherwise
+    every readable action that still matches the model is restored; returns action
+    name → why it was not (those start afresh).
+    """
+    snap = check_snapshot(data)
+    states: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    for name, encoded in snap["actions"].items():
+        try:
+            states[str(name)] = decode_action_state(encoded)
+        except SnapshotError as e:
+            skipped[str(name)] = str(e)
+    skipped.update(drift.load_agent_states(agent_id, actions, states))
+    return skipped
