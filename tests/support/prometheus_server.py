@@ -10,18 +10,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
+
+from tests.support._proc import ManagedServer, free_port, stop_process, tail, wait_until
 
 START_TIMEOUT_S = 60.0
 
@@ -34,17 +33,13 @@ def prometheus_binary() -> str | None:
     return os.environ.get("CAPWATCH_PROMETHEUS") or shutil.which("prometheus")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
-class PrometheusServer:
+class PrometheusServer(ManagedServer):
     url: str
     process: subprocess.Popen[bytes]
     workdir: Path
+    log: IO[bytes]
+    timings: dict[str, float] = field(default_factory=dict)
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode({"query": promql})
@@ -57,28 +52,24 @@ class PrometheusServer:
 
     def wait_for(self, promql: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:
         """Poll until the query returns a non-empty vector (a scrape has landed)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            result = self.query(promql)
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise PrometheusError(f"no result for {promql!r} after {timeout_s}s; "
-                                      f"targets: {self.targets()}")
-            time.sleep(0.5)
+        found: list[dict[str, Any]] = []
+
+        def landed() -> bool:
+            found[:] = self.query(promql)
+            return bool(found)
+
+        if not wait_until(landed, timeout_s, interval_s=0.5):
+            raise PrometheusError(
+                f"no result for {promql!r} after {timeout_s}s; targets: {self.targets()}")
+        return found
 
     def targets(self) -> Any:
         with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=5) as resp:
             return json.load(resp)["data"]["activeTargets"]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
+        stop_process(self.process, 15.0, "prometheus")
+        self.log.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -93,27 +84,29 @@ def start_prometheus(targets: list[str], metrics_path: str = "/metrics") -> Prom
                             "static_configs": [{"targets": targets}]}],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     log = (workdir / "prometheus.log").open("wb")
     proc = subprocess.Popen(
         [binary, f"--config.file={workdir / 'prometheus.yml'}",
          f"--storage.tsdb.path={workdir / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = PrometheusServer(f"http://127.0.0.1:{port}", proc, workdir)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
+    server = PrometheusServer(f"http://127.0.0.1:{port}", proc, workdir, log)
+
+    def ready() -> bool:
         if proc.poll() is not None:
-            text = (workdir / "prometheus.log").read_text(errors="replace")[-2000:]
-            server.stop()
-            raise PrometheusError(f"prometheus exited with {proc.returncode}: {text}")
+            raise PrometheusError(f"prometheus exited with {proc.returncode}: "
+                                  f"{tail(workdir / 'prometheus.log', 20)}")
         try:
             with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:
-                if resp.status == 200:
-                    return server
+                return bool(resp.status == 200)
         except OSError:
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
+            return False
+
+    try:
+        if not wait_until(ready, START_TIMEOUT_S):
             raise PrometheusError(f"prometheus not ready after {START_TIMEOUT_S}s")
-        time.sleep(0.2)
+    except PrometheusError:
+        server.stop()
+        raise
+    return server
