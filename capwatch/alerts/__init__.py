@@ -1,6 +1,7 @@
 """Alerts: what changed, in the model's words, routed to Kafka, Alertmanager and the log."""
 
-from capwatch.alerts.router import AlertPolicy, AlertRouter
+from capwatch.alerts.outbox import AlertOutbox, DeliveryReport, outbox_record, plan_routing
+from capwatch.alerts.router import AlertPolicy, AlertRouter, merge_group
 from capwatch.alerts.sinks import (
     AlertDeliveryError,
     AlertmanagerSink,
@@ -23,8 +24,9 @@ from capwatch.alerts.types import (
 )
 
 __all__ = [
-    "DEFAULT_SEVERITY", "Alert", "AlertDeliveryError", "AlertPolicy", "AlertRouter",
-    "AlertSink", "AlertType", "AlertmanagerSink", "FanOut", "KafkaAlertSink", "LogSink",
-    "Severity", "alert_event", "alerts_for_model_change", "alerts_for_version",
-    "assessment_failed_alert", "drift_alert", "inconsistency_alert",
+    "DEFAULT_SEVERITY", "Alert", "AlertDeliveryError", "AlertOutbox", "AlertPolicy",
+    "AlertRouter", "AlertSink", "AlertType", "AlertmanagerSink", "DeliveryReport", "FanOut",
+    "KafkaAlertSink", "LogSink", "Severity", "alert_event", "alerts_for_model_change",
+    "alerts_for_version", "assessment_failed_alert", "drift_alert", "inconsistency_alert",
+    "merge_group", "outbox_record", "plan_routing",
 ]

@@ -124,20 +124,33 @@ class AlertRouter:
             del self._last_sent[key]
 
     def _merge(self, members: list[Alert]) -> Alert:
-        if len(members) == 1:
-            return members[0]
-        members.sort(key=lambda a: a.agent_id or "")
-        first = members[0]
-        agents = tuple(a.agent_id or "*" for a in members)
-        phrase = first.group_summary or first.summary
-        shown = agents[: self.policy.max_agents_listed]
-        return replace(
-            first, agent_id=None, agents=agents,
-            severity=max(a.severity for a in members),
-            summary=f"{len(agents)} agents of {first.family}: {phrase}",
-            evidence={"agents": {a.agent_id or "*": dict(a.evidence) for a in members
-                                 if (a.agent_id or "*") in shown}},
-            detail={**dict(first.detail), "agents": list(shown),
-                    "agents_not_listed": len(agents) - len(shown)},
-            model_version=None,
-        )
+        return merge_group(members, self.policy.max_agents_listed)
+
+
+def merge_group(members: list[Alert], max_agents_listed: int = 20,
+                tag: str | None = None) -> Alert:
+    """One alert for the members of a group: the member itself if alone, else
+    "N agents of FAMILY: ..." listing the agents.
+
+    ``tag`` (a digest of the members) goes into the merged alert's fingerprint, so a later
+    group of other agents with the same change gets a dedup key of its own while a
+    re-delivery of this group keeps this one.
+    """
+    if len(members) == 1:
+        return members[0]
+    members = sorted(members, key=lambda a: a.agent_id or "")
+    first = members[0]
+    agents = tuple(a.agent_id or "*" for a in members)
+    phrase = first.group_summary or first.summary
+    shown = agents[:max_agents_listed]
+    return replace(
+        first, agent_id=None, agents=agents,
+        severity=max(a.severity for a in members),
+        summary=f"{len(agents)} agents of {first.family}: {phrase}",
+        evidence={"agents": {a.agent_id or "*": dict(a.evidence) for a in members
+                             if (a.agent_id or "*") in shown}},
+        detail={**dict(first.detail), "agents": list(shown),
+                "agents_not_listed": len(agents) - len(shown)},
+        model_version=None,
+        fingerprint=f"{first.fingerprint}~{tag}" if tag else first.fingerprint,
+    )

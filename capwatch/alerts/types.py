@@ -119,6 +119,32 @@ class Alert:
         }
 
 
+    def to_record(self) -> dict[str, Any]:
+        """Everything needed to rebuild the alert (:meth:`from_record`): what the outbox
+        stores. Unlike :meth:`to_json` it keeps the fingerprint and the group phrase."""
+        data = self.to_json()
+        data["fingerprint"] = self.fingerprint
+        data["group_summary"] = self.group_summary
+        return data
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> Alert:
+        agent = data.get("agent_id")
+        version = data.get("model_version")
+        group_summary = data.get("group_summary")
+        return cls(
+            type=AlertType(data["alert_type"]), severity=Severity.parse(data["severity"]),
+            family=str(data["family"]), agent_id=None if agent is None else str(agent),
+            action=data.get("action"), summary=str(data["summary"]),
+            time=datetime.fromisoformat(str(data["time"])),
+            fingerprint=str(data.get("fingerprint", "")),
+            detail=dict(data.get("detail", {})), evidence=dict(data.get("evidence", {})),
+            model_version=None if version is None else int(version),
+            agents=tuple(str(a) for a in data.get("agents", ())),
+            group_summary=None if group_summary is None else str(group_summary),
+        )
+
+
 def fingerprint(obj: Any) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from capwatch.models_store.base import (
+    AlertDelivery,
     LineageSummary,
     ModelRef,
     ModelStore,
     ModelVersion,
+    OutboxAlert,
     PendingAssessment,
+    RoutingPlan,
     StoreError,
     UnknownVersion,
     VersionConflict,
@@ -38,7 +41,8 @@ def open_store(url: str, *, migrate: bool = True) -> ModelStore:
 
 
 __all__ = [
-    "LineageSummary", "ModelRef", "ModelStore", "ModelVersion", "PendingAssessment",
-    "StoreError", "UnknownVersion", "VersionConflict", "VersionDiff", "build_version",
-    "diff_versions", "lineage_chain", "open_store", "record_new_model",
+    "AlertDelivery", "LineageSummary", "ModelRef", "ModelStore", "ModelVersion",
+    "OutboxAlert", "PendingAssessment", "RoutingPlan", "StoreError", "UnknownVersion",
+    "VersionConflict", "VersionDiff", "build_version", "diff_versions", "lineage_chain",
+    "open_store", "record_new_model",
 ]

@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from capwatch.models_store.sql import Row, SqlModelStore, Tx
 
 _MIGRATION_LOCK_ID = 0x6361_7077  # "capw": any constant shared by all replicas
+_ALERT_ROUTING_LOCK_ID = 0x6361_7061  # "capa"
 _PLACEHOLDER = re.compile(r"\?")
 
 
@@ -69,6 +70,11 @@ class PostgresModelStore(SqlModelStore):
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.rows("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_ID,))
+
+    def _lock_alert_routing(self, tx: Tx) -> None:
+        # One router at a time across replicas: a group must be closed by one pass that
+        # sees all its members, and suppression must see the other pass's sends.
+        tx.rows("SELECT pg_advisory_xact_lock(?)", (_ALERT_ROUTING_LOCK_ID,))
 
     def _ts_in(self, t: datetime) -> Any:
         return t.astimezone(UTC)

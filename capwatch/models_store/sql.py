@@ -16,12 +16,18 @@ from importlib import resources
 from typing import Any
 
 from capwatch.models_store.base import (
+    DELIVERY_STATUSES,
     JSON,
+    OUTBOX_STATUSES,
     QUEUE_STATUSES,
+    AlertDelivery,
     LineageSummary,
     ModelRef,
     ModelVersion,
+    OutboxAlert,
     PendingAssessment,
+    RoutingPlan,
+    RoutingPlanner,
     StoreError,
     UnknownVersion,
     VersionConflict,
@@ -30,6 +36,7 @@ from capwatch.models_store.base import (
     change_from_json,
     change_to_json,
 )
+from capwatch.models_store.drift_state import DriftStateSql
 
 Row = tuple[Any, ...]
 
@@ -37,6 +44,12 @@ _VERSION_COLUMNS = (
     "family, agent_id, version, parent_family, parent_agent_id, parent_version, "
     "delta_to_parent, delta_to_baseline, changed_pal_tuples, summary, evidence, model_json, "
     "pddl, created_at, content_key"
+)
+_OUTBOX_COLUMNS = (
+    "key, dedup_key, group_key, family, alert_type, alert, created_at, status, delivery"
+)
+_DELIVERY_COLUMNS = (
+    "key, alert, sinks_pending, status, created_at, not_before, attempts, last_error"
 )
 _QUEUE_COLUMNS = (
     "key, agent_id, family, payload, status, attempts, enqueued_at, claimed_by, lease_until, "
@@ -75,7 +88,7 @@ def load_migrations(dialect: str) -> list[tuple[int, str, list[str]]]:
     return found
 
 
-class SqlModelStore(abc.ABC):
+class SqlModelStore(DriftStateSql, abc.ABC):
     """A :class:`~capwatch.models_store.base.ModelStore` over a DB-API connection."""
 
     dialect: str
@@ -91,6 +104,10 @@ class SqlModelStore(abc.ABC):
 
     @abc.abstractmethod
     def _lock_migrations(self, tx: Tx) -> None: ...
+
+    @abc.abstractmethod
+    def _lock_alert_routing(self, tx: Tx) -> None:
+        """Exclude other alert routers until ``tx`` ends."""
 
     @abc.abstractmethod
     def _ts_in(self, t: datetime) -> Any: ...
@@ -164,12 +181,17 @@ class SqlModelStore(abc.ABC):
                        "WHERE family = ? AND agent_id = ? AND version = ?", self._pk(ref))
         return self._version_from_row(rows[0]) if rows else None
 
-    def put(self, version: ModelVersion) -> ModelVersion:
+    def put(self, version: ModelVersion,
+            alerts: Sequence[OutboxAlert] = ()) -> ModelVersion:
         v = _with_key(version)
         _validate_ref(v.ref)
+        for a in alerts:
+            _validate_alert(a)
         try:
             with self._tx() as tx:
-                return self._put(tx, v)
+                stored = self._put(tx, v)
+                self._add_alerts(tx, alerts)
+                return stored
         except StoreError:
             raise
         except Exception as exc:
@@ -178,7 +200,9 @@ class SqlModelStore(abc.ABC):
         # Another writer inserted the same primary key between our check and our insert:
         # decide, now that it is committed, whether it was the same content.
         with self._tx() as tx:
-            return self._put(tx, v)
+            stored = self._put(tx, v)
+            self._add_alerts(tx, alerts)
+            return stored
 
     def _put(self, tx: Tx, v: ModelVersion) -> ModelVersion:
         # Read the lineage's head before looking for our row: under READ COMMITTED each
@@ -274,9 +298,11 @@ class SqlModelStore(abc.ABC):
             attempts=int(r[5]), enqueued_at=self._ts_out(r[6]), claimed_by=r[7],
             lease_until=self._ts_out(r[8]) if r[8] is not None else None, last_error=r[9])
 
-    def enqueue(self, item: PendingAssessment) -> bool:
+    def enqueue(self, item: PendingAssessment, alerts: Sequence[OutboxAlert] = ()) -> bool:
         if not item.key:
             raise ValueError("a pending assessment needs a non-empty key")
+        for a in alerts:
+            _validate_alert(a)
         at = self._ts_in(_utc(item.enqueued_at))
         with self._tx() as tx:
             n = tx.run(
@@ -284,6 +310,7 @@ class SqlModelStore(abc.ABC):
                 "attempts, enqueued_at, not_before) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) "
                 "ON CONFLICT (key) DO NOTHING",
                 (item.key, item.agent_id, item.family, self._json_in(item.payload), at, at))
+            self._add_alerts(tx, alerts)
         return n == 1
 
     def claim(self, worker: str, now: datetime, lease_seconds: float,
@@ -316,7 +343,10 @@ class SqlModelStore(abc.ABC):
                 self._explain_not_held(tx, key, worker)
 
     def release(self, key: str, worker: str, error: str, not_before: datetime,
-                max_attempts: int = 5) -> None:
+                max_attempts: int = 5,
+                failure_alerts: Sequence[OutboxAlert] = ()) -> bool:
+        for a in failure_alerts:
+            _validate_alert(a)
         with self._tx() as tx:
             n = tx.run(
                 "UPDATE pending_assessments SET status = CASE WHEN attempts >= ? THEN 'failed' "
@@ -325,6 +355,11 @@ class SqlModelStore(abc.ABC):
                 (max_attempts, error, self._ts_in(_utc(not_before)), key, worker))
             if n == 0:
                 self._explain_not_held(tx, key, worker)
+            failed = tx.rows("SELECT status FROM pending_assessments WHERE key = ?",
+                             (key,))[0][0] == "failed"
+            if failed:
+                self._add_alerts(tx, failure_alerts)
+        return bool(failed)
 
     def _explain_not_held(self, tx: Tx, key: str, worker: str) -> None:
         rows = tx.rows("SELECT status, claimed_by FROM pending_assessments WHERE key = ?",
@@ -366,6 +401,163 @@ class SqlModelStore(abc.ABC):
             rows = tx.rows("SELECT topic, kafka_partition, next_offset FROM consumer_offsets "
                            "WHERE consumer_group = ?", (group,))
         return {(str(r[0]), int(r[1])): int(r[2]) for r in rows}
+
+
+    # -- alert outbox ------------------------------------------------------------------------
+    def _add_alerts(self, tx: Tx, alerts: Sequence[OutboxAlert]) -> int:
+        added = 0
+        for a in alerts:
+            added += tx.run(
+                f"INSERT INTO alert_outbox ({_OUTBOX_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', NULL) ON CONFLICT (key) DO NOTHING",
+                (a.key, a.dedup_key, a.group_key, a.family, a.alert_type,
+                 self._json_in(a.alert), self._ts_in(_utc(a.created_at))))
+        return added
+
+    def add_alerts(self, alerts: Sequence[OutboxAlert]) -> int:
+        for a in alerts:
+            _validate_alert(a)
+        with self._tx() as tx:
+            return self._add_alerts(tx, alerts)
+
+    def _outbox_from_row(self, r: Row) -> OutboxAlert:
+        return OutboxAlert(key=r[0], dedup_key=r[1], group_key=r[2], family=r[3],
+                           alert_type=r[4], alert=self._json_out(r[5]),
+                           created_at=self._ts_out(r[6]), status=r[7], delivery=r[8])
+
+    def _delivery_from_row(self, r: Row) -> AlertDelivery:
+        return AlertDelivery(key=r[0], alert=self._json_out(r[1]),
+                             sinks_pending=tuple(self._json_out(r[2])), status=r[3],
+                             created_at=self._ts_out(r[4]), not_before=self._ts_out(r[5]),
+                             attempts=int(r[6]), last_error=r[7])
+
+    def route_alerts(self, planner: RoutingPlanner, now: datetime) -> RoutingPlan:
+        now_p = self._ts_in(_utc(now))
+        with self._tx() as tx:
+            self._lock_alert_routing(tx)
+            pending = [self._outbox_from_row(r) for r in tx.rows(
+                f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox WHERE status = 'pending' "
+                "ORDER BY created_at, key")]
+            if not pending:
+                return RoutingPlan()
+            keys = sorted({a.dedup_key for a in pending})
+            last_sent: dict[str, datetime] = {}
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                marks = ", ".join("?" for _ in chunk)
+                for r in tx.rows(f"SELECT dedup_key, sent_at FROM alert_sent "
+                                 f"WHERE dedup_key IN ({marks})", chunk):
+                    last_sent[str(r[0])] = self._ts_out(r[1])
+            plan = planner(pending, last_sent)
+            known = {a.key for a in pending}
+            for key in plan.suppressed:
+                if key not in known:
+                    raise StoreError(f"routing plan suppresses {key!r}, not a pending alert")
+                tx.run("UPDATE alert_outbox SET status = 'suppressed', routed_at = ? "
+                       "WHERE key = ?", (now_p, key))
+            for d in plan.deliveries:
+                if not d.sinks_pending or not set(d.members) <= known:
+                    raise StoreError(f"routing plan delivery {d.key!r} names no sink or an "
+                                     "alert that is not pending")
+                tx.run(f"INSERT INTO alert_deliveries ({_DELIVERY_COLUMNS}) "
+                       "VALUES (?, ?, ?, 'pending', ?, ?, 0, NULL)",
+                       (d.key, self._json_in(d.alert), self._json_in(list(d.sinks_pending)),
+                        self._ts_in(_utc(d.created_at)), now_p))
+                for member in d.members:
+                    tx.run("UPDATE alert_outbox SET status = 'routed', delivery = ?, "
+                           "routed_at = ? WHERE key = ?", (d.key, now_p, member))
+            for dedup_key, at in sorted(plan.sent.items()):
+                at_p = self._ts_in(_utc(at))
+                tx.run("INSERT INTO alert_sent (dedup_key, sent_at) VALUES (?, ?) "
+                       "ON CONFLICT (dedup_key) DO UPDATE SET sent_at = excluded.sent_at "
+                       "WHERE alert_sent.sent_at < excluded.sent_at", (dedup_key, at_p))
+        return plan
+
+    def claim_deliveries(self, now: datetime, lease_seconds: float,
+                         limit: int = 100) -> list[AlertDelivery]:
+        if lease_seconds <= 0 or limit < 1:
+            raise ValueError("lease_seconds must be positive and limit at least 1")
+        now_p = self._ts_in(_utc(now))
+        lease = self._ts_in(_utc(now) + timedelta(seconds=lease_seconds))
+        with self._tx() as tx:
+            rows = tx.rows(
+                f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE status = 'pending' "
+                f"AND not_before <= ? ORDER BY created_at, key LIMIT ?{self.claim_lock_clause}",
+                (now_p, limit))
+            out = []
+            for r in rows:
+                tx.run("UPDATE alert_deliveries SET not_before = ?, attempts = attempts + 1 "
+                       "WHERE key = ?", (lease, r[0]))
+                d = self._delivery_from_row(r)
+                out.append(AlertDelivery(d.key, d.alert, d.sinks_pending, d.created_at,
+                                         status=d.status, attempts=d.attempts + 1,
+                                         not_before=_utc(now) + timedelta(
+                                             seconds=lease_seconds),
+                                         last_error=d.last_error))
+        return out
+
+    def finish_delivery(self, key: str, delivered: Sequence[str], now: datetime,
+                        error: str | None = None,
+                        retry_at: datetime | None = None) -> AlertDelivery:
+        with self._tx() as tx:
+            rows = tx.rows(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE key = ?",
+                           (key,))
+            if not rows:
+                raise StoreError(f"no alert delivery {key!r}")
+            d = self._delivery_from_row(rows[0])
+            left = tuple(s for s in d.sinks_pending if s not in set(delivered))
+            if left:
+                due = self._ts_in(_utc(retry_at if retry_at is not None else now))
+                tx.run("UPDATE alert_deliveries SET sinks_pending = ?, not_before = ?, "
+                       "last_error = ? WHERE key = ?",
+                       (self._json_in(list(left)), due, error, key))
+            else:
+                tx.run("UPDATE alert_deliveries SET sinks_pending = ?, status = 'sent', "
+                       "sent_at = ?, last_error = ? WHERE key = ?",
+                       (self._json_in([]), self._ts_in(_utc(now)), error, key))
+            rows = tx.rows(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE key = ?",
+                           (key,))
+        return self._delivery_from_row(rows[0])
+
+    def outbox(self, status: str | None = None) -> list[OutboxAlert]:
+        if status is not None and status not in OUTBOX_STATUSES:
+            raise ValueError(f"status must be one of {OUTBOX_STATUSES}")
+        sql = f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox"
+        params: tuple[Any, ...] = ()
+        if status is not None:
+            sql += " WHERE status = ?"
+            params = (status,)
+        with self._tx(write=False) as tx:
+            rows = tx.rows(sql + " ORDER BY created_at, key", params)
+        return [self._outbox_from_row(r) for r in rows]
+
+    def deliveries(self, status: str | None = None) -> list[AlertDelivery]:
+        if status is not None and status not in DELIVERY_STATUSES:
+            raise ValueError(f"status must be one of {DELIVERY_STATUSES}")
+        sql = f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries"
+        params: tuple[Any, ...] = ()
+        if status is not None:
+            sql += " WHERE status = ?"
+            params = (status,)
+        with self._tx(write=False) as tx:
+            rows = tx.rows(sql + " ORDER BY created_at, key", params)
+        return [self._delivery_from_row(r) for r in rows]
+
+    def prune_alerts(self, before: datetime) -> int:
+        at = self._ts_in(_utc(before))
+        with self._tx() as tx:
+            n = tx.run("DELETE FROM alert_outbox WHERE status <> 'pending' AND routed_at < ? "
+                       "AND (delivery IS NULL OR delivery NOT IN "
+                       "(SELECT key FROM alert_deliveries WHERE status = 'pending'))", (at,))
+            n += tx.run("DELETE FROM alert_deliveries WHERE status = 'sent' AND sent_at < ?",
+                        (at,))
+            n += tx.run("DELETE FROM alert_sent WHERE sent_at < ?", (at,))
+        return n
+
+
+def _validate_alert(a: OutboxAlert) -> None:
+    if not a.key or not a.dedup_key or not a.family:
+        raise ValueError("an outbox alert needs a key, a dedup key and a family")
 
 
 def _validate_ref(ref: ModelRef) -> None:

@@ -65,6 +65,9 @@ class SqliteModelStore(SqlModelStore):
     def _lock_migrations(self, tx: Tx) -> None:
         """BEGIN IMMEDIATE already excludes every other writer."""
 
+    def _lock_alert_routing(self, tx: Tx) -> None:
+        """BEGIN IMMEDIATE already excludes every other router."""
+
     def _ts_in(self, t: datetime) -> Any:
         return t.astimezone(UTC).strftime(_TS_FORMAT)
 

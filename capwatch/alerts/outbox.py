@@ -1,0 +1,223 @@
+"""Durable alert routing: an outbox in the models store, suppression and grouping that
+survive restarts, and at-least-once delivery to the sinks.
+
+The in-memory :class:`~capwatch.alerts.router.AlertRouter` forgets what it sent and what
+it was holding when the process dies. Here every alert is first written to the store's
+outbox in the same transaction as what caused it (a model version, a queued or failed
+assessment), so a crash can delay an alert but never lose it. Routing then runs in two
+steps, each one store transaction:
+
+1. :meth:`AlertOutbox.route` reads the pending outbox and, per dedup key, when an alert
+   with that key last went out; :func:`plan_routing` (pure, no clock) drops repeats inside
+   their suppression window, holds alerts until their group has waited ``group_wait``,
+   and turns each closed group into one delivery ("7 agents of rover-v3: ...");
+2. :meth:`AlertOutbox.deliver` sends each due delivery to the sinks that have not taken it
+   yet and records which did. A failing sink is retried with backoff without re-sending
+   to the others; a replica that dies mid-delivery leaves a lease that runs out.
+
+A delivery's content and dedup key are fixed when its group closes, so a re-delivery
+(after a sink failure or a crash between sending and recording) is byte-identical, and
+consumers can deduplicate on the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import structlog
+
+from capwatch.alerts.router import AlertPolicy, merge_group
+from capwatch.alerts.sinks import AlertDeliveryError, AlertSink
+from capwatch.alerts.types import Alert
+from capwatch.models_store.base import AlertDelivery, ModelStore, OutboxAlert, RoutingPlan
+
+log = structlog.get_logger("capwatch.alerts")
+
+
+def outbox_record(alert: Alert, key: str) -> OutboxAlert:
+    """The outbox row for ``alert``; ``key`` must be the same whenever the same cause
+    produces it again (a retry, a replay), so that it is written once."""
+    return OutboxAlert(
+        key=key, dedup_key=alert.dedup_key, group_key="|".join(alert.group_key),
+        family=alert.family, alert_type=alert.type.value, alert=alert.to_record(),
+        created_at=alert.time)
+
+
+def _digest(parts: Sequence[str], n: int) -> str:
+    return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:n]
+
+
+def plan_routing(pending: Sequence[OutboxAlert], last_sent: Mapping[str, datetime],
+                 policy: AlertPolicy, now: datetime, sinks: Sequence[str],
+                 force: bool = False) -> RoutingPlan:
+    """Decide what to suppress and what to deliver (pure: the caller supplies ``now``).
+
+    An alert is suppressed when an alert with its dedup key was let through less than its
+    type's suppression window before it (times are the alerts' own, so the decision does
+    not depend on when routing happens to run). The others gather in groups keyed by
+    (type, family, action, fingerprint); a group closes once its oldest alert is
+    ``group_wait`` old (or at once with ``force``) and becomes one delivery. Alerts of a
+    group still open stay pending, and count as let through for the repeats behind them.
+    """
+    if not sinks:
+        raise ValueError("alert routing needs at least one sink")
+    sent = dict(last_sent)
+    suppressed: list[str] = []
+    groups: dict[str, list[tuple[OutboxAlert, Alert]]] = {}
+    for row in sorted(pending, key=lambda r: (r.created_at, r.key)):
+        alert = Alert.from_record(row.alert)
+        window = policy.suppress_for.get(alert.type, timedelta(0))
+        last = sent.get(row.dedup_key)
+        if last is not None and window > timedelta(0) and alert.time - last < window:
+            suppressed.append(row.key)
+            continue
+        sent[row.dedup_key] = alert.time if last is None else max(last, alert.time)
+        severity = policy.severities.get(alert.type, alert.severity)
+        groups.setdefault(row.group_key, []).append((row, alert.with_severity(severity)))
+    deliveries: list[AlertDelivery] = []
+    let_through: dict[str, datetime] = {}
+    for _, members in sorted(groups.items()):
+        opened = min(a.time for _, a in members)
+        if not force and now - opened < policy.group_wait:
+            continue
+        rows = [r for r, _ in members]
+        tag = _digest([r.dedup_key for r in rows], 8) if len(rows) > 1 else None
+        merged = merge_group([a for _, a in members], policy.max_agents_listed, tag)
+        deliveries.append(AlertDelivery(
+            key=_digest([r.key for r in rows], 32), alert=merged.to_record(),
+            sinks_pending=tuple(sinks), created_at=now, members=tuple(r.key for r in rows)))
+        for r, a in members:
+            previous = let_through.get(r.dedup_key)
+            let_through[r.dedup_key] = a.time if previous is None else max(previous, a.time)
+    return RoutingPlan(tuple(suppressed), tuple(deliveries), let_through)
+
+
+@dataclass
+class DeliveryReport:
+    """What one :meth:`AlertOutbox.run_once` did."""
+
+    routed: list[Alert] = field(default_factory=list)
+    """Alerts let out by routing (grouped ones once)."""
+    suppressed: list[OutboxAlert] = field(default_factory=list)
+    delivered: int = 0
+    """Deliveries every sink has taken."""
+    failures: dict[str, list[str]] = field(default_factory=dict)
+    """Sink name → errors, for deliveries that will be retried."""
+
+
+class AlertOutbox:
+    """Routes the store's alert outbox to ``sinks``; safe to run on every replica."""
+
+    def __init__(self, store: ModelStore, sinks: Sequence[AlertSink],
+                 policy: AlertPolicy | None = None, *,
+                 retry_after: timedelta = timedelta(seconds=5),
+                 max_retry_after: timedelta = timedelta(minutes=5),
+                 lease: timedelta = timedelta(seconds=60),
+                 on_routed: Callable[[Alert], None] | None = None,
+                 on_suppressed: Callable[[OutboxAlert], None] | None = None,
+                 on_failure: Callable[[str, AlertDeliveryError], None] | None = None,
+                 on_delivered: Callable[[Alert], None] | None = None) -> None:
+        if not sinks:
+            raise ValueError("an alert outbox needs at least one sink")
+        names = [s.name for s in sinks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"alert sink names must be distinct: {names}")
+        self.store = store
+        self.sinks = {s.name: s for s in sinks}
+        self.policy = policy or AlertPolicy()
+        self.retry_after = retry_after
+        self.max_retry_after = max_retry_after
+        self.lease = lease
+        self._on_routed = on_routed
+        self._on_suppressed = on_suppressed
+        self._on_failure = on_failure
+        self._on_delivered = on_delivered
+
+    def route(self, now: datetime, force: bool = False,
+              report: DeliveryReport | None = None) -> RoutingPlan:
+        """Suppress repeats and close groups that waited long enough (one transaction)."""
+        seen: dict[str, OutboxAlert] = {}
+
+        def planner(pending: Sequence[OutboxAlert],
+                    last_sent: Mapping[str, datetime]) -> RoutingPlan:
+            seen.update((r.key, r) for r in pending)
+            return plan_routing(pending, last_sent, self.policy, now, list(self.sinks), force)
+
+        plan = self.store.route_alerts(planner, now)
+        for key in plan.suppressed:
+            row = seen[key]
+            log.info("alert suppressed", dedup_key=row.dedup_key, alert_type=row.alert_type)
+            if report is not None:
+                report.suppressed.append(row)
+            if self._on_suppressed is not None:
+                self._on_suppressed(row)
+        for d in plan.deliveries:
+            alert = Alert.from_record(d.alert)
+            if report is not None:
+                report.routed.append(alert)
+            if self._on_routed is not None:
+                self._on_routed(alert)
+        return plan
+
+    def _backoff(self, attempts: int) -> timedelta:
+        factor: int = 2 ** min(max(0, attempts - 1), 30)
+        return min(self.retry_after * factor, self.max_retry_after)
+
+    def deliver(self, now: datetime, limit: int = 100,
+                report: DeliveryReport | None = None) -> DeliveryReport:
+        """Send every due delivery to the sinks still owing it."""
+        report = report if report is not None else DeliveryReport()
+        for d in self.store.claim_deliveries(now, self.lease.total_seconds(), limit):
+            alert = Alert.from_record(d.alert)
+            done: list[str] = []
+            errors: list[str] = []
+            for name in d.sinks_pending:
+                sink = self.sinks.get(name)
+                if sink is None:
+                    # The configuration dropped this sink since the alert was routed:
+                    # nobody is left to deliver it to there.
+                    log.warning("alert sink no longer configured", sink=name,
+                                dedup_key=alert.dedup_key)
+                    done.append(name)
+                    continue
+                try:
+                    sink.send([alert])
+                except Exception as e:
+                    error = e if isinstance(e, AlertDeliveryError) else AlertDeliveryError(
+                        f"{name}: {type(e).__name__}: {e}")
+                    errors.append(f"{name}: {error}")
+                    report.failures.setdefault(name, []).append(str(error))
+                    log.warning("alert delivery failed", sink=name, error=str(error),
+                                dedup_key=alert.dedup_key, attempts=d.attempts)
+                    if self._on_failure is not None:
+                        self._on_failure(name, error)
+                    continue
+                done.append(name)
+            finished = self.store.finish_delivery(
+                d.key, done, now, "; ".join(errors)[:1000] or None,
+                now + self._backoff(d.attempts))
+            if finished.status == "sent":
+                report.delivered += 1
+                if self._on_delivered is not None:
+                    self._on_delivered(alert)
+        return report
+
+    def run_once(self, now: datetime, force: bool = False) -> DeliveryReport:
+        """Route, then deliver what is due. Store failures propagate (the caller's job
+        runs again); sink failures are recorded and retried."""
+        report = DeliveryReport()
+        self.route(now, force, report)
+        return self.deliver(now, report=report)
+
+    def prune(self, now: datetime, keep: timedelta) -> int:
+        """Forget what was routed more than ``keep`` ago, but never a sent time still
+        inside a suppression window."""
+        longest = max(self.policy.suppress_for.values(), default=timedelta(0))
+        return self.store.prune_alerts(now - max(keep, longest))
+
+    def backlog(self) -> tuple[int, int]:
+        """(alerts waiting to be routed, deliveries not yet taken by every sink)."""
+        return len(self.store.outbox("pending")), len(self.store.deliveries("pending"))

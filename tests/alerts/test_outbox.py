@@ -1,0 +1,261 @@
+"""Durable routing: suppression that survives restarts, family grouping, re-delivery.
+
+The planner is tested alone (pure, injected time); the outbox runs over a real SQLite
+store in tmp_path with in-memory sinks that can be told to fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from capwatch.alerts import (
+    Alert,
+    AlertDeliveryError,
+    AlertOutbox,
+    AlertPolicy,
+    AlertType,
+    Severity,
+    assessment_failed_alert,
+    inconsistency_alert,
+    outbox_record,
+    plan_routing,
+)
+from capwatch.models_store import ModelStore, open_store
+
+T0 = datetime(2026, 11, 25, 21, 0, tzinfo=UTC)
+SUMMARY = "sample_rock(?r ?s ?w) now requires (battery_full ?r)"
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def reduced(agent: str, t: datetime = T0, fp: str = "abc") -> Alert:
+    return Alert(AlertType.CAPABILITY_REDUCED, Severity.CRITICAL, "rover-v3", agent,
+                 "sample_rock", SUMMARY, t, fingerprint=fp, evidence={"queries": 3},
+                 model_version=1)
+
+
+class Sink:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sent: list[Alert] = []
+        self.failing = False
+
+    def send(self, alerts: Sequence[Alert]) -> None:
+        if self.failing:
+            raise AlertDeliveryError(f"{self.name}: connection refused")
+        self.sent.extend(alerts)
+
+
+class Crashing(Sink):
+    """A sink that raises something other than AlertDeliveryError (a bug in a sink)."""
+
+    def send(self, alerts: Sequence[Alert]) -> None:
+        raise KeyError("boom")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "models.db"
+
+
+@pytest.fixture
+def store(db: Path) -> Iterator[ModelStore]:
+    s = open_store(str(db))
+    yield s
+    s.close()
+
+
+POLICY = AlertPolicy(group_wait=timedelta(seconds=30))
+
+
+# -- the planner -------------------------------------------------------------------------
+
+def test_records_round_trip_every_field() -> None:
+    a = inconsistency_alert(family="gripper", agent_id="g1", action="pick", time=T0,
+                            contradicted=["⟨(free ?g), pick⟩"], header="pick(?o ?r ?g)",
+                            evidence={"offsets": [3, 4]})
+    assert Alert.from_record(a.to_record()) == a
+    g = reduced("r1")
+    assert Alert.from_record(g.to_record()) == g
+
+
+def test_a_family_wide_drift_is_one_delivery_once_the_group_waited() -> None:
+    rows = [outbox_record(reduced(f"rover-{i}", at(i)), f"v{i}") for i in range(7)]
+    rows.append(outbox_record(reduced("rover-9", at(2), fp="other"), "other"))
+    early = plan_routing(rows, {}, POLICY, at(29), ["kafka"])
+    assert early.deliveries == () and early.suppressed == ()
+    plan = plan_routing(rows, {}, POLICY, at(30), ["kafka"])
+    (grouped,) = [d for d in plan.deliveries if len(d.members) > 1]
+    assert grouped.members == tuple(f"v{i}" for i in range(7))
+    g = Alert.from_record(grouped.alert)
+    assert g.summary == f"7 agents of rover-v3: {SUMMARY}"
+    assert g.agents == tuple(f"rover-{i}" for i in range(7)) and g.agent_id is None
+    assert g.severity is Severity.CRITICAL
+    # "other" opened at 2 s: its group is not due before 32 s.
+    assert not any(d.members == ("other",) for d in plan.deliveries)
+    assert set(plan.sent) == {r.dedup_key for r in rows[:7]}
+    # The same members always give the same delivery and dedup key (re-delivery is stable);
+    # a later group of other agents with the same change gets a key of its own.
+    again = plan_routing(list(reversed(rows)), {}, POLICY, at(31), ["kafka"])
+    (same,) = [d for d in again.deliveries if len(d.members) > 1]
+    assert (same.key, Alert.from_record(same.alert).dedup_key) == (grouped.key, g.dedup_key)
+    later = [outbox_record(reduced(f"rover-{i}", at(100)), f"w{i}") for i in (7, 8)]
+    (second,) = plan_routing(later, {}, POLICY, at(200), ["kafka"]).deliveries
+    assert Alert.from_record(second.alert).summary.startswith("2 agents of rover-v3")
+    assert Alert.from_record(second.alert).dedup_key != g.dedup_key
+
+
+def test_repeats_inside_the_window_are_suppressed_measured_on_alert_time() -> None:
+    policy = AlertPolicy(group_wait=timedelta(0),
+                         suppress_for={AlertType.CAPABILITY_REDUCED: timedelta(hours=1)})
+    key = reduced("r1").dedup_key
+    rows = [outbox_record(reduced("r1", at(3500)), "a"),
+            outbox_record(reduced("r1", at(3700)), "b"),
+            outbox_record(reduced("r1", at(3800)), "c")]
+    plan = plan_routing(rows, {key: T0}, policy, at(10_000), ["log"])
+    # a: 3500 s after the last send (suppressed); b: 3700 s (out); c: 100 s after b.
+    assert plan.suppressed == ("a", "c")
+    assert [d.members for d in plan.deliveries] == [("b",)]
+    assert plan.sent == {key: at(3700)}
+
+
+def test_severity_follows_the_policy_and_a_zero_window_never_suppresses() -> None:
+    policy = AlertPolicy(group_wait=timedelta(0),
+                         severities={AlertType.CAPABILITY_REDUCED: Severity.WARNING},
+                         suppress_for={AlertType.CAPABILITY_REDUCED: timedelta(0)})
+    rows = [outbox_record(reduced("r1", at(1)), "a")]
+    plan = plan_routing(rows, {reduced("r1").dedup_key: at(1)}, policy, at(1), ["log"])
+    (d,) = plan.deliveries
+    assert Alert.from_record(d.alert).severity is Severity.WARNING
+
+
+def test_force_closes_open_groups_and_no_sink_is_an_error() -> None:
+    rows = [outbox_record(reduced("r1", at(0)), "a")]
+    assert len(plan_routing(rows, {}, POLICY, at(1), ["log"], force=True).deliveries) == 1
+    with pytest.raises(ValueError, match="at least one sink"):
+        plan_routing(rows, {}, POLICY, at(1), [])
+
+
+# -- the outbox over a store ---------------------------------------------------------------
+
+def test_suppression_holds_across_a_restart(db: Path) -> None:
+    first = open_store(str(db))
+    sink = Sink("kafka")
+    first.add_alerts([outbox_record(reduced("r1", at(0)), "v1")])
+    AlertOutbox(first, [sink], POLICY).run_once(at(30))
+    assert [a.agent_id for a in sink.sent] == ["r1"]
+    first.close()
+
+    # A new process: nothing in memory, the store remembers what went out.
+    second = open_store(str(db))
+    sink2 = Sink("kafka")
+    suppressed: list[str] = []
+    outbox = AlertOutbox(second, [sink2], POLICY,
+                         on_suppressed=lambda r: suppressed.append(r.alert_type))
+    second.add_alerts([outbox_record(reduced("r1", at(600)), "v1-replayed-as-new")])
+    report = outbox.run_once(at(700))
+    assert sink2.sent == [] and suppressed == ["capability_reduced"]
+    assert [r.key for r in report.suppressed] == ["v1-replayed-as-new"]
+    # After the 24 h window the same change alerts again.
+    second.add_alerts([outbox_record(reduced("r1", at(86_401)), "v1-next-day")])
+    outbox.run_once(at(86_500))
+    assert [a.time for a in sink2.sent] == [at(86_401)]
+    second.close()
+
+
+def test_an_alert_written_twice_goes_out_once(store: ModelStore) -> None:
+    sink = Sink("kafka")
+    rec = outbox_record(reduced("r1"), "version:rover-v3/r1@1|abc")
+    assert store.add_alerts([rec]) == 1
+    assert store.add_alerts([rec]) == 0  # a retried worker
+    AlertOutbox(store, [sink], POLICY).run_once(at(60))
+    assert len(sink.sent) == 1
+
+
+def test_a_failing_sink_is_retried_without_resending_to_the_others(store: ModelStore) -> None:
+    kafka, am = Sink("kafka"), Sink("alertmanager")
+    am.failing = True
+    failures: list[str] = []
+    delivered: list[str] = []
+    outbox = AlertOutbox(store, [kafka, am], POLICY, retry_after=timedelta(seconds=10),
+                         on_failure=lambda name, e: failures.append(name),
+                         on_delivered=lambda a: delivered.append(a.dedup_key))
+    store.add_alerts([outbox_record(reduced(f"r{i}", at(i)), f"v{i}") for i in range(3)])
+    report = outbox.run_once(at(40))
+    assert len(report.routed) == 1 and report.delivered == 0
+    assert report.failures.keys() == {"alertmanager"} and failures == ["alertmanager"]
+    assert len(kafka.sent) == 1 and am.sent == []
+    # Backoff: not retried before retry_after, and each failure doubles it.
+    assert outbox.run_once(at(45)).failures == {}
+    outbox.run_once(at(50))
+    assert failures == ["alertmanager"] * 2
+    assert outbox.run_once(at(65)).failures == {}
+    am.failing = False
+    report = outbox.run_once(at(70))
+    assert report.delivered == 1 and len(am.sent) == 1 and len(kafka.sent) == 1
+    assert am.sent[0] == kafka.sent[0]  # the very same alert, same dedup key
+    assert delivered == [kafka.sent[0].dedup_key]
+    assert outbox.backlog() == (0, 0)
+
+
+def test_a_crash_after_sending_redelivers_the_same_alert(store: ModelStore) -> None:
+    sink = Sink("kafka")
+    outbox = AlertOutbox(store, [sink], POLICY, lease=timedelta(seconds=60))
+    store.add_alerts([outbox_record(reduced(f"r{i}", at(i)), f"v{i}") for i in range(2)])
+    outbox.route(at(40))
+    # The replica claims and sends, then dies before recording the delivery.
+    (d,) = store.claim_deliveries(at(41), 60)
+    sink.send([Alert.from_record(d.alert)])
+    # Another replica (or the restarted one) retries once the lease ran out.
+    assert outbox.deliver(at(90)).delivered == 0
+    assert outbox.deliver(at(102)).delivered == 1
+    assert len(sink.sent) == 2 and sink.sent[0] == sink.sent[1]
+    assert sink.sent[0].summary == f"2 agents of rover-v3: {SUMMARY}"
+
+
+def test_a_sink_bug_is_a_delivery_failure_not_a_crash(store: ModelStore) -> None:
+    good, bad = Sink("log"), Crashing("kafka")
+    outbox = AlertOutbox(store, [good, bad], AlertPolicy(group_wait=timedelta(0)))
+    store.add_alerts([outbox_record(assessment_failed_alert(
+        family="rover-v3", agent_id="r1", time=T0, reason="agent_unreachable",
+        message="connection refused"), "failed:k")])
+    report = outbox.run_once(at(1))
+    assert "KeyError" in report.failures["kafka"][0]
+    assert len(good.sent) == 1
+    (d,) = store.deliveries("pending")
+    assert d.sinks_pending == ("kafka",) and "KeyError" in (d.last_error or "")
+
+
+def test_a_sink_dropped_from_the_configuration_no_longer_holds_deliveries(
+        store: ModelStore) -> None:
+    store.add_alerts([outbox_record(reduced("r1"), "v1")])
+    AlertOutbox(store, [Sink("kafka"), Sink("alertmanager")], POLICY).route(at(60))
+    kafka = Sink("kafka")
+    report = AlertOutbox(store, [kafka], POLICY).deliver(at(61))
+    assert report.delivered == 1 and len(kafka.sent) == 1
+    assert store.deliveries("pending") == []
+
+
+def test_prune_keeps_sent_times_inside_the_suppression_window(store: ModelStore) -> None:
+    outbox = AlertOutbox(store, [Sink("kafka")], POLICY)
+    store.add_alerts([outbox_record(reduced("r1", at(0)), "v1")])
+    outbox.run_once(at(60))
+    # keep=1 s, but capability_reduced is suppressed for 24 h: the sent time stays.
+    outbox.prune(at(3600), keep=timedelta(seconds=1))
+    store.add_alerts([outbox_record(reduced("r1", at(7200)), "v2")])
+    assert [r.key for r in outbox.run_once(at(7300)).suppressed] == ["v2"]
+    outbox.prune(at(2 * 86_400), keep=timedelta(seconds=1))
+    assert store.outbox() == [] and store.deliveries() == []
+
+
+def test_sink_names_must_be_distinct(store: ModelStore) -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        AlertOutbox(store, [Sink("log"), Sink("log")])
+    with pytest.raises(ValueError, match="at least one sink"):
+        AlertOutbox(store, [])
