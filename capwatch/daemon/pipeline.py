@@ -64,6 +64,7 @@ from capwatch.model.errors import ModelError
 from capwatch.model.grounding import Grounder
 from capwatch.model.serialize import domain_from_json, domain_to_json
 from capwatch.models_store.base import (
+    DriftSnapshot,
     ModelRef,
     ModelStore,
     ModelVersion,
@@ -75,6 +76,7 @@ from capwatch.models_store.base import (
 )
 from capwatch.monitor.attribution import attribution_from_mask
 from capwatch.monitor.drift import DriftAlarm, DriftConfig, DriftMonitor
+from capwatch.monitor.snapshot import SnapshotError, restore_agent, snapshot_agent
 from capwatch.monitor.transition_monitor import MonitorLimits
 
 log = structlog.get_logger("capwatch.daemon")
@@ -158,6 +160,8 @@ class Daemon:
         """Per owned partition: the offset after the last record handled."""
         self._committed: dict[int, int] = {}
         self._awaiting_keys: dict[str, str] = {}
+        self._drift_snapshots: dict[str, DriftSnapshot] = {}
+        """Saved drift state of agents in owned partitions, applied at their first record."""
         self._workers: list[threading.Thread] = []
         self._inflight: dict[str, str] = {}
         """Worker name → key of the item it is running."""
@@ -288,6 +292,36 @@ class Daemon:
 
     def _on_assign(self, partitions: set[int]) -> None:
         log.info("partitions assigned", partitions=sorted(partitions))
+        try:
+            snapshots = self.store.load_drift_snapshots(self.group, self.source.name,
+                                                        partitions)
+        except INFRASTRUCTURE_ERRORS:
+            # Soft state: without it the tables refill from the stream (a longer detection
+            # delay, never a wrong count), so an unreachable store must not fail the
+            # rebalance; the next store call that matters stops the daemon instead.
+            log.exception("loading drift state failed; drift tables start empty")
+            return
+        for snap in snapshots:
+            self._drift_snapshots[snap.agent_id] = snap
+
+    def _restore_drift(self, agent: AgentState) -> None:
+        """Give a newly loaded agent the drift tables saved for it, if they still apply."""
+        snap = self._drift_snapshots.pop(agent.agent_id, None)
+        if snap is None or agent.transitions:
+            return  # an agent already live keeps its own, newer tables
+        if snap.model != agent.version.ref:
+            log.info("drift state is for another model version; starting afresh",
+                     saved=str(snap.model), current=str(agent.version.ref))
+            return
+        try:
+            skipped = restore_agent(self.drift, agent.agent_id, agent.domain.action_map,
+                                    snap.state)
+        except SnapshotError as e:
+            log.warning("drift state unreadable; starting afresh", error=str(e))
+            return
+        agent.drift_restored = (snap.partition, snap.next_offset)
+        log.info("drift state restored", position=snap.next_offset,
+                 skipped=skipped or None)
 
     def _on_revoke(self, partitions: set[int]) -> None:
         """Flush what the revoked partitions' agents hold and give them up."""
@@ -300,6 +334,9 @@ class Daemon:
         for p in partitions:
             self._next.pop(p, None)
             self._committed.pop(p, None)
+        for agent_id in [a for a, s in self._drift_snapshots.items()
+                         if s.partition in partitions]:
+            del self._drift_snapshots[agent_id]
 
     # ------------------------------------------------------------------ records
 
@@ -353,6 +390,8 @@ class Daemon:
             return
         if agent.awaiting is None and agent.agent_id in self._awaiting_keys:
             agent.awaiting = self._awaiting_keys[agent.agent_id]
+        if self._drift_snapshots:
+            self._restore_drift(agent)
         if len(decoded) == 1:
             # The monitor checks the vocabulary before it changes anything, so a single
             # transition needs no separate pass.
@@ -379,7 +418,11 @@ class Daemon:
         if verdict is Verdict.APPLIED:
             agent.last_executed[t.action[0]] = time.monotonic()
             op = agent.monitor.grounder.operator(t.action)
-            if not op.action.is_deterministic:
+            restored = agent.drift_restored
+            replayed = restored is not None and record.partition == restored[0] \
+                and record.offset < restored[1]
+            # A replayed record the restored tables already counted is not counted again.
+            if not op.action.is_deterministic and not replayed:
                 s = agent.monitor.index.encode(t.state)
                 attribution = attribution_from_mask(op, s, obs.outcomes)
                 if attribution is not None:
@@ -565,8 +608,47 @@ class Daemon:
             offsets[p] = min(nxt, held.get(p, nxt))
         return offsets
 
+    def save_drift_state(self, partitions: set[int] | None = None) -> int:
+        """Write the drift tables of agents that changed since they were last written.
+
+        Each snapshot carries the position it reflects: the next offset of the agent's
+        partition (every record before it handled). Called before the offsets are saved,
+        so a committed offset is never past a snapshot's position and a replay from it
+        can skip exactly the records the snapshot counted.
+        """
+        changed = self.drift.take_changed()
+        later: set[str] = set()
+        snaps: list[DriftSnapshot] = []
+        now = self.clock()
+        for agent_id in sorted(changed):
+            agent = self.registry.get(agent_id)
+            if agent is None:
+                continue  # dropped (partition revoked): its state was saved before that
+            if partitions is not None and agent.partition not in partitions:
+                later.add(agent_id)
+                continue
+            nxt = self._next.get(agent.partition)
+            if nxt is None:
+                later.add(agent_id)
+                continue
+            restored = agent.drift_restored
+            if restored is not None and restored[0] == agent.partition:
+                nxt = max(nxt, restored[1])
+            snaps.append(DriftSnapshot(
+                agent_id, agent.version.ref, self.source.name, agent.partition, nxt,
+                snapshot_agent(self.drift, agent_id, agent.version.ref.to_json()), now))
+        self.drift.mark_changed(later)
+        if snaps:
+            try:
+                self.store.save_drift_snapshots(self.group, snaps)
+            except BaseException:
+                self.drift.mark_changed(s.agent_id for s in snaps)
+                raise
+        return len(snaps)
+
     def checkpoint(self, partitions: set[int] | None = None) -> None:
         self._last_checkpoint = time.monotonic()
+        self.save_drift_state(partitions)
         offsets = {p: o for p, o in self.commit_offsets(partitions).items()
                    if self._committed.get(p) != o}
         if not offsets:

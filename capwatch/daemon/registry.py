@@ -42,6 +42,9 @@ class AgentState:
     last_state: frozenset[GroundAtom] = frozenset()
     objects: dict[str, str] = field(default_factory=dict)
     """Objects seen in the stream, for canary queries."""
+    drift_restored: tuple[int, int] | None = None
+    """(partition, next offset) of the drift snapshot this agent's tables were restored
+    from: its records before that offset are already counted, and a replay skips them."""
 
     @classmethod
     def from_version(cls, agent_id: str, family: str, partition: int,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -431,6 +431,10 @@ class DriftMonitor:
         the ones whose saved state is out of date."""
         changed, self._changed = self._changed, set()
         return changed
+
+    def mark_changed(self, agent_ids: Iterable[str]) -> None:
+        """Put agents back in the changed set (their state could not be saved)."""
+        self._changed.update(agent_ids)
 
     def agent_states(self, agent_id: str) -> dict[str, dict[str, Any]]:
         """Action name → ``ActionMonitor.export_state()`` for one agent."""

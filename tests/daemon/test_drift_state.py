@@ -1,0 +1,138 @@
+"""Drift tables survive a restart and a partition move (simulated fleet, SQLite store)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from capwatch.adapters.streams import MemoryPublisher
+from capwatch.daemon.service import build_service
+from capwatch.models_store import open_store
+from capwatch.models_store.base import record_new_model
+from capwatch.monitor.snapshot import snapshot_agent
+from tests.daemon.helpers import EXAMPLES, example, run, simulated
+
+AGENT = "courier-v1-002"
+T0 = datetime(2026, 11, 25, tzinfo=UTC)
+
+
+def _fleet(tmp_path: Path, rounds: int) -> Any:
+    drifts = [{"agent_id": AGENT, "at_step": 20,
+               "domain": str(EXAMPLES / "courier-pick-wear.pddl")}]
+    return simulated(tmp_path, agents=3, rounds=rounds, drifts=drifts,
+                     scheduler={"checkpoint_s": 3600.0})
+
+
+def _alarm(tmp_path: Path) -> tuple[int, dict[str, Any]]:
+    """(offset of the record that raised the drift alarm, the alarm's evidence)."""
+    store = open_store(f"sqlite:///{tmp_path / 'models.db'}")
+    try:
+        (item,) = [i for i in store.queue_items() if i.agent_id == AGENT]
+        return int(item.key.rsplit("#", 1)[1]), item.payload["drift"]["pick"]
+    finally:
+        store.close()
+
+
+def test_a_drift_under_way_at_a_restart_alarms_as_if_there_was_none(tmp_path: Path) -> None:
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    _, ref_out = run(_fleet(reference_dir, 300))
+    ref_offset, ref_evidence = _alarm(reference_dir)
+    assert [m.agent_id for m in ref_out.models] == [AGENT]
+    assert ref_offset > 120 * 6, "the alarm must come after the restart below"
+
+    # First run: the drift is under way but has not alarmed yet when the daemon stops.
+    _, out1 = run(_fleet(tmp_path, 120))
+    assert out1.models == [] and out1.alerts == []
+    store = open_store(f"sqlite:///{tmp_path / 'models.db'}")
+    try:
+        (snap,) = [s for s in store.load_drift_snapshots("capwatch", "simulated")
+                   if s.agent_id == AGENT]
+        assert snap.next_offset == 720 and snap.model.agent_id is None
+        seen = snap.state["actions"]["pick"]["seen"]
+        assert seen > 0
+        # A crash after the drift state was saved but before the offsets were: the
+        # restarted daemon replays from an earlier commit and must not count twice.
+        store.save_offsets("capwatch", {("simulated", 0): 400}, T0)
+    finally:
+        store.close()
+
+    second, out2 = run(_fleet(tmp_path, 300))
+    assert second.daemon.processed == 300 * 6 - 400
+    offset, evidence = _alarm(tmp_path)
+    assert offset == ref_offset
+    assert evidence == ref_evidence
+    # One version and one alert over both runs, as without the restart.
+    assert [m.agent_id for m in out1.models + out2.models] == [AGENT]
+    assert [a.agent_id for a in out1.alerts + out2.alerts] == [AGENT]
+
+
+def test_without_saved_state_the_alarm_comes_later(tmp_path: Path) -> None:
+    """The control for the test above: the same restart with the drift state lost."""
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    run(_fleet(reference_dir, 300))
+    ref_offset, _ = _alarm(reference_dir)
+    run(_fleet(tmp_path, 120))
+    store = open_store(f"sqlite:///{tmp_path / 'models.db'}")
+    try:
+        with store._tx() as tx:  # type: ignore[attr-defined]
+            tx.run("DELETE FROM drift_state")
+    finally:
+        store.close()
+    run(_fleet(tmp_path, 600))
+    offset, _ = _alarm(tmp_path)
+    # The tables refill only from the records after the commit (720 onwards).
+    assert offset > ref_offset
+
+
+def test_revocation_saves_and_assignment_restores_the_tables(tmp_path: Path) -> None:
+    cfg = _fleet(tmp_path, 100)
+    d = build_service(cfg, publisher=MemoryPublisher()).daemon
+    d.seed_families()
+    d.source.start(d._on_assign, d._on_revoke, {})
+    records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
+    for r in records[:500]:
+        d._handle(r)
+    before = snapshot_agent(d.drift, AGENT)
+    assert before["actions"]["pick"]["seen"] > 0
+    d._on_revoke({0})  # the partition moves away: state saved, agents dropped
+    assert d.registry.get(AGENT) is None and d.drift.agent_states(AGENT) == {}
+    d._on_assign({0})  # ... and comes back (or arrives at another replica)
+    assert AGENT in d._drift_snapshots
+    for r in records[:500]:  # replayed records, already counted in the saved tables
+        d._handle(r)
+    assert snapshot_agent(d.drift, AGENT) == before
+    agent = d.registry.get(AGENT)
+    assert agent is not None and agent.drift_restored == (0, 500)
+    for r in records[500:]:
+        d._handle(r)
+    assert snapshot_agent(d.drift, AGENT)["actions"]["pick"]["seen"] \
+        >= before["actions"]["pick"]["seen"]
+    d.source.close()
+    d.store.close()
+
+
+def test_state_saved_for_an_older_model_version_is_not_restored(tmp_path: Path) -> None:
+    run(_fleet(tmp_path, 120))
+    store = open_store(f"sqlite:///{tmp_path / 'models.db'}")
+    try:
+        (snap,) = [s for s in store.load_drift_snapshots("capwatch", "simulated")
+                   if s.agent_id == AGENT]
+    finally:
+        store.close()
+    d = build_service(_fleet(tmp_path, 200), publisher=MemoryPublisher()).daemon
+    d.seed_families()
+    # The agent got a version of its own meanwhile (e.g. from another replica's worker).
+    v = record_new_model(d.store, "courier-v1", AGENT, example("courier-pick-wear.pddl"),
+                         datetime.now(UTC))
+    d.source.start(d._on_assign, d._on_revoke, {0: snap.next_offset})
+    first = next(r for r in d.source.poll(1.0) if r.key == AGENT.encode())
+    d._handle(first)
+    agent = d.registry.get(AGENT)
+    assert agent is not None and agent.version.ref == v.ref
+    assert agent.drift_restored is None
+    assert AGENT not in d._drift_snapshots
+    d.source.close()
+    d.store.close()
