@@ -110,10 +110,9 @@ class OutcomeWindow:
         idx = np.arange(self.seen - kept, self.seen) % self.size
         return {
             "k": self._k, "size": self.size, "kind": self.kind, "seen": self.seen,
-            "values": [int(v) for v in self._buffer[idx]],
-            "block": [int(v) for v in self._block],
-            "completed": None if self._completed is None else [int(v) for v in
-                                                               self._completed],
+            "values": self._buffer[idx].tolist(),
+            "block": self._block.tolist(),
+            "completed": None if self._completed is None else self._completed.tolist(),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
