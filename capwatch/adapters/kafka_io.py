@@ -168,7 +168,10 @@ class KafkaPublisher:
         self._send(self.models_topic, event.agent_id, event.model_dump_json().encode())
 
     def alert(self, event: AlertEvent) -> None:
-        self._send(self.alerts_topic, event.agent_id, event.model_dump_json().encode())
+        # A grouped alert ("*": several agents) is keyed by its family, so a family's
+        # grouped alerts stay in order without all landing on the partition of key "*".
+        key = event.family if event.agent_id == "*" else event.agent_id
+        self._send(self.alerts_topic, key, event.model_dump_json().encode())
 
     def dead_letter(self, record: DeadLetterRecord) -> None:
         self._send(self.dead_letter_topic, None, record.model_dump_json().encode())

@@ -20,6 +20,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from capwatch.alerts.router import AlertPolicy
+
 ENV_PREFIX = "CAPWATCH_"
 ENV_DELIMITER = "__"
 
@@ -132,6 +134,20 @@ class DetectionConfig(_Section):
     drift_fdr: float = Field(default=0.05, gt=0, lt=1)
 
 
+class AgentRetryConfig(_Section):
+    """Retries of an assessment whose agent could not be reached (capwatch.daemon.retry)."""
+
+    attempts: int = Field(default=8, ge=1)
+    """Attempts in all, the first included, before the ``assessment_failed`` alert."""
+    backoff_s: float = Field(default=5.0, ge=0)
+    """Wait after the first failure; multiplied by ``multiplier`` after each further one."""
+    multiplier: float = Field(default=2.0, ge=1)
+    max_backoff_s: float = Field(default=300.0, ge=0)
+    jitter: float = Field(default=0.1, ge=0, lt=1)
+    """Each wait varies by ± this fraction, per assessment, so agents that went down
+    together are not all retried at the same instant."""
+
+
 class AssessmentConfig(_Section):
     method: Literal["daaisy", "verify", "auto"] = "verify"
     """``daaisy`` resolves only the pal-tuples the evidence flags; ``verify`` then also
@@ -140,7 +156,11 @@ class AssessmentConfig(_Section):
     workers: int = Field(default=2, ge=1)
     lease_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=5, ge=1)
+    """Attempts of an assessment that fails with an error (other than an unreachable
+    agent), ``retry_after_s`` apart, before the ``assessment_failed`` alert."""
     retry_after_s: float = Field(default=10.0, ge=0)
+    agent_retry: AgentRetryConfig = Field(default_factory=AgentRetryConfig)
+    """Failures because the agent could not be reached: exponential backoff instead."""
     query_budget: int = Field(default=500, ge=1)
     samples: int = Field(default=30, ge=1)
     """Samples per query when re-estimating probabilities of stochastic actions."""
@@ -153,6 +173,62 @@ class SchedulerConfig(_Section):
     canary_idle_s: float = Field(default=600.0, gt=0)
     """An action not seen executing for this long is probed by a canary query."""
     results_poll_s: float = Field(default=2.0, gt=0)
+
+
+class AlertmanagerConfig(_Section):
+    url: str
+    """Alertmanager's base URL, e.g. ``http://alertmanager:9093``."""
+    timeout_s: float = Field(default=5.0, gt=0)
+    resolve_after_s: float = Field(default=6 * 3600.0, gt=0)
+    """capwatch alerts are events: Alertmanager resolves each this long after it fired."""
+    generator_url: str | None = None
+
+    @model_validator(mode="after")
+    def _http(self) -> AlertmanagerConfig:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be http(s)://, got {self.url!r}")
+        return self
+
+
+class AlertSinksConfig(_Section):
+    output: bool = True
+    """The output's alert stream: the Kafka alerts topic, alerts.jsonl, or the log."""
+    log: bool = False
+    """A structlog ``alert`` event per alert with every field (in addition)."""
+    alertmanager: AlertmanagerConfig | None = None
+
+
+class AlertsConfig(_Section):
+    """Routing of alerts (capwatch.alerts.outbox): suppression, grouping, sinks, retries."""
+
+    severity: dict[str, str] = Field(default_factory=dict)
+    """Per alert type: info, warning or critical (defaults in docs/operations.md)."""
+    suppress_seconds: dict[str, float] = Field(default_factory=dict)
+    """Per alert type: a repeat of a dedup key within this window is dropped."""
+    group_wait_seconds: float = Field(default=30.0, ge=0)
+    """How long the first alert of a group waits for the same change in other agents."""
+    max_agents_listed: int = Field(default=20, ge=1)
+    sinks: AlertSinksConfig = Field(default_factory=AlertSinksConfig)
+    route_s: float = Field(default=1.0, gt=0)
+    """How often the outbox is routed and due deliveries are sent."""
+    retry_after_s: float = Field(default=5.0, gt=0)
+    """First retry of a failed sink; doubled per failure up to max_retry_after_s."""
+    max_retry_after_s: float = Field(default=300.0, gt=0)
+    keep_s: float = Field(default=7 * 86400.0, gt=0)
+    """Routed alerts are kept this long for inspection (at least the longest window)."""
+
+    @model_validator(mode="after")
+    def _checks(self) -> AlertsConfig:
+        self.policy()  # unknown types and severities fail here, with the config's position
+        if not (self.sinks.output or self.sinks.log or self.sinks.alertmanager):
+            raise ValueError("alerts.sinks enables no sink: alerts would pile up unsent")
+        return self
+
+    def policy(self) -> AlertPolicy:
+        return AlertPolicy.from_config({
+            "severity": self.severity, "suppress_seconds": self.suppress_seconds,
+            "group_wait_seconds": self.group_wait_seconds,
+            "max_agents_listed": self.max_agents_listed})
 
 
 class HttpConfig(_Section):
@@ -185,6 +261,7 @@ class DaemonConfig(BaseSettings):
     assessment: AssessmentConfig = Field(default_factory=AssessmentConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     shutdown_grace_s: float = Field(default=20.0, gt=0)
     """SIGTERM: in-flight assessments get this long before they are left to the queue."""

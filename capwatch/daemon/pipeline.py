@@ -42,9 +42,17 @@ from capwatch.adapters.wire import (
     decode,
     vocabulary_error,
 )
-from capwatch.alerts.sinks import alert_event
-from capwatch.alerts.types import alerts_for_version, assessment_failed_alert
+from capwatch.alerts.outbox import outbox_record
+from capwatch.alerts.sinks import AlertSink
+from capwatch.alerts.types import alerts_for_version, assessment_failed_alert, inconsistency_alert
 from capwatch.assess.agent import AgentUnavailable
+from capwatch.daemon.alerting import (
+    build_outbox,
+    build_sinks,
+    failed_alert_key,
+    queued_alert_key,
+    version_alert_key,
+)
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.events import model_event
 from capwatch.daemon.metrics import DaemonMetrics
@@ -58,7 +66,8 @@ from capwatch.daemon.ports import (
     Source,
 )
 from capwatch.daemon.registry import AgentState, Registry
-from capwatch.model.consistency import Verdict, check
+from capwatch.daemon.retry import describe_agent_failure, retry_plan
+from capwatch.model.consistency import Verdict, check, explain
 from capwatch.model.domain import Domain
 from capwatch.model.errors import ModelError
 from capwatch.model.grounding import Grounder
@@ -68,6 +77,7 @@ from capwatch.models_store.base import (
     ModelRef,
     ModelStore,
     ModelVersion,
+    OutboxAlert,
     PendingAssessment,
     StoreError,
     VersionConflict,
@@ -131,7 +141,8 @@ class Daemon:
     def __init__(self, config: DaemonConfig, *, store: ModelStore, source: Source,
                  publisher: Publisher, agents: AgentDirectory, assessor: Assessor,
                  families: dict[str, Domain] | None = None,
-                 metrics: DaemonMetrics | None = None, clock: Clock = utc_now) -> None:
+                 metrics: DaemonMetrics | None = None, clock: Clock = utc_now,
+                 alert_sinks: list[AlertSink] | None = None) -> None:
         self.config = config
         self.store = store
         self.source = source
@@ -140,6 +151,15 @@ class Daemon:
         self.assessor = assessor
         self.metrics = metrics or DaemonMetrics()
         self.clock = clock
+        self.alert_policy = config.alerts.policy()
+        self.alerts = build_outbox(
+            config.alerts, store,
+            alert_sinks if alert_sinks is not None else build_sinks(config.alerts, publisher),
+            self.metrics)
+        """Alerts go to the store's outbox with what caused them; this routes them."""
+        self._alert_lock = threading.Lock()
+        self._alerts_closed = False
+        self._alerts_pruned: datetime | None = None
         self.registry = Registry(store, MonitorLimits(
             max_inconsistencies=config.detection.max_evidence,
             max_state_atoms=config.limits.max_state_atoms))
@@ -253,7 +273,12 @@ class Daemon:
             self._sweep(force=True)
             return False
         pending = self.store.queue_items("pending") + self.store.queue_items("claimed")
-        return not pending and not self._awaiting_keys
+        if pending or self._awaiting_keys:
+            return False
+        # A finite run ends with its alerts out: groups close now instead of after
+        # group_wait. Deliveries a sink refused stay in the store for the next start.
+        self.route_alerts(force=True)
+        return True
 
     def _recover_claims(self) -> None:
         """Work this replica held when it died goes back to the queue at once, instead of
@@ -282,11 +307,40 @@ class Daemon:
         self._canary_pool.shutdown(wait=False, cancel_futures=True)
         self._drain()
         try:
+            self.route_alerts()
+            with self._alert_lock:
+                self._alerts_closed = True  # a late scheduler run must not use a closed sink
             self.checkpoint()
         finally:
             self.source.close()
             self.publisher.close()
         log.info("daemon stopped", processed=self.processed, dead_letters=self.dead_letters)
+
+    # ------------------------------------------------------------------ alerts
+
+    def route_alerts(self, force: bool = False) -> None:
+        """Route the alert outbox and deliver what is due (scheduler job; any thread).
+
+        Failures are logged, not raised: everything stays in the store's outbox and the
+        next run picks it up.
+        """
+        with self._alert_lock:
+            if self._alerts_closed:
+                return
+            now = self.clock()
+            try:
+                report = self.alerts.run_once(now, force)
+                if self._alerts_pruned is None or now - self._alerts_pruned >= timedelta(
+                        hours=1):
+                    self.alerts.prune(now, timedelta(seconds=self.config.alerts.keep_s))
+                    self._alerts_pruned = now
+            except Exception:
+                log.exception("alert routing failed; the outbox keeps the alerts")
+                return
+        if report.routed or report.failures:
+            log.info("alerts routed", routed=len(report.routed),
+                     suppressed=len(report.suppressed), delivered=report.delivered,
+                     failing_sinks=sorted(report.failures) or None)
 
     # ------------------------------------------------------------------ partitions
 
@@ -492,9 +546,11 @@ class Daemon:
             "provisional_model": domain_to_json(provisional) if drift else None,
             "drift_probes": probes,
         }
+        now = self.clock()
+        alerts = [self._awaiting_alert(agent, key, now)] if agent.evidence else []
         created = self.store.enqueue(PendingAssessment(
             key=key, agent_id=agent.agent_id, family=agent.family, payload=payload,
-            enqueued_at=self.clock()))
+            enqueued_at=now), alerts)
         agent.awaiting = key
         self._awaiting_keys[agent.agent_id] = key
         agent.evidence.clear()
@@ -510,6 +566,30 @@ class Daemon:
             agent.awaiting = None
             self._awaiting_keys.pop(agent.agent_id, None)
         self._work.set()
+
+    def _awaiting_alert(self, agent: AgentState, key: str, now: datetime) -> OutboxAlert:
+        """The "unexplained inconsistency awaiting assessment" alert for queued work: one
+        per queued assessment (written with it), naming the contradicted pa-tuples."""
+        first = agent.evidence[0].transition
+        actions = sorted({o.transition.action[0] for o in agent.evidence})
+        contradicted: list[str] = []
+        for o in agent.evidence[:10]:  # Table 2 per transition; a few say enough
+            t = o.transition
+            for c in explain(agent.domain, t.action, t.state, t.next_state).contradicted:
+                text = f"⟨{c.pa.atom}, {c.pa.action}⟩"
+                if text not in contradicted:
+                    contradicted.append(text)
+        alert = inconsistency_alert(
+            family=agent.family, agent_id=agent.agent_id, action=first.action[0], time=now,
+            contradicted=contradicted, header=agent.domain.action(first.action[0]).header(),
+            evidence={"assessment_key": key, "model_version": agent.version.ref.version,
+                      "inconsistent": len(agent.evidence), "actions": actions,
+                      "transitions": [{"partition": o.partition, "offset": o.offset,
+                                       "episode_id": o.transition.episode_id,
+                                       "step": o.transition.step}
+                                      for o in agent.evidence[:10]]},
+            severities=self.alert_policy.severities)
+        return outbox_record(alert, queued_alert_key(key))
 
     def _executed_evidence(self, agent: AgentState) -> list[dict[str, Any]]:
         """Executed transitions since the first buffered inconsistency.
@@ -723,22 +803,25 @@ class Daemon:
     def _give_back(self, worker: str, item: PendingAssessment, error: str) -> None:
         cfg = self.config.assessment
         now = self.clock()
+        reason = "agent_unreachable" if error.startswith("agent unavailable") else "error"
+        # Written by the store only if this release fails the work for good, in the same
+        # transaction, so the alert can be neither lost nor raised for a retry.
+        alert = assessment_failed_alert(
+            family=item.family, agent_id=item.agent_id, time=now, reason=reason,
+            message=error[:500], evidence={"assessment_key": item.key,
+                                           "attempts": item.attempts},
+            severities=self.alert_policy.severities)
+        wait, limit = retry_plan(cfg, item.attempts, item.key,
+                                 agent_unreachable=reason == "agent_unreachable")
         try:
-            self.store.release(item.key, worker, error, now + timedelta(seconds=cfg.retry_after_s),
-                               cfg.max_attempts)
+            failed = self.store.release(
+                item.key, worker, error, now + wait, limit,
+                [outbox_record(alert, failed_alert_key(item.key))])
         except StoreError:
             return
         self.metrics.assessments.labels(item.family, "retry").inc()
-        if item.attempts >= cfg.max_attempts:
+        if failed:
             self.metrics.assessments.labels(item.family, "failed").inc()
-            reason = "agent_unreachable" if error.startswith("agent unavailable") else "error"
-            alert = alert_event(assessment_failed_alert(
-                family=item.family, agent_id=item.agent_id, time=now, reason=reason,
-                message=error[:500], evidence={"assessment_key": item.key,
-                                               "attempts": item.attempts}))
-            self.publisher.alert(alert)
-            self.metrics.alerts.labels(item.family, alert.alert_type).inc()
-            self.publisher.flush()
             self._results.put(_Cleared(item.agent_id, item.key, "failed"))
 
     def _run_item(self, worker: str, item: PendingAssessment) -> None:
@@ -785,7 +868,7 @@ class Daemon:
             try:
                 outcome = self.assessor.assess(request)
             except AgentUnavailable as e:
-                self._give_back(worker, item, f"agent unavailable: {e}")
+                self._give_back(worker, item, describe_agent_failure(e))
                 return
             queries = outcome.queries
             self.metrics.queries.labels(family).inc(queries)
@@ -812,17 +895,18 @@ class Daemon:
             candidate = build_version(ref, outcome.model, self.clock(), parent=base,
                                       baseline=baseline.domain(), evidence=evidence)
             try:
-                version = self.store.put(candidate)
+                # The version's alerts enter the outbox in the version's own transaction.
+                version = self.store.put(candidate, self._version_alerts(base, candidate))
             except VersionConflict:
                 latest = self.store.latest(family, agent_id)
                 if latest is None or latest.evidence.get("assessment_key") != item.key:
                     raise
                 version = latest
-        events = [alert_event(a) for a in alerts_for_version(base, version)]
+        # A retry finds the version already stored: writing its alerts again is a no-op
+        # (same outbox keys), and covers a version stored without them.
+        events = self._version_alerts(base, version)
+        self.store.add_alerts(events)
         self.publisher.model_version(model_event(version))
-        for alert in events:
-            self.publisher.alert(alert)
-            self.metrics.alerts.labels(family, alert.alert_type).inc()
         self.publisher.flush()
         self.store.complete(item.key, worker)
         self.metrics.model_versions.labels(family).inc()
@@ -831,6 +915,11 @@ class Daemon:
         log.info("model version published", version=version.version, delta=version.delta_to_parent,
                  summary=list(version.summary), queries=queries, alerts=len(events))
         self._results.put(_Installed(agent_id, version))
+
+    def _version_alerts(self, parent: ModelVersion, version: ModelVersion) -> list[OutboxAlert]:
+        return [outbox_record(a, version_alert_key(version, a))
+                for a in alerts_for_version(parent, version,
+                                            severities=self.alert_policy.severities)]
 
     # ------------------------------------------------------------------ canaries
 

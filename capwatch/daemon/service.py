@@ -14,6 +14,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from capwatch.adapters.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.adapters.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.assessor import EngineAssessor
 from capwatch.daemon.config import DaemonConfig
@@ -134,6 +135,10 @@ class Service:
                                seconds=sched.checkpoint_s, id="checkpoint")
         self.scheduler.add_job(lambda: d.submit(d.poll_results), "interval",
                                seconds=sched.results_poll_s, id="results")
+        # Routing reads and writes only the store and the sinks, never the registry, so it
+        # runs on the scheduler's thread and a slow sink never stalls the consumer.
+        self.scheduler.add_job(d.route_alerts, "interval", seconds=d.config.alerts.route_s,
+                               id="alerts", max_instances=1, coalesce=True)
 
     def run(self, exit_when_idle: bool = False, install_signals: bool = True) -> int:
         if install_signals and threading.current_thread() is threading.main_thread():
@@ -160,7 +165,8 @@ class Service:
 def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                   agents: AgentDirectory | None = None, source: Source | None = None,
                   assessor: Assessor | None = None, store: ModelStore | None = None,
-                  agent_urls: Mapping[str, str] | None = None) -> Service:
+                  agent_urls: Mapping[str, str] | None = None,
+                  alert_sinks: list[AlertSink] | None = None) -> Service:
     """Everything the configuration names, with optional replacements (tests, demo)."""
     domains, problems = load_families(config)
     store = store if store is not None else open_store(config.store.url)
@@ -218,7 +224,8 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
     recent = RecentAlerts()
     metrics = DaemonMetrics()
     daemon = Daemon(config, store=store, source=source, publisher=TeePublisher(publisher, recent),
-                    agents=agents, assessor=assessor, families=domains, metrics=metrics)
+                    agents=agents, assessor=assessor, families=domains, metrics=metrics,
+                    alert_sinks=alert_sinks)
     api = None
     if config.http.enabled:
         def family_of(agent_id: str) -> str | None:

@@ -47,7 +47,7 @@ def test_run_over_a_jsonl_file_writes_jsonl_outputs(tmp_path: Path) -> None:
         "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")}},
         # No agent server is running: the assessment fails and says so in an alert.
         "agents": {"url_template": "http://127.0.0.1:9/{agent_id}", "timeout_s": 0.2},
-        "assessment": {"max_attempts": 1, "retry_after_s": 0},
+        "assessment": {"max_attempts": 1, "retry_after_s": 0, "agent_retry": {"attempts": 1}},
         "http": {"enabled": False},
         "log": {"level": "error"},
     }
@@ -58,8 +58,11 @@ def test_run_over_a_jsonl_file_writes_jsonl_outputs(tmp_path: Path) -> None:
     dead = [json.loads(x) for x in (out / "deadletter.jsonl").read_text().splitlines()]
     alerts = [json.loads(x) for x in (out / "alerts.jsonl").read_text().splitlines()]
     assert [d["offset"] for d in dead] == [3]
-    assert [a["alert_type"] for a in alerts] == ["assessment_failed"]
-    assert "agent unreachable" in alerts[0]["summary"]
+    # Queuing the work raised "awaiting assessment"; its failure, "assessment failed".
+    assert sorted(a["alert_type"] for a in alerts) == ["assessment_failed",
+                                                       "unexplained_inconsistency"]
+    failed = next(a for a in alerts if a["alert_type"] == "assessment_failed")
+    assert "agent unreachable" in failed["summary"]
     assert (out / "models.jsonl").read_text() == ""
 
 

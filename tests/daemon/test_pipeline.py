@@ -37,6 +37,8 @@ class Directory:
 
 
 def test_each_drift_yields_one_exact_model_version_and_one_alert(tmp_path: Path) -> None:
+    """One capability alert per drift, plus, for drifts found by inconsistent
+    transitions, the "awaiting assessment" alert raised when the work was queued."""
     drifts = [
         {"agent_id": "rover-v1-001", "at_step": 30, "domain": str(
             Path("capwatch/examples/rover-sample-drift.pddl").resolve())},
@@ -55,8 +57,14 @@ def test_each_drift_yields_one_exact_model_version_and_one_alert(tmp_path: Path)
         truth = fleet.true_model(m.agent_id)
         assert m.version == 1 and m.parent_agent_id is None and m.parent_version == 1
         assert delta(learned, truth) == 0, m.summary
-    by_agent = {a.agent_id: a for a in out.alerts}
-    assert len(out.alerts) == len(by_agent) == 3
+    waiting = [a for a in out.alerts if a.alert_type == "unexplained_inconsistency"]
+    assert sorted(a.agent_id for a in waiting) == ["courier-v1-000", "rover-v1-001"]
+    rover_wait = next(a for a in waiting if a.agent_id == "rover-v1-001")
+    assert rover_wait.summary.startswith("sample_rock(?r ?s ?w) observed behaving "
+                                         "inconsistently with the model; awaiting assessment")
+    assert rover_wait.evidence["assessment_key"].startswith("rover-v1/rover-v1-001@")
+    by_agent = {a.agent_id: a for a in out.alerts if a not in waiting}
+    assert len(out.alerts) - len(waiting) == len(by_agent) == 3
     assert by_agent["rover-v1-001"].alert_type == "capability_reduced"
     assert "now requires (battery_full ?r)" in by_agent["rover-v1-001"].summary
     assert by_agent["courier-v1-000"].alert_type == "capability_reduced"
@@ -176,7 +184,9 @@ def test_a_restarted_daemon_resumes_from_its_checkpoint_without_duplicates(
     lines += [refused_sample(step=i) for i in range(1, 6)]
     lines += [good_sample("rover-b", step=i) for i in range(5)]
     memory, _, first = _jsonl_daemon(tmp_path, lines)
-    assert len(memory.models) == 1 and len(memory.alerts) == 1
+    assert len(memory.models) == 1
+    assert sorted(a.alert_type for a in memory.alerts) == ["capability_reduced",
+                                                           "unexplained_inconsistency"]
     assert first.daemon.processed == len(lines)  # type: ignore[attr-defined]
     again, _, second = _jsonl_daemon(tmp_path, lines)
     assert second.daemon.processed == 0  # type: ignore[attr-defined]

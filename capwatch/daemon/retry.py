@@ -1,0 +1,46 @@
+"""When a failed assessment is tried again, and how often before it is given up.
+
+An agent that cannot be reached is usually restarting, redeploying or behind a network
+blip: that resolves itself in seconds to minutes, so those failures are retried with
+exponential backoff for longer than other errors (a bug or a bad model will not fix
+itself by waiting). Each wait carries a jitter derived from the assessment's key, so a
+family whose agents went down together is not retried in lockstep, and the same failure
+always gets the same wait (tests and replays see the same schedule).
+"""
+
+from __future__ import annotations
+
+import zlib
+from datetime import timedelta
+
+from capwatch.adapters.agent_http import AgentProtocolError, AgentRejectedQuery
+from capwatch.assess.agent import AgentUnavailable
+from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
+
+UNREACHABLE = "agent unavailable"
+"""Prefix of the error of a failure that waiting may cure (the agent was not reached)."""
+
+
+def describe_agent_failure(e: AgentUnavailable) -> str:
+    """The error recorded for a failed query: an agent that answered but refused the
+    query (4xx) or broke the protocol will not be cured by waiting, so it is not
+    reported as unreachable and gets the ordinary retries, not the backoff."""
+    if isinstance(e, AgentRejectedQuery | AgentProtocolError):
+        return f"agent refused the query: {e}"
+    return f"{UNREACHABLE}: {e}"
+
+
+def backoff_s(cfg: AgentRetryConfig, attempts: int, key: str) -> float:
+    """Seconds to wait after the ``attempts``-th failed attempt (1-based) of ``key``."""
+    base = min(cfg.max_backoff_s, cfg.backoff_s * cfg.multiplier ** max(0, attempts - 1))
+    u = zlib.crc32(f"{key}#{attempts}".encode()) / 2**32
+    return base * (1.0 + cfg.jitter * (2.0 * u - 1.0))
+
+
+def retry_plan(cfg: AssessmentConfig, attempts: int, key: str, *,
+               agent_unreachable: bool) -> tuple[timedelta, int]:
+    """(wait before the next attempt, attempts allowed in all) after a failed attempt."""
+    if agent_unreachable:
+        retry = cfg.agent_retry
+        return timedelta(seconds=backoff_s(retry, attempts, key)), retry.attempts
+    return timedelta(seconds=cfg.retry_after_s), cfg.max_attempts

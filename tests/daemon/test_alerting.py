@@ -1,0 +1,165 @@
+"""The daemon's alerts go through the store's outbox: grouped across a family,
+suppressed across restarts, re-delivered after a sink failure. No servers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.alerts import Alert, AlertDeliveryError
+from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult
+from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.service import Service, build_service
+from capwatch.model.domain import GroundAction, GroundAtom
+from capwatch.model.pal import delta
+from capwatch.model.serialize import domain_from_json
+from capwatch.models_store import open_store
+from tests.daemon.helpers import EXAMPLES, config, example, refused_sample, run, simulated
+
+SAMPLE_CHANGE = ("sample_rock(?r ?s ?w) now requires (battery_full ?r); no longer requires "
+                 "(battery_half ?r)")
+
+
+def _sample(registry: object, name: str, labels: dict[str, str]) -> float:
+    from prometheus_client import CollectorRegistry
+
+    assert isinstance(registry, CollectorRegistry)
+    value = registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_a_family_wide_drift_is_one_grouped_alert_and_a_version_per_agent(
+        tmp_path: Path) -> None:
+    drift = {"family": "rover-v1", "at_step": 30,
+             "domain": str(EXAMPLES / "rover-sample-drift.pddl")}
+    cfg = simulated(tmp_path, agents=4, rounds=300, drifts=[drift],
+                    alerts={"group_wait_seconds": 600})
+    service, out = run(cfg)
+    rovers = [f"rover-v1-{i:03d}" for i in range(4)]
+    assert sorted(m.agent_id for m in out.models) == rovers
+    for m in out.models:
+        assert delta(domain_from_json(m.model.json_), example("rover-sample-drift.pddl")) == 0
+    reduced = [a for a in out.alerts if a.alert_type == "capability_reduced"]
+    assert len(reduced) == 1, [a.summary for a in out.alerts]
+    (g,) = reduced
+    assert g.summary.startswith(f"4 agents of rover-v1: {SAMPLE_CHANGE}")
+    # On the wire a grouped alert lists its agents as evidence.agents: agent → evidence.
+    assert g.agent_id == "*" and sorted(g.evidence["agents"]) == rovers
+    assert all(e["queries"] > 0 for e in g.evidence["agents"].values())
+    assert g.severity == "critical" and g.model_version is None
+    waiting = [a for a in out.alerts if a.alert_type == "unexplained_inconsistency"]
+    assert sorted(a for w in waiting for a in (w.evidence.get("agents") or [w.agent_id])) \
+        == rovers  # one per queued assessment, grouped or not
+    assert {a.alert_type for a in out.alerts} == {"capability_reduced",
+                                                  "unexplained_inconsistency"}
+    registry = service.daemon.metrics.registry
+    assert _sample(registry, "capwatch_alerts_total",
+                   {"family": "rover-v1", "type": "capability_reduced"}) == 1
+    assert _sample(registry, "capwatch_model_versions_total", {"family": "rover-v1"}) == 4
+
+
+class Unreachable:
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        raise AgentUnavailable("connection refused")
+
+
+def _jsonl(tmp_path: Path, name: str, lines: list[str], **overrides: object) -> DaemonConfig:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                  assessment={"max_attempts": 1, "retry_after_s": 0,
+                              "agent_retry": {"attempts": 1}}, **overrides)
+
+
+def _run(cfg: DaemonConfig, **kwargs: object) -> tuple[Service, MemoryPublisher]:
+    memory = MemoryPublisher()
+    service = build_service(cfg, publisher=memory, agents=Unreachable(),
+                            source=JsonlSource(str(cfg.source.path)), **kwargs)  # type: ignore[arg-type]
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    return service, memory
+
+
+def test_repeats_are_suppressed_across_a_restart(tmp_path: Path) -> None:
+    """An agent that keeps contradicting its model while it cannot be assessed raises
+    its alerts once per suppression window, not once per queued assessment, even across
+    a restart of the daemon."""
+    _, out = _run(_jsonl(tmp_path, "a.jsonl", [refused_sample(step=i) for i in range(3)]))
+    assert sorted(a.alert_type for a in out.alerts) == ["assessment_failed",
+                                                        "unexplained_inconsistency"]
+    failed = next(a for a in out.alerts if a.alert_type == "assessment_failed")
+    assert "agent unreachable" in failed.summary
+
+    # The agent's stream goes on (the file grew); the restarted daemon resumes after the
+    # first three lines and queues a second assessment for the new refusals.
+    second, again = _run(_jsonl(tmp_path, "a.jsonl",
+                                [refused_sample(step=i) for i in range(6)]))
+    assert again.alerts == []
+    registry = second.daemon.metrics.registry
+    for kind in ("assessment_failed", "unexplained_inconsistency"):
+        assert _sample(registry, "capwatch_alerts_suppressed_total", {"type": kind}) == 1
+    store = open_store(str(tmp_path / "models.db"))
+    try:
+        # Both assessments were queued and failed; only the alerts were held back.
+        assert len(store.queue_items("failed")) == 2
+        assert sorted(r.status for r in store.outbox()) == ["routed"] * 2 + ["suppressed"] * 2
+    finally:
+        store.close()
+
+
+class Sink:
+    def __init__(self, failing: bool) -> None:
+        self.name = "kafka"
+        self.failing = failing
+        self.sent: list[Alert] = []
+
+    def send(self, alerts: Sequence[Alert]) -> None:
+        if self.failing:
+            raise AlertDeliveryError("kafka: broker unreachable")
+        self.sent.extend(alerts)
+
+
+def test_alerts_a_sink_refused_are_delivered_after_a_restart(tmp_path: Path) -> None:
+    down = Sink(failing=True)
+    # A short retry so the restarted daemon finds the deliveries due at once.
+    fast = {"retry_after_s": 0.001}
+    first, _ = _run(_jsonl(tmp_path, "a.jsonl", [refused_sample(step=i) for i in range(3)],
+                           alerts=fast), alert_sinks=[down])
+    assert down.sent == []
+    assert _sample(first.daemon.metrics.registry, "capwatch_alert_delivery_failures_total",
+                   {"sink": "kafka"}) >= 1
+    up = Sink(failing=False)
+    # Nothing new arrives: the restarted daemon only delivers what the outbox holds.
+    _run(_jsonl(tmp_path, "empty.jsonl", [], alerts=fast), alert_sinks=[up])
+    assert sorted(a.type.value for a in up.sent) == ["assessment_failed",
+                                                     "unexplained_inconsistency"]
+    store = open_store(str(tmp_path / "models.db"))
+    try:
+        assert store.deliveries("pending") == []
+    finally:
+        store.close()
+
+
+def test_alert_configuration_errors_are_reported(tmp_path: Path) -> None:
+    import pytest
+
+    from capwatch.daemon.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="unknown alert type 'capability_lost'"):
+        load_config(text="alerts:\n  severity: {capability_lost: critical}\n")
+    with pytest.raises(ConfigError, match="enables no sink"):
+        load_config(text="alerts:\n  sinks: {output: false}\n")
+    with pytest.raises(ConfigError, match="must be http"):
+        load_config(text="alerts:\n  sinks: {alertmanager: {url: am:9093}}\n")
+    cfg = load_config(text="alerts:\n  severity: {capability_expanded: warning}\n"
+                           "  sinks: {log: true, alertmanager: {url: 'http://am:9093'}}\n")
+    from capwatch.alerts import AlertType, Severity
+    from capwatch.daemon.alerting import build_sinks
+
+    assert cfg.alerts.policy().severities[AlertType.CAPABILITY_EXPANDED] is Severity.WARNING
+    assert [s.name for s in build_sinks(cfg.alerts, MemoryPublisher())] == [
+        "output", "log", "alertmanager"]

@@ -1,0 +1,164 @@
+"""Assessments whose agent cannot be reached are retried with backoff, then given up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capwatch.adapters.agent_http import AgentRejectedQuery
+from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult
+from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
+from capwatch.daemon.pipeline import Daemon
+from capwatch.daemon.retry import backoff_s, retry_plan
+from capwatch.daemon.service import build_service
+from capwatch.model.domain import GroundAction, GroundAtom
+from tests.daemon.helpers import config, example, refused_sample
+
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+WORKER = "test/w0"
+
+
+def test_backoff_grows_geometrically_up_to_its_cap_with_bounded_jitter() -> None:
+    cfg = AgentRetryConfig(backoff_s=5, multiplier=2, max_backoff_s=60, jitter=0.1)
+    waits = [backoff_s(cfg, n, "rover-v1/rover-a@x#3") for n in range(1, 8)]
+    for n, w in enumerate(waits, 1):
+        base = min(60.0, 5.0 * 2 ** (n - 1))
+        assert base * 0.9 <= w <= base * 1.1
+    assert waits[3] > waits[2] > waits[1] > waits[0]
+    assert backoff_s(cfg, 2, "k") == backoff_s(cfg, 2, "k")  # the same failure, the same wait
+    spread = {round(backoff_s(cfg, 1, f"agent-{i}"), 6) for i in range(50)}
+    assert len(spread) > 40  # agents that went down together come back spread out
+    exact = AgentRetryConfig(backoff_s=5, multiplier=3, max_backoff_s=100, jitter=0)
+    assert [backoff_s(exact, n, "k") for n in (1, 2, 3, 4)] == [5, 15, 45, 100]
+
+
+def test_unreachable_agents_get_the_backoff_other_errors_the_fixed_retry() -> None:
+    cfg = AssessmentConfig(max_attempts=2, retry_after_s=7,
+                           agent_retry=AgentRetryConfig(attempts=6, backoff_s=1, jitter=0))
+    assert retry_plan(cfg, 3, "k", agent_unreachable=True) == (timedelta(seconds=4), 6)
+    assert retry_plan(cfg, 3, "k", agent_unreachable=False) == (timedelta(seconds=7), 2)
+
+
+class Flaky:
+    """The drifted rover, unreachable for its first ``failures`` queries."""
+
+    def __init__(self, failures: int, error: AgentUnavailable | None = None) -> None:
+        self.failures = failures
+        self.error = error or AgentUnavailable("connection refused")
+        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=1)
+        self.calls = 0
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        self.calls += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise self.error
+        return self.sim.query(state, plan, samples)
+
+
+class Directory:
+    def __init__(self, agent: Flaky) -> None:
+        self.flaky = agent
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.flaky
+
+
+def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
+            ) -> tuple[Daemon, list[datetime], MemoryPublisher]:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 assessment={"max_attempts": max_attempts, "retry_after_s": 7,
+                             "agent_retry": {"backoff_s": 10, "multiplier": 2,
+                                             "jitter": 0, **retry}})
+    out = MemoryPublisher()
+    d = build_service(cfg, publisher=out, agents=Directory(agent),
+                      source=JsonlSource(str(path))).daemon
+    now = [T0]
+    d.clock = lambda: now[0]
+    d.seed_families()
+    d.source.start(d._on_assign, d._on_revoke, {})
+    for r in d.source.poll(1.0):
+        d._handle(r)
+    assert len(d.store.queue_items("pending")) == 1
+    return d, now, out
+
+
+def _failed_alerts(d: Daemon, out: MemoryPublisher) -> list[Any]:
+    """assessment_failed alerts published so far (routed first where alerts are routed)."""
+    route = getattr(d, "route_alerts", None)
+    if route is not None:
+        route(force=True)
+    return [a for a in out.alerts if a.alert_type == "assessment_failed"]
+
+
+def _attempt(d: Daemon, now: list[datetime], at: datetime) -> bool:
+    """Claim and run the queued work at ``at``; False if none is due yet."""
+    now[0] = at
+    items = d.store.claim(WORKER, at, 60.0, 1)
+    if not items:
+        return False
+    d._run_item(WORKER, items[0])
+    return True
+
+
+def test_an_unreachable_agent_is_retried_with_backoff_until_it_answers(tmp_path: Path) -> None:
+    agent = Flaky(failures=3)
+    d, now, out = _daemon(tmp_path, agent)
+    t = T0
+    for wait in (10, 20, 40):  # after the 1st, 2nd and 3rd failure
+        assert _attempt(d, now, t)
+        assert d.store.queue_items("pending")[0].last_error == \
+            "agent unavailable: connection refused"
+        assert not _attempt(d, now, t + timedelta(seconds=wait - 1)), "retried before its backoff"
+        t += timedelta(seconds=wait)
+    assert _attempt(d, now, t)
+    assert d.store.queue_items("pending") == d.store.queue_items("failed") == []
+    (version,) = d.store.history("rover-v1", "rover-a")
+    assert version.evidence["assessment_key"] == d.store.queue_items("done")[0].key
+    assert _failed_alerts(d, out) == []
+    d.source.close()
+    d.store.close()
+
+
+@pytest.mark.parametrize("attempts", [1, 3])
+def test_the_alert_comes_after_the_last_allowed_attempt(tmp_path: Path, attempts: int) -> None:
+    d, now, out = _daemon(tmp_path, Flaky(failures=100), attempts=attempts)
+    t = T0
+    for n in range(1, attempts + 1):
+        assert _failed_alerts(d, out) == []
+        assert _attempt(d, now, t), f"attempt {n} was not due"
+        t += timedelta(seconds=10 * 2 ** (n - 1))
+    (failed,) = d.store.queue_items("failed")
+    assert failed.attempts == attempts
+    (alert,) = _failed_alerts(d, out)
+    assert alert.evidence["attempts"] == attempts
+    assert "agent unreachable" in alert.summary
+    assert not _attempt(d, now, t + timedelta(days=1))  # given up for good
+    d.source.close()
+    d.store.close()
+
+
+def test_an_agent_that_refuses_the_query_gets_the_ordinary_retries(tmp_path: Path) -> None:
+    # It answered (400): waiting will not change its mind, so no backoff and no 8 attempts.
+    d, now, out = _daemon(tmp_path, Flaky(100, AgentRejectedQuery(400, "bad_request", "no")),
+                          max_attempts=2)
+    assert _attempt(d, now, T0)
+    assert d.store.queue_items("pending")[0].last_error.startswith("agent refused the query")
+    assert not _attempt(d, now, T0 + timedelta(seconds=6))
+    assert _attempt(d, now, T0 + timedelta(seconds=7))
+    (failed,) = d.store.queue_items("failed")
+    assert failed.attempts == 2
+    (alert,) = _failed_alerts(d, out)
+    assert alert.evidence["attempts"] == 2
+    assert "agent unreachable" not in alert.summary
+    d.source.close()
+    d.store.close()
