@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
 from tests.support.postgres_server import PostgresServer, start_postgres_server
@@ -75,3 +76,11 @@ def postgres_server() -> Iterator[PostgresServer]:
 @pytest.fixture(scope="session")
 def postgres_dsn(postgres_server: PostgresServer) -> str:
     return postgres_server.dsn
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """Each test starts from structlog's defaults: a daemon test that configured a level
+    filter must not hide log lines from a later test that captures them."""
+    yield
+    structlog.reset_defaults()
