@@ -17,7 +17,10 @@ COMMAND_MODULES: tuple[str, ...] = ("model_cmd", "agent_cmd", "run_cmd", "demo_c
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="capwatch", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="capwatch",
+        description="Watch what deployed agents can still do: check their traces against "
+                    "symbolic capability models, detect drift, re-learn what changed.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"capwatch.cli.{name}")
