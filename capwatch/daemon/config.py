@@ -96,8 +96,10 @@ class OutputConfig(_Section):
 
 
 class StoreConfig(_Section):
-    url: str = "sqlite:///capwatch.db"
-    """``sqlite:///path`` (embedded) or ``postgresql://...`` (shared by replicas)."""
+    url: str = "capwatch.db"
+    """A SQLite path (embedded; ``sqlite://`` + path, so ``sqlite:///var/lib/x.db`` is
+    absolute) or ``postgresql://...`` (shared by replicas). The default is a plain path:
+    ``sqlite:///capwatch.db`` would put the store at the file system's root."""
 
 
 class FamilyConfig(_Section):

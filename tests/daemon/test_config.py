@@ -67,3 +67,19 @@ def test_cross_checks_catch_a_simulated_family_without_a_model() -> None:
     with pytest.raises(ConfigError, match="exactly one of agent_id or family"):
         load_config(text="source:\n  simulated:\n    drifts:\n"
                          "      - {domain: x.pddl, at_step: 3}\n")
+
+
+@pytest.mark.parametrize("config_text", ["", None])
+def test_relative_store_urls_land_in_the_working_directory(
+        config_text: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "sqlite:///name.db" means /name.db (sqlite:// + path); a default or example written
+    # that way put the store at the file system's root instead of next to the operator.
+    from capwatch.models_store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    cfg = (load_config(text=config_text) if config_text is not None
+           else load_config(REPO_ROOT / "capwatch" / "examples" / "demo.yaml"))
+    store = open_store(cfg.store.url)
+    store.close()
+    created = sorted(p.name for p in tmp_path.iterdir())
+    assert created and created[0] in ("capwatch.db", "capwatch-demo.db"), created
