@@ -16,7 +16,7 @@ def register(sub: Any) -> None:
         description="Consume agent traces, keep each agent's capability model up to date, "
                     "publish model versions and alerts. Stops cleanly on SIGTERM/SIGINT.")
     run.add_argument("--config", required=True, help="YAML configuration file "
-                     "(CAPWATCH_* environment variables override it, see docs/configuration.md)")
+                     "(CAPWATCH_* environment variables override it, see docs/daemon.md)")
     run.add_argument("--check", action="store_true",
                      help="validate the configuration and the family models, then exit")
     run.add_argument("--exit-when-idle", action="store_true",

@@ -1,0 +1,43 @@
+"""Documentation references resolve: a file path named in help text, code or docs exists.
+
+A user follows these pointers literally (``capwatch run --help`` named a
+docs/configuration.md that was never written), so a renamed or missing page fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO_ROOT
+
+DOCS = REPO_ROOT / "docs"
+_DOC_PATH = re.compile(r"\bdocs/[\w./-]+\.(?:md|yaml|json)\b")
+_MD_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def _sources() -> list[Path]:
+    return sorted((REPO_ROOT / "capwatch").rglob("*.py")) + sorted(DOCS.glob("*.md"))
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_named_docs_files_exist(path: Path) -> None:
+    missing = {ref for ref in _DOC_PATH.findall(path.read_text(encoding="utf-8"))
+               if not (REPO_ROOT / ref).exists()}
+    assert not missing, f"{path.relative_to(REPO_ROOT)} names missing files: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_relative_links_resolve(page: Path) -> None:
+    links = [t for t in _MD_LINK.findall(page.read_text(encoding="utf-8"))
+             if "://" not in t]
+    missing = [t for t in links if not (page.parent / t).exists()]
+    assert not missing, f"{page.name} links to missing files: {missing}"
+
+
+def test_the_index_links_every_page() -> None:
+    linked = set(_MD_LINK.findall((DOCS / "index.md").read_text(encoding="utf-8")))
+    pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+    assert pages <= linked, f"pages missing from docs/index.md: {sorted(pages - linked)}"
