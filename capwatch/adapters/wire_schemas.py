@@ -2,12 +2,13 @@
 
     .venv/bin/python -m capwatch.adapters.wire_schemas [DIRECTORY]
 
-tests/adapters/test_wire_schemas.py fails when the committed files differ from what
-this writes, so a change to a wire model cannot ship without its published schema.
+tests/adapters/test_wire.py fails when the committed files differ from what this writes,
+so a change to a wire model cannot ship without its published schema.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -32,8 +33,15 @@ def write_schemas(directory: Path = DEFAULT_DIRECTORY) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    for path in write_schemas(Path(args[0]) if args else DEFAULT_DIRECTORY):
+    # argparse rather than argv[1]: "--help" used to become a directory full of schemas.
+    parser = argparse.ArgumentParser(
+        prog="python -m capwatch.adapters.wire_schemas",
+        description="Write the JSON Schemas of the wire events (one file per event type).")
+    parser.add_argument("directory", nargs="?", type=Path, default=DEFAULT_DIRECTORY,
+                        help=f"where to write them (default: {DEFAULT_DIRECTORY}, relative to"
+                             " the working directory)")
+    args = parser.parse_args(argv)
+    for path in write_schemas(args.directory):
         print(path)
     return 0
 
