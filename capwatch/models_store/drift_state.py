@@ -8,34 +8,18 @@ from the committed offset uses it to count every record exactly once.
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any
 
 from capwatch.models_store.base import JSON, DriftSnapshot, ModelRef, _utc
+from capwatch.models_store.sql_base import SqlBase
 
 _COLUMNS = ("agent_id, family, model_agent_id, model_version, source, source_partition, "
             "next_offset, snapshot, updated_at")
 
 
-class DriftStateSql(abc.ABC):
+class DriftStateSql(SqlBase):
     """Mixed into :class:`~capwatch.models_store.sql.SqlModelStore`."""
-
-    @abc.abstractmethod
-    def _tx(self, write: bool = True) -> Any: ...
-
-    @abc.abstractmethod
-    def _ts_in(self, t: datetime) -> Any: ...
-
-    @abc.abstractmethod
-    def _ts_out(self, v: Any) -> datetime: ...
-
-    @abc.abstractmethod
-    def _json_in(self, obj: Any) -> Any: ...
-
-    @abc.abstractmethod
-    def _json_out(self, v: Any) -> Any: ...
 
     def save_drift_snapshots(self, group: str, snapshots: Sequence[DriftSnapshot]) -> int:
         for s in snapshots:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import abc
 import json
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from capwatch.models_store.base import (
     DELIVERY_STATUSES,
@@ -37,8 +35,11 @@ from capwatch.models_store.base import (
     change_to_json,
 )
 from capwatch.models_store.drift_state import DriftStateSql
+from capwatch.models_store.sql_base import Row, Tx
 
-Row = tuple[Any, ...]
+_T = TypeVar("_T")
+
+__all__ = ["Row", "SqlModelStore", "Tx", "as_json", "dumps", "load_migrations"]
 
 _VERSION_COLUMNS = (
     "family, agent_id, version, parent_family, parent_agent_id, parent_version, "
@@ -55,17 +56,6 @@ _QUEUE_COLUMNS = (
     "key, agent_id, family, payload, status, attempts, enqueued_at, claimed_by, lease_until, "
     "last_error"
 )
-
-
-class Tx(abc.ABC):
-    """One open transaction."""
-
-    @abc.abstractmethod
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
-
-    @abc.abstractmethod
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Execute and return the number of rows affected."""
 
 
 def load_migrations(dialect: str) -> list[tuple[int, str, list[str]]]:
@@ -94,14 +84,7 @@ class SqlModelStore(DriftStateSql, abc.ABC):
     dialect: str
     claim_lock_clause = ""
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-
-    # -- dialect hooks ---------------------------------------------------------------------
-    @abc.abstractmethod
-    def _transaction(self, write: bool) -> Any:
-        """A context manager yielding a :class:`Tx`; commits on success."""
-
+    # -- dialect hooks (the connection's are in SqlBase) ---------------------------------
     @abc.abstractmethod
     def _lock_migrations(self, tx: Tx) -> None: ...
 
@@ -110,27 +93,10 @@ class SqlModelStore(DriftStateSql, abc.ABC):
         """Exclude other alert routers until ``tx`` ends."""
 
     @abc.abstractmethod
-    def _ts_in(self, t: datetime) -> Any: ...
-
-    @abc.abstractmethod
-    def _ts_out(self, v: Any) -> datetime: ...
-
-    @abc.abstractmethod
-    def _json_in(self, obj: Any) -> Any: ...
-
-    @abc.abstractmethod
-    def _json_out(self, v: Any) -> Any: ...
-
-    @abc.abstractmethod
     def _is_unique_violation(self, exc: BaseException) -> bool: ...
 
     @abc.abstractmethod
     def close(self) -> None: ...
-
-    @contextmanager
-    def _tx(self, write: bool = True) -> Iterator[Tx]:
-        with self._lock, self._transaction(write) as tx:
-            yield tx
 
     # -- schema ----------------------------------------------------------------------------
     def migrate(self) -> int:
@@ -176,22 +142,29 @@ class SqlModelStore(DriftStateSql, abc.ABC):
     def _pk(ref: ModelRef) -> tuple[str, str, int]:
         return (ref.family, ref.agent_id or "", ref.version)
 
+    def _versions(self, tx: Tx, where: str, params: Sequence[Any]) -> list[ModelVersion]:
+        rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE {where}", params)
+        return [self._version_from_row(r) for r in rows]
+
     def _get(self, tx: Tx, ref: ModelRef) -> ModelVersion | None:
-        rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions "
-                       "WHERE family = ? AND agent_id = ? AND version = ?", self._pk(ref))
-        return self._version_from_row(rows[0]) if rows else None
+        found = self._versions(tx, "family = ? AND agent_id = ? AND version = ?",
+                               self._pk(ref))
+        return found[0] if found else None
 
     def put(self, version: ModelVersion,
             alerts: Sequence[OutboxAlert] = ()) -> ModelVersion:
         v = _with_key(version)
         _validate_ref(v.ref)
-        for a in alerts:
-            _validate_alert(a)
-        try:
+        _validate_alerts(alerts)
+
+        def attempt() -> ModelVersion:
             with self._tx() as tx:
                 stored = self._put(tx, v)
                 self._add_alerts(tx, alerts)
                 return stored
+
+        try:
+            return attempt()
         except StoreError:
             raise
         except Exception as exc:
@@ -199,10 +172,7 @@ class SqlModelStore(DriftStateSql, abc.ABC):
                 raise
         # Another writer inserted the same primary key between our check and our insert:
         # decide, now that it is committed, whether it was the same content.
-        with self._tx() as tx:
-            stored = self._put(tx, v)
-            self._add_alerts(tx, alerts)
-            return stored
+        return attempt()
 
     def _put(self, tx: Tx, v: ModelVersion) -> ModelVersion:
         # Read the lineage's head before looking for our row: under READ COMMITTED each
@@ -241,16 +211,14 @@ class SqlModelStore(DriftStateSql, abc.ABC):
 
     def latest(self, family: str, agent_id: str | None = None) -> ModelVersion | None:
         with self._tx(write=False) as tx:
-            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE family = ? "
-                           "AND agent_id = ? ORDER BY version DESC LIMIT 1",
-                           (family, agent_id or ""))
-        return self._version_from_row(rows[0]) if rows else None
+            found = self._versions(tx, "family = ? AND agent_id = ? "
+                                   "ORDER BY version DESC LIMIT 1", (family, agent_id or ""))
+        return found[0] if found else None
 
     def history(self, family: str, agent_id: str | None = None) -> list[ModelVersion]:
         with self._tx(write=False) as tx:
-            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE family = ? "
-                           "AND agent_id = ? ORDER BY version", (family, agent_id or ""))
-        return [self._version_from_row(r) for r in rows]
+            return self._versions(tx, "family = ? AND agent_id = ? ORDER BY version",
+                                  (family, agent_id or ""))
 
     def model_at(self, agent_id: str, at: datetime,
                  family: str | None = None) -> ModelVersion | None:
@@ -262,20 +230,20 @@ class SqlModelStore(DriftStateSql, abc.ABC):
             if family is not None:
                 where += " AND family = ?"
                 params.append(family)
-            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE {where} "
-                           "ORDER BY created_at DESC, version DESC LIMIT 1", params)
-            if rows:
-                return self._version_from_row(rows[0])
+            found = self._versions(tx, f"{where} ORDER BY created_at DESC, version DESC "
+                                   "LIMIT 1", params)
+            if found:
+                return found[0]
             if family is None:
                 fam = tx.rows("SELECT family FROM model_versions WHERE agent_id = ? "
                               "ORDER BY created_at LIMIT 1", (agent_id,))
                 if not fam:
                     return None
                 family = str(fam[0][0])
-            rows = tx.rows(f"SELECT {_VERSION_COLUMNS} FROM model_versions WHERE family = ? "
-                           "AND agent_id = '' AND created_at <= ? "
-                           "ORDER BY created_at DESC, version DESC LIMIT 1", (family, at_param))
-        return self._version_from_row(rows[0]) if rows else None
+            found = self._versions(tx, "family = ? AND agent_id = '' AND created_at <= ? "
+                                   "ORDER BY created_at DESC, version DESC LIMIT 1",
+                                   (family, at_param))
+        return found[0] if found else None
 
     def lineages(self, family: str | None = None) -> list[LineageSummary]:
         sql = ("SELECT m.family, m.agent_id, m.version, m.created_at, m.delta_to_baseline "
@@ -301,8 +269,7 @@ class SqlModelStore(DriftStateSql, abc.ABC):
     def enqueue(self, item: PendingAssessment, alerts: Sequence[OutboxAlert] = ()) -> bool:
         if not item.key:
             raise ValueError("a pending assessment needs a non-empty key")
-        for a in alerts:
-            _validate_alert(a)
+        _validate_alerts(alerts)
         at = self._ts_in(_utc(item.enqueued_at))
         with self._tx() as tx:
             n = tx.run(
@@ -315,10 +282,8 @@ class SqlModelStore(DriftStateSql, abc.ABC):
 
     def claim(self, worker: str, now: datetime, lease_seconds: float,
               limit: int = 1) -> list[PendingAssessment]:
-        if lease_seconds <= 0 or limit < 1:
-            raise ValueError("lease_seconds must be positive and limit at least 1")
+        lease = self._ts_in(_lease_until(now, lease_seconds, limit))
         now_p = self._ts_in(_utc(now))
-        lease = self._ts_in(_utc(now) + timedelta(seconds=lease_seconds))
         with self._tx() as tx:
             keys = [r[0] for r in tx.rows(
                 "SELECT key FROM pending_assessments WHERE (status = 'pending' AND "
@@ -345,8 +310,7 @@ class SqlModelStore(DriftStateSql, abc.ABC):
     def release(self, key: str, worker: str, error: str, not_before: datetime,
                 max_attempts: int = 5,
                 failure_alerts: Sequence[OutboxAlert] = ()) -> bool:
-        for a in failure_alerts:
-            _validate_alert(a)
+        _validate_alerts(failure_alerts)
         with self._tx() as tx:
             n = tx.run(
                 "UPDATE pending_assessments SET status = CASE WHEN attempts >= ? THEN 'failed' "
@@ -370,16 +334,21 @@ class SqlModelStore(DriftStateSql, abc.ABC):
                          f"{rows[0][1]!r}, not {worker!r}: its lease was lost")
 
     def queue_items(self, status: str | None = None) -> list[PendingAssessment]:
-        if status is not None and status not in QUEUE_STATUSES:
-            raise ValueError(f"status must be one of {QUEUE_STATUSES}")
-        sql = f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments"
+        return self._by_status(f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments",
+                               "enqueued_at", QUEUE_STATUSES, status, self._item_from_row)
+
+    def _by_status(self, select: str, order: str, statuses: Sequence[str],
+                      status: str | None, from_row: Callable[[Row], _T]) -> list[_T]:
+        """Every row of ``select``, or those with ``status``, oldest first."""
+        if status is not None and status not in statuses:
+            raise ValueError(f"status must be one of {statuses}")
         params: tuple[Any, ...] = ()
         if status is not None:
-            sql += " WHERE status = ?"
+            select += " WHERE status = ?"
             params = (status,)
         with self._tx(write=False) as tx:
-            rows = tx.rows(sql + " ORDER BY enqueued_at, key", params)
-        return [self._item_from_row(r) for r in rows]
+            rows = tx.rows(f"{select} ORDER BY {order}, key", params)
+        return [from_row(r) for r in rows]
 
     # -- consumer checkpoints --------------------------------------------------------------
     def save_offsets(self, group: str, offsets: Mapping[tuple[str, int], int],
@@ -415,8 +384,7 @@ class SqlModelStore(DriftStateSql, abc.ABC):
         return added
 
     def add_alerts(self, alerts: Sequence[OutboxAlert]) -> int:
-        for a in alerts:
-            _validate_alert(a)
+        _validate_alerts(alerts)
         with self._tx() as tx:
             return self._add_alerts(tx, alerts)
 
@@ -475,10 +443,9 @@ class SqlModelStore(DriftStateSql, abc.ABC):
 
     def claim_deliveries(self, now: datetime, lease_seconds: float,
                          limit: int = 100) -> list[AlertDelivery]:
-        if lease_seconds <= 0 or limit < 1:
-            raise ValueError("lease_seconds must be positive and limit at least 1")
+        until = _lease_until(now, lease_seconds, limit)
+        lease = self._ts_in(until)
         now_p = self._ts_in(_utc(now))
-        lease = self._ts_in(_utc(now) + timedelta(seconds=lease_seconds))
         with self._tx() as tx:
             rows = tx.rows(
                 f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE status = 'pending' "
@@ -491,17 +458,14 @@ class SqlModelStore(DriftStateSql, abc.ABC):
                 d = self._delivery_from_row(r)
                 out.append(AlertDelivery(d.key, d.alert, d.sinks_pending, d.created_at,
                                          status=d.status, attempts=d.attempts + 1,
-                                         not_before=_utc(now) + timedelta(
-                                             seconds=lease_seconds),
-                                         last_error=d.last_error))
+                                         not_before=until, last_error=d.last_error))
         return out
 
     def finish_delivery(self, key: str, delivered: Sequence[str], now: datetime,
                         error: str | None = None,
                         retry_at: datetime | None = None) -> AlertDelivery:
         with self._tx() as tx:
-            rows = tx.rows(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE key = ?",
-                           (key,))
+            rows = self._delivery_rows(tx, key)
             if not rows:
                 raise StoreError(f"no alert delivery {key!r}")
             d = self._delivery_from_row(rows[0])
@@ -515,33 +479,22 @@ class SqlModelStore(DriftStateSql, abc.ABC):
                 tx.run("UPDATE alert_deliveries SET sinks_pending = ?, status = 'sent', "
                        "sent_at = ?, last_error = ? WHERE key = ?",
                        (self._json_in([]), self._ts_in(_utc(now)), error, key))
-            rows = tx.rows(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE key = ?",
-                           (key,))
+            rows = self._delivery_rows(tx, key)
         return self._delivery_from_row(rows[0])
 
+    @staticmethod
+    def _delivery_rows(tx: Tx, key: str) -> list[Row]:
+        return tx.rows(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE key = ?",
+                       (key,))
+
     def outbox(self, status: str | None = None) -> list[OutboxAlert]:
-        if status is not None and status not in OUTBOX_STATUSES:
-            raise ValueError(f"status must be one of {OUTBOX_STATUSES}")
-        sql = f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox"
-        params: tuple[Any, ...] = ()
-        if status is not None:
-            sql += " WHERE status = ?"
-            params = (status,)
-        with self._tx(write=False) as tx:
-            rows = tx.rows(sql + " ORDER BY created_at, key", params)
-        return [self._outbox_from_row(r) for r in rows]
+        return self._by_status(f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox", "created_at",
+                               OUTBOX_STATUSES, status, self._outbox_from_row)
 
     def deliveries(self, status: str | None = None) -> list[AlertDelivery]:
-        if status is not None and status not in DELIVERY_STATUSES:
-            raise ValueError(f"status must be one of {DELIVERY_STATUSES}")
-        sql = f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries"
-        params: tuple[Any, ...] = ()
-        if status is not None:
-            sql += " WHERE status = ?"
-            params = (status,)
-        with self._tx(write=False) as tx:
-            rows = tx.rows(sql + " ORDER BY created_at, key", params)
-        return [self._delivery_from_row(r) for r in rows]
+        return self._by_status(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries",
+                               "created_at", DELIVERY_STATUSES, status,
+                               self._delivery_from_row)
 
     def prune_alerts(self, before: datetime) -> int:
         at = self._ts_in(_utc(before))
@@ -555,9 +508,16 @@ class SqlModelStore(DriftStateSql, abc.ABC):
         return n
 
 
-def _validate_alert(a: OutboxAlert) -> None:
-    if not a.key or not a.dedup_key or not a.family:
-        raise ValueError("an outbox alert needs a key, a dedup key and a family")
+def _validate_alerts(alerts: Sequence[OutboxAlert]) -> None:
+    for a in alerts:
+        if not a.key or not a.dedup_key or not a.family:
+            raise ValueError("an outbox alert needs a key, a dedup key and a family")
+
+
+def _lease_until(now: datetime, lease_seconds: float, limit: int) -> datetime:
+    if lease_seconds <= 0 or limit < 1:
+        raise ValueError("lease_seconds must be positive and limit at least 1")
+    return _utc(now) + timedelta(seconds=lease_seconds)
 
 
 def _validate_ref(ref: ModelRef) -> None:
