@@ -91,7 +91,9 @@ def load_families(config: DaemonConfig) -> tuple[dict[str, Domain], dict[str, Pr
     domains: dict[str, Domain] = {}
     problems: dict[str, Problem] = {}
     for name, fam in config.families.items():
-        domains[name] = read_domain(fam.domain)
+        # pddlgym-style action literals ("(move-car ?from ?to)" in move-car's precondition)
+        # never appear in a reported state: kept, every execution would look inconsistent.
+        domains[name] = read_domain(fam.domain).without_action_literals()
         if fam.problem is not None:
             problems[name] = read_problem(fam.problem)
     return domains, problems
@@ -103,7 +105,8 @@ def build_fleet(config: DaemonConfig, domains: Mapping[str, Domain],
     specs = {name: FamilySpec(name, domains[name], problems[name]) for name in sim.families}
     agents = {f"{name}-{i:03d}": name for name, fam in sim.families.items()
               for i in range(fam.agents)}
-    drifts = [DriftSpec(read_domain(d.domain), d.at_step, d.agent_id, d.family)
+    drifts = [DriftSpec(read_domain(d.domain).without_action_literals(), d.at_step,
+                        d.agent_id, d.family)
               for d in sim.drifts]
     return SimulatedFleet(specs, agents, drifts, seed=sim.seed,
                           episode_steps=sim.episode_steps, p_inapplicable=sim.p_inapplicable)
