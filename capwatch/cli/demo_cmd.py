@@ -20,7 +20,9 @@ from capwatch.model.pal import delta
 def register(sub: Any) -> None:
     demo = sub.add_parser(
         "demo", help="run capwatch on a simulated fleet (no external services)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None)
+        description="Run the daemon end to end on an embedded simulated fleet (no servers):"
+                    " capwatch/examples/demo.yaml with a fresh SQLite store in a temporary"
+                    " directory, then print what was detected next to what was injected.")
     demo.add_argument("--rounds", type=int, default=None,
                       help="transitions per agent (default: as in the demo configuration)")
     demo.add_argument("--config", help="another demo configuration (simulated source)")
