@@ -7,7 +7,6 @@ each is assessed on its own and gets its own model version, but operators are pa
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,50 +14,38 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from capwatch.adapters.agent_http import AgentServer
-from capwatch.adapters.fleet import DriftSpec, FamilySpec, SimulatedFleet
-from capwatch.adapters.kafka_io import ensure_topics
+from capwatch.adapters.fleet import DriftSpec, SimulatedFleet
 from capwatch.model.pal import delta
-from capwatch.model.pddl_reader import read_domain, read_problem
+from capwatch.model.pddl_reader import read_domain
 from capwatch.model.serialize import domain_from_json
-from tests.integration.test_daemon_kafka import (
+from tests.integration._daemon_setup import (
     EXAMPLES,
-    PARTITIONS,
     Setup,
-    Topics,
-    _config,
-    _lag,
-    _produce,
-    _read_all,
-    _wait,
+    daemon_config,
+    family_specs,
+    lag,
+    make_topics,
+    produce,
+    read_all,
+    running,
+    serve_fleet,
+    wait,
 )
 
 pytestmark = pytest.mark.integration
 
 AGENTS = 5
+PARTITIONS = 4
 
 
 @pytest.fixture
 def family_drift(kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> Iterator[Setup]:
-    topics = Topics(f"{kafka_topic}-tr", f"{kafka_topic}-models", f"{kafka_topic}-alerts",
-                    f"{kafka_topic}-dlq", f"{kafka_topic}-group")
-    ensure_topics(kafka_bootstrap, transitions=topics.transitions, models=topics.models,
-                  alerts=topics.alerts, dead_letter=topics.dead_letter, partitions=PARTITIONS)
-    families = {
-        "rover-v1": FamilySpec("rover-v1", read_domain(EXAMPLES / "rover.pddl"),
-                               read_problem(EXAMPLES / "rover-problem.pddl")),
-        "courier-v1": FamilySpec("courier-v1", read_domain(EXAMPLES / "courier.pddl"),
-                                 read_problem(EXAMPLES / "courier-problem.pddl")),
-    }
+    topics = make_topics(kafka_bootstrap, kafka_topic, PARTITIONS)
     drift = DriftSpec(read_domain(EXAMPLES / "rover-sample-drift.pddl"), 25, family="rover-v1")
-    fleet = SimulatedFleet.build(families, AGENTS, [drift], seed=5)
-    servers = [AgentServer(fleet.simulated_agent(a)).start() for a in fleet.agent_ids]
-    try:
-        yield Setup(kafka_bootstrap, topics, fleet,
-                    {a: s.url for a, s in zip(fleet.agent_ids, servers, strict=True)}, tmp_path)
-    finally:
-        for s in servers:
-            s.close()
+    fleet = SimulatedFleet.build(family_specs("rover-v1", "courier-v1"), AGENTS, [drift],
+                                 seed=5)
+    with serve_fleet(fleet) as urls:
+        yield Setup(kafka_bootstrap, topics, PARTITIONS, fleet, urls, tmp_path)
 
 
 def _keys(bootstrap: str, topic: str) -> list[bytes]:
@@ -82,38 +69,33 @@ def test_a_family_wide_drift_is_one_grouped_alert_on_the_topic(family_drift: Set
 
     s = family_drift
     rovers = sorted(a for a in s.fleet.agent_ids if a.startswith("rover-v1"))
-    n = _produce(s, rounds=150)
+    n = produce(s, rounds=150)
     assert sorted(s.fleet.drifted_agents()) == rovers
-    cfg: dict[str, Any] = _config(s, 0)
+    cfg: dict[str, Any] = daemon_config(s, 0)
     # Long enough for all five assessments (well under a second each) to land in the
     # group opened by the first; the test's only wait beyond the stream itself.
     cfg["alerts"] = {"group_wait_seconds": 6, "route_s": 0.2}
     cfg["assessment"]["workers"] = 3
     configure_logging("error", "json")
     service = build_service(DaemonConfig(**cfg))
-    runner = threading.Thread(target=service.run, kwargs={"install_signals": False})
-    runner.start()
 
     def reduced() -> list[dict[str, Any]]:
-        return [a for a in _read_all(s.bootstrap, s.topics.alerts)
+        return [a for a in read_all(s, s.topics.alerts)
                 if a["alert_type"] == "capability_reduced"]
 
-    try:
-        _wait(lambda: _lag(s) == 0 and service.daemon.processed >= n
-              and not service.daemon._awaiting_keys, 60, "the stream to be consumed")
-        _wait(lambda: bool(reduced()), 30, "the grouped alert")
-    finally:
-        service.daemon.stop()
-        runner.join(30)
+    with running(service) as (runner,):
+        wait(lambda: lag(s) == 0 and service.daemon.processed >= n
+             and not service.daemon._awaiting_keys, 60, "the stream to be consumed")
+        wait(lambda: bool(reduced()), 30, "the grouped alert")
     assert not runner.is_alive()
 
-    models = _read_all(s.bootstrap, s.topics.models)
+    models = read_all(s, s.topics.models)
     assert sorted(m["agent_id"] for m in models) == rovers  # each agent its own lineage
     for m in models:
         assert m["version"] == 1 and m["parent_agent_id"] is None
         assert delta(domain_from_json(m["model"]["json"]), s.fleet.true_model(m["agent_id"])) == 0
 
-    alerts = _read_all(s.bootstrap, s.topics.alerts)
+    alerts = read_all(s, s.topics.alerts)
     (group,) = reduced()
     assert group["agent_id"] == "*" and group["family"] == "rover-v1"
     assert group["summary"].startswith(

@@ -1,0 +1,246 @@
+"""What the daemon-over-Kafka integration tests share: topics, a fleet of agent servers,
+the daemon's configuration, and reading the broker back.
+
+Every helper reads the broker as a client would; none stands in for a server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from capwatch.adapters.agent_http import AgentServer
+from capwatch.adapters.fleet import FamilySpec, SimulatedFleet
+from capwatch.adapters.kafka_io import ensure_topics
+from capwatch.daemon.service import Service
+from capwatch.model.pddl_reader import read_domain, read_problem
+from tests.paths import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "capwatch" / "examples"
+
+
+@dataclass
+class Topics:
+    transitions: str
+    models: str
+    alerts: str
+    dead_letter: str
+    group: str
+
+
+@dataclass
+class Setup:
+    bootstrap: str
+    topics: Topics
+    partitions: int
+    fleet: SimulatedFleet
+    urls: dict[str, str]
+    tmp: Path
+
+
+def make_topics(bootstrap: str, prefix: str, partitions: int) -> Topics:
+    """Fresh topics (and a consumer group name) for one test."""
+    topics = Topics(f"{prefix}-tr", f"{prefix}-models", f"{prefix}-alerts", f"{prefix}-dlq",
+                    f"{prefix}-group")
+    ensure_topics(bootstrap, transitions=topics.transitions, models=topics.models,
+                  alerts=topics.alerts, dead_letter=topics.dead_letter, partitions=partitions)
+    return topics
+
+
+def family_specs(*families: str) -> dict[str, FamilySpec]:
+    """The example families by name (``rover-v1``, ``courier-v1``), as the fleet builds them."""
+    return {f: FamilySpec(f, read_domain(EXAMPLES / f"{_stem(f)}.pddl"),
+                          read_problem(EXAMPLES / f"{_stem(f)}-problem.pddl"))
+            for f in families}
+
+
+def families_config(*families: str) -> dict[str, Any]:
+    """The same families as the daemon's ``families`` configuration section."""
+    return {f: {"domain": str(EXAMPLES / f"{_stem(f)}.pddl"),
+                "problem": str(EXAMPLES / f"{_stem(f)}-problem.pddl")} for f in families}
+
+
+def _stem(family: str) -> str:
+    return family.removesuffix("-v1")
+
+
+@contextlib.contextmanager
+def serve_fleet(fleet: SimulatedFleet) -> Iterator[dict[str, str]]:
+    """One reference HTTP agent server per agent; yields agent id → URL."""
+    servers = [AgentServer(fleet.simulated_agent(a)).start() for a in fleet.agent_ids]
+    try:
+        yield {a: s.url for a, s in zip(fleet.agent_ids, servers, strict=True)}
+    finally:
+        for s in servers:
+            s.close()
+
+
+def kafka_config(s: Setup) -> dict[str, Any]:
+    """The daemon's ``kafka`` configuration section for these topics."""
+    return {"bootstrap_servers": s.bootstrap, "transitions_topic": s.topics.transitions,
+            "models_topic": s.topics.models, "alerts_topic": s.topics.alerts,
+            "dead_letter_topic": s.topics.dead_letter, "group_id": s.topics.group,
+            "partitions": s.partitions, "session_timeout_ms": 6000}
+
+
+def daemon_config(s: Setup, http_port: int) -> dict[str, Any]:
+    """Both example families, queried over HTTP, Kafka in and out, a SQLite store."""
+    return {
+        "replica_id": "it-replica",
+        "source": {"kind": "kafka"},
+        "output": {"kind": "kafka"},
+        "kafka": kafka_config(s),
+        "store": {"url": f"sqlite:///{s.tmp / 'models.db'}"},
+        "families": families_config("rover-v1", "courier-v1"),
+        "agents": {"urls": s.urls, "timeout_s": 5.0},
+        "detection": {"debounce_transitions": 3, "debounce_s": 0.5},
+        "assessment": {"workers": 2, "lease_s": 5.0},
+        "scheduler": {"checkpoint_s": 0.5},
+        "http": {"enabled": True, "port": http_port},
+        # Different drifts never share a group in test_daemon_kafka, so a short wait keeps
+        # it fast; test_alert_grouping_kafka sets its own.
+        "alerts": {"group_wait_seconds": 0.5, "route_s": 0.2},
+        "log": {"level": "info", "format": "json"},
+        "shutdown_grace_s": 10.0,
+    }
+
+
+def produce(s: Setup, rounds: int, pause_every: int = 0) -> int:
+    """Send ``rounds`` transitions of every agent; ``pause_every`` paces the stream so a
+    daemon can be stopped while records are still arriving."""
+    producer = KafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=20, acks="all")
+    n = 0
+    for event in s.fleet.events(rounds):
+        producer.send(s.topics.transitions, key=event.agent_id.encode(), value=event.value)
+        n += 1
+        if pause_every and n % pause_every == 0:
+            producer.flush(10)
+            time.sleep(0.05)
+    producer.flush(30)
+    producer.close()
+    return n
+
+
+def read_all(s: Setup, topic: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """Every JSON record of ``topic`` from the beginning."""
+    consumer = KafkaConsumer(bootstrap_servers=s.bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=int(timeout_s * 1000))
+    tps = [TopicPartition(topic, p) for p in range(s.partitions)]
+    consumer.assign(tps)
+    ends = consumer.end_offsets(tps)
+    consumer.seek_to_beginning(*tps)
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=300).values():
+            out.extend(json.loads(r.value) for r in records)
+    consumer.close()
+    return out
+
+
+def end_offsets(s: Setup, topic: str) -> dict[TopicPartition, int]:
+    consumer = KafkaConsumer(bootstrap_servers=s.bootstrap)
+    tps = [TopicPartition(topic, p) for p in range(s.partitions)]
+    ends = consumer.end_offsets(tps)
+    consumer.close()
+    return {tp: int(o) for tp, o in ends.items()}
+
+
+def committed(s: Setup) -> dict[TopicPartition, int] | None:
+    """The consumer group's committed offsets; None while its coordinator is not set up."""
+    admin = KafkaAdminClient(bootstrap_servers=s.bootstrap)
+    try:
+        answer = admin.list_group_offsets(s.topics.group)
+    except Exception:
+        return None
+    finally:
+        admin.close()
+    # kafka-python 3 answers {group: {partition: offset}}.
+    offsets = answer.get(s.topics.group, answer)
+    return {tp: int(o.offset) for tp, o in offsets.items()}
+
+
+def lag(s: Setup) -> int:
+    """Records of the transitions topic the group has not committed (a large number while
+    the group coordinator is still being set up)."""
+    done = committed(s)
+    if done is None:
+        return sys.maxsize
+    ends = end_offsets(s, s.topics.transitions)
+    return sum(end - done.get(tp, 0) for tp, end in ends.items())
+
+
+def wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+@contextlib.contextmanager
+def running(*services: Service) -> Iterator[list[threading.Thread]]:
+    """The services' run loops in threads, stopped and joined on the way out."""
+    runners = [threading.Thread(target=s.run, kwargs={"install_signals": False})
+               for s in services]
+    for r in runners:
+        r.start()
+    try:
+        yield runners
+    finally:
+        for s in services:
+            s.daemon.stop()
+        for r in runners:
+            r.join(30)
+
+
+class CapwatchProcess:
+    """``capwatch run`` in a subprocess, as an operator would start it."""
+
+    def __init__(self, config: dict[str, Any], tmp: Path, name: str) -> None:
+        path = tmp / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.log_path = tmp / f"{name}.log"
+        self.log = open(self.log_path, "wb")  # noqa: SIM115
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "capwatch"), "run", "--config", str(path)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+
+    def alive(self) -> bool:
+        """True while running; a daemon that exited fails the test with its log."""
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {self.proc.returncode}: {self.tail()}")
+        return True
+
+    def tail(self) -> str:
+        # Also asked for after stop(), which closes the log, to explain a bad exit code.
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def stop(self, sig: int, timeout_s: float = 30.0) -> int:
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self.log.close()
+
+    def kill_quietly(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
