@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
 import pytest
 
+from capwatch.model.domain import Domain
+from capwatch.model.pddl_reader import read_domain
 from capwatch.models_store import ModelStore, open_store
 
 StoreFactory = Callable[[], ModelStore]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "capwatch" / "examples"
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+"""The time the store tests' histories start at."""
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
@@ -53,3 +60,14 @@ def open_new(store_url: str) -> Iterator[StoreFactory]:
 @pytest.fixture
 def store(open_new: StoreFactory) -> ModelStore:
     return open_new()
+
+
+@pytest.fixture(scope="module")
+def rover() -> Domain:
+    return read_domain(EXAMPLES / "rover.pddl")
+
+
+@pytest.fixture(scope="module")
+def drifted() -> Domain:
+    """rover.pddl after the paper's sample_rock update."""
+    return read_domain(EXAMPLES / "rover-sample-drift.pddl")

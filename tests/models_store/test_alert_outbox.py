@@ -7,13 +7,11 @@ planner (capwatch.alerts.outbox.plan_routing in the daemon, simple stand-ins her
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 
 import pytest
 
 from capwatch.model.domain import Domain
-from capwatch.model.pddl_reader import read_domain
 from capwatch.models_store import (
     AlertDelivery,
     ModelRef,
@@ -27,10 +25,7 @@ from capwatch.models_store import (
 )
 from capwatch.models_store.base import RoutingPlanner
 from capwatch.models_store.sql import SqlModelStore, load_migrations
-from tests.models_store.conftest import StoreFactory
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "capwatch" / "examples"
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+from tests.models_store.conftest import T0, StoreFactory
 
 
 def at(seconds: float) -> datetime:
@@ -59,16 +54,6 @@ def recorder(seen: list[Mapping[str, datetime]]) -> RoutingPlanner:
         seen.append(dict(last))
         return RoutingPlan()
     return planner
-
-
-@pytest.fixture(scope="module")
-def rover() -> Domain:
-    return read_domain(EXAMPLES / "rover.pddl")
-
-
-@pytest.fixture(scope="module")
-def drifted() -> Domain:
-    return read_domain(EXAMPLES / "rover-sample-drift.pddl")
 
 
 def test_alerts_are_written_with_their_version_and_a_retry_adds_nothing(

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from capwatch.models_store import ModelRef, ModelStore
 from capwatch.models_store.base import DriftSnapshot
-from tests.models_store.conftest import StoreFactory
+from tests.models_store.conftest import T0, StoreFactory
 
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 V1 = ModelRef("courier-v1", None, 1)
 V2 = ModelRef("courier-v1", "courier-7", 1)
 

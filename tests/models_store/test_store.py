@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,24 +25,11 @@ from capwatch.models_store import (
     record_new_model,
 )
 from capwatch.models_store.sql import SqlModelStore, load_migrations
-from tests.models_store.conftest import StoreFactory
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "capwatch" / "examples"
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+from tests.models_store.conftest import EXAMPLES, T0, StoreFactory
 
 
 def hours(n: float) -> datetime:
     return T0 + timedelta(hours=n)
-
-
-@pytest.fixture(scope="module")
-def rover() -> Domain:
-    return read_domain(EXAMPLES / "rover.pddl")
-
-
-@pytest.fixture(scope="module")
-def drifted() -> Domain:
-    return read_domain(EXAMPLES / "rover-sample-drift.pddl")
 
 
 @pytest.fixture(scope="module")
