@@ -192,6 +192,8 @@ class Daemon:
         self._consuming = False
         self.dead_letters = 0
         self.processed = 0
+        self.assigned: set[int] = set()
+        """Source partitions this replica owns now (for operators and tests)."""
         self._children: dict[tuple[str, ...], Any] = {}
 
     def _count(self, metric: str, *labels: str) -> None:
@@ -346,6 +348,7 @@ class Daemon:
 
     def _on_assign(self, partitions: set[int]) -> None:
         log.info("partitions assigned", partitions=sorted(partitions))
+        self.assigned |= partitions
         try:
             snapshots = self.store.load_drift_snapshots(self.group, self.source.name,
                                                         partitions)
@@ -380,6 +383,7 @@ class Daemon:
     def _on_revoke(self, partitions: set[int]) -> None:
         """Flush what the revoked partitions' agents hold and give them up."""
         log.info("partitions revoked", partitions=sorted(partitions))
+        self.assigned -= partitions
         self.checkpoint(partitions)
         agents = self.registry.in_partitions(partitions)
         for a in agents:

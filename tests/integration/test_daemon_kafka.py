@@ -237,7 +237,6 @@ def test_two_replicas_share_the_fleet_through_the_consumer_group(
         conn.execute(f"CREATE SCHEMA {schema}")
     sep = "&" if "?" in postgres_dsn else "?"
     dsn = f"{postgres_dsn}{sep}options={quote(f'-csearch_path={schema}')}"
-    n = produce(setup, rounds=300)
     configure_logging("error", "json")
     services = []
     for i in range(2):
@@ -247,6 +246,12 @@ def test_two_replicas_share_the_fleet_through_the_consumer_group(
         cfg["scheduler"]["results_poll_s"] = 0.5
         services.append(build_service(DaemonConfig(**cfg)))
     with running(*services):
+        # Produce only once the group has settled on both members: otherwise the first
+        # replica may drain the whole stream before the second one's join rebalances it.
+        wait(lambda: all(s.daemon.assigned for s in services)
+             and not (services[0].daemon.assigned & services[1].daemon.assigned), 60,
+             "both replicas to own partitions")
+        n = produce(setup, rounds=300)
         wait(lambda: lag(setup) == 0
              and sum(s.daemon.processed for s in services) >= n
              and not any(s.daemon._awaiting_keys for s in services), 90,
