@@ -52,6 +52,20 @@ def test_render_with_operator_resources() -> None:
         docs["Deployment"]["spec"]["selector"]["matchLabels"]
 
 
+def test_family_models_can_be_mounted() -> None:
+    values = {"extraVolumes": [{"name": "models", "configMap": {"name": "rover-models"}}],
+              "extraVolumeMounts": [{"name": "models", "mountPath": "/etc/capwatch-models",
+                                     "readOnly": True}]}
+    assert helm.lint(str(CHART), values, strict=True)["errors"] == []
+    pod = render(values)["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "models", "configMap": {"name": "rover-models"}} in pod["volumes"]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "models", "mountPath": "/etc/capwatch-models", "readOnly": True} in mounts
+    assert {"name": "config", "mountPath": "/etc/capwatch", "readOnly": True} in mounts
+    default_pod = render()["Deployment"]["spec"]["template"]["spec"]
+    assert [v["name"] for v in default_pod["volumes"]] == ["config", "data", "tmp"]
+
+
 def test_dashboard_configmap_carries_the_dashboard_json() -> None:
     cms = [d for d in _all_docs(ALL_ON) if d["kind"] == "ConfigMap"
            and d["metadata"]["name"].endswith("-dashboard")]
