@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.grounding import GroundOperator, StateMask
 from capwatch.model.pal import (
-    AbstractModel,
-    Location,
     Mode,
     PaTuple,
     PaValue,
@@ -121,18 +119,3 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
         missing_precondition_candidates=tuple(candidates),
         unexplained_atoms=frozenset(changed - mentioned),
     )
-
-
-def observed_pa_values(model: AbstractModel, ground_action: GroundAction,
-                       state: frozenset[GroundAtom], next_state: frozenset[GroundAtom]
-                       ) -> dict[PaTuple, frozenset[PaValue]]:
-    """Pa-values each pa-tuple of the action may take given one *executed* transition."""
-    action = model.base.action(ground_action[0])
-    binding = dict(zip(action.parameter_names, ground_action[1:], strict=True))
-    result: dict[PaTuple, frozenset[PaValue]] = {}
-    for pal in model.modes:
-        if pal.action != action.name or pal.location is not Location.PRE:
-            continue
-        g = pal.atom.ground(binding)
-        result[pal.pa] = pa_values_consistent_with((g in state, g in next_state))
-    return result

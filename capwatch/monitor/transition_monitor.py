@@ -180,13 +180,6 @@ class TransitionMonitor:
             buf = self.executed[name] = deque(maxlen=self.limits.executed_per_action)
         buf.append(_new_tuple(ExecutedTransition, (position, s, action, s2)))
 
-    def executed_transitions(self) -> list[tuple[frozenset[GroundAtom], GroundAction,
-                                                 frozenset[GroundAtom]]]:
-        """The kept executed transitions, decoded, oldest first per action."""
-        dec = self.index.decode
-        return [(dec(t.state), t.action, dec(t.next_state))
-                for buf in self.executed.values() for t in buf]
-
     def pinned_pa_values(self) -> dict[PaTuple, frozenset[PaValue]]:
         """Pa-values still possible after every executed transition seen (Table 2),
         for the pa-tuples some observation constrains."""
