@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from capwatch.adapters.agent_sim import SimulatedAgent
 from capwatch.adapters.streams import JsonlSource, MemoryPublisher
 from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.registry import Registry
-from capwatch.daemon.service import build_service
+from capwatch.daemon.service import Service, build_service
 from capwatch.model.domain import GroundAtom
 from capwatch.models_store import ModelRef, build_version, open_store
 from tests.daemon.helpers import config, example, good_sample
@@ -50,6 +51,19 @@ class DriftedRover:
         return self.sim
 
 
+def _consume_jsonl(tmp_path: Path, path: Path, **sections: Any) -> Service:
+    """A service over a JSONL file that has handled every record in it, without its loop."""
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)}, **sections)
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
+                            source=JsonlSource(str(path)))
+    d = service.daemon
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    for r in d.source.poll(1.0):
+        d._handle(r)
+    return service
+
+
 def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: Path) -> None:
     # The stream shows the rover navigating only; sample_rock is never attempted, so its
     # new precondition is invisible to the monitor. A canary asks the agent to sample.
@@ -64,15 +78,8 @@ def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: P
     path.write_text(json.dumps({"type": "transition", "agent_id": "rover-a",
                                 "family": "rover-v1", "state": state, "action": nav,
                                 "next_state": after}) + "\n" + good_sample("rover-b") + "\n")
-    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
-                 scheduler={"canary_idle_s": 0.0001})
-    service = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
-                            source=JsonlSource(str(path)))
+    service = _consume_jsonl(tmp_path, path, scheduler={"canary_idle_s": 0.0001})
     d = service.daemon
-    d.seed_families()
-    d.source.start(lambda p: None, lambda p: None, {})
-    for r in d.source.poll(1.0):
-        d._handle(r)
     assert d.store.queue_items() == []
     inits: dict[str, frozenset[GroundAtom]] = {
         n: p.init for n, p in service.problems.items()}
@@ -110,15 +117,9 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> 
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines) + "\n")
     # A false-alarm rate this small keeps the online detector quiet: only the audit fires.
-    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
-                 detection={"drift_false_alarm_rate": 1e-100, "drift_min_samples": 100})
-    service = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
-                            source=JsonlSource(str(path)))
+    service = _consume_jsonl(tmp_path, path, detection={"drift_false_alarm_rate": 1e-100,
+                                                         "drift_min_samples": 100})
     d = service.daemon
-    d.seed_families()
-    d.source.start(lambda p: None, lambda p: None, {})
-    for r in d.source.poll(1.0):
-        d._handle(r)
     assert d.store.queue_items() == []
     d.audit()
     (item,) = d.store.queue_items()
