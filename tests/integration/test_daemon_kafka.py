@@ -219,6 +219,10 @@ def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
     assert len({(d["partition"], d["offset"]) for d in dead}) == bad
 
 
+# Group rebalances depend on heartbeats from threads sharing one interpreter with two
+# daemons; on a loaded 2-core machine a member can be expelled and the split never settles
+# within the wait (about 1 run in 8). A rerun starts with fresh topics and group.
+@pytest.mark.flaky(reruns=2)
 def test_two_replicas_share_the_fleet_through_the_consumer_group(
         setup: Setup, postgres_dsn: str) -> None:
     """Scale-out: two replicas in one consumer group with a shared PostgreSQL store split
@@ -244,6 +248,7 @@ def test_two_replicas_share_the_fleet_through_the_consumer_group(
         cfg["replica_id"] = f"replica-{i}"
         cfg["store"] = {"url": dsn}
         cfg["scheduler"]["results_poll_s"] = 0.5
+        cfg["kafka"]["session_timeout_ms"] = 30_000
         services.append(build_service(DaemonConfig(**cfg)))
     with running(*services):
         # Produce only once the group has settled on both members: otherwise the first
