@@ -1,6 +1,6 @@
 """Assessment quality and cost on the DAAISy benchmark (issue 3), like the paper's Fig. 2.
 
-For every initial ("before drift") model of every domain under ../shared/domains, the
+For every initial ("before drift") model of every domain under tests/data/domains/classic, the
 true domain is simulated as the agent, the observations are the 10-step optimal plan run
 from the problem's initial state, and each method (daaisy, verify, aia) assesses the
 agent. Writes benchmarks/out/assess.csv (one row per run) and benchmarks/out/assess.png
@@ -25,7 +25,7 @@ from capwatch.model.domain import GroundAction
 from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = (ROOT.parent / "shared").resolve()
+DATA = ROOT / "tests" / "data" / "domains"
 DOMAINS = ("gripper", "miconic", "blocksworld")
 METHODS = ("daaisy", "verify", "aia")
 
@@ -39,7 +39,7 @@ RESEARCH = {"gripper": (6.67, 0.933, 17), "miconic": (8.0, 0.824, 30),
 def run(domains: list[str], out: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for name in domains:
-        base = SHARED / "domains" / name
+        base = DATA / "classic" / name
         truth = read_domain(base / "domain.pddl")
         problem = read_problem(base / "problem.pddl")
         plan: list[GroundAction] = [tuple(s) for s in parse_plan(

@@ -26,7 +26,7 @@ from capwatch.model.simulate import step
 from capwatch.monitor.transition_monitor import TransitionMonitor
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = (ROOT.parent / "shared").resolve()
+DATA = ROOT / "tests" / "data" / "domains"
 WALK = 20_000
 
 
@@ -134,9 +134,9 @@ def bench(name: str, domain: Domain, problem: Problem) -> dict[str, float]:
 def main(argv: Sequence[str] = ()) -> int:
     print(f"consistency checks per second, one core, python {sys.version.split()[0]}; "
           f"targets: interned >= 1,000,000/s, from lists >= 200,000/s")
-    cases = [("blocksworld", SHARED / "domains" / "blocksworld" / "domain.pddl",
-              SHARED / "domains" / "blocksworld" / "problem.pddl")]
-    for d in sorted((SHARED / "domains-stochastic").iterdir()):
+    cases = [("blocksworld", DATA / "classic" / "blocksworld" / "domain.pddl",
+              DATA / "classic" / "blocksworld" / "problem.pddl")]
+    for d in sorted((DATA / "stochastic").iterdir()):
         cases.append((d.name, d / "domain.pddl", d / "problem-1.pddl"))
     for name, dpath, ppath in cases:
         domain = read_domain(dpath).without_action_literals()

@@ -1,7 +1,7 @@
 """Drift-detection benchmark: false alarms, detection delay against an oracle CUSUM, and
 the coverage of re-estimated probabilities.
 
-Simulated agents of the PPDDL domains in ../shared/domains-stochastic execute every
+Simulated agents of the PPDDL domains in tests/data/domains/stochastic execute every
 probabilistic action over and over; outcomes are drawn with numpy straight from
 ``Action.outcomes``. At a known step one outcome probability moves by 0.05, 0.1, 0.2
 or 0.3. Printed, in one run:
@@ -59,8 +59,7 @@ from capwatch.monitor.sequential import (  # noqa: E402
 )
 from capwatch.monitor.stats import multinomial_mle, wilson_interval  # noqa: E402
 
-SHARED = (REPO.parent / "shared").resolve()
-STOCHASTIC = SHARED / "domains-stochastic"
+STOCHASTIC = REPO / "tests" / "data" / "domains" / "stochastic"
 DOMAINS = ("tireworld", "explodingblocks", "probabilistic_elevators")
 SHIFTS = (0.05, 0.1, 0.2, 0.3)
 TARGET_RATE = 1e-5

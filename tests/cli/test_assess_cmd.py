@@ -1,4 +1,4 @@
-"""``capwatch assess offline`` on the shared benchmark files."""
+"""``capwatch assess offline`` on the benchmark files in tests/data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading, writing and reading back every shared domain and problem file."""
+"""Reading, writing and reading back every domain and problem file in tests/data."""
 
 from __future__ import annotations
 
@@ -19,20 +19,20 @@ from capwatch.model import (
     write_problem,
 )
 from capwatch.model.pddl_reader import read_domain, read_problem
-from tests.paths import DOMAINS, SHARED, STOCHASTIC
+from tests.paths import DATA, DOMAINS, STOCHASTIC
 
-ALL_FILES = sorted(SHARED.glob("domains*/**/*.pddl"))
+ALL_FILES = sorted([*DOMAINS.glob("**/*.pddl"), *STOCHASTIC.glob("**/*.pddl")])
 DOMAIN_FILES = [p for p in ALL_FILES if "problem" not in p.name]
 PROBLEM_FILES = [p for p in ALL_FILES if "problem" in p.name]
 
 
-def test_the_shared_corpus_is_there() -> None:
+def test_the_corpus_is_there() -> None:
     # Guards the parametrised tests below against silently testing nothing.
     assert len(ALL_FILES) > 450
     assert len(PROBLEM_FILES) == 6
 
 
-@pytest.mark.parametrize("path", DOMAIN_FILES, ids=lambda p: str(p.relative_to(SHARED)))
+@pytest.mark.parametrize("path", DOMAIN_FILES, ids=lambda p: str(p.relative_to(DATA)))
 def test_domain_round_trips(path: Path) -> None:
     domain = read_domain(path)
     text = write_domain(domain)
@@ -42,7 +42,7 @@ def test_domain_round_trips(path: Path) -> None:
     assert domain_from_json(domain_to_json(domain)) == domain
 
 
-@pytest.mark.parametrize("path", PROBLEM_FILES, ids=lambda p: str(p.relative_to(SHARED)))
+@pytest.mark.parametrize("path", PROBLEM_FILES, ids=lambda p: str(p.relative_to(DATA)))
 def test_problem_round_trips(path: Path) -> None:
     problem = read_problem(path)
     assert parse_problem(write_problem(problem)) == problem
