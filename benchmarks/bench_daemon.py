@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from capwatch.adapters.fleet import FamilySpec, SimulatedFleet
-from capwatch.adapters.streams import MemoryPublisher
-from capwatch.adapters.wire import DeadLetter, decode
+from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.adapters.sim.fleet import FamilySpec, SimulatedFleet
+from capwatch.contracts.ports import Record
+from capwatch.contracts.wire import DeadLetter, decode
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.logs import configure_logging
-from capwatch.daemon.ports import Record
 from capwatch.daemon.service import FleetDirectory, build_service
 from capwatch.model.pddl_reader import read_domain, read_problem
 

@@ -41,7 +41,7 @@ from scipy import stats as sps
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from capwatch.adapters.agent_sim import SimulatedAgent  # noqa: E402
+from capwatch.adapters.sim.agent import SimulatedAgent  # noqa: E402
 from capwatch.assess.probabilities import estimate_outcome_probabilities  # noqa: E402
 from capwatch.model.domain import Action, Domain  # noqa: E402
 from capwatch.model.pddl_reader import read_domain  # noqa: E402

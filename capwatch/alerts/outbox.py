@@ -1,11 +1,9 @@
 """Durable alert routing: an outbox in the models store, suppression and grouping that
 survive restarts, and at-least-once delivery to the sinks.
 
-The in-memory :class:`~capwatch.alerts.router.AlertRouter` forgets what it sent and what
-it was holding when the process dies. Here every alert is first written to the store's
-outbox in the same transaction as what caused it (a model version, a queued or failed
-assessment), so a crash can delay an alert but never lose it. Routing then runs in two
-steps, each one store transaction:
+Every alert is first written to the store's outbox in the same transaction as what
+caused it (a model version, a queued or failed assessment), so a crash can delay an
+alert but never lose it. Routing then runs in two steps, each one store transaction:
 
 1. :meth:`AlertOutbox.route` reads the pending outbox and, per dedup key, when an alert
    with that key last went out; :func:`plan_routing` (pure, no clock) drops repeats inside
@@ -29,7 +27,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from capwatch.alerts.router import AlertPolicy, merge_group
+from capwatch.alerts.policy import AlertPolicy, merge_group
 from capwatch.alerts.sinks import AlertDeliveryError, AlertSink
 from capwatch.alerts.types import Alert
 from capwatch.models_store.base import AlertDelivery, ModelStore, OutboxAlert, RoutingPlan

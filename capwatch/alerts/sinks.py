@@ -1,7 +1,8 @@
-"""Where alerts go: a Kafka topic, Alertmanager's v2 API, a structured log.
+"""Where alerts go: Alertmanager's v2 API, a structured log (and, through the daemon, its
+output: capwatch.daemon.alerting.PublisherAlertSink).
 
-Every sink raises :class:`AlertDeliveryError` when it could not deliver; :class:`FanOut`
-delivers to all sinks regardless and reports which failed, so a down Alertmanager never
+Every sink raises :class:`AlertDeliveryError` when it could not deliver; the outbox
+delivers to every sink regardless and records which failed, so a down Alertmanager never
 stops alerts from reaching Kafka or the log.
 """
 
@@ -16,8 +17,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from capwatch.adapters.wire import AlertEvent
 from capwatch.alerts.types import Alert, Severity
+from capwatch.contracts.wire import AlertEvent
 
 GROUP_AGENT_ID = "*"
 """``agent_id`` on the wire of an alert that groups several agents (listed in evidence)."""
@@ -61,44 +62,6 @@ class LogSink:
             level = {Severity.INFO: "info", Severity.WARNING: "warning",
                      Severity.CRITICAL: "error"}[a.severity]
             getattr(self._log, level)("alert", **a.to_json())
-
-
-class KafkaAlertSink:
-    """Alert events on a topic, keyed by agent id (the family for grouped alerts) so one
-    agent's alerts stay in order."""
-
-    name = "kafka"
-
-    def __init__(self, producer: Any, topic: str = "capwatch.alerts",
-                 timeout_s: float = 10.0) -> None:
-        self._producer = producer
-        self.topic = topic
-        self._timeout_s = timeout_s
-
-    @classmethod
-    def connect(cls, bootstrap_servers: str, topic: str = "capwatch.alerts",
-                **producer_config: Any) -> KafkaAlertSink:
-        from kafka import KafkaProducer
-
-        config: dict[str, Any] = {"acks": "all", "retries": 5, "linger_ms": 5}
-        config.update(producer_config)
-        return cls(KafkaProducer(bootstrap_servers=bootstrap_servers, **config), topic)
-
-    def send(self, alerts: Sequence[Alert]) -> None:
-        try:
-            futures = []
-            for a in alerts:
-                key = a.agent_id if a.agent_id is not None else a.family
-                value = alert_event(a).model_dump_json(by_alias=True).encode()
-                futures.append(self._producer.send(self.topic, key=key.encode(), value=value))
-            self._producer.flush(timeout=self._timeout_s)
-            for f in futures:
-                f.get(timeout=self._timeout_s)
-        except Exception as e:
-            raise AlertDeliveryError(f"kafka topic {self.topic}: {e}") from e
-
-    def close(self) -> None:
-        self._producer.close()
 
 
 class AlertmanagerSink:
@@ -164,31 +127,3 @@ class AlertmanagerSink:
 
 def _rfc3339(iso: str) -> str:
     return iso.replace("+00:00", "Z")
-
-
-class FanOut:
-    """Send to every sink; failures are reported, not raised, so one sink cannot block
-    another. ``on_failure(sink_name, error)`` is where the daemon counts and logs."""
-
-    name = "fanout"
-
-    def __init__(self, sinks: Sequence[AlertSink],
-                 on_failure: Callable[[str, AlertDeliveryError], None] | None = None) -> None:
-        self.sinks = list(sinks)
-        self._on_failure = on_failure
-
-    def send(self, alerts: Sequence[Alert]) -> None:
-        self.deliver(alerts)
-
-    def deliver(self, alerts: Sequence[Alert]) -> dict[str, AlertDeliveryError]:
-        failures: dict[str, AlertDeliveryError] = {}
-        if not alerts:
-            return failures
-        for sink in self.sinks:
-            try:
-                sink.send(alerts)
-            except AlertDeliveryError as e:
-                failures[sink.name] = e
-                if self._on_failure is not None:
-                    self._on_failure(sink.name, e)
-        return failures

@@ -14,16 +14,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from capwatch.model.domain import Domain
-from capwatch.model.pal import Location, Mode, PalTuple, summarise_changes
-from capwatch.models_store.base import (
+from capwatch.model.diff import (
     Change,
-    ModelVersion,
     change_to_json,
     model_changes,
     probability_changes,
     probability_shifts,
 )
+from capwatch.model.domain import Domain
+from capwatch.model.pal import Location, Mode, PalTuple, summarise_changes
+from capwatch.models_store.base import ModelVersion
 
 
 class AlertType(enum.Enum):
@@ -229,26 +229,6 @@ def alerts_for_version(parent: ModelVersion, version: ModelVersion, *,
 
 def _pal_text(pal: PalTuple) -> str:
     return f"{pal.atom} in {pal.location.value}"
-
-
-def drift_alert(
-    *, family: str, agent_id: str, action: str, time: datetime, p_value: float,
-    effect_size: float, observed: Mapping[str, int], expected: Mapping[str, float],
-    header: str | None = None, evidence: Mapping[str, Any] | None = None,
-    severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY,
-) -> Alert:
-    """A failed goodness-of-fit test before any re-assessment has changed the model."""
-    name = header or action
-    summary = (f"{name} outcome frequencies no longer fit the model "
-               f"(p={p_value:.2g}, effect size {effect_size:.2f})")
-    return Alert(
-        type=AlertType.EFFECT_DISTRIBUTION_DRIFT,
-        severity=severities[AlertType.EFFECT_DISTRIBUTION_DRIFT], family=family,
-        agent_id=agent_id, action=action, summary=summary, time=time,
-        fingerprint="gof", detail={"observed": dict(observed), "expected": dict(expected)},
-        evidence={"p_value": p_value, "effect_size": effect_size, **(evidence or {})},
-        group_summary=f"{name} outcome frequencies no longer fit the model",
-    )
 
 
 def inconsistency_alert(

@@ -6,7 +6,7 @@ optimal agent did (reduced functionality, papers/daaisy.md §4.1). :class:`Plann
 that question. :class:`BreadthFirstPlanner` answers it in-process with
 :mod:`capwatch.assess.search`, bounded in length and in states, which for the sub-traces
 of a 10-step trace is far cheaper than starting Fast Downward.
-``capwatch.adapters.fast_downward`` implements the same protocol by running Fast
+``capwatch.adapters.io.fast_downward`` implements the same protocol by running Fast
 Downward in a subprocess, for large problems.
 """
 

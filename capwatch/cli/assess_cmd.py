@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Trace
 from capwatch.assess.planner import BreadthFirstPlanner, Planner
@@ -97,7 +97,7 @@ def _offline(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     planner: Planner
     if args.planner == "fd":
-        from capwatch.adapters.fast_downward import FastDownwardPlanner
+        from capwatch.adapters.io.fast_downward import FastDownwardPlanner
 
         planner = FastDownwardPlanner()
     else:

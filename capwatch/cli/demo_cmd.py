@@ -31,7 +31,7 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from capwatch.adapters.streams import LogPublisher, MemoryPublisher
+    from capwatch.adapters.io.streams import LogPublisher, MemoryPublisher
     from capwatch.daemon.config import ConfigError, load_config
     from capwatch.daemon.logs import configure_logging
     from capwatch.daemon.service import build_service

@@ -15,9 +15,9 @@ from capwatch.alerts.sinks import (
     alert_event,
 )
 from capwatch.alerts.types import Alert
+from capwatch.contracts.ports import Publisher
 from capwatch.daemon.config import AlertsConfig
 from capwatch.daemon.metrics import DaemonMetrics
-from capwatch.daemon.ports import Publisher
 from capwatch.models_store.base import ModelStore, ModelVersion, OutboxAlert
 
 

@@ -12,13 +12,71 @@ estimate over the window since the change point is installed instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from capwatch.assess.agent import AgentQuery
 from capwatch.assess.engine import Method, assess
 from capwatch.assess.observations import Transition as Observed
 from capwatch.assess.probabilities import UnidentifiableOutcomes, estimate_outcome_probabilities
-from capwatch.daemon.ports import AssessmentOutcome, AssessmentRequest
+from capwatch.contracts.wire import Transition
 from capwatch.model.domain import Domain
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedTransition:
+    """A transition with where it came from, as evidence for an assessment."""
+
+    transition: Transition
+    partition: int
+    offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.transition
+        return {
+            "partition": self.partition, "offset": self.offset, "episode_id": t.episode_id,
+            "step": t.step, "state": sorted(list(a) for a in t.state),
+            "action": list(t.action), "next_state": sorted(list(a) for a in t.next_state),
+            "optimal": t.optimal, "executed": t.executed,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AssessmentRequest:
+    agent_id: str
+    family: str
+    model: Domain
+    """The model the agent was believed to follow when the evidence arrived."""
+    agent: AgentQuery
+    inconsistent: Sequence[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
+                                 frozenset[tuple[str, ...]]]] = ()
+    """Observed (s, a, s') the model cannot explain."""
+    inconsistent_executed: Sequence[bool | None] = ()
+    """Per inconsistent transition, whether the agent said it executed (None: unknown)."""
+    executed: Sequence[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
+                             frozenset[tuple[str, ...]]]] = ()
+    """Recent transitions the model explained (they pin modes without a query)."""
+    drifted_actions: Mapping[str, Any] = field(default_factory=dict)
+    """Action name → provisional re-estimated action (probability drift)."""
+    drift_probes: Mapping[str, tuple[tuple[str, ...], frozenset[tuple[str, ...]]]] = field(
+        default_factory=dict)
+    """Action name → (ground action, state it executed in): where to re-estimate it."""
+    query_budget: int = 500
+    samples: int = 30
+    optimal_traces: Sequence[Sequence[tuple[str, ...]]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AssessmentOutcome:
+    model: Domain
+    queries: int
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Assessor(Protocol):
+    """Re-learns the parts of a model the evidence says changed (DAAISy, AIA, estimation)."""
+
+    def assess(self, request: AssessmentRequest) -> AssessmentOutcome: ...
 
 
 class EngineAssessor:

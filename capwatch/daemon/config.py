@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from capwatch.alerts.router import AlertPolicy
+from capwatch.alerts.policy import AlertPolicy
 
 ENV_PREFIX = "CAPWATCH_"
 ENV_DELIMITER = "__"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from capwatch.adapters.wire import ModelPayload, ModelVersionEvent, PalChange
+from capwatch.contracts.wire import ModelPayload, ModelVersionEvent, PalChange
 from capwatch.model.pal import Mode
 from capwatch.models_store.base import ModelVersion
 

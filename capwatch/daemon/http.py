@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from capwatch.adapters.wire import AlertEvent
+from capwatch.contracts.wire import AlertEvent
 from capwatch.models_store.base import ModelStore, ModelVersion, diff_versions
 
 BASELINE = "_baseline"

@@ -34,7 +34,12 @@ from typing import Any
 
 import structlog
 
-from capwatch.adapters.wire import (
+from capwatch.alerts.outbox import outbox_record
+from capwatch.alerts.sinks import AlertSink
+from capwatch.alerts.types import alerts_for_version, assessment_failed_alert, inconsistency_alert
+from capwatch.assess.agent import AgentUnavailable
+from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
+from capwatch.contracts.wire import (
     DeadLetter,
     DecodeLimits,
     Transition,
@@ -42,10 +47,6 @@ from capwatch.adapters.wire import (
     decode,
     vocabulary_error,
 )
-from capwatch.alerts.outbox import outbox_record
-from capwatch.alerts.sinks import AlertSink
-from capwatch.alerts.types import alerts_for_version, assessment_failed_alert, inconsistency_alert
-from capwatch.assess.agent import AgentUnavailable
 from capwatch.daemon.alerting import (
     build_outbox,
     build_sinks,
@@ -53,18 +54,10 @@ from capwatch.daemon.alerting import (
     queued_alert_key,
     version_alert_key,
 )
+from capwatch.daemon.assessor import AssessmentRequest, Assessor, ObservedTransition
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.events import model_event
 from capwatch.daemon.metrics import DaemonMetrics
-from capwatch.daemon.ports import (
-    AgentDirectory,
-    AssessmentRequest,
-    Assessor,
-    ObservedTransition,
-    Publisher,
-    Record,
-    Source,
-)
 from capwatch.daemon.registry import AgentState, Registry
 from capwatch.daemon.retry import describe_agent_failure, retry_plan
 from capwatch.model.consistency import Verdict, check, explain

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from capwatch.daemon.ports import ObservedTransition
+from capwatch.daemon.assessor import ObservedTransition
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.models_store.base import ModelStore, ModelVersion
 from capwatch.monitor.drift import DriftAlarm

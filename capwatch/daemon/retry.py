@@ -13,8 +13,8 @@ from __future__ import annotations
 import zlib
 from datetime import timedelta
 
-from capwatch.adapters.agent_http import AgentProtocolError, AgentRejectedQuery
 from capwatch.assess.agent import AgentUnavailable
+from capwatch.contracts.agent_protocol import AgentProtocolError, AgentRejectedQuery
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
 
 UNREACHABLE = "agent unavailable"

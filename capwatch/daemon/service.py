@@ -12,16 +12,16 @@ from types import FrameType
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from capwatch.adapters.fleet import DriftSpec, FamilySpec, SimulatedFleet
-from capwatch.adapters.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
-from capwatch.daemon.assessor import EngineAssessor
+from capwatch.contracts.ports import AgentDirectory, Publisher, Source
+from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+from capwatch.daemon.assessor import Assessor, EngineAssessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.pipeline import Daemon
-from capwatch.daemon.ports import AgentDirectory, Assessor, Publisher, Source
 from capwatch.model.domain import Domain, GroundAtom, Problem
 from capwatch.model.pddl_reader import read_domain, read_problem
 from capwatch.models_store import open_store
@@ -51,7 +51,7 @@ class HttpDirectory:
         self._lock = threading.Lock()
 
     def agent(self, agent_id: str, family: str) -> AgentQuery:
-        from capwatch.adapters.agent_http import HttpAgentClient
+        from capwatch.adapters.io.agent_client import HttpAgentClient
 
         with self._lock:
             client = self._clients.get(agent_id)
@@ -176,7 +176,7 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
     fleet: SimulatedFleet | None = None
     if source is None:
         if config.source.kind == "kafka":
-            from capwatch.adapters.kafka_io import KafkaSource, ensure_topics
+            from capwatch.adapters.io.kafka import KafkaSource, ensure_topics
 
             k = config.kafka
             if k.create_topics:
@@ -189,17 +189,17 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                                  session_timeout_ms=k.session_timeout_ms,
                                  max_message_bytes=config.limits.max_message_bytes)
         elif config.source.kind == "jsonl":
-            from capwatch.adapters.streams import JsonlSource
+            from capwatch.adapters.io.streams import JsonlSource
 
             source = JsonlSource(config.source.path, follow=config.source.follow)
         else:
-            from capwatch.adapters.streams import SimulatedSource
+            from capwatch.adapters.sim.source import SimulatedSource
 
             fleet = build_fleet(config, domains, problems)
             source = SimulatedSource(fleet, config.source.simulated.rounds)
     if publisher is None:
         if config.output.kind == "kafka":
-            from capwatch.adapters.kafka_io import KafkaPublisher
+            from capwatch.adapters.io.kafka import KafkaPublisher
 
             k = config.kafka
             publisher = KafkaPublisher(k.bootstrap_servers, models_topic=k.models_topic,
@@ -207,11 +207,11 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                                        dead_letter_topic=k.dead_letter_topic,
                                        client_id=k.client_id)
         elif config.output.kind == "jsonl":
-            from capwatch.adapters.streams import JsonlPublisher
+            from capwatch.adapters.io.streams import JsonlPublisher
 
             publisher = JsonlPublisher(config.output.directory)
         else:
-            from capwatch.adapters.streams import LogPublisher
+            from capwatch.adapters.io.streams import LogPublisher
 
             publisher = LogPublisher()
     if agents is None:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar
 
+from capwatch.model.diff import change_from_json, change_to_json
 from capwatch.models_store.base import (
     DELIVERY_STATUSES,
     JSON,
@@ -31,8 +32,6 @@ from capwatch.models_store.base import (
     VersionConflict,
     _utc,
     _with_key,
-    change_from_json,
-    change_to_json,
 )
 from capwatch.models_store.drift_state import DriftStateSql
 from capwatch.models_store.sql_base import Row, Tx

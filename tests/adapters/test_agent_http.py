@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 
-from capwatch.adapters.agent_http import (
+from capwatch.adapters.io.agent_client import HttpAgentClient
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.adapters.sim.agent_server import AgentServer
+from capwatch.assess.agent import AgentUnavailable
+from capwatch.contracts.agent_protocol import (
+    EPISODE_PATH,
+    QUERY_PATH,
     AgentProtocolError,
     AgentRejectedQuery,
-    AgentServer,
-    HttpAgentClient,
 )
-from capwatch.adapters.agent_protocol import EPISODE_PATH, QUERY_PATH
-from capwatch.adapters.agent_sim import SimulatedAgent
-from capwatch.assess.agent import AgentUnavailable
 from capwatch.model.domain import Domain, LiftedAtom, Outcome
 from capwatch.model.pddl_reader import parse_domain, parse_plan, read_domain, read_problem
 from capwatch.model.pddl_writer import write_domain

@@ -7,15 +7,16 @@ from datetime import UTC, datetime
 import pytest
 from kafka import KafkaConsumer
 
-from capwatch.adapters.agent_http import AgentRejectedQuery, HttpAgentClient
-from capwatch.adapters.agent_sdk import (
+from capwatch.adapters.io.agent_client import HttpAgentClient
+from capwatch.adapters.sdk.agent import (
     ExecutorAgent,
     InvalidQuery,
     TransitionPublisher,
     serve_agent,
 )
-from capwatch.adapters.wire import Transition, decode
 from capwatch.assess.agent import State
+from capwatch.contracts.agent_protocol import AgentRejectedQuery
+from capwatch.contracts.wire import Transition, decode
 from capwatch.model.domain import GroundAction
 
 

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from capwatch.adapters.agent_sim import InvalidQuery, QueryRecord, SimulatedAgent
+from capwatch.adapters.sim.agent import QueryRecord, SimulatedAgent
 from capwatch.assess.agent import AgentQuery
+from capwatch.contracts.agent_protocol import InvalidQuery
 from capwatch.model.consistency import Verdict, check
 from capwatch.model.domain import Domain, LiftedAtom, Outcome
 from capwatch.model.grounding import Grounder

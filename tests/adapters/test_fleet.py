@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from capwatch.adapters.fleet import DriftSpec, FamilySpec, SimulatedFleet
-from capwatch.adapters.streams import SimulatedSource, stable_partition
-from capwatch.adapters.wire import decode
+from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
+from capwatch.adapters.sim.source import SimulatedSource, stable_partition
+from capwatch.contracts.wire import decode
 from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.paths import REPO_ROOT
 

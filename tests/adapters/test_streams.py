@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capwatch.adapters.streams import JsonlSource
+from capwatch.adapters.io.streams import JsonlSource
 
 
 def _all(source: JsonlSource) -> list[tuple[int, bytes]]:

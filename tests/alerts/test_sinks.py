@@ -12,14 +12,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from capwatch.adapters.wire import AlertEvent
 from capwatch.alerts import (
     Alert,
     AlertDeliveryError,
     AlertmanagerSink,
     AlertType,
-    FanOut,
-    KafkaAlertSink,
     LogSink,
     Severity,
 )
@@ -125,46 +122,3 @@ def test_log_sink_logs_every_alert_at_its_severity() -> None:
     assert logs[0]["dedup_key"] == alert().dedup_key
 
 
-class Broken:
-    name = "broken"
-
-    def send(self, alerts: Any) -> None:
-        raise AlertDeliveryError("broken: down")
-
-
-def test_fanout_delivers_past_a_failing_sink(receiver: Receiver) -> None:
-    seen: list[str] = []
-    fan = FanOut([Broken(), AlertmanagerSink(receiver.url)],
-                 on_failure=lambda name, err: seen.append(name))
-    failures = fan.deliver([alert()])
-    assert list(failures) == ["broken"] and seen == ["broken"]
-    assert len(receiver.requests) == 1
-    assert fan.deliver([]) == {}
-
-
-@pytest.mark.integration
-def test_kafka_sink_publishes_wire_alert_events(kafka_bootstrap: str, kafka_topic: str) -> None:
-    from kafka import KafkaConsumer
-
-    sink = KafkaAlertSink.connect(kafka_bootstrap, kafka_topic)
-    try:
-        sink.send([alert(), alert(agent=None, agents=("r1", "r2"), summary="2 agents")])
-    finally:
-        sink.close()
-    consumer = KafkaConsumer(kafka_topic, bootstrap_servers=kafka_bootstrap,
-                             auto_offset_reset="earliest", consumer_timeout_ms=15000)
-    try:
-        records = []
-        for rec in consumer:
-            records.append(rec)
-            if len(records) == 2:
-                break
-    finally:
-        consumer.close()
-    assert [r.key for r in records] == [b"rover-17", b"rover-v3"]
-    events = [AlertEvent.model_validate_json(r.value) for r in records]
-    assert events[0].alert_type == "capability_reduced"
-    assert events[0].severity == "critical"
-    assert events[0].dedup_key == alert().dedup_key
-    assert events[1].agent_id == "*"
-    assert events[1].evidence["agents"] == ["r1", "r2"]

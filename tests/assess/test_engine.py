@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult, State
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Trace, Transition

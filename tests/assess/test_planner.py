@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capwatch.adapters.fast_downward import FastDownwardPlanner
+from capwatch.adapters.io.fast_downward import FastDownwardPlanner
 from capwatch.assess.planner import BreadthFirstPlanner, PlannerGaveUp, PlanningTask
 from capwatch.model.grounding import Grounder
 from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem

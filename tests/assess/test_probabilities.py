@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from capwatch.adapters.agent_sim import SimulatedAgent
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult, State
 from capwatch.assess.probabilities import (
     UnidentifiableOutcomes,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from capwatch.adapters.agent_http import HttpAgentClient
+from capwatch.adapters.io.agent_client import HttpAgentClient
 from capwatch.model.pddl_reader import parse_plan, read_problem
 from tests.paths import DOMAINS, REPO_ROOT
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from capwatch.adapters.streams import MemoryPublisher
+from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.service import Service, build_service
 from capwatch.model.domain import Domain

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.alerts import Alert, AlertDeliveryError
 from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult
 from capwatch.daemon.config import DaemonConfig

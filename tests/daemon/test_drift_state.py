@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from capwatch.adapters.streams import MemoryPublisher
+from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
 from capwatch.models_store.base import record_new_model

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from capwatch.adapters.streams import JsonlSource, MemoryPublisher
-from capwatch.adapters.wire import DeadLetter, DecodeLimits, decode
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.contracts.wire import DeadLetter, DecodeLimits, decode
 from capwatch.daemon.service import build_service
 from tests.daemon.helpers import config, good_sample, refused_sample
 from tests.daemon.test_pipeline import Directory

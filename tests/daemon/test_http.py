@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from capwatch.adapters.wire import AlertEvent
+from capwatch.contracts.wire import AlertEvent
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.models_store import ModelRef, build_version, open_store
 from tests.daemon.helpers import example

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from capwatch.adapters.agent_sim import SimulatedAgent
-from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.pipeline import Daemon
 from capwatch.daemon.service import build_service

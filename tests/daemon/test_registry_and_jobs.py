@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from capwatch.adapters.agent_sim import SimulatedAgent
-from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.registry import Registry
 from capwatch.daemon.service import Service, build_service

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from capwatch.adapters.agent_http import AgentRejectedQuery
-from capwatch.adapters.agent_sim import SimulatedAgent
-from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult
+from capwatch.contracts.agent_protocol import AgentRejectedQuery
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
 from capwatch.daemon.pipeline import Daemon
 from capwatch.daemon.retry import backoff_s, retry_plan

@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from capwatch.adapters.agent_http import AgentServer
-from capwatch.adapters.fleet import FamilySpec, SimulatedFleet
-from capwatch.adapters.kafka_io import ensure_topics
+from capwatch.adapters.io.kafka import ensure_topics
+from capwatch.adapters.sim.agent_server import AgentServer
+from capwatch.adapters.sim.fleet import FamilySpec, SimulatedFleet
 from capwatch.daemon.service import Service
 from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.paths import REPO_ROOT

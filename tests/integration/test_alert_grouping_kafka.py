@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from capwatch.adapters.fleet import DriftSpec, SimulatedFleet
+from capwatch.adapters.sim.fleet import DriftSpec, SimulatedFleet
 from capwatch.model.pal import delta
 from capwatch.model.pddl_reader import read_domain
 from capwatch.model.serialize import domain_from_json

@@ -26,8 +26,8 @@ import pytest
 from kafka import KafkaProducer, TopicPartition
 from kafka.partitioner.default import murmur2
 
-from capwatch.adapters.fleet import DriftSpec, SimulatedFleet
-from capwatch.adapters.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.fleet import DriftSpec, SimulatedFleet
 from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.service import build_service

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import models_json_schema
 
-from capwatch.assess.agent import QueryResult, State
+from capwatch.assess.agent import AgentUnavailable, QueryResult, State
 from capwatch.model.domain import GroundAction, GroundAtom
 
 PROTOCOL_VERSION = 1
@@ -36,6 +36,30 @@ MAX_STATE_ATOMS = 100_000
 MAX_ARITY = 32
 MAX_DOMAIN_CHARS = 1_000_000
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+# Failures, as types: the daemon decides on the class (retry with backoff or not), never on
+# the message text.
+
+
+class InvalidQuery(ValueError):
+    """A query the agent cannot even attempt: unknown action or predicate, wrong arity.
+
+    Raised on the agent's side; its HTTP server answers it with a 400."""
+
+
+class AgentRejectedQuery(AgentUnavailable):
+    """The agent answered with a client error (4xx): asking again would not help."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"agent rejected the request ({status} {code}): {message}")
+        self.status = status
+        self.code = code
+        self.reason = message
+
+
+class AgentProtocolError(AgentUnavailable):
+    """The agent answered, but not in the protocol (wrong schema, wrong number of results)."""
 
 Name = Annotated[
     str,

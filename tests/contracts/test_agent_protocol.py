@@ -12,8 +12,11 @@ import yaml
 from openapi_spec_validator import validate as validate_openapi
 from pydantic import ValidationError
 
-from capwatch.adapters.agent_http import AgentServer
-from capwatch.adapters.agent_protocol import (
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.adapters.sim.agent_server import AgentServer
+from capwatch.assess.agent import QueryResult
+from capwatch.cli.agent_cmd import openapi_yaml
+from capwatch.contracts.agent_protocol import (
     DRIFT_PATH,
     EPISODE_PATH,
     HEALTH_PATH,
@@ -22,9 +25,6 @@ from capwatch.adapters.agent_protocol import (
     QueryResponse,
     openapi_document,
 )
-from capwatch.adapters.agent_sim import SimulatedAgent
-from capwatch.assess.agent import QueryResult
-from capwatch.cli.agent_cmd import openapi_yaml
 from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.adapters.test_agent_http import raw
 from tests.paths import DOMAINS, REPO_ROOT

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from capwatch.assess.agent import QueryResult, State
 from capwatch.assess.search import DEFAULT_MAX_STATES, Goal, breadth_first, ground_operators
+from capwatch.contracts.agent_protocol import InvalidQuery
 from capwatch.model.domain import Domain, GroundAction, GroundAtom, Problem
 from capwatch.model.grounding import Grounder, GroundOperator, StateMask
 from capwatch.model.simulate import step
@@ -32,10 +33,6 @@ log = logging.getLogger(__name__)
 # The atom index interns every atom any query ever mentions; a long-running server fed
 # arbitrary object names would grow it without bound, so it is rebuilt past this size.
 MAX_INTERNED_ATOMS = 200_000
-
-
-class InvalidQuery(ValueError):
-    """A query the agent cannot even attempt: unknown action or predicate, wrong arity."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from capwatch.adapters.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
-from capwatch.daemon.ports import Rebalance, Record
+from capwatch.contracts.ports import Rebalance, Record
+from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 
 log = structlog.get_logger("capwatch.kafka")
 

@@ -1,9 +1,9 @@
-"""Sources and publishers that need no server: JSONL files or stdin, the simulated fleet,
-the log, and in-memory collection (the demo's summary and tests read it).
+"""Sources and publishers that need no server: JSONL files or stdin, the log, and
+in-memory collection (the demo's summary and tests read it).
 
-Offsets: a JSONL source's offset is the line number (0-based), a simulated source's is
-the position in its (deterministic, seeded) stream per partition; both resume from the
+Offsets: a JSONL source's offset is the line number (0-based); it resumes from the
 daemon's checkpoint in the models store, so a restarted daemon skips what it finished.
+The simulated fleet's source is capwatch.adapters.sim.source.
 """
 
 from __future__ import annotations
@@ -11,16 +11,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import structlog
 
-from capwatch.adapters.fleet import SimulatedFleet
-from capwatch.adapters.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
-from capwatch.daemon.ports import Rebalance, Record
+from capwatch.contracts.ports import Rebalance, Record
+from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 
 
 class JsonlSource:
@@ -79,59 +77,6 @@ class JsonlSource:
         if self._file is not None and self._file is not sys.stdin.buffer:
             self._file.close()
         self._file = None
-
-
-def stable_partition(key: str, partitions: int) -> int:
-    """The same agent always lands in the same partition, across runs and hosts."""
-    return zlib.crc32(key.encode()) % partitions
-
-
-class SimulatedSource:
-    """The simulated fleet as a partitioned, replayable stream of ``rounds`` per agent."""
-
-    def __init__(self, fleet: SimulatedFleet, rounds: int, *, partitions: int = 1,
-                 batch: int = 200, name: str = "simulated") -> None:
-        self.fleet = fleet
-        self.rounds = rounds
-        self.partitions = partitions
-        self.batch = batch
-        self.name = name
-        self._events: Iterator[Any] = fleet.events(rounds)
-        self._offsets = [0] * partitions
-        self._skip: dict[int, int] = {}
-        self._done = False
-
-    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
-              resume: Mapping[int, int]) -> None:
-        self._skip = dict(resume)
-        on_assign(set(range(self.partitions)))
-
-    def poll(self, timeout_s: float) -> list[Record]:
-        records: list[Record] = []
-        while len(records) < self.batch:
-            event = next(self._events, None)
-            if event is None:
-                self._done = True
-                break
-            p = stable_partition(event.agent_id, self.partitions)
-            offset = self._offsets[p]
-            self._offsets[p] += 1
-            if offset < self._skip.get(p, 0):
-                continue
-            records.append(Record(self.name, p, offset, event.agent_id.encode(), event.value))
-        return records
-
-    def commit(self, offsets: Mapping[int, int]) -> None:
-        """Progress lives in the store's checkpoint; the fleet regenerates the stream."""
-
-    def exhausted(self) -> bool:
-        return self._done
-
-    def lag(self) -> dict[int, int]:
-        return {}
-
-    def close(self) -> None:
-        self._done = True
 
 
 class MemoryPublisher:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from capwatch.adapters.wire import (
+from capwatch.contracts.wire import (
     DeadLetter,
     DecodeLimits,
     Transition,
@@ -20,7 +20,7 @@ from capwatch.adapters.wire import (
     json_schemas,
     vocabulary_error,
 )
-from capwatch.adapters.wire_schemas import render
+from capwatch.contracts.wire_schemas import render
 from capwatch.model.pddl_reader import read_domain
 from tests.paths import REPO_ROOT
 
@@ -148,7 +148,7 @@ def test_published_json_schemas_are_up_to_date() -> None:
              if not (directory / f"{stem}.json").is_file()
              or (directory / f"{stem}.json").read_text(encoding="utf-8") != render(schema)]
     assert not stale, ("docs/schemas is out of date for " + ", ".join(stale) +
-                       ": run .venv/bin/python -m capwatch.adapters.wire_schemas")
+                       ": run .venv/bin/python -m capwatch.contracts.wire_schemas")
     assert {p.stem for p in Path(directory).glob("*.json")} == set(schemas)
 
 

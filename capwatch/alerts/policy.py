@@ -1,17 +1,17 @@
-"""Severity, deduplication, suppression and family grouping between builders and sinks.
+"""The alert policy (severity, suppression windows, grouping) and how a group merges.
 
-The router reads no clock: callers pass ``now``. Alerts wait ``group_wait`` in a group
-keyed by (type, family, action, fingerprint) so that seven agents of one family hitting
-the same drift give one alert, "7 agents of rover-v3: ...", instead of seven pages.
-An alert whose dedup key was let through less than its type's suppression window ago
-is dropped (and counted).
+Alerts wait ``group_wait`` in a group keyed by (type, family, action, fingerprint) so
+that seven agents of one family hitting the same drift give one alert, "7 agents of
+rover-v3: ...", instead of seven pages. An alert whose dedup key was let through less
+than its type's suppression window ago is dropped (and counted). The alert outbox
+(capwatch.alerts.outbox) applies the policy, durably, through the store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from capwatch.alerts.types import DEFAULT_SEVERITY, Alert, AlertType, Severity
@@ -65,66 +65,6 @@ def _alert_type(name: str) -> AlertType:
     except ValueError:
         raise ValueError(f"unknown alert type {name!r}; known: "
                          f"{[t.value for t in AlertType]}") from None
-
-
-@dataclass
-class _Group:
-    opened: datetime
-    members: dict[str, Alert] = field(default_factory=dict)
-
-
-@dataclass
-class RouterStats:
-    submitted: int = 0
-    suppressed: int = 0
-    emitted: int = 0
-
-
-class AlertRouter:
-    def __init__(self, policy: AlertPolicy | None = None) -> None:
-        self.policy = policy or AlertPolicy()
-        self.stats = RouterStats()
-        self._last_sent: dict[str, datetime] = {}
-        self._groups: dict[tuple[str, str, str, str], _Group] = {}
-
-    def submit(self, alert: Alert, now: datetime) -> bool:
-        """Queue an alert for the next :meth:`flush`; False if it was suppressed."""
-        self.stats.submitted += 1
-        key = alert.dedup_key
-        window = self.policy.suppress_for.get(alert.type, timedelta(0))
-        last = self._last_sent.get(key)
-        if last is not None and now - last < window:
-            self.stats.suppressed += 1
-            return False
-        self._last_sent[key] = now
-        alert = alert.with_severity(self.policy.severities.get(alert.type, alert.severity))
-        group = self._groups.setdefault(alert.group_key, _Group(now))
-        group.members[alert.agent_id or "*"] = alert
-        return True
-
-    def flush(self, now: datetime, force: bool = False) -> list[Alert]:
-        """Alerts whose group has waited long enough (all of them with ``force``)."""
-        out = []
-        for gk in sorted(self._groups):
-            group = self._groups[gk]
-            if force or now - group.opened >= self.policy.group_wait:
-                out.append(self._merge(list(group.members.values())))
-                del self._groups[gk]
-        self._prune(now)
-        self.stats.emitted += len(out)
-        return out
-
-    @property
-    def pending(self) -> int:
-        return sum(len(g.members) for g in self._groups.values())
-
-    def _prune(self, now: datetime) -> None:
-        longest = max(self.policy.suppress_for.values(), default=timedelta(0))
-        for key in [k for k, t in self._last_sent.items() if now - t >= longest]:
-            del self._last_sent[key]
-
-    def _merge(self, members: list[Alert]) -> Alert:
-        return merge_group(members, self.policy.max_agents_listed)
 
 
 def merge_group(members: list[Alert], max_agents_listed: int = 20,

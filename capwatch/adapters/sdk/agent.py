@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from capwatch.adapters.agent_http import AgentServer
-from capwatch.adapters.agent_sim import InvalidQuery
-from capwatch.adapters.wire import Transition, encode_transition
+from capwatch.adapters.sim.agent_server import AgentServer
 from capwatch.assess.agent import QueryResult, State
+from capwatch.contracts.agent_protocol import InvalidQuery
+from capwatch.contracts.wire import Transition, encode_transition
 from capwatch.model.domain import GroundAction, GroundAtom
 
 __all__ = [

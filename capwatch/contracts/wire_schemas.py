@@ -1,8 +1,8 @@
 """Regenerate docs/schemas/*.json from the wire models.
 
-    .venv/bin/python -m capwatch.adapters.wire_schemas [DIRECTORY]
+    .venv/bin/python -m capwatch.contracts.wire_schemas [DIRECTORY]
 
-tests/adapters/test_wire.py fails when the committed files differ from what this writes,
+tests/contracts/test_wire.py fails when the committed files differ from what this writes,
 so a change to a wire model cannot ship without its published schema.
 """
 
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from capwatch.adapters.wire import json_schemas
+from capwatch.contracts.wire import json_schemas
 
 DEFAULT_DIRECTORY = Path("docs/schemas")
 
@@ -35,7 +35,7 @@ def write_schemas(directory: Path = DEFAULT_DIRECTORY) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     # argparse rather than argv[1]: "--help" used to become a directory full of schemas.
     parser = argparse.ArgumentParser(
-        prog="python -m capwatch.adapters.wire_schemas",
+        prog="python -m capwatch.contracts.wire_schemas",
         description="Write the JSON Schemas of the wire events (one file per event type).")
     parser.add_argument("directory", nargs="?", type=Path, default=DEFAULT_DIRECTORY,
                         help=f"where to write them (default: {DEFAULT_DIRECTORY}, relative to"

@@ -1,6 +1,6 @@
 """An in-process simulated fleet: many reference agents over several model families.
 
-Each agent is a :class:`~capwatch.adapters.agent_sim.SimulatedAgent` wandering through
+Each agent is a :class:`~capwatch.adapters.sim.agent.SimulatedAgent` wandering through
 episodes of its family's problem. Drift is scheduled per agent or per family at an
 agent-local step: from the first episode that starts at or after that step the agent
 behaves by the drifted model, which is what the daemon must discover. The fleet emits
@@ -16,9 +16,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from capwatch.adapters.agent_sim import SimulatedAgent
-from capwatch.adapters.wire import Transition, encode_transition
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
+from capwatch.contracts.wire import Transition, encode_transition
 from capwatch.model.domain import Domain, Problem
 
 

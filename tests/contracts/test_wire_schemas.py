@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from capwatch.adapters.wire_schemas import main
+from capwatch.contracts.wire_schemas import main
 from tests.paths import REPO_ROOT
 
 

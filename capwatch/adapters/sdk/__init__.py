@@ -1,0 +1,1 @@
+"""The agent-side SDK: what an agent developer embeds so capwatch can watch and question it."""

@@ -1,0 +1,83 @@
+"""The interfaces between the daemon and its I/O adapters (the adapters implement them).
+
+Where records come from (:class:`Source`), where events go (:class:`Publisher`) and how
+an agent is reached (:class:`AgentDirectory`). The models store's interface
+is capwatch.models_store.base.ModelStore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from capwatch.assess.agent import AgentQuery
+from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One message as a source delivered it."""
+
+    source: str
+    """Topic or file name."""
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+Rebalance = Callable[[set[int]], None]
+
+
+class Source(Protocol):
+    """A partitioned, replayable stream of records (Kafka, a JSONL file, a simulated fleet).
+
+    ``commit`` records, per partition, the offset of the next record to process; after a
+    restart the source resumes there, so everything after the last commit is delivered
+    again (at-least-once) and the daemon makes reprocessing harmless.
+    """
+
+    name: str
+
+    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
+              resume: Mapping[int, int]) -> None:
+        """Begin delivering. ``resume`` is the daemon's own checkpoint (next offset per
+        partition) for sources that cannot keep one themselves; Kafka uses the group's."""
+        ...
+
+    def poll(self, timeout_s: float) -> list[Record]: ...
+
+    def commit(self, offsets: Mapping[int, int]) -> None: ...
+
+    def exhausted(self) -> bool:
+        """True for a finite source (a file, a fixed simulation) that has nothing left."""
+        ...
+
+    def lag(self) -> dict[int, int]:
+        """Records not yet consumed, per assigned partition (best effort)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Publisher(Protocol):
+    """Where model versions, alerts and dead letters leave the process."""
+
+    def model_version(self, event: ModelVersionEvent) -> None: ...
+
+    def alert(self, event: AlertEvent) -> None: ...
+
+    def dead_letter(self, record: DeadLetterRecord) -> None: ...
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Block until everything sent so far is durable at the destination."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class AgentDirectory(Protocol):
+    """How to reach an agent for plan-outcome queries."""
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery: ...

@@ -1,0 +1,84 @@
+"""What differs between two models: changed pal-tuples, probability shifts, and the human
+lines that describe them. Pure functions over :class:`~capwatch.model.domain.Domain`;
+the store records a version's changes with them and the alerts classify them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from capwatch.model.domain import Domain, LiftedAtom
+from capwatch.model.pal import AbstractModel, Location, Mode, PalTuple, summarise_changes
+
+Change = tuple[PalTuple, Mode, Mode]
+"""One pal-tuple whose mode differs: (pal-tuple, old mode, new mode)."""
+
+
+def change_to_json(change: Change) -> dict[str, Any]:
+    pal, old, new = change
+    return {"action": pal.action, "atom": [pal.atom.predicate, *pal.atom.args],
+            "location": pal.location.value, "old": old.value, "new": new.value}
+
+
+def change_from_json(data: Mapping[str, Any]) -> Change:
+    atom = [str(x) for x in data["atom"]]
+    pal = PalTuple(str(data["action"]), LiftedAtom(atom[0], tuple(atom[1:])),
+                   Location(data["location"]))
+    return pal, Mode(data["old"]), Mode(data["new"])
+
+
+def model_changes(old: Domain, new: Domain) -> list[Change]:
+    """Pal-tuples whose modes differ between two models, as (pal, old mode, new mode).
+
+    Unlike :meth:`AbstractModel.diff` this accepts models over different Γ (an action
+    or predicate added or dropped): a pal-tuple one side lacks counts as absent there,
+    which is what an operator means by "this action no longer makes X true".
+    """
+    a = AbstractModel.from_domain(old).modes
+    b = AbstractModel.from_domain(new).modes
+    changes = [(p, a.get(p, Mode.ABSENT), b.get(p, Mode.ABSENT)) for p in {*a, *b}]
+    return sorted((c for c in changes if c[1] is not c[2]), key=lambda c: c[0])
+
+
+def probability_shifts(old: Domain, new: Domain) -> dict[str, tuple[list[float], list[float]]]:
+    """Per action whose outcome probabilities moved while its effects kept their modes:
+    (old probabilities, new probabilities), both in the old model's outcome order."""
+    shifts = {}
+    old_actions = old.action_map
+    for action in new.actions:
+        before = old_actions.get(action.name)
+        if before is None:
+            continue
+        new_probs = {(o.add, o.delete): o.probability for o in action.outcomes}
+        keys = [(o.add, o.delete) for o in before.outcomes]
+        if set(keys) != new_probs.keys():
+            continue
+        old_list = [o.probability for o in before.outcomes]
+        new_list = [new_probs[k] for k in keys]
+        if old_list != new_list:
+            shifts[action.name] = (old_list, new_list)
+    return shifts
+
+
+def probability_changes(old: Domain, new: Domain) -> list[str]:
+    """Lines for actions whose outcome probabilities moved (see :func:`probability_shifts`).
+
+    Δ counts pal-tuples only, so effect-distribution drift has Δ = 0; without these
+    lines a new version caused by it would carry no explanation.
+    """
+    lines = []
+    for name, (before, after) in probability_shifts(old, new).items():
+        pairs = ", ".join(f"{a:.3g}→{b:.3g}" for a, b in zip(before, after, strict=True))
+        lines.append(f"{new.action(name).header()} outcome probabilities changed: {pairs}")
+    return lines
+
+
+def describe_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
+    """Human lines for a model change, in the model's own vocabulary."""
+    new_actions = new.action_map
+    known = [c for c in changes if c[0].action in new_actions]
+    lines = summarise_changes(known, new)
+    gone = sorted({c[0].action for c in changes if c[0].action not in new_actions})
+    lines += [f"{old.action(name).header()} removed from the model" for name in gone]
+    return lines + probability_changes(old, new)
