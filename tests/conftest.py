@@ -18,8 +18,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-import structlog
 
+from capwatch.daemon.logs import reset_logging
 from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
 from tests.support.postgres_server import PostgresServer, start_postgres_server
 
@@ -83,4 +83,4 @@ def _fresh_structlog() -> Iterator[None]:
     """Each test starts from structlog's defaults: a daemon test that configured a level
     filter must not hide log lines from a later test that captures them."""
     yield
-    structlog.reset_defaults()
+    reset_logging()

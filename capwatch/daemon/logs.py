@@ -1,5 +1,8 @@
 """structlog set-up: one JSON object per line, with agent, episode, partition and offset
-bound as context variables by the pipeline while it handles a record."""
+bound as context variables by the pipeline while it handles a record.
+
+Libraries that log through the standard library (APScheduler's "missed by 2 s", kafka-python)
+are routed through the same processors, so stderr stays one JSON object per line."""
 
 from __future__ import annotations
 
@@ -28,23 +31,54 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
            "error": logging.ERROR}
 
 
+_STDLIB_HANDLER_NAME = "capwatch-structlog"
+
+
 def configure_logging(level: str = "info", fmt: str = "json",
                       stream: TextIO | None = None) -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer(sort_keys=True) if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(stream or _CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    # kafka-python logs through the standard library; keep its chatter out of ours.
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    _route_stdlib_logging(level, renderer, shared, stream)
+
+
+def _route_stdlib_logging(level: str, renderer: structlog.typing.Processor,
+                          shared: list[structlog.typing.Processor],
+                          stream: TextIO | None) -> None:
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer],
+    )
+    handler = logging.StreamHandler(stream or _CurrentStderr())
+    handler.set_name(_STDLIB_HANDLER_NAME)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    # Reconfiguring (tests, demo after run) replaces our handler instead of stacking copies.
+    for old in [h for h in root.handlers if h.get_name() == _STDLIB_HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(_LEVELS[level])
+    # kafka-python and APScheduler are chatty at info; their warnings still reach the log.
+    for noisy in ("kafka", "apscheduler"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, _LEVELS[level]))
+
+
+def reset_logging() -> None:
+    """Undo :func:`configure_logging` (tests and embedders that configure it repeatedly)."""
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == _STDLIB_HANDLER_NAME]:
+        root.removeHandler(handler)
