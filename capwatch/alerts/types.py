@@ -17,12 +17,14 @@ from typing import Any
 from capwatch.model.diff import (
     Change,
     change_to_json,
+    is_reduction,
     model_changes,
+    observable_changes,
     probability_changes,
     probability_shifts,
 )
 from capwatch.model.domain import Domain
-from capwatch.model.pal import Location, Mode, PalTuple, summarise_changes
+from capwatch.model.pal import PalTuple, summarise_changes
 from capwatch.models_store.base import ModelVersion
 
 
@@ -150,21 +152,6 @@ def fingerprint(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def is_reduction(change: Change) -> bool:
-    """Does this change take a capability away in some state?
-
-    A new or flipped precondition literal forbids the action where it used to run, and a
-    removed or flipped effect no longer achieves what plans relied on. ``?`` (unknown) is
-    never stored in a concrete model and counts as neither.
-    """
-    pal, old, new = change
-    if Mode.UNKNOWN in (old, new):
-        return False
-    if pal.location is Location.PRE:
-        return new is not Mode.ABSENT
-    return old is not Mode.ABSENT
-
-
 def _by_action(changes: Iterable[Change]) -> dict[str, list[Change]]:
     grouped: dict[str, list[Change]] = {}
     for c in changes:
@@ -182,6 +169,10 @@ def alerts_for_model_change(
     effect-distribution alert per action whose outcome probabilities moved."""
     if changes is None:
         changes = model_changes(old, new)
+    gone = {c[0].action for c in changes if c[0].action not in new.action_map}
+    # Removed actions keep every change; the others announce only what behaviour can show.
+    changes = [c for c in changes if c[0].action in gone] + observable_changes(
+        [c for c in changes if c[0].action not in gone], new)
     ev = dict(evidence or {})
     new_actions = new.action_map
     alerts = []

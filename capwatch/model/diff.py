@@ -41,6 +41,52 @@ def model_changes(old: Domain, new: Domain) -> list[Change]:
     return sorted((c for c in changes if c[1] is not c[2]), key=lambda c: c[0])
 
 
+def _pre_modes(changes: Sequence[Change], new: Domain) -> dict[tuple[str, LiftedAtom], Mode]:
+    """The new model's precondition mode of every pa-tuple an effect change touches."""
+    wanted = {(c[0].action, c[0].atom) for c in changes if c[0].location is Location.EFF}
+    modes = AbstractModel.from_domain(new).modes if wanted else {}
+    return {(a, atom): modes.get(PalTuple(a, atom, Location.PRE), Mode.ABSENT)
+            for a, atom in wanted}
+
+
+def observable_changes(changes: Sequence[Change], new: Domain) -> list[Change]:
+    """The changes a plan-outcome query can tell apart, in the new model's terms.
+
+    An effect that restates what the new precondition already requires is no effect: when
+    the action now requires ``p`` it can only run where ``p`` holds, so "no longer makes
+    ``p`` true" changes nothing anyone can observe (and likewise for ``(not p)`` and "makes
+    ``p`` false"). Announcing such a change would report a difference no agent behaviour
+    can show; it stays in the version's pal-tuple record (Δ counts modes, not behaviour).
+    """
+    pre = _pre_modes(changes, new)
+
+    def vacuous(change: Change) -> bool:
+        pal, old, new_mode = change
+        if pal.location is not Location.EFF:
+            return False
+        required = pre[(pal.action, pal.atom)]
+        return required is not Mode.ABSENT and {old, new_mode} <= {required, Mode.ABSENT}
+
+    return [c for c in changes if not vacuous(c)]
+
+
+def is_reduction(change: Change) -> bool:
+    """Does this change take something away from what the agent can achieve?
+
+    A new or different precondition forbids the action where it used to run. On effects,
+    losing an add no longer achieves what plans relied on, and a new delete destroys what
+    was there before (data collected, a resource held): both reduce. Losing a delete, or a
+    new add, only widens what the action leaves true. ``?`` (unknown) is never stored in a
+    concrete model and counts as neither.
+    """
+    pal, old, new = change
+    if Mode.UNKNOWN in (old, new):
+        return False
+    if pal.location is Location.PRE:
+        return new is not Mode.ABSENT
+    return old is Mode.POS or new is Mode.NEG
+
+
 def probability_shifts(old: Domain, new: Domain) -> dict[str, tuple[list[float], list[float]]]:
     """Per action whose outcome probabilities moved while its effects kept their modes:
     (old probabilities, new probabilities), both in the old model's outcome order."""
@@ -77,7 +123,7 @@ def probability_changes(old: Domain, new: Domain) -> list[str]:
 def describe_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
     """Human lines for a model change, in the model's own vocabulary."""
     new_actions = new.action_map
-    known = [c for c in changes if c[0].action in new_actions]
+    known = observable_changes([c for c in changes if c[0].action in new_actions], new)
     lines = summarise_changes(known, new)
     gone = sorted({c[0].action for c in changes if c[0].action not in new_actions})
     lines += [f"{old.action(name).header()} removed from the model" for name in gone]

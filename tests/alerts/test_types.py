@@ -105,3 +105,53 @@ def test_inconsistency_and_failure_alerts() -> None:
     with pytest.raises(ValueError, match="time zone"):
         assessment_failed_alert(family="f", agent_id="x", time=datetime(2026, 1, 1),
                                 reason="error", message="")
+
+
+def test_a_new_delete_effect_is_a_reduction_not_a_gain(rover: Domain) -> None:
+    # sample_rock now destroys the rover's data: what it makes false is what plans lose.
+    sample = rover.action("sample_rock")
+    taken = LiftedAtom("rock_sample_taken", ("?r",))
+    (outcome,) = sample.outcomes
+    destructive = rover.replace_action(sample.replace(outcomes=(
+        Outcome(add=outcome.add - {taken}, delete=outcome.delete | {taken}),)))
+    (a,) = alerts_for_model_change(rover, destructive, family="f", agent_id="x", time=T)
+    assert (a.type, a.severity) == (AlertType.CAPABILITY_REDUCED, Severity.CRITICAL)
+    assert a.summary == ("sample_rock(?r ?s ?w) now makes (rock_sample_taken ?r) false "
+                         "instead of makes (rock_sample_taken ?r) true")
+    # Losing a delete only widens what the action leaves true.
+    (b,) = alerts_for_model_change(destructive, rover, family="f", agent_id="x", time=T)
+    assert b.type is AlertType.CAPABILITY_EXPANDED
+
+
+def test_an_effect_the_new_precondition_makes_vacuous_is_not_announced(rover: Domain) -> None:
+    # recharge used to make (battery_half ?r) true; now it requires it and no longer adds it.
+    # Wherever the new model runs, battery_half already holds: no query can observe the
+    # lost add, so only the new requirement is announced, and as a reduction.
+    recharge = rover.action("recharge")
+    half = LiftedAtom("battery_half", ("?r",))
+    (outcome,) = recharge.outcomes
+    drifted = rover.replace_action(recharge.replace(
+        pre_pos=recharge.pre_pos | {half},
+        outcomes=(Outcome(add=outcome.add - {half}, delete=outcome.delete),)))
+    (a,) = alerts_for_model_change(rover, drifted, family="f", agent_id="x", time=T)
+    assert a.type is AlertType.CAPABILITY_REDUCED
+    assert a.summary == "recharge(?r) now requires (battery_half ?r)"
+    assert [c["location"] for c in a.detail["changes"]] == ["pre"]
+    # The stored version still records both pal-tuples: Δ counts modes, not behaviour.
+    version = build_version(ModelRef("f", "x", 2), drifted, T, parent=build_version(
+        ModelRef("f", None, 1), rover, T))
+    assert version.delta_to_parent == 2
+    assert version.summary == ("recharge(?r) now requires (battery_half ?r)",)
+
+
+def test_an_action_whose_only_change_is_unobservable_raises_no_alert(rover: Domain) -> None:
+    top_up = rover.action("top_up")
+    full = LiftedAtom("battery_full", ("?r",))
+    (outcome,) = top_up.outcomes
+    # Requiring battery_full and no longer adding it, compared with a model that already
+    # requires it and still "adds" it: the two cannot be told apart by any plan.
+    requires = rover.replace_action(top_up.replace(pre_pos=top_up.pre_pos | {full},
+                                                   outcomes=(Outcome(delete=outcome.delete),)))
+    same = requires.replace_action(requires.action("top_up").replace(outcomes=(outcome,)))
+    # `same` holds the illegal ⟨+,+⟩ pa-value written by hand; the diff must still be silent.
+    assert alerts_for_model_change(requires, same, family="f", agent_id="x", time=T) == []
