@@ -13,7 +13,7 @@ from pathlib import Path
 
 from capwatch.model.domain import Domain, GroundAction, Problem
 from capwatch.model.errors import ModelError
-from capwatch.model.pddl_reader import parse_plan, read_domain, read_problem
+from capwatch.model.pddl_reader import read_domain, read_plan, read_problem
 
 
 def fail(message: str) -> SystemExit:
@@ -45,4 +45,4 @@ def load_problem(path: str | Path) -> Problem:
 
 def load_plan(path: str | Path) -> list[GroundAction]:
     with reading(path):
-        return parse_plan(Path(path).read_text(encoding="utf-8"), str(path))
+        return read_plan(path)

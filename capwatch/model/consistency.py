@@ -7,14 +7,18 @@ s' = (s \\ del_i) ∪ add_i for some outcome i with p_i > 0.
 from __future__ import annotations
 
 import enum
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
 from capwatch.model.grounding import GroundOperator, StateMask
 from capwatch.model.pal import (
+    LEGAL_PA_VALUES,
     Mode,
     PaTuple,
     PaValue,
+    Presence,
     eff_mode,
     lifted_instantiations,
     pa_values_consistent_with,
@@ -32,7 +36,7 @@ class Verdict(enum.IntEnum):
 
 def check(op: GroundOperator, state: StateMask, next_state: StateMask) -> tuple[Verdict, int]:
     """The hot path: verdict and a bitmask of the outcomes that explain the transition."""
-    if (state & op.pre_pos) != op.pre_pos or state & op.pre_neg:
+    if (state & op.pre_pos) != op.pre_pos or state & op.pre_neg or not op.admitted:
         return (Verdict.NOT_APPLICABLE, 0) if next_state == state else (Verdict.INCONSISTENT, 0)
     matched = 0
     bit = 1
@@ -69,6 +73,12 @@ class Inconsistency:
     """If the agent refused to act: pa-tuples whose precondition could now block it."""
     unexplained_atoms: frozenset[GroundAtom]
     """Changed atoms that no pal-tuple of the action can mention (outside its arguments)."""
+    entangled: frozenset[GroundAtom] = frozenset()
+    """Ground atoms named by several atoms of the action under this grounding (repeated
+    objects): their evidence constrains those pa-tuples only jointly."""
+    violated_constraints: tuple[str, ...] = ()
+    """Equality constraints of the action that these objects break, e.g.
+    ``(not (= ?a ?b))``: static, so no pa-tuple change can explain an execution."""
 
 
 def _outcome_values(action: Action, pa: PaTuple) -> set[PaValue]:
@@ -84,28 +94,91 @@ def _outcome_values(action: Action, pa: PaTuple) -> set[PaValue]:
     return values
 
 
+def _eff_in(outcome: Outcome, atom: LiftedAtom) -> Mode:
+    return Mode.POS if atom in outcome.add else Mode.NEG if atom in outcome.delete else Mode.ABSENT
+
+
+def joint_explains(values: Iterable[PaValue], presence: Presence) -> bool:
+    """PDDL semantics for one ground atom that several lifted atoms of an executed action
+    name (repeated objects): every precondition on it held, and afterwards it is true if
+    any effect adds it, else false if any deletes it, else unchanged (delete, then add)."""
+    before, after = presence
+    effs = []
+    for pre, eff in values:
+        if (pre is Mode.POS and not before) or (pre is Mode.NEG and before):
+            return False
+        effs.append(eff)
+    result = True if Mode.POS in effs else False if Mode.NEG in effs else before
+    return result == after
+
+
+MAX_ENTANGLED = 4
+"""Pa-tuples sharing one ground atom whose joint values are enumerated (7^n); more than
+this says nothing about them rather than spend exponential time."""
+
+
+def _entangled_possible(action: Action, atom: LiftedAtom, free: Sequence[LiftedAtom],
+                        fixed: Sequence[LiftedAtom], presence: Presence) -> frozenset[PaValue]:
+    """Values of ``atom`` for which some values of the other free pa-tuples on the same
+    ground atom (and the fixed atoms as modelled) explain the transition in some outcome."""
+    others = [a for a in free if a != atom]
+    if len(others) + 1 > MAX_ENTANGLED:
+        return frozenset(LEGAL_PA_VALUES)
+    possible = set()
+    for v in LEGAL_PA_VALUES:
+        for combo in itertools.product(LEGAL_PA_VALUES, repeat=len(others)):
+            if any(joint_explains([v, *combo, *((pre_mode(action, f), _eff_in(o, f))
+                                                 for f in fixed)], presence)
+                   for o in action.outcomes):
+                possible.add(v)
+                break
+    return frozenset(possible)
+
+
 def explain(domain: Domain, ground_action: GroundAction, state: frozenset[GroundAtom],
             next_state: frozenset[GroundAtom]) -> Inconsistency:
-    """Apply Table 2 to every pa-tuple of the action (slow path, for inconsistencies only)."""
+    """Apply Table 2 to every pa-tuple of the action (slow path, for inconsistencies only).
+
+    Where repeated objects make several atoms of the action name one ground atom, Table 2
+    is applied to them jointly under PDDL semantics (:func:`joint_explains`): a pa-tuple is
+    contradicted only if no values of its partners explain the transition, and the ground
+    atom is listed in ``entangled``.
+    """
     action = domain.action(ground_action[0])
     binding = dict(zip(action.parameter_names, ground_action[1:], strict=True))
-    applicable = all(a.ground(binding) in state for a in action.pre_pos) and not any(
-        a.ground(binding) in state for a in action.pre_neg
-    )
+    violated = tuple(f"(= {a} {b})" for a, b in sorted(action.equal)
+                     if binding.get(a, a) != binding.get(b, b)) + tuple(
+        f"(not (= {a} {b}))" for a, b in sorted(action.distinct)
+        if binding.get(a, a) == binding.get(b, b))
+    applicable = not violated and all(a.ground(binding) in state for a in action.pre_pos) and (
+        not any(a.ground(binding) in state for a in action.pre_neg))
     changed = state ^ next_state
     executed: bool | None = True if changed else (None if applicable else False)
+    gamma = list(lifted_instantiations(domain, action))
+    by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
+    for atom in gamma:
+        by_ground.setdefault(atom.ground(binding), []).append(atom)
+    gamma_set = set(gamma)
+    fixed_by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
+    for atom in action.all_atoms() - gamma_set:
+        fixed_by_ground.setdefault(atom.ground(binding), []).append(atom)
+    entangled = frozenset(g for g, atoms in by_ground.items()
+                          if len(atoms) + len(fixed_by_ground.get(g, ())) > 1)
     contradicted: list[PaContradiction] = []
     candidates: list[PaContradiction] = []
-    mentioned: set[GroundAtom] = set()
-    for atom in lifted_instantiations(domain, action):
+    for atom in gamma:
         pa = PaTuple(action.name, atom)
         g = atom.ground(binding)
-        mentioned.add(g)
         presence = (g in state, g in next_state)
-        possible = pa_values_consistent_with(presence)
-        values = _outcome_values(action, pa)
         current = (pre_mode(action, atom), eff_mode(action, atom))
-        if executed is not False and not (values & possible):
+        if g in entangled:
+            possible = _entangled_possible(action, atom, by_ground[g],
+                                           fixed_by_ground.get(g, ()), presence)
+            ruled_out = current not in possible
+        else:
+            possible = pa_values_consistent_with(presence)
+            ruled_out = not (_outcome_values(action, pa) & possible)
+        if executed is not False and ruled_out:
             contradicted.append(PaContradiction(pa, g, current, possible))
         if executed is None and current[0] is Mode.ABSENT:
             blocking = Mode.NEG if g in state else Mode.POS
@@ -117,5 +190,7 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
         executed=executed,
         contradicted=tuple(contradicted),
         missing_precondition_candidates=tuple(candidates),
-        unexplained_atoms=frozenset(changed - mentioned),
+        unexplained_atoms=frozenset(changed - by_ground.keys()),
+        entangled=entangled,
+        violated_constraints=violated,
     )

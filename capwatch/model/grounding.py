@@ -96,14 +96,21 @@ class GroundOperator:
     pre_pos: StateMask
     pre_neg: StateMask
     effects: tuple[tuple[StateMask, StateMask], ...]
-    """Per outcome, in ``action.outcomes`` order: (keep = ~delete, add)."""
+    """Per outcome, in ``action.outcomes`` order: (keep = ~delete, add).
+
+    ``(s & keep) | add`` is PDDL's delete-then-add: when repeated objects make one
+    ground atom both deleted and added (``move(?from=?to=a)``), it ends up true."""
+    admitted: bool = True
+    """The action's equality constraints hold for these objects (``Action.admits``);
+    when False the operator is never applicable, whatever the state."""
 
     @property
     def probabilities(self) -> tuple[float, ...]:
         return tuple(o.probability for o in self.action.outcomes)
 
     def applicable(self, state: StateMask) -> bool:
-        return (state & self.pre_pos) == self.pre_pos and not (state & self.pre_neg)
+        return ((state & self.pre_pos) == self.pre_pos and not (state & self.pre_neg)
+                and self.admitted)
 
     def apply(self, state: StateMask, outcome: int = 0) -> StateMask:
         keep, add = self.effects[outcome]
@@ -147,4 +154,5 @@ class Grounder:
             return m
 
         effects = tuple((~mask(o.delete), mask(o.add)) for o in action.outcomes)
-        return GroundOperator(action, args, mask(action.pre_pos), mask(action.pre_neg), effects)
+        return GroundOperator(action, args, mask(action.pre_pos), mask(action.pre_neg), effects,
+                              action.admits_binding(binding))

@@ -8,8 +8,10 @@ from capwatch.model.domain import (
     ROOT_TYPE,
     Action,
     Domain,
+    Function,
     GroundAtom,
     LiftedAtom,
+    NumericEffect,
     Outcome,
     Parameter,
     Problem,
@@ -39,11 +41,34 @@ def _format_probability(p: float) -> str:
     return text
 
 
-def effect_text(outcomes: tuple[Outcome, ...]) -> str:
+def _number(v: float) -> str:
+    """Integers as integers (costs usually are); anything else exactly (``repr``)."""
+    return str(int(v)) if v.is_integer() else repr(v)
+
+
+def _numeric(effects: Iterable[NumericEffect]) -> list[str]:
+    return [f"({e.operation} {e.target} "
+            f"{e.value if isinstance(e.value, LiftedAtom) else _number(e.value)})"
+            for e in effects]
+
+
+def precondition_text(action: Action) -> str:
+    parts = _conj(action.pre_pos, action.pre_neg)
+    parts += [f"(= {a} {b})" for a, b in sorted(action.equal)]
+    parts += [f"(not (= {a} {b}))" for a, b in sorted(action.distinct)]
+    return _and(parts)
+
+
+def _function(f: Function) -> str:
+    args = f" {_typed(f.parameters)}" if f.parameters else ""
+    return f"({f.name}{args}) - {f.type}"
+
+
+def effect_text(outcomes: tuple[Outcome, ...], numeric: Iterable[NumericEffect] = ()) -> str:
     """Common literals outside, the branches in one ``probabilistic`` block."""
     if len(outcomes) == 1:
         o = outcomes[0]
-        return _and(_conj(o.add, o.delete))
+        return _and(_conj(o.add, o.delete) + _numeric(numeric))
     common_add = frozenset.intersection(*(o.add for o in outcomes))
     common_del = frozenset.intersection(*(o.delete for o in outcomes))
     branches: list[str] = []
@@ -52,7 +77,7 @@ def effect_text(outcomes: tuple[Outcome, ...]) -> str:
         if not rest_add and not rest_del:
             continue  # the implicit "nothing more" branch: 1 - sum of the others
         branches.append(f"{_format_probability(o.probability)} {_and(_conj(rest_add, rest_del))}")
-    parts = _conj(common_add, common_del)
+    parts = _conj(common_add, common_del) + _numeric(numeric)
     if branches:
         parts.append("(probabilistic " + " ".join(branches) + ")")
     return _and(parts)
@@ -62,8 +87,8 @@ def action_text(action: Action, indent: str = "  ") -> str:
     lines = [
         f"{indent}(:action {action.name}",
         f"{indent}  :parameters ({_typed(action.parameters)})",
-        f"{indent}  :precondition {_and(_conj(action.pre_pos, action.pre_neg))}",
-        f"{indent}  :effect {effect_text(action.outcomes)}",
+        f"{indent}  :precondition {precondition_text(action)}",
+        f"{indent}  :effect {effect_text(action.outcomes, action.numeric)}",
         f"{indent})",
     ]
     return "\n".join(lines)
@@ -75,6 +100,10 @@ def write_domain(domain: Domain) -> str:
         requirements.add(":negative-preconditions")
     if domain.is_probabilistic:
         requirements.add(":probabilistic-effects")
+    if any(a.has_static_constraints for a in domain.actions):
+        requirements.add(":equality")
+    if domain.functions or any(a.numeric for a in domain.actions):
+        requirements.add(":action-costs")
     lines = [
         f"(define (domain {domain.name})",
         f"  (:requirements {' '.join(sorted(requirements))})",
@@ -92,6 +121,8 @@ def write_domain(domain: Domain) -> str:
         args = f" {_typed(p.parameters)}" if p.parameters else ""
         lines.append(f"    ({p.name}{args})")
     lines.append("  )")
+    if domain.functions:
+        lines.append(f"  (:functions {' '.join(_function(f) for f in domain.functions)})")
     for a in domain.actions:
         lines.append(action_text(a))
     lines.append(")")
@@ -109,10 +140,14 @@ def write_problem(problem: Problem) -> str:
         f"(define (problem {problem.name})",
         f"  (:domain {problem.domain_name})",
         f"  (:objects {_typed(problem.objects)})",
-        "  (:init " + " ".join(_ground(a) for a in sorted(problem.init)) + ")",
+        "  (:init " + " ".join([*(_ground(a) for a in sorted(problem.init)),
+                                *(f"(= {_ground(t)} {_number(v)})"
+                                  for t, v in problem.numeric_init)]) + ")",
         f"  (:goal {_and(goal)})",
-        ")",
     ]
+    if problem.metric:
+        lines.append(f"  (:metric {problem.metric})")
+    lines.append(")")
     return "\n".join(lines) + "\n"
 
 

@@ -27,12 +27,18 @@ class SList:
 
 SExpr = Token | SList
 
+DEFAULT_MAX_DEPTH = 100
+"""Real PDDL nests a dozen levels at most; the readers above this layer recurse on the
+tree, so a hostile file nested thousands deep is refused here, with its position."""
 
-def parse_sexprs(text: str, source: str = "<string>") -> list[SExpr]:
-    """Read every top-level s-expression of ``text``.
+
+def parse_sexprs(text: str, source: str = "<string>", *,
+                 max_depth: int = DEFAULT_MAX_DEPTH) -> list[SExpr]:
+    """Read every top-level s-expression of ``text`` (iteratively).
 
     Symbols are lower-cased because PDDL is case-insensitive and real files mix
-    ``:INIT`` and ``:init``; ``;`` starts a comment to the end of the line.
+    ``:INIT`` and ``:init``; ``;`` starts a comment to the end of the line. Nesting
+    deeper than ``max_depth`` parentheses is a :class:`PDDLError`.
     """
     stack: list[tuple[list[SExpr], int, int]] = []
     top: list[SExpr] = []
@@ -51,6 +57,9 @@ def parse_sexprs(text: str, source: str = "<string>") -> list[SExpr]:
                 i += 1
             continue
         if ch == "(":
+            if len(stack) >= max_depth:
+                raise PDDLError(f"parentheses nested deeper than {max_depth} levels",
+                                source=source, line=line, column=col)
             stack.append(([], line, col))
             col, i = col + 1, i + 1
             continue
@@ -74,3 +83,23 @@ def parse_sexprs(text: str, source: str = "<string>") -> list[SExpr]:
             "unclosed '(' (missing ')' before end of file)", source=source, line=l0, column=c0
         )
     return top
+
+
+def to_text(node: SExpr) -> str:
+    """One-line PDDL text of a node, e.g. ``(total-cost)``; iterative like the reader."""
+    out: list[str] = []
+    todo: list[SExpr | str] = [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, Token):
+            out.append(item.text)
+        else:
+            todo.append(")")
+            for i, child in enumerate(reversed(item.items)):
+                todo.append(child)
+                if i < len(item.items) - 1:
+                    todo.append(" ")
+            todo.append("(")
+    return "".join(out)

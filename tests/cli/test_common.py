@@ -37,7 +37,8 @@ def test_a_binary_file_is_refused_as_not_text(load: object, tmp_path: Path) -> N
     binary.write_bytes(b"(define \xff\xfe\x00")
     with pytest.raises(SystemExit) as info:
         load(binary)  # type: ignore[operator]
-    assert str(info.value) == f"capwatch: cannot read {binary}: not UTF-8 text"
+    # The reader points at the first byte that is not UTF-8: line 1, column 9.
+    assert str(info.value).startswith(f"capwatch: {binary}:1:9: not UTF-8 text: byte 0xff")
 
 
 def test_a_parse_error_keeps_the_reader_s_position(tmp_path: Path) -> None:
@@ -62,4 +63,4 @@ def test_every_command_reports_an_unreadable_domain_the_same_way(
     bad.write_bytes(b"\x80not text")
     with pytest.raises(SystemExit) as info:
         main([a.replace("{bad}", str(bad)) for a in argv])
-    assert str(info.value) == f"capwatch: cannot read {bad}: not UTF-8 text"
+    assert str(info.value).startswith(f"capwatch: {bad}:1:1: not UTF-8 text: byte 0x80")

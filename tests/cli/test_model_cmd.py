@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from capwatch.cli import main
-from tests.paths import DOMAINS
+from tests.paths import DATA, DOMAINS
 
 
 @pytest.mark.parametrize(("name", "pals", "actions"), [("gripper", 20, 3), ("miconic", 36, 4),
@@ -18,6 +19,16 @@ def test_stats(name: str, pals: int, actions: int, capsys: pytest.CaptureFixture
     out = json.loads(capsys.readouterr().out)
     assert out["pal_tuples"] == pals
     assert out["actions"] == actions
+
+
+@pytest.mark.parametrize("path", sorted(DATA.glob("*/*/domain.pddl")),
+                         ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_stats_prints_the_counts_of_every_shipped_domain(
+        path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", "stats", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["actions"] == len(re.findall(r"^\s*\(:action", path.read_text(), re.M | re.I))
+    assert out["pal_tuples"] > 0 and out["predicates"] > 0
 
 
 def test_diff_json_lists_changed_pal_tuples(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,9 +19,9 @@ from capwatch.model import (
     write_problem,
 )
 from capwatch.model.pddl_reader import read_domain, read_problem
-from tests.paths import DATA, DOMAINS, STOCHASTIC
+from tests.paths import DATA, DOMAINS, IPC, STOCHASTIC
 
-ALL_FILES = sorted([*DOMAINS.glob("**/*.pddl"), *STOCHASTIC.glob("**/*.pddl")])
+ALL_FILES = sorted(DATA.glob("**/*.pddl"))
 DOMAIN_FILES = [p for p in ALL_FILES if "problem" not in p.name]
 PROBLEM_FILES = [p for p in ALL_FILES if "problem" in p.name]
 
@@ -29,7 +29,8 @@ PROBLEM_FILES = [p for p in ALL_FILES if "problem" in p.name]
 def test_the_corpus_is_there() -> None:
     # Guards the parametrised tests below against silently testing nothing.
     assert len(ALL_FILES) > 450
-    assert len(PROBLEM_FILES) == 6
+    assert len(PROBLEM_FILES) == 6 + 17
+    assert len(list(IPC.glob("*/domain.pddl"))) == 17
 
 
 @pytest.mark.parametrize("path", DOMAIN_FILES, ids=lambda p: str(p.relative_to(DATA)))
