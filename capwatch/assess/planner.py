@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from capwatch.assess.search import (
+    DEFAULT_MAX_GROUNDINGS,
     PlannerGaveUp,
     Targets,
     breadth_first,
@@ -62,8 +63,10 @@ class _Grounding:
 class BreadthFirstPlanner:
     """Bounded breadth-first search over the grounded model; exact for unit costs."""
 
-    def __init__(self, max_states: int = 20_000) -> None:
+    def __init__(self, max_states: int = 20_000,
+                 max_groundings: int = DEFAULT_MAX_GROUNDINGS) -> None:
         self.max_states = max_states
+        self.max_groundings = max_groundings
         self._groundings: dict[tuple[Domain, tuple[tuple[str, tuple[str, ...]], ...]],
                                _Grounding] = {}
 
@@ -82,7 +85,8 @@ class BreadthFirstPlanner:
         statics = frozenset(a for a in init if a and a[0] in g.static)
         ops = g.by_statics.get(statics)
         if ops is None:
-            ops = g.by_statics[statics] = ground_operators(g.grounder, objects, statics)
+            ops = g.by_statics[statics] = ground_operators(
+                g.grounder, objects, statics, max_groundings=self.max_groundings)
         return g.grounder, ops
 
     def shortest_plan(self, task: PlanningTask, max_length: int) -> list[GroundAction] | None:

@@ -33,6 +33,18 @@ class PlannerGaveUp(RuntimeError):
     """The planner hit its time or size limit before deciding whether a plan exists."""
 
 
+class GroundingLimitExceeded(PlannerGaveUp):
+    """Grounding every operator would enumerate more argument tuples than allowed."""
+
+
+DEFAULT_MAX_GROUNDINGS = 10_000_000
+"""Work allowed to ground one model over one object set, in steps: one per (partial)
+argument tuple tried, plus, per operator built, its parameters and atoms; roughly 1-3 µs
+a step. The shipped IPC problems need up to 4.5 million (sokoban: static facts prune late).
+An action with dozens of parameters over a few objects has astronomically many groundings;
+this bound turns that hang into an answer within seconds."""
+
+
 class GoalTest(Protocol):
     def reached(self, state: StateMask, depth: int) -> bool:
         """Whether ``state``, first generated ``depth`` steps from the start, ends the search."""
@@ -88,8 +100,8 @@ def static_predicates(domain: Domain) -> frozenset[str]:
 
 
 def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
-              static_true: frozenset[GroundAtom], static: frozenset[str]
-              ) -> Iterator[tuple[str, ...]]:
+              static_true: frozenset[GroundAtom], static: frozenset[str],
+              budget: list[int]) -> Iterator[tuple[str, ...]]:
     """Argument tuples for ``action`` that satisfy its static preconditions.
 
     Static literals are checked as soon as their last parameter is bound, so the
@@ -107,12 +119,23 @@ def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
             checks[depth].append((atom, positive))
     domains = [objects.get(p.type, ()) for p in action.parameters]
     binding: dict[str, str] = {}
+    leaf_cost = len(names) + len(action.all_atoms())
 
     def extend(i: int) -> Iterator[tuple[str, ...]]:
         if i == len(names):
-            yield tuple(binding[n] for n in names)
+            args = tuple(binding[n] for n in names)
+            if action.admits(args):
+                budget[0] -= leaf_cost
+                yield args
             return
         for obj in domains[i]:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise GroundingLimitExceeded(
+                    f"grounding {action.name} ({len(names)} parameters over "
+                    f"{sum(len(d) for d in domains)} object slots) enumerates more "
+                    f"argument tuples than the limit; raise max_groundings or use fewer "
+                    f"objects")
             binding[names[i]] = obj
             if all((atom.ground(binding) in static_true) == positive
                    for atom, positive in checks[i]):
@@ -120,15 +143,19 @@ def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
         binding.pop(names[i], None)
 
     if not names:
-        if all((atom.ground({}) in static_true) == positive for atom, positive in checks[0]):
+        if all((atom.ground({}) in static_true) == positive
+               for atom, positive in checks[0]) and action.admits(()):
             yield ()
         return
     yield from extend(0)
 
 
 def ground_operators(grounder: Grounder, objects: Mapping[str, Sequence[str]],
-                     init: Iterable[GroundAtom]) -> list[GroundOperator]:
-    """Every ground operator whose static preconditions hold in ``init``.
+                     init: Iterable[GroundAtom], *,
+                     max_groundings: int = DEFAULT_MAX_GROUNDINGS) -> list[GroundOperator]:
+    """Every ground operator whose static preconditions and equality constraints hold in
+    ``init``; :class:`GroundingLimitExceeded` once more than ``max_groundings`` steps of
+    work (see ``DEFAULT_MAX_GROUNDINGS``) were spent.
 
     ``objects`` maps each type to its objects (``Problem.objects_by_type``). Operators
     ruled out by static facts can never apply in any state reachable from ``init``.
@@ -139,8 +166,9 @@ def ground_operators(grounder: Grounder, objects: Mapping[str, Sequence[str]],
     static = static_predicates(domain)
     static_true = frozenset(a for a in init if a and a[0] in static)
     ops = []
+    budget = [max_groundings]
     for action in domain.actions:
-        for args in _bindings(action, objects, static_true, static):
+        for args in _bindings(action, objects, static_true, static, budget):
             ops.append(grounder.operator((action.name, *args)))
     return ops
 

@@ -10,12 +10,12 @@ Atoms that mention constants or repeat a parameter stay in the model but lie out
 from __future__ import annotations
 
 import enum
-import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from capwatch.model.domain import Action, Domain, LiftedAtom, Outcome
+from capwatch.model.errors import ModelError
 
 
 class Mode(enum.Enum):
@@ -92,15 +92,62 @@ def pa_values_consistent_with(presence: Presence) -> frozenset[PaValue]:
 
 
 def lifted_instantiations(domain: Domain, action: Action) -> Iterator[LiftedAtom]:
-    """P* for one action: predicates over distinct, type-compatible action parameters."""
+    """P* for one action: predicates over distinct, type-compatible action parameters.
+
+    Backtracking over the type-compatible parameters of each argument position, so the
+    work is proportional to the atoms produced (``itertools.permutations`` would visit
+    every ordered choice of parameters, astronomically many for a wide action). Order is
+    the same: lexicographic in parameter positions.
+    """
     params = action.parameters
+    is_subtype = domain.types.is_subtype
     for pred in domain.predicates:
-        for combo in itertools.permutations(range(len(params)), pred.arity):
-            if all(
-                domain.types.is_subtype(params[i].type, pred.parameters[k].type)
-                for k, i in enumerate(combo)
-            ):
-                yield LiftedAtom(pred.name, tuple(params[i].name for i in combo))
+        choices = [[i for i, p in enumerate(params) if is_subtype(p.type, q.type)]
+                   for q in pred.parameters]
+        if any(not c for c in choices):
+            continue
+        chosen: list[int] = []
+        stack = [iter(choices[0])] if choices else []
+        if not choices:
+            yield LiftedAtom(pred.name, ())
+            continue
+        while stack:
+            i = next(stack[-1], None)
+            if i is None:
+                stack.pop()
+                if chosen:
+                    chosen.pop()
+                continue
+            if i in chosen:
+                continue
+            if len(chosen) + 1 == len(choices):
+                yield LiftedAtom(pred.name, tuple(params[j].name for j in (*chosen, i)))
+                continue
+            chosen.append(i)
+            stack.append(iter(choices[len(chosen)]))
+
+
+class TooManyPalTuples(ModelError):
+    """A domain whose Γ is larger than capwatch is willing to hold."""
+
+
+DEFAULT_MAX_PAL_TUPLES = 200_000
+"""Far above the largest real domains (freecell 2,668; a household domain 6,116), far
+below what would exhaust memory or hang: an action with 40 untyped parameters and a
+5-ary predicate alone would have 2 * 40*39*38*37*36 = 158 million."""
+
+
+def count_pal_tuples(domain: Domain, limit: int = DEFAULT_MAX_PAL_TUPLES) -> int:
+    """|Γ|, or :class:`TooManyPalTuples` naming the action at which it passes ``limit``."""
+    total = 0
+    for action in domain.actions:
+        for _ in lifted_instantiations(domain, action):
+            total += 2
+            if total > limit:
+                raise TooManyPalTuples(
+                    f"action {action.name} ({action.arity} parameters) takes the model past "
+                    f"{limit} pal-tuples; capwatch refuses models this large")
+    return total
 
 
 def pal_tuples(domain: Domain) -> tuple[PalTuple, ...]:

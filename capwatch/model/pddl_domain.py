@@ -28,6 +28,7 @@ from capwatch.model.domain import (
     type_members,
 )
 from capwatch.model.errors import ModelError, PDDLError
+from capwatch.model.pal import DEFAULT_MAX_PAL_TUPLES, TooManyPalTuples, count_pal_tuples
 from capwatch.model.pddl_syntax import Ctx, define, pairs, typed_list
 from capwatch.model.sexpr import SExpr, SList, Token
 
@@ -39,6 +40,9 @@ _NOT_CONJUNCTIVE = {
     "<=": "numeric condition '<='", ">=": "numeric condition '>='",
 }
 _NUMERIC_FLUENT_EFFECTS = ("decrease", "assign", "scale-up", "scale-down")
+DEFAULT_MAX_PARAMETERS = 100
+"""Real actions have a dozen parameters at most; grounding recurses once per parameter."""
+
 _UNSUPPORTED_SECTIONS = {
     ":derived": "derived predicates (:derived)",
     ":durative-action": "durative actions (:durative-action)",
@@ -251,7 +255,11 @@ def _function(ctx: Ctx, node: SList) -> Function:
     return Function(name, tuple(typed_list(ctx, node.items[1:], f"function {name}")))
 
 
-def parse_domain(text: str, source: str = "<string>") -> Domain:
+def parse_domain(text: str, source: str = "<string>", *,
+                 max_pal_tuples: int = DEFAULT_MAX_PAL_TUPLES,
+                 max_parameters: int = DEFAULT_MAX_PARAMETERS) -> Domain:
+    """Read a domain; refuse one with an action of more than ``max_parameters``
+    parameters or more than ``max_pal_tuples`` pal-tuples (clear error, no hang)."""
     ctx = Ctx(source)
     name, root = define(ctx, text, "domain")
     requirements: list[str] = []
@@ -304,16 +312,24 @@ def parse_domain(text: str, source: str = "<string>") -> Domain:
     except ModelError as e:
         raise PDDLError(str(e), source=source, line=root.line, column=root.column) from None
     const_names = {c.name for c in constants}
-    actions = [_action(ctx, a, predicates, functions, const_names) for a in action_nodes]
+    actions = [_action(ctx, a, predicates, functions, const_names, max_parameters)
+               for a in action_nodes]
     try:
-        return Domain(name, tuple(predicates.values()), tuple(actions), types,
-                      tuple(constants), tuple(requirements), tuple(functions.values()))
+        domain = Domain(name, tuple(predicates.values()), tuple(actions), types,
+                        tuple(constants), tuple(requirements), tuple(functions.values()))
     except ModelError as e:
         raise PDDLError(str(e), source=source, line=root.line, column=root.column) from None
+    try:
+        count_pal_tuples(domain, max_pal_tuples)
+    except TooManyPalTuples as e:
+        culprit = next(n for n, a in zip(action_nodes, actions, strict=True)
+                       if str(e).startswith(f"action {a.name} "))
+        raise ctx.error(culprit, str(e)) from None
+    return domain
 
 
 def _action(ctx: Ctx, node: SList, preds: dict[str, Predicate],
-            functions: dict[str, Function], constants: set[str]) -> Action:
+            functions: dict[str, Function], constants: set[str], max_parameters: int) -> Action:
     if len(node.items) < 2:
         raise ctx.error(node, "expected an action name after :action")
     name = ctx.symbol(node.items[1], "an action name")
@@ -330,6 +346,9 @@ def _action(ctx: Ctx, node: SList, preds: dict[str, Predicate],
     if ":parameters" in fields:
         plist = ctx.slist(fields[":parameters"], "a parameter list")
         params = typed_list(ctx, plist.items, f"action {name} parameters")
+        if len(params) > max_parameters:
+            raise ctx.error(plist, f"action {name} has {len(params)} parameters, more than "
+                                   f"the {max_parameters} capwatch accepts")
         for p in params:
             if not p.name.startswith("?"):
                 bad = next(x for x in plist.items if isinstance(x, Token) and x.text == p.name)

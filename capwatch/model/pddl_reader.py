@@ -33,9 +33,10 @@ def _read_text(path: Path) -> str:
                         column=column) from None
 
 
-def read_domain(path: str | Path) -> Domain:
+def read_domain(path: str | Path, **limits: int) -> Domain:
+    """``limits``: ``max_pal_tuples``, ``max_parameters`` (see :func:`parse_domain`)."""
     p = Path(path)
-    return parse_domain(_read_text(p), str(p))
+    return parse_domain(_read_text(p), str(p), **limits)
 
 
 def read_problem(path: str | Path) -> Problem:
