@@ -3,7 +3,14 @@
 Pure Python; reads and writes text but touches no file, socket or clock itself.
 """
 
-from capwatch.model.consistency import Inconsistency, Verdict, check, explain
+from capwatch.model.consistency import (
+    Inconsistency,
+    Verdict,
+    check,
+    explain,
+    joint_explains,
+    shared_ground_atoms,
+)
 from capwatch.model.domain import (
     Action,
     Domain,
@@ -37,6 +44,7 @@ __all__ = [
     "GroundOperator", "Grounder", "Inconsistency", "LiftedAtom", "Location", "Mode",
     "ModelError", "Outcome", "PDDLError", "PaTuple", "PalTuple", "Parameter", "Predicate",
     "Problem", "TypeHierarchy", "Verdict", "check", "delta", "domain_from_json",
-    "domain_to_json", "explain", "pal_tuples", "parse_domain", "parse_plan", "parse_problem",
-    "summarise_changes", "write_domain", "write_plan", "write_problem",
+    "domain_to_json", "explain", "joint_explains", "pal_tuples", "parse_domain", "parse_plan",
+    "parse_problem",
+    "shared_ground_atoms", "summarise_changes", "write_domain", "write_plan", "write_problem",
 ]

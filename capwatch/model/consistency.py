@@ -135,6 +135,21 @@ def _entangled_possible(action: Action, atom: LiftedAtom, free: Sequence[LiftedA
     return frozenset(possible)
 
 
+def shared_ground_atoms(domain: Domain, ground_action: GroundAction
+                        ) -> dict[GroundAtom, tuple[LiftedAtom, ...]]:
+    """Ground atoms that several atoms of the action name under this grounding (repeated
+    objects, or a parameter bound to a constant the schema also names), with those atoms:
+    pal-tuples (Γ) and atoms outside Γ alike. Empty for a grounding with distinct objects
+    and no constants. Evidence on these atoms constrains their modes only jointly
+    (:func:`joint_explains`)."""
+    action = domain.action(ground_action[0])
+    binding = dict(zip(action.parameter_names, ground_action[1:], strict=True))
+    groups: dict[GroundAtom, set[LiftedAtom]] = {}
+    for atom in (*lifted_instantiations(domain, action), *action.all_atoms()):
+        groups.setdefault(atom.ground(binding), set()).add(atom)
+    return {g: tuple(sorted(atoms)) for g, atoms in groups.items() if len(atoms) > 1}
+
+
 def explain(domain: Domain, ground_action: GroundAction, state: frozenset[GroundAtom],
             next_state: frozenset[GroundAtom]) -> Inconsistency:
     """Apply Table 2 to every pa-tuple of the action (slow path, for inconsistencies only).
@@ -158,9 +173,8 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
     by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
     for atom in gamma:
         by_ground.setdefault(atom.ground(binding), []).append(atom)
-    gamma_set = set(gamma)
     fixed_by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
-    for atom in action.all_atoms() - gamma_set:
+    for atom in action.all_atoms() - set(gamma):
         fixed_by_ground.setdefault(atom.ground(binding), []).append(atom)
     entangled = frozenset(g for g, atoms in by_ground.items()
                           if len(atoms) + len(fixed_by_ground.get(g, ())) > 1)

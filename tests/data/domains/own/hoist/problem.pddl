@@ -1,0 +1,5 @@
+(define (problem two-heights)
+  (:domain hoist)
+  (:objects h1 h2 - height)
+  (:init (at h1) (below h2 h1))
+  (:goal (and (at h2) (visited h2))))

@@ -1,0 +1,96 @@
+"""Ground actions that name one object twice follow PDDL semantics: delete, then add.
+
+tests/data/domains/own/hoist: move_down(?hfrom ?hto) deletes (at ?hfrom) and adds (at ?hto);
+move_down(h1, h1) therefore keeps (at h1). move_up forbids ?hfrom = ?hto.
+"""
+
+from __future__ import annotations
+
+from capwatch.model import (
+    Grounder,
+    LiftedAtom,
+    Verdict,
+    check,
+    explain,
+    joint_explains,
+    shared_ground_atoms,
+)
+from capwatch.model.pal import LEGAL_PA_VALUES, Mode, PaTuple, pa_values_consistent_with
+from capwatch.model.pddl_reader import read_domain, read_problem
+from capwatch.model.simulate import execute_plan
+from tests.paths import DATA
+
+HOIST = DATA / "own" / "hoist"
+DOMAIN = read_domain(HOIST / "domain.pddl")
+AT_FROM, AT_TO = LiftedAtom("at", ("?hfrom",)), LiftedAtom("at", ("?hto",))
+
+
+def test_delete_then_add_in_grounding_and_the_consistency_check() -> None:
+    g = Grounder(DOMAIN)
+    op = g.operator(("move_down", "h1", "h1"))
+    assert op.admitted
+    s = g.index.encode({("at", "h1")})
+    after = g.index.encode({("at", "h1"), ("visited", "h1")})
+    assert op.apply(s) == after  # (at h1) deleted, then added back
+    assert check(op, s, after)[0] is Verdict.APPLIED
+    # Add-then-delete would lose (at h1): that is not what the model predicts.
+    assert check(op, s, g.index.encode({("visited", "h1")}))[0] is Verdict.INCONSISTENT
+
+
+def test_a_plan_with_a_repeated_object_executes() -> None:
+    problem = read_problem(HOIST / "problem.pddl")
+    plan = [("move_down", "h1", "h1"), ("move_down", "h1", "h2")]
+    executed, final = execute_plan(Grounder(DOMAIN), problem.init, plan)
+    assert executed == 2
+    assert final == {("at", "h2"), ("visited", "h1"), ("visited", "h2"), ("below", "h2", "h1")}
+
+
+def test_equality_constraints_decide_whether_a_repetition_is_allowed() -> None:
+    g = Grounder(DOMAIN)
+    up = g.operator(("move_up", "h1", "h1"))
+    assert not up.admitted and not DOMAIN.action("move_up").admits(("h1", "h1"))
+    s = g.index.encode({("at", "h1"), ("below", "h1", "h1")})
+    assert not up.applicable(s)
+    assert check(up, s, s)[0] is Verdict.NOT_APPLICABLE
+
+
+def test_shared_ground_atoms_names_what_a_repetition_merges() -> None:
+    shared = shared_ground_atoms(DOMAIN, ("move_down", "h1", "h1"))
+    assert shared[("at", "h1")] == (AT_FROM, AT_TO)
+    assert shared[("visited", "h1")] == (LiftedAtom("visited", ("?hfrom",)),
+                                         LiftedAtom("visited", ("?hto",)))
+    assert shared_ground_atoms(DOMAIN, ("move_down", "h1", "h2")) == {}
+
+
+def test_joint_semantics_reduce_to_table_2_for_one_atom() -> None:
+    for before in (True, False):
+        for after in (True, False):
+            allowed = {v for v in LEGAL_PA_VALUES if joint_explains([v], (before, after))}
+            assert allowed == pa_values_consistent_with((before, after))
+
+
+def test_the_explanation_blames_only_what_no_partner_can_explain() -> None:
+    """The agent ran move_down(h1, h1) and (at h1) vanished. With (at ?hto) added, PDDL
+    keeps (at h1) whatever (at ?hfrom) does, so (at ?hto) must have changed; the current
+    value of (at ?hfrom) (+ pre, delete) explains the observation with a partner that no
+    longer adds, so it is not blamed."""
+    why = explain(DOMAIN, ("move_down", "h1", "h1"), frozenset({("at", "h1")}),
+                  frozenset({("visited", "h1")}))
+    assert why.executed is True
+    assert ("at", "h1") in why.entangled
+    blamed = {c.pa.atom: c for c in why.contradicted}
+    assert set(blamed) == {AT_TO}
+    assert all(v[1] is not Mode.POS for v in blamed[AT_TO].possible)
+    assert blamed[AT_TO].current == (Mode.ABSENT, Mode.POS)
+
+
+def test_a_transition_the_model_explains_is_not_a_conflict() -> None:
+    """Per-atom Table 2 would flag (at ?hfrom) (deleted, yet still true): jointly it is fine."""
+    state = frozenset({("at", "h1")})
+    nxt = frozenset({("at", "h1"), ("visited", "h1")})
+    g = Grounder(DOMAIN)
+    op = g.operator(("move_down", "h1", "h1"))
+    assert check(op, g.index.encode(state), g.index.encode(nxt))[0] is Verdict.APPLIED
+    why = explain(DOMAIN, ("move_down", "h1", "h1"), state, nxt)
+    assert why.contradicted == ()
+    assert PaTuple("move_down", AT_FROM) not in {c.pa for c in why.contradicted}
