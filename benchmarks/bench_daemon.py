@@ -1,4 +1,4 @@
-"""Daemon throughput on one process: decode alone, and the whole pipeline (no servers).
+"""Pipeline throughput on one process: decode alone, and the whole pipeline (no servers).
 
 - decode: wire bytes → validated transitions (pydantic-core), per message;
 - pipeline: the simulated fleet's bytes through decode, vocabulary check, the per-agent
@@ -100,7 +100,7 @@ def main() -> int:
         service.run(exit_when_idle=True, install_signals=False)
         pipeline_s = (time.process_time() - t0) / len(records)
         wall = time.perf_counter() - w0
-        processed = service.daemon.processed
+        processed = service.pipeline.processed
     assert processed == len(records)
     print(f"daemon benchmark: {len(records)} transitions of {2 * AGENTS_PER_FAMILY} agents "
           f"(rover + PPDDL courier), no drift")

@@ -53,12 +53,12 @@ def handle(args: argparse.Namespace) -> int:
         config.store.url = f"sqlite:///{Path(tmp) / 'models.db'}"
         memory = MemoryPublisher()
         service = build_service(config, publisher=LogPublisher(memory))
-        fleet = service.daemon.agents.fleet  # type: ignore[attr-defined]
+        fleet = service.pipeline.agents.fleet  # type: ignore[attr-defined]
         t0 = time.monotonic()
         code = service.run(exit_when_idle=True, install_signals=False)
         elapsed = time.monotonic() - t0
-        print(summary(config, fleet, memory, service.daemon.processed,
-                      service.daemon.dead_letters, elapsed))
+        print(summary(config, fleet, memory, service.pipeline.processed,
+                      service.pipeline.dead_letters, elapsed))
     return code
 
 

@@ -114,7 +114,7 @@ class _Outbound(BaseModel):
     v: Literal[1] = 1
 
 
-class PalChange(BaseModel):
+class ChangedPalTuple(BaseModel):
     """One pal-tuple whose mode changed: ``old`` and ``new`` are ``+``, ``-``, ``0`` or ``?``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -147,7 +147,7 @@ class ModelVersionEvent(_Outbound):
     )
     delta: int = Field(ge=0, description="Δ to the parent: pal-tuples whose mode differs.")
     delta_to_baseline: int = Field(default=0, ge=0)
-    changes: list[PalChange]
+    changes: list[ChangedPalTuple]
     summary: list[str] = Field(description="One human line per changed action.")
     model: ModelPayload
     time: datetime
@@ -210,8 +210,10 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
 
 @dataclass(frozen=True, slots=True)
-class Transition:
-    """A decoded, validated step, in the model core's types."""
+class AgentTransition:
+    """One step ⟨s, a, s'⟩ an agent reported, in the model core's types, with where it came
+    from. The daemon's one transition type: decoded here, checked by the agent's monitor,
+    buffered as evidence, queued in a work item and handed to the assessor."""
 
     agent_id: str
     family: str
@@ -223,6 +225,10 @@ class Transition:
     next_state: frozenset[GroundAtom]
     optimal: bool
     executed: bool | None = None
+    partition: int = -1
+    offset: int = -1
+    """Source position of the record it came in; -1 for one that came from no record (a
+    canary probe's answer), which therefore holds no commit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,12 +258,14 @@ def _describe(error: ValidationError) -> str:
 
 
 def decode(
-    raw: bytes, limits: DecodeLimits = DecodeLimits(), key: bytes | None = None
-) -> list[Transition] | DeadLetter:
+    raw: bytes, limits: DecodeLimits = DecodeLimits(), key: bytes | None = None,
+    *, partition: int = -1, offset: int = -1,
+) -> list[AgentTransition] | DeadLetter:
     """Bytes from a source → transitions, or a dead letter saying why not.
 
     ``key`` is the Kafka message key when there is one: it must equal ``agent_id``,
     because partition ownership (and so which replica holds the agent) follows the key.
+    ``partition`` and ``offset`` say where the bytes came from; every transition carries them.
     """
     if len(raw) > limits.max_message_bytes:
         return DeadLetter(
@@ -285,10 +293,10 @@ def decode(
                     f"{name} has {len(atoms)} atoms, more than the limit of"
                     f" {limits.max_state_atoms}", raw,
                 )
-        return [Transition(
+        return [AgentTransition(
             event.agent_id, event.family, event.episode_id, event.step, event.time,
             _atoms(event.state), tuple(event.action), _atoms(event.next_state), event.optimal,
-            event.executed,
+            event.executed, partition, offset,
         )]
     if len(event.actions) > limits.max_trace_steps:
         return DeadLetter(
@@ -303,16 +311,16 @@ def decode(
             )
     states = [_atoms(s) for s in event.states]
     return [
-        Transition(
+        AgentTransition(
             event.agent_id, event.family, event.episode_id, event.start_step + i, event.time,
             states[i], tuple(a), states[i + 1], event.optimal,
-            event.executed[i] if event.executed is not None else None,
+            event.executed[i] if event.executed is not None else None, partition, offset,
         )
         for i, a in enumerate(event.actions)
     ]
 
 
-def vocabulary_error(domain: Domain, t: Transition) -> str | None:
+def vocabulary_error(domain: Domain, t: AgentTransition) -> str | None:
     """Why ``t`` cannot be read in ``domain``'s vocabulary, or None when it can.
 
     An unknown predicate in a state is refused rather than ignored: it means the agent
@@ -336,7 +344,7 @@ def vocabulary_error(domain: Domain, t: Transition) -> str | None:
     return None
 
 
-def encode_transition(t: Transition) -> bytes:
+def encode_transition(t: AgentTransition) -> bytes:
     """The wire form of a transition (simulated fleets and tests produce events with it)."""
     event = TransitionEvent(
         type="transition", agent_id=t.agent_id, family=t.family, episode_id=t.episode_id,

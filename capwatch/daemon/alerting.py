@@ -3,10 +3,13 @@ the outbox keys that make every alert's cause write it exactly once."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import timedelta
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 
-from capwatch.alerts.outbox import AlertOutbox
+import structlog
+
+from capwatch.alerts.outbox import AlertOutbox, outbox_record
 from capwatch.alerts.sinks import (
     AlertDeliveryError,
     AlertmanagerSink,
@@ -14,10 +17,13 @@ from capwatch.alerts.sinks import (
     LogSink,
     alert_event,
 )
-from capwatch.alerts.types import Alert
+from capwatch.alerts.types import Alert, AlertType, Severity, inconsistency_alert
 from capwatch.contracts.ports import Publisher
+from capwatch.daemon.agent_watch import Evidence
 from capwatch.daemon.config import AlertsConfig
 from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.work import WorkItem
+from capwatch.model.domain import Domain
 from capwatch.models_store.base import ModelStore, ModelVersion, OutboxAlert
 
 
@@ -40,6 +46,48 @@ class PublisherAlertSink:
             self.publisher.flush()
         except Exception as e:
             raise AlertDeliveryError(f"output: {type(e).__name__}: {e}") from e
+
+
+log = structlog.get_logger("capwatch.daemon")
+
+
+class AlertRouting:
+    """Runs the outbox's routing and delivery (scheduler job, any thread, one at a time).
+
+    Failures are logged, not raised: everything stays in the store's outbox and the next
+    run picks it up.
+    """
+
+    def __init__(self, config: AlertsConfig, outbox: AlertOutbox,
+                 clock: Callable[[], datetime]) -> None:
+        self.config = config
+        self.outbox = outbox
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pruned: datetime | None = None
+
+    def run(self, force: bool = False) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            now = self.clock()
+            try:
+                report = self.outbox.run_once(now, force)
+                if self._pruned is None or now - self._pruned >= timedelta(hours=1):
+                    self.outbox.prune(now, timedelta(seconds=self.config.keep_s))
+                    self._pruned = now
+            except Exception:
+                log.exception("alert routing failed; the outbox keeps the alerts")
+                return
+        if report.routed or report.failures:
+            log.info("alerts routed", routed=len(report.routed),
+                     suppressed=len(report.suppressed), delivered=report.delivered,
+                     failing_sinks=sorted(report.failures) or None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
 
 
 def build_sinks(config: AlertsConfig, publisher: Publisher) -> list[AlertSink]:
@@ -85,3 +133,27 @@ def queued_alert_key(assessment_key: str) -> str:
 
 def failed_alert_key(assessment_key: str) -> str:
     return f"failed:{assessment_key}"
+
+
+def queued_alert(item: WorkItem, evidence: Sequence[Evidence], domain: Domain, now: datetime,
+                 severities: Mapping[AlertType, Severity]) -> OutboxAlert:
+    """The "unexplained inconsistency awaiting assessment" alert for queued work: one per
+    work item (written with it), naming the contradicted pa-tuples."""
+    first = evidence[0].transition
+    actions = sorted({e.transition.action[0] for e in evidence})
+    contradicted: list[str] = []
+    for e in evidence[:10]:  # Table 2 per transition; a few say enough
+        for c in e.explanation.contradicted:
+            text = f"⟨{c.pa.atom}, {c.pa.action}⟩"
+            if text not in contradicted:
+                contradicted.append(text)
+    alert = inconsistency_alert(
+        family=item.family, agent_id=item.agent_id, action=first.action[0], time=now,
+        contradicted=contradicted, header=domain.action(first.action[0]).header(),
+        evidence={"assessment_key": item.key, "model_version": item.base.version,
+                  "inconsistent": len(evidence), "actions": actions,
+                  "transitions": [{"partition": e.transition.partition, "offset": e.offset,
+                                   "episode_id": e.transition.episode_id,
+                                   "step": e.transition.step} for e in evidence[:10]]},
+        severities=severities)
+    return outbox_record(alert, queued_alert_key(item.key))

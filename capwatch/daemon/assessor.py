@@ -17,28 +17,11 @@ from typing import Any, Protocol
 
 from capwatch.assess.agent import AgentQuery
 from capwatch.assess.engine import Method, assess
-from capwatch.assess.observations import Transition as Observed
+from capwatch.assess.observations import Transition as EngineObservation
 from capwatch.assess.probabilities import UnidentifiableOutcomes, estimate_outcome_probabilities
-from capwatch.contracts.wire import Transition
-from capwatch.model.domain import Domain
-
-
-@dataclass(frozen=True, slots=True)
-class ObservedTransition:
-    """A transition with where it came from, as evidence for an assessment."""
-
-    transition: Transition
-    partition: int
-    offset: int
-
-    def to_json(self) -> dict[str, Any]:
-        t = self.transition
-        return {
-            "partition": self.partition, "offset": self.offset, "episode_id": t.episode_id,
-            "step": t.step, "state": sorted(list(a) for a in t.state),
-            "action": list(t.action), "next_state": sorted(list(a) for a in t.next_state),
-            "optimal": t.optimal, "executed": t.executed,
-        }
+from capwatch.contracts.wire import AgentTransition
+from capwatch.daemon.work import DriftProbe
+from capwatch.model.domain import Action, Domain
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,19 +31,14 @@ class AssessmentRequest:
     model: Domain
     """The model the agent was believed to follow when the evidence arrived."""
     agent: AgentQuery
-    inconsistent: Sequence[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
-                                 frozenset[tuple[str, ...]]]] = ()
-    """Observed (s, a, s') the model cannot explain."""
-    inconsistent_executed: Sequence[bool | None] = ()
-    """Per inconsistent transition, whether the agent said it executed (None: unknown)."""
-    executed: Sequence[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
-                             frozenset[tuple[str, ...]]]] = ()
+    inconsistent: Sequence[AgentTransition] = ()
+    """Observed transitions the model cannot explain."""
+    executed: Sequence[AgentTransition] = ()
     """Recent transitions the model explained (they pin modes without a query)."""
-    drifted_actions: Mapping[str, Any] = field(default_factory=dict)
+    drifted_actions: Mapping[str, Action] = field(default_factory=dict)
     """Action name → provisional re-estimated action (probability drift)."""
-    drift_probes: Mapping[str, tuple[tuple[str, ...], frozenset[tuple[str, ...]]]] = field(
-        default_factory=dict)
-    """Action name → (ground action, state it executed in): where to re-estimate it."""
+    drift_probes: Mapping[str, DriftProbe] = field(default_factory=dict)
+    """Action name → where to re-estimate it."""
     query_budget: int = 500
     samples: int = 30
     optimal_traces: Sequence[Sequence[tuple[str, ...]]] = ()
@@ -91,14 +69,14 @@ class EngineAssessor:
         model: Domain = request.model
         details: dict[str, Any] = {}
         queries = 0
+        # The engine's own observation type, built here at its boundary only.
         observations = [
-            Observed(s, a, s2, source=f"executed[{i}]")
-            for i, (s, a, s2) in enumerate(request.executed)
+            EngineObservation(t.state, t.action, t.next_state, source=f"executed[{i}]")
+            for i, t in enumerate(request.executed)
         ] + [
-            Observed(s, a, s2, source=f"inconsistent[{i}]",
-                     executed=request.inconsistent_executed[i]
-                     if i < len(request.inconsistent_executed) else None)
-            for i, (s, a, s2) in enumerate(request.inconsistent)
+            EngineObservation(t.state, t.action, t.next_state, source=f"inconsistent[{i}]",
+                              executed=t.executed)
+            for i, t in enumerate(request.inconsistent)
         ]
         if request.inconsistent:
             result = assess(model, observations, request.agent, method=self.method,
@@ -126,7 +104,7 @@ class EngineAssessor:
                 if probe is not None:
                     try:
                         est = estimate_outcome_probabilities(
-                            request.agent, current, probe[0], probe[1],
+                            request.agent, current, probe.action, probe.state,
                             half_width=self.half_width, max_samples=request.query_budget * 20)
                     except UnidentifiableOutcomes:
                         est = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from capwatch.contracts.wire import ModelPayload, ModelVersionEvent, PalChange
+from capwatch.contracts.wire import ChangedPalTuple, ModelPayload, ModelVersionEvent
 from capwatch.model.pal import Mode
 from capwatch.models_store.base import ModelVersion
 
@@ -24,7 +24,7 @@ def model_event(v: ModelVersion) -> ModelVersionEvent:
         parent_version=parent.version if parent else None,
         parent_agent_id=parent.agent_id if parent else None,
         delta=v.delta_to_parent, delta_to_baseline=v.delta_to_baseline,
-        changes=[PalChange(action=p.action, atom=[p.atom.predicate, *p.atom.args],
+        changes=[ChangedPalTuple(action=p.action, atom=[p.atom.predicate, *p.atom.args],
                            location=p.location.value, old=_mode(old), new=_mode(new))
                  for p, old, new in v.changed_pal_tuples],
         summary=list(v.summary), model=ModelPayload.model_validate(

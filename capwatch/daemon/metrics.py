@@ -55,12 +55,21 @@ class Bounded(Generic[M]):
         self.metric: M = metric
         self._names = names
         self._guard = guard
+        self._children: dict[tuple[str, ...], M] = {}
 
     def labels(self, *values: str) -> M:
         if len(values) != len(self._names):
             raise ValueError(f"expected labels {self._names}, got {values}")
         child: M = self.metric.labels(*(self._guard.value(n, str(v))
                                         for n, v in zip(self._names, values, strict=True)))
+        return child
+
+    def child(self, *values: str) -> M:
+        """``labels(...)``, cached: on the per-record path resolving labels (with the
+        guard) costs more than the consistency check itself."""
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.labels(*values)
         return child
 
 

@@ -1,88 +1,62 @@
-"""Per-agent live state, owned by the replica that owns the agent's partition.
+"""The agents this replica watches, loaded lazily from the store on first sight.
 
-What must outlive the replica is in the models store (model versions, queued
-assessments, offsets); what lives here is soft: the grounded model, the debounce
-buffer of inconsistent transitions and when each action was last seen working.
-Everything here can be rebuilt from the store plus a replay from the committed offset,
-and the daemon's commit rule (never past a buffered transition) makes that replay
-rebuild the debounce buffer exactly.
+An agent whose work is queued but that is not loaded (after a restart, or after its
+partition moved away and back) is *parked* with the work's key, so the watch created for
+it later starts out awaiting that work instead of queuing it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import Iterator, Mapping
+from datetime import datetime
 
-from capwatch.daemon.assessor import ObservedTransition
-from capwatch.model.domain import Domain, GroundAtom
-from capwatch.models_store.base import ModelStore, ModelVersion
-from capwatch.monitor.drift import DriftAlarm
-from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
+import structlog
+
+from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
+from capwatch.model.domain import Domain
+from capwatch.models_store.base import (
+    ModelRef,
+    ModelStore,
+    ModelVersion,
+    VersionConflict,
+    build_version,
+)
+from capwatch.monitor.drift import DriftMonitor
+
+log = structlog.get_logger("capwatch.daemon")
 
 
-@dataclass
-class AgentState:
-    agent_id: str
-    family: str
-    partition: int
-    version: ModelVersion
-    domain: Domain
-    monitor: TransitionMonitor
-    evidence: list[ObservedTransition] = field(default_factory=list)
-    evidence_since: float | None = None
-    """Monotonic time the oldest buffered inconsistency arrived (debounce clock)."""
-    alarms: dict[str, DriftAlarm] = field(default_factory=dict)
-    awaiting: str | None = None
-    """Key of the queued assessment; set until a new version (or its failure) arrives."""
-    transitions: int = 0
-    inconsistent: int = 0
-    last_offset: int = -1
-    last_executed: dict[str, float] = field(default_factory=dict)
-    """Action name → monotonic time it was last seen executing (canaries probe the rest)."""
-    last_state: frozenset[GroundAtom] = frozenset()
-    objects: dict[str, str] = field(default_factory=dict)
-    """Objects seen in the stream, for canary queries."""
-    drift_restored: tuple[int, int] | None = None
-    """(partition, next offset) of the drift snapshot this agent's tables were restored
-    from: its records before that offset are already counted, and a replay skips them."""
-
-    @classmethod
-    def from_version(cls, agent_id: str, family: str, partition: int,
-                     version: ModelVersion, limits: MonitorLimits | None = None) -> AgentState:
-        domain = version.domain()
-        return cls(agent_id, family, partition, version, domain,
-                   TransitionMonitor(domain, limits))
-
-    def install(self, version: ModelVersion) -> None:
-        """Switch to a new model version: evidence against the old one is moot."""
-        self.version = version
-        self.domain = version.domain()
-        self.monitor.replace_model(self.domain)
-        self.evidence.clear()
-        self.evidence_since = None
-        self.alarms.clear()
-        self.awaiting = None
-
-    def first_buffered_offset(self) -> int | None:
-        # Canary findings carry offset -1: they come from no record and hold no commit.
-        return min((o.offset for o in self.evidence if o.offset >= 0), default=None)
+def seed_baselines(store: ModelStore, families: Mapping[str, Domain], now: datetime) -> None:
+    """Make each configured family model the baseline, as a new version if it changed."""
+    for family, domain in families.items():
+        latest = store.latest(family, None)
+        if latest is not None and latest.domain() == domain:
+            continue
+        ref = ModelRef(family, None, latest.version + 1 if latest else 1)
+        v = build_version(ref, domain, now, parent=latest, evidence={"source": "configuration"})
+        # VersionConflict: another replica seeded the same family at the same moment.
+        with contextlib.suppress(VersionConflict):
+            store.put(v)
+        log.info("family baseline", family=family, version=ref.version)
 
 
 class Registry:
-    """The agents this replica owns, loaded lazily from the store on first sight."""
-
-    def __init__(self, store: ModelStore, limits: MonitorLimits | None = None) -> None:
+    def __init__(self, store: ModelStore, settings: WatchSettings | None = None,
+                 drift: DriftMonitor | None = None) -> None:
         self.store = store
-        self.limits = limits
-        self._agents: dict[str, AgentState] = {}
+        self.settings = settings or WatchSettings()
+        self.drift = drift if drift is not None else DriftMonitor()
+        self._agents: dict[str, AgentWatch] = {}
+        self._parked: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._agents)
 
-    def __iter__(self) -> Iterator[AgentState]:
+    def __iter__(self) -> Iterator[AgentWatch]:
         return iter(list(self._agents.values()))
 
-    def get(self, agent_id: str) -> AgentState | None:
+    def get(self, agent_id: str) -> AgentWatch | None:
         return self._agents.get(agent_id)
 
     def current_version(self, agent_id: str, family: str) -> ModelVersion | None:
@@ -90,22 +64,47 @@ class Registry:
         own = self.store.latest(family, agent_id)
         return own if own is not None else self.store.latest(family, None)
 
-    def load(self, agent_id: str, family: str, partition: int) -> AgentState | None:
-        """The agent's state, rebuilt from the store when first seen; None: unknown family."""
-        state = self._agents.get(agent_id)
-        if state is not None and state.family == family:
-            state.partition = partition
-            return state
+    def load(self, agent_id: str, family: str, partition: int) -> AgentWatch | None:
+        """The agent's watch, built from the store when first seen; None: unknown family."""
+        watch = self._agents.get(agent_id)
+        if watch is not None and watch.family == family:
+            watch.partition = partition
+            return watch
         version = self.current_version(agent_id, family)
         if version is None:
             return None
-        state = AgentState.from_version(agent_id, family, partition, version, self.limits)
-        self._agents[agent_id] = state
-        return state
+        watch = AgentWatch(agent_id, family, partition, version, self.drift, self.settings)
+        watch.awaiting = self._parked.pop(agent_id, None)
+        self._agents[agent_id] = watch
+        return watch
 
-    def in_partitions(self, partitions: set[int]) -> list[AgentState]:
+    def in_partitions(self, partitions: set[int]) -> list[AgentWatch]:
         return [a for a in self._agents.values() if a.partition in partitions]
 
     def drop(self, agent_ids: list[str]) -> None:
-        for a in agent_ids:
-            self._agents.pop(a, None)
+        for agent_id in agent_ids:
+            watch = self._agents.pop(agent_id, None)
+            if watch is not None and watch.awaiting is not None:
+                self._parked[agent_id] = watch.awaiting
+
+    # ------------------------------------------------------------------ awaited work
+
+    def park(self, agent_id: str, key: str) -> None:
+        """Work ``key`` is queued for ``agent_id`` (found in the store at start)."""
+        watch = self._agents.get(agent_id)
+        if watch is not None:
+            watch.awaiting = key
+        else:
+            self._parked[agent_id] = key
+
+    def unpark(self, agent_id: str, key: str | None = None) -> None:
+        """The parked work of an unloaded agent ended (any work, or only ``key``)."""
+        if key is None or self._parked.get(agent_id) == key:
+            self._parked.pop(agent_id, None)
+
+    def awaiting(self) -> dict[str, str]:
+        """Agent id → key of the work it awaits, loaded or not."""
+        out = dict(self._parked)
+        out.update((a.agent_id, a.awaiting) for a in self._agents.values()
+                   if a.awaiting is not None)
+        return out

@@ -10,24 +10,52 @@ always gets the same wait (tests and replays see the same schedule).
 
 from __future__ import annotations
 
+import enum
 import zlib
+from dataclasses import dataclass
 from datetime import timedelta
 
 from capwatch.assess.agent import AgentUnavailable
 from capwatch.contracts.agent_protocol import AgentProtocolError, AgentRejectedQuery
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
 
-UNREACHABLE = "agent unavailable"
-"""Prefix of the error of a failure that waiting may cure (the agent was not reached)."""
+
+class FailureKind(enum.Enum):
+    AGENT_UNREACHABLE = "agent_unreachable"
+    """The agent was not reached: waiting may cure it (backoff)."""
+    AGENT_REFUSED = "agent_refused"
+    """The agent answered but refused the query (4xx) or broke the protocol."""
+    ERROR = "error"
+    """Anything else (a bug, a bad model): the ordinary retries."""
 
 
-def describe_agent_failure(e: AgentUnavailable) -> str:
-    """The error recorded for a failed query: an agent that answered but refused the
-    query (4xx) or broke the protocol will not be cured by waiting, so it is not
-    reported as unreachable and gets the ordinary retries, not the backoff."""
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why an assessment attempt failed; the retry plan and the alert follow ``kind``."""
+
+    kind: FailureKind
+    message: str
+
+    @property
+    def agent_unreachable(self) -> bool:
+        return self.kind is FailureKind.AGENT_UNREACHABLE
+
+    @property
+    def alert_reason(self) -> str:
+        return "agent_unreachable" if self.agent_unreachable else "error"
+
+
+def describe_agent_failure(e: AgentUnavailable) -> Failure:
+    """A failed query as a :class:`Failure`: an agent that answered but refused the query
+    (4xx) or broke the protocol will not be cured by waiting, so it is not reported as
+    unreachable and gets the ordinary retries, not the backoff."""
     if isinstance(e, AgentRejectedQuery | AgentProtocolError):
-        return f"agent refused the query: {e}"
-    return f"{UNREACHABLE}: {e}"
+        return Failure(FailureKind.AGENT_REFUSED, f"agent refused the query: {e}")
+    return Failure(FailureKind.AGENT_UNREACHABLE, f"agent unavailable: {e}")
+
+
+def internal_failure(e: Exception) -> Failure:
+    return Failure(FailureKind.ERROR, f"{type(e).__name__}: {e}")
 
 
 def backoff_s(cfg: AgentRetryConfig, attempts: int, key: str) -> float:

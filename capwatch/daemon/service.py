@@ -20,8 +20,9 @@ from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEv
 from capwatch.daemon.assessor import Assessor, EngineAssessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
+from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.metrics import DaemonMetrics
-from capwatch.daemon.pipeline import Daemon
+from capwatch.daemon.pipeline import Pipeline
 from capwatch.model.domain import Domain, GroundAtom, Problem
 from capwatch.model.pddl_reader import read_domain, read_problem
 from capwatch.models_store import open_store
@@ -114,20 +115,21 @@ def build_fleet(config: DaemonConfig, domains: Mapping[str, Domain],
 
 @dataclass
 class Service:
-    """A daemon with its HTTP server and scheduler; :meth:`run` blocks until stopped."""
+    """The daemon: the pipeline with its HTTP server and scheduler; :meth:`run` blocks
+    until stopped."""
 
-    daemon: Daemon
+    pipeline: Pipeline
     api: ApiServer | None
     scheduler: BackgroundScheduler
     store: ModelStore
     problems: dict[str, Problem]
 
     def _objects(self) -> dict[str, dict[str, tuple[str, ...]]]:
-        return {name: p.objects_by_type(self.daemon.families[name])
-                for name, p in self.problems.items() if name in self.daemon.families}
+        return {name: p.objects_by_type(self.pipeline.families[name])
+                for name, p in self.problems.items() if name in self.pipeline.families}
 
     def _schedule(self) -> None:
-        d, sched = self.daemon, self.daemon.config.scheduler
+        d, sched = self.pipeline, self.pipeline.config.scheduler
         inits: dict[str, frozenset[GroundAtom]] = {n: p.init for n, p in self.problems.items()}
         objects = self._objects()
         self.scheduler.add_job(lambda: d.submit(d.audit), "interval",
@@ -147,7 +149,7 @@ class Service:
         if install_signals and threading.current_thread() is threading.main_thread():
             def handle(signum: int, frame: FrameType | None) -> None:
                 log.info("signal received", signal=signal.Signals(signum).name)
-                self.daemon.stop()
+                self.pipeline.stop()
 
             signal.signal(signal.SIGTERM, handle)
             signal.signal(signal.SIGINT, handle)
@@ -157,7 +159,7 @@ class Service:
         self._schedule()
         self.scheduler.start()
         try:
-            return self.daemon.run(exit_when_idle=exit_when_idle)
+            return self.pipeline.run(exit_when_idle=exit_when_idle)
         finally:
             self.scheduler.shutdown(wait=False)
             if self.api is not None:
@@ -169,7 +171,8 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                   agents: AgentDirectory | None = None, source: Source | None = None,
                   assessor: Assessor | None = None, store: ModelStore | None = None,
                   agent_urls: Mapping[str, str] | None = None,
-                  alert_sinks: list[AlertSink] | None = None) -> Service:
+                  alert_sinks: list[AlertSink] | None = None,
+                  clock: Clock = utc_now) -> Service:
     """Everything the configuration names, with optional replacements (tests, demo)."""
     domains, problems = load_families(config)
     store = store if store is not None else open_store(config.store.url)
@@ -226,17 +229,18 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
         assessor = EngineAssessor(objects, config.assessment.method)
     recent = RecentAlerts()
     metrics = DaemonMetrics()
-    daemon = Daemon(config, store=store, source=source, publisher=TeePublisher(publisher, recent),
-                    agents=agents, assessor=assessor, families=domains, metrics=metrics,
-                    alert_sinks=alert_sinks)
+    pipeline = Pipeline(config, store=store, source=source,
+                        publisher=TeePublisher(publisher, recent), agents=agents,
+                        assessor=assessor, families=domains, metrics=metrics,
+                        alert_sinks=alert_sinks, clock=clock)
     api = None
     if config.http.enabled:
         def family_of(agent_id: str) -> str | None:
-            state = daemon.registry.get(agent_id)
+            state = pipeline.registry.get(agent_id)
             return state.family if state is not None else None
 
-        api = ApiServer(store, metrics.registry, ready=lambda: daemon.ready,
+        api = ApiServer(store, metrics.registry, ready=lambda: pipeline.ready,
                         families_of=family_of, alerts=recent, host=config.http.host,
                         port=config.http.port)
     scheduler = BackgroundScheduler(timezone="UTC")
-    return Service(daemon, api, scheduler, store, problems)
+    return Service(pipeline, api, scheduler, store, problems)

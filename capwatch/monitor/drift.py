@@ -414,6 +414,8 @@ class AuditFinding:
     rejected: bool
     evidence: DriftEvidence | None = None
     """Filled in for rejected tables only."""
+    action_name: str = ""
+    """The action's name (``action`` is its header, for people)."""
 
 
 class DriftMonitor:
@@ -516,7 +518,7 @@ class DriftMonitor:
             if rej:
                 evidence = replace(mon.evidence(), agent_id=agent_id, q_value=float(q))
             findings.append(AuditFinding(agent_id, mon.action.header(), gof, float(q), bool(rej),
-                                         evidence))
+                                         evidence, mon.action.name))
         return findings
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from capwatch.model.consistency import Inconsistency, Verdict, check, explain
-from capwatch.model.domain import Domain, GroundAction, GroundAtom
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
 from capwatch.model.grounding import AtomIndex, Grounder, StateMask
 from capwatch.model.pal import (
@@ -26,6 +26,7 @@ from capwatch.model.pal import (
     lifted_instantiations,
     pa_values_consistent_with,
 )
+from capwatch.monitor.attribution import Attribution, attribution_from_mask
 
 AtomLists = Sequence[Sequence[str]]
 _new_tuple: Any = tuple.__new__
@@ -43,6 +44,8 @@ class Observation(NamedTuple):
     outcomes: int
     """Bitmask of the model's outcomes that explain the transition (APPLIED only)."""
     position: int
+    state: StateMask
+    """The pre-state as the monitor encoded it (for :meth:`TransitionMonitor.attribution`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +168,42 @@ class TransitionMonitor:
             if s != s2:
                 self._keep_executed(name, position, s, action, s2)
         # tuple.__new__ skips the NamedTuple's Python-level constructor (hot path).
-        obs: Observation = _new_tuple(Observation, (verdict, action, outcomes, position))
+        obs: Observation = _new_tuple(Observation, (verdict, action, outcomes, position, s))
         return obs
+
+    def attribution(self, obs: Observation) -> tuple[Action, Attribution] | None:
+        """The outcome group an APPLIED observation of a probabilistic action realised, for
+        the outcome-frequency tables; None when there is nothing to count (a deterministic
+        action, or a verdict other than APPLIED)."""
+        if obs.verdict is not Verdict.APPLIED:
+            return None
+        op = self._ops.get(obs.action) or self.grounder.operator(obs.action)
+        if op.action.is_deterministic:
+            return None
+        attribution = attribution_from_mask(op, obs.state, obs.outcomes)
+        return None if attribution is None else (op.action, attribution)
+
+    def last_inconsistency(self) -> InconsistentTransition:
+        """The inconsistent transition recorded last, with its Table 2 explanation."""
+        return self.inconsistencies[-1]
+
+    def executed_since(self, position: int, keep: int
+                       ) -> list[tuple[frozenset[GroundAtom], GroundAction, frozenset[GroundAtom]]]:
+        """The last ``keep`` executed transitions at or after ``position``, oldest first,
+        decoded: the evidence an assessment gets alongside the inconsistent ones."""
+        decode = self.index.decode
+        recent = sorted((t for buf in self.executed.values() for t in buf
+                         if t.position >= position), key=lambda t: t.position)[-keep:]
+        return [(decode(t.state), t.action, decode(t.next_state)) for t in recent]
+
+    def last_executed(self, name: str) -> tuple[frozenset[GroundAtom], GroundAction] | None:
+        """The state action ``name`` last executed in, with its grounding (drift probes ask
+        the agent to run it there again)."""
+        buf = self.executed.get(name)
+        if not buf:
+            return None
+        last = buf[-1]
+        return self.index.decode(last.state), last.action
 
     @property
     def counts(self) -> dict[str, ActionCounts]:

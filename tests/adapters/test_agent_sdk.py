@@ -16,7 +16,7 @@ from capwatch.adapters.sdk.agent import (
 )
 from capwatch.assess.agent import State
 from capwatch.contracts.agent_protocol import AgentRejectedQuery
-from capwatch.contracts.wire import Transition, decode
+from capwatch.contracts.wire import AgentTransition, decode
 from capwatch.model.domain import GroundAction
 
 
@@ -89,7 +89,7 @@ def test_publisher_writes_decodable_events_keyed_by_agent() -> None:
     assert [k for k, _ in sent] == ["rover-17"] * 3
     decoded = [decode(v, key=k.encode()) for k, v in sent]
     assert all(isinstance(d, list) for d in decoded)
-    events: list[Transition] = [t for d in decoded if isinstance(d, list) for t in d]
+    events: list[AgentTransition] = [t for d in decoded if isinstance(d, list) for t in d]
     assert [(t.episode_id == episode, t.step) for t in events] == [
         (False, 0), (False, 1), (True, 0)]
     assert events[0].episode_id == events[1].episode_id

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from capwatch.contracts.wire import (
+    AgentTransition,
     DeadLetter,
     DecodeLimits,
-    Transition,
     TransitionEvent,
     dead_letter_record,
     decode,
@@ -110,7 +110,7 @@ def test_vocabulary_errors_name_the_offending_symbol() -> None:
     (good,) = decode(_raw(DESIGN_EXAMPLE))  # type: ignore[misc]
     assert vocabulary_error(rover, good) is None
 
-    def variant(**changes: object) -> Transition:
+    def variant(**changes: object) -> AgentTransition:
         (t,) = decode(_raw({**DESIGN_EXAMPLE, **changes}))  # type: ignore[misc]
         return t
 
@@ -124,7 +124,7 @@ def test_vocabulary_errors_name_the_offending_symbol() -> None:
 
 
 def test_encoding_round_trips_through_the_decoder() -> None:
-    t = Transition("a-1", "fam", "ep", 3, datetime(2026, 1, 1, tzinfo=UTC),
+    t = AgentTransition("a-1", "fam", "ep", 3, datetime(2026, 1, 1, tzinfo=UTC),
                    frozenset({("p", "x")}), ("go", "x"), frozenset({("q", "x")}), True, True)
     assert decode(encode_transition(t)) == [t]
     # What goes on the wire validates against the inbound model.

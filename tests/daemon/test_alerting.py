@@ -53,7 +53,7 @@ def test_a_family_wide_drift_is_one_grouped_alert_and_a_version_per_agent(
         == rovers  # one per queued assessment, grouped or not
     assert {a.alert_type for a in out.alerts} == {"capability_reduced",
                                                   "unexplained_inconsistency"}
-    registry = service.daemon.metrics.registry
+    registry = service.pipeline.metrics.registry
     assert _sample(registry, "capwatch_alerts_total",
                    {"family": "rover-v1", "type": "capability_reduced"}) == 1
     assert _sample(registry, "capwatch_model_versions_total", {"family": "rover-v1"}) == 4
@@ -99,7 +99,7 @@ def test_repeats_are_suppressed_across_a_restart(tmp_path: Path) -> None:
     second, again = _run(_jsonl(tmp_path, "a.jsonl",
                                 [refused_sample(step=i) for i in range(6)]))
     assert again.alerts == []
-    registry = second.daemon.metrics.registry
+    registry = second.pipeline.metrics.registry
     for kind in ("assessment_failed", "unexplained_inconsistency"):
         assert _sample(registry, "capwatch_alerts_suppressed_total", {"type": kind}) == 1
     store = open_store(str(tmp_path / "models.db"))
@@ -130,7 +130,7 @@ def test_alerts_a_sink_refused_are_delivered_after_a_restart(tmp_path: Path) -> 
     first, _ = _run(_jsonl(tmp_path, "a.jsonl", [refused_sample(step=i) for i in range(3)],
                            alerts=fast), alert_sinks=[down])
     assert down.sent == []
-    assert _sample(first.daemon.metrics.registry, "capwatch_alert_delivery_failures_total",
+    assert _sample(first.pipeline.metrics.registry, "capwatch_alert_delivery_failures_total",
                    {"sink": "kafka"}) >= 1
     up = Sink(failing=False)
     # Nothing new arrives: the restarted daemon only delivers what the outbox holds.

@@ -59,7 +59,7 @@ def test_a_drift_under_way_at_a_restart_alarms_as_if_there_was_none(tmp_path: Pa
         store.close()
 
     second, out2 = run(_fleet(tmp_path, 300))
-    assert second.daemon.processed == 300 * 6 - 400
+    assert second.pipeline.processed == 300 * 6 - 400
     offset, evidence = _alarm(tmp_path)
     assert offset == ref_offset
     assert evidence == ref_evidence
@@ -89,25 +89,25 @@ def test_without_saved_state_the_alarm_comes_later(tmp_path: Path) -> None:
 
 def test_revocation_saves_and_assignment_restores_the_tables(tmp_path: Path) -> None:
     cfg = _fleet(tmp_path, 100)
-    d = build_service(cfg, publisher=MemoryPublisher()).daemon
+    d = build_service(cfg, publisher=MemoryPublisher()).pipeline
     d.seed_families()
-    d.source.start(d._on_assign, d._on_revoke, {})
+    d.source.start(d.assign, d.revoke, {})
     records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
     for r in records[:500]:
-        d._handle(r)
+        d.handle(r)
     before = snapshot_agent(d.drift, AGENT)
     assert before["actions"]["pick"]["seen"] > 0
-    d._on_revoke({0})  # the partition moves away: state saved, agents dropped
+    d.revoke({0})  # the partition moves away: state saved, agents dropped
     assert d.registry.get(AGENT) is None and d.drift.agent_states(AGENT) == {}
-    d._on_assign({0})  # ... and comes back (or arrives at another replica)
-    assert AGENT in d._drift_snapshots
+    d.assign({0})  # ... and comes back (or arrives at another replica)
+    assert AGENT in d.checkpoints.saved_drift
     for r in records[:500]:  # replayed records, already counted in the saved tables
-        d._handle(r)
+        d.handle(r)
     assert snapshot_agent(d.drift, AGENT) == before
     agent = d.registry.get(AGENT)
     assert agent is not None and agent.drift_restored == (0, 500)
     for r in records[500:]:
-        d._handle(r)
+        d.handle(r)
     assert snapshot_agent(d.drift, AGENT)["actions"]["pick"]["seen"] \
         >= before["actions"]["pick"]["seen"]
     d.source.close()
@@ -122,17 +122,17 @@ def test_state_saved_for_an_older_model_version_is_not_restored(tmp_path: Path) 
                    if s.agent_id == AGENT]
     finally:
         store.close()
-    d = build_service(_fleet(tmp_path, 200), publisher=MemoryPublisher()).daemon
+    d = build_service(_fleet(tmp_path, 200), publisher=MemoryPublisher()).pipeline
     d.seed_families()
     # The agent got a version of its own meanwhile (e.g. from another replica's worker).
     v = record_new_model(d.store, "courier-v1", AGENT, example("courier-pick-wear.pddl"),
                          datetime.now(UTC))
-    d.source.start(d._on_assign, d._on_revoke, {0: snap.next_offset})
+    d.source.start(d.assign, d.revoke, {0: snap.next_offset})
     first = next(r for r in d.source.poll(1.0) if r.key == AGENT.encode())
-    d._handle(first)
+    d.handle(first)
     agent = d.registry.get(AGENT)
     assert agent is not None and agent.version.ref == v.ref
     assert agent.drift_restored is None
-    assert AGENT not in d._drift_snapshots
+    assert AGENT not in d.checkpoints.saved_drift
     d.source.close()
     d.store.close()

@@ -116,7 +116,7 @@ def test_a_running_daemon_dead_letters_hostile_input_and_keeps_going(
     assert not good_offsets & {d.offset for d in memory.dead_letters}
     # The good lines still did their work: the drifted rover got its new model.
     assert [m.agent_id for m in memory.models] == ["rover-z"]
-    assert service.daemon.processed == len(lines)
+    assert service.pipeline.processed == len(lines)
 
 
 def test_an_oversized_message_is_dead_lettered_by_the_daemon(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ import pytest
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
-from capwatch.daemon.pipeline import Daemon
+from capwatch.contracts.wire import AgentTransition
+from capwatch.daemon.agent_watch import AgentWatch, Finding
+from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
 from capwatch.model.pal import delta
 from capwatch.model.serialize import domain_from_json
@@ -48,7 +50,7 @@ def test_each_drift_yields_one_exact_model_version_and_one_alert(tmp_path: Path)
             Path("capwatch/examples/courier-pick-wear.pddl").resolve())},
     ]
     service, out = run(simulated(tmp_path, agents=3, rounds=500, drifts=drifts))
-    fleet = service.daemon.agents.fleet  # type: ignore[attr-defined]
+    fleet = service.pipeline.agents.fleet  # type: ignore[attr-defined]
     drifted = {"rover-v1-001", "courier-v1-000", "courier-v1-002"}
     assert set(fleet.drifted_agents()) == drifted
     assert sorted(m.agent_id for m in out.models) == sorted(drifted)
@@ -117,17 +119,17 @@ def test_bad_input_goes_to_the_dead_letters_and_good_input_is_processed(
     assert "unknown action 'fly'" in reasons[3]
     assert "takes 3 arguments, found 1" in reasons[4]
     assert memory.dead_letters[5].raw == b"\xff\xfe\x00"
-    assert service.daemon.processed == len(lines)  # type: ignore[attr-defined]
+    assert service.pipeline.processed == len(lines)  # type: ignore[attr-defined]
     assert memory.models == [] and memory.alerts == []
 
 
-def _manual(tmp_path: Path, lines: list[str | bytes], **overrides: object) -> Daemon:
+def _manual(tmp_path: Path, lines: list[str | bytes], **overrides: object) -> Pipeline:
     """A daemon whose records the test feeds by hand (no run loop, no workers)."""
     path = _write(tmp_path / "in.jsonl", lines)
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)}, **overrides)
     service = build_service(cfg, publisher=MemoryPublisher(), agents=Directory(),
                             source=JsonlSource(str(path)))
-    d = service.daemon
+    d = service.pipeline
     d.seed_families()
     d.source.start(lambda p: None, lambda p: None, {})
     return d
@@ -140,14 +142,14 @@ def test_debounce_queues_once_when_enough_evidence_arrived(tmp_path: Path) -> No
     d = _manual(tmp_path, lines, detection={"debounce_transitions": 3, "debounce_s": 3600.0})
     records = d.source.poll(1.0)
     for r in records[:3]:
-        d._handle(r)
-    d._sweep()
+        d.handle(r)
+    d.sweep()
     assert d.store.queue_items() == []  # two inconsistencies: still debouncing
-    d._handle(records[3])
+    d.handle(records[3])
     (item,) = d.store.queue_items()
     assert [o["offset"] for o in item.payload["inconsistent"]] == [0, 2, 3]
-    d._handle(records[4])  # evidence while queued does not queue again
-    d._sweep(force=True)
+    d.handle(records[4])  # evidence while queued does not queue again
+    d.sweep(force=True)
     assert len(d.store.queue_items()) == 1
     d.source.close()
     d.store.close()
@@ -157,7 +159,7 @@ def test_debounce_time_bound_queues_a_lone_inconsistency(tmp_path: Path) -> None
     d = _manual(tmp_path, [refused_sample(step=0)],
                 detection={"debounce_transitions": 3, "debounce_s": 0.0})
     for r in d.source.poll(1.0):
-        d._handle(r)
+        d.handle(r)
     assert len(d.store.queue_items()) == 1
     d.source.close()
     d.store.close()
@@ -168,12 +170,12 @@ def test_the_commit_never_passes_a_buffered_inconsistency(tmp_path: Path) -> Non
                            good_sample(step=3)],
                 detection={"debounce_transitions": 5, "debounce_s": 3600.0})
     for record in d.source.poll(1.0):
-        d._handle(record)
-    assert d.commit_offsets() == {0: 1}  # the refusal at offset 1 is not yet durable
+        d.handle(record)
+    assert d.checkpoints.commit_offsets() == {0: 1}  # the refusal at offset 1 is not yet durable
     agent = d.registry.get("rover-a")
     assert agent is not None and len(agent.evidence) == 1
-    d._maybe_queue(agent, force=True)
-    assert d.commit_offsets() == {0: 4}
+    d.sweep(force=True)
+    assert d.checkpoints.commit_offsets() == {0: 4}
     d.source.close()
     d.store.close()
 
@@ -187,9 +189,9 @@ def test_a_restarted_daemon_resumes_from_its_checkpoint_without_duplicates(
     assert len(memory.models) == 1
     assert sorted(a.alert_type for a in memory.alerts) == ["capability_reduced",
                                                            "unexplained_inconsistency"]
-    assert first.daemon.processed == len(lines)  # type: ignore[attr-defined]
+    assert first.pipeline.processed == len(lines)  # type: ignore[attr-defined]
     again, _, second = _jsonl_daemon(tmp_path, lines)
-    assert second.daemon.processed == 0  # type: ignore[attr-defined]
+    assert second.pipeline.processed == 0  # type: ignore[attr-defined]
     assert again.models == [] and again.alerts == []
     store = open_store(f"sqlite:///{tmp_path / 'models.db'}")
     try:
@@ -213,7 +215,7 @@ def test_a_new_version_is_used_for_later_transitions(tmp_path: Path) -> None:
                             source=JsonlSource(str(path)))
     assert service.run(exit_when_idle=True, install_signals=False) == 0
     assert more.models == [] and more.alerts == []
-    agent = service.daemon.registry.get("rover-a")
+    agent = service.pipeline.registry.get("rover-a")
     assert agent is not None and agent.version.agent_id == "rover-a"
     assert agent.inconsistent == 0
     del first
@@ -243,7 +245,7 @@ def test_a_trace_with_one_bad_step_is_refused_whole(tmp_path: Path) -> None:
                              "states": [HALF, SAMPLED], "actions": [SAMPLE]})
     d = _manual(tmp_path, [bad_trace, good_trace])
     for r in d.source.poll(1.0):
-        d._handle(r)
+        d.handle(r)
     (dead,) = d.publisher.inner.dead_letters  # type: ignore[attr-defined]
     assert dead.reason.startswith("step 1: next_state: unknown predicate 'wet'")
     agent = d.registry.get("rover-a")
@@ -256,19 +258,19 @@ def test_a_message_that_trips_a_bug_is_dead_lettered_not_fatal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = _manual(tmp_path, [good_sample(step=0), good_sample("rover-boom", step=1),
                            good_sample(step=2)])
-    real = d._observe
+    real = AgentWatch.observe
 
-    def observe(agent: object, t: object, record: object) -> None:
-        if getattr(t, "agent_id", "") == "rover-boom":
+    def observe(watch: AgentWatch, t: AgentTransition) -> Finding:
+        if t.agent_id == "rover-boom":
             raise RuntimeError("boom")
-        real(agent, t, record)  # type: ignore[arg-type]
+        return real(watch, t)
 
-    monkeypatch.setattr(d, "_observe", observe)
+    monkeypatch.setattr(AgentWatch, "observe", observe)
     for r in d.source.poll(1.0):
-        d._handle(r)
+        d.handle(r)
     (dead,) = d.publisher.inner.dead_letters  # type: ignore[attr-defined]
     assert dead.reason == "internal error: RuntimeError: boom" and dead.offset == 1
-    assert d.commit_offsets() == {0: 3}
+    assert d.checkpoints.commit_offsets() == {0: 3}
     d.source.close()
     d.store.close()
 
@@ -279,14 +281,14 @@ def test_a_store_failure_stops_the_daemon_without_committing_the_record(
 
     d = _manual(tmp_path, [good_sample(step=0), good_sample("rover-new", step=1)])
     records = d.source.poll(1.0)
-    d._handle(records[0])
+    d.handle(records[0])
 
     def down(*args: object) -> None:
         raise StoreError("database is unreachable")
 
     monkeypatch.setattr(d.registry, "current_version", down)
     with pytest.raises(StoreError):
-        d._handle(records[1])
-    assert d.commit_offsets() == {0: 1}
+        d.handle(records[1])
+    assert d.checkpoints.commit_offsets() == {0: 1}
     d.source.close()
     d.store.close()

@@ -56,11 +56,11 @@ def _consume_jsonl(tmp_path: Path, path: Path, **sections: Any) -> Service:
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)}, **sections)
     service = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
                             source=JsonlSource(str(path)))
-    d = service.daemon
+    d = service.pipeline
     d.seed_families()
     d.source.start(lambda p: None, lambda p: None, {})
     for r in d.source.poll(1.0):
-        d._handle(r)
+        d.handle(r)
     return service
 
 
@@ -79,7 +79,7 @@ def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: P
                                 "family": "rover-v1", "state": state, "action": nav,
                                 "next_state": after}) + "\n" + good_sample("rover-b") + "\n")
     service = _consume_jsonl(tmp_path, path, scheduler={"canary_idle_s": 0.0001})
-    d = service.daemon
+    d = service.pipeline
     assert d.store.queue_items() == []
     inits: dict[str, frozenset[GroundAtom]] = {
         n: p.init for n, p in service.problems.items()}
@@ -89,13 +89,13 @@ def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: P
     deadline = time.monotonic() + 10
     while not d.store.queue_items() and time.monotonic() < deadline:
         time.sleep(0.05)
-        d._drain()
+        d.drain()
     items = d.store.queue_items()
     assert {i.agent_id for i in items} == {"rover-a", "rover-b"}
     evidence = items[0].payload["inconsistent"]
     assert any(o["action"][0] == "sample_rock" for o in evidence)
     assert all(o["offset"] == -1 for o in evidence)  # canary findings hold no commit
-    assert d.commit_offsets() == {0: 2}
+    assert d.checkpoints.commit_offsets() == {0: 2}
     d.source.close()
     d.store.close()
 
@@ -119,7 +119,7 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> 
     # A false-alarm rate this small keeps the online detector quiet: only the audit fires.
     service = _consume_jsonl(tmp_path, path, detection={"drift_false_alarm_rate": 1e-100,
                                                          "drift_min_samples": 100})
-    d = service.daemon
+    d = service.pipeline
     assert d.store.queue_items() == []
     d.audit()
     (item,) = d.store.queue_items()

@@ -14,7 +14,7 @@ from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult
 from capwatch.contracts.agent_protocol import AgentRejectedQuery
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
-from capwatch.daemon.pipeline import Daemon
+from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.retry import backoff_s, retry_plan
 from capwatch.daemon.service import build_service
 from capwatch.model.domain import GroundAction, GroundAtom
@@ -72,7 +72,7 @@ class Directory:
 
 
 def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
-            ) -> tuple[Daemon, list[datetime], MemoryPublisher]:
+            ) -> tuple[Pipeline, list[datetime], MemoryPublisher]:
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
@@ -81,18 +81,18 @@ def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
                                              "jitter": 0, **retry}})
     out = MemoryPublisher()
     d = build_service(cfg, publisher=out, agents=Directory(agent),
-                      source=JsonlSource(str(path))).daemon
+                      source=JsonlSource(str(path))).pipeline
     now = [T0]
     d.clock = lambda: now[0]
     d.seed_families()
-    d.source.start(d._on_assign, d._on_revoke, {})
+    d.source.start(d.assign, d.revoke, {})
     for r in d.source.poll(1.0):
-        d._handle(r)
+        d.handle(r)
     assert len(d.store.queue_items("pending")) == 1
     return d, now, out
 
 
-def _failed_alerts(d: Daemon, out: MemoryPublisher) -> list[Any]:
+def _failed_alerts(d: Pipeline, out: MemoryPublisher) -> list[Any]:
     """assessment_failed alerts published so far (routed first where alerts are routed)."""
     route = getattr(d, "route_alerts", None)
     if route is not None:
@@ -100,13 +100,13 @@ def _failed_alerts(d: Daemon, out: MemoryPublisher) -> list[Any]:
     return [a for a in out.alerts if a.alert_type == "assessment_failed"]
 
 
-def _attempt(d: Daemon, now: list[datetime], at: datetime) -> bool:
+def _attempt(d: Pipeline, now: list[datetime], at: datetime) -> bool:
     """Claim and run the queued work at ``at``; False if none is due yet."""
     now[0] = at
     items = d.store.claim(WORKER, at, 60.0, 1)
     if not items:
         return False
-    d._run_item(WORKER, items[0])
+    d.workers.run_claimed(WORKER, items[0])
     return True
 
 

@@ -202,7 +202,7 @@ def running(*services: Service) -> Iterator[list[threading.Thread]]:
         yield runners
     finally:
         for s in services:
-            s.daemon.stop()
+            s.pipeline.stop()
         for r in runners:
             r.join(30)
 

@@ -84,8 +84,8 @@ def test_a_family_wide_drift_is_one_grouped_alert_on_the_topic(family_drift: Set
                 if a["alert_type"] == "capability_reduced"]
 
     with running(service) as (runner,):
-        wait(lambda: lag(s) == 0 and service.daemon.processed >= n
-             and not service.daemon._awaiting_keys, 60, "the stream to be consumed")
+        wait(lambda: lag(s) == 0 and service.pipeline.processed >= n
+             and not service.pipeline.awaiting(), 60, "the stream to be consumed")
         wait(lambda: bool(reduced()), 30, "the grouped alert")
     assert not runner.is_alive()
 

@@ -128,13 +128,13 @@ def test_fleet_drift_end_to_end_over_kafka_and_http(setup: Setup) -> None:
     configure_logging("warning", "json")
     service = build_service(DaemonConfig(**daemon_config(setup, 0)))
     with running(service) as (runner,):
-        wait(lambda: lag(setup) == 0 and service.daemon.processed >= n
-             and not service.daemon._awaiting_keys, 60, "the stream to be consumed")
+        wait(lambda: lag(setup) == 0 and service.pipeline.processed >= n
+             and not service.pipeline.awaiting(), 60, "the stream to be consumed")
         wait(lambda: len(_change_alerts(setup)) >= len(DRIFTS), 30,
              "the alerts")
     assert not runner.is_alive()
     _check_outputs(setup)
-    assert service.daemon.dead_letters == 0
+    assert service.pipeline.dead_letters == 0
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -208,10 +208,10 @@ def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
     configure_logging("error", "json")
     service = build_service(DaemonConfig(**daemon_config(setup, 0)))
     with running(service):
-        wait(lambda: service.daemon.processed >= bad + len(good) and lag(setup) == 0, 60,
+        wait(lambda: service.pipeline.processed >= bad + len(good) and lag(setup) == 0, 60,
              "every message to be handled")
     dead = read_all(setup, setup.topics.dead_letter)
-    assert len(dead) == bad == service.daemon.dead_letters
+    assert len(dead) == bad == service.pipeline.dead_letters
     assert all(d["reason"] and d["source"] == setup.topics.transitions for d in dead)
     assert sorted(base64.b64decode(d["raw_base64"]) for d in dead) == sorted(
         [*samples, wrong_key])
@@ -253,15 +253,15 @@ def test_two_replicas_share_the_fleet_through_the_consumer_group(
     with running(*services):
         # Produce only once the group has settled on both members: otherwise the first
         # replica may drain the whole stream before the second one's join rebalances it.
-        wait(lambda: all(s.daemon.assigned for s in services)
-             and not (services[0].daemon.assigned & services[1].daemon.assigned), 60,
+        wait(lambda: all(s.pipeline.assigned for s in services)
+             and not (services[0].pipeline.assigned & services[1].pipeline.assigned), 60,
              "both replicas to own partitions")
         n = produce(setup, rounds=300)
         wait(lambda: lag(setup) == 0
-             and sum(s.daemon.processed for s in services) >= n
-             and not any(s.daemon._awaiting_keys for s in services), 90,
+             and sum(s.pipeline.processed for s in services) >= n
+             and not any(s.pipeline.awaiting() for s in services), 90,
              "both replicas to consume the stream")
         wait(lambda: len(_change_alerts(setup)) >= len(DRIFTS), 30,
              "the alerts")
-    assert all(s.daemon.processed > 0 for s in services), "one replica got no partition"
+    assert all(s.pipeline.processed > 0 for s in services), "one replica got no partition"
     _check_outputs(setup)

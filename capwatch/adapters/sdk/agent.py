@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from capwatch.adapters.sim.agent_server import AgentServer
 from capwatch.assess.agent import QueryResult, State
 from capwatch.contracts.agent_protocol import InvalidQuery
-from capwatch.contracts.wire import Transition, encode_transition
+from capwatch.contracts.wire import AgentTransition, encode_transition
 from capwatch.model.domain import GroundAction, GroundAtom
 
 __all__ = [
@@ -155,7 +155,7 @@ class TransitionPublisher:
         """Send ⟨s, a, s'⟩; returns the bytes sent. Invalid names raise ValueError here,
         in the agent, rather than landing in capwatch's dead-letter topic."""
         with self._lock:
-            t = Transition(self.agent_id, self.family, self.episode_id, self._step,
+            t = AgentTransition(self.agent_id, self.family, self.episode_id, self._step,
                            self._clock(), frozenset(state), tuple(action),
                            frozenset(next_state), optimal)
             value = encode_transition(t)

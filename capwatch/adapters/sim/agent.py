@@ -58,8 +58,8 @@ class AgentStats:
 
 
 @dataclass(frozen=True, slots=True)
-class Trace:
-    """An episode: ``states[i]`` --``actions[i]``--> ``states[i + 1]``."""
+class Episode:
+    """An episode the agent ran: ``states[i]`` --``actions[i]``--> ``states[i + 1]``."""
 
     states: tuple[State, ...]
     actions: tuple[GroundAction, ...]
@@ -210,7 +210,7 @@ class SimulatedAgent:
         return p
 
     def run_optimal(self, problem: Problem | None = None, *, max_steps: int = 200,
-                    max_states: int = DEFAULT_MAX_STATES) -> Trace:
+                    max_states: int = DEFAULT_MAX_STATES) -> Episode:
         """Execute an optimal plan for ``problem`` and return the trace.
 
         In a deterministic model this is one optimal plan. In a probabilistic one the
@@ -241,12 +241,12 @@ class SimulatedAgent:
             decoded = tuple(grounder.index.decode(s) for s in states)
             reached = goal.satisfied(state)
             deterministic = not domain.is_probabilistic
-        return Trace(decoded, tuple(actions), (True,) * len(actions),
+        return Episode(decoded, tuple(actions), (True,) * len(actions),
                      optimal=reached and deterministic and not replanned, goal_reached=reached)
 
     def random_walk(self, steps: int, problem: Problem | None = None, *,
                     state: Iterable[GroundAtom] | None = None,
-                    p_inapplicable: float = 0.0) -> Trace:
+                    p_inapplicable: float = 0.0) -> Episode:
         """Wander for up to ``steps`` steps, choosing uniformly among applicable actions.
 
         With probability ``p_inapplicable`` a step instead attempts an action whose
@@ -284,7 +284,8 @@ class SimulatedAgent:
             goal = Goal.of(grounder, p.goal_pos, p.goal_neg)
             reached = goal.satisfied(mask)
             decoded = tuple(grounder.index.decode(s) for s in states)
-        return Trace(decoded, tuple(actions), tuple(executed), optimal=False, goal_reached=reached)
+        return Episode(decoded, tuple(actions), tuple(executed), optimal=False,
+                       goal_reached=reached)
 
     def emit_trace(self, problem: Problem | None = None, *, optimal: bool = False,
                    steps: int = 20, p_inapplicable: float = 0.0

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
-from capwatch.contracts.wire import Transition, encode_transition
+from capwatch.contracts.wire import AgentTransition, encode_transition
 from capwatch.model.domain import Domain, Problem
 
 
@@ -131,7 +131,7 @@ class SimulatedFleet:
         trace = m.agent.random_walk(self.episode_steps, p_inapplicable=self.p_inapplicable)
         for k, (s, a, s2) in enumerate(trace.transitions()):
             self._time += timedelta(milliseconds=100)
-            t = Transition(m.agent_id, m.family.name, episode, k, self._time, s, a, s2, False,
+            t = AgentTransition(m.agent_id, m.family.name, episode, k, self._time, s, a, s2, False,
                            trace.executed[k])
             out.append(encode_transition(t))
         return out

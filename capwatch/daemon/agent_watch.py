@@ -1,0 +1,256 @@
+"""One agent under watch: its model, monitor, drift tables, evidence and debounce.
+
+An :class:`AgentWatch` is owned by the replica that owns the agent's partition and is
+touched only by the main loop. Its surface is :meth:`AgentWatch.observe`: a transition
+in, a :class:`Finding` out, saying what the transition showed and whether the agent's
+evidence is now ripe for an assessment. The pipeline turns a ripe watch into a
+:class:`~capwatch.daemon.work.WorkItem` (:meth:`AgentWatch.work_item`), queues it in the
+store, and tells the watch (:meth:`AgentWatch.queued`); until the work ends the watch is
+*awaiting* and buffers nothing, because the new model will re-check what follows.
+
+What must outlive the replica is in the models store (model versions, queued work,
+offsets, drift snapshots); what lives here is soft and is rebuilt from the store plus a
+replay from the committed offset. The commit rule (never past a buffered transition)
+makes that replay rebuild the evidence buffer exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from capwatch.contracts.wire import AgentTransition
+from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.work import DriftProbe, WorkItem
+from capwatch.model.consistency import Inconsistency, Verdict, explain
+from capwatch.model.domain import Domain, GroundAtom
+from capwatch.models_store.base import ModelVersion
+from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
+from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    """The detection settings every watch follows (from the daemon's configuration)."""
+
+    debounce_transitions: int = 3
+    """Inconsistent transitions that make the evidence ripe at once."""
+    debounce_s: float = 5.0
+    """Seconds after the first buffered inconsistency that make it ripe anyway."""
+    max_evidence: int = 256
+    max_executed_evidence: int = 64
+    monitor: MonitorLimits = field(default_factory=MonitorLimits)
+
+    @classmethod
+    def from_config(cls, config: DaemonConfig) -> WatchSettings:
+        det = config.detection
+        return cls(det.debounce_transitions, det.debounce_s, det.max_evidence,
+                   det.max_executed_evidence,
+                   MonitorLimits(max_inconsistencies=det.max_evidence,
+                                 max_state_atoms=config.limits.max_state_atoms))
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A transition the model cannot explain, with the monitor's explanation (Table 2)."""
+
+    transition: AgentTransition
+    explanation: Inconsistency
+
+    @property
+    def offset(self) -> int:
+        return self.transition.offset
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What one observed transition showed."""
+
+    verdict: Verdict
+    alarm: DriftAlarm | None = None
+    """A drift alarm this transition raised (only while nothing is awaited)."""
+    ripe: bool = False
+    """The agent's evidence should be assessed now: queue a work item."""
+
+
+class AgentWatch:
+    """One agent's live state; see the module docstring."""
+
+    def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
+                 drift: DriftMonitor, settings: WatchSettings | None = None) -> None:
+        self.agent_id = agent_id
+        self.family = family
+        self.partition = partition
+        self.settings = settings or WatchSettings()
+        self.version = version
+        self.domain: Domain = version.domain()
+        self.monitor = TransitionMonitor(self.domain, self.settings.monitor)
+        self._drift = drift
+        """The replica's drift tables (shared: the audit controls FDR across agents);
+        this watch reads and writes only its own agent's."""
+        self.evidence: list[Evidence] = []
+        self.evidence_since: float | None = None
+        """Monotonic time the oldest buffered inconsistency arrived (debounce clock)."""
+        self.alarms: dict[str, DriftAlarm] = {}
+        self.awaiting: str | None = None
+        """Key of the queued work; set until a new version (or the work's end) arrives."""
+        self.transitions = 0
+        self.inconsistent = 0
+        self.last_offset = -1
+        self.last_state: frozenset[GroundAtom] = frozenset()
+        self.last_executed: dict[str, float] = {}
+        """Action name → monotonic time it was last seen executing (canaries probe the rest)."""
+        self.drift_restored: tuple[int, int] | None = None
+        """(partition, next offset) of the drift snapshot this agent's tables were restored
+        from: its records before that offset are already counted, and a replay skips them."""
+
+    # ------------------------------------------------------------------ the surface
+
+    def observe(self, t: AgentTransition) -> Finding:
+        """Check ``t`` against the model and keep what it shows.
+
+        Raises ModelError (unknown vocabulary) before anything changes, so a refused
+        record leaves the watch as it was.
+        """
+        obs = self.monitor.observe(t.state, t.action, t.next_state, t.offset)
+        verdict = obs.verdict
+        self.transitions += 1
+        self.last_offset = t.offset
+        self.last_state = t.next_state
+        if verdict is Verdict.APPLIED:
+            self.last_executed[t.action[0]] = time.monotonic()
+            restored = self.drift_restored
+            # A replayed record the restored tables already counted is not counted again.
+            if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
+                return Finding(verdict)
+            counted = self.monitor.attribution(obs)
+            if counted is None:
+                return Finding(verdict)
+            action, attribution = counted
+            alarm = self._drift.observe(self.agent_id, action, attribution)
+            if alarm is None or self.awaiting is not None:
+                return Finding(verdict)
+            self.alarms[action.name] = alarm
+            return Finding(verdict, alarm, ripe=True)
+        if verdict is not Verdict.INCONSISTENT:
+            return Finding(verdict)
+        self.inconsistent += 1
+        if self.awaiting is not None:
+            return Finding(verdict)  # the queued work will settle it; the new model re-checks
+        explanation = self.monitor.last_inconsistency().explanation
+        self._buffer(Evidence(t, explanation))
+        return Finding(verdict, ripe=self.ripe())
+
+    # ------------------------------------------------------------------ evidence from elsewhere
+
+    def add_canary_finding(self, t: AgentTransition) -> bool:
+        """Evidence from a canary probe (no record, offset -1); True if taken."""
+        if self.awaiting is not None:
+            return False
+        self._buffer(Evidence(t, explain(self.domain, t.action, t.state, t.next_state)))
+        return True
+
+    def add_audit_alarm(self, evidence: DriftEvidence, action_name: str) -> DriftAlarm | None:
+        """A drift the fleet-wide audit found; None (ignored) while work is awaited."""
+        if self.awaiting is not None:
+            return None
+        mon = self._drift.monitor(self.agent_id, self.domain.action(action_name))
+        alarm = DriftAlarm(evidence, mon.updated_action(evidence.estimate))
+        self.alarms[action_name] = alarm
+        return alarm
+
+    def _buffer(self, evidence: Evidence) -> None:
+        if len(self.evidence) < self.settings.max_evidence:
+            self.evidence.append(evidence)
+        if self.evidence_since is None:
+            self.evidence_since = time.monotonic()
+
+    # ------------------------------------------------------------------ debounce and queueing
+
+    @property
+    def buffered(self) -> bool:
+        return bool(self.evidence or self.alarms)
+
+    def ripe(self, force: bool = False) -> bool:
+        """Whether the buffered evidence should be assessed now."""
+        if self.awaiting is not None or not self.buffered:
+            return False
+        if force or self.alarms or len(self.evidence) >= self.settings.debounce_transitions:
+            return True
+        return self.evidence_since is not None \
+            and time.monotonic() - self.evidence_since >= self.settings.debounce_s
+
+    def first_buffered_offset(self) -> int | None:
+        # Canary findings carry offset -1: they come from no record and hold no commit.
+        return min((e.offset for e in self.evidence if e.offset >= 0), default=None)
+
+    def work_item(self) -> WorkItem:
+        """The buffered evidence as queued work (the buffer is kept until :meth:`queued`)."""
+        first = self.first_buffered_offset()
+        since = first if first is not None else self.last_offset
+        key = f"{self.family}/{self.agent_id}@{self.version.ref}#{since}"
+        provisional = self.domain
+        drift = {}
+        probes = {}
+        for name, alarm in self.alarms.items():
+            provisional = provisional.replace_action(alarm.updated_action)
+            drift[name] = alarm.evidence.to_dict()
+            last = self.monitor.last_executed(name)
+            if last is not None:
+                # A state the action ran in is a state to ask it to run in again.
+                probes[name] = DriftProbe(last[1], last[0])
+        return WorkItem(
+            key=key, agent_id=self.agent_id, family=self.family, partition=self.partition,
+            base=self.version.ref, inconsistent=tuple(e.transition for e in self.evidence),
+            executed=self._executed_evidence(first), drift=drift,
+            provisional=provisional if drift else None, probes=probes)
+
+    def _executed_evidence(self, first: int | None) -> tuple[AgentTransition, ...]:
+        """Executed transitions since the first buffered inconsistency.
+
+        Older ones may predate the drift: they show the old behaviour, and handing them to
+        the assessment would contradict what the agent does now.
+        """
+        keep = self.settings.max_executed_evidence
+        if not keep or first is None:
+            return ()
+        return tuple(AgentTransition(self.agent_id, self.family, None, None, None, s, a, s2,
+                                     False)
+                     for s, a, s2 in self.monitor.executed_since(first, keep))
+
+    def queued(self, key: str, *, awaiting: bool = True) -> None:
+        """The work item ``key`` is in the store: its evidence is durable, wait for it.
+        ``awaiting`` False: the same work was queued and finished before (a replay after a
+        crash), so there is nothing to wait for."""
+        self.awaiting = key if awaiting else None
+        self.evidence.clear()
+        self.evidence_since = None
+        self.alarms.clear()
+
+    # ------------------------------------------------------------------ results
+
+    def adopt(self, version: ModelVersion) -> None:
+        """A version stored for this agent (by any replica): use it unless it is older than
+        the one in use; either way the awaited work is over."""
+        if version.ref.version >= self.version.ref.version \
+                or version.agent_id != self.version.agent_id:
+            self.install(version)
+        else:
+            self.awaiting = None
+
+    def install(self, version: ModelVersion) -> None:
+        """Switch to a new model version: evidence against the old one is moot."""
+        self.version = version
+        self.domain = version.domain()
+        self.monitor.replace_model(self.domain)
+        self.evidence.clear()
+        self.evidence_since = None
+        self.alarms.clear()
+        self.awaiting = None
+        self._drift.forget(self.agent_id)
+
+    def settle(self, key: str) -> None:
+        """The work ``key`` ended without a new version; new evidence may queue again."""
+        if self.awaiting == key:
+            self.awaiting = None
+            self._drift.forget(self.agent_id)

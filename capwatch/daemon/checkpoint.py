@@ -1,0 +1,169 @@
+"""Checkpoints: source positions, drift-table snapshots, and the commit rule.
+
+The commit rule: a partition's committed offset never passes a record whose effects are
+not durable. Consistent transitions leave nothing to keep; an inconsistent one sits in
+its agent's evidence buffer until the work it triggers is queued in the store, so the
+commit waits for that (:meth:`Checkpointer.commit_offsets`); what was published (dead
+letters above all) is flushed before a commit. After a crash the source replays from the
+commit and the replay rebuilds exactly what was lost.
+
+Drift tables are soft state saved alongside: each snapshot carries the position it
+reflects and is written before the offsets, so a committed offset is never past a
+snapshot's position and a replay can skip exactly the records the snapshot counted.
+Everything here runs on the main loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import structlog
+
+from capwatch.contracts.ports import Publisher, Source
+from capwatch.daemon.agent_watch import AgentWatch
+from capwatch.daemon.registry import Registry
+from capwatch.models_store.base import DriftSnapshot, ModelStore
+from capwatch.monitor.drift import DriftMonitor
+from capwatch.monitor.snapshot import SnapshotError, restore_agent, snapshot_agent
+
+log = structlog.get_logger("capwatch.daemon")
+
+
+class Checkpointer:
+    def __init__(self, *, group: str, store: ModelStore, source: Source, publisher: Publisher,
+                 registry: Registry, drift: DriftMonitor, clock: Callable[[], datetime],
+                 interval_s: float) -> None:
+        self.group = group
+        self.store = store
+        self.source = source
+        self.publisher = publisher
+        self.registry = registry
+        self.drift = drift
+        self.clock = clock
+        self.interval_s = interval_s
+        self._next: dict[int, int] = {}
+        """Per owned partition: the offset after the last record handled."""
+        self._committed: dict[int, int] = {}
+        self.saved_drift: dict[str, DriftSnapshot] = {}
+        """Saved drift state of agents in owned partitions, applied at their first record."""
+        self._last = time.monotonic()
+
+    # ------------------------------------------------------------------ positions
+
+    def handled(self, partition: int, offset: int) -> None:
+        """Every effect of the record at ``offset`` is applied (or buffered)."""
+        if offset >= self._next.get(partition, 0):
+            self._next[partition] = offset + 1
+
+    def resume_offsets(self) -> dict[int, int]:
+        """The committed positions in the store, for sources that keep none themselves."""
+        return {p: o for (topic, p), o in self.store.load_offsets(self.group).items()
+                if topic == self.source.name}
+
+    def commit_offsets(self, partitions: set[int] | None = None) -> dict[int, int]:
+        """Per partition, the offset every earlier record's effects are durable up to."""
+        held: dict[int, int] = {}
+        for watch in self.registry:
+            first = watch.first_buffered_offset()
+            if first is not None:
+                held[watch.partition] = min(held.get(watch.partition, first), first)
+        offsets = {}
+        for p, nxt in self._next.items():
+            if partitions is not None and p not in partitions:
+                continue
+            offsets[p] = min(nxt, held.get(p, nxt))
+        return offsets
+
+    @property
+    def due(self) -> bool:
+        return time.monotonic() - self._last >= self.interval_s
+
+    def checkpoint(self, partitions: set[int] | None = None) -> bool:
+        """Save drift state, then commit what is durable; True if an offset moved."""
+        self._last = time.monotonic()
+        self.save_drift_state(partitions)
+        offsets = {p: o for p, o in self.commit_offsets(partitions).items()
+                   if self._committed.get(p) != o}
+        if not offsets:
+            return False
+        self.publisher.flush()
+        self.store.save_offsets(self.group, {(self.source.name, p): o
+                                             for p, o in offsets.items()}, self.clock())
+        self.source.commit(offsets)
+        self._committed.update(offsets)
+        log.debug("checkpoint", offsets=offsets)
+        return True
+
+    # ------------------------------------------------------------------ drift snapshots
+
+    def save_drift_state(self, partitions: set[int] | None = None) -> int:
+        """Write the drift tables of agents that changed since they were last written.
+
+        Each snapshot carries the position it reflects: the next offset of the agent's
+        partition (every record before it handled).
+        """
+        changed = self.drift.take_changed()
+        later: set[str] = set()
+        snaps: list[DriftSnapshot] = []
+        now = self.clock()
+        for agent_id in sorted(changed):
+            watch = self.registry.get(agent_id)
+            if watch is None:
+                continue  # dropped (partition revoked): its state was saved before that
+            if partitions is not None and watch.partition not in partitions:
+                later.add(agent_id)
+                continue
+            nxt = self._next.get(watch.partition)
+            if nxt is None:
+                later.add(agent_id)
+                continue
+            restored = watch.drift_restored
+            if restored is not None and restored[0] == watch.partition:
+                nxt = max(nxt, restored[1])
+            snaps.append(DriftSnapshot(
+                agent_id, watch.version.ref, self.source.name, watch.partition, nxt,
+                snapshot_agent(self.drift, agent_id, watch.version.ref.to_json()), now))
+        self.drift.mark_changed(later)
+        if snaps:
+            try:
+                self.store.save_drift_snapshots(self.group, snaps)
+            except BaseException:
+                self.drift.mark_changed(s.agent_id for s in snaps)
+                raise
+        return len(snaps)
+
+    def load_drift_state(self, partitions: set[int]) -> None:
+        """Fetch the snapshots of agents last seen in newly assigned ``partitions``."""
+        for snap in self.store.load_drift_snapshots(self.group, self.source.name, partitions):
+            self.saved_drift[snap.agent_id] = snap
+
+    def restore(self, watch: AgentWatch) -> None:
+        """Give a newly loaded agent the drift tables saved for it, if they still apply."""
+        if not self.saved_drift:
+            return
+        snap = self.saved_drift.pop(watch.agent_id, None)
+        if snap is None or watch.transitions:
+            return  # an agent already live keeps its own, newer tables
+        if snap.model != watch.version.ref:
+            log.info("drift state is for another model version; starting afresh",
+                     saved=str(snap.model), current=str(watch.version.ref))
+            return
+        try:
+            skipped = restore_agent(self.drift, watch.agent_id, watch.domain.action_map,
+                                    snap.state)
+        except SnapshotError as e:
+            log.warning("drift state unreadable; starting afresh", error=str(e))
+            return
+        watch.drift_restored = (snap.partition, snap.next_offset)
+        log.info("drift state restored", position=snap.next_offset,
+                 skipped=skipped or None)
+
+    def forget(self, partitions: set[int]) -> None:
+        """The partitions moved away (after a final checkpoint of them)."""
+        for p in partitions:
+            self._next.pop(p, None)
+            self._committed.pop(p, None)
+        for agent_id in [a for a, s in self.saved_drift.items() if s.partition in partitions]:
+            del self.saved_drift[agent_id]

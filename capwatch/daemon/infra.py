@@ -1,0 +1,32 @@
+"""What the daemon stands on: its clock, and which failures are the infrastructure's
+(the store, the disk) rather than the message being handled."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from capwatch.models_store.base import StoreError
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _infrastructure_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [StoreError, sqlite3.Error, OSError]
+    try:
+        import psycopg
+
+        errors.append(psycopg.Error)
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        pass
+    return tuple(errors)
+
+
+INFRASTRUCTURE_ERRORS = _infrastructure_errors()
+"""Failures of what the daemon stands on rather than of the message it was handling: the
+record that met one is not committed past, and the daemon stops."""

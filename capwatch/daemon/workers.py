@@ -1,0 +1,239 @@
+"""Assessment workers: claim queued work from the store, run it, retry or give it up.
+
+Work lives in the store, so queued work survives a restart and any replica may run it.
+A worker asks the agent (through the assessor), stores the new version with its alerts
+in one transaction, publishes it, and posts the result (:mod:`capwatch.daemon.work`) for
+the main loop, which alone touches the per-agent state. A failed attempt goes back to the
+queue with a wait that depends on why it failed (:mod:`capwatch.daemon.retry`); the last
+allowed failure writes the ``assessment_failed`` alert in the same transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import structlog
+
+from capwatch.alerts.outbox import outbox_record
+from capwatch.alerts.policy import AlertPolicy
+from capwatch.alerts.types import alerts_for_version, assessment_failed_alert
+from capwatch.assess.agent import AgentUnavailable
+from capwatch.contracts.ports import AgentDirectory, Publisher
+from capwatch.daemon.alerting import failed_alert_key, version_alert_key
+from capwatch.daemon.assessor import AssessmentRequest, Assessor
+from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.events import model_event
+from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.retry import Failure, describe_agent_failure, internal_failure, retry_plan
+from capwatch.daemon.work import Installed, Result, Settled, Settlement, WorkItem
+from capwatch.models_store.base import (
+    ModelRef,
+    ModelStore,
+    ModelVersion,
+    OutboxAlert,
+    PendingAssessment,
+    StoreError,
+    VersionConflict,
+    build_version,
+    lineage_chain,
+)
+
+log = structlog.get_logger("capwatch.daemon")
+
+
+class AssessmentWorkers:
+    def __init__(self, config: DaemonConfig, *, store: ModelStore, agents: AgentDirectory,
+                 assessor: Assessor, publisher: Publisher, metrics: DaemonMetrics,
+                 policy: AlertPolicy, clock: Callable[[], datetime],
+                 post: Callable[[Result], None]) -> None:
+        self.config = config
+        self.store = store
+        self.agents = agents
+        self.assessor = assessor
+        self.publisher = publisher
+        self.metrics = metrics
+        self.policy = policy
+        self.clock = clock
+        self.post = post
+        """Hands a result to the main loop (thread-safe)."""
+        self._threads: list[threading.Thread] = []
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._inflight: dict[str, str] = {}
+        """Worker name → key of the item it is running."""
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        for i in range(self.config.assessment.workers):
+            name = f"{self.config.replica_id}/w{i}"
+            t = threading.Thread(target=self._loop, args=(name,), name=f"assess-{i}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def wake(self) -> None:
+        """New work is queued: claim it now rather than at the next poll."""
+        self._wake.set()
+
+    def recover_claims(self) -> None:
+        """Work this replica held when it died goes back to the queue at once, instead of
+        waiting for its lease to run out."""
+        prefix = f"{self.config.replica_id}/"
+        for item in self.store.queue_items("claimed"):
+            if item.claimed_by and item.claimed_by.startswith(prefix):
+                with contextlib.suppress(StoreError):
+                    self.store.release(item.key, item.claimed_by, "replica restarted",
+                                       self.clock(), self.config.assessment.max_attempts + 1)
+
+    def stop(self, grace_s: float) -> None:
+        """Stop claiming, give running work ``grace_s``, and hand back what is unfinished."""
+        self._stopped.set()
+        self._wake.set()
+        deadline = time.monotonic() + grace_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            unfinished = dict(self._inflight)
+        for worker, key in unfinished.items():
+            with contextlib.suppress(StoreError):
+                self.store.release(key, worker, "replica shutting down", self.clock(),
+                                   self.config.assessment.max_attempts + 1)
+
+    def _loop(self, name: str) -> None:
+        cfg = self.config.assessment
+        while not self._stopped.is_set():
+            try:
+                items = self.store.claim(name, self.clock(), cfg.lease_s, 1)
+            except Exception:
+                log.exception("claiming queued work failed")
+                items = []
+            if not items:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            item = items[0]
+            with self._lock:
+                self._inflight[name] = item.key
+            try:
+                self.run_claimed(name, item)
+            finally:
+                with self._lock:
+                    self._inflight.pop(name, None)
+
+    # ------------------------------------------------------------------ one item
+
+    def run_claimed(self, worker: str, item: PendingAssessment) -> None:
+        """Run work ``worker`` holds the lease of; a failure gives it back to the queue."""
+        try:
+            self._run(worker, item)
+        except AgentUnavailable as e:
+            self.give_back(worker, item, describe_agent_failure(e))
+        except Exception as e:
+            log.exception("assessment crashed", key=item.key)
+            self.give_back(worker, item, internal_failure(e))
+
+    def give_back(self, worker: str, item: PendingAssessment, failure: Failure) -> None:
+        cfg = self.config.assessment
+        now = self.clock()
+        # Written by the store only if this release fails the work for good, in the same
+        # transaction, so the alert can be neither lost nor raised for a retry.
+        alert = assessment_failed_alert(
+            family=item.family, agent_id=item.agent_id, time=now, reason=failure.alert_reason,
+            message=failure.message[:500], evidence={"assessment_key": item.key,
+                                                     "attempts": item.attempts},
+            severities=self.policy.severities)
+        wait, limit = retry_plan(cfg, item.attempts, item.key,
+                                 agent_unreachable=failure.agent_unreachable)
+        try:
+            failed = self.store.release(
+                item.key, worker, failure.message, now + wait, limit,
+                [outbox_record(alert, failed_alert_key(item.key))])
+        except StoreError:
+            return
+        self.metrics.assessments.labels(item.family, "retry").inc()
+        if failed:
+            self.metrics.assessments.labels(item.family, "failed").inc()
+            self.post(Settled(item.agent_id, item.key, Settlement.FAILED))
+
+    def _run(self, worker: str, pending: PendingAssessment) -> None:
+        t0 = time.monotonic()
+        item = WorkItem.from_pending(pending)
+        family, agent_id = item.family, item.agent_id
+        structlog.contextvars.bind_contextvars(agent_id=agent_id)
+        base = self.store.get(item.base)
+        if base is None:
+            raise StoreError(f"queued work names {item.base}, which the store does not have")
+        latest = self.store.latest(family, agent_id)
+        version: ModelVersion | None = None
+        if latest is not None and latest.evidence.get("assessment_key") == item.key:
+            version = latest  # a retry after the version was stored but not acknowledged
+        elif latest is not None and (base.agent_id is None
+                                     or latest.version > base.version):
+            # The agent's lineage moved past the model this work was queued against.
+            self.store.complete(item.key, worker)
+            self.post(Installed(agent_id, latest))
+            return
+        queries = 0
+        if version is None:
+            base_domain = base.domain()
+            outcome = self.assessor.assess(AssessmentRequest(
+                agent_id=agent_id, family=family, model=base_domain,
+                agent=self.agents.agent(agent_id, family),
+                inconsistent=item.inconsistent, executed=item.executed,
+                drifted_actions=item.drifted_actions(), drift_probes=item.probes,
+                query_budget=self.config.assessment.query_budget,
+                samples=self.config.assessment.samples))
+            queries = outcome.queries
+            self.metrics.queries.labels(family).inc(queries)
+            self.metrics.assessment_seconds.labels(family).observe(time.monotonic() - t0)
+            if outcome.model == base_domain:
+                self.store.complete(item.key, worker)
+                self.metrics.assessments.labels(family, "unchanged").inc()
+                log.info("assessment found no change", key=item.key, queries=queries)
+                self.post(Settled(agent_id, item.key, Settlement.UNCHANGED))
+                return
+            ref = ModelRef(family, agent_id, (latest.version if latest else 0) + 1)
+            baseline = next((v for v in reversed(lineage_chain(self.store, base.ref))
+                             if v.agent_id is None), base)
+            evidence = {
+                "assessment_key": item.key,
+                "queries": queries,
+                "transitions": item.evidence_positions(),
+                "drift": {name: dict(e) for name, e in item.drift.items()},
+                "assessment": dict(outcome.details),
+                "replica": self.config.replica_id,
+            }
+            candidate = build_version(ref, outcome.model, self.clock(), parent=base,
+                                      baseline=baseline.domain(), evidence=evidence)
+            try:
+                # The version's alerts enter the outbox in the version's own transaction.
+                version = self.store.put(candidate, self._version_alerts(base, candidate))
+            except VersionConflict:
+                latest = self.store.latest(family, agent_id)
+                if latest is None or latest.evidence.get("assessment_key") != item.key:
+                    raise
+                version = latest
+        # A retry finds the version already stored: writing its alerts again is a no-op
+        # (same outbox keys), and covers a version stored without them.
+        events = self._version_alerts(base, version)
+        self.store.add_alerts(events)
+        self.publisher.model_version(model_event(version))
+        self.publisher.flush()
+        self.store.complete(item.key, worker)
+        self.metrics.model_versions.labels(family).inc()
+        self.metrics.assessments.labels(family, "changed").inc()
+        self.metrics.observe_model_delta(family, agent_id, version.delta_to_baseline)
+        log.info("model version published", version=version.version,
+                 delta=version.delta_to_parent, summary=list(version.summary),
+                 queries=queries, alerts=len(events))
+        self.post(Installed(agent_id, version))
+
+    def _version_alerts(self, parent: ModelVersion, version: ModelVersion) -> list[OutboxAlert]:
+        return [outbox_record(a, version_alert_key(version, a))
+                for a in alerts_for_version(parent, version, severities=self.policy.severities)]
