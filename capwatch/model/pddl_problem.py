@@ -29,7 +29,7 @@ def _ground_literals(ctx: Ctx, node: SExpr, what: str) -> tuple[set[GroundAtom],
             if len(lst.items) != 2:
                 raise ctx.error(lst, "expected exactly one atom inside (not ...)")
             visit(lst.items[1], False)
-        elif head in (*_NOT_CONJUNCTIVE, "and", "not"):
+        elif head in (*_NOT_CONJUNCTIVE, "and", "not", "="):
             raise ctx.unsupported(lst, f"'{head}'", f"in {what}")
         else:
             (pos if positive else neg).add(_ground_atom(ctx, lst))

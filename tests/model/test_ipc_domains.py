@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from capwatch.model import Grounder, LiftedAtom, pal_tuples
+from capwatch.model import Grounder, LiftedAtom, Verdict, check, pal_tuples
 from capwatch.model.pddl_reader import read_domain, read_plan, read_problem
 from capwatch.model.simulate import execute_plan
 from tests.paths import IPC, IPC_NAMES
@@ -54,6 +54,14 @@ def test_the_shipped_plan_reaches_the_goal(name: str) -> None:
     executed, final = execute_plan(Grounder(domain), problem.init, plan)
     assert executed == len(plan) > 0
     assert problem.goal_pos <= final and not problem.goal_neg & final
+    # And the consistency check, as the monitor runs it, accepts every step.
+    g = Grounder(domain)
+    state = g.index.encode(problem.init)
+    for step in plan:
+        op = g.operator(step)
+        nxt = op.apply(state)
+        assert check(op, state, nxt)[0] is Verdict.APPLIED, step
+        state = nxt
 
 
 @pytest.mark.parametrize("name", ["hiking", "mprime"])

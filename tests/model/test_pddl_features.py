@@ -206,3 +206,9 @@ def test_unsupported_constructs_are_refused_with_their_name_and_position(
 def test_costs_need_declared_functions() -> None:
     with pytest.raises(PDDLError, match="unknown function 'total-cost'"):
         parse_domain(HEAD + "(:action a :parameters (?x) :effect (increase (total-cost) 1)))")
+
+
+def test_equality_in_a_goal_is_refused() -> None:
+    text = "(define (problem p) (:domain d) (:objects a b) (:goal (and (not (= a b)))))"
+    with pytest.raises(PDDLError, match=r"p:1:65: '=' is not supported in :goal"):
+        parse_problem(text, "p")
