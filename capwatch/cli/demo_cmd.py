@@ -10,6 +10,8 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ def register(sub: Any) -> None:
         description="Run the daemon end to end on an embedded simulated fleet (no servers):"
                     " capwatch/examples/demo.yaml with a fresh SQLite store in a temporary"
                     " directory, then print what was detected next to what was injected.")
-    demo.add_argument("--rounds", type=int, default=None,
+    demo.add_argument("--rounds", type=positive_int, default=None,
                       help="transitions per agent (default: as in the demo configuration)")
     demo.add_argument("--config", help="another demo configuration (simulated source)")
     demo.add_argument("--verbose", action="store_true", help="log at info level")
@@ -57,14 +59,53 @@ def handle(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         code = service.run(exit_when_idle=True, install_signals=False)
         elapsed = time.monotonic() - t0
-        print(summary(config, fleet, memory, service.pipeline.processed,
-                      service.pipeline.dead_letters, elapsed))
-    return code
+        result = summary(config, fleet, memory, service.pipeline.processed,
+                         service.pipeline.dead_letters, elapsed)
+        print(result.text)
+    return code if code != 0 or result.ok else 1
+
+
+def positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} rounds: at least 1 transition per agent")
+    return n
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def effort(evidence: Mapping[str, Any]) -> str:
+    """Queries asked and, for outcome re-estimation, how many times each was sampled.
+
+    A probability estimate asks one one-step query many times; counting it as one query
+    hides the cost, counting each sample as a query conflates it with DAAISy's queries.
+    """
+    queries = int(evidence.get("queries", 0))
+    estimates = (evidence.get("assessment") or {}).get("estimates") or {}
+    samples = sum(int(e.get("samples", 0)) for e in estimates.values())
+    text = _plural(queries, "query", "queries")
+    if samples:
+        text += f" ({_plural(samples, 'sample', 'samples')} of the agent's outcomes)"
+    return text
+
+
+@dataclass
+class DemoResult:
+    text: str
+    ok: bool
+    """Every drift that took effect was recovered exactly and no other agent got a
+    new version."""
 
 
 def summary(config: Any, fleet: Any, memory: Any, processed: int, dead: int,
-            elapsed: float) -> str:
-    families = config.source.simulated.families
+            elapsed: float) -> DemoResult:
+    sim = config.source.simulated
+    families = sim.families
     n_agents = sum(f.agents for f in families.values())
     lines = [
         "",
@@ -73,38 +114,57 @@ def summary(config: Any, fleet: Any, memory: Any, processed: int, dead: int,
         f"({processed / max(elapsed, 1e-9):,.0f}/s), {dead} dead letters",
         "",
     ]
-    drifted = set(fleet.drifted_agents())
-    injected = {d.agent_id or d.family: d for d in config.source.simulated.drifts}
-    lines.append(f"Injected drift into {len(injected)} agents; detected:")
+    from capwatch.model.serialize import domain_from_json
+
     latest: dict[str, Any] = {}
     for m in memory.models:
         latest[m.agent_id] = m
+    targets: dict[str, list[Any]] = {}
+    for d in sim.drifts:
+        names = [d.agent_id] if d.agent_id else [a for a in fleet.agent_ids
+                                                 if fleet.family_of(a) == d.family]
+        for a in names:
+            targets.setdefault(a, []).append(d)
+    drifted = set(fleet.drifted_agents())
+    not_reached = sorted(set(targets) - drifted)
+    lines.append(f"Drift scheduled for {_plural(len(targets), 'agent', 'agents')}; "
+                 f"took effect in {len(drifted)}:")
     exact = 0
     for agent_id in sorted(set(latest) | drifted):
         m = latest.get(agent_id)
+        at = fleet.drift_step(agent_id)
+        when = (f"drifted at step {at} of {fleet.steps(agent_id)}"
+                if at is not None else "did not drift")
         if m is None:
-            lines.append(f"  {agent_id}: drifted but no new model version (missed)")
+            after = _plural(fleet.steps(agent_id) - (at or 0), "transition", "transitions")
+            lines.append(f"  {agent_id}: {when}; no new model version "
+                         f"(MISSED: {after} after the drift)")
             continue
-        from capwatch.model.serialize import domain_from_json
-
-        learned = domain_from_json(m.model.json_)
-        truth = fleet.true_model(agent_id)
-        d = delta(learned, truth)
-        same_structure = d == 0
-        exact += same_structure
-        tag = "matches the agent's true model" if same_structure else f"Δ {d} from the truth"
+        d = delta(domain_from_json(m.model.json_), fleet.true_model(agent_id))
         if agent_id not in drifted:
-            tag = "FALSE ALARM (agent did not drift)"
-        queries = m.evidence.get("queries", 0)
-        lines.append(f"  {agent_id}: model v{m.version}, Δ {m.delta} from its parent, "
-                     f"{queries} queries; {tag}")
+            tag = "FALSE ALARM (the agent did not drift)"
+        elif d == 0:
+            exact += 1
+            tag = "matches the agent's true model"
+        else:
+            tag = f"Δ {d} from the agent's true model (INEXACT)"
+        lines.append(f"  {agent_id}: {when}; model v{m.version}, Δ {m.delta} from its parent, "
+                     f"{effort(m.evidence)}; {tag}")
         lines.extend(f"      {s}" for s in m.summary)
+    for agent_id in not_reached:
+        first = min(d.at_step for d in targets[agent_id])
+        lines.append(f"  {agent_id}: drift scheduled at step {first} not reached "
+                     f"(the run ends at {sim.rounds} transitions per agent)")
     lines.append("")
     lines.append(f"Alerts ({len(memory.alerts)}):")
     for a in memory.alerts:
         lines.append(f"  [{a.severity}] {a.alert_type}: {a.agent_id}: {a.summary}")
-    undrifted_versions = sorted(set(latest) - drifted)
+    false_alarms = sorted(set(latest) - drifted)
     lines.append("")
     lines.append(f"Drifted agents recovered exactly (pal-tuples): {exact}/{len(drifted)}; "
-                 f"undrifted agents given a new version: {len(undrifted_versions)}")
-    return "\n".join(lines)
+                 f"undrifted agents given a new version: {len(false_alarms)}")
+    ok = exact == len(drifted) and not false_alarms
+    if not ok:
+        lines.append("capwatch demo: FAILED: not every drift that took effect was recovered "
+                     "exactly, or an agent that did not drift got a new model")
+    return DemoResult("\n".join(lines), ok)

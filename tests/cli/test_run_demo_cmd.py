@@ -72,6 +72,30 @@ def test_demo_detects_every_injected_drift(capsys: pytest.CaptureFixture[str]) -
     assert "Drifted agents recovered exactly (pal-tuples): 3/3" in out
     assert "undrifted agents given a new version: 0" in out
     assert "now requires (battery_full ?r)" in out
+    # A probability re-estimate is one query asked many times: both figures are shown.
+    line = next(x for x in out.splitlines() if x.startswith("  courier-v1-007:"))
+    assert "1 query (" in line and " samples of the agent's outcomes)" in line
+
+
+@pytest.mark.parametrize("rounds", ["0", "-5", "x"])
+def test_demo_refuses_a_round_count_that_is_not_positive(
+        rounds: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--rounds", rounds])
+    assert e.value.code == 2
+    assert "--rounds" in capsys.readouterr().err
+
+
+def test_demo_fails_when_a_drift_that_took_effect_is_not_recovered(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # 50 rounds: two drifts are scheduled after the run ends, the third takes effect
+    # two transitions before it, too late to be detected.
+    assert main(["demo", "--rounds", "50"]) == 1
+    out = capsys.readouterr().out
+    assert "Drift scheduled for 3 agents; took effect in 1:" in out
+    assert "rover-v3-004: drift scheduled at step 60 not reached" in out
+    assert "courier-v1-007: drifted at step 48 of 50; no new model version (MISSED" in out
+    assert "recovered exactly (pal-tuples): 0/1" in out
 
 
 def test_run_says_which_input_is_missing(tmp_path: Path,

@@ -52,6 +52,9 @@ class _Member:
     episodes: int = 0
     pending: list[bytes] = field(default_factory=list)
     drifted: bool = False
+    drifted_at: int | None = None
+    """The agent's step count when its model was switched (drifts apply between episodes,
+    so this can be later than the drift's ``at_step``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +119,21 @@ class SimulatedFleet:
     def drifted_agents(self) -> list[str]:
         return [m.agent_id for m in self._members.values() if m.drifted]
 
+    def drift_step(self, agent_id: str) -> int | None:
+        """The step at which ``agent_id`` switched to a drifted model (None: it has not)."""
+        return self._members[agent_id].drifted_at
+
+    def steps(self, agent_id: str) -> int:
+        """Transitions ``agent_id`` has produced so far."""
+        return self._members[agent_id].steps
+
     def _apply_drifts(self, m: _Member) -> None:
         for d in self.drifts:
             targets = d.agent_id == m.agent_id or d.family == m.family.name
             if targets and m.steps >= d.at_step and m.agent.domain != d.domain:
                 m.agent.switch_model(d.domain)
                 m.drifted = True
+                m.drifted_at = m.steps
 
     def _episode(self, m: _Member) -> list[bytes]:
         self._apply_drifts(m)
