@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench bench-core bench-assess bench-drift bench-store bench-daemon clean
+.PHONY: test lint typecheck unit demo image bench bench-core bench-assess bench-drift bench-store bench-daemon clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check capwatch tests benchmarks
+	$(BIN)/ruff check capwatch tests benchmarks helm deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict capwatch
@@ -43,6 +43,11 @@ bench-store: $(STAMP)
 
 bench-daemon: $(STAMP)
 	$(BIN)/python benchmarks/bench_daemon.py
+
+# The container image (deploy/image/build.sh: a Debian base made with mmdebstrap, a host-built
+# wheelhouse, buildah, then a smoke test in podman). Slow and needs root: not part of `test`.
+image: $(STAMP)
+	PYTHON=$(abspath $(BIN)/python) deploy/image/build.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
