@@ -26,13 +26,19 @@ def dashboard() -> dict[str, Any]:
 
 
 def queries(d: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(p["title"], t["expr"]) for p in d["panels"] if p["type"] != "row"
-            for t in p["targets"]]
+    """Every PromQL expression: panel targets and annotation queries."""
+    panels = [(p["title"], t["expr"]) for p in d["panels"] if p["type"] != "row"
+              for t in p["targets"]]
+    notes = [(a["name"], a["expr"]) for a in d["annotations"]["list"] if "expr" in a]
+    return panels + notes
 
 
 def concrete(expr: str) -> str:
     """Grafana variables replaced by what Grafana would substitute."""
-    return expr.replace("$__rate_interval", "5m").replace("$family", ".*")
+    for var, value in [("$__rate_interval", "5m"), ("$__interval", "1m"),
+                       ("$family", ".*"), ("$namespace", ".*"), ("$job", ".*")]:
+        expr = expr.replace(var, value)
+    return expr
 
 
 def test_dashboard_is_valid_and_complete() -> None:
@@ -53,12 +59,46 @@ def test_dashboard_is_valid_and_complete() -> None:
         assert g["x"] >= 0 and g["x"] + g["w"] <= 24
 
 
+def test_stat_and_table_panels_summarise_the_fleet() -> None:
+    d = dashboard()
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for p in d["panels"]:
+        by_type.setdefault(p["type"], []).append(p)
+    stats = {p["title"] for p in by_type["stat"]}
+    assert {"Replicas up", "Agents drifted", "Records read", "Consumer lag"} <= stats
+    (table,) = by_type["table"]
+    assert all(t["format"] == "table" and t["instant"] for t in table["targets"])
+    assert all("by (family)" in t["expr"] for t in table["targets"])
+    assert table["transformations"][0]["options"]["byField"] == "family"
+    # The overview sits above the time series.
+    first_row = min(p["gridPos"]["y"] for p in by_type["timeseries"])
+    assert all(p["gridPos"]["y"] < first_row for p in by_type["stat"] + by_type["table"])
+
+
+def test_variables_scope_every_query_to_a_namespace_and_job() -> None:
+    d = dashboard()
+    names = [v["name"] for v in d["templating"]["list"]]
+    assert names == ["datasource", "namespace", "job", "family"]
+    for title, expr in queries(d):
+        for selector in re.findall(r"capwatch_\w+\{[^}]*\}|capwatch_\w+(?![\w{])", expr):
+            assert 'namespace=~"$namespace"' in selector and 'job=~"$job"' in selector, \
+                f"{title}: {selector}"
+
+
+def test_model_versions_are_annotated() -> None:
+    notes = {a["name"]: a for a in dashboard()["annotations"]["list"]}
+    versions = notes["Model versions"]
+    assert versions["enable"] is True
+    assert "capwatch_model_versions_total" in versions["expr"]
+    assert "{{family}}" in versions["textFormat"]
+
+
 def test_panels_select_only_exported_metrics() -> None:
     exported = exported_series()
     d = dashboard()
-    family_var = next(v for v in d["templating"]["list"] if v["name"] == "family")
-    m = re.fullmatch(r"label_values\((\w+), (\w+)\)", family_var["definition"])
-    assert m is not None and m.group(1) in exported and m.group(2) == "family"
+    for var in d["templating"]["list"][1:]:
+        m = re.fullmatch(r"label_values\((\w+)(\{[^}]*\})?, (\w+)\)", var["definition"])
+        assert m is not None and m.group(1) in exported and m.group(3) == var["name"]
     for title, expr in queries(d):
         names = metric_names(concrete(expr))
         assert names, title

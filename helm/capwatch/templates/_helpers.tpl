@@ -1,12 +1,17 @@
 {{- define "capwatch.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "capwatch.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -28,4 +33,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
+{{- end -}}
+
+{{- define "capwatch.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+Checks a schema cannot express (they compare several values); `fail` stops the render
+with the message, so `helm install` prints it before anything reaches the cluster.
+*/}}
+{{- define "capwatch.validate" -}}
+{{- $url := toString (dig "store" "url" "capwatch.db" .Values.config) -}}
+{{- $shared := or (hasPrefix "postgresql://" $url) (hasPrefix "postgres://" $url) .Values.store.urlSecret.name -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not $shared) -}}
+{{- fail (printf "replicaCount %d needs a store every replica reaches, but config.store.url is SQLite (%s), which only one pod can write: set config.store.url to postgresql://... (or store.urlSecret) and persistence.enabled=false, or keep replicaCount 1" (int .Values.replicaCount) $url) -}}
+{{- end -}}
+{{- if and $shared .Values.persistence.enabled -}}
+{{- fail "the store is PostgreSQL, so the SQLite volume is unused: set persistence.enabled=false" -}}
+{{- end -}}
+{{- $http := .Values.config.http | default dict -}}
+{{- if eq (toString (dig "enabled" true $http)) "false" -}}
+{{- fail "config.http.enabled is false, but the chart's probes, Service and ServiceMonitor use the HTTP port" -}}
+{{- end -}}
+{{- $host := toString (dig "host" "127.0.0.1" $http) -}}
+{{- if or (eq $host "127.0.0.1") (eq $host "localhost") (eq $host "::1") -}}
+{{- fail (printf "config.http.host %s is loopback: the kubelet's probes and Prometheus could not reach the pod; use 0.0.0.0" $host) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "capwatch.httpPort" -}}
+{{- dig "port" 9464 (.Values.config.http | default dict) -}}
 {{- end -}}
