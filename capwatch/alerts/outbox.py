@@ -30,7 +30,7 @@ import structlog
 from capwatch.alerts.policy import AlertPolicy, merge_group
 from capwatch.alerts.sinks import AlertDeliveryError, AlertSink
 from capwatch.alerts.types import Alert
-from capwatch.models_store.base import AlertDelivery, ModelStore, OutboxAlert, RoutingPlan
+from capwatch.contracts.store import AlertDelivery, AlertOutboxStore, OutboxAlert, RoutingPlan
 
 log = structlog.get_logger("capwatch.alerts")
 
@@ -109,7 +109,7 @@ class DeliveryReport:
 class AlertOutbox:
     """Routes the store's alert outbox to ``sinks``; safe to run on every replica."""
 
-    def __init__(self, store: ModelStore, sinks: Sequence[AlertSink],
+    def __init__(self, store: AlertOutboxStore, sinks: Sequence[AlertSink],
                  policy: AlertPolicy | None = None, *,
                  retry_after: timedelta = timedelta(seconds=5),
                  max_retry_after: timedelta = timedelta(minutes=5),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from capwatch.contracts.versions import ModelVersion
 from capwatch.model.diff import (
     Change,
     change_to_json,
@@ -25,7 +26,6 @@ from capwatch.model.diff import (
 )
 from capwatch.model.domain import Domain
 from capwatch.model.pal import PalTuple, summarise_changes
-from capwatch.models_store.base import ModelVersion
 
 
 class AlertType(enum.Enum):

@@ -1,8 +1,8 @@
 """The interfaces between the daemon and its I/O adapters (the adapters implement them).
 
 Where records come from (:class:`Source`), where events go (:class:`Publisher`) and how
-an agent is reached (:class:`AgentDirectory`). The models store's interface
-is capwatch.models_store.base.ModelStore.
+an agent is reached (:class:`AgentDirectory`). The models store's roles are in
+capwatch.contracts.store.
 """
 
 from __future__ import annotations

@@ -19,12 +19,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.work import DriftProbe, WorkItem
 from capwatch.model.consistency import Inconsistency, Verdict, explain
 from capwatch.model.domain import Domain, GroundAtom
-from capwatch.models_store.base import ModelVersion
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
 from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
 

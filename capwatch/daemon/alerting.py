@@ -19,12 +19,13 @@ from capwatch.alerts.sinks import (
 )
 from capwatch.alerts.types import Alert, AlertType, Severity, inconsistency_alert
 from capwatch.contracts.ports import Publisher
+from capwatch.contracts.store import AlertOutboxStore, OutboxAlert
+from capwatch.contracts.versions import ModelVersion
 from capwatch.daemon.agent_watch import Evidence
 from capwatch.daemon.config import AlertsConfig
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.work import WorkItem
 from capwatch.model.domain import Domain
-from capwatch.models_store.base import ModelStore, ModelVersion, OutboxAlert
 
 
 class PublisherAlertSink:
@@ -104,7 +105,7 @@ def build_sinks(config: AlertsConfig, publisher: Publisher) -> list[AlertSink]:
     return sinks
 
 
-def build_outbox(config: AlertsConfig, store: ModelStore, sinks: Sequence[AlertSink],
+def build_outbox(config: AlertsConfig, store: AlertOutboxStore, sinks: Sequence[AlertSink],
                  metrics: DaemonMetrics) -> AlertOutbox:
     def routed(alert: Alert) -> None:
         metrics.alerts.labels(alert.family, alert.type.value).inc()

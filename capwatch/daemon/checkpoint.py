@@ -22,9 +22,9 @@ from datetime import datetime
 import structlog
 
 from capwatch.contracts.ports import Publisher, Source
+from capwatch.contracts.store import Checkpoints, DriftSnapshot
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
-from capwatch.models_store.base import DriftSnapshot, ModelStore
 from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import SnapshotError, restore_agent, snapshot_agent
 
@@ -32,7 +32,7 @@ log = structlog.get_logger("capwatch.daemon")
 
 
 class Checkpointer:
-    def __init__(self, *, group: str, store: ModelStore, source: Source, publisher: Publisher,
+    def __init__(self, *, group: str, store: Checkpoints, source: Source, publisher: Publisher,
                  registry: Registry, drift: DriftMonitor, clock: Callable[[], datetime],
                  interval_s: float) -> None:
         self.group = group

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import ChangedPalTuple, ModelPayload, ModelVersionEvent
 from capwatch.model.pal import Mode
-from capwatch.models_store.base import ModelVersion
 
 
 def _mode(m: Mode) -> Literal["+", "-", "0", "?"]:

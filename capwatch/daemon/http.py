@@ -30,8 +30,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from capwatch.contracts.store import ModelRegistry
+from capwatch.contracts.versions import ModelVersion, diff_versions
 from capwatch.contracts.wire import AlertEvent
-from capwatch.models_store.base import ModelStore, ModelVersion, diff_versions
 
 BASELINE = "_baseline"
 
@@ -59,7 +60,7 @@ class _Error(Exception):
 
 
 class ApiServer:
-    def __init__(self, store: ModelStore, registry: CollectorRegistry, *,
+    def __init__(self, store: ModelRegistry, registry: CollectorRegistry, *,
                  ready: Callable[[], bool], families_of: Callable[[str], str | None],
                  alerts: RecentAlerts, host: str = "127.0.0.1", port: int = 0) -> None:
         self.store = store

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from capwatch.models_store.base import StoreError
+from capwatch.contracts.store import StoreError
 
 Clock = Callable[[], datetime]
 

@@ -30,6 +30,7 @@ import structlog
 
 from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
+from capwatch.contracts.store import ModelStore, PendingAssessment
 from capwatch.contracts.wire import AgentTransition, DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.daemon.alerting import AlertRouting, build_outbox, build_sinks, queued_alert
@@ -46,7 +47,6 @@ from capwatch.daemon.workers import AssessmentWorkers
 from capwatch.model.consistency import Verdict
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.errors import ModelError
-from capwatch.models_store.base import ModelStore, PendingAssessment
 from capwatch.monitor.drift import DriftConfig, DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")

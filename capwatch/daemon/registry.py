@@ -13,21 +13,16 @@ from datetime import datetime
 
 import structlog
 
+from capwatch.contracts.store import ModelRegistry, VersionConflict
+from capwatch.contracts.versions import ModelRef, ModelVersion, build_version
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.model.domain import Domain
-from capwatch.models_store.base import (
-    ModelRef,
-    ModelStore,
-    ModelVersion,
-    VersionConflict,
-    build_version,
-)
 from capwatch.monitor.drift import DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")
 
 
-def seed_baselines(store: ModelStore, families: Mapping[str, Domain], now: datetime) -> None:
+def seed_baselines(store: ModelRegistry, families: Mapping[str, Domain], now: datetime) -> None:
     """Make each configured family model the baseline, as a new version if it changed."""
     for family, domain in families.items():
         latest = store.latest(family, None)
@@ -42,7 +37,7 @@ def seed_baselines(store: ModelStore, families: Mapping[str, Domain], now: datet
 
 
 class Registry:
-    def __init__(self, store: ModelStore, settings: WatchSettings | None = None,
+    def __init__(self, store: ModelRegistry, settings: WatchSettings | None = None,
                  drift: DriftMonitor | None = None) -> None:
         self.store = store
         self.settings = settings or WatchSettings()

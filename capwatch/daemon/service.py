@@ -16,6 +16,7 @@ from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.ports import AgentDirectory, Publisher, Source
+from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 from capwatch.daemon.assessor import Assessor, EngineAssessor
 from capwatch.daemon.config import DaemonConfig
@@ -26,7 +27,6 @@ from capwatch.daemon.pipeline import Pipeline
 from capwatch.model.domain import Domain, GroundAtom, Problem
 from capwatch.model.pddl_reader import read_domain, read_problem
 from capwatch.models_store import open_store
-from capwatch.models_store.base import ModelStore
 
 log = structlog.get_logger("capwatch.service")
 

@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from capwatch.contracts.store import PendingAssessment
+from capwatch.contracts.versions import ModelRef, ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.serialize import domain_from_json, domain_to_json
-from capwatch.models_store.base import ModelRef, ModelVersion, PendingAssessment
 
 JSON = dict[str, Any]
 

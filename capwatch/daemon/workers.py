@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 import structlog
 
@@ -23,6 +24,16 @@ from capwatch.alerts.policy import AlertPolicy
 from capwatch.alerts.types import alerts_for_version, assessment_failed_alert
 from capwatch.assess.agent import AgentUnavailable
 from capwatch.contracts.ports import AgentDirectory, Publisher
+from capwatch.contracts.store import (
+    AlertOutboxStore,
+    ModelRegistry,
+    OutboxAlert,
+    PendingAssessment,
+    StoreError,
+    VersionConflict,
+    WorkQueue,
+)
+from capwatch.contracts.versions import ModelRef, ModelVersion, build_version
 from capwatch.daemon.alerting import failed_alert_key, version_alert_key
 from capwatch.daemon.assessor import AssessmentRequest, Assessor
 from capwatch.daemon.config import DaemonConfig
@@ -30,23 +41,18 @@ from capwatch.daemon.events import model_event
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.retry import Failure, describe_agent_failure, internal_failure, retry_plan
 from capwatch.daemon.work import Installed, Result, Settled, Settlement, WorkItem
-from capwatch.models_store.base import (
-    ModelRef,
-    ModelStore,
-    ModelVersion,
-    OutboxAlert,
-    PendingAssessment,
-    StoreError,
-    VersionConflict,
-    build_version,
-    lineage_chain,
-)
+from capwatch.models_store.lineage import lineage_chain
 
 log = structlog.get_logger("capwatch.daemon")
 
 
+class WorkerStore(ModelRegistry, WorkQueue, AlertOutboxStore, Protocol):
+    """The store roles a worker uses: it reads and writes versions, holds work, and
+    writes the alerts of what it stored."""
+
+
 class AssessmentWorkers:
-    def __init__(self, config: DaemonConfig, *, store: ModelStore, agents: AgentDirectory,
+    def __init__(self, config: DaemonConfig, *, store: WorkerStore, agents: AgentDirectory,
                  assessor: Assessor, publisher: Publisher, metrics: DaemonMetrics,
                  policy: AlertPolicy, clock: Callable[[], datetime],
                  post: Callable[[Result], None]) -> None:

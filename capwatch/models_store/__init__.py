@@ -4,24 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capwatch.models_store.base import (
+from capwatch.contracts.store import (
     AlertDelivery,
-    LineageSummary,
-    ModelRef,
     ModelStore,
-    ModelVersion,
     OutboxAlert,
     PendingAssessment,
     RoutingPlan,
     StoreError,
     UnknownVersion,
     VersionConflict,
+)
+from capwatch.contracts.versions import (
+    LineageSummary,
+    ModelRef,
+    ModelVersion,
     VersionDiff,
     build_version,
     diff_versions,
-    lineage_chain,
-    record_new_model,
 )
+from capwatch.models_store.lineage import lineage_chain, record_new_model
 
 
 def open_store(url: str, *, migrate: bool = True) -> ModelStore:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from capwatch.models_store.base import JSON, DriftSnapshot, ModelRef, _utc
+from capwatch.contracts.store import DriftSnapshot
+from capwatch.contracts.versions import JSON, ModelRef, as_utc
 from capwatch.models_store.sql_base import SqlBase
 
 _COLUMNS = ("agent_id, family, model_agent_id, model_version, source, source_partition, "
@@ -47,7 +48,7 @@ class DriftStateSql(SqlBase):
                     "OR drift_state.next_offset <= excluded.next_offset",
                     (group, s.agent_id, s.model.family, s.model.agent_id or "",
                      s.model.version, s.source, s.partition, s.next_offset,
-                     self._json_in(s.state), self._ts_in(_utc(s.updated_at))))
+                     self._json_in(s.state), self._ts_in(as_utc(s.updated_at))))
         return written
 
     def load_drift_snapshots(self, group: str, source: str,

@@ -8,33 +8,31 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from importlib import resources
 from typing import Any, TypeVar
 
-from capwatch.model.diff import change_from_json, change_to_json
-from capwatch.models_store.base import (
-    DELIVERY_STATUSES,
-    JSON,
-    OUTBOX_STATUSES,
+from capwatch.contracts.store import (
     QUEUE_STATUSES,
-    AlertDelivery,
-    LineageSummary,
-    ModelRef,
-    ModelVersion,
     OutboxAlert,
     PendingAssessment,
-    RoutingPlan,
-    RoutingPlanner,
     StoreError,
     UnknownVersion,
     VersionConflict,
-    _utc,
-    _with_key,
 )
+from capwatch.contracts.versions import (
+    JSON,
+    LineageSummary,
+    ModelRef,
+    ModelVersion,
+    as_utc,
+    with_key,
+)
+from capwatch.model.diff import change_from_json, change_to_json
+from capwatch.models_store.alert_outbox import AlertOutboxSql
 from capwatch.models_store.drift_state import DriftStateSql
-from capwatch.models_store.sql_base import Row, Tx
+from capwatch.models_store.sql_base import Row, Tx, lease_until, validate_alerts
 
 _T = TypeVar("_T")
 
@@ -44,12 +42,6 @@ _VERSION_COLUMNS = (
     "family, agent_id, version, parent_family, parent_agent_id, parent_version, "
     "delta_to_parent, delta_to_baseline, changed_pal_tuples, summary, evidence, model_json, "
     "pddl, created_at, content_key"
-)
-_OUTBOX_COLUMNS = (
-    "key, dedup_key, group_key, family, alert_type, alert, created_at, status, delivery"
-)
-_DELIVERY_COLUMNS = (
-    "key, alert, sinks_pending, status, created_at, not_before, attempts, last_error"
 )
 _QUEUE_COLUMNS = (
     "key, agent_id, family, payload, status, attempts, enqueued_at, claimed_by, lease_until, "
@@ -77,19 +69,14 @@ def load_migrations(dialect: str) -> list[tuple[int, str, list[str]]]:
     return found
 
 
-class SqlModelStore(DriftStateSql, abc.ABC):
-    """A :class:`~capwatch.models_store.base.ModelStore` over a DB-API connection."""
+class SqlModelStore(DriftStateSql, AlertOutboxSql, abc.ABC):
+    """Every role of :class:`~capwatch.contracts.store.ModelStore` over a DB-API connection."""
 
     dialect: str
-    claim_lock_clause = ""
 
     # -- dialect hooks (the connection's are in SqlBase) ---------------------------------
     @abc.abstractmethod
     def _lock_migrations(self, tx: Tx) -> None: ...
-
-    @abc.abstractmethod
-    def _lock_alert_routing(self, tx: Tx) -> None:
-        """Exclude other alert routers until ``tx`` ends."""
 
     @abc.abstractmethod
     def _is_unique_violation(self, exc: BaseException) -> bool: ...
@@ -152,9 +139,9 @@ class SqlModelStore(DriftStateSql, abc.ABC):
 
     def put(self, version: ModelVersion,
             alerts: Sequence[OutboxAlert] = ()) -> ModelVersion:
-        v = _with_key(version)
+        v = with_key(version)
         _validate_ref(v.ref)
-        _validate_alerts(alerts)
+        validate_alerts(alerts)
 
         def attempt() -> ModelVersion:
             with self._tx() as tx:
@@ -223,7 +210,7 @@ class SqlModelStore(DriftStateSql, abc.ABC):
                  family: str | None = None) -> ModelVersion | None:
         if not agent_id:
             raise ValueError("agent_id must be non-empty")
-        at_param = self._ts_in(_utc(at))
+        at_param = self._ts_in(as_utc(at))
         with self._tx(write=False) as tx:
             where, params = "agent_id = ? AND created_at <= ?", [agent_id, at_param]
             if family is not None:
@@ -268,8 +255,8 @@ class SqlModelStore(DriftStateSql, abc.ABC):
     def enqueue(self, item: PendingAssessment, alerts: Sequence[OutboxAlert] = ()) -> bool:
         if not item.key:
             raise ValueError("a pending assessment needs a non-empty key")
-        _validate_alerts(alerts)
-        at = self._ts_in(_utc(item.enqueued_at))
+        validate_alerts(alerts)
+        at = self._ts_in(as_utc(item.enqueued_at))
         with self._tx() as tx:
             n = tx.run(
                 "INSERT INTO pending_assessments (key, agent_id, family, payload, status, "
@@ -281,8 +268,8 @@ class SqlModelStore(DriftStateSql, abc.ABC):
 
     def claim(self, worker: str, now: datetime, lease_seconds: float,
               limit: int = 1) -> list[PendingAssessment]:
-        lease = self._ts_in(_lease_until(now, lease_seconds, limit))
-        now_p = self._ts_in(_utc(now))
+        lease = self._ts_in(lease_until(now, lease_seconds, limit))
+        now_p = self._ts_in(as_utc(now))
         with self._tx() as tx:
             keys = [r[0] for r in tx.rows(
                 "SELECT key FROM pending_assessments WHERE (status = 'pending' AND "
@@ -309,13 +296,13 @@ class SqlModelStore(DriftStateSql, abc.ABC):
     def release(self, key: str, worker: str, error: str, not_before: datetime,
                 max_attempts: int = 5,
                 failure_alerts: Sequence[OutboxAlert] = ()) -> bool:
-        _validate_alerts(failure_alerts)
+        validate_alerts(failure_alerts)
         with self._tx() as tx:
             n = tx.run(
                 "UPDATE pending_assessments SET status = CASE WHEN attempts >= ? THEN 'failed' "
                 "ELSE 'pending' END, claimed_by = NULL, lease_until = NULL, last_error = ?, "
                 "not_before = ? WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
-                (max_attempts, error, self._ts_in(_utc(not_before)), key, worker))
+                (max_attempts, error, self._ts_in(as_utc(not_before)), key, worker))
             if n == 0:
                 self._explain_not_held(tx, key, worker)
             failed = tx.rows("SELECT status FROM pending_assessments WHERE key = ?",
@@ -336,26 +323,13 @@ class SqlModelStore(DriftStateSql, abc.ABC):
         return self._by_status(f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments",
                                "enqueued_at", QUEUE_STATUSES, status, self._item_from_row)
 
-    def _by_status(self, select: str, order: str, statuses: Sequence[str],
-                      status: str | None, from_row: Callable[[Row], _T]) -> list[_T]:
-        """Every row of ``select``, or those with ``status``, oldest first."""
-        if status is not None and status not in statuses:
-            raise ValueError(f"status must be one of {statuses}")
-        params: tuple[Any, ...] = ()
-        if status is not None:
-            select += " WHERE status = ?"
-            params = (status,)
-        with self._tx(write=False) as tx:
-            rows = tx.rows(f"{select} ORDER BY {order}, key", params)
-        return [from_row(r) for r in rows]
-
     # -- consumer checkpoints --------------------------------------------------------------
     def save_offsets(self, group: str, offsets: Mapping[tuple[str, int], int],
                      at: datetime) -> None:
         for (topic, partition), offset in offsets.items():
             if offset < 0 or partition < 0 or not topic:
                 raise ValueError(f"bad checkpoint {topic!r}[{partition}] = {offset}")
-        at_p = self._ts_in(_utc(at))
+        at_p = self._ts_in(as_utc(at))
         with self._tx() as tx:
             for (topic, partition), offset in sorted(offsets.items()):
                 tx.run("INSERT INTO consumer_offsets (consumer_group, topic, kafka_partition, "
@@ -369,154 +343,6 @@ class SqlModelStore(DriftStateSql, abc.ABC):
             rows = tx.rows("SELECT topic, kafka_partition, next_offset FROM consumer_offsets "
                            "WHERE consumer_group = ?", (group,))
         return {(str(r[0]), int(r[1])): int(r[2]) for r in rows}
-
-
-    # -- alert outbox ------------------------------------------------------------------------
-    def _add_alerts(self, tx: Tx, alerts: Sequence[OutboxAlert]) -> int:
-        added = 0
-        for a in alerts:
-            added += tx.run(
-                f"INSERT INTO alert_outbox ({_OUTBOX_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', NULL) ON CONFLICT (key) DO NOTHING",
-                (a.key, a.dedup_key, a.group_key, a.family, a.alert_type,
-                 self._json_in(a.alert), self._ts_in(_utc(a.created_at))))
-        return added
-
-    def add_alerts(self, alerts: Sequence[OutboxAlert]) -> int:
-        _validate_alerts(alerts)
-        with self._tx() as tx:
-            return self._add_alerts(tx, alerts)
-
-    def _outbox_from_row(self, r: Row) -> OutboxAlert:
-        return OutboxAlert(key=r[0], dedup_key=r[1], group_key=r[2], family=r[3],
-                           alert_type=r[4], alert=self._json_out(r[5]),
-                           created_at=self._ts_out(r[6]), status=r[7], delivery=r[8])
-
-    def _delivery_from_row(self, r: Row) -> AlertDelivery:
-        return AlertDelivery(key=r[0], alert=self._json_out(r[1]),
-                             sinks_pending=tuple(self._json_out(r[2])), status=r[3],
-                             created_at=self._ts_out(r[4]), not_before=self._ts_out(r[5]),
-                             attempts=int(r[6]), last_error=r[7])
-
-    def route_alerts(self, planner: RoutingPlanner, now: datetime) -> RoutingPlan:
-        now_p = self._ts_in(_utc(now))
-        with self._tx() as tx:
-            self._lock_alert_routing(tx)
-            pending = [self._outbox_from_row(r) for r in tx.rows(
-                f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox WHERE status = 'pending' "
-                "ORDER BY created_at, key")]
-            if not pending:
-                return RoutingPlan()
-            keys = sorted({a.dedup_key for a in pending})
-            last_sent: dict[str, datetime] = {}
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                marks = ", ".join("?" for _ in chunk)
-                for r in tx.rows(f"SELECT dedup_key, sent_at FROM alert_sent "
-                                 f"WHERE dedup_key IN ({marks})", chunk):
-                    last_sent[str(r[0])] = self._ts_out(r[1])
-            plan = planner(pending, last_sent)
-            known = {a.key for a in pending}
-            for key in plan.suppressed:
-                if key not in known:
-                    raise StoreError(f"routing plan suppresses {key!r}, not a pending alert")
-                tx.run("UPDATE alert_outbox SET status = 'suppressed', routed_at = ? "
-                       "WHERE key = ?", (now_p, key))
-            for d in plan.deliveries:
-                if not d.sinks_pending or not set(d.members) <= known:
-                    raise StoreError(f"routing plan delivery {d.key!r} names no sink or an "
-                                     "alert that is not pending")
-                tx.run(f"INSERT INTO alert_deliveries ({_DELIVERY_COLUMNS}) "
-                       "VALUES (?, ?, ?, 'pending', ?, ?, 0, NULL)",
-                       (d.key, self._json_in(d.alert), self._json_in(list(d.sinks_pending)),
-                        self._ts_in(_utc(d.created_at)), now_p))
-                for member in d.members:
-                    tx.run("UPDATE alert_outbox SET status = 'routed', delivery = ?, "
-                           "routed_at = ? WHERE key = ?", (d.key, now_p, member))
-            for dedup_key, at in sorted(plan.sent.items()):
-                at_p = self._ts_in(_utc(at))
-                tx.run("INSERT INTO alert_sent (dedup_key, sent_at) VALUES (?, ?) "
-                       "ON CONFLICT (dedup_key) DO UPDATE SET sent_at = excluded.sent_at "
-                       "WHERE alert_sent.sent_at < excluded.sent_at", (dedup_key, at_p))
-        return plan
-
-    def claim_deliveries(self, now: datetime, lease_seconds: float,
-                         limit: int = 100) -> list[AlertDelivery]:
-        until = _lease_until(now, lease_seconds, limit)
-        lease = self._ts_in(until)
-        now_p = self._ts_in(_utc(now))
-        with self._tx() as tx:
-            rows = tx.rows(
-                f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE status = 'pending' "
-                f"AND not_before <= ? ORDER BY created_at, key LIMIT ?{self.claim_lock_clause}",
-                (now_p, limit))
-            out = []
-            for r in rows:
-                tx.run("UPDATE alert_deliveries SET not_before = ?, attempts = attempts + 1 "
-                       "WHERE key = ?", (lease, r[0]))
-                d = self._delivery_from_row(r)
-                out.append(AlertDelivery(d.key, d.alert, d.sinks_pending, d.created_at,
-                                         status=d.status, attempts=d.attempts + 1,
-                                         not_before=until, last_error=d.last_error))
-        return out
-
-    def finish_delivery(self, key: str, delivered: Sequence[str], now: datetime,
-                        error: str | None = None,
-                        retry_at: datetime | None = None) -> AlertDelivery:
-        with self._tx() as tx:
-            rows = self._delivery_rows(tx, key)
-            if not rows:
-                raise StoreError(f"no alert delivery {key!r}")
-            d = self._delivery_from_row(rows[0])
-            left = tuple(s for s in d.sinks_pending if s not in set(delivered))
-            if left:
-                due = self._ts_in(_utc(retry_at if retry_at is not None else now))
-                tx.run("UPDATE alert_deliveries SET sinks_pending = ?, not_before = ?, "
-                       "last_error = ? WHERE key = ?",
-                       (self._json_in(list(left)), due, error, key))
-            else:
-                tx.run("UPDATE alert_deliveries SET sinks_pending = ?, status = 'sent', "
-                       "sent_at = ?, last_error = ? WHERE key = ?",
-                       (self._json_in([]), self._ts_in(_utc(now)), error, key))
-            rows = self._delivery_rows(tx, key)
-        return self._delivery_from_row(rows[0])
-
-    @staticmethod
-    def _delivery_rows(tx: Tx, key: str) -> list[Row]:
-        return tx.rows(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE key = ?",
-                       (key,))
-
-    def outbox(self, status: str | None = None) -> list[OutboxAlert]:
-        return self._by_status(f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox", "created_at",
-                               OUTBOX_STATUSES, status, self._outbox_from_row)
-
-    def deliveries(self, status: str | None = None) -> list[AlertDelivery]:
-        return self._by_status(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries",
-                               "created_at", DELIVERY_STATUSES, status,
-                               self._delivery_from_row)
-
-    def prune_alerts(self, before: datetime) -> int:
-        at = self._ts_in(_utc(before))
-        with self._tx() as tx:
-            n = tx.run("DELETE FROM alert_outbox WHERE status <> 'pending' AND routed_at < ? "
-                       "AND (delivery IS NULL OR delivery NOT IN "
-                       "(SELECT key FROM alert_deliveries WHERE status = 'pending'))", (at,))
-            n += tx.run("DELETE FROM alert_deliveries WHERE status = 'sent' AND sent_at < ?",
-                        (at,))
-            n += tx.run("DELETE FROM alert_sent WHERE sent_at < ?", (at,))
-        return n
-
-
-def _validate_alerts(alerts: Sequence[OutboxAlert]) -> None:
-    for a in alerts:
-        if not a.key or not a.dedup_key or not a.family:
-            raise ValueError("an outbox alert needs a key, a dedup key and a family")
-
-
-def _lease_until(now: datetime, lease_seconds: float, limit: int) -> datetime:
-    if lease_seconds <= 0 or limit < 1:
-        raise ValueError("lease_seconds must be positive and limit at least 1")
-    return _utc(now) + timedelta(seconds=lease_seconds)
 
 
 def _validate_ref(ref: ModelRef) -> None:

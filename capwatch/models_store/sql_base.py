@@ -1,19 +1,24 @@
 """The connection layer every SQL store part builds on; each backend supplies the hooks.
 
-Kept apart from :mod:`capwatch.models_store.sql` so the drift-state mixin can declare
-what it needs from a backend without importing the store that mixes it in.
+Kept apart from :mod:`capwatch.models_store.sql` so the drift-state and alert-outbox
+mixins can declare what they need from a backend without importing the store that mixes
+them in.
 """
 
 from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from capwatch.contracts.store import OutboxAlert
+from capwatch.contracts.versions import as_utc
 
 Row = tuple[Any, ...]
+_T = TypeVar("_T")
 
 
 class Tx(abc.ABC):
@@ -53,3 +58,28 @@ class SqlBase(abc.ABC):
     def _tx(self, write: bool = True) -> Iterator[Tx]:
         with self._lock, self._transaction(write) as tx:
             yield tx
+
+    def _by_status(self, select: str, order: str, statuses: Sequence[str],
+                      status: str | None, from_row: Callable[[Row], _T]) -> list[_T]:
+        """Every row of ``select``, or those with ``status``, oldest first."""
+        if status is not None and status not in statuses:
+            raise ValueError(f"status must be one of {statuses}")
+        params: tuple[Any, ...] = ()
+        if status is not None:
+            select += " WHERE status = ?"
+            params = (status,)
+        with self._tx(write=False) as tx:
+            rows = tx.rows(f"{select} ORDER BY {order}, key", params)
+        return [from_row(r) for r in rows]
+
+
+def validate_alerts(alerts: Sequence[OutboxAlert]) -> None:
+    for a in alerts:
+        if not a.key or not a.dedup_key or not a.family:
+            raise ValueError("an outbox alert needs a key, a dedup key and a family")
+
+
+def lease_until(now: datetime, lease_seconds: float, limit: int) -> datetime:
+    if lease_seconds <= 0 or limit < 1:
+        raise ValueError("lease_seconds must be positive and limit at least 1")
+    return as_utc(now) + timedelta(seconds=lease_seconds)

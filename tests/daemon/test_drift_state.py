@@ -9,7 +9,7 @@ from typing import Any
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
-from capwatch.models_store.base import record_new_model
+from capwatch.models_store.lineage import record_new_model
 from capwatch.monitor.snapshot import snapshot_agent
 from tests.daemon.helpers import EXAMPLES, example, run, simulated
 

@@ -277,7 +277,7 @@ def test_a_message_that_trips_a_bug_is_dead_lettered_not_fatal(
 
 def test_a_store_failure_stops_the_daemon_without_committing_the_record(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from capwatch.models_store.base import StoreError
+    from capwatch.contracts.store import StoreError
 
     d = _manual(tmp_path, [good_sample(step=0), good_sample("rover-new", step=1)])
     records = d.source.poll(1.0)

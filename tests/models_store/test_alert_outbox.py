@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from capwatch.contracts.store import RoutingPlanner
 from capwatch.model.domain import Domain
 from capwatch.models_store import (
     AlertDelivery,
@@ -23,7 +24,6 @@ from capwatch.models_store import (
     VersionConflict,
     build_version,
 )
-from capwatch.models_store.base import RoutingPlanner
 from capwatch.models_store.sql import SqlModelStore, load_migrations
 from tests.models_store.conftest import T0, StoreFactory
 

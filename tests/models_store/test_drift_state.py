@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from capwatch.contracts.store import DriftSnapshot
 from capwatch.models_store import ModelRef, ModelStore
-from capwatch.models_store.base import DriftSnapshot
 from tests.models_store.conftest import T0, StoreFactory
 
 V1 = ModelRef("courier-v1", None, 1)

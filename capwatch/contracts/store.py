@@ -1,0 +1,261 @@
+"""The models store's roles: what each caller may ask of it, and the records it keeps.
+
+One SQL class (capwatch.models_store) implements every role; each caller depends on the
+role it uses, so the alerts, the daemon's workers and its checkpointer state what they
+need and a test can give them a fake of just that:
+
+- :class:`ModelRegistry`: model versions per lineage (put, get, latest, history, ...);
+- :class:`WorkQueue`: queued assessments, claimed with a lease and released on failure;
+- :class:`Checkpoints`: consumer offsets and drift-table snapshots;
+- :class:`AlertOutboxStore`: the alert outbox, its routing and deliveries.
+
+Writes name the version they create (optimistic concurrency), so a retried write of the
+same version is recognised by its content key and is a no-op, and two replicas racing to
+write the same version cannot both win: the loser gets a :class:`VersionConflict`.
+Semantics of every call: docs/operations.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from capwatch.contracts.versions import JSON, LineageSummary, ModelRef, ModelVersion
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked; the message says why."""
+
+
+class VersionConflict(StoreError):
+    """A different model already holds this (family, agent, version)."""
+
+
+class UnknownVersion(StoreError):
+    """No such model version (or the parent named by a write does not exist)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DriftSnapshot:
+    """One agent's saved drift state and the stream position it is consistent with."""
+
+    agent_id: str
+    model: ModelRef
+    """The model version the tables were counted against; restore only into it."""
+    source: str
+    partition: int
+    next_offset: int
+    """Every record of (``source``, ``partition``) before this offset is counted in
+    ``state``, none at or after it: a replay skips the ones before."""
+    state: JSON
+    """capwatch.monitor.snapshot's versioned JSON."""
+    updated_at: datetime
+
+    @property
+    def family(self) -> str:
+        return self.model.family
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAssessment:
+    """A unit of assessment work that must survive a restart of the replica that queued it."""
+
+    key: str
+    """Idempotency key chosen by the producer, e.g. ``agent/action/first-offset``."""
+    agent_id: str
+    family: str
+    payload: JSON
+    enqueued_at: datetime
+    attempts: int = 0
+    status: str = "pending"
+    claimed_by: str | None = None
+    lease_until: datetime | None = None
+    last_error: str | None = None
+
+
+QUEUE_STATUSES = ("pending", "claimed", "done", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxAlert:
+    """An alert waiting to be routed, written in the same transaction as what caused it.
+
+    The store does not interpret ``alert`` (capwatch.alerts owns the format); it only
+    indexes what routing needs: the dedup key (suppression), the group key (grouping)
+    and the time.
+    """
+
+    key: str
+    """Idempotency key chosen by the producer: the same cause always writes the same key."""
+    dedup_key: str
+    group_key: str
+    family: str
+    alert_type: str
+    alert: JSON
+    created_at: datetime
+    """The alert's own time; suppression windows and group waits are measured on it."""
+    status: str = "pending"
+    delivery: str | None = None
+    """Key of the :class:`AlertDelivery` that carried it (status ``routed``)."""
+
+
+OUTBOX_STATUSES = ("pending", "routed", "suppressed")
+
+
+@dataclass(frozen=True, slots=True)
+class AlertDelivery:
+    """One alert the router let out (alone or grouping several), and the sinks that
+    have not acknowledged it yet."""
+
+    key: str
+    alert: JSON
+    sinks_pending: tuple[str, ...]
+    created_at: datetime
+    members: tuple[str, ...] = ()
+    """Outbox keys this delivery carries (set by a routing plan; not read back)."""
+    status: str = "pending"
+    attempts: int = 0
+    not_before: datetime | None = None
+    last_error: str | None = None
+
+
+DELIVERY_STATUSES = ("pending", "sent")
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingPlan:
+    """What one routing pass decided, applied by the store in one transaction."""
+
+    suppressed: tuple[str, ...] = ()
+    """Outbox keys dropped inside their dedup key's suppression window."""
+    deliveries: tuple[AlertDelivery, ...] = ()
+    sent: Mapping[str, datetime] = field(default_factory=dict)
+    """Dedup key → time of the newest alert let through with it."""
+
+
+RoutingPlanner = Callable[[Sequence[OutboxAlert], Mapping[str, datetime]], RoutingPlan]
+"""Pure: (pending outbox rows oldest first, last-sent time per their dedup keys) → plan."""
+
+
+class ModelRegistry(Protocol):
+    """Model versions, per lineage."""
+
+    def put(self, version: ModelVersion,
+            alerts: Sequence[OutboxAlert] = ()) -> ModelVersion:
+        """Store ``version``; a retry of identical content returns the stored row.
+        ``alerts`` go to the alert outbox in the same transaction (idempotent by key)."""
+        ...
+
+    def get(self, ref: ModelRef) -> ModelVersion | None: ...
+
+    def latest(self, family: str, agent_id: str | None = None) -> ModelVersion | None:
+        """Newest version of one lineage (``agent_id`` ``None``: the family baseline)."""
+        ...
+
+    def history(self, family: str, agent_id: str | None = None) -> list[ModelVersion]:
+        """All versions of one lineage, oldest first."""
+        ...
+
+    def model_at(self, agent_id: str, at: datetime,
+                 family: str | None = None) -> ModelVersion | None:
+        """The model agent ``agent_id`` ran at time ``at``: its own lineage's newest
+        version created by then, else its family's baseline at that time."""
+        ...
+
+    def lineages(self, family: str | None = None) -> list[LineageSummary]: ...
+
+
+
+class WorkQueue(Protocol):
+    """Pending assessments: a durable work queue with leases."""
+
+    def enqueue(self, item: PendingAssessment, alerts: Sequence[OutboxAlert] = ()) -> bool:
+        """Queue work; False when an item with that key already exists (a retry).
+        ``alerts`` go to the alert outbox in the same transaction."""
+        ...
+
+    def claim(self, worker: str, now: datetime, lease_seconds: float,
+              limit: int = 1) -> list[PendingAssessment]:
+        """Take up to ``limit`` pending items, or items whose lease ran out, oldest first."""
+        ...
+
+    def complete(self, key: str, worker: str) -> None:
+        """Mark claimed work done; only the worker holding the lease may."""
+        ...
+
+    def release(self, key: str, worker: str, error: str, not_before: datetime,
+                max_attempts: int = 5,
+                failure_alerts: Sequence[OutboxAlert] = ()) -> bool:
+        """Give claimed work back after a failure; it is ``failed`` after max_attempts.
+        Returns True when it failed for good, and only then writes ``failure_alerts``
+        to the outbox, in the same transaction."""
+        ...
+
+    def queue_items(self, status: str | None = None) -> list[PendingAssessment]: ...
+
+
+
+class Checkpoints(Protocol):
+    """Where a consumer group stands: offsets and the drift state consistent with them."""
+
+    def save_offsets(self, group: str, offsets: Mapping[tuple[str, int], int],
+                     at: datetime) -> None:
+        """Record the next offset to process per (topic, partition), in one transaction."""
+        ...
+
+    def load_offsets(self, group: str) -> dict[tuple[str, int], int]: ...
+
+    def save_drift_snapshots(self, group: str, snapshots: Sequence[DriftSnapshot]) -> int:
+        """Upsert per (group, agent) in one transaction; returns how many were written.
+        A snapshot older than the stored one (same source and partition, smaller
+        ``next_offset``: a replica that lost the partition writing late) is ignored."""
+        ...
+
+    def load_drift_snapshots(self, group: str, source: str,
+                             partitions: Iterable[int] | None = None) -> list[DriftSnapshot]:
+        """The group's snapshots for agents last seen in ``partitions`` of ``source``
+        (all partitions when None)."""
+        ...
+
+
+
+class AlertOutboxStore(Protocol):
+    """The alert outbox: alerts written with their cause, routed and delivered."""
+
+    def add_alerts(self, alerts: Sequence[OutboxAlert]) -> int:
+        """Write alerts to the outbox; returns how many were new (retries add nothing)."""
+        ...
+
+    def route_alerts(self, planner: RoutingPlanner, now: datetime) -> RoutingPlan:
+        """In one transaction, excluding other routers: read the pending outbox and the
+        last-sent times of its dedup keys, ask ``planner``, and apply its plan."""
+        ...
+
+    def claim_deliveries(self, now: datetime, lease_seconds: float,
+                         limit: int = 100) -> list[AlertDelivery]:
+        """Pending deliveries due by ``now``, oldest first; each is held for
+        ``lease_seconds`` (another replica retries it if this one dies delivering)."""
+        ...
+
+    def finish_delivery(self, key: str, delivered: Sequence[str], now: datetime,
+                        error: str | None = None,
+                        retry_at: datetime | None = None) -> AlertDelivery:
+        """Record which sinks took the alert; it is ``sent`` once none is left, else due
+        again at ``retry_at``."""
+        ...
+
+    def outbox(self, status: str | None = None) -> list[OutboxAlert]: ...
+
+    def deliveries(self, status: str | None = None) -> list[AlertDelivery]: ...
+
+    def prune_alerts(self, before: datetime) -> int:
+        """Forget routed alerts, sent deliveries and sent times older than ``before``."""
+        ...
+
+
+class ModelStore(ModelRegistry, WorkQueue, Checkpoints, AlertOutboxStore, Protocol):
+    """Every role: what a backend implements (and what wiring code holds)."""
+
+    def close(self) -> None: ...
