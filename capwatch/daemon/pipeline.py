@@ -24,7 +24,6 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime
 
 import structlog
 
@@ -72,7 +71,7 @@ class Pipeline:
         self.alerts = AlertRouting(config.alerts, build_outbox(
             config.alerts, store,
             alert_sinks if alert_sinks is not None else build_sinks(config.alerts, publisher),
-            self.metrics), self._now)
+            self.metrics), clock)
         """Alerts go to the store's outbox with what caused them; this routes them."""
         det, lim = config.detection, config.limits
         self.drift = DriftMonitor(DriftConfig(
@@ -81,21 +80,21 @@ class Pipeline:
         self.registry = Registry(store, WatchSettings.from_config(config), self.drift)
         self.checkpoints = Checkpointer(
             group=config.kafka.group_id, store=store, source=source, publisher=publisher,
-            registry=self.registry, drift=self.drift, clock=self._now,
+            registry=self.registry, drift=self.drift, clock=clock,
             interval_s=config.scheduler.checkpoint_s)
         self._results: queue.SimpleQueue[Result] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.workers = AssessmentWorkers(
             config, store=store, agents=agents, assessor=assessor, publisher=publisher,
-            metrics=self.metrics, policy=self.alert_policy, clock=self._now,
+            metrics=self.metrics, policy=self.alert_policy, clock=clock,
             post=self._results.put)
         self.canaries = CanaryProber(agents=agents, metrics=self.metrics,
-                                     idle_s=config.scheduler.canary_idle_s, clock=self._now,
+                                     idle_s=config.scheduler.canary_idle_s, clock=clock,
                                      post=self._results.put)
         self.intake = Intake(limits=DecodeLimits(lim.max_message_bytes, lim.max_state_atoms,
                                                  lim.max_trace_steps),
                              registry=self.registry, checkpoints=self.checkpoints,
-                             publisher=publisher, metrics=self.metrics, clock=self._now)
+                             publisher=publisher, metrics=self.metrics, clock=clock)
         self._stop = threading.Event()
         self._consuming = False
         self.processed = 0
@@ -105,9 +104,6 @@ class Pipeline:
     @property
     def dead_letters(self) -> int:
         return self.intake.dead_letters
-
-    def _now(self) -> datetime:
-        return self.clock()  # read late, so a clock replaced after construction is used
 
     # ------------------------------------------------------------------ lifecycle
 

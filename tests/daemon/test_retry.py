@@ -80,10 +80,9 @@ def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
                              "agent_retry": {"backoff_s": 10, "multiplier": 2,
                                              "jitter": 0, **retry}})
     out = MemoryPublisher()
-    d = build_service(cfg, publisher=out, agents=Directory(agent),
-                      source=JsonlSource(str(path))).pipeline
     now = [T0]
-    d.clock = lambda: now[0]
+    d = build_service(cfg, publisher=out, agents=Directory(agent),
+                      source=JsonlSource(str(path)), clock=lambda: now[0]).pipeline
     d.seed_families()
     d.source.start(d.assign, d.revoke, {})
     for r in d.source.poll(1.0):
