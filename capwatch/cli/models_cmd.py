@@ -121,14 +121,15 @@ def _time(v: datetime) -> str:
     return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _run(args: argparse.Namespace, body: Any) -> int:
+def _run(args: argparse.Namespace, body: Any, *, failed: int = 1) -> int:
+    """Run ``body`` on the store; its return value (None: 0) is the exit status."""
     try:
         with _store(args.store) as store:
-            body(store)
+            code = body(store)
     except (_Fail, StoreError) as e:
         print(f"capwatch: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return failed
+    return int(code or 0)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -202,17 +203,21 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    def body(store: ModelStore) -> None:
+    """Exit status as ``capwatch model diff`` and diff(1): 0 the same, 1 different,
+    2 trouble (no such store or version)."""
+    def body(store: ModelStore) -> int:
         d = diff_versions(_resolve(store, args.a), _resolve(store, args.b))
+        differ = 1 if d.delta or d.summary else 0
         if args.json:
             print(json.dumps(d.to_json(), sort_keys=True))
-            return
+            return differ
         print(f"Δ({d.a}, {d.b}) = {d.delta}")
         for pal, old, new in d.changes:
             print(f"  {pal}: {old} → {new}")
         for line in d.summary:
             print(f"  {line}")
-    return _run(args, body)
+        return differ
+    return _run(args, body, failed=2)
 
 
 def _export(args: argparse.Namespace) -> int:

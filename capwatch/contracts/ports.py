@@ -25,6 +25,8 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes
+    timestamp: float | None = None
+    """When the message was written (Kafka's record timestamp, Unix seconds), if known."""
 
 
 Rebalance = Callable[[set[int]], None]

@@ -71,6 +71,8 @@ class Finding:
     """A drift alarm this transition raised (only while nothing is awaited)."""
     ripe: bool = False
     """The agent's evidence should be assessed now: queue a work item."""
+    tested: bool = False
+    """The execution updated a sequential drift test (a stochastic action's outcome)."""
 
 
 class AgentWatch:
@@ -128,10 +130,11 @@ class AgentWatch:
                 return Finding(verdict)
             action, attribution = counted
             alarm = self._drift.observe(self.agent_id, action, attribution)
+            tested = self._drift.monitor(self.agent_id, action).detector is not None
             if alarm is None or self.awaiting is not None:
-                return Finding(verdict)
+                return Finding(verdict, tested=tested)
             self.alarms[action.name] = alarm
-            return Finding(verdict, alarm, ripe=True)
+            return Finding(verdict, alarm, ripe=True, tested=tested)
         if verdict is not Verdict.INCONSISTENT:
             return Finding(verdict)
         self.inconsistent += 1

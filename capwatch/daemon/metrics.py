@@ -14,7 +14,15 @@ import threading
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 from capwatch import __version__
 
@@ -22,6 +30,7 @@ OTHER = "__other__"
 DEFAULT_LIMITS: Mapping[str, int] = {
     "family": 100, "action": 500, "reason": 50, "source": 50, "partition": 1024,
     "topic": 50, "sink": 20, "type": 20, "result": 20, "verdict": 10, "status": 10,
+    "test": 5,
 }
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -81,6 +90,11 @@ class DaemonMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.guard = LabelGuard(label_limits)
         r = self.registry
+        # process_* (CPU, memory, open files, start time) and python_info: the default
+        # registry has them, a registry of our own must add them.
+        if registry is None:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
 
         def counter(name: str, doc: str, labels: tuple[str, ...]) -> Bounded[Counter]:
             return Bounded(Counter(name, doc, labels, registry=r), labels, self.guard)
@@ -102,9 +116,11 @@ class DaemonMetrics:
             ("family", "action"))
         self.dead_letters = counter("capwatch_dead_letters_total",
                                     "Messages sent to the dead-letter output.", ("reason",))
-        self.drift_tests = counter("capwatch_drift_tests_total",
-                                   "Effect-frequency goodness-of-fit tests run.",
-                                   ("family", "action"))
+        self.drift_tests = counter(
+            "capwatch_drift_tests_total",
+            "Effect-frequency tests run: each update of the sequential test by an execution "
+            "(test=sequential) and each windowed chi-square of the periodic audit "
+            "(test=audit).", ("family", "action", "test"))
         self.drift_alarms = counter("capwatch_drift_alarms_total",
                                     "Drift tests that failed (effect-distribution drift "
                                     "alarms after FDR control).", ("family", "action"))
@@ -139,19 +155,36 @@ class DaemonMetrics:
                              "Agents with queued or running assessment.", registry=r)
         self.lag = gauge("capwatch_consumer_lag", "Records behind the head, per partition.",
                          ("partition",))
+        self.lag_seconds = gauge(
+            "capwatch_consumer_lag_seconds",
+            "Age of the newest record handled, per partition, while records are waiting "
+            "behind it (0 when caught up).", ("partition",))
+        self.last_record = gauge(
+            "capwatch_last_record_timestamp_seconds",
+            "When the newest record read was written (the source's timestamp, else when it "
+            "was read), Unix seconds.", ("source",))
         self.canaries = counter("capwatch_canary_queries_total", "Canary probes, by result.",
                                 ("family", "result"))
         self._deltas: dict[str, dict[str, int]] = {}
+        self._drifted: dict[str, set[str]] = {}
         self._delta_lock = threading.Lock()
 
-    def observe_model_delta(self, family: str, agent_id: str, delta: int) -> None:
+    def observe_model_delta(self, family: str, agent_id: str, delta: int,
+                            differs: bool | None = None) -> None:
         """Record one agent's Δ from its baseline; exported per family as the maximum and
-        the number of drifted agents, so the agent id never becomes a label."""
+        the number of drifted agents, so the agent id never becomes a label. ``differs``:
+        the model is not the baseline's even where Δ (which counts modes) is 0, i.e. only
+        probabilities changed; None means ``delta > 0``."""
         with self._delta_lock:
             per_agent = self._deltas.setdefault(family, {})
             per_agent[agent_id] = delta
+            drifted_agents = self._drifted.setdefault(family, set())
+            if delta > 0 or differs:
+                drifted_agents.add(agent_id)
+            else:
+                drifted_agents.discard(agent_id)
             worst = max(per_agent.values())
-            drifted = sum(1 for d in per_agent.values() if d > 0)
+            drifted = len(drifted_agents)
         self.model_delta.labels(family).set(worst)
         self.agents_drifted.labels(family).set(drifted)
 

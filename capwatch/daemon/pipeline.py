@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 import structlog
@@ -98,6 +99,8 @@ class Pipeline:
         self._stop = threading.Event()
         self._consuming = False
         self.processed = 0
+        self._newest_stamp: dict[int, float] = {}
+        """Per partition, when the newest handled record was written (time-based lag)."""
         self.assigned: set[int] = set()
         """Source partitions this replica owns now (for operators and tests)."""
 
@@ -227,6 +230,9 @@ class Pipeline:
         structlog.contextvars.bind_contextvars(partition=record.partition, offset=record.offset)
         try:
             self.metrics.records.child(record.source).inc()
+            stamp = record.timestamp if record.timestamp is not None else time.time()
+            self.metrics.last_record.labels(record.source).set(stamp)
+            self._newest_stamp[record.partition] = stamp
             try:
                 self._handle(record)
             except INFRASTRUCTURE_ERRORS:
@@ -264,6 +270,8 @@ class Pipeline:
         finding = watch.observe(t)
         name = t.action[0]
         self.metrics.transitions.child(watch.family, name, finding.verdict.name.lower()).inc()
+        if finding.tested:
+            self.metrics.drift_tests.labels(watch.family, name, "sequential").inc()
         if finding.alarm is not None:
             self.metrics.drift_alarms.labels(watch.family, name).inc()
             log.info("drift alarm", summary=finding.alarm.evidence.summary())
@@ -367,8 +375,13 @@ class Pipeline:
     def checkpoint(self, partitions: set[int] | None = None) -> None:
         if not self.checkpoints.checkpoint(partitions):
             return
+        now = time.time()
         for p, lag in self.source.lag().items():
             self.metrics.lag.labels(str(p)).set(lag)
+            # Records wait behind the newest handled one: its age is how late we are.
+            stamp = self._newest_stamp.get(p)
+            self.metrics.lag_seconds.labels(str(p)).set(
+                max(0.0, now - stamp) if lag > 0 and stamp is not None else 0.0)
         self.metrics.agents.set(len(self.registry))
         self.metrics.pending.set(len(self.registry.awaiting()))
 
@@ -377,7 +390,7 @@ class Pipeline:
         for finding in self.drift.audit():
             watch = self.registry.get(finding.agent_id)
             name = finding.action_name
-            self.metrics.drift_tests.labels(watch.family if watch else "-", name).inc()
+            self.metrics.drift_tests.labels(watch.family if watch else "-", name, "audit").inc()
             if not finding.rejected or finding.evidence is None or watch is None:
                 continue
             if watch.add_audit_alarm(finding.evidence, name) is None:

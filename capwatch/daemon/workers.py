@@ -234,11 +234,20 @@ class AssessmentWorkers:
         self.store.complete(item.key, worker)
         self.metrics.model_versions.labels(family).inc()
         self.metrics.assessments.labels(family, "changed").inc()
-        self.metrics.observe_model_delta(family, agent_id, version.delta_to_baseline)
+        self.metrics.observe_model_delta(family, agent_id, version.delta_to_baseline,
+                                         self._differs_from_baseline(version))
         log.info("model version published", version=version.version,
                  delta=version.delta_to_parent, summary=list(version.summary),
                  queries=queries, alerts=len(events))
         self.post(Installed(agent_id, version))
+
+    def _differs_from_baseline(self, version: ModelVersion) -> bool:
+        """Δ counts modes only: a probability-only change leaves it 0 but is a drift."""
+        if version.delta_to_baseline > 0:
+            return True
+        baseline = next((v for v in reversed(lineage_chain(self.store, version.ref))
+                         if v.agent_id is None), None)
+        return baseline is not None and baseline.domain() != version.domain()
 
     def _version_alerts(self, parent: ModelVersion, version: ModelVersion) -> list[OutboxAlert]:
         return [outbox_record(a, version_alert_key(version, a))

@@ -65,13 +65,19 @@ def test_history_with_ancestry(store_path: str, capsys: pytest.CaptureFixture[st
 
 
 def test_diff(store_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Exit status as `capwatch model diff` (and diff(1)): 0 same, 1 different, 2 trouble.
     code, out, _ = run(capsys, "models", "diff", "rover-v3@1", "rover-v3/rover-17@1",
                        "--store", store_path, "--json")
-    assert code == 0
+    assert code == 1
     assert json.loads(out)["delta"] == 5
     code, out, _ = run(capsys, "models", "diff", "rover-v3", "rover-v3/rover-17",
                        "--store", store_path)
+    assert code == 1
     assert out.startswith("Δ(rover-v3/baseline@1, rover-v3/rover-17@1) = 5")
+    code, out, _ = run(capsys, "models", "diff", "rover-v3", "rover-v3@1", "--store", store_path)
+    assert code == 0 and out.startswith("Δ(rover-v3/baseline@1, rover-v3/baseline@1) = 0")
+    code, _, err = run(capsys, "models", "diff", "rover-v3@9", "rover-v3", "--store", store_path)
+    assert code == 2 and err.startswith("capwatch: ")
 
 
 def test_export_pddl_and_json(store_path: str, tmp_path: Path,

@@ -28,7 +28,8 @@ def exercised() -> DaemonMetrics:
     m.transitions.labels("rover-v3", "sample_rock", "inconsistent").inc()
     m.inconsistencies.labels("rover-v3", "sample_rock").inc()
     m.dead_letters.labels("schema").inc()
-    m.drift_tests.labels("courier", "pick").inc(3)
+    m.drift_tests.labels("courier", "pick", "sequential").inc(3)
+    m.drift_tests.labels("courier", "pick", "audit").inc()
     m.drift_alarms.labels("courier", "pick").inc()
     m.assessments_queued.labels("rover-v3").inc()
     m.assessments.labels("rover-v3", "changed").inc()
@@ -42,6 +43,8 @@ def exercised() -> DaemonMetrics:
     m.agents.set(3)
     m.pending.set(1)
     m.lag.labels("0").set(12)
+    m.lag_seconds.labels("0").set(4.5)
+    m.last_record.labels("capwatch.transitions").set(1_790_000_000.0)
     m.canaries.labels("rover-v3", "applied").inc()
     return m
 
@@ -62,7 +65,13 @@ def test_every_issue_metric_is_exported_without_agent_labels() -> None:
     for name in ["capwatch_transitions", "capwatch_inconsistencies", "capwatch_drift_tests",
                  "capwatch_drift_alarms", "capwatch_model_delta_from_baseline",
                  "capwatch_agent_queries", "capwatch_assessment_duration_seconds",
-                 "capwatch_alerts", "capwatch_consumer_lag", "capwatch_dead_letters"]:
+                 "capwatch_alerts", "capwatch_consumer_lag", "capwatch_dead_letters",
+                 "capwatch_consumer_lag_seconds", "capwatch_last_record_timestamp_seconds",
+                 "capwatch_agents_drifted"]:
+        assert name in families, name
+    # The process collector a registry of our own lacks by default.
+    for name in ["process_cpu_seconds", "process_resident_memory_bytes",
+                 "process_start_time_seconds", "process_open_fds", "python_info"]:
         assert name in families, name
     for f in families.values():
         for sample in f.samples:
@@ -90,6 +99,21 @@ def test_model_delta_is_the_family_maximum() -> None:
     values = {s.name: s.value for f in text_string_to_metric_families(m.exposition().decode())
               for s in f.samples if s.labels.get("family") == "rover-v3"}
     assert values == {"capwatch_model_delta_from_baseline": 2, "capwatch_agents_drifted": 1}
+
+
+def test_a_probability_only_change_counts_as_drifted() -> None:
+    """Δ counts modes: an agent whose outcome probabilities changed has Δ 0 but drifted."""
+    m = DaemonMetrics()
+    m.observe_model_delta("courier", "c7", 0, differs=True)
+    m.observe_model_delta("courier", "c8", 0, differs=False)
+
+    def drifted() -> float:
+        return next(s.value for f in text_string_to_metric_families(m.exposition().decode())
+                    for s in f.samples if s.name == "capwatch_agents_drifted")
+
+    assert drifted() == 1
+    m.observe_model_delta("courier", "c7", 0, differs=False)  # back to the baseline
+    assert drifted() == 0
 
 
 @pytest.mark.integration

@@ -75,6 +75,15 @@ def test_each_drift_yields_one_exact_model_version_and_one_alert(tmp_path: Path)
                             .model.json_).action("pick")
     assert pick.outcomes[0].probability == pytest.approx(0.5, abs=0.1)
     assert out.dead_letters == []
+    # The metrics agree: courier-v1-002's change is probability-only (Δ 0) and still drifted,
+    # and the sequential test that caught it counts as drift tests run.
+    registry = service.pipeline.metrics.registry
+    drifted = {f: registry.get_sample_value("capwatch_agents_drifted", {"family": f})
+               for f in ("rover-v1", "courier-v1")}
+    assert drifted == {"rover-v1": 1, "courier-v1": 2}
+    tests = registry.get_sample_value("capwatch_drift_tests_total", {
+        "family": "courier-v1", "action": "pick", "test": "sequential"})
+    assert tests is not None and tests >= 100
 
 
 def _write(path: Path, lines: list[str | bytes]) -> Path:

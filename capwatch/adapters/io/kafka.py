@@ -112,7 +112,9 @@ class KafkaSource:
         for tp, messages in batch.items():
             for m in messages:
                 value = m.value if m.value is not None else b""
-                records.append(Record(tp.topic, tp.partition, m.offset, m.key, value))
+                stamp = m.timestamp / 1000 if m.timestamp is not None and m.timestamp >= 0 \
+                    else None
+                records.append(Record(tp.topic, tp.partition, m.offset, m.key, value, stamp))
         return records
 
     def commit(self, offsets: Mapping[int, int]) -> None:
