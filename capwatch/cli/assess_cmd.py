@@ -41,6 +41,9 @@ def register(sub: Any) -> None:
     off.add_argument("--json", action="store_true", help="one line of JSON figures")
     off.add_argument("--show-queries", action="store_true", help="print every query asked")
     off.set_defaults(handler=_offline)
+    from capwatch.cli.actions_cmd import register_assess
+
+    register_assess(asub)
 
 
 def observed_trace(truth: Domain, problem: Problem, plan: list[GroundAction],

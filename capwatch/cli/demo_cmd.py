@@ -29,6 +29,10 @@ def register(sub: Any) -> None:
                       help="transitions per agent (default: as in the demo configuration)")
     demo.add_argument("--config", help="another demo configuration (simulated source)")
     demo.add_argument("--verbose", action="store_true", help="log at info level")
+    demo.add_argument("--store", metavar="PATH",
+                      help="keep the demo's SQLite store here (a new file) instead of in a "
+                           "temporary directory, to explore it afterwards with "
+                           "`capwatch models|agents|alerts --store PATH`")
     demo.set_defaults(handler=handle)
 
 
@@ -50,9 +54,14 @@ def handle(args: argparse.Namespace) -> int:
         return 2
     if args.rounds is not None:
         config.source.simulated.rounds = args.rounds
+    if args.store is not None and Path(args.store).exists():
+        print(f"capwatch demo: {args.store} exists; the demo writes a new store",
+              file=sys.stderr)
+        return 2
     configure_logging("info" if args.verbose else config.log.level, "console")
     with tempfile.TemporaryDirectory(prefix="capwatch-demo-") as tmp:
-        config.store.url = f"sqlite:///{Path(tmp) / 'models.db'}"
+        store_path = Path(args.store).resolve() if args.store else Path(tmp) / "models.db"
+        config.store.url = f"sqlite:///{store_path}"
         memory = MemoryPublisher()
         service = build_service(config, publisher=LogPublisher(memory))
         fleet = service.pipeline.agents.fleet  # type: ignore[attr-defined]

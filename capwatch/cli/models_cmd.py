@@ -35,14 +35,23 @@ class _Fail(Exception):
     pass
 
 
-def register(sub: Any) -> None:
+def store_options(json_flag: bool = False) -> argparse.ArgumentParser:
+    """The ``--store`` (and ``--json``) options every store command takes."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store", default=os.environ.get(STORE_ENV, DEFAULT_STORE),
         help=f"SQLite path (sqlite:///path) or postgresql:// DSN; default ${STORE_ENV} "
              f"or {DEFAULT_STORE}")
-    with_json = argparse.ArgumentParser(add_help=False, parents=[common])
-    with_json.add_argument("--json", action="store_true", help="machine-readable output")
+    if json_flag:
+        common.add_argument("--json", action="store_true", help="machine-readable output")
+    return common
+
+
+def register(sub: Any) -> None:
+    from capwatch.cli.actions_cmd import register_models
+
+    common = store_options()
+    with_json = store_options(json_flag=True)
 
     models = sub.add_parser("models", help="the versioned model registry")
     msub = models.add_subparsers(dest="models_command", required=True)
@@ -72,6 +81,7 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=["pddl", "json"], default="pddl")
     p.add_argument("-o", "--output", help="file to write (default: standard output)")
     p.set_defaults(handler=_export)
+    register_models(msub)
 
 
 def parse_ref(text: str) -> tuple[str, str | None, int | None]:

@@ -41,6 +41,8 @@ class AssessmentRequest:
     """Action name → where to re-estimate it."""
     query_budget: int = 500
     samples: int = 30
+    method: str | None = None
+    """An operator's request ("assess now"): this method, with or without evidence."""
     optimal_traces: Sequence[Sequence[tuple[str, ...]]] = ()
 
 
@@ -78,8 +80,9 @@ class EngineAssessor:
                               executed=t.executed)
             for i, t in enumerate(request.inconsistent)
         ]
-        if request.inconsistent:
-            result = assess(model, observations, request.agent, method=self.method,
+        if request.inconsistent or request.method is not None:
+            method = Method(request.method) if request.method is not None else self.method
+            result = assess(model, observations, request.agent, method=method,
                             budget=request.query_budget,
                             objects=self.objects.get(request.family))
             queries += result.query_count

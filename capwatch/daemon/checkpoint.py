@@ -25,6 +25,7 @@ from capwatch.contracts.ports import Publisher, Source
 from capwatch.contracts.store import Checkpoints, DriftSnapshot
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
+from capwatch.models_store.actions import ActionStore, AgentActivity
 from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import SnapshotError, restore_agent, snapshot_agent
 
@@ -34,8 +35,9 @@ log = structlog.get_logger("capwatch.daemon")
 class Checkpointer:
     def __init__(self, *, group: str, store: Checkpoints, source: Source, publisher: Publisher,
                  registry: Registry, drift: DriftMonitor, clock: Callable[[], datetime],
-                 interval_s: float) -> None:
+                 interval_s: float, replica: str = "") -> None:
         self.group = group
+        self.replica = replica
         self.store = store
         self.source = source
         self.publisher = publisher
@@ -49,6 +51,8 @@ class Checkpointer:
         self.saved_drift: dict[str, DriftSnapshot] = {}
         """Saved drift state of agents in owned partitions, applied at their first record."""
         self._last = time.monotonic()
+        self._activity: dict[str, tuple[int, int]] = {}
+        """Per loaded agent: (transitions, inconsistent) already added to the store."""
 
     # ------------------------------------------------------------------ positions
 
@@ -84,6 +88,7 @@ class Checkpointer:
         """Save drift state, then commit what is durable; True if an offset moved."""
         self._last = time.monotonic()
         self.save_drift_state(partitions)
+        self.save_activity(partitions)
         offsets = {p: o for p, o in self.commit_offsets(partitions).items()
                    if self._committed.get(p) != o}
         if not offsets:
@@ -95,6 +100,28 @@ class Checkpointer:
         self._committed.update(offsets)
         log.debug("checkpoint", offsets=offsets)
         return True
+
+    def save_activity(self, partitions: set[int] | None = None) -> int:
+        """Add what agents did since the last save to the store's per-agent activity (the
+        operator console lists every agent from it); soft state, so a store without it is
+        skipped."""
+        if not isinstance(self.store, ActionStore):
+            return 0
+        now = self.clock()
+        rows = []
+        for watch in self.registry:
+            if partitions is not None and watch.partition not in partitions:
+                continue
+            seen = self._activity.get(watch.agent_id, (0, 0))
+            if (watch.transitions, watch.inconsistent) == seen:
+                continue
+            rows.append(AgentActivity(
+                watch.family, watch.agent_id, max(0, watch.transitions - seen[0]),
+                max(0, watch.inconsistent - seen[1]), now, self.replica))
+            self._activity[watch.agent_id] = (watch.transitions, watch.inconsistent)
+        if rows:
+            self.store.save_activity(rows)
+        return len(rows)
 
     # ------------------------------------------------------------------ drift snapshots
 
@@ -167,3 +194,6 @@ class Checkpointer:
             self._committed.pop(p, None)
         for agent_id in [a for a, s in self.saved_drift.items() if s.partition in partitions]:
             del self.saved_drift[agent_id]
+        # The agents are dropped: if they come back, their watches count from zero again.
+        for agent_id in [a for a in self._activity if self.registry.get(a) is None]:
+            del self._activity[agent_id]

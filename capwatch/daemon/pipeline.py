@@ -82,7 +82,7 @@ class Pipeline:
         self.checkpoints = Checkpointer(
             group=config.kafka.group_id, store=store, source=source, publisher=publisher,
             registry=self.registry, drift=self.drift, clock=clock,
-            interval_s=config.scheduler.checkpoint_s)
+            interval_s=config.scheduler.checkpoint_s, replica=config.replica_id)
         self._results: queue.SimpleQueue[Result] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.workers = AssessmentWorkers(

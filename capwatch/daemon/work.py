@@ -54,6 +54,14 @@ class WorkItem:
     provisional: Domain | None = None
     """The base model with each drifted action's outcome probabilities re-estimated."""
     probes: Mapping[str, DriftProbe] = field(default_factory=dict)
+    operator: Mapping[str, Any] = field(default_factory=dict)
+    """Work an operator queued (capwatch.models_store.actions): the action's key and, for
+    "assess now", the method to use."""
+
+    @property
+    def method(self) -> str | None:
+        method = self.operator.get("method")
+        return str(method) if method is not None else None
 
     def drifted_actions(self) -> dict[str, Action]:
         if self.provisional is None:
@@ -77,6 +85,7 @@ class WorkItem:
             if self.provisional is not None and self.drift else None,
             "drift_probes": {name: {"state": _atoms_json(p.state), "action": list(p.action)}
                              for name, p in self.probes.items()},
+            **({"operator": dict(self.operator)} if self.operator else {}),
         }
 
     @classmethod
@@ -100,6 +109,7 @@ class WorkItem:
             provisional=domain_from_json(provisional) if provisional else None,
             probes={name: DriftProbe(tuple(p["action"]), _atoms(p["state"]))
                     for name, p in data.get("drift_probes", {}).items()},
+            operator=dict(data.get("operator") or {}),
         )
 
     @classmethod

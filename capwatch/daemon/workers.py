@@ -194,7 +194,7 @@ class AssessmentWorkers:
                 inconsistent=item.inconsistent, executed=item.executed,
                 drifted_actions=item.drifted_actions(), drift_probes=item.probes,
                 query_budget=self.config.assessment.query_budget,
-                samples=self.config.assessment.samples))
+                samples=self.config.assessment.samples, method=item.method))
             queries = outcome.queries
             self.metrics.queries.labels(family).inc(queries)
             self.metrics.assessment_seconds.labels(family).observe(time.monotonic() - t0)
@@ -214,6 +214,7 @@ class AssessmentWorkers:
                 "drift": {name: dict(e) for name, e in item.drift.items()},
                 "assessment": dict(outcome.details),
                 "replica": self.config.replica_id,
+                **({"operator": dict(item.operator)} if item.operator else {}),
             }
             candidate = build_version(ref, outcome.model, self.clock(), parent=base,
                                       baseline=baseline.domain(), evidence=evidence)

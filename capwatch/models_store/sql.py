@@ -30,6 +30,7 @@ from capwatch.contracts.versions import (
     with_key,
 )
 from capwatch.model.diff import change_from_json, change_to_json
+from capwatch.models_store.actions import ActionsSql
 from capwatch.models_store.alert_outbox import AlertOutboxSql
 from capwatch.models_store.drift_state import DriftStateSql
 from capwatch.models_store.sql_base import Row, Tx, lease_until, validate_alerts
@@ -69,7 +70,7 @@ def load_migrations(dialect: str) -> list[tuple[int, str, list[str]]]:
     return found
 
 
-class SqlModelStore(DriftStateSql, AlertOutboxSql, abc.ABC):
+class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
     """Every role of :class:`~capwatch.contracts.store.ModelStore` over a DB-API connection."""
 
     dialect: str
