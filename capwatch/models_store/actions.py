@@ -96,6 +96,8 @@ class ActionStore(ModelStore, Protocol):
         (stored action, True) or, for a key already recorded, (that action, False)."""
         ...
 
+    def action(self, key: str) -> OperatorAction | None: ...
+
     def actions(self, family: str | None = None, agent_id: str | None = None, *,
                 any_agent: bool = True, limit: int = 200) -> list[OperatorAction]:
         """Newest first; ``agent_id`` with ``any_agent=False`` selects one lineage
@@ -168,6 +170,11 @@ class ActionsSql(SqlBase):
                     action.actor, action.reason, self._json_in(action.result),
                     self._ts_in(as_utc(action.created_at))))
         return action, True
+
+    def action(self, key: str) -> OperatorAction | None:
+        with self._tx(write=False) as tx:
+            found = tx.rows(f"SELECT {_COLUMNS} FROM operator_actions WHERE key = ?", (key,))
+        return self._action_from_row(found[0]) if found else None
 
     def actions(self, family: str | None = None, agent_id: str | None = None, *,
                 any_agent: bool = True, limit: int = 200) -> list[OperatorAction]:
@@ -290,6 +297,8 @@ def _version(store: ModelStore, ref: ModelRef) -> ModelVersion:
 def review(store: ActionStore, kind: str, ref: ModelRef, actor: str, reason: str,
            now: datetime, key: str | None = None) -> OperatorAction:
     """Approve or reject a version an assessment learned for an agent."""
+    if key is not None and (done := store.action(key)) is not None:
+        return done
     if kind not in ("approve", "reject"):
         raise ActionRefused(f"a review approves or rejects, not {kind!r}")
     v = _version(store, ref)
@@ -316,6 +325,8 @@ def rollback(store: ActionStore, family: str, agent_id: str, to: ModelRef, actor
              reason: str, now: datetime, key: str | None = None) -> OperatorAction:
     """Give the agent the model of ``to``, one of its own earlier versions or the baseline
     version its lineage forked from (or an ancestor of that), as a new version."""
+    if key is not None and (done := store.action(key)) is not None:
+        return done  # a retry: the state may have moved on since, the answer has not
     key = key or new_key()
     latest = store.latest(family, agent_id)
     if latest is None:
@@ -345,6 +356,8 @@ def rollback(store: ActionStore, family: str, agent_id: str, to: ModelRef, actor
 def promote(store: ActionStore, ref: ModelRef, actor: str, reason: str, now: datetime,
             key: str | None = None) -> OperatorAction:
     """Make the model of ``ref`` the family's newest baseline version."""
+    if key is not None and (done := store.action(key)) is not None:
+        return done  # a retry: the state may have moved on since, the answer has not
     key = key or new_key()
     source = _version(store, ref)
     base = store.latest(ref.family, None)
@@ -365,6 +378,8 @@ def request_assessment(store: ActionStore, family: str, agent_id: str, method: s
                        actor: str, reason: str, now: datetime,
                        key: str | None = None) -> OperatorAction:
     """Queue an assessment of the agent's current model with ``method``, evidence or not."""
+    if key is not None and (done := store.action(key)) is not None:
+        return done  # a retry: the state may have moved on since, the answer has not
     if method not in ASSESS_METHODS:
         raise ActionRefused(f"unknown method {method!r}: one of {', '.join(ASSESS_METHODS)}")
     key = key or new_key()

@@ -1,0 +1,151 @@
+"""Operator actions and the console's reads, against SQLite and a real PostgreSQL alike."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from capwatch.model.domain import Domain
+from capwatch.models_store import ModelRef, ModelStore, OutboxAlert, record_new_model
+from capwatch.models_store.actions import (
+    ActionRefused,
+    AgentActivity,
+    action_store,
+    promote,
+    request_assessment,
+    review,
+    reviews,
+    rollback,
+)
+from tests.models_store.conftest import T0
+
+
+def hours(n: float) -> datetime:
+    return T0 + timedelta(hours=n)
+
+
+def _drifted_agent(store: ModelStore, rover: Domain, drifted: Domain) -> None:
+    record_new_model(store, "rover-v3", None, rover, T0)
+    record_new_model(store, "rover-v3", "rover-17", drifted, hours(1),
+                     evidence={"queries": 7})
+
+
+def test_reviews_are_recorded_with_who_and_why_newest_first(
+        store: ModelStore, rover: Domain, drifted: Domain) -> None:
+    s = action_store(store)
+    _drifted_agent(store, rover, drifted)
+    ref = ModelRef("rover-v3", "rover-17", 1)
+    review(s, "reject", ref, "alice", "the battery report says otherwise", hours(2))
+    review(s, "approve", ref, "bob", "confirmed with the vendor", hours(3))
+    got = s.actions("rover-v3", "rover-17")
+    assert [(a.kind, a.actor, a.target) for a in got] == [("approve", "bob", ref),
+                                                          ("reject", "alice", ref)]
+    assert reviews(got)[ref].kind == "approve"
+    assert got[0].describe() == ("bob approved rover-v3/rover-17@1: confirmed with the "
+                                 "vendor")
+    with pytest.raises(ActionRefused, match="family baseline"):
+        review(s, "approve", ModelRef("rover-v3", None, 1), "bob", "x", hours(4))
+    with pytest.raises(ActionRefused, match="no model version"):
+        review(s, "approve", ModelRef("rover-v3", "rover-17", 9), "bob", "x", hours(4))
+    with pytest.raises(ActionRefused, match="say why"):
+        review(s, "approve", ref, "bob", "  ", hours(4))
+    with pytest.raises(ActionRefused, match="say who"):
+        review(s, "approve", ref, "", "because", hours(4))
+    assert len(s.actions()) == 2  # refused actions wrote nothing
+
+
+def test_rollback_appends_the_earlier_model_and_queues_its_installation(
+        store: ModelStore, rover: Domain, drifted: Domain) -> None:
+    s = action_store(store)
+    _drifted_agent(store, rover, drifted)
+    base = ModelRef("rover-v3", None, 1)
+    action = rollback(s, "rover-v3", "rover-17", base, "carol", "false alarm", hours(2),
+                      key="k1")
+    v2 = store.latest("rover-v3", "rover-17")
+    assert v2 is not None and v2.version == 2
+    assert v2.parent == ModelRef("rover-v3", "rover-17", 1)
+    assert v2.domain() == rover and v2.delta_to_baseline == 0 and v2.delta_to_parent == 5
+    assert v2.evidence["operator_action"] == "k1"
+    assert v2.evidence["restores"] == base.to_json()
+    assert action.result == {"version": v2.ref.to_json(), "work": "operator/k1"}
+    (item,) = store.queue_items("pending")
+    assert item.key == "operator/k1" and v2.evidence["assessment_key"] == item.key
+    assert item.payload["base"] == ModelRef("rover-v3", "rover-17", 1).to_json()
+    # A retry with the same key records nothing more.
+    again = rollback(s, "rover-v3", "rover-17", base, "carol", "false alarm", hours(2.5),
+                     key="k1")
+    assert again == action
+    assert [v.version for v in store.history("rover-v3", "rover-17")] == [1, 2]
+    assert len(store.queue_items()) == 1
+    with pytest.raises(ActionRefused, match="already holds the model"):
+        rollback(s, "rover-v3", "rover-17", base, "carol", "again", hours(3))
+    with pytest.raises(ActionRefused, match="not in the ancestry"):
+        rollback(s, "rover-v3", "rover-17", ModelRef("rover-v3", "rover-99", 1), "carol",
+                 "x", hours(3))
+    with pytest.raises(ActionRefused, match="nothing to roll back"):
+        rollback(s, "rover-v3", "rover-99", base, "carol", "x", hours(3))
+
+
+def test_promote_makes_a_new_baseline_version(
+        store: ModelStore, rover: Domain, drifted: Domain) -> None:
+    s = action_store(store)
+    _drifted_agent(store, rover, drifted)
+    promote(s, ModelRef("rover-v3", "rover-17", 1), "dana", "fleet firmware 2.1", hours(2))
+    b2 = store.latest("rover-v3", None)
+    assert b2 is not None and b2.version == 2 and b2.domain() == drifted
+    assert b2.evidence["promoted_from"] == {"family": "rover-v3", "agent_id": "rover-17",
+                                            "version": 1}
+    (a,) = s.actions("rover-v3", None, any_agent=False)
+    assert a.kind == "promote" and a.result["version"]["version"] == 2
+    with pytest.raises(ActionRefused, match="already holds"):
+        promote(s, ModelRef("rover-v3", "rover-17", 1), "dana", "again", hours(3))
+
+
+def test_assess_now_queues_work_naming_the_method_and_current_model(
+        store: ModelStore, rover: Domain, drifted: Domain) -> None:
+    s = action_store(store)
+    _drifted_agent(store, rover, drifted)
+    request_assessment(s, "rover-v3", "rover-17", "verify", "erin", "spot check", hours(2),
+                       key="a1")
+    request_assessment(s, "rover-v3", "rover-02", "daaisy", "erin", "spot check", hours(2),
+                       key="a2")
+    items = {i.key: i for i in store.queue_items("pending")}
+    assert items["operator/a1"].payload["base"] == ModelRef("rover-v3", "rover-17",
+                                                            1).to_json()
+    assert items["operator/a1"].payload["operator"] == {"action": "a1", "method": "verify"}
+    # An agent without a lineage of its own is assessed against the family baseline.
+    assert items["operator/a2"].payload["base"] == ModelRef("rover-v3", None, 1).to_json()
+    with pytest.raises(ActionRefused, match="unknown method"):
+        request_assessment(s, "rover-v3", "rover-17", "guess", "erin", "x", hours(2))
+    assert ("rover-v3", "rover-02") in s.known_agents()
+
+
+def test_alert_history_filters_by_agent_and_pages_by_time(store: ModelStore) -> None:
+    s = action_store(store)
+
+    def alert(key: str, agent: str, h: float) -> OutboxAlert:
+        return OutboxAlert(key, f"capability_reduced|rover-v3|{agent}|sample_rock|f",
+                           "g", "rover-v3", "capability_reduced",
+                           {"agent_id": agent, "summary": key}, hours(h))
+
+    # rover_1 would match rover-1's LIKE pattern if "_" were not escaped.
+    store.add_alerts([alert("a", "rover-1", 1), alert("b", "rover-2", 2),
+                      alert("c", "rover-1", 3), alert("d", "rover_1", 4)])
+    assert [a.key for a in s.alert_history()] == ["d", "c", "b", "a"]
+    assert [a.key for a in s.alert_history("rover-v3", "rover-1")] == ["c", "a"]
+    assert [a.key for a in s.alert_history(agent_id="rover-1")] == ["c", "a"]
+    assert [a.key for a in s.alert_history(limit=2, before=hours(3.5))] == ["c", "b"]
+    assert s.alert_history("courier-v1") == []
+
+
+def test_activity_adds_up_across_saves_and_keeps_the_newest_time(store: ModelStore) -> None:
+    s = action_store(store)
+    s.save_activity([AgentActivity("rover-v3", "rover-1", 10, 1, hours(2), "r1")])
+    s.save_activity([AgentActivity("rover-v3", "rover-1", 5, 0, hours(1), "r2"),
+                     AgentActivity("rover-v3", "rover-2", 3, 0, hours(1), "r2")])
+    one, two = s.activity("rover-v3")
+    assert (one.agent_id, one.transitions, one.inconsistent) == ("rover-1", 15, 1)
+    assert one.last_seen == hours(2)
+    assert (two.agent_id, two.transitions) == ("rover-2", 3)
+    assert s.known_agents() == [("rover-v3", "rover-1"), ("rover-v3", "rover-2")]
