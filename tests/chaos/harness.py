@@ -1,0 +1,370 @@
+"""The chaos harness: capwatch driven only as an operator drives it.
+
+Everything here goes through public entry points, so the harness does not care how the
+daemon is laid out inside:
+
+- agents are ``capwatch agent serve`` processes (the reference agent); the input stream is
+  made of the episodes they report over the agent query protocol (``POST
+  /capwatch/v1/episode``), and a drift is injected with ``POST /capwatch/v1/drift``;
+- the daemon is ``capwatch run --config FILE`` in a subprocess, over a JSONL file or the
+  real Kafka broker of tests/support, killed with real signals;
+- what it did is read back from its outputs (models.jsonl, alerts.jsonl, deadletter.jsonl,
+  or the Kafka topics) and from the models store's tables, read-only.
+
+A *run* is one daemon lifetime; a *scenario* is runs over one input until the input is
+done. :func:`compare` holds a scenario's outcome against an uninterrupted one on the same
+input: the same model versions (content and count), the same alerts after dedup, every
+record processed and the same dead letters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.paths import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "capwatch" / "examples"
+CAPWATCH = str(Path(sys.executable).parent / "capwatch")
+ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+
+# --------------------------------------------------------------------------- agents
+
+
+class AgentProcess:
+    """``capwatch agent serve`` on a free port; its URL is read from its first line."""
+
+    def __init__(self, domain: Path, problem: Path, seed: int, log: Path) -> None:
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [CAPWATCH, "agent", "serve", "--domain", str(domain), "--problem", str(problem),
+             "--seed", str(seed), "--port", "0", "--log-level", "WARNING"],
+            stdout=subprocess.PIPE, stderr=self._log, env=ENV, cwd=REPO_ROOT)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if "serving domain" not in line:
+            self.stop()
+            raise RuntimeError(f"agent did not start: {line!r} {log.read_text()[-2000:]}")
+        self.url = line.rsplit(" on ", 1)[1].strip()
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def episode(self, steps: int, p_inapplicable: float) -> dict[str, Any]:
+        return dict(self.post("/capwatch/v1/episode", {
+            "mode": "random", "steps": steps, "p_inapplicable": p_inapplicable}))
+
+    def drift(self, pddl: str) -> None:
+        self.post("/capwatch/v1/drift", {"domain": pddl})
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+
+
+@dataclass
+class FleetInput:
+    """A generated stream: JSONL lines (one transition event each, keyed by agent id),
+    the agents' URLs, and which agents drifted."""
+
+    lines: list[bytes]
+    keys: list[str]
+    urls: dict[str, str]
+    drifted: list[str]
+    families: dict[str, dict[str, str]]
+
+    def write(self, path: Path) -> Path:
+        path.write_bytes(b"".join(line + b"\n" for line in self.lines))
+        return path
+
+
+@contextlib.contextmanager
+def fleet(workdir: Path, *, agents: int, drifted: int, episodes: int, drift_at: int,
+          steps: int = 12, p_inapplicable: float = 0.25, seed: int = 0) -> Iterator[FleetInput]:
+    """``agents`` rover agents, the first ``drifted`` of which switch to the DAAISy drift
+    (sample_rock needs a full battery) after ``drift_at`` of their ``episodes``.
+
+    Only deterministic agents: an uninterrupted and an interrupted run then ask the same
+    questions and get the same answers, so their versions can be compared exactly. The
+    agents stay up (drifted) while the caller runs daemons against them.
+    """
+    domain, problem = EXAMPLES / "rover.pddl", EXAMPLES / "rover-problem.pddl"
+    drift_pddl = (EXAMPLES / "rover-sample-drift.pddl").read_text()
+    ids = [f"rover-{i:03d}" for i in range(agents)]
+    procs: list[AgentProcess] = []
+    try:
+        for i, a in enumerate(ids):
+            procs.append(AgentProcess(domain, problem, seed * 1000 + i, workdir / f"{a}.log"))
+        lines: list[bytes] = []
+        keys: list[str] = []
+        for ep in range(episodes):
+            if ep == drift_at:
+                for p in procs[:drifted]:
+                    p.drift(drift_pddl)
+            for a, p in zip(ids, procs, strict=True):
+                trace = p.episode(steps, p_inapplicable)
+                for k, action in enumerate(trace["actions"]):
+                    event = {"type": "transition", "agent_id": a, "family": "rover-v1",
+                             "episode_id": f"{a}-ep{ep}", "step": k,
+                             "state": trace["states"][k], "action": action,
+                             "next_state": trace["states"][k + 1],
+                             "executed": trace["executed"][k]}
+                    lines.append(json.dumps(event, separators=(",", ":")).encode())
+                    keys.append(a)
+        yield FleetInput(lines, keys, {a: p.url for a, p in zip(ids, procs, strict=True)},
+                         ids[:drifted],
+                         {"rover-v1": {"domain": str(domain), "problem": str(problem)}})
+    finally:
+        for p in procs:
+            p.stop()
+
+
+# --------------------------------------------------------------------------- daemon
+
+
+def jsonl_config(workdir: Path, inp: FleetInput, input_path: Path, store_url: str, *,
+                 follow: bool = False, http_port: int | None = None) -> dict[str, Any]:
+    """``capwatch run`` over a JSONL file, writing JSONL outputs into ``workdir/out``."""
+    return {
+        "replica_id": "chaos",
+        "source": {"kind": "jsonl", "path": str(input_path), "follow": follow},
+        "output": {"kind": "jsonl", "directory": str(workdir / "out")},
+        "store": {"url": store_url},
+        "families": inp.families,
+        "agents": {"urls": inp.urls, "timeout_s": 5.0},
+        # Debounce and checkpoint intervals are the production defaults: a kill then finds
+        # as much unfinished work as it would in production.
+        "assessment": {"workers": 2, "lease_s": 10.0, "retry_after_s": 0.5},
+        "http": {"enabled": http_port is not None, "port": http_port or 0},
+        "alerts": {"group_wait_seconds": 0.2, "route_s": 0.1},
+        "log": {"level": "info", "format": "json"},
+        "shutdown_grace_s": 10.0,
+    }
+
+
+class Daemon:
+    """``capwatch run`` as an operator starts it; its log is kept for the figures."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, name: str,
+                 exit_when_idle: bool = False) -> None:
+        self.config_path = workdir / f"{name}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = workdir / f"{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115
+        cmd = [CAPWATCH, "run", "--config", str(self.config_path)]
+        if exit_when_idle:
+            cmd.append("--exit-when-idle")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=ENV,
+                                     cwd=workdir)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"daemon still running after {timeout_s:.0f}s:"
+                                 f" {self.tail()}") from None
+        finally:
+            self._log.flush()
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(30)
+        self._log.close()
+        return code
+
+    def tail(self, n: int = 3000) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")[-n:]
+
+    def log_events(self) -> list[dict[str, Any]]:
+        events = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+        return events
+
+    def tracebacks(self) -> int:
+        return self.log_path.read_text(errors="replace").count("Traceback (most recent call")
+
+
+def run_to_end(config: dict[str, Any], workdir: Path, name: str,
+               timeout_s: float = 300.0) -> tuple[int, Daemon]:
+    d = Daemon(config, workdir, name, exit_when_idle=True)
+    return d.wait(timeout_s), d
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class Outcome:
+    """What a scenario left behind, reduced to what must not depend on interruptions."""
+
+    versions: dict[tuple[str, int], dict[str, Any]]
+    """Stored versions of agent lineages: (agent, version) → model JSON."""
+    published: dict[tuple[str, int], dict[str, Any]]
+    """Published model events after dedup on (agent, version) → model JSON."""
+    published_raw: int
+    alerts: dict[str, tuple[str, str]]
+    """Alerts after dedup: dedup key → (type, agent)."""
+    dead_letters: set[int]
+    """Offsets of dead-lettered records."""
+    committed: int
+    """The store's checkpoint: the next record to read."""
+    exits: list[int] = field(default_factory=list)
+    tracebacks: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"versions": len(self.versions), "published": self.published_raw,
+                "alerts": len(self.alerts), "dead_letters": len(self.dead_letters),
+                "committed": self.committed, "exits": self.exits,
+                "tracebacks": self.tracebacks}
+
+
+def read_sqlite_store(path: Path) -> tuple[dict[tuple[str, int], dict[str, Any]], int]:
+    """Agent versions and the checkpoint, read-only (the store is an operator's interface)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        versions = {(r[0], int(r[1])): json.loads(r[2]) for r in conn.execute(
+            "SELECT agent_id, version, model_json FROM model_versions WHERE agent_id != ''")}
+        row = conn.execute("SELECT COALESCE(SUM(next_offset), 0) FROM consumer_offsets"
+                           ).fetchone()
+        return versions, int(row[0])
+    finally:
+        conn.close()
+
+
+def jsonl_outcome(workdir: Path, store: Path, exits: Sequence[int] = (),
+                  tracebacks: int = 0) -> Outcome:
+    out = workdir / "out"
+    versions, committed = read_sqlite_store(store)
+    models = _jsonl(out / "models.jsonl")
+    alerts = _jsonl(out / "alerts.jsonl")
+    dead = _jsonl(out / "deadletter.jsonl")
+    return Outcome(
+        versions=versions,
+        published={(m["agent_id"], m["version"]): m["model"]["json"] for m in models},
+        published_raw=len(models),
+        alerts={a["dedup_key"]: (a["alert_type"], a["agent_id"]) for a in alerts},
+        dead_letters={d["offset"] for d in dead},
+        committed=committed, exits=list(exits), tracebacks=tracebacks)
+
+
+def compare(reference: Outcome, got: Outcome, records: int) -> list[str]:
+    """Every way ``got`` differs from the uninterrupted ``reference``; empty when equal."""
+    problems = []
+    if set(got.versions) != set(reference.versions):
+        problems.append(f"versions {sorted(got.versions)} instead of"
+                        f" {sorted(reference.versions)}")
+    else:
+        problems += [f"version {k} has other content" for k in sorted(reference.versions)
+                     if got.versions[k] != reference.versions[k]]
+    if set(got.published) != set(reference.published):
+        problems.append(f"published {sorted(got.published)} instead of"
+                        f" {sorted(reference.published)}")
+    if got.alerts != reference.alerts:
+        extra = sorted(set(got.alerts) - set(reference.alerts))
+        missing = sorted(set(reference.alerts) - set(got.alerts))
+        problems.append(f"alerts differ: {len(extra)} extra {extra[:3]},"
+                        f" {len(missing)} missing {missing[:3]}")
+    if got.committed != records:
+        problems.append(f"checkpoint at {got.committed} of {records} records")
+    if got.dead_letters != reference.dead_letters:
+        problems.append(f"dead letters at {sorted(got.dead_letters ^ reference.dead_letters)[:5]}"
+                        " differ")
+    return problems
+
+
+def lost_records(reference: Outcome, got: Outcome, records: int) -> int:
+    """Records whose effects are missing: unread ones, and dead letters not written."""
+    return max(0, records - got.committed) + len(reference.dead_letters - got.dead_letters)
+
+
+# --------------------------------------------------------------------------- pacing
+
+
+class PacedWriter:
+    """Appends lines to a file at a steady pace in a thread, as a live producer would."""
+
+    def __init__(self, path: Path, lines: Sequence[bytes], per_second: float) -> None:
+        self.path = path
+        self.lines = lines
+        self.per_second = per_second
+        self.written = 0
+        self._stop = threading.Event()
+        self.path.write_bytes(b"")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        chunk = max(1, int(self.per_second / 20))
+        with open(self.path, "ab") as f:
+            t0 = time.monotonic()
+            while self.written < len(self.lines) and not self._stop.is_set():
+                part = self.lines[self.written:self.written + chunk]
+                f.write(b"".join(line + b"\n" for line in part))
+                f.flush()
+                self.written += len(part)
+                # Paced against the clock, not by a fixed sleep, so slow writes catch up.
+                due = t0 + self.written / self.per_second
+                self._stop.wait(max(0.0, due - time.monotonic()))
+
+    def finish(self) -> None:
+        """Write whatever is left at once."""
+        self._stop.set()
+        self._thread.join()
+        with open(self.path, "ab") as f:
+            f.write(b"".join(line + b"\n" for line in self.lines[self.written:]))
+        self.written = len(self.lines)
+
+
+def kill_at_random(daemon: Daemon, rng: random.Random, lo_s: float, hi_s: float) -> float:
+    """SIGKILL ``daemon`` at a random moment in [lo_s, hi_s] after its start."""
+    at = rng.uniform(lo_s, hi_s)
+    deadline = daemon.started + at
+    while time.monotonic() < deadline and daemon.proc.poll() is None:
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+    daemon.kill(signal.SIGKILL)
+    return at
