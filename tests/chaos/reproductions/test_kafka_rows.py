@@ -1,0 +1,184 @@
+"""Issue 12 over a real Kafka broker: row 1 (SIGKILL mid-stream), row 2 (hostile messages:
+every dead letter reaches the dead-letter topic before its offset is committed), row 3
+(one 10 MB message must not stop the partition) and row 6 (a broker outage: /readyz says
+not ready, the daemon rides it out)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import Daemon, FleetInput, compare
+from tests.chaos.hostile import generate, oversized
+from tests.chaos.kafka_harness import (
+    KafkaTopics,
+    committed_and_end,
+    kafka_daemon_config,
+    kafka_outcome,
+    make_topics,
+    produce,
+    read_topic,
+    wait_done,
+)
+from tests.chaos.test_bounded import FIXED_KINDS
+from tests.support._proc import free_port
+from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
+
+pytestmark = pytest.mark.integration
+
+
+def _alive(d: Daemon) -> bool:
+    return d.proc.poll() is None
+
+
+def _finish(d: Daemon, topics: KafkaTopics, store: Path, timeout_s: float = 120) -> int:
+    done = wait_done(topics, store, lambda: _alive(d), timeout_s)
+    code = d.kill(signal.SIGTERM)
+    assert done, f"not done (exit {code}): {d.tail()}"
+    return code
+
+
+def _kafka_reference(inp: FleetInput, bootstrap: str, tmp: Path):  # type: ignore[no-untyped-def]
+    topics = make_topics(bootstrap)
+    produce(topics, inp.lines, inp.keys)
+    store = tmp / "ref.db"
+    d = Daemon(kafka_daemon_config(topics, store, inp.families, inp.urls), tmp, "ref")
+    code = _finish(d, topics, store)
+    return kafka_outcome(topics, store, [code], d.tracebacks())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_sigkill_over_kafka_changes_nothing(drift_fleet: FleetInput, kafka_bootstrap: str,
+                                            tmp_path: Path, seed: int) -> None:
+    ref = _kafka_reference(drift_fleet, kafka_bootstrap, tmp_path)
+    assert len(ref.versions) == len(drift_fleet.drifted)
+    topics = make_topics(kafka_bootstrap)
+    store = tmp_path / "store.db"
+    config = kafka_daemon_config(topics, store, drift_fleet.families, drift_fleet.urls)
+    first = Daemon(config, tmp_path, "first")
+    rng = random.Random(seed)
+    # A live producer, paced so that the kill lands while records still arrive.
+    lines, keys = drift_fleet.lines, drift_fleet.keys
+    chunks = [(lines[i:i + 400], keys[i:i + 400]) for i in range(0, len(lines), 400)]
+
+    def live() -> None:
+        for v, k in chunks:
+            produce(topics, v, k)
+            time.sleep(0.2)
+
+    producer = threading.Thread(target=live)
+    producer.start()
+    time.sleep(rng.uniform(2.0, 2.0 + 0.2 * len(chunks)))  # the random moment of the kill
+    first.kill(signal.SIGKILL)
+    producer.join()
+    second = Daemon(config, tmp_path, "second")
+    code = _finish(second, topics, store)
+    got = kafka_outcome(topics, store, [-9, code], first.tracebacks() + second.tracebacks())
+    assert compare(ref, got, len(lines)) == []
+    assert code == 0
+
+
+def test_every_dead_letter_reaches_the_topic_before_its_offset_is_committed(
+        valid_events: tuple[list[bytes], dict[str, dict[str, str]]], kafka_bootstrap: str,
+        tmp_path: Path) -> None:
+    valid, families = valid_events
+    messages = list(generate(valid, 120, seed=2, kinds=FIXED_KINDS))
+    # Under the daemon's 1 MB limit, but as base64 in a dead letter over the broker's 1 MB.
+    big = [b"{" + b"x" * 800_000 for _ in range(6)]
+    values = [m.value for m in messages] + big
+    keys: list[str | None] = [m.key for m in messages] + ["big"] * len(big)
+    expected_dead = sum(m.expect == "dead" for m in messages) + len(big)
+    topics = make_topics(kafka_bootstrap)
+    produce(topics, values, keys, max_request_size=2_000_000)
+    store = tmp_path / "store.db"
+    d = Daemon(kafka_daemon_config(topics, store, families, {}), tmp_path, "hostile")
+    code = _finish(d, topics, store)
+    dead = [json.loads(v) for v in read_topic(topics, topics.dead_letter)]
+    counted = next(e["dead_letters"] for e in d.log_events()
+                   if e.get("event") == "daemon stopped")
+    assert code == 0
+    assert len(dead) == counted == expected_dead, (
+        f"{len(dead)} dead letters on the topic, {counted} counted, {expected_dead} expected")
+    for letter in dead:
+        assert letter["reason"]
+        # Each is the original, or a truncation that says how long the original was.
+        assert "raw_base64" in letter or "raw_length" in letter
+
+
+def test_a_10_mb_message_does_not_stop_the_partition(
+        valid_events: tuple[list[bytes], dict[str, dict[str, str]]], kafka_bootstrap: str,
+        tmp_path: Path) -> None:
+    valid, families = valid_events
+    topics = make_topics(kafka_bootstrap, partitions=1, transitions_max_bytes=16 * 1024 * 1024)
+    agent = json.loads(valid[0])["agent_id"]
+    huge = oversized(valid[0], 10 * 1024 * 1024)
+    produce(topics, [huge, *valid[:20]], [agent] * 21, max_request_size=16 * 1024 * 1024)
+    store = tmp_path / "store.db"
+    d = Daemon(kafka_daemon_config(topics, store, families, {}), tmp_path, "huge")
+    code = _finish(d, topics, store, timeout_s=90)
+    assert code == 0
+    dead = [json.loads(v) for v in read_topic(topics, topics.dead_letter)]
+    assert len(dead) == 1 and "exceeds" in dead[0]["reason"]
+    assert len(json.dumps(dead[0])) < 1_000_000
+    raw = base64.b64decode(dead[0].get("raw_base64", ""))
+    assert len(raw) < len(huge)
+
+
+@pytest.fixture
+def own_broker() -> Iterator[KafkaBroker]:
+    """A broker of this test's own: it is frozen, which others must not see."""
+    broker = start_kafka_broker()
+    if broker.external or broker.process is None:
+        broker.stop()
+        pytest.skip("needs a broker this test starts itself")
+    try:
+        yield broker
+    finally:
+        broker.process.send_signal(signal.SIGCONT)
+        broker.stop()
+
+
+def _readyz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
+
+
+def test_a_broker_outage_is_ridden_out_and_readyz_says_so(
+        drift_fleet: FleetInput, own_broker: KafkaBroker, tmp_path: Path) -> None:
+    assert own_broker.process is not None
+    topics = make_topics(own_broker.bootstrap)
+    half = len(drift_fleet.lines) // 2
+    produce(topics, drift_fleet.lines[:half], drift_fleet.keys[:half])
+    store = tmp_path / "store.db"
+    port = free_port()
+    d = Daemon(kafka_daemon_config(topics, store, drift_fleet.families, drift_fleet.urls,
+                                   http_port=port), tmp_path, "outage")
+    assert wait_done(topics, store, lambda: _alive(d), 120), d.tail()
+    own_broker.process.send_signal(signal.SIGSTOP)
+    statuses = []
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        statuses.append(_readyz(port))
+        time.sleep(1)
+    own_broker.process.send_signal(signal.SIGCONT)
+    produce(topics, drift_fleet.lines[half:], drift_fleet.keys[half:])
+    done = wait_done(topics, store, lambda: _alive(d), 120)
+    code = d.kill(signal.SIGTERM)
+    assert 503 in statuses, f"/readyz during the outage: {statuses}"
+    assert done and code == 0, d.tail()
+    assert committed_and_end(topics)[0] == len(drift_fleet.lines)
