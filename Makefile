@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo image bench bench-core bench-assess bench-drift bench-store bench-daemon clean
+.PHONY: test lint typecheck unit chaos demo image bench bench-core bench-assess bench-drift bench-store bench-daemon clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ test: lint typecheck
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"
+
+# The long chaos run of issue 12 (docs/reliability.md): the reproductions of its table,
+# then 20 SIGKILL and 20 disk-full scenarios against an uninterrupted run and 100,000
+# hostile messages, with the figures printed. Fails if anything still fails.
+chaos: $(STAMP)
+	CAPWATCH_CHAOS=1 $(BIN)/pytest -q tests/chaos/reproductions; r=$$?; \
+	$(BIN)/python -m tests.chaos.long_run --json .chaos-figures.json; l=$$?; \
+	exit $$(( r || l ))
 
 demo: $(STAMP)
 	$(BIN)/capwatch demo
