@@ -5,6 +5,7 @@ Read from the source with ``ast`` (imports inside functions count too), bottom t
     model < monitor < assess            the core: no I/O, no knowledge of the rest
     contracts                           wire formats, protocols, store roles and records
     adapters | models_store | alerts    peers: none imports another
+    console                             the operator's pages and report (reads the store)
     daemon                              the pipeline and the service
     cli
 
@@ -32,8 +33,9 @@ LAYERS: Mapping[str, int] = {
     "capwatch.adapters": 4,
     "capwatch.models_store": 4,
     "capwatch.alerts": 4,
-    "capwatch.daemon": 5,
-    "capwatch.cli": 6,
+    "capwatch.console": 5,
+    "capwatch.daemon": 6,
+    "capwatch.cli": 7,
 }
 ROOT_MODULES = {"capwatch"}
 """The package itself (``__version__``): importable from anywhere, imports nothing."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 # Module names under capwatch.cli; each has register(subparsers).
 COMMAND_MODULES: tuple[str, ...] = ("model_cmd", "agent_cmd", "run_cmd", "demo_cmd",
-                                     "models_cmd", "assess_cmd")
+                                     "models_cmd", "assess_cmd", "console_cmd")
 
 
 def build_parser() -> argparse.ArgumentParser:

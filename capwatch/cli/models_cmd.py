@@ -162,9 +162,49 @@ def _describe(v: ModelVersion) -> list[str]:
              f"  parent: {v.parent or '-'}  Δ to parent: {v.delta_to_parent}  "
              f"Δ to baseline: {v.delta_to_baseline}"]
     lines += [f"  {s}" for s in v.summary]
-    if v.evidence:
-        lines.append(f"  evidence: {json.dumps(v.evidence, sort_keys=True)}")
+    lines += [f"  {s}" for s in evidence_lines(v.evidence)]
     return lines
+
+
+def evidence_lines(evidence: dict[str, Any]) -> list[str]:
+    """The evidence in a few words; ``--json`` has all of it."""
+    out = []
+    if "operator_action" in evidence:
+        what = ("restores " + str(ModelRef.from_json(evidence["restores"]))
+                if "restores" in evidence else
+                "promoted from " + str(ModelRef.from_json(evidence["promoted_from"]))
+                if "promoted_from" in evidence else "operator action")
+        out.append(f"written by {evidence.get('actor', '?')}: {what} "
+                   f"({evidence.get('reason', '')})")
+    if "queries" in evidence and "operator_action" not in evidence:
+        estimates = (evidence.get("assessment") or {}).get("estimates") or {}
+        samples = sum(int(e.get("samples", 0)) for e in estimates.values())
+        method = (evidence.get("assessment") or {}).get("method")
+        q = int(evidence["queries"])
+        text = f"assessment: {q} {'query' if q == 1 else 'queries'}"
+        if samples:
+            text += f", {samples} samples of the agent's outcomes"
+        if method:
+            text += f" ({method})"
+        n = len(evidence.get("transitions") or [])
+        if n:
+            text += f"; {n} inconsistent transitions as evidence"
+        out.append(text)
+    for name, d in sorted((evidence.get("drift") or {}).items()):
+        stat, threshold = d.get("log_statistic"), d.get("log_threshold")
+        test = (f"log-likelihood ratio {stat:.2f} over threshold {threshold:.2f}"
+                if stat is not None and threshold is not None else
+                f"chi-square {d.get('chi2', 0):.2f}")
+        window = d.get("window") or ["?", "?"]
+        out.append(f"drift of {name}: {d.get('detector', '')} test, {test}, "
+                   f"p={d.get('p_value', float('nan')):.2g}, "
+                   f"{d.get('n', '?')} executions (window {window[0]}–{window[1]})")
+    other = sorted(set(evidence) - {"operator_action", "restores", "promoted_from", "actor",
+                                    "reason", "queries", "assessment", "drift", "transitions",
+                                    "assessment_key", "replica", "operator"})
+    if other:
+        out.append("also recorded: " + ", ".join(other) + " (see --json)")
+    return out
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -187,8 +227,15 @@ def _show(args: argparse.Namespace) -> int:
             v = _resolve(store, args.ref)
         if args.json:
             print(json.dumps(v.to_json(), sort_keys=True))
-        else:
-            print("\n".join(_describe(v)))
+            return
+        print("\n".join(_describe(v)))
+        from capwatch.console.data import version_view
+        from capwatch.console.text import outcome_table
+
+        parent = store.get(v.parent) if v.parent is not None else None
+        for name, rows in version_view(v, parent).probabilities.items():
+            print(f"  {name}: outcome probabilities (95% intervals)")
+            print("\n".join(f"    {x}" for x in outcome_table(rows).splitlines()))
     return _run(args, body)
 
 
