@@ -214,9 +214,9 @@ def _alerts_ls(args: argparse.Namespace) -> int:
 
 
 def _alert_json(a: OutboxAlert) -> dict[str, Any]:
-    return {"id": alert_id(a), "key": a.key, "status": a.status, "created_at": a.created_at.isoformat(),
-            "family": a.family, "alert_type": a.alert_type, "dedup_key": a.dedup_key,
-            "alert": a.alert}
+    return {"id": alert_id(a), "key": a.key, "status": a.status,
+            "created_at": a.created_at.isoformat(), "family": a.family,
+            "alert_type": a.alert_type, "dedup_key": a.dedup_key, "alert": a.alert}
 
 
 def _alerts_tail(args: argparse.Namespace) -> int:

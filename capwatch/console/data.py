@@ -288,8 +288,8 @@ def probability_rows(old: Action | None, new: Action | None,
 
 def _probabilistic_changes(old: Domain | None, new: Domain,
                            evidence: Mapping[str, Any]) -> dict[str, list[OutcomeRow]]:
-    names = set((evidence.get("drift") or {})) | set(
-        ((evidence.get("assessment") or {}).get("estimates") or {}))
+    names = set(evidence.get("drift") or {}) | set(
+        (evidence.get("assessment") or {}).get("estimates") or {})
     if old is not None:
         old_map = old.action_map
         for a in new.actions:
