@@ -15,7 +15,6 @@ from urllib.parse import quote, urlencode
 
 from capwatch.console.data import (
     STATES,
-    AgentRow,
     AgentView,
     DriftPoint,
     FamilyView,

@@ -1,0 +1,116 @@
+"""``capwatch agents``, ``alerts``, ``report`` and the actions, on the demo's real store."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from capwatch.cli import main
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("demo") / "demo.db"
+    assert main(["demo", "--store", str(path)]) == 0
+    return str(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_agents_ls_lists_the_whole_fleet_with_states(
+        demo_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "agents", "ls", "--store", demo_store, "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert len(rows) == 24
+    assert {r["agent_id"] for r in rows if r["state"] == "drifted"} == {
+        "courier-v1-002", "courier-v1-007", "rover-v3-004"}
+    assert all(r["transitions"] == 400 for r in rows)
+    code, out, _ = run(capsys, "agents", "ls", "--store", demo_store, "--state", "drifted")
+    assert out.splitlines()[0].split() == ["FAMILY", "AGENT", "STATE", "MODEL", "Δ", "BASE",
+                                           "OPEN", "ALERTS", "LAST", "EVENT"]
+    assert "3 of 24 agents shown; fleet: 21 healthy, 3 drifted" in out
+
+
+def test_models_show_prints_outcome_probabilities_as_a_table(
+        demo_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "models", "show", "courier-v1/courier-v1-007", "--store",
+                       demo_store)
+    assert code == 0
+    assert "evidence: {" not in out  # no raw JSON dump
+    assert re.search(r"assessment: 1 query, \d+ samples of the agent's outcomes", out)
+    header = next(x for x in out.splitlines() if "OUTCOME" in x)
+    assert header.split() == ["OUTCOME", "MODEL", "P", "OBSERVED", "P", "[95%", "CI]",
+                              "RE-ESTIMATED", "P"]
+    row = next(x for x in out.splitlines() if x.strip().startswith("(no change)"))
+    # model 0.1, observed with interval and sample count, re-estimated.
+    m = re.search(r"0\.100\s+(0\.\d{3}) \[(0\.\d{3}), (0\.\d{3})\] n=(\d+)\s+(0\.\d{3})", row)
+    assert m is not None, row
+    p, lo, hi, n, new = m.groups()
+    assert float(lo) <= float(p) <= float(hi) and int(n) > 30
+    assert p == new  # the re-estimate installed is the observed estimate
+
+
+def test_alerts_ls_show_and_tail(demo_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "alerts", "ls", "--store", demo_store, "--agent",
+                       "rover-v3-004", "--json")
+    alerts = json.loads(out)
+    assert sorted(a["alert_type"] for a in alerts) == ["capability_reduced",
+                                                       "unexplained_inconsistency"]
+    reduced = next(a for a in alerts if a["alert_type"] == "capability_reduced")
+    code, out, _ = run(capsys, "alerts", "show", reduced["id"][:6], "--store", demo_store)
+    assert code == 0
+    assert out.startswith("capability_reduced [critical] rover-v3/rover-v3-004")
+    assert "now requires (battery_full ?r)" in out and "detail:" in out
+    code, out, _ = run(capsys, "alerts", "tail", "-n", "2", "--store", demo_store)
+    assert len(out.splitlines()) == 2
+    code, _, err = run(capsys, "alerts", "show", "nope", "--store", demo_store)
+    assert code == 1 and "no alert 'nope'" in err
+
+
+def test_actions_are_shown_in_the_lineage(
+        demo_store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "models", "approve", "courier-v1/courier-v1-002", "--reason",
+                       "matches the jam report", "--by", "alice", "--store", demo_store)
+    assert code == 0 and "alice approved courier-v1/courier-v1-002@1" in out
+    code, out, _ = run(capsys, "models", "rollback", "rover-v3/rover-v3-004", "--to",
+                       "rover-v3@1", "--reason", "firmware reverted", "--by", "bob",
+                       "--store", demo_store)
+    assert code == 0 and "new version rover-v3/rover-v3-004@2" in out
+    code, out, _ = run(capsys, "agents", "show", "rover-v3-004", "--store", demo_store)
+    assert "written by an operator: bob rolled back to rover-v3/baseline@1: firmware " \
+           "reverted" in out
+    assert "state assessing" in out  # the rollback's installation waits for a daemon
+    code, out, _ = run(capsys, "agents", "show", "courier-v1-002", "--store", demo_store)
+    assert "[approved by alice: matches the jam report]" in out
+    code, _, err = run(capsys, "models", "approve", "rover-v3@1", "--reason", "x",
+                       "--store", demo_store)
+    assert code == 1 and "reviews are of learned versions" in err
+    code, out, _ = run(capsys, "assess", "agent", "rover-v3-001", "--method", "verify",
+                       "--reason", "spot check", "--store", demo_store, "--json")
+    assert json.loads(out)["result"]["method"] == "verify"
+
+
+def test_report_is_one_self_contained_html_file(
+        demo_store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_path = tmp_path / "r" / "courier.html"
+    code, out, _ = run(capsys, "report", "courier-v1", "-o", str(out_path), "--store",
+                       demo_store)
+    assert code == 0 and out.strip() == f"wrote {out_path}"
+    text = out_path.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    assert "<script" not in text and "<link" not in text
+    assert re.findall(r"(?:src|href)=\"https?://", text) == []
+    assert "Outcome probabilities of <code>pick</code>" in text and "<svg" in text
+    assert "Drift statistic of <code>pick</code>" in text
+    assert 'class="changed"' in text  # the drop and pick actions highlighted in the PDDL
+    assert "2 agents of courier-v1" not in text  # the two drifts are different changes
+    code, _, err = run(capsys, "report", "nosuch", "-o", str(out_path), "--store", demo_store)
+    assert code == 1 and "no family nosuch" in err
