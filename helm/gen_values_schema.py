@@ -54,6 +54,14 @@ def chart_schema() -> dict[str, Any]:
         "config": {"$ref": "#/definitions/DaemonConfig"},
         "store": _obj({"urlSecret": _obj({"name": {"type": "string"},
                                           "key": {"type": "string", "minLength": 1}})}),
+        "secrets": _obj({name: _obj({"name": {"type": "string"},
+                                     "key": {"type": "string", "minLength": 1}})
+                         for name in ("kafkaSaslPassword", "apiToken", "agentBearerToken")}),
+        "secretMounts": {"type": "array", "items": _obj(
+            {"name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                      "maxLength": 50},
+             "secretName": {"type": "string", "minLength": 1}},
+            required=["name", "secretName"])},
         "env": k8s_list, "envFrom": k8s_list,
         "persistence": _obj({"enabled": {"type": "boolean"},
                              "size": {"type": ["string", "integer"]},

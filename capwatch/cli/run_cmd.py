@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from capwatch.daemon.config import ConfigError, load_config
+from capwatch.daemon.config import ConfigError, DaemonConfig, load_config
 from capwatch.model.errors import ModelError
 
 
@@ -18,17 +18,67 @@ def register(sub: Any) -> None:
     run.add_argument("--config", required=True, help="YAML configuration file "
                      "(CAPWATCH_* environment variables override it, see docs/daemon.md)")
     run.add_argument("--check", action="store_true",
-                     help="validate the configuration and the family models, then exit")
+                     help="validate the configuration (agent URL templates included) and the "
+                          "family models, then exit")
+    run.add_argument("--connect", action="store_true",
+                     help="with --check: also open the store and connect to Kafka (with "
+                          "its security settings), then exit")
     run.add_argument("--exit-when-idle", action="store_true",
                      help="exit once a finite source (JSONL file, simulation) is exhausted and "
                           "every queued assessment is done")
     run.set_defaults(handler=handle)
 
 
+def _check(config: DaemonConfig, path: str, connect: bool) -> int:
+    """Warnings for what is valid but surely unintended; ``connect``: try the servers."""
+    warnings = []
+    if not config.families:
+        warnings.append("families is empty: every transition will be dead-lettered as of "
+                        "an unknown family")
+    for w in warnings:
+        print(f"{path}: warning: {w}", file=sys.stderr)
+    try:
+        # Secret files are read now, not at the first agent query.
+        config.agents.request_headers()
+        config.http.api_token()
+        if config.agents.tls is not None:
+            config.agents.tls.context()
+        if config.kafka.tls is not None and config.kafka.security_protocol.endswith("SSL"):
+            config.kafka.tls.context()
+        config.kafka.client_options()
+    except ConfigError as e:
+        print(f"capwatch run: {e}", file=sys.stderr)
+        return 2
+    if connect:
+        from capwatch.daemon.service import DependencyError, redact_url, wait_for_kafka
+        from capwatch.models_store import open_store
+
+        try:
+            open_store(config.store.url).close()
+            print(f"store: {redact_url(config.store.url)}: reachable")
+        except Exception as e:
+            print(f"capwatch run: store: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        if config.source.kind == "kafka" or config.output.kind == "kafka":
+            k = config.kafka.model_copy(update={"connect_timeout_s": min(
+                config.kafka.connect_timeout_s, 15.0)})
+            try:
+                wait_for_kafka(k)
+            except DependencyError as e:
+                print(f"capwatch run: {e}", file=sys.stderr)
+                return 1
+            print(f"Kafka: {k.bootstrap_servers} ({k.security_protocol}): reachable")
+    print(f"{path}: configuration is valid" + (" with warnings" if warnings else ""))
+    return 0
+
+
 def handle(args: argparse.Namespace) -> int:
     from capwatch.daemon.logs import configure_logging
-    from capwatch.daemon.service import build_service, load_families
+    from capwatch.daemon.service import DependencyError, build_service, load_families
 
+    if args.connect and not args.check:
+        print("capwatch run: --connect goes with --check", file=sys.stderr)
+        return 2
     try:
         config = load_config(args.config)
         load_families(config)
@@ -39,12 +89,16 @@ def handle(args: argparse.Namespace) -> int:
         print(f"capwatch run: {args.config}: family model: {e}", file=sys.stderr)
         return 2
     if args.check:
-        print(f"{args.config}: configuration is valid")
-        return 0
+        if args.connect:
+            configure_logging(config.log.level, config.log.format)
+        return _check(config, args.config, args.connect)
     configure_logging(config.log.level, config.log.format)
     try:
         service = build_service(config)
         return service.run(exit_when_idle=args.exit_when_idle)
+    except (ConfigError, DependencyError) as e:
+        print(f"capwatch run: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         # A missing input file, an unwritable store directory, a port in use.
         print(f"capwatch run: {e}", file=sys.stderr)

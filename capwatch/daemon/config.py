@@ -13,11 +13,21 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
+import string
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from capwatch.alerts.policy import AlertPolicy
@@ -32,6 +42,71 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def read_secret(value: SecretStr | None, path: Path | None, what: str) -> str | None:
+    """A secret given inline (or by a ``CAPWATCH_*`` variable) or as a file, e.g. a
+    Kubernetes Secret mounted as a volume; surrounding whitespace is not part of it."""
+    if value is not None:
+        return value.get_secret_value()
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise ConfigError(f"{what}: cannot read {path}: {e.strerror}") from None
+
+
+def _one_of(value: object, path: object, name: str) -> None:
+    if value is not None and path is not None:
+        raise ValueError(f"give {name} or {name}_file, not both")
+
+
+class TlsConfig(_Section):
+    """TLS towards a server (Kafka brokers, agents): whom to trust, and who we are."""
+
+    ca_file: Path | None = None
+    """CA certificates (PEM) to verify the server with; none: the system's CAs."""
+    cert_file: Path | None = None
+    """Our certificate (PEM) for mutual TLS; needs ``key_file``."""
+    key_file: Path | None = None
+    key_password: SecretStr | None = None
+    check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together (mutual TLS)")
+        return self
+
+    def context(self) -> ssl.SSLContext:
+        """An SSL context as configured (reads the files: errors are ConfigError)."""
+        try:
+            ctx = ssl.create_default_context(
+                cafile=str(self.ca_file) if self.ca_file else None)
+            ctx.check_hostname = self.check_hostname
+            if self.cert_file is not None and self.key_file is not None:
+                password = self.key_password.get_secret_value() if self.key_password else None
+                ctx.load_cert_chain(str(self.cert_file), str(self.key_file), password)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"TLS files ({self.ca_file}, {self.cert_file}): {e}") from None
+        return ctx
+
+
+class KafkaSaslConfig(_Section):
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    username: str = Field(min_length=1)
+    password: SecretStr | None = None
+    """Better from a Secret: ``CAPWATCH_KAFKA__SASL__PASSWORD`` or ``password_file``."""
+    password_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _password(self) -> KafkaSaslConfig:
+        _one_of(self.password, self.password_file, "password")
+        if self.password is None and self.password_file is None:
+            raise ValueError("SASL needs a password (password, password_file, or the "
+                             "CAPWATCH_KAFKA__SASL__PASSWORD variable)")
+        return self
 
 
 class KafkaConfig(_Section):
@@ -49,6 +124,47 @@ class KafkaConfig(_Section):
     partitions: int = Field(default=6, ge=1)
     """Partitions of topics capwatch creates; the unit of scale-out."""
     replication_factor: int = Field(default=1, ge=1)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl: KafkaSaslConfig | None = None
+    """Required by the SASL_* protocols."""
+    tls: TlsConfig | None = None
+    """For SSL and SASL_SSL: CA, and a client certificate for mutual TLS."""
+    connect_timeout_s: float = Field(default=120.0, gt=0)
+    """How long to keep trying to reach the brokers at start before giving up."""
+
+    @model_validator(mode="after")
+    def _security(self) -> KafkaConfig:
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and self.sasl is None:
+            raise ValueError(f"security_protocol {self.security_protocol} needs a sasl "
+                             f"section (mechanism, username, password)")
+        if not sasl and self.sasl is not None:
+            raise ValueError(f"a sasl section needs security_protocol SASL_SSL or "
+                             f"SASL_PLAINTEXT, not {self.security_protocol}")
+        if self.tls is not None and not self.security_protocol.endswith("SSL"):
+            raise ValueError(f"a tls section needs security_protocol SSL or SASL_SSL, not "
+                             f"{self.security_protocol}")
+        return self
+
+    def client_options(self) -> dict[str, Any]:
+        """kafka-python's security keyword arguments (reads password files)."""
+        out: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.sasl is not None:
+            out.update(sasl_mechanism=self.sasl.mechanism,
+                       sasl_plain_username=self.sasl.username,
+                       sasl_plain_password=read_secret(self.sasl.password,
+                                                       self.sasl.password_file,
+                                                       "kafka.sasl.password_file"))
+        if self.security_protocol.endswith("SSL"):
+            tls = self.tls or TlsConfig()
+            out["ssl_check_hostname"] = tls.check_hostname
+            if tls.ca_file is not None:
+                out["ssl_cafile"] = str(tls.ca_file)
+            if tls.cert_file is not None:
+                out.update(ssl_certfile=str(tls.cert_file), ssl_keyfile=str(tls.key_file))
+            if tls.key_password is not None:
+                out["ssl_password"] = tls.key_password.get_secret_value()
+        return out
 
 
 class FleetFamily(_Section):
@@ -109,12 +225,64 @@ class FamilyConfig(_Section):
     """A problem over the family's objects; canaries and the simulated fleet use it."""
 
 
+def check_agent_url(url: str, what: str, placeholders: bool = True) -> None:
+    """An agent URL (template) that expands to http(s)://host...; raises ValueError."""
+    fields = set()
+    try:
+        for _, name, spec, conv in string.Formatter().parse(url):
+            if name is not None:
+                fields.add(name)
+                if spec or conv:
+                    raise ValueError(f"{what} {url!r}: write {{{name}}} without format or "
+                                     f"conversion")
+    except ValueError as e:
+        if "without format" in str(e):
+            raise
+        raise ValueError(f"{what} {url!r}: {e} (a literal brace is written {{{{ or }}}})"
+                         ) from None
+    unknown = fields - ({"agent_id", "family"} if placeholders else set())
+    if unknown:
+        allowed = "{agent_id} and {family}" if placeholders else "no placeholders"
+        raise ValueError(f"{what} {url!r}: unknown placeholder "
+                         f"{', '.join('{' + u + '}' for u in sorted(unknown))}; "
+                         f"it may use {allowed}")
+    expanded = url.format(agent_id="agent-1", family="family-1") if placeholders else url
+    parts = urlsplit(expanded)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} {url!r}: must start with http:// or https:// and name a "
+                         f"host (e.g. http://{{agent_id}}.agents:8080)")
+
+
 class AgentsConfig(_Section):
     url_template: str = "http://{agent_id}:8080"
     """Where to ask an agent plan-outcome queries; ``{agent_id}`` and ``{family}`` expand."""
     urls: dict[str, str] = Field(default_factory=dict)
     """Per-agent URLs that override the template."""
     timeout_s: float = Field(default=5.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra request headers for every agent (e.g. an API key header)."""
+    bearer_token: SecretStr | None = None
+    """Sent as ``Authorization: Bearer ...``; better from a Secret:
+    ``CAPWATCH_AGENTS__BEARER_TOKEN`` or ``bearer_token_file``."""
+    bearer_token_file: Path | None = None
+    tls: TlsConfig | None = None
+    """For https:// agents: the CA to trust, and a client certificate for mutual TLS."""
+
+    @model_validator(mode="after")
+    def _urls(self) -> AgentsConfig:
+        check_agent_url(self.url_template, "url_template")
+        for agent_id, url in self.urls.items():
+            check_agent_url(url, f"urls.{agent_id}", placeholders=False)
+        _one_of(self.bearer_token, self.bearer_token_file, "bearer_token")
+        return self
+
+    def request_headers(self) -> dict[str, str]:
+        headers = dict(self.headers)
+        token = read_secret(self.bearer_token, self.bearer_token_file,
+                            "agents.bearer_token_file")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
 
 
 class LimitsConfig(_Section):
@@ -236,8 +404,27 @@ class AlertsConfig(_Section):
 class HttpConfig(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
+    """The address to bind: loopback by default; 0.0.0.0 (all) in a container."""
     port: int = Field(default=9464, ge=0, le=65535)
     """0 picks a free port (tests)."""
+    token: SecretStr | None = None
+    """Bearer token the API requires: always for writes, for reads with ``read_auth``.
+    Better from a Secret: ``CAPWATCH_HTTP__TOKEN`` or ``token_file``."""
+    token_file: Path | None = None
+    read_auth: bool = False
+    """Require the token for the read API (/api/v1/...) too. /healthz, /readyz and
+    /metrics stay open for probes and Prometheus."""
+
+    @model_validator(mode="after")
+    def _auth(self) -> HttpConfig:
+        _one_of(self.token, self.token_file, "token")
+        if self.read_auth and self.token is None and self.token_file is None:
+            raise ValueError("read_auth needs a token (token, token_file, or the "
+                             "CAPWATCH_HTTP__TOKEN variable)")
+        return self
+
+    def api_token(self) -> str | None:
+        return read_secret(self.token, self.token_file, "http.token_file")
 
 
 class LogConfig(_Section):
@@ -370,6 +557,19 @@ def load_config(path: str | Path | None = None, *, text: str | None = None,
         raise ConfigError(_explain(e, name, positions, data)) from None
 
 
+_SECRET_WORDS = ("password", "token", "secret")
+
+
+def _redacted(value: Any, loc: tuple[str | int, ...] = ()) -> Any:
+    """The input as an error may show it: values under secret-looking keys replaced."""
+    if loc and any(w in str(loc[-1]).lower() for w in _SECRET_WORDS):
+        return "***"
+    if isinstance(value, dict):
+        return {k: "***" if any(w in str(k).lower() for w in _SECRET_WORDS) else _redacted(v)
+                for k, v in value.items()}
+    return value
+
+
 def _explain(error: ValidationError, name: str,
              positions: dict[tuple[str | int, ...], tuple[int, int]],
              data: dict[str, Any]) -> str:
@@ -389,7 +589,7 @@ def _explain(error: ValidationError, name: str,
             where = f"{name}:{line}:{col}"
         value = ""
         if err["type"] not in ("missing",) and "input" in err:
-            shown = repr(err["input"])
+            shown = repr(_redacted(err["input"], loc))
             value = f" (got {shown[:80]})"
         lines.append(f"{where}: {dotted}: {err['msg']}{value}")
     return "invalid configuration:\n  " + "\n  ".join(lines)

@@ -4,21 +4,33 @@ Standard library only (http.server): a handful of operator requests per minute a
 Prometheus scrape do not justify a web framework. Handlers never touch the pipeline's
 registry; they read the store (thread-safe) and a few counters.
 
+The server starts before the daemon connects to anything (:meth:`ApiServer.attach` hands
+it the store later), so /healthz answers from the first second and /readyz says what the
+daemon is waiting for.
+
 Read API (JSON unless noted)::
 
     GET /api/v1/agents                                  agents with a lineage + baselines
     GET /api/v1/agents/{agent}/model?family=F[&format=pddl]   current model
     GET /api/v1/agents/{agent}/versions?family=F        version history
     GET /api/v1/agents/{agent}/versions/{n}?family=F[&format=pddl]
-    GET /api/v1/agents/{agent}/diff?family=F&from=N&to=M
+    GET /api/v1/agents/{agent}/diff?family=F[&from=N|baseline][&to=M]
     GET /api/v1/alerts[?limit=N]                        most recent alerts, newest first
 
 ``family`` may be omitted when the replica knows the agent. The family baseline is
-addressed with the agent name ``_baseline``.
+addressed with the agent name ``_baseline``. ``diff`` compares two versions of the agent;
+``from`` defaults to ``baseline`` (the family baseline version the agent's lineage forked
+from), ``to`` to the agent's current version.
+
+Errors have the agent query protocol's form,
+``{"error": {"code": ..., "message": ..., "details": []}}``. With a token configured,
+every write (any method but GET/HEAD) needs ``Authorization: Bearer <token>``, and so do
+reads of /api/ with ``read_auth``; /healthz, /readyz and /metrics stay open.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import threading
 from collections import deque
@@ -33,8 +45,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from capwatch.contracts.store import ModelRegistry
 from capwatch.contracts.versions import ModelVersion, diff_versions
 from capwatch.contracts.wire import AlertEvent
+from capwatch.models_store.lineage import lineage_chain
 
 BASELINE = "_baseline"
+MAX_ALERTS = 200
 
 
 class RecentAlerts:
@@ -54,20 +68,36 @@ class RecentAlerts:
 
 
 class _Error(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
+    def __init__(self, status: HTTPStatus, code: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
+        self.headers = headers or {}
+
+
+def _not_starting() -> str | None:
+    return None
 
 
 class ApiServer:
-    def __init__(self, store: ModelRegistry, registry: CollectorRegistry, *,
+    def __init__(self, store: ModelRegistry | None, registry: CollectorRegistry, *,
                  ready: Callable[[], bool], families_of: Callable[[str], str | None],
-                 alerts: RecentAlerts, host: str = "127.0.0.1", port: int = 0) -> None:
+                 alerts: RecentAlerts, host: str = "127.0.0.1", port: int = 0,
+                 token: str | None = None, read_auth: bool = False,
+                 starting: Callable[[], str | None] = _not_starting) -> None:
+        """``store`` None: the daemon is still starting (``starting`` says on what it
+        waits); :meth:`attach` supplies the store once it is open."""
+        if read_auth and not token:
+            raise ValueError("read_auth needs a token")
         self.store = store
         self.registry = registry
         self.ready = ready
         self.families_of = families_of
         self.alerts = alerts
+        self.starting = starting
+        self._token = token.encode() if token else None
+        self._read_auth = read_auth
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,6 +106,14 @@ class ApiServer:
 
             def do_GET(self) -> None:
                 api._dispatch(self)
+
+            def do_HEAD(self) -> None:
+                api._dispatch(self)
+
+            def _write(self) -> None:
+                api._write(self)
+
+            do_POST = do_PUT = do_PATCH = do_DELETE = _write
 
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
@@ -91,16 +129,64 @@ class ApiServer:
         return f"http://{host if isinstance(host, str) else host.decode()}:{self.port}"
 
     def start(self) -> ApiServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http",
-                                        daemon=True)
-        self._thread.start()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._server.serve_forever, name="http",
+                                            daemon=True)
+            self._thread.start()
         return self
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def attach(self, store: ModelRegistry, ready: Callable[[], bool],
+               families_of: Callable[[str], str | None]) -> None:
+        """The daemon is built: serve its store and readiness from now on."""
+        self.families_of = families_of
+        self.ready = ready
+        self.store = store
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
 
     # ------------------------------------------------------------------ dispatch
+
+    def _authorised(self, h: BaseHTTPRequestHandler) -> bool:
+        if self._token is None:
+            return False
+        given = h.headers.get("Authorization", "")
+        scheme, _, token = given.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
+                                                                  self._token)
+
+    def _require_token(self, h: BaseHTTPRequestHandler) -> None:
+        if self._token is None:
+            raise _Error(HTTPStatus.FORBIDDEN, "forbidden",
+                         "writes need http.token in the daemon's configuration; none is set")
+        if not self._authorised(h):
+            raise _Error(HTTPStatus.UNAUTHORIZED, "unauthorized",
+                         "missing or wrong bearer token (Authorization: Bearer ...)",
+                         {"WWW-Authenticate": 'Bearer realm="capwatch"'})
+
+    def _write(self, h: BaseHTTPRequestHandler) -> None:
+        """No endpoint changes anything yet; a write is refused, but never before the
+        token is checked, so the API cannot leak what exists to an unauthenticated client."""
+        try:
+            length = int(h.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        if 0 < length <= 1 << 20:
+            h.rfile.read(length)  # read, so the client sees the answer, not a reset
+        else:
+            h.close_connection = True
+        try:
+            self._require_token(h)
+            raise _Error(HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed",
+                         f"{h.command} is not allowed on {urlsplit(h.path).path}",
+                         {"Allow": "GET, HEAD"})
+        except _Error as e:
+            self._error(h, e)
 
     def _dispatch(self, h: BaseHTTPRequestHandler) -> None:
         url = urlsplit(h.path)
@@ -117,34 +203,51 @@ class ApiServer:
                 self._readyz(h)
                 return
             if parts[:2] == ["api", "v1"]:
-                self._json(h, HTTPStatus.OK, self._api(parts[2:], query, h))
+                if self._read_auth:
+                    self._require_token(h)
+                if self.store is None:
+                    raise _Error(HTTPStatus.SERVICE_UNAVAILABLE, "starting",
+                                 f"capwatch is starting: {self.starting() or 'not ready'}",
+                                 {"Retry-After": "5"})
+                self._json(h, HTTPStatus.OK, self._api(parts[2:], query, self.store))
                 return
-            raise _Error(HTTPStatus.NOT_FOUND, f"no such path {url.path}")
+            raise _Error(HTTPStatus.NOT_FOUND, "not_found", f"no such path {url.path}")
         except _Error as e:
-            self._json(h, e.status, {"error": str(e)})
+            self._error(h, e)
         except _Text as t:
             self._send(h, HTTPStatus.OK, t.text.encode(), "text/plain; charset=utf-8")
         except Exception as e:  # a read API bug must answer 500, not kill the thread
-            self._json(h, HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}"})
+            self._error(h, _Error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal_error",
+                                  f"{type(e).__name__} while answering {url.path}"))
+
+    def _error(self, h: BaseHTTPRequestHandler, e: _Error) -> None:
+        body = {"error": {"code": e.code, "message": str(e), "details": []}}
+        self._send(h, e.status, json.dumps(body).encode(), "application/json", e.headers)
 
     def _readyz(self, h: BaseHTTPRequestHandler) -> None:
         problems = []
-        if not self.ready():
-            problems.append("not consuming")
-        try:
-            self.store.lineages()
-        except Exception as e:
-            problems.append(f"store unreachable: {type(e).__name__}")
+        if self.store is None:
+            problems.append(f"starting: {self.starting() or 'not ready'}")
+        else:
+            if not self.ready():
+                problems.append("not consuming")
+            try:
+                self.store.lineages()
+            except Exception as e:
+                problems.append(f"store unreachable: {type(e).__name__}")
         status = HTTPStatus.OK if not problems else HTTPStatus.SERVICE_UNAVAILABLE
         self._json(h, status, {"ready": not problems, "problems": problems})
 
     def _send(self, h: BaseHTTPRequestHandler, status: HTTPStatus, body: bytes,
-              content_type: str) -> None:
+              content_type: str, headers: dict[str, str] | None = None) -> None:
         h.send_response(status)
         h.send_header("Content-Type", content_type)
         h.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
         h.end_headers()
-        h.wfile.write(body)
+        if h.command != "HEAD":
+            h.wfile.write(body)
 
     def _json(self, h: BaseHTTPRequestHandler, status: HTTPStatus, obj: Any) -> None:
         self._send(h, status, json.dumps(obj, default=str).encode(), "application/json")
@@ -154,58 +257,76 @@ class ApiServer:
     def _family(self, agent: str, query: dict[str, str]) -> str:
         family = query.get("family") or self.families_of(agent)
         if not family:
-            raise _Error(HTTPStatus.BAD_REQUEST, f"which family is {agent!r}? add ?family=")
+            raise _Error(HTTPStatus.NOT_FOUND, "not_found",
+                         f"unknown agent {agent!r}: this replica does not hold it; name its "
+                         f"family with ?family=")
         return family
 
     def _lineage(self, agent: str) -> str | None:
         return None if agent == BASELINE else agent
 
-    def _current(self, agent: str, family: str) -> ModelVersion:
-        v = self.store.latest(family, self._lineage(agent))
+    def _current(self, store: ModelRegistry, agent: str, family: str) -> ModelVersion:
+        v = store.latest(family, self._lineage(agent))
         if v is None and agent != BASELINE:
-            v = self.store.latest(family, None)
+            v = store.latest(family, None)
         if v is None:
-            raise _Error(HTTPStatus.NOT_FOUND, f"no model for {agent!r} in family {family!r}")
+            raise _Error(HTTPStatus.NOT_FOUND, "not_found",
+                         f"no model for {agent!r} in family {family!r}")
         return v
 
-    def _version(self, agent: str, family: str, n: str) -> ModelVersion:
+    def _version(self, store: ModelRegistry, agent: str, family: str, n: str) -> ModelVersion:
         try:
             number = int(n)
         except ValueError:
-            raise _Error(HTTPStatus.BAD_REQUEST, f"version must be a number, got {n!r}") from None
-        for v in self.store.history(family, self._lineage(agent)):
+            raise _Error(HTTPStatus.BAD_REQUEST, "invalid_request",
+                         f"version must be a number, got {n!r}") from None
+        for v in store.history(family, self._lineage(agent)):
             if v.version == number:
                 return v
-        raise _Error(HTTPStatus.NOT_FOUND, f"{agent!r} has no version {number}")
+        raise _Error(HTTPStatus.NOT_FOUND, "not_found", f"{agent!r} has no version {number}")
 
-    def _api(self, parts: list[str], query: dict[str, str], h: BaseHTTPRequestHandler) -> Any:
+    def _forked_from(self, store: ModelRegistry, v: ModelVersion) -> ModelVersion:
+        """The family baseline version ``v``'s lineage descends from."""
+        return next(a for a in reversed(lineage_chain(store, v.ref)) if a.agent_id is None)
+
+    def _api(self, parts: list[str], query: dict[str, str], store: ModelRegistry) -> Any:
         if parts == ["agents"]:
             return [{"family": s.family, "agent_id": s.agent_id or BASELINE,
                      "latest_version": s.latest_version, "updated_at": s.updated_at.isoformat(),
                      "delta_to_baseline": s.delta_to_baseline}
-                    for s in self.store.lineages(query.get("family"))]
+                    for s in store.lineages(query.get("family"))]
         if parts == ["alerts"]:
-            limit = int(query.get("limit", "50"))
+            raw = query.get("limit", "50")
+            try:
+                limit = int(raw)
+            except ValueError:
+                limit = -1
+            if not 1 <= limit <= MAX_ALERTS:
+                raise _Error(HTTPStatus.BAD_REQUEST, "invalid_request",
+                             f"limit must be a whole number from 1 to {MAX_ALERTS}, got {raw!r}")
             return [a.model_dump(mode="json") for a in self.alerts.latest(limit)]
         if len(parts) >= 3 and parts[0] == "agents":
             agent, what = parts[1], parts[2:]
             family = self._family(agent, query)
             if what == ["model"]:
-                return self._model(self._current(agent, family), query)
+                return self._model(self._current(store, agent, family), query)
             if what == ["versions"]:
                 return [{"version": v.version, "parent": v.parent.to_json() if v.parent else None,
                          "delta_to_parent": v.delta_to_parent, "summary": list(v.summary),
                          "created_at": v.created_at.isoformat()}
-                        for v in self.store.history(family, self._lineage(agent))]
+                        for v in store.history(family, self._lineage(agent))]
             if len(what) == 2 and what[0] == "versions":
-                return self._model(self._version(agent, family, what[1]), query)
+                return self._model(self._version(store, agent, family, what[1]), query)
             if what == ["diff"]:
-                if "from" not in query or "to" not in query:
-                    raise _Error(HTTPStatus.BAD_REQUEST, "diff needs ?from=N&to=M")
-                a = self._version(agent, family, query["from"])
-                b = self._version(agent, family, query["to"])
+                to = query.get("to")
+                b = (self._version(store, agent, family, to) if to is not None
+                     else self._current(store, agent, family))
+                start = query.get("from", "baseline")
+                a = (self._forked_from(store, b) if start == "baseline"
+                     else self._version(store, agent, family, start))
                 return diff_versions(a, b).to_json()
-        raise _Error(HTTPStatus.NOT_FOUND, f"no such API path /api/v1/{'/'.join(parts)}")
+        raise _Error(HTTPStatus.NOT_FOUND, "not_found",
+                     f"no such API path /api/v1/{'/'.join(parts)}")
 
     def _model(self, v: ModelVersion, query: dict[str, str]) -> Any:
         if query.get("format") == "pddl":

@@ -4,8 +4,10 @@ assessor, HTTP server and scheduled jobs, plus SIGTERM/SIGINT handling."""
 from __future__ import annotations
 
 import signal
+import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 
@@ -19,7 +21,7 @@ from capwatch.contracts.ports import AgentDirectory, Publisher, Source
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 from capwatch.daemon.assessor import Assessor, EngineAssessor
-from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.config import DaemonConfig, KafkaConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.metrics import DaemonMetrics
@@ -41,13 +43,22 @@ class FleetDirectory:
         return self.fleet.agent(agent_id)
 
 
+class DependencyError(RuntimeError):
+    """A server the daemon needs (Kafka, the store) cannot be used; the message says which
+    and why."""
+
+
 class HttpDirectory:
     """Agents reached over the HTTP query protocol; one client per agent, reused."""
 
-    def __init__(self, url_template: str, urls: Mapping[str, str], timeout_s: float) -> None:
+    def __init__(self, url_template: str, urls: Mapping[str, str], timeout_s: float, *,
+                 headers: Mapping[str, str] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.url_template = url_template
         self.urls = dict(urls)
         self.timeout_s = timeout_s
+        self.headers = dict(headers or {})
+        self.ssl_context = ssl_context
         self._clients: dict[str, AgentQuery] = {}
         self._lock = threading.Lock()
 
@@ -59,7 +70,8 @@ class HttpDirectory:
             if client is None:
                 url = self.urls.get(agent_id) or self.url_template.format(
                     agent_id=agent_id, family=family)
-                client = HttpAgentClient(url, timeout=self.timeout_s, retries=2, backoff=0.2)
+                client = HttpAgentClient(url, timeout=self.timeout_s, retries=2, backoff=0.2,
+                                         headers=self.headers, ssl_context=self.ssl_context)
                 self._clients[agent_id] = client
             return client
 
@@ -153,7 +165,7 @@ class Service:
 
             signal.signal(signal.SIGTERM, handle)
             signal.signal(signal.SIGINT, handle)
-        if self.api is not None:
+        if self.api is not None and not self.api.started:
             self.api.start()
             log.info("http listening", url=self.api.url)
         self._schedule()
@@ -167,15 +179,120 @@ class Service:
             self.store.close()
 
 
+class Startup:
+    """What the starting daemon waits for, for the log and /readyz."""
+
+    def __init__(self) -> None:
+        self.waiting_for: str | None = "configuration"
+
+    def status(self) -> str | None:
+        return None if self.waiting_for is None else f"waiting for {self.waiting_for}"
+
+
+def redact_url(url: str) -> str:
+    """A store URL as logs may show it: no password."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def wait_for_kafka(k: KafkaConfig, startup: Startup | None = None,
+                   sleep: Callable[[float], None] = time.sleep) -> None:
+    """Try the brokers until they answer or ``connect_timeout_s`` passes, logging each
+    attempt; a refused login or certificate fails at once (retrying cannot fix it)."""
+    from kafka.errors import SaslAuthenticationFailedError, UnsupportedSaslMechanismError
+
+    from capwatch.adapters.io.kafka import list_topics
+
+    where = f"Kafka at {k.bootstrap_servers} ({k.security_protocol})"
+    if startup is not None:
+        startup.waiting_for = where
+    security = k.client_options()
+    t0 = time.monotonic()
+    deadline = t0 + k.connect_timeout_s
+    delay, attempt = 1.0, 0
+    while True:
+        attempt += 1
+        log.info("waiting for Kafka", bootstrap_servers=k.bootstrap_servers,
+                 security_protocol=k.security_protocol, attempt=attempt)
+        try:
+            list_topics(k.bootstrap_servers, security=security,
+                        client_id=f"{k.client_id}-probe",
+                        timeout_s=max(1.0, min(5.0, (deadline - time.monotonic()) / 2)))
+        except (SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
+                ssl.SSLError) as e:
+            raise DependencyError(f"{where}: refused us: {type(e).__name__}: {e}") from None
+        except Exception as e:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DependencyError(
+                    f"{where}: not reachable within {k.connect_timeout_s:g} s "
+                    f"({attempt} attempts; last: {type(e).__name__}: {e})") from None
+            log.warning("Kafka not reachable yet", bootstrap_servers=k.bootstrap_servers,
+                        error=f"{type(e).__name__}: {e}", retry_in_s=round(min(delay, left), 1))
+            sleep(min(delay, left))
+            delay = min(delay * 2, 10.0)
+            continue
+        log.info("Kafka reachable", bootstrap_servers=k.bootstrap_servers,
+                 seconds=round(time.monotonic() - t0, 2))
+        return
+
+
 def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                   agents: AgentDirectory | None = None, source: Source | None = None,
                   assessor: Assessor | None = None, store: ModelStore | None = None,
                   agent_urls: Mapping[str, str] | None = None,
                   alert_sinks: list[AlertSink] | None = None,
                   clock: Clock = utc_now) -> Service:
-    """Everything the configuration names, with optional replacements (tests, demo)."""
+    """Everything the configuration names, with optional replacements (tests, demo).
+
+    The HTTP server starts first, so /healthz answers (and /readyz says what the daemon
+    waits for) while the store and the brokers are reached, each logged as it is awaited.
+    """
     domains, problems = load_families(config)
-    store = store if store is not None else open_store(config.store.url)
+    recent = RecentAlerts()
+    metrics = DaemonMetrics()
+    startup = Startup()
+    api = None
+    if config.http.enabled:
+        api = ApiServer(None, metrics.registry, ready=lambda: False,
+                        families_of=lambda agent_id: None, alerts=recent,
+                        host=config.http.host, port=config.http.port,
+                        token=config.http.api_token(), read_auth=config.http.read_auth,
+                        starting=startup.status).start()
+        log.info("http listening", url=api.url)
+    try:
+        return _build(config, domains, problems, recent, metrics, startup, api,
+                      publisher=publisher, agents=agents, source=source, assessor=assessor,
+                      store=store, agent_urls=agent_urls, alert_sinks=alert_sinks,
+                      clock=clock)
+    except BaseException:
+        if api is not None:
+            api.close()
+        raise
+
+
+def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str, Problem],
+           recent: RecentAlerts, metrics: DaemonMetrics, startup: Startup,
+           api: ApiServer | None, *, publisher: Publisher | None,
+           agents: AgentDirectory | None, source: Source | None, assessor: Assessor | None,
+           store: ModelStore | None, agent_urls: Mapping[str, str] | None,
+           alert_sinks: list[AlertSink] | None, clock: Clock) -> Service:
+    if store is None:
+        shown = redact_url(config.store.url)
+        startup.waiting_for = f"the store at {shown}"
+        log.info("opening the store", store=shown)
+        t0 = time.monotonic()
+        store = open_store(config.store.url)
+        log.info("store ready", store=shown, seconds=round(time.monotonic() - t0, 2))
+    needs_kafka = (source is None and config.source.kind == "kafka") or \
+        (publisher is None and config.output.kind == "kafka")
+    if needs_kafka:
+        wait_for_kafka(config.kafka, startup)
     fleet: SimulatedFleet | None = None
     if source is None:
         if config.source.kind == "kafka":
@@ -186,11 +303,13 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                 ensure_topics(k.bootstrap_servers, transitions=k.transitions_topic,
                               models=k.models_topic, alerts=k.alerts_topic,
                               dead_letter=k.dead_letter_topic, partitions=k.partitions,
-                              replication_factor=k.replication_factor)
+                              replication_factor=k.replication_factor,
+                              security=k.client_options())
             source = KafkaSource(k.bootstrap_servers, k.transitions_topic, k.group_id,
                                  client_id=k.client_id, max_poll_records=k.max_poll_records,
                                  session_timeout_ms=k.session_timeout_ms,
-                                 max_message_bytes=config.limits.max_message_bytes)
+                                 max_message_bytes=config.limits.max_message_bytes,
+                                 security=k.client_options())
         elif config.source.kind == "jsonl":
             from capwatch.adapters.io.streams import JsonlSource
 
@@ -208,7 +327,7 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
             publisher = KafkaPublisher(k.bootstrap_servers, models_topic=k.models_topic,
                                        alerts_topic=k.alerts_topic,
                                        dead_letter_topic=k.dead_letter_topic,
-                                       client_id=k.client_id)
+                                       client_id=k.client_id, security=k.client_options())
         elif config.output.kind == "jsonl":
             from capwatch.adapters.io.streams import JsonlPublisher
 
@@ -221,26 +340,25 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
         if fleet is not None:
             agents = FleetDirectory(fleet)
         else:
-            urls = {**config.agents.urls, **(agent_urls or {})}
-            agents = HttpDirectory(config.agents.url_template, urls, config.agents.timeout_s)
+            a = config.agents
+            urls = {**a.urls, **(agent_urls or {})}
+            agents = HttpDirectory(a.url_template, urls, a.timeout_s,
+                                   headers=a.request_headers(),
+                                   ssl_context=a.tls.context() if a.tls else None)
     objects = {name: {t: list(objs) for t, objs in p.objects_by_type(domains[name]).items()}
                for name, p in problems.items() if name in domains}
     if assessor is None:
         assessor = EngineAssessor(objects, config.assessment.method)
-    recent = RecentAlerts()
-    metrics = DaemonMetrics()
     pipeline = Pipeline(config, store=store, source=source,
                         publisher=TeePublisher(publisher, recent), agents=agents,
                         assessor=assessor, families=domains, metrics=metrics,
                         alert_sinks=alert_sinks, clock=clock)
-    api = None
-    if config.http.enabled:
+    if api is not None:
         def family_of(agent_id: str) -> str | None:
             state = pipeline.registry.get(agent_id)
             return state.family if state is not None else None
 
-        api = ApiServer(store, metrics.registry, ready=lambda: pipeline.ready,
-                        families_of=family_of, alerts=recent, host=config.http.host,
-                        port=config.http.port)
+        api.attach(store, ready=lambda: pipeline.ready, families_of=family_of)
+    startup.waiting_for = None
     scheduler = BackgroundScheduler(timezone="UTC")
     return Service(pipeline, api, scheduler, store, problems)

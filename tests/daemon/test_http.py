@@ -20,12 +20,25 @@ from tests.daemon.helpers import example
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _get(url: str) -> tuple[int, str, str]:
+def _get(url: str, method: str = "GET", token: str | None = None
+         ) -> tuple[int, str, str]:
+    req = urllib.request.Request(url, method=method,
+                                 data=b"{}" if method not in ("GET", "HEAD") else None)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=5) as r:
             return r.status, r.headers["Content-Type"], r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.headers["Content-Type"], e.read().decode()
+
+
+def _error(body: str) -> dict[str, Any]:
+    """The agent query protocol's error form, the one capwatch's API answers with too."""
+    data = json.loads(body)
+    assert set(data) == {"error"} and set(data["error"]) == {"code", "message", "details"}
+    error: dict[str, Any] = data["error"]
+    return error
 
 
 def _json(url: str) -> Any:
@@ -88,19 +101,79 @@ def test_read_api_models_versions_diff_and_alerts(api: Any) -> None:
     assert other["ref"]["agent_id"] is None
     diff = _json(server.url + "/api/v1/agents/_baseline/diff?family=rover-v1&from=1&to=1")
     assert diff["delta"] == 0
+    # Against the family baseline (the default): what the agent's drift changed.
+    diff = _json(server.url + "/api/v1/agents/rover-a/diff")
+    assert diff["a"] == {"family": "rover-v1", "agent_id": None, "version": 1}
+    assert diff["b"]["agent_id"] == "rover-a" and diff["delta"] > 0
+    assert diff == _json(server.url + "/api/v1/agents/rover-a/diff?from=baseline&to=1")
     alerts = _json(server.url + "/api/v1/alerts")
     assert [a["dedup_key"] for a in alerts] == ["k"]
 
 
-@pytest.mark.parametrize(("path", "status", "words"), [
-    ("/nope", 404, "no such path"),
-    ("/api/v1/agents/rover-b/model", 400, "add ?family="),
-    ("/api/v1/agents/rover-a/versions/9", 404, "no version 9"),
-    ("/api/v1/agents/rover-a/versions/x", 400, "must be a number"),
-    ("/api/v1/agents/rover-a/diff?from=1", 400, "diff needs"),
-    ("/api/v1/agents/ghost/model?family=nope", 404, "no model"),
+@pytest.mark.parametrize(("path", "status", "code", "words"), [
+    ("/nope", 404, "not_found", "no such path"),
+    ("/api/v1/agents/rover-b/model", 404, "not_found", "unknown agent 'rover-b'"),
+    ("/api/v1/agents/rover-a/versions/9", 404, "not_found", "no version 9"),
+    ("/api/v1/agents/rover-a/versions/x", 400, "invalid_request", "must be a number"),
+    ("/api/v1/agents/rover-a/diff?from=x", 400, "invalid_request", "must be a number"),
+    ("/api/v1/agents/ghost/model?family=nope", 404, "not_found", "no model"),
+    ("/api/v1/alerts?limit=abc", 400, "invalid_request", "limit must be a whole number"),
+    ("/api/v1/alerts?limit=0", 400, "invalid_request", "from 1 to 200"),
 ])
-def test_bad_requests_get_clear_errors(api: Any, path: str, status: int, words: str) -> None:
+def test_bad_requests_get_clear_errors(api: Any, path: str, status: int, code: str,
+                                       words: str) -> None:
     server, _ = api
-    got, _, body = _get(server.url + path)
-    assert got == status and words in json.loads(body)["error"]
+    got, ctype, body = _get(server.url + path)
+    error = _error(body)
+    assert got == status and ctype == "application/json"
+    assert error["code"] == code and words in error["message"]
+
+
+def test_writes_need_the_token_and_reads_may(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    registry = CollectorRegistry()
+    open_api = ApiServer(store, registry, ready=lambda: True, families_of=lambda a: None,
+                         alerts=RecentAlerts()).start()
+    locked = ApiServer(store, registry, ready=lambda: True, families_of=lambda a: None,
+                       alerts=RecentAlerts(), token="s3cret", read_auth=True).start()
+    try:
+        # Without a token configured, nothing can be written.
+        status, _, body = _get(open_api.url + "/api/v1/agents", "POST")
+        assert status == 403 and _error(body)["code"] == "forbidden"
+        assert _get(open_api.url + "/api/v1/agents")[0] == 200
+        # With one: reads and writes need it; probes and metrics never do.
+        for method in ("GET", "POST", "DELETE"):
+            status, _, body = _get(locked.url + "/api/v1/agents", method)
+            assert status == 401 and _error(body)["code"] == "unauthorized"
+            status, _, _ = _get(locked.url + "/api/v1/agents", method, token="wrong")
+            assert status == 401
+        assert _get(locked.url + "/api/v1/agents", token="s3cret")[0] == 200
+        status, _, body = _get(locked.url + "/api/v1/agents", "POST", token="s3cret")
+        assert status == 405 and _error(body)["code"] == "method_not_allowed"
+        for path in ("/healthz", "/readyz", "/metrics"):
+            assert _get(locked.url + path)[0] == 200, path
+    finally:
+        open_api.close()
+        locked.close()
+        store.close()
+
+
+def test_health_is_served_while_the_daemon_is_still_starting(tmp_path: Path) -> None:
+    waiting = {"on": "waiting for Kafka at kafka:9092"}
+    server = ApiServer(None, CollectorRegistry(), ready=lambda: False,
+                       families_of=lambda a: None, alerts=RecentAlerts(),
+                       starting=lambda: waiting["on"]).start()
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        assert _get(server.url + "/healthz")[0] == 200
+        status, _, body = _get(server.url + "/readyz")
+        assert status == 503
+        assert json.loads(body)["problems"] == ["starting: waiting for Kafka at kafka:9092"]
+        status, _, body = _get(server.url + "/api/v1/agents")
+        assert status == 503 and _error(body)["code"] == "starting"
+        server.attach(store, ready=lambda: True, families_of=lambda a: None)
+        assert _json(server.url + "/readyz") == {"ready": True, "problems": []}
+        assert _json(server.url + "/api/v1/agents") == []
+    finally:
+        server.close()
+        store.close()

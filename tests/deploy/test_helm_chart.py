@@ -30,8 +30,23 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "monitoring off": {"grafanaDashboard": {"enabled": False},
                        "networkPolicy": {"enabled": False},
                        "podDisruptionBudget": {"enabled": False}},
-    "postgresql": {**POSTGRES, **ALL_ON,
-                   "envFrom": [{"secretRef": {"name": "capwatch-kafka"}}],
+    "postgresql + SASL + TLS": {
+                   **POSTGRES, **ALL_ON,
+                   "config": {
+                       "kafka": {"bootstrap_servers": "kafka.kafka:9093",
+                                 "security_protocol": "SASL_SSL",
+                                 "sasl": {"mechanism": "SCRAM-SHA-512", "username": "capwatch"},
+                                 "tls": {"ca_file": "/etc/capwatch/secrets/kafka-tls/ca.crt",
+                                         "cert_file": "/etc/capwatch/secrets/kafka-tls/tls.crt",
+                                         "key_file": "/etc/capwatch/secrets/kafka-tls/tls.key"}},
+                       "agents": {"url_template": "https://{agent_id}.agents:8443",
+                                  "tls": {"ca_file": "/etc/capwatch/secrets/agents-ca/ca.crt"}},
+                       "http": {"read_auth": True}},
+                   "secrets": {"kafkaSaslPassword": {"name": "capwatch-kafka", "key": "password"},
+                               "apiToken": {"name": "capwatch-api", "key": "token"},
+                               "agentBearerToken": {"name": "agents", "key": "token"}},
+                   "secretMounts": [{"name": "kafka-tls", "secretName": "capwatch-kafka-tls"},
+                                    {"name": "agents-ca", "secretName": "agents-ca"}],
                    "networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {
                        "kubernetes.io/metadata.name": "monitoring"}}}],
                        "egress": [{"ports": [{"port": 9093, "protocol": "TCP"},
@@ -175,9 +190,43 @@ def test_probes_pdb_network_policy_and_annotations() -> None:
     np = docs["NetworkPolicy"]
     assert np["spec"]["policyTypes"] == ["Ingress"]
     assert np["spec"]["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
-    egress = render(VALUE_SETS["postgresql"])["NetworkPolicy"]["spec"]
+    egress = render(VALUE_SETS["postgresql + SASL + TLS"])["NetworkPolicy"]["spec"]
     assert egress["policyTypes"] == ["Ingress", "Egress"]
     assert egress["ingress"][0]["from"][0]["namespaceSelector"]
+
+
+def test_kafka_sasl_tls_and_tokens_come_from_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rendered config and the Secret-fed variables make a daemon config that speaks
+    SASL_SSL with a client certificate and requires the API token."""
+    values = VALUE_SETS["postgresql + SASL + TLS"]
+    docs = render(values)
+    pod = docs["StatefulSet"]["spec"]["template"]["spec"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in pod["containers"][0]["env"]
+           if "secretKeyRef" in e.get("valueFrom", {})}
+    assert env == {"CAPWATCH_STORE__URL": {"name": "capwatch-store", "key": "url"},
+                   "CAPWATCH_KAFKA__SASL__PASSWORD": {"name": "capwatch-kafka",
+                                                      "key": "password"},
+                   "CAPWATCH_HTTP__TOKEN": {"name": "capwatch-api", "key": "token"},
+                   "CAPWATCH_AGENTS__BEARER_TOKEN": {"name": "agents", "key": "token"}}
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert {"/etc/capwatch/secrets/kafka-tls", "/etc/capwatch/secrets/agents-ca"} <= mounts
+    assert {"name": "secret-kafka-tls", "secret": {"secretName": "capwatch-kafka-tls",
+                                                   "defaultMode": 0o440}} in pod["volumes"]
+    (cm,) = [d for d in _all_docs(values) if d["kind"] == "ConfigMap"
+             and "capwatch.yaml" in d["data"]]
+    for name, secret in [("CAPWATCH_STORE__URL", "postgresql://cw:pw@pg/cw"),
+                         ("CAPWATCH_KAFKA__SASL__PASSWORD", "kafka-pw"),
+                         ("CAPWATCH_HTTP__TOKEN", "api-token"),
+                         ("CAPWATCH_AGENTS__BEARER_TOKEN", "agent-token")]:
+        monkeypatch.setenv(name, secret)
+    config = load_config(text=cm["data"]["capwatch.yaml"])
+    options = config.kafka.client_options()
+    assert options["security_protocol"] == "SASL_SSL"
+    assert options["sasl_plain_password"] == "kafka-pw"
+    assert options["ssl_certfile"] == "/etc/capwatch/secrets/kafka-tls/tls.crt"
+    assert config.http.api_token() == "api-token" and config.http.read_auth
+    assert config.agents.request_headers() == {"Authorization": "Bearer agent-token"}
+    assert "kafka-pw" not in cm["data"]["capwatch.yaml"]
 
 
 def test_store_url_from_a_secret() -> None:

@@ -11,6 +11,7 @@ import http.client
 import logging
 import random
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -74,6 +75,7 @@ class HttpAgentClient:
     def __init__(self, url: str, timeout: float = 10.0, retries: int = 3, backoff: float = 0.5,
                  *, max_backoff: float = 10.0, max_response_bytes: int = 64 * 1024 * 1024,
                  headers: dict[str, str] | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None) -> None:
         parts = urlsplit(url)
@@ -92,6 +94,8 @@ class HttpAgentClient:
         self.max_backoff = max_backoff
         self.max_response_bytes = max_response_bytes
         self._headers = dict(headers or {})
+        self._ssl_context = ssl_context
+        """https:// only: whom to trust and our client certificate (mutual TLS)."""
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
@@ -168,8 +172,12 @@ class HttpAgentClient:
 
     def _attempt(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         deadline = time.monotonic() + self.timeout
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=self.timeout)
+        conn: http.client.HTTPConnection
+        if self._https:
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout,
+                                               context=self._ssl_context)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
         headers = {"Accept": "application/json", **self._headers}
         if body is not None:
             headers["Content-Type"] = "application/json"

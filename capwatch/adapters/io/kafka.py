@@ -30,15 +30,32 @@ class PublishError(RuntimeError):
     """A record could not be written to Kafka; nothing after it may be committed."""
 
 
+def list_topics(bootstrap: str, *, security: Mapping[str, Any] | None = None,
+                client_id: str = "capwatch-admin", timeout_s: float = 10.0) -> set[str]:
+    """The cluster's topics: a connection check (security settings included) that fails
+    within about ``timeout_s``."""
+    ms = int(timeout_s * 1000)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id,
+                             request_timeout_ms=ms, bootstrap_timeout_ms=ms,
+                             **(security or {}))
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
 def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
                   dead_letter: str, partitions: int = 6, replication_factor: int = 1,
-                  client_id: str = "capwatch-admin") -> list[str]:
+                  client_id: str = "capwatch-admin",
+                  security: Mapping[str, Any] | None = None) -> list[str]:
     """Create the topics capwatch uses if missing; returns those it created.
 
     The model topic is compacted: it keeps the newest version per agent forever, which is
-    what a consumer joining late needs (the store keeps the full history).
+    what a consumer joining late needs (the store keeps the full history). ``security``:
+    kafka-python's security_protocol, sasl_* and ssl_* arguments.
     """
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id,
+                             **(security or {}))
     created = []
     try:
         existing = set(admin.list_topics())
@@ -84,7 +101,8 @@ class KafkaSource:
 
     def __init__(self, bootstrap: str, topic: str, group_id: str, *,
                  client_id: str = "capwatch", max_poll_records: int = 500,
-                 session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000) -> None:
+                 session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
+                 security: Mapping[str, Any] | None = None) -> None:
         self.name = topic
         self.topic = topic
         self._config: dict[str, Any] = dict(
@@ -95,6 +113,7 @@ class KafkaSource:
             # Oversized messages must reach the decoder (and the dead-letter topic) rather
             # than stall the partition, so fetch a little more than the limit.
             max_partition_fetch_bytes=max(1_048_576, max_message_bytes + 65_536),
+            **(security or {}),
         )
         self._consumer: KafkaConsumer | None = None
 
@@ -149,13 +168,15 @@ class KafkaPublisher:
     """Model versions (compacted topic, key = agent), alerts and dead letters."""
 
     def __init__(self, bootstrap: str, *, models_topic: str, alerts_topic: str,
-                 dead_letter_topic: str, client_id: str = "capwatch") -> None:
+                 dead_letter_topic: str, client_id: str = "capwatch",
+                 security: Mapping[str, Any] | None = None) -> None:
         self.models_topic = models_topic
         self.alerts_topic = alerts_topic
         self.dead_letter_topic = dead_letter_topic
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap, client_id=client_id, acks="all",
             enable_idempotence=True, linger_ms=5, max_request_size=8_388_608,
+            **(security or {}),
         )
         self._lock = threading.Lock()
         self._futures: list[Any] = []
