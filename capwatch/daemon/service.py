@@ -3,6 +3,7 @@ assessor, HTTP server and scheduled jobs, plus SIGTERM/SIGINT handling."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import ssl
 import threading
@@ -200,6 +201,24 @@ def redact_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+class _RefusalWatch(logging.Handler):
+    """kafka-python retries a refused login or certificate like an unreachable broker and
+    ends in "Unable to bootstrap"; the real cause is only in its log. Keep it, so a wrong
+    password fails at once with its reason instead of after the whole connect timeout."""
+
+    MARKERS = ("SaslAuthenticationFailedError", "UnsupportedSaslMechanism",
+               "IllegalSaslState", "SSL:", "CERTIFICATE")
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.refusal: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.refusal is None and any(m in message for m in self.MARKERS):
+            self.refusal = message.split(">: ", 1)[-1]
+
+
 def wait_for_kafka(k: KafkaConfig, startup: Startup | None = None,
                    sleep: Callable[[float], None] = time.sleep) -> None:
     """Try the brokers until they answer or ``connect_timeout_s`` passes, logging each
@@ -208,6 +227,20 @@ def wait_for_kafka(k: KafkaConfig, startup: Startup | None = None,
 
     from capwatch.adapters.io.kafka import list_topics
 
+    watch = _RefusalWatch()
+    kafka_log = logging.getLogger("kafka")
+    kafka_log.addHandler(watch)
+    try:
+        _wait_for_kafka(k, startup, sleep, watch, list_topics,
+                        (SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
+                         ssl.SSLError))
+    finally:
+        kafka_log.removeHandler(watch)
+
+
+def _wait_for_kafka(k: KafkaConfig, startup: Startup | None, sleep: Callable[[float], None],
+                    watch: _RefusalWatch, list_topics: Callable[..., set[str]],
+                    refusals: tuple[type[BaseException], ...]) -> None:
     where = f"Kafka at {k.bootstrap_servers} ({k.security_protocol})"
     if startup is not None:
         startup.waiting_for = where
@@ -223,10 +256,11 @@ def wait_for_kafka(k: KafkaConfig, startup: Startup | None = None,
             list_topics(k.bootstrap_servers, security=security,
                         client_id=f"{k.client_id}-probe",
                         timeout_s=max(1.0, min(5.0, (deadline - time.monotonic()) / 2)))
-        except (SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
-                ssl.SSLError) as e:
+        except refusals as e:
             raise DependencyError(f"{where}: refused us: {type(e).__name__}: {e}") from None
         except Exception as e:
+            if watch.refusal is not None:
+                raise DependencyError(f"{where}: refused us: {watch.refusal}") from None
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DependencyError(

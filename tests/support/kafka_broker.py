@@ -8,6 +8,12 @@ its log (``kafka.log``) and is removed on stop.
 
 If ``KAFKA_BOOTSTRAP_SERVERS`` is set, that cluster is used and nothing is started.
 
+``start_kafka_broker(secure=True)`` adds a SASL_SSL listener beside the PLAINTEXT one
+(which the readiness probe and other clients keep using): SASL PLAIN, SCRAM-SHA-256 and
+SCRAM-SHA-512 for the users in ``SECURE_USERS``, TLS with a throw-away CA made by the
+``openssl`` command (server certificate for 127.0.0.1), and client certificates required.
+The files are in ``broker.tls`` (``TlsFiles``).
+
 Command line (from the repository root)::
 
     .venv/bin/python -m tests.support.kafka_broker --fetch   # fetch/verify the jar cache only
@@ -91,6 +97,60 @@ logger.apache.level = INFO
 
 class KafkaBrokerError(RuntimeError):
     """The broker could not be fetched, started or reached."""
+
+
+SECURE_USERS = {"capwatch": "capwatch-secret"}
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a secure broker's throw-away CA and of a client certificate it accepts."""
+
+    ca: Path
+    client_cert: Path
+    client_key: Path
+    other_client_cert: Path
+    """Signed by another CA: the broker must refuse it."""
+    other_client_key: Path
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise KafkaBrokerError("openssl not found: install the Debian package 'openssl'")
+    run = subprocess.run([openssl, *args], cwd=cwd, capture_output=True, text=True,
+                         timeout=60, check=False)
+    if run.returncode != 0:
+        raise KafkaBrokerError(f"openssl {' '.join(args[:2])} failed:\n{run.stderr}")
+
+
+def _make_certificates(d: Path) -> tuple[Path, TlsFiles]:
+    """A CA, a server certificate for 127.0.0.1 (PEM key + chain, as Kafka's PEM keystore
+    reads it) and client certificates; RSA 2048, valid two days."""
+    def ca(name: str) -> None:
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                 "-keyout", f"{name}.key", "-out", f"{name}.crt",
+                 "-subj", f"/CN=capwatch test {name}", cwd=d)
+
+    def leaf(name: str, issuer: str, ext: str) -> None:
+        (d / f"{name}.ext").write_text(ext)
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{issuer}.crt",
+                 "-CAkey", f"{issuer}.key", "-CAcreateserial", "-days", "2",
+                 "-out", f"{name}.crt", "-extfile", f"{name}.ext", cwd=d)
+
+    ca("ca")
+    ca("other-ca")
+    leaf("server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                         "extendedKeyUsage=serverAuth\n")
+    leaf("client", "ca", "extendedKeyUsage=clientAuth\n")
+    leaf("other-client", "other-ca", "extendedKeyUsage=clientAuth\n")
+    keystore = d / "server.pem"
+    keystore.write_text((d / "server.key").read_text() + (d / "server.crt").read_text())
+    return keystore, TlsFiles(d / "ca.crt", d / "client.crt", d / "client.key",
+                              d / "other-client.crt", d / "other-client.key")
 
 
 # --------------------------------------------------------------------------- jar cache
@@ -228,6 +288,9 @@ class KafkaBroker(ManagedServer):
     process: subprocess.Popen[bytes] | None = None
     start_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    secure_bootstrap: str | None = None
+    """The SASL_SSL listener (``secure=True`` only)."""
+    tls: TlsFiles | None = None
 
     @property
     def log_file(self) -> Path | None:
@@ -243,16 +306,40 @@ class KafkaBroker(ManagedServer):
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _server_properties(data: Path, broker_port: int, controller_port: int) -> str:
+def _security_properties(port: int, keystore: Path, ca: Path) -> dict[str, str]:
+    plain_users = " ".join(f'user_{u}="{p}"' for u, p in SECURE_USERS.items())
+    props = {
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": ",".join(("PLAIN",
+                                                                    *SCRAM_MECHANISMS)),
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": str(keystore),
+        "listener.name.sasl_ssl.ssl.truststore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.truststore.location": str(ca),
+        "listener.name.sasl_ssl.ssl.client.auth": "required",
+    }
+    for m in SCRAM_MECHANISMS:
+        props[f"listener.name.sasl_ssl.{m.lower()}.sasl.jaas.config"] = \
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    return props
+
+
+def _server_properties(data: Path, broker_port: int, controller_port: int,
+                       secure: dict[str, str] | None = None, secure_port: int = 0) -> str:
+    listeners = f"PLAINTEXT://127.0.0.1:{broker_port}"
+    if secure is not None:
+        listeners += f",SASL_SSL://127.0.0.1:{secure_port}"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+        "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map":
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
         "log.dirs": str(data),
         "num.partitions": "1",
         "default.replication.factor": "1",
@@ -271,6 +358,7 @@ def _server_properties(data: Path, broker_port: int, controller_port: int) -> st
         "num.io.threads": "2",
         "num.recovery.threads.per.data.dir": "1",
         "log.retention.check.interval.ms": "300000",
+        **(secure or {}),
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -286,11 +374,14 @@ def _jvm_opts(workdir: Path) -> list[str]:
 
 
 def start_kafka_broker(
-    version: str = KAFKA_VERSION, timeout_s: float = START_TIMEOUT_S
+    version: str = KAFKA_VERSION, timeout_s: float = START_TIMEOUT_S, *, secure: bool = False
 ) -> KafkaBroker:
-    """Start a fresh broker (or return the ``KAFKA_BOOTSTRAP_SERVERS`` cluster) and wait for it."""
+    """Start a fresh broker (or return the ``KAFKA_BOOTSTRAP_SERVERS`` cluster) and wait for it.
+
+    ``secure``: add the SASL_SSL listener (never the external cluster: its security is not
+    ours to configure)."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
+    if external and not secure:
         t0 = time.monotonic()
         if not wait_until(lambda: cluster_is_ready(external), timeout_s, interval_s=0.5):
             raise KafkaBrokerError(f"KAFKA_BOOTSTRAP_SERVERS={external} is not reachable")
@@ -306,7 +397,7 @@ def start_kafka_broker(
     last_error: KafkaBrokerError | None = None
     for _attempt in range(2):  # a second try covers a lost race for a "free" port
         try:
-            return _start_once(java, classpath, timeout_s, timings, t0)
+            return _start_once(java, classpath, timeout_s, timings, t0, secure)
         except KafkaBrokerError as e:
             last_error = e
             if "Address already in use" not in str(e):
@@ -316,7 +407,8 @@ def start_kafka_broker(
 
 
 def _start_once(
-    java: str, classpath: str, timeout_s: float, timings: dict[str, float], t0: float
+    java: str, classpath: str, timeout_s: float, timings: dict[str, float], t0: float,
+    secure: bool = False,
 ) -> KafkaBroker:
     workdir = Path(tempfile.mkdtemp(prefix="capwatch-kafka-"))
     broker = KafkaBroker(bootstrap="", workdir=workdir, timings=timings)
@@ -329,12 +421,30 @@ def _start_once(
         log_file = workdir / "kafka.log"
         (workdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=log_file))
         props = workdir / "server.properties"
-        props.write_text(_server_properties(data, broker_port, controller_port))
+        security: dict[str, str] | None = None
+        secure_port = 0
+        scram: list[str] = []
+        if secure:
+            secure_port = free_port()
+            while secure_port in (broker_port, controller_port):
+                secure_port = free_port()
+            certs = workdir / "tls"
+            certs.mkdir()
+            keystore, broker.tls = _make_certificates(certs)
+            security = _security_properties(secure_port, keystore, broker.tls.ca)
+            broker.secure_bootstrap = f"127.0.0.1:{secure_port}"
+            # SCRAM credentials live in the cluster metadata: written when it is formatted.
+            for m in SCRAM_MECHANISMS:
+                for user, password in SECURE_USERS.items():
+                    scram += ["--add-scram", f"{m}=[name={user},password={password}]"]
+        props.write_text(_server_properties(data, broker_port, controller_port, security,
+                                            secure_port))
         jvm = [java, *_jvm_opts(workdir), "-cp", classpath]
 
         t1 = time.monotonic()
         fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props)],
+            [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props),
+             *scram],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         timings["format"] = time.monotonic() - t1
