@@ -67,6 +67,13 @@ def _alert_type(name: str) -> AlertType:
                          f"{[t.value for t in AlertType]}") from None
 
 
+def _causes(members: list[Alert], shown: tuple[str, ...]) -> dict[str, Any]:
+    """Each listed member's own failure message, when the alerts carry one."""
+    causes = {a.agent_id or "*": a.detail["message"] for a in members
+              if "message" in a.detail and (a.agent_id or "*") in shown}
+    return {"causes": causes} if causes else {}
+
+
 def merge_group(members: list[Alert], max_agents_listed: int = 20,
                 tag: str | None = None) -> Alert:
     """One alert for the members of a group: the member itself if alone, else
@@ -90,7 +97,8 @@ def merge_group(members: list[Alert], max_agents_listed: int = 20,
         evidence={"agents": {a.agent_id or "*": dict(a.evidence) for a in members
                              if (a.agent_id or "*") in shown}},
         detail={**dict(first.detail), "agents": list(shown),
-                "agents_not_listed": len(agents) - len(shown)},
+                "agents_not_listed": len(agents) - len(shown),
+                **_causes(members, shown)},
         model_version=None,
         fingerprint=f"{first.fingerprint}~{tag}" if tag else first.fingerprint,
     )

@@ -44,7 +44,8 @@ def alert_event(alert: Alert) -> AlertEvent:
     return AlertEvent(
         alert_type=alert.type.value, severity=alert.severity.label,  # type: ignore[arg-type]
         agent_id=alert.agent_id if alert.agent_id is not None else GROUP_AGENT_ID,
-        family=alert.family, action=alert.action, summary=alert.summary, evidence=evidence,
+        family=alert.family, action=alert.action, summary=alert.summary,
+        detail=json.loads(json.dumps(dict(alert.detail), default=str)), evidence=evidence,
         dedup_key=alert.dedup_key, model_version=alert.model_version, time=alert.time,
     )
 

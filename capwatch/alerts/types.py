@@ -262,5 +262,8 @@ def assessment_failed_alert(
         family=family, agent_id=agent_id, action=action,
         summary=f"assessment failed ({words}): {message}", time=time, fingerprint=reason,
         detail={"reason": reason, "message": message}, evidence=dict(evidence or {}),
-        group_summary=f"assessment failed ({words})",
+        # The cause stays in a grouped alert's summary: the agents of a group failed for
+        # the same reason, most often for the same cause (a bad URL template, a rejected
+        # token); each agent's own message is in the grouped alert's detail.causes.
+        group_summary=f"assessment failed ({words}): {message}",
     )

@@ -164,6 +164,11 @@ class AlertEvent(_Outbound):
     family: str
     action: str | None = None
     summary: str
+    detail: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What the alert is about, structured: the changed pal-tuples, old and "
+                    "new probabilities, the contradicted pa-tuples, or an assessment's "
+                    "failure reason and message (per agent in a grouped alert).")
     evidence: dict[str, Any] = Field(default_factory=dict)
     dedup_key: str
     model_version: int | None = None

@@ -73,3 +73,21 @@ def test_policy_from_config_overrides_and_rejects_nonsense() -> None:
         AlertPolicy.from_config({"sevrity": {}})
     with pytest.raises(ValueError, match="must not be negative"):
         AlertPolicy.from_config({"group_wait_seconds": -1})
+
+
+def test_a_grouped_assessment_failure_keeps_its_cause() -> None:
+    """"2 agents of gripper: assessment failed (error)" said nothing of why; the cause
+    stays in the summary, each agent's message in detail.causes, and both reach the wire
+    event (its detail field)."""
+    from capwatch.alerts import assessment_failed_alert
+    from capwatch.alerts.sinks import alert_event
+
+    g = merge_group([assessment_failed_alert(family="gripper", agent_id=a, time=T0,
+                                             reason="error", message="KeyError: 'agentid'")
+                     for a in ("g1", "g2")])
+    assert g.summary == "2 agents of gripper: assessment failed (error): KeyError: 'agentid'"
+    assert g.detail["causes"] == {"g1": "KeyError: 'agentid'", "g2": "KeyError: 'agentid'"}
+    event = alert_event(g)
+    assert event.detail["reason"] == "error"
+    assert event.detail["causes"]["g2"] == "KeyError: 'agentid'"
+    assert "causes" not in merge_group([reduced("a"), reduced("b")]).detail
