@@ -75,6 +75,13 @@ class Finding:
     """The execution updated a sequential drift test (a stochastic action's outcome)."""
 
 
+_PLAIN = {v: Finding(v) for v in Verdict}
+_TESTED = {v: Finding(v, tested=True) for v in Verdict}
+"""The findings with nothing but a verdict (and whether a drift test counted it), made
+once: most transitions end in one, and a new object per transition would be measurable
+on the hot path."""
+
+
 class AgentWatch:
     """One agent's live state; see the module docstring."""
 
@@ -124,22 +131,22 @@ class AgentWatch:
             restored = self.drift_restored
             # A replayed record the restored tables already counted is not counted again.
             if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
-                return Finding(verdict)
+                return _PLAIN[verdict]
             counted = self.monitor.attribution(obs)
             if counted is None:
-                return Finding(verdict)
+                return _PLAIN[verdict]
             action, attribution = counted
             alarm = self._drift.observe(self.agent_id, action, attribution)
             tested = self._drift.monitor(self.agent_id, action).detector is not None
             if alarm is None or self.awaiting is not None:
-                return Finding(verdict, tested=tested)
+                return (_TESTED if tested else _PLAIN)[verdict]
             self.alarms[action.name] = alarm
             return Finding(verdict, alarm, ripe=True, tested=tested)
         if verdict is not Verdict.INCONSISTENT:
-            return Finding(verdict)
+            return _PLAIN[verdict]
         self.inconsistent += 1
         if self.awaiting is not None:
-            return Finding(verdict)  # the queued work will settle it; the new model re-checks
+            return _PLAIN[verdict]  # the queued work will settle it; the new model re-checks
         explanation = self.monitor.last_inconsistency().explanation
         self._buffer(Evidence(t, explanation))
         return Finding(verdict, ripe=self.ripe())

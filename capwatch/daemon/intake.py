@@ -64,7 +64,8 @@ class Intake:
             self.dead_letter(record, f"unknown family {first.family!r}: no baseline model",
                              "vocabulary")
             return None
-        self.checkpoints.restore(watch)
+        if self.checkpoints.saved_drift:
+            self.checkpoints.restore(watch)
         if len(decoded) > 1:
             for t in decoded:
                 problem = vocabulary_error(watch.domain, t)

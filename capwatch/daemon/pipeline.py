@@ -52,6 +52,10 @@ from capwatch.monitor.drift import DriftConfig, DriftMonitor
 log = structlog.get_logger("capwatch.daemon")
 
 
+_LABEL = {v: v.name.lower() for v in Verdict}
+"""Metric label per verdict (computed once: this is on the per-transition path)."""
+
+
 class Pipeline:
     """Wires a source, the agents' watches, the store, the workers and a publisher."""
 
@@ -269,9 +273,9 @@ class Pipeline:
     def _observe(self, watch: AgentWatch, t: AgentTransition) -> None:
         finding = watch.observe(t)
         name = t.action[0]
-        self.metrics.transitions.child(watch.family, name, finding.verdict.name.lower()).inc()
+        self.metrics.transitions.child(watch.family, name, _LABEL[finding.verdict]).inc()
         if finding.tested:
-            self.metrics.drift_tests.labels(watch.family, name, "sequential").inc()
+            self.metrics.drift_tests.child(watch.family, name, "sequential").inc()
         if finding.alarm is not None:
             self.metrics.drift_alarms.labels(watch.family, name).inc()
             log.info("drift alarm", summary=finding.alarm.evidence.summary())
