@@ -7,6 +7,10 @@ file per environment and inject secrets and addresses through the environment.
 Everything is validated before the daemon touches a server. An error names where the
 bad value came from: ``capwatch.yaml:12:3: kafka.group_id: ...`` for the file, the
 variable's name for the environment.
+
+Longer than most modules because it is the whole configuration schema, one model per
+section, kept in one place: the Helm chart's values schema is generated from it
+(helm/gen_values_schema.py), and a reader finds every setting here.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ Threads and who owns what:
 - the *canary prober* (:mod:`capwatch.daemon.canary`) asks agents on a thread of its own;
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
+
+About 400 lines because this is the one module that knows every part (the wiring, the
+loop, the rebalance callbacks and the scheduler's entry points); each step's own logic
+is in the module named for it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ Either produces a ``DriftEvidence`` record (chi-square, dof, p, q, TVD with its
 confidence interval, counts, expected counts, MLE with per-outcome intervals) and a
 re-estimated ``Action`` for the next model version. docs/drift-detection.md explains
 why the online detector is sequential rather than a windowed chi-square.
+
+Longer than most modules (~540 lines) because an action's monitor is one state machine
+(online detector, confirmation, audit window, persisted state) whose parts share its
+tables; the statistics it uses are in capwatch.monitor.stats and .sequential.
 """
 
 from __future__ import annotations
