@@ -33,6 +33,16 @@ def register(sub: Any) -> None:
                       help="keep the demo's SQLite store here (a new file) instead of in a "
                            "temporary directory, to explore it afterwards with "
                            "`capwatch models|agents|alerts --store PATH`")
+    demo.add_argument("--report", metavar="DIR",
+                      help="write one self-contained HTML report per family into DIR")
+    demo.add_argument("--serve", action="store_true",
+                      help="after the run, keep the daemon and its web console up (the "
+                           "assessment workers too, so actions take effect) until Ctrl-C")
+    demo.add_argument("--port", type=int, default=8080,
+                      help="port of the web console with --serve (0: any free port)")
+    demo.add_argument("--token", default=None,
+                      help="operator token for the console's actions with --serve (default "
+                           "$CAPWATCH_HTTP__TOKEN, else a random one that is printed)")
     demo.set_defaults(handler=handle)
 
 
@@ -71,7 +81,57 @@ def handle(args: argparse.Namespace) -> int:
         result = summary(config, fleet, memory, service.pipeline.processed,
                          service.pipeline.dead_letters, elapsed)
         print(result.text)
-    return code if code != 0 or result.ok else 1
+        if args.report:
+            write_reports(config.store.url, list(config.source.simulated.families),
+                          Path(args.report))
+        code = code if code != 0 or result.ok else 1
+        if args.serve:
+            serve(config, fleet, Path(tmp), args.port, args.token)
+    return code
+
+
+def write_reports(store_url: str, families: list[str], directory: Path) -> None:
+    from capwatch.console.report import write_report
+    from capwatch.models_store import open_store
+
+    store = open_store(store_url)
+    try:
+        print("")
+        for family in families:
+            path = write_report(store, family, None, directory / f"{family}.html")
+            print(f"Report for {family}: {path.resolve()}")
+    finally:
+        store.close()
+
+
+def serve(config: Any, fleet: Any, tmp: Path, port: int, token: str | None) -> None:
+    """The daemon again over the demo's store with nothing left to read: its web console
+    shows the run, and its workers carry out what operators ask (the simulated agents
+    answer the queries)."""
+    import os
+    import secrets
+
+    from capwatch.adapters.io.streams import JsonlSource, LogPublisher, MemoryPublisher
+    from capwatch.daemon.service import FleetDirectory, build_service
+
+    from pydantic import SecretStr
+
+    token = token or os.environ.get("CAPWATCH_HTTP__TOKEN") or secrets.token_urlsafe(18)
+    idle = tmp / "no-more-transitions.jsonl"
+    idle.touch()
+    config.http.enabled = True
+    config.http.port = port
+    config.console.enabled = True
+    config.http.token = SecretStr(token)
+    config.http.token_file = None
+    service = build_service(config, publisher=LogPublisher(MemoryPublisher()),
+                            agents=FleetDirectory(fleet),
+                            source=JsonlSource(str(idle), follow=True))
+    assert service.api is not None
+    print(f"\nThe console: {service.api.url}/console/\n"
+          f"Operator token (sign in to approve, reject, roll back, assess): {token}\n"
+          "Ctrl-C stops it.", flush=True)
+    service.run(install_signals=True)
 
 
 def positive_int(text: str) -> int:

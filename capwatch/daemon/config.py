@@ -431,6 +431,14 @@ class HttpConfig(_Section):
         return read_secret(self.token, self.token_file, "http.token_file")
 
 
+class ConsoleConfig(_Section):
+    """The operator's web pages on the HTTP port (docs/console.md)."""
+
+    enabled: bool = True
+    """Operators sign in with ``http.token`` to act; without a token the pages are
+    read-only, and with ``http.read_auth`` they need a sign-in to be read at all."""
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -454,6 +462,7 @@ class DaemonConfig(BaseSettings):
     assessment: AssessmentConfig = Field(default_factory=AssessmentConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     shutdown_grace_s: float = Field(default=20.0, gt=0)

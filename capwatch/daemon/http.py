@@ -42,6 +42,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from capwatch.console.web import MAX_BODY, Console
 from capwatch.contracts.store import ModelRegistry
 from capwatch.contracts.versions import ModelVersion, diff_versions
 from capwatch.contracts.wire import AlertEvent
@@ -98,6 +99,10 @@ class ApiServer:
         self.starting = starting
         self._token = token.encode() if token else None
         self._read_auth = read_auth
+        self.console: Console | None = None
+        """The operator's web pages (capwatch.console.web) under /console/, and
+        POST /api/v1/actions; set once the store is open. They check the token
+        themselves (a browser signs in once instead of sending it)."""
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -170,8 +175,11 @@ class ApiServer:
                          {"WWW-Authenticate": 'Bearer realm="capwatch"'})
 
     def _write(self, h: BaseHTTPRequestHandler) -> None:
-        """No endpoint changes anything yet; a write is refused, but never before the
-        token is checked, so the API cannot leak what exists to an unauthenticated client."""
+        """Writes other than the console's are refused, but never before the token is
+        checked, so the API cannot leak what exists to an unauthenticated client."""
+        if self.console is not None and self.console.handles(h.command, urlsplit(h.path).path):
+            self._console(h)
+            return
         try:
             length = int(h.headers.get("Content-Length") or 0)
         except ValueError:
@@ -192,6 +200,9 @@ class ApiServer:
         url = urlsplit(h.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         parts = [unquote(p) for p in url.path.strip("/").split("/") if p]
+        if self.console is not None and self.console.handles(h.command, url.path):
+            self._console(h)
+            return
         try:
             if parts == ["metrics"]:
                 self._send(h, HTTPStatus.OK, generate_latest(self.registry), CONTENT_TYPE_LATEST)
@@ -219,6 +230,26 @@ class ApiServer:
         except Exception as e:  # a read API bug must answer 500, not kill the thread
             self._error(h, _Error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal_error",
                                   f"{type(e).__name__} while answering {url.path}"))
+
+    def _console(self, h: BaseHTTPRequestHandler) -> None:
+        assert self.console is not None
+        try:
+            length = int(h.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            h.close_connection = True
+            self._error(h, _Error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large",
+                                  f"a console request body is at most {MAX_BODY} bytes"))
+            return
+        body = h.rfile.read(length) if length else b""
+        try:
+            r = self.console.handle(h.command, h.path, dict(h.headers.items()), body)
+        except Exception as e:  # a page bug must answer 500, not kill the thread
+            self._error(h, _Error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal_error",
+                                  f"{type(e).__name__} while answering {h.path}"))
+            return
+        self._send(h, r.status, r.body, r.content_type, dict(r.headers))
 
     def _error(self, h: BaseHTTPRequestHandler, e: _Error) -> None:
         body = {"error": {"code": e.code, "message": str(e), "details": []}}

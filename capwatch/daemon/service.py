@@ -393,6 +393,11 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             return state.family if state is not None else None
 
         api.attach(store, ready=lambda: pipeline.ready, families_of=family_of)
+        if config.console.enabled:
+            from capwatch.console.web import Console
+
+            api.console = Console(store, token=config.http.api_token(),
+                                  read_auth=config.http.read_auth, clock=clock)
     startup.waiting_for = None
     scheduler = BackgroundScheduler(timezone="UTC")
     return Service(pipeline, api, scheduler, store, problems)
