@@ -136,10 +136,12 @@ def fleet(store: ModelStore, family: str | None = None) -> list[AgentRow]:
             events.append((mine.updated_at, f"version {mine.latest_version}"))
         if newest_alert is not None:
             events.append((newest_alert.created_at, newest_alert.alert_type))
-        if last_action is not None:
-            events.append((last_action.created_at, f"operator {last_action.kind}"))
+        # Work an action queued carries the action's time: listed first, the work's state
+        # (what happened since) wins the tie.
         if item is not None:
             events.append((item.enqueued_at, f"assessment {item.status}"))
+        if last_action is not None:
+            events.append((last_action.created_at, f"operator {last_action.kind}"))
         when, what = max(events, key=lambda e: e[0]) if events else (None, "")
         rows.append(AgentRow(fam, agent, state, ref, current.delta_to_baseline
                              if mine is not None else 0, when, what, open_alerts,

@@ -94,6 +94,8 @@ def prob(p: float | None) -> str:
 def document(title: str, body: str, *, nav: str = "") -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            # An empty icon: no /favicon.ico request (a 404 the browser would log).
+            f'<link rel="icon" href="data:,">'
             f"<title>{e(title)}</title><style>{CSS}</style></head><body>"
             f'<header class="top">{nav}</header><main id="main">{body}</main></body></html>')
 

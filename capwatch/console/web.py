@@ -312,7 +312,7 @@ class Console:
             ref = v.version.ref
             slug = f"{ref.agent_id or 'baseline'}-{ref.version}"
             parts = []
-            if ref.agent_id is not None:
+            if ref.agent_id is not None and v.action is None:  # learned, not an operator's
                 for kind, label in (("approve", "Approve"), ("reject", "Reject")):
                     parts.append(self._form(csrf, kind, view, ref, f"{kind}-{slug}",
                                             f"{label} this version"))

@@ -106,7 +106,7 @@ def test_report_is_one_self_contained_html_file(
     assert code == 0 and out.strip() == f"wrote {out_path}"
     text = out_path.read_text()
     assert text.startswith("<!DOCTYPE html>")
-    assert "<script" not in text and "<link" not in text
+    assert "<script" not in text and "stylesheet" not in text
     assert re.findall(r"(?:src|href)=\"https?://", text) == []
     assert "Outcome probabilities of <code>pick</code>" in text and "<svg" in text
     assert "Drift statistic of <code>pick</code>" in text
