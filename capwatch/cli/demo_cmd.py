@@ -111,10 +111,10 @@ def serve(config: Any, fleet: Any, tmp: Path, port: int, token: str | None) -> N
     import os
     import secrets
 
+    from pydantic import SecretStr
+
     from capwatch.adapters.io.streams import JsonlSource, LogPublisher, MemoryPublisher
     from capwatch.daemon.service import FleetDirectory, build_service
-
-    from pydantic import SecretStr
 
     token = token or os.environ.get("CAPWATCH_HTTP__TOKEN") or secrets.token_urlsafe(18)
     idle = tmp / "no-more-transitions.jsonl"

@@ -39,7 +39,8 @@ TOKEN = "browser-test-token-0123456789"
 
 CONTRAST_JS = """
 function lum(c) {
-  const v = c.map(x => { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+  const v = c.map(x => {
+    x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
   return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2];
 }
 function rgb(s) { const m = s.match(/[\\d.]+/g); return m ? m.map(Number) : [0, 0, 0, 0]; }
@@ -57,8 +58,10 @@ for (const el of document.querySelectorAll('body *')) {
   const st = getComputedStyle(el);
   const a = lum(rgb(st.color)), b = lum(bg(el));
   const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
-  const large = parseFloat(st.fontSize) >= 24 || (parseFloat(st.fontSize) >= 18.66 && parseInt(st.fontWeight) >= 700);
-  if (ratio < (large ? 3 : 4.5)) bad.push(el.tagName + ' "' + el.textContent.trim().slice(0, 40) + '" ' + ratio.toFixed(2));
+  const size = parseFloat(st.fontSize);
+  const large = size >= 24 || (size >= 18.66 && parseInt(st.fontWeight) >= 700);
+  if (ratio < (large ? 3 : 4.5))
+    bad.push(el.tagName + ' "' + el.textContent.trim().slice(0, 40) + '" ' + ratio.toFixed(2));
 }
 return bad;
 """
