@@ -220,6 +220,8 @@ class StoreConfig(_Section):
     """A SQLite path (embedded; ``sqlite://`` + path, so ``sqlite:///var/lib/x.db`` is
     absolute) or ``postgresql://...`` (shared by replicas). The default is a plain path:
     ``sqlite:///capwatch.db`` would put the store at the file system's root."""
+    connect_timeout_s: float = Field(default=60.0, gt=0)
+    """PostgreSQL: how long to keep trying to connect at start before giving up."""
 
 
 class FamilyConfig(_Section):

@@ -276,6 +276,43 @@ def _wait_for_kafka(k: KafkaConfig, startup: Startup | None, sleep: Callable[[fl
         return
 
 
+def open_store_waiting(config: DaemonConfig, startup: Startup | None = None,
+                       sleep: Callable[[float], None] = time.sleep) -> ModelStore:
+    """Open the store, retrying a PostgreSQL server that does not answer yet for
+    ``store.connect_timeout_s``; every other failure (a bad path, a schema newer than
+    this capwatch) is final at once."""
+    shown = redact_url(config.store.url)
+    if startup is not None:
+        startup.waiting_for = f"the store at {shown}"
+    t0 = time.monotonic()
+    deadline = t0 + config.store.connect_timeout_s
+    delay, attempt = 1.0, 0
+    while True:
+        attempt += 1
+        log.info("opening the store", store=shown, attempt=attempt)
+        try:
+            store = open_store(config.store.url)
+        except Exception as e:
+            import psycopg
+
+            if not isinstance(e, psycopg.OperationalError):
+                raise DependencyError(f"store at {shown}: {type(e).__name__}: {e}") from None
+            left = deadline - time.monotonic()
+            cause = " ".join(str(e).split())
+            if left <= 0:
+                raise DependencyError(
+                    f"store at {shown}: not reachable within "
+                    f"{config.store.connect_timeout_s:g} s ({attempt} attempts; last: "
+                    f"{cause})") from None
+            log.warning("store not reachable yet", store=shown, error=cause,
+                        retry_in_s=round(min(delay, left), 1))
+            sleep(min(delay, left))
+            delay = min(delay * 2, 10.0)
+            continue
+        log.info("store ready", store=shown, seconds=round(time.monotonic() - t0, 2))
+        return store
+
+
 def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                   agents: AgentDirectory | None = None, source: Source | None = None,
                   assessor: Assessor | None = None, store: ModelStore | None = None,
@@ -317,12 +354,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
            store: ModelStore | None, agent_urls: Mapping[str, str] | None,
            alert_sinks: list[AlertSink] | None, clock: Clock) -> Service:
     if store is None:
-        shown = redact_url(config.store.url)
-        startup.waiting_for = f"the store at {shown}"
-        log.info("opening the store", store=shown)
-        t0 = time.monotonic()
-        store = open_store(config.store.url)
-        log.info("store ready", store=shown, seconds=round(time.monotonic() - t0, 2))
+        store = open_store_waiting(config, startup)
     needs_kafka = (source is None and config.source.kind == "kafka") or \
         (publisher is None and config.output.kind == "kafka")
     if needs_kafka:

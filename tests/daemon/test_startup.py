@@ -129,3 +129,26 @@ def test_secret_files_are_read_by_check(tmp_path: Path,
                             f"agents: {{bearer_token_file: {tmp_path / 'missing'}}}\n")
     assert main(["run", "--config", path, "--check"]) == 2
     assert "agents.bearer_token_file: cannot read" in capsys.readouterr().err
+
+
+def test_an_unreachable_postgresql_store_is_retried_then_reported(tmp_path: Path) -> None:
+    url = f"postgresql://cw:hunter2@{_closed_port()}/cw"
+    cfg = config(tmp_path, store={"url": url, "connect_timeout_s": 2})
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream)
+    try:
+        with pytest.raises(DependencyError) as e:
+            build_service(cfg)
+    finally:
+        reset_logging()
+    assert "not reachable within 2 s" in str(e.value) and "Connection refused" in str(e.value)
+    assert "hunter2" not in str(e.value) + stream.getvalue()
+    events = [json.loads(line)["event"] for line in stream.getvalue().splitlines()]
+    assert events.count("opening the store") >= 2 and "store not reachable yet" in events
+
+
+def test_a_store_that_cannot_be_created_fails_at_once(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    cfg = config(tmp_path, store={"url": f"sqlite:///{tmp_path / 'file' / 'm.db'}"})
+    with pytest.raises(DependencyError, match="store at sqlite:///"):
+        build_service(cfg)
