@@ -33,7 +33,7 @@ chaos: $(STAMP)
 	exit $$(( r || l ))
 
 demo: $(STAMP)
-	$(BIN)/capwatch demo
+	$(BIN)/capwatch demo --report build/demo-report
 
 bench: bench-core bench-assess bench-drift bench-store bench-daemon
 

@@ -28,6 +28,16 @@ def seed_baselines(store: ModelRegistry, families: Mapping[str, Domain], now: da
         latest = store.latest(family, None)
         if latest is not None and latest.domain() == domain:
             continue
+        if latest is not None and "promoted_from" in latest.evidence:
+            # An operator promoted a version since the configuration's model was seeded
+            # (capwatch.models_store.actions): a restart with the same configuration
+            # keeps the promotion; only a changed configuration replaces it.
+            seeded = next((v for v in reversed(store.history(family, None))
+                           if "promoted_from" not in v.evidence), None)
+            if seeded is not None and seeded.domain() == domain:
+                log.info("family baseline promoted by an operator; kept", family=family,
+                         version=latest.version)
+                continue
         ref = ModelRef(family, None, latest.version + 1 if latest else 1)
         v = build_version(ref, domain, now, parent=latest, evidence={"source": "configuration"})
         # VersionConflict: another replica seeded the same family at the same moment.

@@ -11,7 +11,12 @@ from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.service import build_service
 from capwatch.model.pal import delta
 from capwatch.models_store import ModelRef, open_store
-from capwatch.models_store.actions import action_store, request_assessment, rollback
+from capwatch.models_store.actions import (
+    action_store,
+    promote,
+    request_assessment,
+    rollback,
+)
 from tests.daemon.helpers import config, example, good_sample
 
 
@@ -77,5 +82,31 @@ def test_assess_now_and_rollback_are_run_by_the_daemon(tmp_path: Path) -> None:
             "operator/a1": "done", "operator/r1": "done"}
         assert [a.kind for a in store.actions("rover-v1", "rover-a")] == ["rollback",
                                                                           "assess"]
+    finally:
+        store.close()
+
+
+def test_a_promoted_baseline_survives_a_restart_with_the_same_configuration(
+        tmp_path: Path) -> None:
+    _run(tmp_path, [good_sample(step=0)])
+    store = action_store(open_store(str(tmp_path / "models.db")))
+    try:
+        request_assessment(store, "rover-v1", "rover-a", "verify", "alice", "spot check",
+                           datetime.now(UTC), key="a1")
+    finally:
+        store.close()
+    _run(tmp_path, [])
+    store = action_store(open_store(str(tmp_path / "models.db")))
+    try:
+        promote(store, ModelRef("rover-v1", "rover-a", 1), "carol", "fleet firmware 2.1",
+                datetime.now(UTC))
+    finally:
+        store.close()
+    _run(tmp_path, [])  # seeds the configured (old) model again: must not undo it
+    store = action_store(open_store(str(tmp_path / "models.db")))
+    try:
+        baseline = store.latest("rover-v1", None)
+        assert baseline is not None and baseline.version == 2
+        assert delta(baseline.domain(), example("rover-sample-drift.pddl")) == 0
     finally:
         store.close()
