@@ -112,6 +112,8 @@ class AgentWatch:
         self.drift_restored: tuple[int, int] | None = None
         """(partition, next offset) of the drift snapshot this agent's tables were restored
         from: its records before that offset are already counted, and a replay skips them."""
+        self.explained = explained_positions(version)
+        """Partition → the last record offset the version's own evidence came from."""
 
     # ------------------------------------------------------------------ the surface
 
@@ -126,12 +128,21 @@ class AgentWatch:
         self.transitions += 1
         self.last_offset = t.offset
         self.last_state = t.next_state
+        # A record at or before the last evidence of the version in use was first read
+        # while an earlier version was in force, and that version's assessment has already
+        # judged it (a replay after a crash, restart or rebalance). Judged again against
+        # the new version, the agent's behaviour from before its drift would look like a
+        # new drift and start an assessment from evidence a stored version explains.
+        explained = self.explained.get(t.partition)
+        settled = explained is not None and 0 <= t.offset <= explained
         if verdict is Verdict.APPLIED:
             self.last_executed[t.action[0]] = time.monotonic()
             restored = self.drift_restored
             # A replayed record the restored tables already counted is not counted again.
             if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
                 return _PLAIN[verdict]
+            if settled:
+                return _PLAIN[verdict]  # the version's tables start after its evidence
             counted = self.monitor.attribution(obs)
             if counted is None:
                 return _PLAIN[verdict]
@@ -145,7 +156,7 @@ class AgentWatch:
         if verdict is not Verdict.INCONSISTENT:
             return _PLAIN[verdict]
         self.inconsistent += 1
-        if self.awaiting is not None:
+        if self.awaiting is not None or settled:
             return _PLAIN[verdict]  # the queued work will settle it; the new model re-checks
         explanation = self.monitor.last_inconsistency().explanation
         self._buffer(Evidence(t, explanation))
@@ -252,6 +263,7 @@ class AgentWatch:
         """Switch to a new model version: evidence against the old one is moot."""
         self.version = version
         self.domain = version.domain()
+        self.explained = explained_positions(version)
         self.monitor.replace_model(self.domain)
         self.evidence.clear()
         self.evidence_since = None
@@ -264,3 +276,17 @@ class AgentWatch:
         if self.awaiting == key:
             self.awaiting = None
             self._drift.forget(self.agent_id)
+
+
+def explained_positions(version: ModelVersion) -> dict[int, int]:
+    """Partition → the highest record offset among the transitions ``version`` was learned
+    from (canary findings, offset -1, come from no record and do not count)."""
+    out: dict[int, int] = {}
+    for t in version.evidence.get("transitions", ()) or ():
+        try:
+            p, o = int(t["partition"]), int(t["offset"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if o >= 0:
+            out[p] = max(out.get(p, o), o)
+    return out

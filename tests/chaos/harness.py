@@ -248,7 +248,7 @@ class Outcome:
     """Published model events after dedup on (agent, version) → model JSON."""
     published_raw: int
     alerts: dict[str, tuple[str, str]]
-    """Alerts after dedup: dedup key → (type, agent)."""
+    """Alerts after dedup, as "type|agent" → (type, agent) (see :func:`alert_pairs`)."""
     dead_letters: set[int]
     """Offsets of dead-lettered records."""
     committed: int
@@ -276,6 +276,20 @@ def read_sqlite_store(path: Path) -> tuple[dict[tuple[str, int], dict[str, Any]]
         conn.close()
 
 
+def alert_pairs(alerts: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Alerts after dedup as (type, agent) pairs, a grouped alert counting for each of its
+    agents: how alerts of a family group depends on when they reach the outbox, which
+    partitioning and timing change without anything being wrong."""
+    pairs: dict[str, tuple[str, str]] = {}
+    for a in alerts:
+        agents = (a.get("evidence", {}).get("agents") or []) if a["agent_id"] == "*" \
+            else [a["agent_id"]]
+        for agent in agents:
+            agent_id = agent if isinstance(agent, str) else str(agent.get("agent_id"))
+            pairs[f"{a['alert_type']}|{agent_id}"] = (a["alert_type"], agent_id)
+    return pairs
+
+
 def jsonl_outcome(workdir: Path, store: Path, exits: Sequence[int] = (),
                   tracebacks: int = 0) -> Outcome:
     out = workdir / "out"
@@ -287,7 +301,7 @@ def jsonl_outcome(workdir: Path, store: Path, exits: Sequence[int] = (),
         versions=versions,
         published={(m["agent_id"], m["version"]): m["model"]["json"] for m in models},
         published_raw=len(models),
-        alerts={a["dedup_key"]: (a["alert_type"], a["agent_id"]) for a in alerts},
+        alerts=alert_pairs(alerts),
         dead_letters={d["offset"] for d in dead},
         committed=committed, exits=list(exits), tracebacks=tracebacks)
 

@@ -17,7 +17,7 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from tests.chaos.harness import Outcome, read_sqlite_store
+from tests.chaos.harness import Outcome, alert_pairs, read_sqlite_store
 
 
 @dataclass
@@ -139,20 +139,6 @@ def kafka_outcome(topics: KafkaTopics, store: Path, exits: Sequence[int] = (),
         alerts=alert_pairs(alerts),
         dead_letters={d["offset"] * 1000 + d["partition"] for d in dead},
         committed=committed, exits=list(exits), tracebacks=tracebacks)
-
-
-def alert_pairs(alerts: Sequence[dict[str, Any]]) -> dict[str, tuple[str, str]]:
-    """Alerts after dedup as (type, agent) pairs, a grouped alert counting for each of its
-    agents: how alerts of a family group depends on when they reach the outbox, which
-    partitioning and timing change without anything being wrong."""
-    pairs: dict[str, tuple[str, str]] = {}
-    for a in alerts:
-        agents = (a.get("evidence", {}).get("agents") or []) if a["agent_id"] == "*" \
-            else [a["agent_id"]]
-        for agent in agents:
-            agent_id = agent if isinstance(agent, str) else str(agent.get("agent_id"))
-            pairs[f"{a['alert_type']}|{agent_id}"] = (a["alert_type"], agent_id)
-    return pairs
 
 
 def pending_work(store: Path) -> int:
