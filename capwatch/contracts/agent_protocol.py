@@ -13,13 +13,16 @@ The OpenAPI document docs/openapi/agent-query.yaml is generated from these model
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import models_json_schema
 
 from capwatch.assess.agent import AgentUnavailable, QueryResult, State
+from capwatch.contracts.wire import AGENT_ID_PATTERN, MAX_AGENT_ID
 from capwatch.model.domain import GroundAction, GroundAtom
 
 PROTOCOL_VERSION = 1
@@ -299,3 +302,34 @@ def openapi_document() -> dict[str, Any]:
         },
         "components": {"schemas": component_schemas()},
     }
+
+
+class AgentAddressError(ValueError):
+    """An agent id that cannot be placed in the configured URL template."""
+
+
+def agent_url(template: str, agent_id: str, family: str) -> str:
+    """The agent's base URL from the configured template, e.g. ``http://{agent_id}:8080``.
+
+    The id must match the wire format's agent-id pattern, and the URL it gives must have
+    the scheme, port, path, query and fragment the template gives with any other valid id:
+    an agent id can name *which* agent, never move the query to another scheme, port or
+    path. (The host is the template's to decide: ``http://{agent_id}:8080`` makes the id
+    the host name, by configuration.)
+    """
+    if len(agent_id) > MAX_AGENT_ID or not re.fullmatch(AGENT_ID_PATTERN, agent_id):
+        raise AgentAddressError(f"agent id {agent_id!r} does not match the agent-id pattern")
+    url = template.format(agent_id=agent_id, family=family)
+    marker = "capwatch-agent-id-marker"  # a valid id that no template contains
+    probe = template.format(agent_id=marker, family=family)
+    got, want = urlsplit(url), urlsplit(probe)
+    try:
+        same = (got.scheme, got.port, got.path, got.query, got.fragment, got.username) == (
+            want.scheme, want.port, want.path.replace(marker, agent_id), want.query,
+            want.fragment, want.username)
+    except ValueError:  # a port that is not a number
+        same = False
+    if not same or not got.hostname:
+        raise AgentAddressError(f"agent id {agent_id!r} changes the agent URL template "
+                                f"{template!r} beyond naming the agent")
+    return url

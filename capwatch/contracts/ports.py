@@ -27,6 +27,12 @@ class Record:
     value: bytes
     timestamp: float | None = None
     """When the message was written (Kafka's record timestamp, Unix seconds), if known."""
+    size: int | None = None
+    """The whole message's length when ``value`` holds only its first bytes: a source stops
+    keeping a message once it is over the size limit, so it is refused without being held
+    in memory."""
+    sha256: str | None = None
+    """The whole message's SHA-256 (hex) when ``value`` holds only its first bytes."""
 
 
 Rebalance = Callable[[set[int]], None]

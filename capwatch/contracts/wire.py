@@ -17,6 +17,7 @@ daemon with :func:`vocabulary_error`, because the decoder does not know the mode
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,17 +47,38 @@ Identifier = Annotated[
     str,
     StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$"),
 ]
-"""Agent, family and episode ids: any printable text."""
+"""Family and episode ids: any printable text."""
+
+AGENT_ID_PATTERN = (r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?"
+                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)*$")
+"""Dot-separated labels of letters, digits, ``-`` and ``_``, each starting and ending with
+a letter or digit: an id placed in an agent URL template can then never add a scheme,
+user, port, path, query or fragment, nor a ``..`` path segment."""
+MAX_AGENT_ID = 128
+
+AgentId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_AGENT_ID, pattern=AGENT_ID_PATTERN),
+]
+"""An agent id (see :data:`AGENT_ID_PATTERN`)."""
+
+MAX_STEP = 2**63 - 1
 
 Atom = Annotated[list[Name], Field(min_length=1, max_length=33)]
 """``["at", "rover1", "waypoint1"]``: predicate or action name, then objects."""
 
 
 class _Inbound(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+    # strict: "12" is not a step, "yes" not a flag and 1 not a boolean. A lax parser would
+    # accept them and capwatch would reason about what the producer never said.
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False,
+                              strict=True)
 
     v: Literal[1] = Field(default=1, description="Wire-format version.")
-    agent_id: Identifier = Field(description="Stable id of the agent; also the Kafka key.")
+    agent_id: AgentId = Field(description="Stable id of the agent; also the Kafka key. "
+                              "Dot-separated labels of letters, digits, '-' and '_', each"
+                              " starting and ending with a letter or digit, at most 128"
+                              " characters.")
     family: Identifier = Field(description="The model the agent was deployed with.")
     episode_id: Identifier | None = None
     time: datetime | None = Field(default=None, description="When the agent acted (RFC 3339).")
@@ -69,7 +91,8 @@ class TransitionEvent(_Inbound):
     """One step ⟨s, a, s'⟩ of one agent."""
 
     type: Literal["transition"]
-    step: int | None = Field(default=None, ge=0, description="Position within the episode.")
+    step: int | None = Field(default=None, ge=0, le=MAX_STEP,
+                             description="Position within the episode.")
     state: list[Atom]
     action: Atom
     next_state: list[Atom]
@@ -83,7 +106,7 @@ class TraceEvent(_Inbound):
     """A whole episode: ``states[i]`` --``actions[i]``--> ``states[i+1]``."""
 
     type: Literal["trace"]
-    start_step: int = Field(default=0, ge=0)
+    start_step: int = Field(default=0, ge=0, le=MAX_STEP)
     states: list[list[Atom]] = Field(min_length=1)
     actions: list[Atom]
     executed: list[bool] | None = None
@@ -180,7 +203,13 @@ class DeadLetterRecord(_Outbound):
 
     type: Literal["dead_letter"] = "dead_letter"
     reason: str
-    raw_base64: str
+    raw_base64: str = Field(description="The original bytes, or their first bytes when"
+                            " ``truncated``.")
+    raw_length: int | None = Field(default=None, ge=0,
+                                   description="Length of the original in bytes.")
+    raw_sha256: str | None = Field(default=None, description="SHA-256 of the original (hex).")
+    truncated: bool = Field(default=False, description="``raw_base64`` holds only the first"
+                            " bytes: the whole would not fit in a dead letter.")
     source: str = Field(description="Topic or file the message came from.")
     partition: int | None = None
     offset: int | None = None
@@ -240,6 +269,10 @@ class AgentTransition:
 class DeadLetter:
     reason: str
     raw: bytes
+    length: int | None = None
+    """Length of the original when ``raw`` is only its first bytes (a source cut it)."""
+    sha256: str | None = None
+    """Digest of the original when ``raw`` is only its first bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +280,11 @@ class DecodeLimits:
     max_message_bytes: int = 1_000_000
     max_state_atoms: int = 5_000
     max_trace_steps: int = 5_000
+
+
+MAX_DEAD_LETTER_RAW = 256 * 1024
+"""Most original bytes a dead letter carries: as base64 with its envelope it stays well
+under a broker's default 1 MB message limit, so a dead letter can always be written."""
 
 
 def _atoms(atoms: Iterable[list[str]]) -> frozenset[GroundAtom]:
@@ -264,17 +302,22 @@ def _describe(error: ValidationError) -> str:
 
 def decode(
     raw: bytes, limits: DecodeLimits = DecodeLimits(), key: bytes | None = None,
-    *, partition: int = -1, offset: int = -1,
+    *, partition: int = -1, offset: int = -1, size: int | None = None,
+    sha256: str | None = None,
 ) -> list[AgentTransition] | DeadLetter:
     """Bytes from a source → transitions, or a dead letter saying why not.
 
     ``key`` is the Kafka message key when there is one: it must equal ``agent_id``,
     because partition ownership (and so which replica holds the agent) follows the key.
     ``partition`` and ``offset`` say where the bytes came from; every transition carries them.
+    ``size`` (and ``sha256``) describe the whole message when a source stopped reading it
+    at the limit and ``raw`` is only its first bytes.
     """
-    if len(raw) > limits.max_message_bytes:
+    full = size if size is not None else len(raw)
+    if full > limits.max_message_bytes:
         return DeadLetter(
-            f"message of {len(raw)} bytes exceeds the limit of {limits.max_message_bytes}", raw
+            f"message of {full} bytes exceeds the limit of {limits.max_message_bytes}", raw,
+            size, sha256,
         )
     try:
         event = _INBOUND.validate_json(raw)
@@ -361,9 +404,19 @@ def encode_transition(t: AgentTransition) -> bytes:
 
 
 def dead_letter_record(
-    letter: DeadLetter, source: str, partition: int | None, offset: int | None, time: datetime
+    letter: DeadLetter, source: str, partition: int | None, offset: int | None, time: datetime,
+    max_raw_bytes: int = MAX_DEAD_LETTER_RAW,
 ) -> DeadLetterRecord:
+    """The dead letter as written: the original bytes, cut to ``max_raw_bytes`` when longer
+    (then ``truncated``), always with the original's length and SHA-256 so the message can
+    be identified and its loss measured."""
+    raw = letter.raw
+    length = letter.length if letter.length is not None else len(raw)
+    digest = letter.sha256 if letter.sha256 is not None else hashlib.sha256(raw).hexdigest()
+    truncated = length > len(raw) or len(raw) > max_raw_bytes
     return DeadLetterRecord(
-        reason=letter.reason[:2000], raw_base64=base64.b64encode(letter.raw).decode("ascii"),
+        reason=letter.reason[:2000],
+        raw_base64=base64.b64encode(raw[:max_raw_bytes]).decode("ascii"),
+        raw_length=length, raw_sha256=digest, truncated=truncated,
         source=source, partition=partition, offset=offset, time=time,
     )

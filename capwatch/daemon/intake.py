@@ -47,7 +47,8 @@ class Intake:
         trace is applied whole or not at all.
         """
         decoded = decode(record.value, self.limits, key=record.key,
-                         partition=record.partition, offset=record.offset)
+                         partition=record.partition, offset=record.offset, size=record.size,
+                         sha256=record.sha256)
         if isinstance(decoded, DeadLetter):
             self.dead_letter(record, decoded.reason, "decode")
             return None
@@ -78,6 +79,6 @@ class Intake:
         self.dead_letters += 1
         self.metrics.dead_letters.labels(kind).inc()
         self.publisher.dead_letter(dead_letter_record(
-            DeadLetter(reason, record.value), record.source, record.partition, record.offset,
-            self.clock()))
+            DeadLetter(reason, record.value, record.size, record.sha256), record.source,
+            record.partition, record.offset, self.clock()))
         log.warning("dead letter", reason=reason)

@@ -18,6 +18,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
+from capwatch.contracts.agent_protocol import agent_url
 from capwatch.contracts.ports import AgentDirectory, Publisher, Source
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
@@ -69,8 +70,9 @@ class HttpDirectory:
         with self._lock:
             client = self._clients.get(agent_id)
             if client is None:
-                url = self.urls.get(agent_id) or self.url_template.format(
-                    agent_id=agent_id, family=family)
+                # A configured URL is used as given; a template only over a valid id.
+                url = self.urls.get(agent_id) or agent_url(self.url_template, agent_id,
+                                                           family)
                 client = HttpAgentClient(url, timeout=self.timeout_s, retries=2, backoff=0.2,
                                          headers=self.headers, ssl_context=self.ssl_context)
                 self._clients[agent_id] = client
@@ -379,7 +381,8 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
         elif config.source.kind == "jsonl":
             from capwatch.adapters.io.streams import JsonlSource
 
-            source = JsonlSource(config.source.path, follow=config.source.follow)
+            source = JsonlSource(config.source.path, follow=config.source.follow,
+                                 max_line_bytes=config.limits.max_message_bytes)
         else:
             from capwatch.adapters.sim.source import SimulatedSource
 

@@ -44,3 +44,34 @@ def test_follow_waits_for_complete_lines(tmp_path: Path) -> None:
     assert _all(source) == [(1, b"two"), (2, b"three")]
     assert not source.exhausted()
     source.close()
+
+
+def test_an_over_long_jsonl_line_is_measured_not_held(tmp_path: Path) -> None:
+    import hashlib
+
+    long_line = b"x" * 5_000_000
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"a": 1}\n' + long_line + b"\n" + b'{"b": 2}\n')
+    source = JsonlSource(str(path), max_line_bytes=1000)
+    source.start(lambda p: None, lambda p: None, {})
+    records = source.poll(0.1)
+    source.close()
+    assert [r.offset for r in records] == [0, 1, 2]
+    cut = records[1]
+    assert len(cut.value) <= 1002 and cut.size == len(long_line)
+    assert cut.sha256 == hashlib.sha256(long_line).hexdigest()
+    assert records[2].value == b'{"b": 2}' and records[2].size is None
+
+
+def test_a_followed_over_long_line_still_being_written_is_read_once_complete(
+        tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"y" * 5000)
+    source = JsonlSource(str(path), follow=True, max_line_bytes=1000)
+    source.start(lambda p: None, lambda p: None, {})
+    assert source.poll(0.01) == []
+    with open(path, "ab") as f:
+        f.write(b"y" * 5000 + b"\n")
+    [record] = source.poll(0.01)
+    source.close()
+    assert record.size == 10_000 and record.offset == 0

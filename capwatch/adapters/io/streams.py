@@ -8,6 +8,7 @@ The simulated fleet's source is capwatch.adapters.sim.source.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import time
@@ -22,13 +23,22 @@ from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEv
 
 
 class JsonlSource:
-    """One event per line; ``-`` reads stdin. ``follow`` keeps reading as the file grows."""
+    """One event per line; ``-`` reads stdin. ``follow`` keeps reading as the file grows.
 
-    def __init__(self, path: str, *, follow: bool = False, batch: int = 500) -> None:
+    A line longer than ``max_line_bytes`` is never held whole: its first bytes are kept and
+    the rest is read in chunks only to measure and hash it, so the record that reaches the
+    daemon says how long the line was and can be refused (and dead-lettered) for its size.
+    """
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, path: str, *, follow: bool = False, batch: int = 500,
+                 max_line_bytes: int = 16 * 1024 * 1024) -> None:
         self.path = path
         self.name = "stdin" if path == "-" else Path(path).name
         self.follow = follow
         self.batch = batch
+        self.max_line_bytes = max_line_bytes
         self._file: IO[bytes] | None = None
         self._line = 0
         self._skip = 0
@@ -44,25 +54,50 @@ class JsonlSource:
         assert self._file is not None, "start() first"
         records: list[Record] = []
         while len(records) < self.batch:
-            raw = self._file.readline()
+            start = self._file.tell() if self.follow else 0
+            raw = self._file.readline(self.max_line_bytes + 2)
             if not raw:
                 self._eof = True
                 if self.follow and not records:
                     time.sleep(min(timeout_s, 0.2))
                 break
-            if not raw.endswith(b"\n") and self.follow:
+            size: int | None = None
+            digest: str | None = None
+            if not raw.endswith(b"\n") and len(raw) == self.max_line_bytes + 2:
+                size, digest, complete = self._skip_rest(raw)
+                if not complete and self.follow:
+                    self._file.seek(start)  # a writer is midway through the line
+                    break
+            elif not raw.endswith(b"\n") and self.follow:
                 # A writer is midway through the line: read it whole next time.
-                self._file.seek(-len(raw), 1)
+                self._file.seek(start)
                 break
             line = self._line
             self._line += 1
             if line < self._skip:
                 continue
-            value = raw.rstrip(b"\r\n")
-            if not value.strip():
+            value = raw.rstrip(b"\r\n") if size is None else raw
+            if size is None and not value.strip():
                 continue
-            records.append(Record(self.name, 0, line, None, value))
+            records.append(Record(self.name, 0, line, None, value, size=size, sha256=digest))
         return records
+
+    def _skip_rest(self, head: bytes) -> tuple[int, str, bool]:
+        """Read past the rest of an over-long line: (its length without the line end, its
+        SHA-256, whether its end was found)."""
+        assert self._file is not None
+        h = hashlib.sha256(head)
+        size = len(head)
+        while True:
+            chunk = self._file.readline(self._CHUNK)
+            if not chunk:
+                return size, h.hexdigest(), False
+            if chunk.endswith(b"\n"):
+                body = chunk.rstrip(b"\r\n")
+                h.update(body)
+                return size + len(body), h.hexdigest(), True
+            h.update(chunk)
+            size += len(chunk)
 
     def commit(self, offsets: Mapping[int, int]) -> None:
         """The daemon's checkpoint in the store is the only record of progress."""
