@@ -9,10 +9,12 @@ into the bounded suite (this directory) once it is fixed.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
 
+from tests.chaos.fake_agent import Recorder
 from tests.chaos.harness import FleetInput, Outcome, fleet
 from tests.chaos.scenarios import reference
 
@@ -40,5 +42,17 @@ def valid_events(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[bytes],
     with fleet(tmp_path_factory.mktemp("valid"), agents=2, drifted=0, episodes=5,
                drift_at=99, seed=2) as inp:
         return inp.lines, inp.families
+
+
+@pytest.fixture
+def recorder(request: pytest.FixtureRequest) -> Iterator[Recorder]:
+    server = Recorder(getattr(request, "param", "empty"))
+    t = threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True)
+    t.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 

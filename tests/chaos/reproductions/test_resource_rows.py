@@ -1,27 +1,21 @@
-"""Issue 12, rows 9 to 12: an agent that moves to another family keeps its evidence;
-idle connections cannot exhaust the HTTP servers; a huge JSONL line is refused before
-it is in memory; hostile domain files give a clear error, not a traceback or a hang."""
+"""Issue 12, rows 9 and 10: an agent that moves to another family keeps its evidence;
+idle connections cannot exhaust the HTTP servers. (Rows 11 and 12 are fixed: see
+tests/chaos/test_fixed_rows.py.)"""
 
 from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 from tests.chaos.harness import (
-    CAPWATCH,
-    ENV,
     EXAMPLES,
     AgentProcess,
     Daemon,
     FleetInput,
     jsonl_config,
-    read_sqlite_store,
     run_to_end,
 )
-from tests.paths import REPO_ROOT
 from tests.support._proc import free_port, wait_until
 
 COURIER = {"domain": str(EXAMPLES / "courier.pddl"),
@@ -132,64 +126,3 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def _peak_rss_mib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) // 1024
-    except OSError:
-        pass
-    return 0
-
-
-def test_a_huge_jsonl_line_is_refused_before_it_is_in_memory(
-        valid_events: tuple[list[bytes], dict[str, dict[str, str]]], tmp_path: Path) -> None:
-    valid, families = valid_events
-    path = tmp_path / "in.jsonl"
-    with open(path, "wb") as f:
-        f.write(b'{"type": "transition", "episode_id": "')
-        chunk = b"x" * (1 << 20)
-        for _ in range(200):
-            f.write(chunk)
-        f.write(b'"}\n')
-        for line in valid[:50]:
-            f.write(line + b"\n")
-    inp = FleetInput([], [], {}, [], families)
-    d = Daemon(jsonl_config(tmp_path, inp, path, str(tmp_path / "s.db")), tmp_path, "huge",
-               exit_when_idle=True)
-    peak = 0
-    while d.proc.poll() is None:
-        peak = max(peak, _peak_rss_mib(d.pid))
-        time.sleep(0.05)
-    code = d.wait(10)
-    dead = (tmp_path / "out" / "deadletter.jsonl").read_bytes().splitlines()
-    _, committed = read_sqlite_store(tmp_path / "s.db")
-    assert code == 0
-    assert committed == 51
-    assert len(dead) == 1 and len(dead[0]) < 2_000_000, f"{len(dead[0])} byte dead letter"
-    assert peak < 400, f"peak RSS {peak} MiB for a 200 MiB line"
-
-
-def _check(tmp_path: Path, domain_text: bytes) -> subprocess.CompletedProcess[str]:
-    domain = tmp_path / "domain.pddl"
-    domain.write_bytes(domain_text)
-    config = tmp_path / "c.yaml"
-    config.write_text(json.dumps({"families": {"f": {"domain": str(domain)}},
-                                  "source": {"kind": "jsonl", "path": "-"}}))
-    return subprocess.run([CAPWATCH, "run", "--config", str(config), "--check"], env=ENV,
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-
-
-def test_hostile_domain_files_get_a_clear_error(tmp_path: Path) -> None:
-    nested = b"(define (domain d) (:predicates (p)) (:action a :parameters () " \
-        b":precondition " + b"(and " * 1000 + b"(p)" + b")" * 1000 + b" :effect (p)))"
-    non_utf8 = b"(define (domain d\xff) (:predicates (p)))"
-    params = " ".join(f"?x{i}" for i in range(40))
-    wide = (f"(define (domain d) (:predicates (p)) (:action a :parameters ({params})"
-            f" :precondition (p) :effect (p)))").encode()
-    for name, text in [("nested", nested), ("non_utf8", non_utf8), ("wide", wide)]:
-        r = _check(tmp_path, text)
-        assert "Traceback" not in r.stderr, f"{name}: {r.stderr[-2000:]}"
-        assert r.returncode in (0, 2), f"{name}: exit {r.returncode}: {r.stderr[-500:]}"
-        if r.returncode == 2:
-            assert "domain.pddl" in r.stderr, f"{name}: {r.stderr}"
