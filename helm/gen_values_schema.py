@@ -54,6 +54,7 @@ def chart_schema() -> dict[str, Any]:
         "config": {"$ref": "#/definitions/DaemonConfig"},
         "store": _obj({"urlSecret": _obj({"name": {"type": "string"},
                                           "key": {"type": "string", "minLength": 1}})}),
+        "apiToken": _obj({"generate": {"type": "boolean"}}),
         "secrets": _obj({name: _obj({"name": {"type": "string"},
                                      "key": {"type": "string", "minLength": 1}})
                          for name in ("kafkaSaslPassword", "apiToken", "agentBearerToken")}),

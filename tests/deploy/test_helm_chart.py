@@ -5,6 +5,7 @@ expects of it."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,28 @@ def test_the_validator_would_catch_a_bad_manifest() -> None:
 def test_default_render() -> None:
     kinds = [d["kind"] for d in _all_docs({})]
     assert sorted(kinds) == ["ConfigMap", "ConfigMap", "NetworkPolicy", "PodDisruptionBudget",
-                             "Service", "Service", "ServiceAccount", "StatefulSet"]
+                             "Secret", "Service", "Service", "ServiceAccount", "StatefulSet"]
+
+
+def test_the_api_is_closed_by_default_with_a_generated_token(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = render()
+    secret = docs["Secret"]
+    assert secret["metadata"]["name"] == "capwatch-api-token"
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    token = base64.b64decode(secret["data"]["token"])
+    assert len(token) == 40 and token.isalnum()
+    env = docs["StatefulSet"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "CAPWATCH_HTTP__TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "capwatch-api-token", "key": "token"}}} in env
+    (cm,) = [d for d in _all_docs({}) if d["kind"] == "ConfigMap"
+             and "capwatch.yaml" in d["data"]]
+    monkeypatch.setenv("CAPWATCH_HTTP__TOKEN", token.decode())  # as the pod gets it
+    assert load_config(text=cm["data"]["capwatch.yaml"]).http.read_auth is True
+    assert "get secret capwatch-api-token" in notes({})
+    # The operator's own Secret replaces the generated one.
+    own = _all_docs({"secrets": {"apiToken": {"name": "mine", "key": "t"}}})
+    assert "Secret" not in [d["kind"] for d in own]
 
 
 def test_statefulset_gives_each_replica_a_stable_id() -> None:
@@ -249,6 +271,7 @@ def test_store_url_from_a_secret() -> None:
      "replicaCount 3 needs a store every replica reaches, but config.store.url is SQLite"),
     ({**POSTGRES, "persistence": {"enabled": True}}, "set persistence.enabled=false"),
     ({"config": {"http": {"host": "127.0.0.1"}}}, "config.http.host 127.0.0.1 is loopback"),
+    ({"apiToken": {"generate": False}}, "config.http.read_auth needs a token"),
 ])
 def test_bad_values_are_refused_with_a_clear_message(values: dict[str, Any],
                                                      message: str) -> None:
@@ -266,7 +289,9 @@ def test_values_schema_is_generated_from_the_daemon_config() -> None:
         "values.schema.json is stale: run .venv/bin/python helm/gen_values_schema.py"
 
 
-def test_default_values_match_the_schema_and_the_daemon() -> None:
+def test_default_values_match_the_schema_and_the_daemon(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAPWATCH_HTTP__TOKEN", "from-the-generated-secret")
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert helm.lint(str(CHART), {}, strict=True)["errors"] == []
     load_config(text=yaml.safe_dump(values["config"]))
@@ -326,11 +351,12 @@ def test_dashboard_configmap_carries_the_dashboard_json() -> None:
     assert json.loads(cm["data"]["capwatch.json"]) == shipped
 
 
-def test_rendered_config_is_a_valid_daemon_config() -> None:
+def test_rendered_config_is_a_valid_daemon_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAPWATCH_HTTP__TOKEN", "from-the-generated-secret")
     (cm,) = [d for d in _all_docs({}) if d["kind"] == "ConfigMap"
              and "capwatch.yaml" in d["data"]]
     config = load_config(text=cm["data"]["capwatch.yaml"])
-    assert config.http.host == "0.0.0.0"
+    assert config.http.host == "0.0.0.0" and config.http.read_auth
     sts = render()["StatefulSet"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["ports"][0]["containerPort"] == config.http.port

@@ -56,6 +56,10 @@ with the message, so `helm install` prints it before anything reaches the cluste
 {{- if eq (toString (dig "enabled" true $http)) "false" -}}
 {{- fail "config.http.enabled is false, but the chart's probes, Service and ServiceMonitor use the HTTP port" -}}
 {{- end -}}
+{{- $tokenRef := include "capwatch.apiTokenRef" . | fromYaml -}}
+{{- if and (eq (toString (dig "read_auth" false $http)) "true") (not $tokenRef.name) (not (dig "token" "" $http)) (not (dig "token_file" "" $http)) -}}
+{{- fail "config.http.read_auth needs a token: keep apiToken.generate=true, name a Secret in secrets.apiToken, or set config.http.read_auth=false (an open read API)" -}}
+{{- end -}}
 {{- $host := toString (dig "host" "127.0.0.1" $http) -}}
 {{- if or (eq $host "127.0.0.1") (eq $host "localhost") (eq $host "::1") -}}
 {{- fail (printf "config.http.host %s is loopback: the kubelet's probes and Prometheus could not reach the pod; use 0.0.0.0" $host) -}}
@@ -64,4 +68,15 @@ with the message, so `helm install` prints it before anything reaches the cluste
 
 {{- define "capwatch.httpPort" -}}
 {{- dig "port" 9464 (.Values.config.http | default dict) -}}
+{{- end -}}
+
+{{/* The Secret key the API token comes from: the user's, the generated one, or none. */}}
+{{- define "capwatch.apiTokenRef" -}}
+{{- if .Values.secrets.apiToken.name -}}
+{{- toYaml .Values.secrets.apiToken -}}
+{{- else if .Values.apiToken.generate -}}
+{{- toYaml (dict "name" (printf "%s-api-token" (include "capwatch.fullname" .)) "key" "token") -}}
+{{- else -}}
+{{- toYaml (dict "name" "" "key" "token") -}}
+{{- end -}}
 {{- end -}}
