@@ -8,23 +8,23 @@ no clock. Three methods share one loop over a :class:`VersionSpace`:
             the known value is no longer possible; optimal sub-traces that the known
             model could have shortened; hints from the monitor); every other pa-tuple
             keeps its known value unless the evidence fixes it (papers/daaisy.md Alg. 1).
-``verify``  as ``daaisy``, then confirm every remaining pa-tuple with probing queries,
-            taking the known model as the hypothesis: one query confirms many at once.
+``verify``  confirm every pa-tuple with probing queries, taking the known model as the
+            hypothesis; once the answers show the known model to be mostly wrong, it
+            is dropped and the hypotheses are AIA's.
 ``aia``     ignore the known model (keep only its vocabulary) and learn every pa-tuple.
 
-Each round designs probes from the current hypothesis (docs/assessment.md), packs them
-into one plan-outcome query, asks the agent, and narrows the version space with the
-answer. The loop ends when every target is resolved, the budget is spent, or no probe
-can teach anything more.
+Each round designs probes (:mod:`capwatch.assess.design`), packs them into one
+plan-outcome query, asks the agent, and narrows the version space with the answer. The
+loop ends when every target is resolved, the budget is spent, or no probe can teach
+anything more; what is left open is reported with the reason.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from capwatch.assess.agent import AgentQuery, QueryResult
+from capwatch.assess.design import AFTER, COUNT, Designer
 from capwatch.assess.observations import (
     Observation,
     Transition,
@@ -33,32 +33,17 @@ from capwatch.assess.observations import (
     transitions_of,
 )
 from capwatch.assess.planner import Planner
-from capwatch.assess.probes import (
-    EXPLORE,
-    FAIL,
-    RISKY,
-    SAFE,
-    SPLIT,
-    ObjectFactory,
-    Probe,
-    Query,
-    pack,
-    read_answer,
-)
+from capwatch.assess.probes import Fixed, ObjectFactory, Probe, Query, pack, read_answer
+from capwatch.assess.result import AssessmentResult, Method, PalChange, QueryLog
 from capwatch.assess.shortcuts import find_shortcuts
 from capwatch.assess.versionspace import (
     ALL_VALUES,
-    PRE_ABSENT,
-    Conflict,
-    ValueMask,
     VersionSpace,
     is_single,
     mask_of,
-    predicted_post,
     values_of,
-    violating,
 )
-from capwatch.model.domain import Domain, GroundAction, GroundAtom, LiftedAtom
+from capwatch.model.domain import Action, Domain, GroundAtom, LiftedAtom
 from capwatch.model.pal import (
     AbstractModel,
     Location,
@@ -67,76 +52,9 @@ from capwatch.model.pal import (
     PaTuple,
     PaValue,
     lifted_instantiations,
-    summarise_changes,
 )
 
-
-class Method(enum.Enum):
-    DAAISY = "daaisy"
-    VERIFY = "verify"
-    AIA = "aia"
-    AUTO = "auto"
-    """daaisy, switching to verify when over half of the pa-tuples are flagged."""
-
-
 AUTO_SWITCH = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class QueryLog:
-    number: int
-    state: frozenset[GroundAtom]
-    plan: tuple[GroundAction, ...]
-    executed: int
-    final_state: frozenset[GroundAtom]
-    purposes: tuple[str, ...]
-    """Why each step was asked, in plan order."""
-
-
-@dataclass(frozen=True, slots=True)
-class PalChange:
-    pal: PalTuple
-    old: Mode
-    new: Mode
-    evidence: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class AssessmentResult:
-    method: Method
-    initial: AbstractModel
-    model: AbstractModel
-    """The assessed model: ``?`` where the engine could not decide (budget, no probe)."""
-    changes: tuple[PalChange, ...]
-    """Pal-tuples whose mode differs from the known model, with the evidence for each."""
-    affected: frozenset[PalTuple]
-    """Pal-tuples the observations flagged as possibly changed (before any query)."""
-    queries: tuple[QueryLog, ...]
-    conflicts: tuple[Conflict, ...]
-    notes: tuple[str, ...]
-    budget_exhausted: bool
-
-    @property
-    def query_count(self) -> int:
-        return len(self.queries)
-
-    @property
-    def unresolved(self) -> frozenset[PalTuple]:
-        return self.model.unknown()
-
-    def best_guess(self) -> AbstractModel:
-        """Concrete: unresolved pal-tuples keep the known model's mode."""
-        return self.model.with_modes(
-            (p, self.initial.mode(p)) for p in self.model.unknown())
-
-    def domain(self) -> Domain:
-        return self.best_guess().to_domain()
-
-    def summary(self) -> list[str]:
-        return summarise_changes(((c.pal, c.old, c.new) for c in self.changes
-                                  if c.new is not Mode.UNKNOWN), self.initial.base)
-
-
 DEFAULT_BUDGET = 200
 
 
@@ -164,7 +82,9 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     engine = _Engine(known, m, budget, minimal_change)
     engine.observe(transitions_of(observations))
     notes: list[str] = []
-    if m is not Method.AIA:
+    if m is Method.DAAISY:
+        # verify and aia target every pa-tuple anyway: flags could not add one, so the
+        # optimal-plan comparison (the costly part) is only run where it can matter.
         engine.flag(affected, "named by the caller")
         if detect_reduced:
             traces = optimal_traces(observations)
@@ -188,6 +108,21 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     return engine.result(notes)
 
 
+def _fixed_atoms(action: Action, gamma: set[LiftedAtom]) -> list[Fixed]:
+    """Precondition atoms the engine does not assess (constants, repeated parameters):
+    probes must still satisfy them, as the known model states them."""
+    out: list[Fixed] = []
+    adds = set().union(*(o.add for o in action.outcomes))
+    dels = set().union(*(o.delete for o in action.outcomes))
+    for atoms, value in ((action.pre_pos, True), (action.pre_neg, False)):
+        for atom in sorted(atoms):
+            if atom in gamma:
+                continue
+            after = True if atom in adds else False if atom in dels else None
+            out.append((atom, value, after))
+    return out
+
+
 class _Engine:
     def __init__(self, known: Domain, method: Method, budget: int,
                  minimal_change: bool = False) -> None:
@@ -203,6 +138,9 @@ class _Engine:
             a.name: [atom for atom in lifted_instantiations(known, a)
                      if PaTuple(a.name, atom) in gamma]
             for a in known.actions}
+        self.pas: dict[str, list[PaTuple]] = {
+            name: [PaTuple(name, atom) for atom in atoms] for name, atoms in self.atoms.items()}
+        self.fixed = {a.name: _fixed_atoms(a, set(self.atoms[a.name])) for a in known.actions}
         self.init_value: dict[PaTuple, PaValue] = {
             pa: self.initial.pa_value(pa) for pa in self.initial.pa_tuples()}
         self.targets: set[PaTuple] = set()
@@ -213,8 +151,11 @@ class _Engine:
         self.notes: list[str] = []
         self.taken: set[str] = set()
         self.pool: list[Transition] = []
-        self.explored: dict[str, list[dict[LiftedAtom, bool]]] = {}
         self.budget_exhausted = False
+        self.stalled = False
+        self.known_view: dict[PaTuple, PaValue] = {} if method is Method.AIA else \
+            self.init_value
+        self.design = Designer(self.vs, self.pas, self.actions, self.known_view, self.pool)
         if method is not Method.DAAISY:
             self.targets = set(self.init_value)
 
@@ -232,14 +173,17 @@ class _Engine:
                                   f"in the known model; ignored")
                 continue
             binding = dict(zip(action.parameter_names, t.action[1:], strict=True))
-            ground = {PaTuple(action.name, a): a.ground(binding) for a in self.atoms[action.name]}
+            ground = {pa: pa.atom.ground(binding) for pa in self.pas[action.name]}
             counts: dict[GroundAtom, int] = {}
             for g in ground.values():
                 counts[g] = counts.get(g, 0) + 1
             where = f"observed {_show(t.action)} at {t.source or 'a transition'}"
             executed = t.did_execute
             if executed is True:
-                seen = {pa: ((g in t.state, g in t.next_state) if counts[g] == 1 else (None, None))
+                # An atom two lifted atoms ground to (repeated objects) was seen before the
+                # step, which constrains both preconditions; its value after is the joint
+                # work of both effects, so it says nothing about either one.
+                seen = {pa: (g in t.state, g in t.next_state if counts[g] == 1 else None)
                         for pa, g in ground.items()}
                 self.vs.executed(action.name, seen, where)
                 outside = (t.state ^ t.next_state) - set(ground.values())
@@ -247,8 +191,8 @@ class _Engine:
                     self.notes.append(f"{where}: changed atoms no pal-tuple of the action can "
                                       f"mention: {sorted(outside)}")
             elif executed is False:
-                self.vs.failed(action.name, {pa: (g in t.state if counts[g] == 1 else None)
-                                             for pa, g in ground.items()}, where + " (refused)")
+                self.vs.failed(action.name, {pa: g in t.state for pa, g in ground.items()},
+                               where + " (refused)")
         self._refresh_targets()
 
     def flag(self, pals: Iterable[PalTuple], reason: str) -> None:
@@ -257,8 +201,7 @@ class _Engine:
 
     def flag_action(self, action: str, reason: str) -> None:
         """Reduced functionality: every pa-tuple of the action not yet pinned down."""
-        for atom in self.atoms.get(action, ()):
-            pa = PaTuple(action, atom)
+        for pa in self.pas.get(action, ()):
             if not self.vs.resolved(pa):
                 self._flag(pa, reason)
 
@@ -274,7 +217,7 @@ class _Engine:
         if self.method is Method.AIA:
             return
         for pa, value in self.init_value.items():
-            if pa in self.targets or self.vs.mask(pa) & mask_of([value]):
+            if pa in self.targets or self.vs.masks[pa] & mask_of([value]):
                 continue
             if self.minimal_change:
                 fixed = self._minimal_change(pa, value)
@@ -290,7 +233,7 @@ class _Engine:
     def _minimal_change(self, pa: PaTuple, known: PaValue) -> PaValue | None:
         """The value that changes only the location the evidence pins down, if legal and
         still possible; None when the evidence leaves more than that open."""
-        mask = self.vs.mask(pa)
+        mask = self.vs.masks[pa]
         pre, eff = self.vs.modes(pa)
         candidates: list[PaValue] = []
         if pre is not Mode.UNKNOWN:
@@ -302,161 +245,28 @@ class _Engine:
                 return v
         return None
 
-    # ------------------------------------------------------------------ hypothesis
+    def _check_known_model(self) -> None:
+        """Drop the known model as hypothesis once it is mostly wrong where tested.
 
-    def hypothesis(self, pa: PaTuple) -> PaValue:
-        mask = self.vs.mask(pa)
-        values = values_of(mask)
-        if len(values) == 1:
-            return values[0]
-        if self.method is not Method.AIA:
-            init = self.adopted.get(pa, self.init_value[pa])
-            if mask & mask_of([init]):
-                return init
-            # The known value is gone: take the closest surviving value, preferring a
-            # precondition (an atom always seen with one value is likely required).
-            return min(values, key=lambda v: (v[0] is Mode.ABSENT,
-                                              (v[0] is not init[0]) + (v[1] is not init[1])))
-        return min(values, key=lambda v: v[0] is Mode.ABSENT)
-
-    def _satisfying(self, pa: PaTuple) -> tuple[bool, ...]:
-        pre = self.hypothesis(pa)[0]
-        if pre is Mode.POS:
-            return (True,)
-        if pre is Mode.NEG:
-            return (False,)
-        return (False, True)
-
-    def _safe(self, pa: PaTuple) -> tuple[bool, ...]:
-        mask = self.vs.mask(pa)
-        return tuple(v for v in (False, True) if not mask & violating(v))
-
-    @staticmethod
-    def _split_score(mask: ValueMask, value: bool) -> int:
-        """Worst-case number of values left after executing with the atom at ``value``."""
-        cells: dict[object, int] = {}
-        for v in values_of(mask):
-            outcome: object = "fail" if mask_of([v]) & violating(value) else \
-                predicted_post(v, value)
-            cells[outcome] = cells.get(outcome, 0) + 1
-        return max(cells.values())
-
-    # ------------------------------------------------------------------ probes
-
-    def _base(self, action: str) -> dict[LiftedAtom, bool]:
-        """Every atom at a value that cannot violate a precondition, informative if possible."""
-        assignment: dict[LiftedAtom, bool] = {}
-        for atom in self.atoms[action]:
-            pa = PaTuple(action, atom)
-            safe = self._safe(pa)
-            choices = [v for v in self._satisfying(pa) if v in safe] or list(safe) or list(
-                self._satisfying(pa))
-            mask = self.vs.mask(pa)
-            assignment[atom] = min(choices, key=lambda v: (self._split_score(mask, v), v))
-        return assignment
-
-    def probes(self, action: str, only: Collection[PaTuple] | None
-               ) -> tuple[Probe | None, list[Probe]]:
-        """(a success probe, uncertain probes) for the action's unresolved pa-tuples that
-        are in ``only`` (all of them when None)."""
-        todo = [pa for pa in (PaTuple(action, a) for a in self.atoms[action])
-                if (only is None or pa in only) and not self.vs.resolved(pa)]
-        if not todo:
-            return None, []
-        if action not in self.vs.executed_actions:
-            probe = self._explore(action)
-            return None, [probe] if probe else []
-        base = self._base(action)
-        uncertain: list[Probe] = []
-        clauses = [[(pa, v) for pa, v in self.vs.live_literals(c) if v is not None]
-                   for c in self.vs.open_clauses(action)]
-        # The smallest clause first: after a failed split it is the half just tested.
-        open_ = sorted((c for c in clauses if len(c) >= 2), key=len)
-        if open_:
-            live = open_[0]
-            half = live[: len(live) // 2]
-            assignment = dict(base)
-            for pa, v in half:
-                assignment[pa.atom] = v
-            uncertain.append(Probe(action, assignment, SPLIT,
-                                   "which of " + ", ".join(str(pa.atom) for pa, _ in live)
-                                   + f" blocked {action}?", risky=len(half)))
-        success = dict(base)
-        risky: list[PaTuple] = []
-        informative = False
-        # While a failure clause is being split, risky atoms would only fail again for
-        # the same unknown reason and waste the rest of the plan.
-        splitting = any(p.kind == SPLIT for p in uncertain)
-        for pa in todo:
-            mask = self.vs.mask(pa)
-            hyp = self.hypothesis(pa)
-            if hyp[0] is not Mode.ABSENT and mask & PRE_ABSENT:
-                violate = hyp[0] is Mode.NEG
-                assignment = dict(base)
-                assignment[pa.atom] = violate
-                uncertain.append(Probe(action, assignment, FAIL,
-                                       f"does {action} require "
-                                       f"{'' if hyp[0] is Mode.POS else 'not '}{pa.atom}?"))
+        Only precondition modes decide which probes fail, so only they are counted: a
+        known mode the answers refuted versus one they confirmed. Past an even split the
+        known model predicts worse than AIA's prior, and keeping it only misorders
+        probes (verify must never cost more than aia)."""
+        if self.design.from_scratch or self.method is not Method.VERIFY:
+            return
+        right = wrong = 0
+        for pa, known in self.init_value.items():
+            pre = self.vs.modes(pa)[0]
+            if pre is Mode.UNKNOWN:
                 continue
-            choices = self._satisfying(pa)
-            if splitting:
-                choices = tuple(v for v in choices if not mask & violating(v)) or choices[:0]
-                if not choices:
-                    continue
-            best = min(choices, key=lambda v: (self._split_score(mask, v),
-                                               bool(mask & violating(v)), v))
-            if self._split_score(mask, best) < len(values_of(mask)):
-                informative = True
-                success[pa.atom] = best
-                if mask & violating(best):
-                    risky.append(pa)
-        probe = None
-        if informative:
-            kind = RISKY if risky else SAFE
-            what = ", ".join(str(pa.atom) for pa in risky) if risky else "effects"
-            probe = Probe(action, success, kind, f"{action}: does it run with {what} "
-                          f"as chosen, and what changes?", risky=len(risky))
-        return probe, uncertain
-
-    def _explore(self, action: str) -> Probe | None:
-        """A state to try a never-executed action in: hypothesis first, then trace states."""
-        tried = self.explored.setdefault(action, [])
-        atoms = self.atoms[action]
-        if len(tried) > 2 * len(atoms) + 2:
-            return None
-        candidates: list[dict[LiftedAtom, bool]] = []
-        hyp = {a: self._satisfying(PaTuple(action, a))[-1] for a in atoms}
-        candidates.append(hyp)
-        act = self.actions[action]
-        for t in self.pool:
-            if t.action[0] == action:
-                continue
-            objs = sorted({o for atom in t.state for o in atom[1:]})
-            if len(objs) < act.arity:
-                continue
-            for args in _distinct_tuples(objs, act.arity, limit=8):
-                binding = dict(zip(act.parameter_names, args, strict=True))
-                candidates.append({a: a.ground(binding) in t.state for a in atoms})
-        for done in tried:
-            for atom in atoms:
-                flipped = dict(done)
-                flipped[atom] = not flipped[atom]
-                candidates.append(flipped)
-        for cand in candidates:
-            if cand in tried or self._surely_fails(action, cand):
-                continue
-            tried.append(cand)
-            return Probe(action, cand, EXPLORE, f"is there a state where {action} runs?")
-        return None
-
-    def _surely_fails(self, action: str, assignment: Mapping[LiftedAtom, bool]) -> bool:
-        for clause in self.vs.clauses:
-            if clause.action != action:
-                continue
-            live = self.vs.live_literals(clause)
-            if live and all(v is not None and assignment[pa.atom] == v for pa, v in live):
-                return True
-        return False
+            if pre is known[0]:
+                right += 1
+            else:
+                wrong += 1
+        if wrong > right:
+            self.design.from_scratch = True
+            self.notes.append(f"the known model was wrong on {wrong} of {wrong + right} "
+                              f"precondition modes decided: probes no longer follow it")
 
     # ------------------------------------------------------------------ loop
 
@@ -467,41 +277,50 @@ class _Engine:
             risky: list[Probe] = []
             final: list[Probe] = []
             riders = self.method is Method.DAAISY
+            rider_risky: list[Probe] = []
             rider_final: list[Probe] = []
             for action in sorted(self.atoms):
-                success, uncertain = self.probes(action, self.targets)
-                if riders and (success is not None or uncertain):
+                s, r, f = self.design.probes(action, self.targets)
+                if riders and (s or r or f):
                     # A query goes out for the targets anyway: let it also test what the
                     # observations never challenged, at no extra query.
-                    success, more = self.probes(action, None)
-                    rider_final.extend(more)
-                if success is not None:
-                    (risky if success.kind == RISKY else safe).append(success)
-                final.extend(uncertain)
+                    s, more_r, more_f = self.design.probes(action, None)
+                    rider_risky.extend(p for p in more_r if p not in r)
+                    rider_final.extend(p for p in more_f if p not in f)
+                safe.extend(s)
+                risky.extend(r)
+                final.extend(f)
             if not (safe or risky or final):
                 break
-            final = final or rider_final
+            if not final:
+                # Riders' doubts only ride when the targets' own questions all run.
+                risky.extend(rider_risky)
+                final = rider_final
             if len(self.queries) >= self.budget:
                 self.budget_exhausted = True
                 break
-            query = pack(safe, risky, final, self.actions, objects, self._effect)
+            query = pack(safe, risky, final, self.actions, objects, fixed=self.fixed,
+                         after=self._after)
             if query is None:
+                self.stalled = True
                 break
             answers = agent.query(query.state, query.plan, 1)
             if not answers:
                 self.notes.append("the agent returned no answer; stopped")
+                self.stalled = True
                 break
             self._absorb(query, answers[0])
             self._refresh_targets()
+            self._check_known_model()
 
-    def _effect(self, pa: PaTuple) -> Mode:
-        return self.vs.modes(pa)[1]
+    def _after(self, pa: PaTuple, before: bool | None) -> bool | None:
+        return None if before is None else AFTER[self.vs.masks[pa]][before]
 
     def _absorb(self, query: Query, answer: QueryResult) -> None:
         number = len(self.queries) + 1
         self.queries.append(QueryLog(number, query.state, tuple(query.plan), answer.executed,
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
-        executed, failed = read_answer(query, answer, self._effect)
+        executed, failed = read_answer(query, answer, after=self._after)
         for i, (step, seen) in enumerate(executed):
             self.vs.executed(step.probe.action, seen,
                              f"query {number} step {i + 1}: {_show(step.ground_action)} ran")
@@ -513,44 +332,53 @@ class _Engine:
 
     # ------------------------------------------------------------------ result
 
+    def _open_reason(self, pa: PaTuple) -> str:
+        if self.budget_exhausted:
+            return f"the query budget ({self.budget}) was spent first"
+        if pa.action in self.design.gave_up:
+            return (f"no state was found in which {pa.action} executes "
+                    f"({len(self.design.explored.get(pa.action, ()))} tried)")
+        if self.stalled:
+            return "the agent gave no further answer"
+        return "no probe could tell the remaining values apart"
+
     def result(self, notes: Sequence[str]) -> AssessmentResult:
         modes: dict[PalTuple, Mode] = {}
+        reasons: dict[PalTuple, str] = {}
         for pal in self.initial.pals:
             pa = pal.pa
-            mask = self.vs.mask(pa)
+            mask = self.vs.masks[pa]
             known = self.init_value[pa]
             idx = 0 if pal.location is Location.PRE else 1
             if is_single(mask):
                 modes[pal] = values_of(mask)[0][idx]
             elif pa in self.targets:
-                fixed = self.vs.modes(pa)[idx]
-                modes[pal] = fixed
+                modes[pal] = self.vs.modes(pa)[idx]
             elif mask & mask_of([known]):
                 modes[pal] = known[idx]
             elif pa in self.adopted and mask & mask_of([self.adopted[pa]]):
                 modes[pal] = self.adopted[pa][idx]
             else:
                 modes[pal] = Mode.UNKNOWN
+            if modes[pal] is Mode.UNKNOWN:
+                reasons[pal] = self._open_reason(pa)
         model = self.initial.with_modes(modes)
         changes = []
         for pal, old, new in self.initial.diff(model):
             ev = list(self.flag_reasons.get(pal.pa, [])) + list(self.vs.evidence.get(pal.pa, []))
             changes.append(PalChange(pal, old, new, tuple(dict.fromkeys(ev))))
-        for action in sorted(self.atoms):
-            if action not in self.vs.executed_actions and any(
-                    PaTuple(action, a) in self.targets for a in self.atoms[action]):
+        for action in sorted(self.design.gave_up):
+            if any(pa in self.targets and COUNT[self.vs.masks[pa]] > 1
+                   for pa in self.pas[action]):
                 self.notes.append(f"no state was found in which {action} executes; its "
                                   f"pal-tuples stay unresolved")
+        if self.budget_exhausted and reasons:
+            self.notes.append(f"query budget ({self.budget}) spent with {len(reasons)} "
+                              f"pal-tuples open")
         flagged_pals = frozenset(p for p in self.initial.pals if p.pa in self.flagged)
         return AssessmentResult(self.method, self.initial, model, tuple(changes), flagged_pals,
                                 tuple(self.queries), tuple(self.vs.conflicts),
-                                tuple([*notes, *self.notes]), self.budget_exhausted)
-
-
-def _distinct_tuples(objs: Sequence[str], n: int, limit: int) -> list[tuple[str, ...]]:
-    import itertools
-
-    return list(itertools.islice(itertools.permutations(objs, n), limit))
+                                tuple([*notes, *self.notes]), self.budget_exhausted, reasons)
 
 
 def _show(ga: Sequence[str]) -> str:

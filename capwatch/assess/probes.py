@@ -51,6 +51,12 @@ class Step:
     atoms: Mapping[PaTuple, GroundAtom]
 
 
+Fixed = tuple[LiftedAtom, bool, bool | None]
+"""A precondition atom outside Γ (it mentions a constant or repeats a parameter): the value
+the step needs, and its value after the step (None: unchanged). Taken from the known
+model, which is the only source for atoms the engine does not assess."""
+
+
 class ObjectFactory:
     """Fresh object names per type; the agent can be put in any state (G20)."""
 
@@ -88,6 +94,15 @@ class Query:
 EffectOf = Callable[[PaTuple], Mode]
 """The known effect mode of a pa-tuple, ``Mode.UNKNOWN`` while it is unresolved."""
 
+AfterOf = Callable[[PaTuple, bool | None], bool | None]
+"""The atom's value after a step that ran with it at ``before``, when every value still
+possible for the pa-tuple predicts the same one; None otherwise. Finer than the effect
+mode: with the atom true before, ⟨+,∅⟩, ⟨∅,+⟩ and ⟨∅,∅⟩ all leave it true."""
+
+
+def _from_effect(effect: EffectOf) -> AfterOf:
+    return lambda pa, before: _after(effect(pa), before)
+
 
 def _after(effect: Mode, before: bool | None) -> bool | None:
     if effect is Mode.POS:
@@ -99,40 +114,93 @@ def _after(effect: Mode, before: bool | None) -> bool | None:
     return None
 
 
+def _variables(atom: LiftedAtom) -> bool:
+    return any(a.startswith("?") for a in atom.args)
+
+
 def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
          actions: Mapping[str, Action], objects: ObjectFactory,
-         effect: EffectOf = lambda pa: Mode.UNKNOWN) -> Query | None:
+         effect: EffectOf = lambda pa: Mode.UNKNOWN,
+         fixed: Mapping[str, Sequence[Fixed]] | None = None,
+         after: AfterOf | None = None) -> Query | None:
     """One query: safe steps, then risky ones, then the expected failures.
 
-    Steps may share a ground atom (a 0-ary predicate such as ``handempty``) only when
-    every earlier step's effect on it is known, so its value at each step is predictable
-    and equals what that step's probe asks for; other probes wait for a later query.
+    Fresh objects keep steps apart, except for atoms without variables (0-ary
+    predicates such as ``handempty``, atoms over constants), which every step sees.
+    Such a shared atom is chained only while every earlier step's effect on it is
+    known, so its value at each step is predictable and equals what that step's probe
+    asks for. A probe that does not fit yet is retried after the next steps changed the
+    shared atoms, and otherwise waits for a later query. A probe whose effect on a shared
+    atom cannot be predicted goes after the others of its kind: nothing touching that
+    atom can follow it.
     """
     value: dict[GroundAtom, bool | None] = {}
     steps: list[Step] = []
     state: set[GroundAtom] = set()
+    fixed = fixed or {}
+    after_of = after if after is not None else _from_effect(effect)
 
-    def add(probe: Probe) -> bool:
-        step = ground_probe(probe, actions[probe.action], objects)
-        wanted = {g: probe.assignment[pa.atom] for pa, g in step.atoms.items()}
-        if any(g in value and value[g] != v for g, v in wanted.items()):
-            return False
-        steps.append(step)
-        for pa, g in step.atoms.items():
-            if g not in value and wanted[g]:
-                state.add(g)
-            value[g] = _after(effect(pa), wanted[g])
+    def fits(probe: Probe) -> bool:
+        for atom, v in probe.assignment.items():
+            if not _variables(atom):
+                g = atom.ground({})
+                if g in value and value[g] != v:
+                    return False
+        for atom, v, _ in fixed.get(probe.action, ()):
+            if not _variables(atom):
+                g = atom.ground({})
+                if g in value and value[g] != v:
+                    return False
         return True
 
-    for probe in safe:
-        add(probe)
-    for probe in sorted(risky, key=lambda p: p.risky):
-        add(probe)
+    def add(probe: Probe) -> bool:
+        if not fits(probe):
+            return False
+        action = actions[probe.action]
+        step = ground_probe(probe, action, objects)
+        steps.append(step)
+        for pa, g in step.atoms.items():
+            v = probe.assignment[pa.atom]
+            shared = not _variables(pa.atom)
+            if v and (not shared or g not in value):
+                state.add(g)
+            if shared:
+                value[g] = after_of(pa, v)
+        binding = dict(zip(action.parameter_names, step.ground_action[1:], strict=True))
+        for atom, v, after in fixed.get(probe.action, ()):
+            g = atom.ground(binding)
+            shared = not _variables(atom)
+            if v and (not shared or g not in value):
+                state.add(g)
+            if shared:
+                value[g] = v if after is None else after
+        return True
+
+    def opaque(probe: Probe) -> bool:
+        return any(not _variables(atom) and after_of(PaTuple(probe.action, atom), v) is None
+                   for atom, v in probe.assignment.items())
+
+    def place(probes: Sequence[Probe]) -> list[Probe]:
+        pending = list(probes)
+        while pending:
+            rest = [p for p in pending if not add(p)]
+            if len(rest) == len(pending):
+                break
+            pending = rest
+        return pending
+
+    shared = [p for p in (*safe, *risky) if any(not _variables(a) for a in p.assignment)]
+    dark = [p for p in shared if opaque(p)] if shared else []
+    if dark:
+        safe = [p for p in safe if not any(p is d for d in dark)]
+        risky = [p for p in risky if not any(p is d for d in dark)]
+    place(safe)
+    place(sorted(risky, key=lambda p: p.risky))
+    place(dark)
     # Expected failures go last, as many as fit: the agent stops at the first real
     # failure, and every probe before it that ran was a wrong guess now settled, so a
     # query costs one failure however many guesses it clears.
-    for probe in sorted(final, key=lambda p: _FINAL_PRIORITY[p.kind]):
-        add(probe)
+    place(sorted(final, key=lambda p: _FINAL_PRIORITY[p.kind]))
     if not steps:
         return None
     return Query(frozenset(state), steps)
@@ -141,7 +209,8 @@ def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
 Seen = dict[PaTuple, tuple[bool | None, bool | None]]
 
 
-def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa: Mode.UNKNOWN
+def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa: Mode.UNKNOWN,
+                after: AfterOf | None = None
                 ) -> tuple[list[tuple[Step, Seen]], tuple[Step, dict[PaTuple, bool | None]] | None]:
     """Executed steps with each atom's value before/after, and the failed step if any.
 
@@ -149,13 +218,12 @@ def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa:
     known; its value after a step is read from s_F when no later executed step touches
     it. Otherwise it is None (unseen) and the engine draws no conclusion from it.
     """
+    after_of = after if after is not None else _from_effect(effect)
     n = min(answer.executed, len(query.steps))
-    later_touch: list[set[GroundAtom]] = []
-    acc: set[GroundAtom] = set()
-    for step in reversed(query.steps[:n]):
-        later_touch.append(set(acc))
-        acc |= set(step.atoms.values())
-    later_touch.reverse()
+    last_touch: dict[GroundAtom, int] = {}
+    for i, step in enumerate(query.steps[:n]):
+        for g in step.atoms.values():
+            last_touch[g] = i
     current: dict[GroundAtom, bool | None] = {}
 
     def before(g: GroundAtom) -> bool | None:
@@ -171,12 +239,11 @@ def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa:
             if counts[g] > 1:
                 seen[pa] = (None, None)
                 continue
-            after = None if g in later_touch[i] else g in answer.state
-            seen[pa] = (before(g), after)
+            post = None if last_touch[g] > i else g in answer.state
+            seen[pa] = (before(g), post)
         for pa, g in step.atoms.items():
             b, a = seen[pa]
-            known = _after(effect(pa), b)
-            current[g] = a if a is not None else known
+            current[g] = a if a is not None else after_of(pa, b)
         result.append((step, seen))
     failed = None
     if n < len(query.steps):

@@ -1,0 +1,223 @@
+"""Probe design: which single-action steps to ask next, given what is known per pa-tuple.
+
+Two phases per action (docs/assessment.md, "Probes and queries"):
+
+* **Finding a running state.** While some atom of the action was never seen in a
+  successful run, no value of it is known to be safe. One ``explore`` probe per query
+  tries a state built from the hypothesis; when it fails, the next candidate flips an
+  atom of the failure clause (states that surely fail again are skipped).
+* **Flipping one atom at a time.** Once every atom has a safe value, a ``safe`` probe
+  runs the action with every atom at a safe value (nothing can fail, effects are read),
+  a second one flips every atom whose both values are safe, and every atom whose other
+  value is still in doubt gets its own probe with just that atom flipped. A failure of
+  such a probe has one possible cause, so it fixes that precondition literal: each
+  query ends at its first failure, and each failure is a true precondition literal the
+  model had to learn anyway. That is what keeps ``verify`` from costing more than
+  ``aia``: a wrong hypothesis changes the order of the steps, not how many queries fail.
+
+All per-mask arithmetic (which values are safe, how well a value splits the remaining
+values) is tabulated once for the 128 possible masks, so designing a round costs a few
+dictionary lookups per pa-tuple.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from capwatch.assess.observations import Transition
+from capwatch.assess.probes import EXPLORE, FAIL, RISKY, SAFE, Probe
+from capwatch.assess.versionspace import (
+    ALL_VALUES,
+    VersionSpace,
+    mask_of,
+    predicted_post,
+    values_of,
+    violating,
+)
+from capwatch.model.domain import Action, LiftedAtom
+from capwatch.model.pal import Mode, PaTuple, PaValue
+
+_MASKS = range(ALL_VALUES + 1)
+
+
+def _split(mask: int, value: bool) -> int:
+    """Worst-case number of values left after running with the atom at ``value``."""
+    cells: dict[object, int] = {}
+    for v in values_of(mask):
+        outcome: object = "fail" if mask_of([v]) & violating(value) else predicted_post(v, value)
+        cells[outcome] = cells.get(outcome, 0) + 1
+    return max(cells.values(), default=0)
+
+
+SAFE_VALUES: tuple[tuple[bool, ...], ...] = tuple(
+    tuple(v for v in (False, True) if not m & violating(v)) for m in _MASKS)
+SPLIT: tuple[tuple[int, int], ...] = tuple((_split(m, False), _split(m, True)) for m in _MASKS)
+
+
+def _post(mask: int, before: bool) -> bool | None:
+    posts = {predicted_post(v, before) for v in values_of(mask & ~violating(before))}
+    return posts.pop() if len(posts) == 1 else None
+
+
+AFTER: tuple[tuple[bool | None, bool | None], ...] = tuple(
+    (_post(m, False), _post(m, True)) for m in _MASKS)
+"""The atom's value after a step that ran with it false / true, if every value agrees."""
+COUNT: tuple[int, ...] = tuple(m.bit_count() for m in _MASKS)
+FROM_SCRATCH: tuple[PaValue | None, ...] = tuple(
+    min(values_of(m), key=lambda v: v[0] is Mode.ABSENT) if m else None for m in _MASKS)
+"""AIA's hypothesis: an atom is taken to be required until shown otherwise (with fresh
+objects, a state where every such atom holds runs any action whose precondition is
+positive, the common case)."""
+
+
+def satisfying(value: PaValue) -> tuple[bool, ...]:
+    """Atom values the hypothesised precondition mode allows."""
+    if value[0] is Mode.POS:
+        return (True,)
+    if value[0] is Mode.NEG:
+        return (False,)
+    return (False, True)
+
+
+@dataclass(slots=True)
+class Designer:
+    """Designs the probes of one round from the version space and the hypotheses."""
+
+    vs: VersionSpace
+    pas: Mapping[str, Sequence[PaTuple]]
+    """Γ's pa-tuples of every action, in a fixed order."""
+    actions: Mapping[str, Action]
+    known: Mapping[PaTuple, PaValue]
+    """The known model's values (empty for ``aia``: no hypothesis from a model)."""
+    pool: Sequence[Transition] = ()
+    from_scratch: bool = False
+    """Set once the known model proved mostly wrong: hypotheses then ignore it."""
+    explored: dict[str, list[dict[LiftedAtom, bool]]] = field(default_factory=dict)
+    gave_up: set[str] = field(default_factory=set)
+    """Actions for which no running state was found."""
+
+    # ------------------------------------------------------------------ hypothesis
+
+    def hypothesis(self, pa: PaTuple) -> PaValue:
+        mask = self.vs.masks[pa]
+        if not self.from_scratch:
+            init = self.known.get(pa)
+            if init is not None:
+                if mask & mask_of([init]):
+                    return init
+                # The known value is gone: the closest surviving value, preferring a
+                # precondition (an atom always seen with one value is likely required).
+                return min(values_of(mask), key=lambda v: (
+                    v[0] is Mode.ABSENT, (v[0] is not init[0]) + (v[1] is not init[1])))
+        value = FROM_SCRATCH[mask]
+        assert value is not None
+        return value
+
+    # ------------------------------------------------------------------ probes
+
+    def probes(self, action: str, only: set[PaTuple] | frozenset[PaTuple] | None
+               ) -> tuple[list[Probe], list[Probe], list[Probe]]:
+        """(safe, risky, expected-failure) probes for the action's unresolved pa-tuples
+        in ``only`` (all of them when None)."""
+        pas = self.pas[action]
+        masks = self.vs.masks
+        todo = [pa for pa in pas if (only is None or pa in only) and COUNT[masks[pa]] > 1]
+        if not todo:
+            return [], [], []
+        if any(not SAFE_VALUES[masks[pa]] for pa in pas):
+            probe = self.explore(action)
+            return [], [], [probe] if probe is not None else []
+        base: dict[LiftedAtom, bool] = {}
+        for pa in pas:
+            mask = masks[pa]
+            safe = SAFE_VALUES[mask]
+            base[pa.atom] = safe[0] if len(safe) == 1 else \
+                min(safe, key=lambda v: (SPLIT[mask][v], not v))
+        safe_probes: list[Probe] = []
+        risky: list[Probe] = []
+        final: list[Probe] = []
+        if any(SPLIT[masks[pa]][base[pa.atom]] < COUNT[masks[pa]] for pa in todo):
+            safe_probes.append(Probe(action, base, SAFE, f"{action}: what changes?"))
+        both = [pa for pa in todo if len(SAFE_VALUES[masks[pa]]) == 2]
+        if both:
+            alt = dict(base)
+            for pa in both:
+                alt[pa.atom] = not base[pa.atom]
+            safe_probes.append(Probe(action, alt, SAFE, f"{action}: what changes with "
+                                     f"{len(both)} atoms at their other value?"))
+        for pa in todo:
+            mask = masks[pa]
+            other = not base[pa.atom]
+            doubt = mask & violating(other)
+            if not doubt or doubt == mask:
+                continue
+            assignment = dict(base)
+            assignment[pa.atom] = other
+            expect_fail = self.hypothesis(pa)[0] is not Mode.ABSENT
+            required = f"(not {pa.atom})" if not base[pa.atom] else str(pa.atom)
+            if self.hypothesis(pa)[0] is not Mode.ABSENT:
+                final.append(Probe(action, assignment, FAIL,
+                                   f"does {action} require {required}?", risky=1))
+            else:
+                risky.append(Probe(action, assignment, RISKY,
+                                   f"does {action} run without {required}?", risky=1))
+        return safe_probes, risky, final
+
+    def explore(self, action: str) -> Probe | None:
+        """A state to try the action in while some atom has no known safe value."""
+        if action in self.gave_up:
+            return None
+        tried = self.explored.setdefault(action, [])
+        pas = self.pas[action]
+        if len(tried) > 2 * len(pas) + 2:
+            self.gave_up.add(action)
+            return None
+        masks = self.vs.masks
+        candidates: list[dict[LiftedAtom, bool]] = []
+        for hyp in (self.hypothesis, self._from_scratch):
+            cand = {}
+            for pa in pas:
+                safe = SAFE_VALUES[masks[pa]]
+                cand[pa.atom] = safe[-1] if safe else satisfying(hyp(pa))[-1]
+            candidates.append(cand)
+        act = self.actions[action]
+        atoms = [pa.atom for pa in pas]
+        if action not in self.vs.executed_actions:
+            for t in self.pool:
+                if t.action[0] == action:
+                    continue
+                objs = sorted({o for atom in t.state for o in atom[1:]})
+                for args in itertools.islice(itertools.permutations(objs, act.arity), 8):
+                    binding = dict(zip(act.parameter_names, args, strict=True))
+                    candidates.append({a: a.ground(binding) in t.state for a in atoms})
+        for done in tried:
+            for atom in atoms:
+                flipped = dict(done)
+                flipped[atom] = not flipped[atom]
+                candidates.append(flipped)
+        for cand in candidates:
+            if cand in tried or self._surely_fails(action, cand):
+                continue
+            tried.append(cand)
+            return Probe(action, cand, EXPLORE, f"is there a state where {action} runs?",
+                         risky=len(pas))
+        self.gave_up.add(action)
+        return None
+
+    def _from_scratch(self, pa: PaTuple) -> PaValue:
+        value = FROM_SCRATCH[self.vs.masks[pa]]
+        assert value is not None
+        return value
+
+    def _surely_fails(self, action: str, assignment: Mapping[LiftedAtom, bool]) -> bool:
+        masks = self.vs.masks
+        for pa in self.pas[action]:
+            if not masks[pa] & ~violating(assignment[pa.atom]) & ALL_VALUES:
+                return True
+        for clause in self.vs.open_clauses(action):
+            live = self.vs.live_literals(clause)
+            if live and all(v is not None and assignment[pa.atom] == v for pa, v in live):
+                return True
+        return False

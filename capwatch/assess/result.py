@@ -1,0 +1,84 @@
+"""What an assessment returns: the new model, the changes with their evidence, the queries.
+
+Split from the engine so callers (daemon, CLI, benchmark) can read results without the
+machinery that produced them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from capwatch.assess.versionspace import Conflict
+from capwatch.model.domain import Domain, GroundAction, GroundAtom
+from capwatch.model.pal import AbstractModel, Mode, PalTuple, summarise_changes
+
+
+class Method(enum.Enum):
+    DAAISY = "daaisy"
+    VERIFY = "verify"
+    AIA = "aia"
+    AUTO = "auto"
+    """daaisy, switching to verify when over half of the pa-tuples are flagged."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryLog:
+    number: int
+    state: frozenset[GroundAtom]
+    plan: tuple[GroundAction, ...]
+    executed: int
+    final_state: frozenset[GroundAtom]
+    purposes: tuple[str, ...]
+    """Why each step was asked, in plan order."""
+
+
+@dataclass(frozen=True, slots=True)
+class PalChange:
+    pal: PalTuple
+    old: Mode
+    new: Mode
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AssessmentResult:
+    method: Method
+    initial: AbstractModel
+    model: AbstractModel
+    """The assessed model: ``?`` where the engine could not decide (budget, no probe)."""
+    changes: tuple[PalChange, ...]
+    """Pal-tuples whose mode differs from the known model, with the evidence for each."""
+    affected: frozenset[PalTuple]
+    """Pal-tuples the observations flagged as possibly changed (before any query)."""
+    queries: tuple[QueryLog, ...]
+    conflicts: tuple[Conflict, ...]
+    notes: tuple[str, ...]
+    budget_exhausted: bool
+    open_reasons: Mapping[PalTuple, str] = field(default_factory=dict)
+    """Why each unresolved pal-tuple is still open (budget spent, no executing state ...)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))
+
+    @property
+    def query_count(self) -> int:
+        return len(self.queries)
+
+    @property
+    def unresolved(self) -> frozenset[PalTuple]:
+        return self.model.unknown()
+
+    def best_guess(self) -> AbstractModel:
+        """Concrete: unresolved pal-tuples keep the known model's mode."""
+        return self.model.with_modes(
+            (p, self.initial.mode(p)) for p in self.model.unknown())
+
+    def domain(self) -> Domain:
+        return self.best_guess().to_domain()
+
+    def summary(self) -> list[str]:
+        return summarise_changes(((c.pal, c.old, c.new) for c in self.changes
+                                  if c.new is not Mode.UNKNOWN), self.initial.base)
