@@ -94,9 +94,35 @@ class Designer:
     pool: Sequence[Transition] = ()
     from_scratch: bool = False
     """Set once the known model proved mostly wrong: hypotheses then ignore it."""
+    doubted: bool = False
+    """Set once any evidence contradicts the known model: a state to explore an action in
+    is then first built as AIA would, the known model's state second. A failed
+    exploration costs a query that no precondition literal pays back, so the known
+    model leads only while nothing speaks against it."""
     explored: dict[str, list[dict[LiftedAtom, bool]]] = field(default_factory=dict)
     gave_up: set[str] = field(default_factory=set)
     """Actions for which no running state was found."""
+    _previous: dict[object, Probe] = field(default_factory=dict)
+    _cache: dict[tuple[str, bool], tuple[tuple[int, bool], tuple[list[Probe], list[Probe],
+                                                                  list[Probe]]]] = \
+        field(default_factory=dict)
+
+    def probes(self, action: str, only: set[PaTuple] | frozenset[PaTuple] | None
+               ) -> tuple[list[Probe], list[Probe], list[Probe]]:
+        """(safe, risky, expected-failure) probes for the action's unresolved pa-tuples
+        in ``only`` (all of them when None).
+
+        Cached until the action's evidence changes (the version space's per-action
+        version; the engine bumps it when targets change too), so an unchanged action
+        costs nothing per round and keeps its probes, whose grounding is cached too."""
+        key = (action, only is None)
+        stamp = (self.vs.version.get(action, 0), self.from_scratch)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        result = self._design(action, only)
+        self._cache[key] = (stamp, result)
+        return result
 
     # ------------------------------------------------------------------ hypothesis
 
@@ -117,10 +143,8 @@ class Designer:
 
     # ------------------------------------------------------------------ probes
 
-    def probes(self, action: str, only: set[PaTuple] | frozenset[PaTuple] | None
-               ) -> tuple[list[Probe], list[Probe], list[Probe]]:
-        """(safe, risky, expected-failure) probes for the action's unresolved pa-tuples
-        in ``only`` (all of them when None)."""
+    def _design(self, action: str, only: set[PaTuple] | frozenset[PaTuple] | None
+                ) -> tuple[list[Probe], list[Probe], list[Probe]]:
         pas = self.pas[action]
         masks = self.vs.masks
         todo = [pa for pa in pas if (only is None or pa in only) and COUNT[masks[pa]] > 1]
@@ -134,18 +158,19 @@ class Designer:
             mask = masks[pa]
             safe = SAFE_VALUES[mask]
             base[pa.atom] = safe[0] if len(safe) == 1 else \
-                min(safe, key=lambda v: (SPLIT[mask][v], not v))
+                min(safe, key=lambda v: (SPLIT[mask][v], v))
         safe_probes: list[Probe] = []
         risky: list[Probe] = []
         final: list[Probe] = []
         if any(SPLIT[masks[pa]][base[pa.atom]] < COUNT[masks[pa]] for pa in todo):
-            safe_probes.append(Probe(action, base, SAFE, f"{action}: what changes?"))
+            safe_probes.append(self._probe((action, SAFE), base, SAFE,
+                                           f"{action}: what changes?"))
         both = [pa for pa in todo if len(SAFE_VALUES[masks[pa]]) == 2]
         if both:
             alt = dict(base)
             for pa in both:
                 alt[pa.atom] = not base[pa.atom]
-            safe_probes.append(Probe(action, alt, SAFE, f"{action}: what changes with "
+            safe_probes.append(self._probe((action, "alt"), alt, SAFE, f"{action}: what changes with "
                                      f"{len(both)} atoms at their other value?"))
         for pa in todo:
             mask = masks[pa]
@@ -158,12 +183,24 @@ class Designer:
             expect_fail = self.hypothesis(pa)[0] is not Mode.ABSENT
             required = f"(not {pa.atom})" if not base[pa.atom] else str(pa.atom)
             if self.hypothesis(pa)[0] is not Mode.ABSENT:
-                final.append(Probe(action, assignment, FAIL,
+                final.append(self._probe(pa, assignment, FAIL,
                                    f"does {action} require {required}?", risky=1))
             else:
-                risky.append(Probe(action, assignment, RISKY,
+                risky.append(self._probe(pa, assignment, RISKY,
                                    f"does {action} run without {required}?", risky=1))
         return safe_probes, risky, final
+
+    def _probe(self, key: object, assignment: dict[LiftedAtom, bool], kind: str,
+               purpose: str, risky: int = 0) -> Probe:
+        """A new probe, or the one designed for the same question last round when its
+        state is unchanged: a probe keeps its grounding (objects) as long as it lives."""
+        old = self._previous.get(key)
+        if old is not None and old.kind == kind and old.assignment == assignment:
+            return old
+        action = key.action if isinstance(key, PaTuple) else str(key[0])  # type: ignore[index]
+        probe = Probe(action, assignment, kind, purpose, risky)
+        self._previous[key] = probe
+        return probe
 
     def explore(self, action: str) -> Probe | None:
         """A state to try the action in while some atom has no known safe value."""
@@ -176,7 +213,9 @@ class Designer:
             return None
         masks = self.vs.masks
         candidates: list[dict[LiftedAtom, bool]] = []
-        for hyp in (self.hypothesis, self._from_scratch):
+        order = (self._from_scratch, self.hypothesis) if self.doubted else \
+            (self.hypothesis, self._from_scratch)
+        for hyp in order:
             cand = {}
             for pa in pas:
                 safe = SAFE_VALUES[masks[pa]]

@@ -33,7 +33,15 @@ from capwatch.assess.observations import (
     transitions_of,
 )
 from capwatch.assess.planner import Planner
-from capwatch.assess.probes import Fixed, ObjectFactory, Probe, Query, pack, read_answer
+from capwatch.assess.probes import (
+    Fixed,
+    ObjectFactory,
+    Probe,
+    Query,
+    StepMaker,
+    pack,
+    read_answer,
+)
 from capwatch.assess.result import AssessmentResult, Method, PalChange, QueryLog
 from capwatch.assess.shortcuts import find_shortcuts
 from capwatch.assess.versionspace import (
@@ -104,6 +112,7 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
                      f"verifying the whole model")
         engine.method = Method.VERIFY
         engine.targets = set(engine.init_value)
+    engine._check_known_model()
     engine.run(agent)
     return engine.result(notes)
 
@@ -209,7 +218,9 @@ class _Engine:
         if pa not in self.init_value:
             return
         self.flagged.add(pa)
-        self.targets.add(pa)
+        if pa not in self.targets:
+            self.targets.add(pa)
+            self.vs.touch(pa.action)
         self.flag_reasons.setdefault(pa, []).append(reason)
 
     def _refresh_targets(self) -> None:
@@ -246,32 +257,35 @@ class _Engine:
         return None
 
     def _check_known_model(self) -> None:
-        """Drop the known model as hypothesis once it is mostly wrong where tested.
+        """Weigh the known model against the evidence, for :class:`Designer`.
 
-        Only precondition modes decide which probes fail, so only they are counted: a
-        known mode the answers refuted versus one they confirmed. Past an even split the
-        known model predicts worse than AIA's prior, and keeping it only misorders
-        probes (verify must never cost more than aia)."""
-        if self.design.from_scratch or self.method is not Method.VERIFY:
+        A pa-tuple counts against it when the evidence rules its known value out, for it
+        when the evidence leaves only that value. Any count against it makes exploration
+        start as AIA's would; more against than for drops it as hypothesis altogether:
+        it then predicts worse than AIA's prior and would only misorder probes (verify
+        must never cost more than aia)."""
+        if self.design.from_scratch or self.method is Method.AIA:
             return
         right = wrong = 0
+        masks = self.vs.masks
         for pa, known in self.init_value.items():
-            pre = self.vs.modes(pa)[0]
-            if pre is Mode.UNKNOWN:
-                continue
-            if pre is known[0]:
-                right += 1
-            else:
+            bit = mask_of([known])
+            mask = masks[pa]
+            if not mask & bit:
                 wrong += 1
-        if wrong > right:
+            elif mask == bit:
+                right += 1
+        self.design.doubted = wrong > 0
+        if wrong > right and self.method is Method.VERIFY:
             self.design.from_scratch = True
-            self.notes.append(f"the known model was wrong on {wrong} of {wrong + right} "
-                              f"precondition modes decided: probes no longer follow it")
+            self.notes.append(f"the evidence refuted the known value of {wrong} pa-tuples and "
+                              f"confirmed {right}: probes no longer follow the known model")
 
     # ------------------------------------------------------------------ loop
 
     def run(self, agent: AgentQuery) -> None:
         objects = ObjectFactory(self.taken)
+        maker = StepMaker(self.actions, objects, self.fixed)
         while True:
             safe: list[Probe] = []
             risky: list[Probe] = []
@@ -299,8 +313,9 @@ class _Engine:
             if len(self.queries) >= self.budget:
                 self.budget_exhausted = True
                 break
-            query = pack(safe, risky, final, self.actions, objects, fixed=self.fixed,
-                         after=self._after)
+            maker.retain([*safe, *risky, *final])
+            query = pack(safe, risky, final, self.actions, objects, after=self._after,
+                         steps=maker)
             if query is None:
                 self.stalled = True
                 break

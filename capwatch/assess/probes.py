@@ -5,33 +5,38 @@ own atoms (its Γ instantiations), on freshly named objects. With distinct fresh
 the atoms of one step are independent of every other step's atoms, so several probes can
 share one query ⟨s_I, π⟩: π runs the probes one after another, each on its own objects,
 and the answer ⟨n_F, s_F⟩ shows each executed step's before/after values and which step
-failed. Steps that share a ground atom (0-ary predicates such as ``handempty``) are packed
-together only while the earlier steps' effects on it are known.
+failed. Ground atoms without a fresh object (0-ary predicates such as ``handempty``,
+atoms over constants) are shared by every step; steps touching one are packed together
+only while the earlier steps' effects on it are predictable.
 
 Kinds of probe, by what the engine expects:
   safe     – must execute if the evidence so far is sound;
-  risky    – expected to execute under the hypothesis, may fail (tests several atoms);
+  risky    – expected to execute under the hypothesis, may fail (one atom in doubt);
   fail     – expected to fail: confirms one precondition literal;
-  split    – halves an open failure clause (adaptive group testing);
-  explore  – looking for any state where a never-seen action executes.
+  explore  – looking for any state where the action executes at all.
 Steps expected to fail go last: a failure ends the plan, so each query settles every
 guess before its first real failure, plus that failure.
+
+A probe is grounded once (:class:`StepMaker`) and keeps its objects for as long as the
+engine keeps asking it: queries are independent episodes, so a step re-sent in a later
+query may reuse its names, and the engine does not pay for grounding it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from capwatch.assess.agent import QueryResult
 from capwatch.model.domain import Action, GroundAction, GroundAtom, LiftedAtom
 from capwatch.model.pal import Mode, PaTuple
 
-SAFE, RISKY, FAIL, SPLIT, EXPLORE = "safe", "risky", "fail", "split", "explore"
-_FINAL_PRIORITY = {EXPLORE: 0, FAIL: 1, SPLIT: 2}
+SAFE, RISKY, FAIL, EXPLORE = "safe", "risky", "fail", "explore"
+_FINAL_PRIORITY = {EXPLORE: 0, FAIL: 1}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Probe:
     action: str
     assignment: Mapping[LiftedAtom, bool]
@@ -42,19 +47,26 @@ class Probe:
     """How many atoms are set to a value that might violate a precondition."""
 
 
-@dataclass(frozen=True, slots=True)
+Fixed = tuple[LiftedAtom, bool, bool | None]
+"""A precondition atom outside Γ (it mentions a constant or repeats a parameter): the value
+the step needs, and its value after the step (None: unchanged). Taken from the known
+model, which is the only source for atoms the engine does not assess."""
+
+Shared = tuple[GroundAtom, bool, PaTuple | None, bool | None]
+"""A ground atom other steps may touch too: (atom, value the step needs, its pa-tuple or
+None for a fixed atom, a fixed atom's value after the step or None if unchanged)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Step:
     """A probe grounded on objects: what the engine needs to read the answer back."""
 
     probe: Probe
     ground_action: GroundAction
     atoms: Mapping[PaTuple, GroundAtom]
-
-
-Fixed = tuple[LiftedAtom, bool, bool | None]
-"""A precondition atom outside Γ (it mentions a constant or repeats a parameter): the value
-the step needs, and its value after the step (None: unchanged). Taken from the known
-model, which is the only source for atoms the engine does not assess."""
+    true_atoms: tuple[GroundAtom, ...] = ()
+    """The step's own (unshared) atoms the designed state makes true."""
+    shared: tuple[Shared, ...] = ()
 
 
 class ObjectFactory:
@@ -74,11 +86,124 @@ class ObjectFactory:
                 return name
 
 
-def ground_probe(probe: Probe, action: Action, objects: ObjectFactory) -> Step:
-    args = tuple(objects.new(p.type) for p in action.parameters)
-    binding = dict(zip(action.parameter_names, args, strict=True))
-    atoms = {PaTuple(action.name, atom): atom.ground(binding) for atom in probe.assignment}
-    return Step(probe, (action.name, *args), atoms)
+def _arguments(action: Action, objects: ObjectFactory) -> tuple[tuple[str, ...], set[str]]:
+    """One fresh object per parameter, except that parameters an equality constraint
+    ``(= ?a ?b)`` ties together share one, and one tied to a constant is that constant."""
+    names = action.parameter_names
+    root = {n: n for n in names}
+
+    def find(x: str) -> str:
+        while root.get(x, x) != x:
+            x = root[x]
+        return x
+
+    for a, b in action.equal:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            # A constant (no '?') wins as the representative: the class must name it.
+            if ra.startswith("?"):
+                root[ra] = rb
+            else:
+                root[rb] = ra
+    chosen: dict[str, str] = {}
+    args = []
+    for p in action.parameters:
+        r = find(p.name)
+        if not r.startswith("?"):
+            args.append(r)
+            continue
+        if r not in chosen:
+            chosen[r] = objects.new(p.type)
+        args.append(chosen[r])
+    return tuple(args), set(chosen.values())
+
+
+_Getter = Callable[[Sequence[str]], tuple[str, ...]]
+_Template = tuple[tuple[LiftedAtom, PaTuple, str, _Getter], ...]
+_TEMPLATES: dict[tuple[str, tuple[LiftedAtom, ...]], tuple[tuple[str, ...], _Template]] = {}
+
+
+def _getter(where: Sequence[int]) -> _Getter:
+    if not where:
+        return lambda v: ()
+    if len(where) == 1:
+        i = where[0]
+        return lambda v: (v[i],)
+    return itemgetter(*where)  # type: ignore[return-value]
+
+
+def _template(action: Action, atoms: Iterable[LiftedAtom]
+              ) -> tuple[tuple[str, ...], _Template]:
+    """Per atom: its pa-tuple, predicate and a getter of its arguments out of the step's
+    arguments followed by the constants the atoms mention, so grounding a step is tuple
+    building, not dict lookups."""
+    key = (action.name, tuple(atoms))
+    hit = _TEMPLATES.get(key)
+    if hit is None:
+        names = list(action.parameter_names)
+        constants = sorted({a for atom in key[1] for a in atom.args} - set(names))
+        pos = {n: i for i, n in enumerate([*names, *constants])}
+        hit = (tuple(constants), tuple(
+            (atom, PaTuple(action.name, atom), atom.predicate,
+             _getter([pos[a] for a in atom.args])) for atom in key[1]))
+        if len(_TEMPLATES) > 10_000:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = hit
+    return hit
+
+
+def ground_probe(probe: Probe, action: Action, objects: ObjectFactory,
+                 fixed: Sequence[Fixed] = ()) -> Step:
+    args, own = _arguments(action, objects)
+    assignment = probe.assignment
+    atoms: dict[PaTuple, GroundAtom] = {}
+    true_atoms: list[GroundAtom] = []
+    shared: list[Shared] = []
+    constants, template = _template(action, assignment)
+    vector = (*args, *constants)
+    for atom, pa, pred, get in template:
+        g = (pred, *get(vector))
+        atoms[pa] = g
+        value = assignment[atom]
+        if own.isdisjoint(g[1:]):
+            shared.append((g, value, pa, None))
+        elif value:
+            true_atoms.append(g)
+    if fixed:
+        constants, template = _template(action, [atom for atom, _, _ in fixed])
+        vector = (*args, *constants)
+        for (_, value, after), (_, _, pred, get) in zip(fixed, template, strict=True):
+            g = (pred, *get(vector))
+            if own.isdisjoint(g[1:]):
+                shared.append((g, value, None, after))
+            elif value:
+                true_atoms.append(g)
+    return Step(probe, (action.name, *args), atoms, tuple(true_atoms), tuple(shared))
+
+
+class StepMaker:
+    """Grounds probes once each, on fresh objects, and remembers the step."""
+
+    def __init__(self, actions: Mapping[str, Action], objects: ObjectFactory,
+                 fixed: Mapping[str, Sequence[Fixed]] | None = None) -> None:
+        self.actions = actions
+        self.objects = objects
+        self.fixed = fixed or {}
+        self._steps: dict[int, tuple[Probe, Step]] = {}
+
+    def step(self, probe: Probe) -> Step:
+        hit = self._steps.get(id(probe))
+        if hit is not None and hit[0] is probe:
+            return hit[1]
+        step = ground_probe(probe, self.actions[probe.action], self.objects,
+                            self.fixed.get(probe.action, ()))
+        self._steps[id(probe)] = (probe, step)
+        return step
+
+    def retain(self, probes: Iterable[Probe]) -> None:
+        """Forget the steps of probes no longer asked (keeps memory bounded)."""
+        keep = {id(p) for p in probes}
+        self._steps = {k: v for k, v in self._steps.items() if k in keep}
 
 
 @dataclass(slots=True)
@@ -100,10 +225,6 @@ possible for the pa-tuple predicts the same one; None otherwise. Finer than the 
 mode: with the atom true before, ⟨+,∅⟩, ⟨∅,+⟩ and ⟨∅,∅⟩ all leave it true."""
 
 
-def _from_effect(effect: EffectOf) -> AfterOf:
-    return lambda pa, before: _after(effect(pa), before)
-
-
 def _after(effect: Mode, before: bool | None) -> bool | None:
     if effect is Mode.POS:
         return True
@@ -114,96 +235,69 @@ def _after(effect: Mode, before: bool | None) -> bool | None:
     return None
 
 
-def _variables(atom: LiftedAtom) -> bool:
-    return any(a.startswith("?") for a in atom.args)
+def _from_effect(effect: EffectOf) -> AfterOf:
+    return lambda pa, before: _after(effect(pa), before)
 
 
 def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
          actions: Mapping[str, Action], objects: ObjectFactory,
          effect: EffectOf = lambda pa: Mode.UNKNOWN,
          fixed: Mapping[str, Sequence[Fixed]] | None = None,
-         after: AfterOf | None = None) -> Query | None:
+         after: AfterOf | None = None, steps: StepMaker | None = None) -> Query | None:
     """One query: safe steps, then risky ones, then the expected failures.
 
-    Fresh objects keep steps apart, except for atoms without variables (0-ary
-    predicates such as ``handempty``, atoms over constants), which every step sees.
-    Such a shared atom is chained only while every earlier step's effect on it is
-    known, so its value at each step is predictable and equals what that step's probe
-    asks for. A probe that does not fit yet is retried after the next steps changed the
-    shared atoms, and otherwise waits for a later query. A probe whose effect on a shared
-    atom cannot be predicted goes after the others of its kind: nothing touching that
+    A shared atom is chained only while every earlier step's effect on it is
+    predictable, so its value at each step equals what that step's probe asks for. A
+    probe that does not fit yet is retried after the next steps changed the shared
+    atoms, and otherwise waits for a later query. A probe whose effect on a shared atom
+    cannot be predicted goes after the other expected successes: nothing touching that
     atom can follow it.
     """
-    value: dict[GroundAtom, bool | None] = {}
-    steps: list[Step] = []
-    state: set[GroundAtom] = set()
-    fixed = fixed or {}
     after_of = after if after is not None else _from_effect(effect)
+    maker = steps if steps is not None else StepMaker(actions, objects, fixed)
+    value: dict[GroundAtom, bool | None] = {}
+    chosen: list[Step] = []
+    state: set[GroundAtom] = set()
 
-    def fits(probe: Probe) -> bool:
-        for atom, v in probe.assignment.items():
-            if not _variables(atom):
-                g = atom.ground({})
-                if g in value and value[g] != v:
-                    return False
-        for atom, v, _ in fixed.get(probe.action, ()):
-            if not _variables(atom):
-                g = atom.ground({})
-                if g in value and value[g] != v:
-                    return False
-        return True
-
-    def add(probe: Probe) -> bool:
-        if not fits(probe):
-            return False
-        action = actions[probe.action]
-        step = ground_probe(probe, action, objects)
-        steps.append(step)
-        for pa, g in step.atoms.items():
-            v = probe.assignment[pa.atom]
-            shared = not _variables(pa.atom)
-            if v and (not shared or g not in value):
+    def add(step: Step) -> bool:
+        for g, v, _, _ in step.shared:
+            if g in value and value[g] != v:
+                return False
+        chosen.append(step)
+        state.update(step.true_atoms)
+        for g, v, pa, fixed_after in step.shared:
+            if v and g not in value:
                 state.add(g)
-            if shared:
+            if pa is not None:
                 value[g] = after_of(pa, v)
-        binding = dict(zip(action.parameter_names, step.ground_action[1:], strict=True))
-        for atom, v, after in fixed.get(probe.action, ()):
-            g = atom.ground(binding)
-            shared = not _variables(atom)
-            if v and (not shared or g not in value):
-                state.add(g)
-            if shared:
-                value[g] = v if after is None else after
+            else:
+                value[g] = v if fixed_after is None else fixed_after
         return True
 
-    def opaque(probe: Probe) -> bool:
-        return any(not _variables(atom) and after_of(PaTuple(probe.action, atom), v) is None
-                   for atom, v in probe.assignment.items())
-
-    def place(probes: Sequence[Probe]) -> list[Probe]:
-        pending = list(probes)
+    def place(probes: Iterable[Probe]) -> None:
+        pending = [maker.step(p) for p in probes]
         while pending:
-            rest = [p for p in pending if not add(p)]
+            rest = [s for s in pending if not add(s)]
             if len(rest) == len(pending):
-                break
+                return
             pending = rest
-        return pending
 
-    shared = [p for p in (*safe, *risky) if any(not _variables(a) for a in p.assignment)]
-    dark = [p for p in shared if opaque(p)] if shared else []
+    def opaque(step: Step) -> bool:
+        return any(pa is not None and after_of(pa, v) is None for _, v, pa, _ in step.shared)
+
+    first = [*safe, *sorted(risky, key=lambda p: p.risky)]
+    dark = [p for p in first if opaque(maker.step(p))]
     if dark:
-        safe = [p for p in safe if not any(p is d for d in dark)]
-        risky = [p for p in risky if not any(p is d for d in dark)]
-    place(safe)
-    place(sorted(risky, key=lambda p: p.risky))
+        first = [p for p in first if not opaque(maker.step(p))]
+    place(first)
     place(dark)
     # Expected failures go last, as many as fit: the agent stops at the first real
     # failure, and every probe before it that ran was a wrong guess now settled, so a
     # query costs one failure however many guesses it clears.
     place(sorted(final, key=lambda p: _FINAL_PRIORITY[p.kind]))
-    if not steps:
+    if not chosen:
         return None
-    return Query(frozenset(state), steps)
+    return Query(frozenset(state), chosen)
 
 
 Seen = dict[PaTuple, tuple[bool | None, bool | None]]
@@ -215,14 +309,14 @@ def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa:
     """Executed steps with each atom's value before/after, and the failed step if any.
 
     An atom's value before a step is known when every earlier step's effect on it is
-    known; its value after a step is read from s_F when no later executed step touches
-    it. Otherwise it is None (unseen) and the engine draws no conclusion from it.
+    predictable; its value after a step is read from s_F when no later executed step
+    touches it. Otherwise it is None (unseen) and the engine draws no conclusion from it.
     """
     after_of = after if after is not None else _from_effect(effect)
     n = min(answer.executed, len(query.steps))
     last_touch: dict[GroundAtom, int] = {}
     for i, step in enumerate(query.steps[:n]):
-        for g in step.atoms.values():
+        for g, _, _, _ in step.shared:
             last_touch[g] = i
     current: dict[GroundAtom, bool | None] = {}
 
@@ -236,11 +330,17 @@ def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa:
             counts[g] = counts.get(g, 0) + 1
         seen: Seen = {}
         for pa, g in step.atoms.items():
+            b = before(g)
             if counts[g] > 1:
-                seen[pa] = (None, None)
+                # Two lifted atoms on one ground atom (equal objects): the value before
+                # holds for both, the value after is their joint work.
+                seen[pa] = (b, None)
                 continue
-            post = None if last_touch[g] > i else g in answer.state
-            seen[pa] = (before(g), post)
+            post = None if last_touch.get(g, i) > i else g in answer.state
+            seen[pa] = (b, post)
+        for g, v, pa, fixed_after in step.shared:
+            if pa is None:
+                current[g] = before(g) if fixed_after is None else fixed_after
         for pa, g in step.atoms.items():
             b, a = seen[pa]
             current[g] = a if a is not None else after_of(pa, b)

@@ -123,6 +123,11 @@ class VersionSpace:
     conflicts: list[Conflict] = field(default_factory=list)
     executed_actions: set[str] = field(default_factory=set)
     """Actions seen executing at least once: only then does every atom have a safe value."""
+    version: dict[str, int] = field(default_factory=dict)
+    """Per action, bumped whenever its evidence changes: probe designs are cached on it."""
+
+    def touch(self, action: str) -> None:
+        self.version[action] = self.version.get(action, 0) + 1
 
     @classmethod
     def open(cls, model: AbstractModel) -> VersionSpace:
@@ -146,11 +151,14 @@ class VersionSpace:
             return False
         self.masks[pa] = new
         self.evidence.setdefault(pa, []).append(evidence)
+        self.touch(pa.action)
         return True
 
     def executed(self, action: str, seen: Mapping[PaTuple, tuple[bool | None, bool | None]],
                  evidence: str) -> None:
         """An executed step: per pa-tuple, the atom's value before and after (None: unseen)."""
+        if action not in self.executed_actions:
+            self.touch(action)
         self.executed_actions.add(action)
         for pa, (before, after) in seen.items():
             if before is None:
@@ -162,6 +170,7 @@ class VersionSpace:
 
     def failed(self, action: str, seen: Mapping[PaTuple, bool | None], evidence: str) -> None:
         self.clauses.append(Clause(action, tuple(seen.items()), evidence))
+        self.touch(action)
         self.propagate()
 
     def live_literals(self, clause: Clause) -> list[tuple[PaTuple, bool | None]]:

@@ -12,14 +12,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import QueryResult, State
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Trace
 from capwatch.assess.planner import BreadthFirstPlanner, Planner
 from capwatch.cli._common import fail, load_domain, load_plan, load_problem
 from capwatch.model import AbstractModel, ModelError
+from capwatch.model.pal import Mode
 from capwatch.model.domain import Domain, GroundAction, Problem
 from capwatch.model.grounding import Grounder
 from capwatch.model.simulate import execute_plan
@@ -70,7 +73,7 @@ def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[Gro
                 seed: int = 0) -> tuple[AssessmentResult, dict[str, Any]]:
     """One assessment and its figures (shared with benchmarks/bench_assess.py)."""
     trace = observed_trace(truth, problem, plan)
-    agent = SimulatedAgent(truth, seed=seed)
+    agent = _TimedAgent(SimulatedAgent(truth, seed=seed))
     start = time.perf_counter()
     result = assess(initial, [trace], agent, method=method, budget=budget,
                     planner=planner or BreadthFirstPlanner(),
@@ -88,9 +91,34 @@ def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[Gro
         "pal_tuples": len(true_model.modes),
         "drift": AbstractModel.from_domain(initial).delta(true_model),
         "unresolved": len(result.unresolved),
+        # Decided pal-tuples that differ from the truth: an assessment may leave a
+        # pal-tuple open (and say why), but must never get a decided one wrong.
+        "wrong_decided": sum(1 for p, m, _ in result.model.diff(true_model)
+                             if m is not Mode.UNKNOWN),
+        "budget_exhausted": result.budget_exhausted,
         "seconds": round(seconds, 4),
+        "agent_seconds": round(agent.seconds, 4),
+        "engine_seconds": round(seconds - agent.seconds, 4),
+        "open": [{"pal": str(p), "reason": r} for p, r in sorted(result.open_reasons.items())],
     }
     return result, figures
+
+
+class _TimedAgent:
+    """Counts the time the simulated agent spends answering: it stands in for a remote
+    agent, so the engine's own cost is the total minus this."""
+
+    def __init__(self, inner: SimulatedAgent) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+
+    def query(self, state: State, plan: Sequence[GroundAction], samples: int = 1
+              ) -> list[QueryResult]:
+        start = time.perf_counter()
+        try:
+            return self.inner.query(state, plan, samples)
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
 def _offline(args: argparse.Namespace) -> int:
