@@ -170,8 +170,9 @@ class Designer:
             alt = dict(base)
             for pa in both:
                 alt[pa.atom] = not base[pa.atom]
-            safe_probes.append(self._probe((action, "alt"), alt, SAFE, f"{action}: what changes with "
-                                     f"{len(both)} atoms at their other value?"))
+            safe_probes.append(self._probe((action, "alt"), alt, SAFE,
+                                           f"{action}: what changes with {len(both)} "
+                                           f"atoms at their other value?"))
         for pa in todo:
             mask = masks[pa]
             other = not base[pa.atom]
@@ -180,7 +181,6 @@ class Designer:
                 continue
             assignment = dict(base)
             assignment[pa.atom] = other
-            expect_fail = self.hypothesis(pa)[0] is not Mode.ABSENT
             required = f"(not {pa.atom})" if not base[pa.atom] else str(pa.atom)
             if self.hypothesis(pa)[0] is not Mode.ABSENT:
                 final.append(self._probe(pa, assignment, FAIL,

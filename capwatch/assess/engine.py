@@ -306,9 +306,10 @@ class _Engine:
                 final.extend(f)
             if not (safe or risky or final):
                 break
+            # Riders expected to run ride along; riders expected to fail only when the
+            # targets have no failure of their own to ask (each query ends at one).
+            risky.extend(rider_risky)
             if not final:
-                # Riders' doubts only ride when the targets' own questions all run.
-                risky.extend(rider_risky)
                 final = rider_final
             if len(self.queries) >= self.budget:
                 self.budget_exhausted = True

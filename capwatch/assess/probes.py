@@ -129,7 +129,7 @@ def _getter(where: Sequence[int]) -> _Getter:
     if len(where) == 1:
         i = where[0]
         return lambda v: (v[i],)
-    return itemgetter(*where)  # type: ignore[return-value]
+    return itemgetter(*where)
 
 
 def _template(action: Action, atoms: Iterable[LiftedAtom]
@@ -338,8 +338,8 @@ def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa:
                 continue
             post = None if last_touch.get(g, i) > i else g in answer.state
             seen[pa] = (b, post)
-        for g, v, pa, fixed_after in step.shared:
-            if pa is None:
+        for g, _, owner, fixed_after in step.shared:
+            if owner is None:
                 current[g] = before(g) if fixed_after is None else fixed_after
         for pa, g in step.atoms.items():
             b, a = seen[pa]

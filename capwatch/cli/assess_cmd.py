@@ -22,9 +22,9 @@ from capwatch.assess.observations import Trace
 from capwatch.assess.planner import BreadthFirstPlanner, Planner
 from capwatch.cli._common import fail, load_domain, load_plan, load_problem
 from capwatch.model import AbstractModel, ModelError
-from capwatch.model.pal import Mode
 from capwatch.model.domain import Domain, GroundAction, Problem
 from capwatch.model.grounding import Grounder
+from capwatch.model.pal import Mode
 from capwatch.model.simulate import execute_plan
 
 
