@@ -59,6 +59,59 @@ assert again is not None and len(again) == len(plan), again
 print(f"Fast Downward: {len(plan)}-step optimal plan, found again through capwatch's adapter")
 PY
 
+echo "== capwatch run: the daemon serves health, metrics and the token-guarded API"
+run -i --entrypoint python3 "$IMAGE" - <<'PY'
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from importlib import resources
+from pathlib import Path
+
+ex = Path(str(resources.files("capwatch") / "examples"))
+Path("/tmp/in.jsonl").write_text("")
+Path("/tmp/c.yaml").write_text(f"""
+families: {{rover: {{domain: {ex / 'rover.pddl'}}}}}
+source: {{kind: jsonl, path: /tmp/in.jsonl, follow: true}}
+output: {{kind: jsonl, directory: /tmp/out}}
+store: {{url: sqlite:////tmp/m.db}}
+http: {{host: 127.0.0.1, port: 9464, read_auth: true}}
+""")
+env = {**os.environ, "CAPWATCH_HTTP__TOKEN": "smoke-token"}
+daemon = subprocess.Popen(["capwatch", "run", "--config", "/tmp/c.yaml"], env=env)
+
+
+def get(path, token=None):
+    req = urllib.request.Request("http://127.0.0.1:9464" + path)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return None, ""
+
+
+deadline = time.monotonic() + 60
+while get("/readyz")[0] != 200:
+    assert daemon.poll() is None, f"the daemon exited with {daemon.returncode}"
+    assert time.monotonic() < deadline, "not ready within 60 s"
+    time.sleep(0.2)
+status, metrics = get("/metrics")
+assert status == 200 and "capwatch_build_info" in metrics and "process_cpu_seconds_total" in metrics
+assert get("/api/v1/agents")[0] == 401
+status, body = get("/api/v1/agents", "smoke-token")
+assert status == 200 and json.loads(body)[0]["family"] == "rover", body
+daemon.send_signal(signal.SIGTERM)
+assert daemon.wait(30) == 0, daemon.returncode
+print("daemon: ready, /metrics with process_*, /api/v1 behind the token, clean SIGTERM")
+PY
+
 echo "== capwatch demo"
 out="$(run "$IMAGE" demo)"
 echo "$out" | tail -n 4
