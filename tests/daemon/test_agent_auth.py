@@ -47,7 +47,7 @@ def agent_server(tls: TlsFiles) -> Iterator[AgentServer]:
     ctx.verify_mode = ssl.CERT_REQUIRED
     d = tls.ca.parent
     ctx.load_cert_chain(str(d / "server.crt"), str(d / "server.key"))
-    inner = server._server  # noqa: SLF001 - TLS and header recording are test-only
+    inner = server._server  # TLS and header recording: test-only reach into the server
     inner.socket = ctx.wrap_socket(inner.socket, server_side=True)
     inner.RequestHandlerClass = _Recording
     SEEN.clear()
