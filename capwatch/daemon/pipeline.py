@@ -239,7 +239,7 @@ class Pipeline:
         try:
             self.metrics.records.child(record.source).inc()
             stamp = record.timestamp if record.timestamp is not None else time.time()
-            self.metrics.last_record.labels(record.source).set(stamp)
+            self.metrics.last_record.child(record.source).set(stamp)
             self._newest_stamp[record.partition] = stamp
             try:
                 self._handle(record)
