@@ -90,10 +90,10 @@ def _agents_ls(args: argparse.Namespace) -> int:
             print(json.dumps([r.to_json() for r in page.rows]))
             return
         print(table(["FAMILY", "AGENT", "STATE", "MODEL", "Δ BASE", "OPEN ALERTS",
-                     "LAST EVENT"],
+                     "LAST EVENT", "CHANGE"],
                     [[r.family, r.agent_id, r.state, _model(r), str(r.delta_to_baseline),
-                      str(r.open_alerts), f"{when(r.last_event)} {r.last_event_what}"]
-                     for r in page.rows], right=(4, 5)))
+                      str(r.open_alerts), f"{when(r.last_event)} {r.last_event_what}",
+                      r.change[:100]] for r in page.rows], right=(4, 5)))
         counts = ", ".join(f"{n} {s}" for s, n in page.counts.items() if n)
         print(f"\n{page.total} of {len(rows)} agents shown; fleet: {counts or 'empty'}")
     return _run(args, body)

@@ -54,13 +54,16 @@ class AgentRow:
     open_alerts: int
     transitions: int
     inconsistent: int
+    change: str = ""
+    """The first line of its current own version's change, in the model's words."""
 
     def to_json(self) -> dict[str, Any]:
         return {"family": self.family, "agent_id": self.agent_id, "state": self.state,
                 "version": self.version.to_json(), "delta_to_baseline": self.delta_to_baseline,
                 "last_event": self.last_event.isoformat() if self.last_event else None,
                 "last_event_what": self.last_event_what, "open_alerts": self.open_alerts,
-                "transitions": self.transitions, "inconsistent": self.inconsistent}
+                "transitions": self.transitions, "inconsistent": self.inconsistent,
+                "change": self.change}
 
 
 def _alert_agent(row: OutboxAlert) -> str | None:
@@ -103,15 +106,16 @@ def fleet(store: ModelStore, family: str | None = None) -> list[AgentRow]:
         agent_alerts = alerts.get((fam, agent), [])
         last_action = acted.get((fam, agent))
         drifted = False
+        change = ""
         if mine is not None:
-            if mine.delta_to_baseline > 0:
-                drifted = True
-            else:  # Δ 0 can still be a probability change: compare the models
-                if fam not in base_models:
-                    v = s.latest(fam, None)
-                    base_models[fam] = v.model_json if v else None
-                v = s.latest(fam, agent)
-                drifted = v is not None and v.model_json != base_models[fam]
+            if fam not in base_models:
+                b = s.latest(fam, None)
+                base_models[fam] = b.model_json if b else None
+            v = s.latest(fam, agent)
+            # Δ 0 can still be a probability change: compare the models themselves.
+            drifted = mine.delta_to_baseline > 0 or (
+                v is not None and v.model_json != base_models[fam])
+            change = v.summary[0] if v is not None and v.summary else ""
         newest_alert = agent_alerts[0] if agent_alerts else None
         if item is not None and item.status in ("pending", "claimed"):
             state = "assessing"
@@ -131,7 +135,7 @@ def fleet(store: ModelStore, family: str | None = None) -> list[AgentRow]:
         act = activity.get((fam, agent), AgentActivity(fam, agent, 0, 0, current.updated_at,
                                                         ""))
         if (fam, agent) in activity:
-            events.append((act.last_seen, "transitions"))
+            events.append((act.last_seen, "transitions seen"))
         if mine is not None:
             events.append((mine.updated_at, f"version {mine.latest_version}"))
         if newest_alert is not None:
@@ -145,7 +149,7 @@ def fleet(store: ModelStore, family: str | None = None) -> list[AgentRow]:
         when, what = max(events, key=lambda e: e[0]) if events else (None, "")
         rows.append(AgentRow(fam, agent, state, ref, current.delta_to_baseline
                              if mine is not None else 0, when, what, open_alerts,
-                             act.transitions, act.inconsistent))
+                             act.transitions, act.inconsistent, change))
     return rows
 
 
@@ -403,7 +407,8 @@ def family_view(store: ModelStore, family: str, rows: Sequence[AgentRow] | None 
     baseline = baselines[-1] if baselines else None
     rows = list(rows) if rows is not None else fleet(store, family)
     shared: dict[str, set[str]] = {}
-    changed_actions: set[str] = set()
+    changed_actions: dict[str, set[str]] = {}
+    """Action → the parts some agent's model changes: "pre", "eff"."""
     for lin in s.lineages(family):
         if lin.agent_id is None or baseline is None:
             continue
@@ -413,10 +418,13 @@ def family_view(store: ModelStore, family: str, rows: Sequence[AgentRow] | None 
         d = diff_versions(baseline, v)
         for line in d.summary:
             shared.setdefault(line, set()).add(lin.agent_id)
-        changed_actions |= {c[0].action for c in d.changes}
-        if v.model_json != baseline.model_json and not d.changes:
-            # A probability-only change: diff_versions' summary says so in words.
-            changed_actions |= {line.split("(", 1)[0] for line in d.summary}
+        for pal, _, _ in d.changes:
+            changed_actions.setdefault(pal.action, set()).add(pal.location.value)
+        old_actions = baseline.domain().action_map
+        for a in v.domain().actions:
+            b = old_actions.get(a.name)
+            if b is not None and not a.is_deterministic and _outcomes(a) != _outcomes(b):
+                changed_actions.setdefault(a.name, set()).add("eff")  # probabilities
     changes = sorted((SharedChange(t, tuple(sorted(a))) for t, a in shared.items()),
                      key=lambda c: (-len(c.agents), c.text))
     lines: set[int] = set()
@@ -426,17 +434,26 @@ def family_view(store: ModelStore, family: str, rows: Sequence[AgentRow] | None 
                       s.actions(family))
 
 
-def action_lines(pddl: str, actions: set[str]) -> set[int]:
-    """1-based numbers of the lines of ``(:action NAME ...)`` blocks for ``actions``."""
+def action_lines(pddl: str, actions: Mapping[str, set[str]]) -> set[int]:
+    """1-based numbers of the lines to mark: per changed action its ``(:action`` line and
+    the lines of the parts that changed (``pre``: ``:precondition``, ``eff``: ``:effect``),
+    as capwatch.model.pddl_writer lays a domain out."""
+    wanted = {name.lower(): parts for name, parts in actions.items()}
     out: set[int] = set()
     depth = 0
-    inside = False
+    parts: set[str] | None = None
+    section = ""
     for i, line in enumerate(pddl.splitlines(), start=1):
         stripped = line.strip().lower()
         if depth == 1 and stripped.startswith("(:action"):
-            name = stripped.split()[1] if len(stripped.split()) > 1 else ""
-            inside = name in {a.lower() for a in actions}
-        if inside:
+            words = stripped.split()
+            parts = wanted.get(words[1] if len(words) > 1 else "")
+            section = ""
+            if parts is not None:
+                out.add(i)
+        elif parts is not None and depth == 2 and stripped.startswith(":"):
+            section = {":precondition": "pre", ":effect": "eff"}.get(stripped.split()[0], "")
+        if parts is not None and section in parts and not stripped.startswith(")"):
             out.add(i)
         for ch in line.split(";", 1)[0]:
             if ch == "(":
@@ -444,5 +461,5 @@ def action_lines(pddl: str, actions: set[str]) -> set[int]:
             elif ch == ")":
                 depth -= 1
                 if depth == 1:
-                    inside = False
+                    parts = None
     return out

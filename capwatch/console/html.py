@@ -148,8 +148,8 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
     counts = " ".join(
         f'<a href="{e(links.fleet(state=s, q=text))}">{badge(s)} {page.counts.get(s, 0)}</a>'
         for s in STATES)
-    options = "".join(f'<option value="{e(s)}"{" selected" if s == state else ""}>{e(s)}'
-                      f"</option>" for s in ("", *STATES))
+    options = "".join(f'<option value="{e(s)}"{" selected" if s == state else ""}>'
+                      f'{e(s or "any")}</option>' for s in ("", *STATES))
     sorts = "".join(f'<option value="{e(s)}"{" selected" if s == sort else ""}>'
                     f'{e(s.replace("_", " "))}</option>'
                     for s in ("agent", "family", "state", "version", "last_event",
@@ -165,7 +165,8 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
         f'<input type="hidden" name="per_page" value="{per_page}">'
         '<button type="submit">Show</button></form>')
     head = "".join(f"<th scope=\"col\">{h}</th>" for h in (
-        "Agent", "Family", "State", "Model", "Δ baseline", "Last event", "Open alerts"))
+        "Agent", "Family", "State", "Model", "Δ baseline", "What changed", "Last event",
+        "Open alerts"))
     body = []
     for r in page.rows:
         model = f"own v{r.version.version}" if r.version.agent_id else \
@@ -174,7 +175,8 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
             f"<tr><td>{link(links.agent(r.family, r.agent_id), r.agent_id)}</td>"
             f"<td>{link(links.family(r.family), r.family)}</td><td>{badge(r.state)}</td>"
             f"<td>{e(model)}</td><td class=\"num\">{r.delta_to_baseline}</td>"
-            f"<td>{e(when(r.last_event))} <span class=\"muted\">{e(r.last_event_what)}"
+            f"<td>{e(_short(r.change))}</td><td>{e(when(r.last_event))} "
+            f"<span class=\"muted\">{e(r.last_event_what)}"
             f"</span></td><td class=\"num\">{r.open_alerts}</td></tr>")
     pager = _pager(page, links, state=state, text=text, sort=sort, descending=descending,
                    per_page=per_page)
@@ -184,6 +186,10 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
             f"<p>{page.total} agents match; page {page.page} of {page.pages}.</p>"
             f'<table aria-label="Agents"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>{pager}")
+
+
+def _short(text: str, n: int = 90) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def _pager(page: Page, links: Links, **query: object) -> str:

@@ -35,7 +35,10 @@ def test_agents_ls_lists_the_whole_fleet_with_states(
     assert all(r["transitions"] == 400 for r in rows)
     code, out, _ = run(capsys, "agents", "ls", "--store", demo_store, "--state", "drifted")
     assert out.splitlines()[0].split() == ["FAMILY", "AGENT", "STATE", "MODEL", "Δ", "BASE",
-                                           "OPEN", "ALERTS", "LAST", "EVENT"]
+                                           "OPEN", "ALERTS", "LAST", "EVENT", "CHANGE"]
+    rover = next(x for x in out.splitlines() if "rover-v3-004" in x)
+    assert rover.endswith("  sample_rock(?r ?s ?w) now requires (battery_full ?r); no longer "
+                          "requires (battery_half ?r); now make")  # cut at 100 characters
     assert "3 of 24 agents shown; fleet: 21 healthy, 3 drifted" in out
 
 
