@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit chaos demo image bench bench-core bench-assess bench-drift bench-store bench-daemon clean
+.PHONY: test lint typecheck unit chaos demo image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-console clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ chaos: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/capwatch demo --report build/demo-report
 
-bench: bench-core bench-assess bench-drift bench-store bench-daemon
+bench: bench-core bench-assess bench-drift bench-store bench-daemon bench-console
 
 bench-core: $(STAMP)
 	$(BIN)/python benchmarks/bench_consistency.py
@@ -51,6 +51,9 @@ bench-store: $(STAMP)
 
 bench-daemon: $(STAMP)
 	$(BIN)/python benchmarks/bench_daemon.py
+
+bench-console: $(STAMP)
+	$(BIN)/python benchmarks/bench_console.py
 
 # The container image (deploy/image/build.sh: a Debian base made with mmdebstrap, a host-built
 # wheelhouse, buildah, then a smoke test in podman). Slow and needs root: not part of `test`.

@@ -117,8 +117,7 @@ def _find_family(store: ModelStore, agent_id: str, family: str | None) -> str:
 def _agents_show(args: argparse.Namespace) -> int:
     def body(store: ModelStore) -> None:
         family = _find_family(store, args.agent_id, args.family)
-        row = next((r for r in data.fleet(store, family) if r.agent_id == args.agent_id),
-                   None)
+        row = next(iter(data.fleet(store, family, only=args.agent_id)), None)
         view = data.agent_view(store, family, args.agent_id, row)
         if args.json:
             print(json.dumps(_agent_json(view), sort_keys=True))

@@ -86,7 +86,15 @@ def handle(args: argparse.Namespace) -> int:
                           Path(args.report))
         code = code if code != 0 or result.ok else 1
         if args.serve:
-            serve(config, fleet, Path(tmp), args.port, args.token)
+            try:
+                serve(config, fleet, Path(tmp), args.port, args.token)
+            except OSError as e:
+                print(f"capwatch demo: cannot serve on port {args.port}: {e.strerror or e}; "
+                      "choose another with --port", file=sys.stderr)
+                return 2
+        else:
+            print("\nTo look around in a browser (find the drifted agents, approve a version, "
+                  "roll one back): capwatch demo --serve")
     return code
 
 

@@ -24,7 +24,13 @@ from datetime import datetime
 from typing import Any
 
 from capwatch.contracts.store import ModelStore, OutboxAlert, PendingAssessment
-from capwatch.contracts.versions import LineageSummary, ModelRef, ModelVersion, diff_versions
+from capwatch.contracts.versions import (
+    LineageSummary,
+    ModelRef,
+    ModelVersion,
+    content_key,
+    diff_versions,
+)
 from capwatch.model.diff import Change
 from capwatch.model.domain import Action, Domain
 from capwatch.models_store.actions import (
@@ -71,26 +77,29 @@ def _alert_agent(row: OutboxAlert) -> str | None:
     return str(agent) if agent else None
 
 
-def fleet(store: ModelStore, family: str | None = None) -> list[AgentRow]:
-    """Every agent the store knows of, sorted by family and agent."""
+def fleet(store: ModelStore, family: str | None = None,
+          only: str | None = None) -> list[AgentRow]:
+    """Every agent the store knows of, sorted by family and agent (``only``: just that
+    agent's row, without reading the others' alerts and actions)."""
     s = action_store(store)
     lineages = s.lineages(family)
     baselines = {r.family: r for r in lineages if r.agent_id is None}
     own = {(r.family, r.agent_id): r for r in lineages if r.agent_id is not None}
     activity = {(a.family, a.agent_id): a for a in s.activity(family)}
-    agents = {(f, a) for f, a in s.known_agents() if family is None or f == family}
+    agents = {(f, a) for f, a in s.known_agents() if (family is None or f == family)
+              and (only is None or a == only)}
     queue: dict[tuple[str, str], PendingAssessment] = {}
     for work in s.queue_items():
         k = (work.family, work.agent_id)
         if k not in queue or work.enqueued_at >= queue[k].enqueued_at:
             queue[k] = work
     alerts: dict[tuple[str, str], list[OutboxAlert]] = {}
-    for row in s.alert_history(family, limit=ALERT_SCAN):
+    for row in s.alert_history(family, only, limit=ALERT_SCAN):
         agent = _alert_agent(row)
         if agent is not None:
             alerts.setdefault((row.family, agent), []).append(row)
     acted: dict[tuple[str, str], OperatorAction] = {}
-    for a in s.actions(family, limit=ALERT_SCAN):
+    for a in s.actions(family, only, limit=ALERT_SCAN):
         if a.agent_id is not None:
             acted.setdefault((a.family, a.agent_id), a)
     base_models: dict[str, Any] = {}
@@ -409,22 +418,31 @@ def family_view(store: ModelStore, family: str, rows: Sequence[AgentRow] | None 
     shared: dict[str, set[str]] = {}
     changed_actions: dict[str, set[str]] = {}
     """Action → the parts some agent's model changes: "pre", "eff"."""
+    seen: dict[str, tuple[list[str], dict[str, set[str]]]] = {}
+    old_actions = baseline.domain().action_map if baseline is not None else {}
     for lin in s.lineages(family):
         if lin.agent_id is None or baseline is None:
             continue
         v = s.latest(family, lin.agent_id)
         if v is None:
             continue
-        d = diff_versions(baseline, v)
-        for line in d.summary:
+        digest = content_key(v.model_json)
+        if digest not in seen:
+            # Agents that drifted alike hold equal models: compare each model once.
+            d = diff_versions(baseline, v)
+            parts: dict[str, set[str]] = {}
+            for pal, _, _ in d.changes:
+                parts.setdefault(pal.action, set()).add(pal.location.value)
+            for a in v.domain().actions:
+                b = old_actions.get(a.name)
+                if b is not None and not a.is_deterministic and _outcomes(a) != _outcomes(b):
+                    parts.setdefault(a.name, set()).add("eff")  # probabilities
+            seen[digest] = (list(d.summary), parts)
+        summary, parts = seen[digest]
+        for line in summary:
             shared.setdefault(line, set()).add(lin.agent_id)
-        for pal, _, _ in d.changes:
-            changed_actions.setdefault(pal.action, set()).add(pal.location.value)
-        old_actions = baseline.domain().action_map
-        for a in v.domain().actions:
-            b = old_actions.get(a.name)
-            if b is not None and not a.is_deterministic and _outcomes(a) != _outcomes(b):
-                changed_actions.setdefault(a.name, set()).add("eff")  # probabilities
+        for name, where in parts.items():
+            changed_actions.setdefault(name, set()).update(where)
     changes = sorted((SharedChange(t, tuple(sorted(a))) for t, a in shared.items()),
                      key=lambda c: (-len(c.agents), c.text))
     lines: set[int] = set()

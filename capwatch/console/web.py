@@ -230,8 +230,7 @@ class Console:
             return self._html(HTTPStatus.OK, "capwatch: alerts", flash + body, actor, headers)
         if len(parts) == 3 and parts[0] == "agents":
             family, agent = parts[1], parts[2]
-            rows = data.fleet(self.store, family)
-            row = next((r for r in rows if r.agent_id == agent), None)
+            row = next(iter(data.fleet(self.store, family, only=agent)), None)
             if row is None:
                 raise _Refused(HTTPStatus.NOT_FOUND, f"no agent {agent} of {family}")
             view = data.agent_view(self.store, family, agent, row)
