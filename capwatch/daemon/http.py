@@ -15,7 +15,7 @@ Read API (JSON unless noted)::
     GET /api/v1/agents/{agent}/versions?family=F        version history
     GET /api/v1/agents/{agent}/versions/{n}?family=F[&format=pddl]
     GET /api/v1/agents/{agent}/diff?family=F[&from=N|baseline][&to=M]
-    GET /api/v1/alerts[?limit=N]                        most recent alerts, newest first
+    GET /api/v1/alerts[?limit=N]                        recent alerts of every replica
 
 ``family`` may be omitted when the replica knows the agent. The family baseline is
 addressed with the agent name ``_baseline``. ``diff`` compares two versions of the agent;
@@ -42,6 +42,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from capwatch.alerts.sinks import alert_event
+from capwatch.alerts.types import Alert
 from capwatch.console.web import MAX_BODY, Console
 from capwatch.contracts.store import ModelRegistry
 from capwatch.contracts.versions import ModelVersion, diff_versions
@@ -335,7 +337,7 @@ class ApiServer:
             if not 1 <= limit <= MAX_ALERTS:
                 raise _Error(HTTPStatus.BAD_REQUEST, "invalid_request",
                              f"limit must be a whole number from 1 to {MAX_ALERTS}, got {raw!r}")
-            return [a.model_dump(mode="json") for a in self.alerts.latest(limit)]
+            return [a.model_dump(mode="json") for a in self._alerts(store, limit)]
         if len(parts) >= 3 and parts[0] == "agents":
             agent, what = parts[1], parts[2:]
             family = self._family(agent, query)
@@ -358,6 +360,17 @@ class ApiServer:
                 return diff_versions(a, b).to_json()
         raise _Error(HTTPStatus.NOT_FOUND, "not_found",
                      f"no such API path /api/v1/{'/'.join(parts)}")
+
+    def _alerts(self, store: ModelRegistry, limit: int) -> list[AlertEvent]:
+        """What every replica sharing the store let out (its alert deliveries, kept for
+        ``alerts.keep_s``), with what this replica published itself, newest first."""
+        events = {(a.dedup_key, a.time): a for a in self.alerts.latest(MAX_ALERTS)}
+        deliveries = getattr(store, "deliveries", None)
+        if callable(deliveries):
+            for d in deliveries():
+                event = alert_event(Alert.from_record(d.alert))
+                events.setdefault((event.dedup_key, event.time), event)
+        return sorted(events.values(), key=lambda a: a.time, reverse=True)[:limit]
 
     def _model(self, v: ModelVersion, query: dict[str, str]) -> Any:
         if query.get("format") == "pddl":

@@ -177,3 +177,31 @@ def test_health_is_served_while_the_daemon_is_still_starting(tmp_path: Path) -> 
     finally:
         server.close()
         store.close()
+
+
+def test_alerts_include_what_other_replicas_let_out(tmp_path: Path) -> None:
+    from capwatch.alerts.outbox import AlertOutbox, outbox_record
+    from capwatch.alerts.sinks import LogSink
+    from capwatch.alerts.types import inconsistency_alert
+
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    # Another replica wrote and routed this alert: it is only in the shared store.
+    other = inconsistency_alert(family="rover-v1", agent_id="rover-z", action="sample_rock",
+                                time=datetime(2026, 11, 1, 13, tzinfo=UTC), contradicted=[],
+                                header="sample_rock(?r ?s ?w)", evidence={})
+    store.add_alerts([outbox_record(other, "other-replica")])
+    AlertOutbox(store, [LogSink()]).run_once(datetime(2026, 11, 1, 14, tzinfo=UTC), force=True)
+    mine = RecentAlerts()
+    mine.add(AlertEvent(alert_type="capability_reduced", severity="critical",
+                        agent_id="rover-a", family="rover-v1", summary="s", dedup_key="k",
+                        time=T0))
+    server = ApiServer(store, CollectorRegistry(), ready=lambda: True,
+                       families_of=lambda a: None, alerts=mine).start()
+    try:
+        alerts = _json(server.url + "/api/v1/alerts")
+        assert [(a["agent_id"], a["alert_type"]) for a in alerts] == [
+            ("rover-z", "unexplained_inconsistency"), ("rover-a", "capability_reduced")]
+        assert len(_json(server.url + "/api/v1/alerts?limit=1")) == 1
+    finally:
+        server.close()
+        store.close()
