@@ -150,6 +150,8 @@ class _Engine:
         self.pas: dict[str, list[PaTuple]] = {
             name: [PaTuple(name, atom) for atom in atoms] for name, atoms in self.atoms.items()}
         self.fixed = {a.name: _fixed_atoms(a, set(self.atoms[a.name])) for a in known.actions}
+        self.outside = {a.name: sorted(a.all_atoms() - set(self.atoms[a.name]))
+                        for a in known.actions}
         self.init_value: dict[PaTuple, PaValue] = {
             pa: self.initial.pa_value(pa) for pa in self.initial.pa_tuples()}
         self.targets: set[PaTuple] = set()
@@ -186,6 +188,12 @@ class _Engine:
             counts: dict[GroundAtom, int] = {}
             for g in ground.values():
                 counts[g] = counts.get(g, 0) + 1
+            for atom in self.outside[action.name]:
+                # An atom outside Γ (a constant, a repeated parameter) on the same ground
+                # atom: its known effect mixes with the pa-tuple's in the value after.
+                g = atom.ground(binding)
+                if g in counts:
+                    counts[g] += 1
             where = f"observed {_show(t.action)} at {t.source or 'a transition'}"
             executed = t.did_execute
             if executed is True:

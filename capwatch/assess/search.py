@@ -187,6 +187,7 @@ def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: G
     if goal.reached(start, 0):
         return SearchResult([], start, 1)
     reached = goal.reached
+    successors = _SuccessorIndex(operators)
     parent: dict[StateMask, tuple[StateMask, int]] = {start: (start, -1)}
     layer = [start]
     depth = 0
@@ -194,7 +195,8 @@ def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: G
         depth += 1
         next_layer: list[StateMask] = []
         for state in layer:
-            for i, op in enumerate(operators):
+            for i in successors.candidates(state):
+                op = operators[i]
                 if not op.applicable(state):
                     continue
                 for keep, add in op.effects:
@@ -209,6 +211,46 @@ def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: G
                 raise PlannerGaveUp(f"more than {max_states} states within {depth} steps")
         layer = next_layer
     return SearchResult(None, None, len(parent))
+
+
+class _SuccessorIndex:
+    """Operators filed under one of their positive precondition atoms (the first one),
+    so a state only tests the operators one of its true atoms triggers instead of every
+    operator: the cost per state follows the state's size, not the grounding's.
+    Candidates come back in operator order, so the plan found is the same."""
+
+    __slots__ = ("by_bit", "free", "small")
+
+    def __init__(self, operators: Sequence[GroundOperator]) -> None:
+        self.by_bit: dict[int, list[int]] = {}
+        self.free: list[int] = []
+        for i, op in enumerate(operators):
+            if op.pre_pos:
+                low = op.pre_pos & -op.pre_pos
+                self.by_bit.setdefault(low.bit_length() - 1, []).append(i)
+            else:
+                self.free.append(i)
+        self.small = len(operators) <= 64
+
+    def candidates(self, state: StateMask) -> list[int]:
+        if self.small:
+            return list(range(len(self.free) + sum(map(len, self.by_bit.values()))))
+        found = list(self.free)
+        by_bit = self.by_bit
+        bits = state
+        offset = 0
+        while bits:
+            word = bits & 0xFFFFFFFFFFFFFFFF
+            while word:
+                low = word & -word
+                group = by_bit.get(offset + low.bit_length() - 1)
+                if group is not None:
+                    found.extend(group)
+                word ^= low
+            bits >>= 64
+            offset += 64
+        found.sort()
+        return found
 
 
 def _path(parent: Mapping[StateMask, tuple[StateMask, int]],

@@ -52,6 +52,11 @@ class ShortcutReport:
     states: int = 0
 
 
+GROUNDING_WORK_PER_STATE = 10
+"""Grounding work (search.DEFAULT_MAX_GROUNDINGS' steps, ~1-3 µs each) allowed per search
+state of the budget: with the default 20,000 states, well under a second."""
+
+
 def _max_change(domain: Domain) -> int:
     return max((len(o.add | o.delete) for a in domain.actions for o in a.outcomes), default=0)
 
@@ -63,7 +68,10 @@ def find_shortcuts(known: Domain, traces: Sequence[Trace],
     c = _max_change(known)
     if c == 0:
         return report
-    bfs = planner if planner is not None else BreadthFirstPlanner(max_states)
+    # Grounding is bounded like the search: a drifted model with few static predicates
+    # grounds to the full cross product, which must end in a note, not a long wait.
+    bfs = planner if planner is not None else BreadthFirstPlanner(
+        max_states, max_groundings=GROUNDING_WORK_PER_STATE * max_states)
     budget = max_states
     for trace in traces:
         states = trace.states

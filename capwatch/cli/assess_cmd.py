@@ -76,7 +76,7 @@ def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[Gro
     agent = _TimedAgent(SimulatedAgent(truth, seed=seed))
     start = time.perf_counter()
     result = assess(initial, [trace], agent, method=method, budget=budget,
-                    planner=planner or BreadthFirstPlanner(),
+                    planner=planner,
                     objects=problem.objects_by_type(initial))
     seconds = time.perf_counter() - start
     true_model = AbstractModel.from_domain(truth)
@@ -126,13 +126,13 @@ def _offline(args: argparse.Namespace) -> int:
     initial = load_domain(args.initial)
     problem = load_problem(args.problem)
     plan = load_plan(args.plan)
-    planner: Planner
+    planner: Planner | None
     if args.planner == "fd":
         from capwatch.adapters.io.fast_downward import FastDownwardPlanner
 
         planner = FastDownwardPlanner()
     else:
-        planner = BreadthFirstPlanner()
+        planner = None
     result, figures = run_offline(truth, initial, problem, plan, args.method,
                                   budget=args.budget, planner=planner, seed=args.seed)
     if args.json:
