@@ -19,7 +19,7 @@ from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult, State
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Trace
-from capwatch.assess.planner import BreadthFirstPlanner, Planner
+from capwatch.assess.planner import Planner
 from capwatch.cli._common import fail, load_domain, load_plan, load_problem
 from capwatch.model import AbstractModel, ModelError
 from capwatch.model.domain import Domain, GroundAction, Problem
