@@ -188,12 +188,12 @@ class _Engine:
             counts: dict[GroundAtom, int] = {}
             for g in ground.values():
                 counts[g] = counts.get(g, 0) + 1
-            for atom in self.outside[action.name]:
+            for other in self.outside[action.name]:
                 # An atom outside Γ (a constant, a repeated parameter) on the same ground
                 # atom: its known effect mixes with the pa-tuple's in the value after.
-                g = atom.ground(binding)
-                if g in counts:
-                    counts[g] += 1
+                shared = other.ground(binding)
+                if shared in counts:
+                    counts[shared] += 1
             where = f"observed {_show(t.action)} at {t.source or 'a transition'}"
             executed = t.did_execute
             if executed is True:
