@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 
 def observed_trace(truth: Domain, problem: Problem, plan: list[GroundAction],
-                   source: str = "plan") -> Trace:
+                   source: str = "plan", optimal: bool = True) -> Trace:
     """The plan run step by step on the truth model; stops with an error if a step fails."""
     grounder = Grounder(truth)
     states = [problem.init]
@@ -65,14 +65,16 @@ def observed_trace(truth: Domain, problem: Problem, plan: list[GroundAction],
                        f"truth model; the observations must be something the agent "
                        f"actually did")
         states.append(state)
-    return Trace(tuple(states), tuple(plan), optimal=True, source=source)
+    return Trace(tuple(states), tuple(plan), optimal=optimal, source=source)
 
 
 def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[GroundAction],
                 method: str, *, budget: int = 200, planner: Planner | None = None,
-                seed: int = 0) -> tuple[AssessmentResult, dict[str, Any]]:
-    """One assessment and its figures (shared with benchmarks/bench_assess.py)."""
-    trace = observed_trace(truth, problem, plan)
+                seed: int = 0, optimal: bool = True) -> tuple[AssessmentResult, dict[str, Any]]:
+    """One assessment and its figures (shared with benchmarks/bench_assess.py);
+    ``optimal`` says whether the plan is an optimal one (enables the reduced-functionality
+    check)."""
+    trace = observed_trace(truth, problem, plan, optimal=optimal)
     agent = _TimedAgent(SimulatedAgent(truth, seed=seed))
     start = time.perf_counter()
     result = assess(initial, [trace], agent, method=method, budget=budget,
