@@ -22,6 +22,7 @@ stack after ``set_state``, so that they see the state the query put the environm
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, SupportsFloat, TypeVar
 
@@ -123,7 +124,7 @@ class GymExecutor(Generic[ObsT, ActT]):
 
     def __init__(self, env: gym.Env[ObsT, ActT], abstraction: Abstraction[ObsT, ActT],
                  set_state: Callable[[gym.Env[ObsT, ActT], frozenset[GroundAtom]], ObsT], *,
-                 executed: ExecutedHook | None = None) -> None:
+                 executed: ExecutedHook | None = None, seed: int | None = None) -> None:
         if abstraction.action_names is None:
             raise ValueError("answering queries needs the abstraction's action_names"
                              " (ground action name → raw actions)")
@@ -135,7 +136,8 @@ class GymExecutor(Generic[ObsT, ActT]):
         self._by_name: dict[str, list[ActT]] = {}
         for raw, name in abstraction.action_names.items():
             self._by_name.setdefault(name, []).append(raw)
-        self.env.reset()
+        # Seeds the environment's random generator (stochastic outcomes of queries).
+        self.env.reset(seed=seed)
         self._obs: ObsT | None = None
 
     def set_state(self, atoms: frozenset[GroundAtom]) -> None:
@@ -177,16 +179,20 @@ def query_server(make_env: Callable[[], gym.Env[ObsT, ActT]],
                  abstraction: Callable[[gym.Env[ObsT, ActT]], Abstraction[ObsT, ActT]],
                  set_state: Callable[[gym.Env[ObsT, ActT], frozenset[GroundAtom]], ObsT], *,
                  token: str | None, executed: ExecutedHook | None = None,
-                 **options: Any) -> QueryServer:
+                 seed: int | None = None, **options: Any) -> QueryServer:
     """A :class:`QueryServer` whose workers each own an environment from ``make_env``.
 
-    ``abstraction(env)`` builds the hooks for that instance. Call ``start()`` on the result.
+    ``abstraction(env)`` builds the hooks for that instance; ``seed`` seeds the first
+    worker's environment (``seed + i`` the i-th). Call ``start()`` on the result.
     """
     probe = abstraction(make_env())
+    made = itertools.count()
 
     def factory() -> GymExecutor[ObsT, ActT]:
         env = make_env()
-        return GymExecutor(env, abstraction(env), set_state, executed=executed)
+        i = next(made)
+        return GymExecutor(env, abstraction(env), set_state, executed=executed,
+                           seed=None if seed is None else seed + i)
 
     options.setdefault("vocabulary", probe.vocabulary)
     return QueryServer(factory, token=token, **options)

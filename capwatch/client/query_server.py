@@ -418,7 +418,9 @@ class QueryServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def start(self) -> QueryServer:
-        """Serve in a background thread."""
+        """Serve in a background thread (no-op when already serving)."""
+        if self._thread is not None:
+            return self
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,),
                                         name="capwatch-query-http", daemon=True)
         self._thread.start()

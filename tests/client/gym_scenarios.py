@@ -70,7 +70,7 @@ def emit_phase(path: Path, agent_id: str, family: str, env: gym.Env[Any, Any],
 def taxi_server(drifted: bool) -> QueryServer:
     return query_server(lambda: make_taxi(drifted), taxi.abstraction,
                         lambda env, atoms: taxi.TaxiAbstraction(env).set_state(env, atoms),
-                        token=TOKEN, workers=2, executed=taxi.executed)
+                        token=TOKEN, workers=2, executed=taxi.executed, seed=7)
 
 
 def frozenlake_server(make: Callable[[], gym.Env[Any, Any]], slippery_model: bool
@@ -78,4 +78,4 @@ def frozenlake_server(make: Callable[[], gym.Env[Any, Any]], slippery_model: boo
     return query_server(make, lambda env: frozenlake.abstraction(env, slippery_model),
                         lambda env, atoms: frozenlake.FrozenLakeAbstraction(env).set_state(
                             env, atoms),
-                        token=TOKEN, workers=2)
+                        token=TOKEN, workers=2, seed=7)
