@@ -4,14 +4,14 @@ Read from the source with ``ast`` (imports inside functions count too), bottom t
 
     model < monitor < assess            the core: no I/O, no knowledge of the rest
     contracts                           wire formats, protocols, store roles and records
-    adapters | models_store | alerts    peers: none imports another
+    adapters | models_store | alerts | client    peers: none imports another
     console                             the operator's pages and report (reads the store)
-    daemon                              the pipeline and the service
+    daemon | examples                   the pipeline and the service; example integrations
     cli
 
 Inside the adapters, the roles stay apart too: ``io`` (the daemon's clients) and ``sim``
-(the simulated fleet and reference agent) import neither each other nor ``sdk``; the
-agent-side ``sdk`` may use the reference agent's server from ``sim``. See
+(the simulated fleet and reference agent) import neither each other. ``client`` is the
+agent-side SDK that agent teams install: contracts and the model core only. See
 docs/architecture.md.
 """
 
@@ -33,8 +33,10 @@ LAYERS: Mapping[str, int] = {
     "capwatch.adapters": 4,
     "capwatch.models_store": 4,
     "capwatch.alerts": 4,
+    "capwatch.client": 4,
     "capwatch.console": 5,
     "capwatch.daemon": 6,
+    "capwatch.examples": 6,
     "capwatch.cli": 7,
 }
 ROOT_MODULES = {"capwatch"}
@@ -43,7 +45,6 @@ ROOT_MODULES = {"capwatch"}
 ADAPTER_ROLES: Mapping[str, set[str]] = {
     "capwatch.adapters.io": set(),
     "capwatch.adapters.sim": set(),
-    "capwatch.adapters.sdk": {"capwatch.adapters.sim"},
 }
 """Adapter role → the other roles it may import."""
 

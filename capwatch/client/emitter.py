@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from capwatch.client.vocabulary import Vocabulary, VocabularyError
 from capwatch.contracts.ingest import INGEST_PATH, NDJSON
-from capwatch.contracts.wire import Transition, encode_transition
+from capwatch.contracts.wire import AgentTransition, encode_transition
 from capwatch.model.domain import GroundAction, GroundAtom
 
 __all__ = [
@@ -266,7 +266,7 @@ class TransitionEmitter:
             self._raise_failure()
             if self._closed:
                 raise RuntimeError("the emitter is closed")
-            t = Transition(self.agent_id, self.family, self.episode_id, self._step,
+            t = AgentTransition(self.agent_id, self.family, self.episode_id, self._step,
                            self._clock(), s, a, s2, optimal, executed)
             try:
                 value = encode_transition(t)

@@ -200,7 +200,8 @@ class SimulatedSourceConfig(_Section):
 
 
 class SourceConfig(_Section):
-    kind: Literal["kafka", "jsonl", "simulated"] = "kafka"
+    kind: Literal["kafka", "jsonl", "simulated", "ingest"] = "kafka"
+    """``ingest``: transitions POSTed to the daemon's HTTP server (``ingest`` section)."""
     path: str = "-"
     """jsonl: file to read, ``-`` for stdin."""
     follow: bool = False
@@ -407,6 +408,35 @@ class AlertsConfig(_Section):
             "max_agents_listed": self.max_agents_listed})
 
 
+class IngestConfig(_Section):
+    """``source.kind: ingest``: transition events and OTLP traces over HTTP, for teams
+    without Kafka (docs/integrating-an-agent.md). Served by the ``http`` server."""
+
+    token: SecretStr | None = None
+    """Bearer token producers must send; required. Better from a Secret:
+    ``CAPWATCH_INGEST__TOKEN`` or ``token_file``. Separate from ``http.token``, which lets
+    operators act: an agent that may report may not roll models back."""
+    token_file: Path | None = None
+    directory: Path = Path("capwatch-spool")
+    """The spool: accepted events are fsynced here before the request is answered."""
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_events: int = Field(default=10_000, ge=1)
+    """Events (or spans) per request."""
+    max_spool_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+    """Past this the endpoints answer 503 until the pipeline catches up."""
+    segment_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    otlp: bool = True
+    """Also accept OTLP traces at POST /v1/traces (needs the ``otel`` extra)."""
+
+    @model_validator(mode="after")
+    def _token(self) -> IngestConfig:
+        _one_of(self.token, self.token_file, "token")
+        return self
+
+    def ingest_token(self) -> str | None:
+        return read_secret(self.token, self.token_file, "ingest.token_file")
+
+
 class HttpConfig(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -465,6 +495,7 @@ class DaemonConfig(BaseSettings):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     shutdown_grace_s: float = Field(default=20.0, gt=0)
@@ -481,6 +512,13 @@ class DaemonConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> DaemonConfig:
+        if self.source.kind == "ingest":
+            if not self.http.enabled:
+                raise ValueError("source.kind ingest is served by the HTTP server: set"
+                                 " http.enabled: true")
+            if self.ingest.token is None and self.ingest.token_file is None:
+                raise ValueError("source.kind ingest needs ingest.token (the bearer token"
+                                 " producers send; CAPWATCH_INGEST__TOKEN)")
         if self.source.kind == "simulated":
             for name in self.source.simulated.families:
                 fam = self.families.get(name)
@@ -537,6 +575,10 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
     out = data.get("output") or {}
     if isinstance(out.get("directory"), str) and not Path(out["directory"]).is_absolute():
         out["directory"] = str(base / out["directory"])
+    ingest = data.get("ingest") or {}
+    if isinstance(ingest, dict) and isinstance(ingest.get("directory"), str) \
+            and not Path(ingest["directory"]).is_absolute():
+        ingest["directory"] = str(base / ingest["directory"])
 
 
 def load_config(path: str | Path | None = None, *, text: str | None = None,

@@ -45,12 +45,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from capwatch.alerts.sinks import alert_event
 from capwatch.alerts.types import Alert
 from capwatch.console.web import MAX_BODY, Console
+from capwatch.contracts.ingest import INGEST_PATH, OTLP_TRACES_PATH
 from capwatch.contracts.store import ModelRegistry
 from capwatch.contracts.versions import ModelVersion, diff_versions
 from capwatch.contracts.wire import AlertEvent
+from capwatch.daemon.ingest import IngestEndpoints
 from capwatch.models_store.lineage import lineage_chain
 
 BASELINE = "_baseline"
+INGEST_PATHS = (INGEST_PATH, OTLP_TRACES_PATH)
 MAX_ALERTS = 200
 
 
@@ -79,6 +82,17 @@ class _Error(Exception):
         self.headers = headers or {}
 
 
+def _discard_body(h: BaseHTTPRequestHandler) -> None:
+    try:
+        length = int(h.headers.get("Content-Length") or 0)
+    except ValueError:
+        length = 0
+    if 0 < length <= 1 << 20:
+        h.rfile.read(length)
+    else:
+        h.close_connection = True
+
+
 def _not_starting() -> str | None:
     return None
 
@@ -88,12 +102,14 @@ class ApiServer:
                  ready: Callable[[], bool], families_of: Callable[[str], str | None],
                  alerts: RecentAlerts, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, read_auth: bool = False,
-                 starting: Callable[[], str | None] = _not_starting) -> None:
+                 starting: Callable[[], str | None] = _not_starting,
+                 ingest: IngestEndpoints | None = None) -> None:
         """``store`` None: the daemon is still starting (``starting`` says on what it
         waits); :meth:`attach` supplies the store once it is open."""
         if read_auth and not token:
             raise ValueError("read_auth needs a token")
         self.store = store
+        self.ingest = ingest
         self.registry = registry
         self.ready = ready
         self.families_of = families_of
@@ -179,6 +195,24 @@ class ApiServer:
     def _write(self, h: BaseHTTPRequestHandler) -> None:
         """Writes other than the console's are refused, but never before the token is
         checked, so the API cannot leak what exists to an unauthenticated client."""
+        path = urlsplit(h.path).path
+        if self.ingest is None and self.store is None and path in INGEST_PATHS:
+            # Still starting: a 503 makes emitters and OTLP exporters retry; a 401 or 405
+            # here would make them drop the batch.
+            _discard_body(h)
+            self._error(h, _Error(HTTPStatus.SERVICE_UNAVAILABLE, "starting",
+                                  f"starting: {self.starting() or 'not ready'}",
+                                  {"Retry-After": "1"}))
+            return
+        if self.ingest is not None and h.command == "POST" and path in self.ingest.paths:
+            # Agents' ingest: its own token (ingest.token), body limits and answers.
+            try:
+                self.ingest.handle(h, path)
+            except Exception as e:  # an ingest bug must answer 500 (nothing stored)
+                h.close_connection = True
+                self._error(h, _Error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal_error",
+                                      type(e).__name__))
+            return
         if self.console is not None and self.console.handles(h.command, urlsplit(h.path).path):
             self._console(h)
             return

@@ -26,6 +26,7 @@ from capwatch.daemon.assessor import Assessor, EngineAssessor
 from capwatch.daemon.config import DaemonConfig, KafkaConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.daemon.infra import Clock, utc_now
+from capwatch.daemon.ingest import IngestEndpoints
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.model.domain import Domain, GroundAtom, Problem
@@ -362,6 +363,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
     if needs_kafka:
         wait_for_kafka(config.kafka, startup)
     fleet: SimulatedFleet | None = None
+    ingest: IngestEndpoints | None = None
     if source is None:
         if config.source.kind == "kafka":
             from capwatch.adapters.io.kafka import KafkaSource, ensure_topics
@@ -383,6 +385,18 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
 
             source = JsonlSource(config.source.path, follow=config.source.follow,
                                  max_line_bytes=config.limits.max_message_bytes)
+        elif config.source.kind == "ingest":
+            from capwatch.adapters.io.spool import Spool, SpoolSource
+            from capwatch.contracts.wire import DecodeLimits
+
+            ing = config.ingest
+            spool = Spool(ing.directory, segment_bytes=ing.segment_bytes,
+                          max_bytes=ing.max_spool_bytes)
+            # Named per replica: each replica has its own spool and its own checkpoint.
+            source = SpoolSource(spool, f"ingest-{config.replica_id}")
+            lim = config.limits
+            ingest = IngestEndpoints(spool, ing, domains, DecodeLimits(
+                lim.max_message_bytes, lim.max_state_atoms, lim.max_trace_steps))
         else:
             from capwatch.adapters.sim.source import SimulatedSource
 
@@ -428,6 +442,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             return state.family if state is not None else None
 
         api.attach(store, ready=lambda: pipeline.ready, families_of=family_of)
+        api.ingest = ingest
         if config.console.enabled:
             from capwatch.console.web import Console
 

@@ -22,7 +22,7 @@ from capwatch.client import (
     Vocabulary,
     VocabularyError,
 )
-from capwatch.contracts.wire import Transition, decode
+from capwatch.contracts.wire import AgentTransition, decode
 from tests.paths import REPO_ROOT
 
 S0 = frozenset({("at", "rover1", "wp1")})
@@ -54,7 +54,7 @@ class Recorder:
         self.closed = True
 
 
-def _decoded(values: list[bytes]) -> list[Transition]:
+def _decoded(values: list[bytes]) -> list[AgentTransition]:
     out = []
     for v in values:
         d = decode(v)

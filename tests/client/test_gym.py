@@ -11,7 +11,7 @@ import pytest
 from capwatch.client import InvalidQuery, TransitionEmitter, Vocabulary, VocabularyError
 from capwatch.client.gym import ActionBlocker, CapwatchWrapper, GymExecutor
 from capwatch.client.query_server import answer_query
-from capwatch.contracts.wire import Transition, decode
+from capwatch.contracts.wire import AgentTransition, decode
 from capwatch.examples.gym import frozenlake, taxi
 from capwatch.model.consistency import Verdict, check
 from capwatch.model.grounding import AtomIndex, Grounder
@@ -30,8 +30,8 @@ class Collect:
     def close(self) -> None:
         pass
 
-    def transitions(self) -> list[Transition]:
-        out: list[Transition] = []
+    def transitions(self) -> list[AgentTransition]:
+        out: list[AgentTransition] = []
         for v in self.values:
             d = decode(v)
             assert isinstance(d, list)
@@ -40,7 +40,7 @@ class Collect:
 
 
 def _record(env: gym.Env[Any, Any], abstraction: Any, steps: int, executed: Any = None
-            ) -> tuple[CapwatchWrapper[Any, Any], list[Transition]]:
+            ) -> tuple[CapwatchWrapper[Any, Any], list[AgentTransition]]:
     sink = Collect()
     emitter = TransitionEmitter(sink, agent_id="a", family="f",
                                 vocabulary=abstraction.vocabulary)
