@@ -344,7 +344,8 @@ class QueryServer:
     """Serves the agent query protocol over ``executor`` (see the module docstring).
 
     ``executor`` is one :class:`Executor`, whose queries are then serialised (it holds one
-    state), or a zero-argument factory returning a fresh executor, one per worker thread,
+    state), or a zero-argument factory (such as the executor's class) returning a fresh
+    executor, one per worker thread,
     so that up to ``workers`` queries run at once. ``token`` is required: pass
     ``token=None`` explicitly only for a server on a private interface in a test.
     ``port=0`` picks a free port (:attr:`url`).
@@ -366,7 +367,8 @@ class QueryServer:
         self.max_body_bytes = max_body_bytes
         self.max_samples = max_samples
         self.request_timeout_s = request_timeout_s
-        if all(hasattr(executor, m) for m in ("set_state", "execute", "observe")):
+        if not isinstance(executor, type) and all(
+                hasattr(executor, m) for m in ("set_state", "execute", "observe")):
             self._factory: Callable[[], Executor] | None = None
             self._shared: Executor | None = executor  # type: ignore[assignment]
         else:
