@@ -10,7 +10,7 @@ Read from the source with ``ast`` (imports inside functions count too), bottom t
     cli
 
 Inside the adapters, the roles stay apart too: ``io`` (the daemon's clients) and ``sim``
-(the simulated fleet and reference agent) import neither each other. ``client`` is the
+(the simulated fleet and reference agent) do not import each other. ``client`` is the
 agent-side SDK that agent teams install: contracts and the model core only. See
 docs/architecture.md.
 """
