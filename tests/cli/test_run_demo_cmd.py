@@ -22,8 +22,8 @@ def test_run_refuses_a_bad_configuration_naming_the_line(
     path = tmp_path / "bad.yaml"
     path.write_text("source:\n  kind: carrier-pigeon\n")
     assert main(["run", "--config", str(path)]) == 2
-    assert f"{path}:2:3: source.kind: Input should be 'kafka', 'jsonl', 'simulated' or 'ingest'" in \
-        capsys.readouterr().err
+    assert (f"{path}:2:3: source.kind: Input should be 'kafka', 'jsonl', 'simulated' or"
+            " 'ingest'") in capsys.readouterr().err
 
 
 def test_run_reports_an_unreadable_family_model(
