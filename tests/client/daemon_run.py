@@ -43,7 +43,7 @@ def daemon_config(tmp: Path, family: str, domain: Path, problem: Path, transitio
         "output": {"kind": "jsonl", "directory": str(tmp / "out")},
         "store": {"url": f"sqlite:///{tmp / 'models.db'}"},
         "families": {family: {"domain": str(domain), "problem": str(problem)}},
-        "agents": {"urls": agent_urls, "token": token, "timeout_s": 30.0},
+        "agents": {"urls": agent_urls, "bearer_token": token, "timeout_s": 30.0},
         "http": {"enabled": False},
         "detection": {"debounce_transitions": 3, "debounce_s": 0.5},
         "scheduler": {"checkpoint_s": 0.5, "results_poll_s": 0.5},

@@ -43,7 +43,7 @@ class Daemon(CapwatchProcess):
             "store": {"url": f"sqlite:///{tmp / 'models.db'}"},
             "families": {FAMILY: {"domain": str(taxi.domain_path()),
                                   "problem": str(taxi.problem_path())}},
-            "agents": {"urls": {"taxi-1": agent_url}, "token": QUERY_TOKEN},
+            "agents": {"urls": {"taxi-1": agent_url}, "bearer_token": QUERY_TOKEN},
             "assessment": {"method": "daaisy"},
             "http": {"enabled": True, "port": self.port},
             "detection": {"debounce_transitions": 3, "debounce_s": 0.5},
