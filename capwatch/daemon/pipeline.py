@@ -35,6 +35,7 @@ import structlog
 from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
 from capwatch.contracts.store import ModelStore, PendingAssessment
+from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition, DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.daemon.alerting import AlertRouting, build_outbox, build_sinks, queued_alert
@@ -365,11 +366,20 @@ class Pipeline:
         left it was either stored as a newer version, which is installed, or ended without
         one (no change found, or failed), which releases the agent.
         """
+        items = [*self.store.queue_items("pending"), *self.store.queue_items("claimed")]
+        for item in items:
+            # Work an operator queued (capwatch.models_store.actions: assess now, the
+            # installation of a rollback) for an agent this replica holds: any replica
+            # may run it, so this one waits for it like for its own and adopts the result.
+            watch = self.registry.get(item.agent_id)
+            if item.key.startswith("operator/") and watch is not None \
+                    and watch.awaiting is None:
+                watch.awaiting = item.key
+        self._adopt_baselines()
         waiting = [w for w in self.registry if w.awaiting is not None]
         if not waiting:
             return
-        live = {i.key for i in (*self.store.queue_items("pending"),
-                                *self.store.queue_items("claimed"))}
+        live = {i.key for i in items}
         for watch in waiting:
             latest = self.store.latest(watch.family, watch.agent_id)
             if latest is not None and (watch.version.agent_id is None
@@ -377,6 +387,20 @@ class Pipeline:
                 self._apply(Installed(watch.agent_id, latest))
             elif watch.awaiting is not None and watch.awaiting not in live:
                 self._apply(Settled(watch.agent_id, watch.awaiting, Settlement.LEFT_QUEUE))
+
+    def _adopt_baselines(self) -> None:
+        """Agents running their family's baseline move to a newer baseline version (an
+        operator's promotion, another replica's configuration) without waiting for a
+        reload: one store read per family."""
+        newest: dict[str, ModelVersion | None] = {}
+        for watch in list(self.registry):
+            if watch.version.agent_id is not None or watch.awaiting is not None:
+                continue
+            if watch.family not in newest:
+                newest[watch.family] = self.store.latest(watch.family, None)
+            latest = newest[watch.family]
+            if latest is not None and latest.version > watch.version.version:
+                self._apply(Installed(watch.agent_id, latest))
 
     # ------------------------------------------------------------------ scheduled jobs
 

@@ -110,3 +110,58 @@ def test_a_promoted_baseline_survives_a_restart_with_the_same_configuration(
         assert delta(baseline.domain(), example("rover-sample-drift.pddl")) == 0
     finally:
         store.close()
+
+
+def test_the_replica_holding_an_agent_adopts_a_rollback_another_replica_runs(
+        tmp_path: Path) -> None:
+    from capwatch.models_store import record_new_model
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample(step=0) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=Drifted(),
+                            source=JsonlSource(str(path)))
+    p = service.pipeline
+    p.seed_families()
+    drifted = record_new_model(p.store, "rover-v1", "rover-a",
+                               example("rover-sample-drift.pddl"), datetime.now(UTC))
+    p.open()
+    for record in p.source.poll(1.0):
+        p.handle(record)
+    watch = p.registry.get("rover-a")
+    assert watch is not None and watch.version.ref == drifted.ref
+    # An operator rolls the agent back; the work item may be claimed by any replica,
+    # and this one never claims it (no workers run here).
+    rollback(action_store(p.store), "rover-v1", "rover-a", ModelRef("rover-v1", None, 1),
+             "bob", "reverted", datetime.now(UTC))
+    p.poll_results()
+    p.drain()
+    assert watch.version.ref == ModelRef("rover-v1", "rover-a", 2)
+    p.source.close()
+    p.store.close()
+
+
+def test_agents_on_the_baseline_adopt_a_promotion_without_a_restart(tmp_path: Path) -> None:
+    from capwatch.models_store import record_new_model
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample(agent="rover-b", step=0) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=Drifted(),
+                            source=JsonlSource(str(path)))
+    p = service.pipeline
+    p.seed_families()
+    learned = record_new_model(p.store, "rover-v1", "rover-a",
+                               example("rover-sample-drift.pddl"), datetime.now(UTC))
+    p.open()
+    for record in p.source.poll(1.0):
+        p.handle(record)
+    watch = p.registry.get("rover-b")
+    assert watch is not None and watch.version.ref == ModelRef("rover-v1", None, 1)
+    promote(action_store(p.store), learned.ref, "carol", "fleet firmware 2.1",
+            datetime.now(UTC))
+    p.poll_results()
+    assert watch.version.ref == ModelRef("rover-v1", None, 2)
+    assert delta(watch.domain, example("rover-sample-drift.pddl")) == 0
+    p.source.close()
+    p.store.close()
