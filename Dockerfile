@@ -11,6 +11,9 @@ ARG BASE_IMAGE=docker.io/library/python:3.11.11-slim-bookworm
 ARG BUILDER_IMAGE=docker.io/library/python:3.11.11-bookworm
 
 FROM ${BUILDER_IMAGE} AS builder
+# The daemon's optional parts the image carries: otel (OTLP trace ingest). The wheelhouse
+# must hold them (build.sh builds it for the same extras).
+ARG EXTRAS=otel
 COPY wheelhouse/ /wheelhouse/
 # The planner binary ships with debug information (220 MB; 4 MB stripped).
 # --without-pip: Debian ships ensurepip separately (python3-venv); pip is run from its
@@ -18,7 +21,7 @@ COPY wheelhouse/ /wheelhouse/
 RUN python3 -m venv --without-pip /opt/capwatch \
  && pip_wheel="$(ls /wheelhouse/pip-*.whl)" \
  && /opt/capwatch/bin/python "$pip_wheel/pip" install --no-index --find-links /wheelhouse \
-      --no-cache-dir --disable-pip-version-check capwatch \
+      --no-cache-dir --disable-pip-version-check "capwatch${EXTRAS:+[$EXTRAS]}" \
  && /opt/capwatch/bin/python -c "from capwatch.adapters.io.fast_downward import driver_path; print(driver_path())" \
  && find /opt/capwatch -path '*/up_fast_downward/*/bin/downward' -type f \
       -exec strip --strip-unneeded {} + \

@@ -9,7 +9,7 @@
 # Needs root (or rootless podman with user namespaces), buildah, podman, mmdebstrap.
 # Environment: IMAGE (capwatch:VERSION), BASE_IMAGE and BUILDER_IMAGE (made here by
 # default), SUITE (bookworm),
-# MIRROR, SKIP_SMOKE=1.
+# MIRROR, EXTRAS (otel; empty for none), SKIP_SMOKE=1.
 set -eu
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml")"
@@ -69,11 +69,13 @@ fi
 
 echo "== wheelhouse"
 rm -rf "$WORK/context" && mkdir -p "$WORK/context/wheelhouse"
-"$PYTHON" -m pip wheel -q --wheel-dir "$WORK/context/wheelhouse" "$ROOT" pip
+EXTRAS="${EXTRAS-otel}"
+"$PYTHON" -m pip wheel -q --wheel-dir "$WORK/context/wheelhouse" \
+    "$ROOT${EXTRAS:+[$EXTRAS]}" pip
 
 echo "== buildah bud -> $IMAGE"
 buildah bud --layers --pull=never --build-arg "BASE_IMAGE=$BASE_IMAGE" \
-    --build-arg "BUILDER_IMAGE=$BUILDER_IMAGE" \
+    --build-arg "BUILDER_IMAGE=$BUILDER_IMAGE" --build-arg "EXTRAS=$EXTRAS" \
     --build-arg "VERSION=$VERSION" -f "$ROOT/Dockerfile" -t "$IMAGE" "$WORK/context"
 podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "capwatch" || true
 

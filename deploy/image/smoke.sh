@@ -22,6 +22,9 @@ uid="$(run --entrypoint id "$IMAGE" -u)"
 echo "== capwatch --help"
 run "$IMAGE" --help >/dev/null
 
+echo "== the otel extra (OTLP ingest) is installed"
+run --entrypoint python3 "$IMAGE" -c "import opentelemetry.proto.trace.v1.trace_pb2"
+
 echo "== capwatch run --check (demo configuration)"
 run "$IMAGE" run --check --config "$EXAMPLES/demo.yaml"
 
