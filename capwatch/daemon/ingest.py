@@ -32,6 +32,7 @@ from capwatch.adapters.io.spool import Spool, SpoolFull
 from capwatch.contracts.ingest import INGEST_PATH, NDJSON, OTLP_TRACES_PATH
 from capwatch.contracts.wire import DeadLetter, DecodeLimits, decode, vocabulary_error
 from capwatch.daemon.config import IngestConfig
+from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.model.domain import Domain
 
 log = structlog.get_logger("capwatch.ingest")
@@ -52,7 +53,7 @@ class IngestEndpoints:
     """Serves the two POST endpoints on the daemon's HTTP server (capwatch.daemon.http)."""
 
     def __init__(self, spool: Spool, config: IngestConfig, families: Mapping[str, Domain],
-                 limits: DecodeLimits) -> None:
+                 limits: DecodeLimits, metrics: DaemonMetrics | None = None) -> None:
         token = config.ingest_token()
         if not token:
             raise ValueError("ingest.token is required")
@@ -71,6 +72,7 @@ class IngestEndpoints:
                                  f" 'capwatch[otel]', or set ingest.otlp: false): {e}") from e
         self.accepted = 0
         self.refused = 0
+        self.metrics = metrics
 
     def handle(self, h: BaseHTTPRequestHandler, path: str) -> None:
         json_reply = True
@@ -162,19 +164,28 @@ class IngestEndpoints:
                 return error
         return None
 
-    def _store(self, events: list[bytes]) -> None:
+    def _count(self, endpoint: str, result: str, n: int) -> None:
+        if self.metrics is not None and n:
+            self.metrics.ingest_events.labels(endpoint, result).inc(n)
+
+    def _store(self, events: list[bytes], endpoint: str) -> None:
         try:
             self.spool.append(events)
         except SpoolFull as e:
+            self._count(endpoint, "refused", len(events))
             raise _Refusal(HTTPStatus.SERVICE_UNAVAILABLE, "spool_full", str(e),
                            retry_after=5) from None
         except OSError as e:
             # Not on disk, so not accepted: the producer must send it again.
             log.error("ingest spool write failed", error=str(e))
+            self._count(endpoint, "refused", len(events))
             raise _Refusal(HTTPStatus.SERVICE_UNAVAILABLE, "spool_unavailable",
                            f"the spool could not be written: {e.strerror}",
                            retry_after=5) from None
         self.accepted += len(events)
+        self._count(endpoint, "accepted", len(events))
+        if self.metrics is not None:
+            self.metrics.ingest_spool_bytes.set(self.spool.size)
 
     def _transitions(self, body: bytes, ctype: str) -> tuple[HTTPStatus, bytes, str]:
         if ctype == NDJSON:
@@ -197,12 +208,13 @@ class IngestEndpoints:
         rejected = [{"line": i, "reason": reason} for i, e in enumerate(events)
                     if (reason := self._check(e)) is not None]
         if rejected:
+            self._count("transitions", "refused", len(events))
             shown = "; ".join(f"event {r['line']}: {r['reason']}" for r in rejected[:3])
             raise _Refusal(HTTPStatus.BAD_REQUEST, "invalid_events",
                            f"{len(rejected)} of {len(events)} events refused, none stored:"
                            f" {shown}", {"rejected": rejected[:100]})
         if events:
-            self._store(events)
+            self._store(events, "transitions")
         return HTTPStatus.OK, json.dumps({"accepted": len(events)}).encode(), "application/json"
 
     def _otlp(self, body: bytes, ctype: str) -> tuple[HTTPStatus, bytes, str]:
@@ -227,8 +239,9 @@ class IngestEndpoints:
                 accepted.append(event)
             else:
                 batch.rejected.append(reason)
+        self._count("otlp", "refused", len(batch.rejected))
         if accepted:
-            self._store(accepted)
+            self._store(accepted, "otlp")
         if batch.rejected:
             log.warning("ingest refused spans", rejected=len(batch.rejected),
                         first=batch.rejected[0])

@@ -30,7 +30,7 @@ OTHER = "__other__"
 DEFAULT_LIMITS: Mapping[str, int] = {
     "family": 100, "action": 500, "reason": 50, "source": 50, "partition": 1024,
     "topic": 50, "sink": 20, "type": 20, "result": 20, "verdict": 10, "status": 10,
-    "test": 5,
+    "test": 5, "endpoint": 5,
 }
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -165,6 +165,14 @@ class DaemonMetrics:
             "was read), Unix seconds.", ("source",))
         self.canaries = counter("capwatch_canary_queries_total", "Canary probes, by result.",
                                 ("family", "result"))
+        self.ingest_events = counter(
+            "capwatch_ingest_events_total",
+            "Events (or transition spans) posted to the HTTP ingest, by endpoint and whether"
+            " they were stored (accepted) or refused.", ("endpoint", "result"))
+        self.ingest_spool_bytes = Gauge(
+            "capwatch_ingest_spool_bytes",
+            "Bytes in the ingest spool not yet released (committed segments are deleted).",
+            registry=r)
         self._deltas: dict[str, dict[str, int]] = {}
         self._drifted: dict[str, set[str]] = {}
         self._delta_lock = threading.Lock()

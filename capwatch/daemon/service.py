@@ -396,7 +396,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             source = SpoolSource(spool, f"ingest-{config.replica_id}")
             lim = config.limits
             ingest = IngestEndpoints(spool, ing, domains, DecodeLimits(
-                lim.max_message_bytes, lim.max_state_atoms, lim.max_trace_steps))
+                lim.max_message_bytes, lim.max_state_atoms, lim.max_trace_steps), metrics)
         else:
             from capwatch.adapters.sim.source import SimulatedSource
 

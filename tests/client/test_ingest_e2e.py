@@ -277,6 +277,12 @@ def test_otlp_json_answers_partial_success_for_bad_spans(tmp_path: Path,
         assert "unknown action 'fly'" in answer["partialSuccess"]["errorMessage"]
         spooled = b"".join(p.read_bytes() for p in (tmp_path / "spool").glob("*.jsonl"))
         assert spooled.count(b"\n") == 1
+        with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        for result in ("accepted", "refused"):
+            assert (f'capwatch_ingest_events_total{{endpoint="otlp",result="{result}"}} 1.0'
+                    in metrics)
+        assert f"capwatch_ingest_spool_bytes {float(len(spooled))}" in metrics
     finally:
         daemon.stop(signal.SIGTERM)
         daemon.kill_quietly()
