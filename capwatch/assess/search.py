@@ -214,30 +214,49 @@ def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: G
 
 
 class _SuccessorIndex:
-    """Operators filed under one of their positive precondition atoms (the first one),
-    so a state only tests the operators one of its true atoms triggers instead of every
-    operator: the cost per state follows the state's size, not the grounding's.
-    Candidates come back in operator order, so the plan found is the same."""
+    """Operators filed under one of their positive precondition atoms, the one fewest
+    operators require (the most specific), so a state only tests the operators one of
+    its true atoms triggers instead of every operator: the cost per state follows the
+    state's size, not the grounding's. Candidates come back in operator order, so the
+    plan found is the same."""
 
-    __slots__ = ("by_bit", "free", "small")
+    __slots__ = ("by_bit", "count", "dynamic", "free", "small")
 
     def __init__(self, operators: Sequence[GroundOperator]) -> None:
         self.by_bit: dict[int, list[int]] = {}
         self.free: list[int] = []
-        for i, op in enumerate(operators):
-            if op.pre_pos:
-                low = op.pre_pos & -op.pre_pos
-                self.by_bit.setdefault(low.bit_length() - 1, []).append(i)
+        self.count = len(operators)
+        self.small = self.count <= 64
+        self.dynamic = 0
+        if self.small:
+            return
+        # Atoms no operator changes (static facts, kept true by grounding's pruning)
+        # trigger nothing useful: filing under them would test their operators always.
+        width = max((max(op.pre_pos.bit_length(), *(a.bit_length() for _, a in op.effects))
+                     for op in operators), default=0)
+        full = (1 << width) - 1
+        for op in operators:
+            for keep, add in op.effects:
+                self.dynamic |= add | (~keep & full)
+        uses: dict[int, int] = {}
+        bits_of: list[list[int]] = []
+        for op in operators:
+            bits = _bits(op.pre_pos & self.dynamic)
+            bits_of.append(bits)
+            for b in bits:
+                uses[b] = uses.get(b, 0) + 1
+        for i, bits in enumerate(bits_of):
+            if bits:
+                self.by_bit.setdefault(min(bits, key=uses.__getitem__), []).append(i)
             else:
                 self.free.append(i)
-        self.small = len(operators) <= 64
 
     def candidates(self, state: StateMask) -> list[int]:
         if self.small:
-            return list(range(len(self.free) + sum(map(len, self.by_bit.values()))))
+            return list(range(self.count))
         found = list(self.free)
         by_bit = self.by_bit
-        bits = state
+        bits = state & self.dynamic
         offset = 0
         while bits:
             word = bits & 0xFFFFFFFFFFFFFFFF
@@ -251,6 +270,20 @@ class _SuccessorIndex:
             offset += 64
         found.sort()
         return found
+
+
+def _bits(mask: StateMask) -> list[int]:
+    out = []
+    offset = 0
+    while mask:
+        word = mask & 0xFFFFFFFFFFFFFFFF
+        while word:
+            low = word & -word
+            out.append(offset + low.bit_length() - 1)
+            word ^= low
+        mask >>= 64
+        offset += 64
+    return out
 
 
 def _path(parent: Mapping[StateMask, tuple[StateMask, int]],
