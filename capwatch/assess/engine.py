@@ -21,6 +21,7 @@ anything more; what is left open is reported with the reason.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from capwatch.assess.agent import AgentQuery, QueryResult
@@ -34,6 +35,8 @@ from capwatch.assess.observations import (
 )
 from capwatch.assess.planner import Planner
 from capwatch.assess.probes import (
+    EXPLORE,
+    FAIL,
     Fixed,
     ObjectFactory,
     Probe,
@@ -64,6 +67,11 @@ from capwatch.model.pal import (
 
 AUTO_SWITCH = 0.5
 DEFAULT_BUDGET = 200
+WINDOW_SAFETY = 8.0
+"""-ln of the accepted chance that a query's window of expected failures all run."""
+MIN_WINDOW = 256
+"""Expected failures always sent together; only larger models see a window at all."""
+_FINAL_ORDER = {EXPLORE: 0, FAIL: 1}
 
 
 def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery, *,
@@ -164,6 +172,8 @@ class _Engine:
         self.pool: list[Transition] = []
         self.budget_exhausted = False
         self.stalled = False
+        self.final_ran = 0
+        self.final_failed = 0
         self.known_view: dict[PaTuple, PaValue] = {} if method is Method.AIA else \
             self.init_value
         self.design = Designer(self.vs, self.pas, self.actions, self.known_view, self.pool)
@@ -322,6 +332,7 @@ class _Engine:
             if len(self.queries) >= self.budget:
                 self.budget_exhausted = True
                 break
+            final = self._window(final)
             maker.retain([*safe, *risky, *final])
             query = pack(safe, risky, final, self.actions, objects, after=self._after,
                          steps=maker)
@@ -337,6 +348,24 @@ class _Engine:
             self._refresh_targets()
             self._check_known_model()
 
+    def _window(self, final: list[Probe]) -> list[Probe]:
+        """The expected failures worth sending in one query.
+
+        A query ends at its first real failure, so steps far past the expected position
+        of that failure are packed, sent and answered for nothing. From the observed
+        rate p of expected failures that did fail (Laplace estimate), the window holds
+        WINDOW_SAFETY / p of them: the chance that all of them run, which would cost a
+        query, is about e^-WINDOW_SAFETY. Never fewer than MIN_WINDOW, so small models
+        are never cut."""
+        if len(final) <= MIN_WINDOW:
+            return final
+        rate = (self.final_failed + 1) / (self.final_ran + 2)
+        width = max(MIN_WINDOW, math.ceil(WINDOW_SAFETY / rate))
+        if len(final) <= width:
+            return final
+        ordered = sorted(final, key=lambda p: _FINAL_ORDER[p.kind])
+        return ordered[:width]
+
     def _after(self, pa: PaTuple, before: bool | None) -> bool | None:
         return None if before is None else AFTER[self.vs.masks[pa]][before]
 
@@ -345,6 +374,10 @@ class _Engine:
         self.queries.append(QueryLog(number, query.state, tuple(query.plan), answer.executed,
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
         executed, failed = read_answer(query, answer, after=self._after)
+        self.final_ran += sum(1 for step, _ in executed if step.probe.kind in _FINAL_ORDER)
+        if failed is not None and failed[0].probe.kind in _FINAL_ORDER:
+            self.final_ran += 1
+            self.final_failed += 1
         for i, (step, seen) in enumerate(executed):
             self.vs.executed(step.probe.action, seen,
                              f"query {number} step {i + 1}: {_show(step.ground_action)} ran")

@@ -63,21 +63,33 @@ class Step:
 
     probe: Probe
     ground_action: GroundAction
-    atoms: Mapping[PaTuple, GroundAtom]
+    atoms: tuple[tuple[PaTuple, GroundAtom], ...]
+    """Each Γ atom's pa-tuple and grounding (pairs: a step is read far less often than
+    built, and a dict would hash every pa-tuple)."""
+    objects: tuple[tuple[str, str], ...] = ()
+    """(type, name) of the fresh objects the step owns, returned when it is dropped."""
     true_atoms: tuple[GroundAtom, ...] = ()
     """The step's own (unshared) atoms the designed state makes true."""
     shared: tuple[Shared, ...] = ()
 
 
 class ObjectFactory:
-    """Fresh object names per type; the agent can be put in any state (G20)."""
+    """Fresh object names per type; the agent can be put in any state (G20).
+
+    Names of dropped steps are handed out again: queries are independent episodes, so
+    reuse is safe, and the set of names an agent ever sees stays about the size of one
+    query instead of growing with every probe."""
 
     def __init__(self, taken: set[str], prefix: str = "q") -> None:
         self._taken = taken
         self._prefix = prefix
         self._count = 0
+        self._free: dict[str, list[str]] = {}
 
     def new(self, type_name: str) -> str:
+        free = self._free.get(type_name)
+        if free:
+            return free.pop()
         while True:
             self._count += 1
             name = f"{self._prefix}{type_name}{self._count}"
@@ -85,12 +97,17 @@ class ObjectFactory:
                 self._taken.add(name)
                 return name
 
+    def release(self, objects: Iterable[tuple[str, str]]) -> None:
+        for type_name, name in objects:
+            self._free.setdefault(type_name, []).append(name)
 
-def _arguments(action: Action, objects: ObjectFactory) -> tuple[tuple[str, ...], set[str]]:
-    """One fresh object per parameter, except that parameters an equality constraint
-    ``(= ?a ?b)`` ties together share one, and one tied to a constant is that constant."""
-    names = action.parameter_names
-    root = {n: n for n in names}
+
+def _constant_ties(action: Action) -> dict[str, str]:
+    """Parameters an equality constraint ``(= ?a c)`` (possibly through other
+    parameters) ties to a constant, with that constant."""
+    if not action.equal:
+        return {}
+    root: dict[str, str] = {}
 
     def find(x: str) -> str:
         while root.get(x, x) != x:
@@ -105,22 +122,53 @@ def _arguments(action: Action, objects: ObjectFactory) -> tuple[tuple[str, ...],
                 root[ra] = rb
             else:
                 root[rb] = ra
+    ties = {}
+    for name in action.parameter_names:
+        r = find(name)
+        if not r.startswith("?"):
+            ties[name] = r
+    return ties
+
+
+def _arguments(action: Action, objects: ObjectFactory
+               ) -> tuple[tuple[str, ...], dict[str, str]]:
+    """One fresh object per parameter, except that parameters an equality constraint
+    ``(= ?a ?b)`` ties together share one, and one tied to a constant is that constant."""
+    if not action.equal:
+        fresh = {objects.new(p.type): p.type for p in action.parameters}
+        return tuple(fresh), fresh
+    ties = _constant_ties(action)
+    root: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while root.get(x, x) != x:
+            x = root[x]
+        return x
+
+    for a, b in action.equal:
+        if a.startswith("?") and b.startswith("?"):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                root[ra] = rb
     chosen: dict[str, str] = {}
+    owned: dict[str, str] = {}
     args = []
     for p in action.parameters:
-        r = find(p.name)
-        if not r.startswith("?"):
-            args.append(r)
+        if p.name in ties:
+            args.append(ties[p.name])
             continue
+        r = find(p.name)
         if r not in chosen:
             chosen[r] = objects.new(p.type)
+            owned[chosen[r]] = p.type
         args.append(chosen[r])
-    return tuple(args), set(chosen.values())
+    return tuple(args), owned
 
 
 _Getter = Callable[[Sequence[str]], tuple[str, ...]]
-_Template = tuple[tuple[LiftedAtom, PaTuple, str, _Getter], ...]
+_Template = tuple[tuple[LiftedAtom, PaTuple, str, _Getter, bool], ...]
 _TEMPLATES: dict[tuple[str, tuple[LiftedAtom, ...]], tuple[tuple[str, ...], _Template]] = {}
+_LAST: dict[tuple[str, str], tuple[tuple[LiftedAtom, ...], tuple[tuple[str, ...], _Template]]] = {}
 
 
 def _getter(where: Sequence[int]) -> _Getter:
@@ -132,53 +180,65 @@ def _getter(where: Sequence[int]) -> _Getter:
     return itemgetter(*where)
 
 
-def _template(action: Action, atoms: Iterable[LiftedAtom]
+def _template(action: Action, atoms: Iterable[LiftedAtom], slot: str = "gamma"
               ) -> tuple[tuple[str, ...], _Template]:
     """Per atom: its pa-tuple, predicate and a getter of its arguments out of the step's
     arguments followed by the constants the atoms mention, so grounding a step is tuple
     building, not dict lookups."""
-    key = (action.name, tuple(atoms))
+    keys = tuple(atoms)
+    last = _LAST.get((action.name, slot))
+    # Designs of one action list the same atom objects in the same order: comparing
+    # them is identity checks, cheaper than hashing hundreds of atoms.
+    if last is not None and last[0] == keys:
+        return last[1]
+    key = (action.name, keys)
     hit = _TEMPLATES.get(key)
     if hit is None:
         names = list(action.parameter_names)
         constants = sorted({a for atom in key[1] for a in atom.args} - set(names))
         pos = {n: i for i, n in enumerate([*names, *constants])}
+        own = set(names) - set(_constant_ties(action))
         hit = (tuple(constants), tuple(
             (atom, PaTuple(action.name, atom), atom.predicate,
-             _getter([pos[a] for a in atom.args])) for atom in key[1]))
+             _getter([pos[a] for a in atom.args]), own.isdisjoint(atom.args))
+            for atom in key[1]))
         if len(_TEMPLATES) > 10_000:
             _TEMPLATES.clear()
         _TEMPLATES[key] = hit
+    _LAST[(action.name, slot)] = (keys, hit)
     return hit
 
 
 def ground_probe(probe: Probe, action: Action, objects: ObjectFactory,
                  fixed: Sequence[Fixed] = ()) -> Step:
-    args, own = _arguments(action, objects)
+    args, owned = _arguments(action, objects)
     assignment = probe.assignment
-    atoms: dict[PaTuple, GroundAtom] = {}
+    atoms: list[tuple[PaTuple, GroundAtom]] = []
     true_atoms: list[GroundAtom] = []
     shared: list[Shared] = []
     constants, template = _template(action, assignment)
     vector = (*args, *constants)
-    for atom, pa, pred, get in template:
+    for (_, pa, pred, get, is_shared), value in zip(template, assignment.values(),
+                                                    strict=True):
         g = (pred, *get(vector))
-        atoms[pa] = g
-        value = assignment[atom]
-        if own.isdisjoint(g[1:]):
+        atoms.append((pa, g))
+        if is_shared:
             shared.append((g, value, pa, None))
         elif value:
             true_atoms.append(g)
     if fixed:
-        constants, template = _template(action, [atom for atom, _, _ in fixed])
+        constants, template = _template(action, [atom for atom, _, _ in fixed], "fixed")
         vector = (*args, *constants)
-        for (_, value, after), (_, _, pred, get) in zip(fixed, template, strict=True):
+        for (_, value, after), (_, _, pred, get, is_shared) in zip(fixed, template,
+                                                                   strict=True):
             g = (pred, *get(vector))
-            if own.isdisjoint(g[1:]):
+            if is_shared:
                 shared.append((g, value, None, after))
             elif value:
                 true_atoms.append(g)
-    return Step(probe, (action.name, *args), atoms, tuple(true_atoms), tuple(shared))
+    return Step(probe, (action.name, *args), tuple(atoms),
+                tuple((t, name) for name, t in owned.items()), tuple(true_atoms),
+                tuple(shared))
 
 
 class StepMaker:
@@ -203,6 +263,9 @@ class StepMaker:
     def retain(self, probes: Iterable[Probe]) -> None:
         """Forget the steps of probes no longer asked (keeps memory bounded)."""
         keep = {id(p) for p in probes}
+        for k, (_, step) in self._steps.items():
+            if k not in keep:
+                self.objects.release(step.objects)
         self._steps = {k: v for k, v in self._steps.items() if k in keep}
 
 
@@ -326,10 +389,10 @@ def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa:
     result: list[tuple[Step, Seen]] = []
     for i, step in enumerate(query.steps[:n]):
         counts: dict[GroundAtom, int] = {}
-        for g in step.atoms.values():
+        for _, g in step.atoms:
             counts[g] = counts.get(g, 0) + 1
         seen: Seen = {}
-        for pa, g in step.atoms.items():
+        for pa, g in step.atoms:
             b = before(g)
             if counts[g] > 1:
                 # Two lifted atoms on one ground atom (equal objects): the value before
@@ -341,12 +404,12 @@ def read_answer(query: Query, answer: QueryResult, effect: EffectOf = lambda pa:
         for g, _, owner, fixed_after in step.shared:
             if owner is None:
                 current[g] = before(g) if fixed_after is None else fixed_after
-        for pa, g in step.atoms.items():
+        for pa, g in step.atoms:
             b, a = seen[pa]
             current[g] = a if a is not None else after_of(pa, b)
         result.append((step, seen))
     failed = None
     if n < len(query.steps):
         step = query.steps[n]
-        failed = (step, {pa: before(g) for pa, g in step.atoms.items()})
+        failed = (step, {pa: before(g) for pa, g in step.atoms})
     return result, failed
