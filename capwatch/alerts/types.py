@@ -6,6 +6,7 @@ evidence always gives the same alert (and the same dedup key) on every replica.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import json
@@ -211,11 +212,34 @@ def _lines_by_action(old: Domain, new: Domain) -> list[str]:
 def alerts_for_version(parent: ModelVersion, version: ModelVersion, *,
                        severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY
                        ) -> list[Alert]:
-    """Alerts for a stored version against its parent, reusing the stored change set."""
-    return alerts_for_model_change(
+    """Alerts for a stored version against its parent, reusing the stored change set, plus
+    one saying which capabilities could not be checked, if any (issue 11: unknown stays
+    unknown, and is said)."""
+    alerts = alerts_for_model_change(
         parent.domain(), version.domain(), family=version.family, agent_id=version.agent_id,
         time=version.created_at, model_version=version.version, evidence=version.evidence,
         changes=version.changed_pal_tuples, severities=severities)
+    line = unchecked_line(version.evidence)
+    if line is not None and version.agent_id is not None:
+        alert = assessment_failed_alert(
+            family=version.family, agent_id=version.agent_id, time=version.created_at,
+            reason="incomplete", message=line, evidence=version.evidence,
+            severities=severities)
+        alerts.append(dataclasses.replace(alert, model_version=version.version))
+    return alerts
+
+
+def unchecked_line(evidence: Mapping[str, Any]) -> str | None:
+    """"n capabilities could not be checked (actions)" from a version's evidence, or None
+    when the assessment recorded nothing unresolved (or predates coverage records)."""
+    assessment = evidence.get("assessment")
+    coverage = assessment.get("coverage") if isinstance(assessment, Mapping) else None
+    if not isinstance(coverage, Mapping) or not coverage.get("unresolved"):
+        return None
+    n = int(coverage["unresolved"])
+    actions = ", ".join(str(a) for a in coverage.get("unresolved_actions", ()))
+    return (f"{n} {'capability' if n == 1 else 'capabilities'} could not be checked "
+            f"({actions}); published at their previous modes")
 
 
 def _pal_text(pal: PalTuple) -> str:
@@ -246,7 +270,10 @@ def inconsistency_alert(
 
 
 ASSESSMENT_FAILURE_REASONS = ("agent_unreachable", "budget_exhausted", "planner_failed",
-                              "error")
+                              "error", "unexplained", "incomplete")
+"""``unexplained``: the assessed model contradicts evidence it was learned from, so nothing
+was published; ``incomplete``: a version was published but some capabilities could not
+be checked (they keep their previous modes)."""
 
 
 def assessment_failed_alert(

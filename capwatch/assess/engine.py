@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from capwatch.assess.agent import AgentQuery, QueryResult
 from capwatch.assess.design import AFTER, COUNT, Designer
+from capwatch.assess.entangled import update_entangled
 from capwatch.assess.observations import (
     Observation,
     Transition,
@@ -63,6 +64,7 @@ from capwatch.model.pal import (
     PaTuple,
     PaValue,
     lifted_instantiations,
+    pre_mode,
 )
 
 AUTO_SWITCH = 0.5
@@ -213,6 +215,8 @@ class _Engine:
                 seen = {pa: (g in t.state, g in t.next_state if counts[g] == 1 else None)
                         for pa, g in ground.items()}
                 self.vs.executed(action.name, seen, where)
+                if len(counts) < len(ground) or any(c > 1 for c in counts.values()):
+                    self._entangled(action, binding, ground, t, where)
                 outside = (t.state ^ t.next_state) - set(ground.values())
                 if outside:
                     self.notes.append(f"{where}: changed atoms no pal-tuple of the action can "
@@ -221,6 +225,26 @@ class _Engine:
                 self.vs.failed(action.name, {pa: g in t.state for pa, g in ground.items()},
                                where + " (refused)")
         self._refresh_targets()
+
+    def _entangled(self, action: Action, binding: dict[str, str],
+                   ground: dict[PaTuple, GroundAtom], t: Transition, where: str) -> None:
+        """Issue 11 hook: ground atoms several atoms of the step name are judged jointly
+        under PDDL semantics (:mod:`capwatch.assess.entangled`)."""
+        if len(action.outcomes) != 1:
+            return  # which outcome ran is unknown: the joint effect is not determined
+        (outcome,) = action.outcomes
+        fixed: dict[GroundAtom, list[PaValue]] = {}
+        for other in self.outside[action.name]:
+            eff = Mode.POS if other in outcome.add else Mode.NEG \
+                if other in outcome.delete else Mode.ABSENT
+            fixed.setdefault(other.ground(binding), []).append(
+                (pre_mode(action, other), eff))
+        doubted = update_entangled(self.vs, ground, fixed, t.state, t.next_state,
+                                   self.known_view, where)
+        for pa in doubted:
+            self._flag(pa, f"{where}: the known values on one ground atom (repeated objects) "
+                           f"jointly contradict it")
+        self.vs.propagate()
 
     def flag(self, pals: Iterable[PalTuple], reason: str) -> None:
         for pal in pals:
@@ -433,9 +457,13 @@ class _Engine:
             self.notes.append(f"query budget ({self.budget}) spent with {len(reasons)} "
                               f"pal-tuples open")
         flagged_pals = frozenset(p for p in self.initial.pals if p.pa in self.flagged)
+        # Issue 11: which modes the evidence pinned (the rest carried over or open).
+        confirmed = frozenset(p for p in self.initial.pals
+                              if self.vs.location_resolved(p.pa, p.location))
         return AssessmentResult(self.method, self.initial, model, tuple(changes), flagged_pals,
                                 tuple(self.queries), tuple(self.vs.conflicts),
-                                tuple([*notes, *self.notes]), self.budget_exhausted, reasons)
+                                tuple([*notes, *self.notes]), self.budget_exhausted, reasons,
+                                confirmed)
 
 
 def _show(ga: Sequence[str]) -> str:

@@ -59,6 +59,9 @@ class AssessmentResult:
     budget_exhausted: bool
     open_reasons: Mapping[PalTuple, str] = field(default_factory=dict)
     """Why each unresolved pal-tuple is still open (budget spent, no executing state ...)."""
+    confirmed: frozenset[PalTuple] = frozenset()
+    """Pal-tuples whose mode the evidence (observations, query answers) pins down; the
+    others either carried the known mode over unverified or are unresolved."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))
@@ -70,6 +73,11 @@ class AssessmentResult:
     @property
     def unresolved(self) -> frozenset[PalTuple]:
         return self.model.unknown()
+
+    @property
+    def carried_over(self) -> frozenset[PalTuple]:
+        """Pal-tuples published at the known model's mode without evidence for it."""
+        return frozenset(self.initial.pals) - self.confirmed - self.unresolved
 
     def best_guess(self) -> AbstractModel:
         """Concrete: unresolved pal-tuples keep the known model's mode."""

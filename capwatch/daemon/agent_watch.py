@@ -17,13 +17,14 @@ makes that replay rebuild the evidence buffer exactly.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.work import DriftProbe, WorkItem
-from capwatch.model.consistency import Inconsistency, Verdict, explain
+from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict, explain
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
 from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
@@ -40,6 +41,8 @@ class WatchSettings:
     max_evidence: int = 256
     max_executed_evidence: int = 64
     monitor: MonitorLimits = field(default_factory=MonitorLimits)
+    unexplained_backoff_s: float = 600.0
+    unexplained_max_backoff_s: float = 6 * 3600.0
 
     @classmethod
     def from_config(cls, config: DaemonConfig) -> WatchSettings:
@@ -47,7 +50,8 @@ class WatchSettings:
         return cls(det.debounce_transitions, det.debounce_s, det.max_evidence,
                    det.max_executed_evidence,
                    MonitorLimits(max_inconsistencies=det.max_evidence,
-                                 max_state_atoms=config.limits.max_state_atoms))
+                                 max_state_atoms=config.limits.max_state_atoms),
+                   det.unexplained_backoff_s, det.unexplained_max_backoff_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,24 @@ class Evidence:
     @property
     def offset(self) -> int:
         return self.transition.offset
+
+    @property
+    def kind(self) -> str:
+        return evidence_kind(self.explanation)
+
+
+def evidence_kind(e: Inconsistency) -> str:
+    """What an inconsistency says, without its objects: the action schema, whether it ran,
+    and which pa-tuple values it rules out or could block it. Two transitions of one kind
+    are the same evidence to an assessment, which is what the back-off compares."""
+    def pas(cs: tuple[PaContradiction, ...]) -> str:
+        return ",".join(sorted(f"{c.pa}:{sorted(v.value for v in c.current)}"
+                               for c in cs))
+
+    return "|".join((e.action[0], str(e.executed), pas(e.contradicted),
+                     pas(e.missing_precondition_candidates),
+                     str(len(e.unexplained_atoms) > 0), str(len(e.entangled) > 0),
+                     ",".join(e.violated_constraints)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +108,14 @@ class AgentWatch:
     """One agent's live state; see the module docstring."""
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
-                 drift: DriftMonitor, settings: WatchSettings | None = None) -> None:
+                 drift: DriftMonitor, settings: WatchSettings | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.agent_id = agent_id
         self.family = family
         self.partition = partition
         self.settings = settings or WatchSettings()
+        self.clock = clock
+        """Monotonic seconds (debounce, back-off, canary idleness); a test's own clock."""
         self.version = version
         self.domain: Domain = version.domain()
         self.monitor = TransitionMonitor(self.domain, self.settings.monitor)
@@ -114,6 +139,12 @@ class AgentWatch:
         from: its records before that offset are already counted, and a replay skips them."""
         self.explained = explained_positions(version)
         """Partition → the last record offset the version's own evidence came from."""
+        self.backoff: dict[str, tuple[float, int]] = {}
+        """Evidence kind → (monotonic time until which it is not assessed again, how many
+        assessments it already ended without an explanation)."""
+        self.held_back = 0
+        """Inconsistencies not buffered because an assessment already failed on their kind."""
+        self._queued_kinds: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ the surface
 
@@ -136,7 +167,7 @@ class AgentWatch:
         explained = self.explained.get(t.partition)
         settled = explained is not None and 0 <= t.offset <= explained
         if verdict is Verdict.APPLIED:
-            self.last_executed[t.action[0]] = time.monotonic()
+            self.last_executed[t.action[0]] = self.clock()
             restored = self.drift_restored
             # A replayed record the restored tables already counted is not counted again.
             if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
@@ -159,7 +190,8 @@ class AgentWatch:
         if self.awaiting is not None or settled:
             return _PLAIN[verdict]  # the queued work will settle it; the new model re-checks
         explanation = self.monitor.last_inconsistency().explanation
-        self._buffer(Evidence(t, explanation))
+        if not self._buffer(Evidence(t, explanation)):
+            return _PLAIN[verdict]
         return Finding(verdict, ripe=self.ripe())
 
     # ------------------------------------------------------------------ evidence from elsewhere
@@ -168,8 +200,8 @@ class AgentWatch:
         """Evidence from a canary probe (no record, offset -1); True if taken."""
         if self.awaiting is not None:
             return False
-        self._buffer(Evidence(t, explain(self.domain, t.action, t.state, t.next_state)))
-        return True
+        return self._buffer(Evidence(t, explain(self.domain, t.action, t.state,
+                                                 t.next_state)))
 
     def add_audit_alarm(self, evidence: DriftEvidence, action_name: str) -> DriftAlarm | None:
         """A drift the fleet-wide audit found; None (ignored) while work is awaited."""
@@ -180,11 +212,18 @@ class AgentWatch:
         self.alarms[action_name] = alarm
         return alarm
 
-    def _buffer(self, evidence: Evidence) -> None:
+    def _buffer(self, evidence: Evidence) -> bool:
+        """Keep evidence for the next assessment; False if its kind is backed off (an
+        assessment of the same evidence already ended unexplained: no loop)."""
+        held = self.backoff.get(evidence.kind)
+        if held is not None and self.clock() < held[0]:
+            self.held_back += 1
+            return False
         if len(self.evidence) < self.settings.max_evidence:
             self.evidence.append(evidence)
         if self.evidence_since is None:
-            self.evidence_since = time.monotonic()
+            self.evidence_since = self.clock()
+        return True
 
     # ------------------------------------------------------------------ debounce and queueing
 
@@ -199,7 +238,7 @@ class AgentWatch:
         if force or self.alarms or len(self.evidence) >= self.settings.debounce_transitions:
             return True
         return self.evidence_since is not None \
-            and time.monotonic() - self.evidence_since >= self.settings.debounce_s
+            and self.clock() - self.evidence_since >= self.settings.debounce_s
 
     def first_buffered_offset(self) -> int | None:
         # Canary findings carry offset -1: they come from no record and hold no commit.
@@ -244,6 +283,7 @@ class AgentWatch:
         ``awaiting`` False: the same work was queued and finished before (a replay after a
         crash), so there is nothing to wait for."""
         self.awaiting = key if awaiting else None
+        self._queued_kinds = frozenset(e.kind for e in self.evidence)
         self.evidence.clear()
         self.evidence_since = None
         self.alarms.clear()
@@ -269,13 +309,25 @@ class AgentWatch:
         self.evidence_since = None
         self.alarms.clear()
         self.awaiting = None
+        self.backoff.clear()  # kinds are relative to the model they contradicted
+        self._queued_kinds = frozenset()
         self._drift.forget(self.agent_id)
 
     def settle(self, key: str) -> None:
-        """The work ``key`` ended without a new version; new evidence may queue again."""
+        """The work ``key`` ended without a new version, so its evidence is still
+        unexplained: the same kinds of evidence are backed off (doubling each time), new
+        kinds may queue again at once."""
         if self.awaiting == key:
             self.awaiting = None
             self._drift.forget(self.agent_id)
+            now = self.clock()
+            cfg = self.settings
+            for kind in self._queued_kinds:
+                n = self.backoff.get(kind, (0.0, 0))[1] + 1
+                wait = min(cfg.unexplained_max_backoff_s,
+                           cfg.unexplained_backoff_s * 2 ** (n - 1))
+                self.backoff[kind] = (now + wait, n)
+            self._queued_kinds = frozenset()
 
 
 def explained_positions(version: ModelVersion) -> dict[int, int]:

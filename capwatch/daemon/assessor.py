@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from capwatch.assess.agent import AgentQuery
-from capwatch.assess.engine import Method, assess
+from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Transition as EngineObservation
 from capwatch.assess.probabilities import UnidentifiableOutcomes, estimate_outcome_probabilities
+from capwatch.assess.replay import Unexplained, replay
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.work import DriftProbe
 from capwatch.model.domain import Action, Domain
+from capwatch.model.pal import PalTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,23 @@ class AssessmentOutcome:
     model: Domain
     queries: int
     details: Mapping[str, Any] = field(default_factory=dict)
+    unexplained: Sequence[Unexplained] = ()
+    """Evidence (observations, query answers) the new model cannot explain: such a model
+    must not be published."""
+    budget_exhausted: bool = False
+
+
+def coverage(result: AssessmentResult) -> dict[str, Any]:
+    """What the evidence checked: pal-tuples confirmed, carried over unverified, unresolved
+    (these are published at the known model's mode), with the actions of the last two."""
+    def actions(pals: frozenset[PalTuple]) -> list[str]:
+        return sorted({p.action for p in pals})
+
+    carried, unresolved = result.carried_over, result.unresolved
+    return {"confirmed": len(result.confirmed), "carried_over": len(carried),
+            "unresolved": len(unresolved), "carried_over_actions": actions(carried),
+            "unresolved_actions": actions(unresolved),
+            "unresolved_pal_tuples": sorted(str(p) for p in unresolved)}
 
 
 class Assessor(Protocol):
@@ -71,6 +90,8 @@ class EngineAssessor:
         model: Domain = request.model
         details: dict[str, Any] = {}
         queries = 0
+        unexplained: list[Unexplained] = []
+        exhausted = False
         # The engine's own observation type, built here at its boundary only.
         observations = [
             EngineObservation(t.state, t.action, t.next_state, source=f"executed[{i}]")
@@ -92,6 +113,12 @@ class EngineAssessor:
             details["unresolved"] = sorted(str(p) for p in result.unresolved)
             details["budget_exhausted"] = result.budget_exhausted
             details["notes"] = list(result.notes)
+            details["coverage"] = coverage(result)
+            exhausted = result.budget_exhausted
+            # A version never contradicts the evidence it was learned from (issue 11).
+            unexplained = replay(model, observations, result.queries)
+            if unexplained:
+                details["unexplained"] = [u.to_json() for u in unexplained[:20]]
         if request.drifted_actions:
             structural = {a.name: a for a in model.actions}
             for name, updated in request.drifted_actions.items():
@@ -121,4 +148,4 @@ class EngineAssessor:
                             updated = est.updated_action(current)
                 model = model.replace_action(updated)
             details["reestimated"] = sorted(request.drifted_actions)
-        return AssessmentOutcome(model, queries, details)
+        return AssessmentOutcome(model, queries, details, tuple(unexplained), exhausted)

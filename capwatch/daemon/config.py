@@ -309,6 +309,12 @@ class DetectionConfig(_Section):
     drift_window: int = Field(default=2000, ge=10)
     drift_min_samples: int = Field(default=100, ge=10)
     drift_fdr: float = Field(default=0.05, gt=0, lt=1)
+    unexplained_backoff_s: float = Field(default=600.0, ge=0)
+    """After an assessment ends without explaining its evidence (no change found, failed,
+    budget spent), inconsistencies of the same kind are not assessed again for this long;
+    doubled after each further such assessment, up to ``unexplained_max_backoff_s``. New,
+    different evidence is assessed at once."""
+    unexplained_max_backoff_s: float = Field(default=6 * 3600.0, ge=0)
 
 
 class AgentRetryConfig(_Section):

@@ -167,6 +167,25 @@ class AssessmentWorkers:
             self.metrics.assessments.labels(item.family, "failed").inc()
             self.post(Settled(item.agent_id, item.key, Settlement.FAILED))
 
+    def give_up(self, worker: str, pending: PendingAssessment, reason: str, message: str,
+                evidence: dict[str, object]) -> None:
+        """End the work for good without a version: retrying would find the same, so the
+        ``assessment_failed`` alert goes out with the release, in one transaction."""
+        now = self.clock()
+        alert = assessment_failed_alert(
+            family=pending.family, agent_id=pending.agent_id, time=now, reason=reason,
+            message=message[:500], evidence={"assessment_key": pending.key,
+                                             "attempts": pending.attempts, **evidence},
+            severities=self.policy.severities)
+        try:
+            self.store.release(pending.key, worker, message, now, 0,
+                               [outbox_record(alert, failed_alert_key(pending.key))])
+        except StoreError:
+            return
+        self.metrics.assessments.labels(pending.family, "failed").inc()
+        log.warning("assessment given up", key=pending.key, reason=reason, message=message)
+        self.post(Settled(pending.agent_id, pending.key, Settlement.FAILED))
+
     def _run(self, worker: str, pending: PendingAssessment) -> None:
         t0 = time.monotonic()
         item = WorkItem.from_pending(pending)
@@ -198,6 +217,23 @@ class AssessmentWorkers:
             queries = outcome.queries
             self.metrics.queries.labels(family).inc(queries)
             self.metrics.assessment_seconds.labels(family).observe(time.monotonic() - t0)
+            if outcome.unexplained:
+                # A model contradicting its own evidence is never published; the same
+                # evidence will not start another assessment (the watch backs off).
+                n = len(outcome.unexplained)
+                self.give_up(worker, pending, "unexplained",
+                             f"the assessed model cannot explain {n} of the observations and "
+                             f"query answers it was learned from; nothing was published "
+                             f"(first: {outcome.unexplained[0].source}: "
+                             f"{outcome.unexplained[0].reason})",
+                             {"queries": queries, "assessment": dict(outcome.details)})
+                return
+            if outcome.model == base_domain and outcome.budget_exhausted:
+                self.give_up(worker, pending, "budget_exhausted",
+                             f"the query budget ({self.config.assessment.query_budget}) was "
+                             f"spent without finding the change",
+                             {"queries": queries, "assessment": dict(outcome.details)})
+                return
             if outcome.model == base_domain:
                 self.store.complete(item.key, worker)
                 self.metrics.assessments.labels(family, "unchanged").inc()
@@ -251,5 +287,18 @@ class AssessmentWorkers:
         return baseline is not None and baseline.domain() != version.domain()
 
     def _version_alerts(self, parent: ModelVersion, version: ModelVersion) -> list[OutboxAlert]:
-        return [outbox_record(a, version_alert_key(version, a))
-                for a in alerts_for_version(parent, version, severities=self.policy.severities)]
+        out = [outbox_record(a, version_alert_key(version, a))
+               for a in alerts_for_version(parent, version, severities=self.policy.severities)]
+        assessment = version.evidence.get("assessment")
+        if isinstance(assessment, dict) and assessment.get("budget_exhausted") \
+                and version.agent_id is not None:
+            key = str(version.evidence.get("assessment_key", version.ref))
+            alert = assessment_failed_alert(
+                family=version.family, agent_id=version.agent_id, time=version.created_at,
+                reason="budget_exhausted",
+                message=f"the query budget was spent before every capability was checked; "
+                        f"version {version.version} holds what was learned",
+                evidence={"assessment_key": key, "model_version": version.version},
+                severities=self.policy.severities)
+            out.append(outbox_record(alert, failed_alert_key(key)))
+        return out

@@ -1,0 +1,122 @@
+"""Replay the evidence an assessment learned from against the model it produced.
+
+A version must never contradict what it was learned from: every observed transition and
+every query answer is checked against the new model (PDDL semantics, so a ground action
+with repeated objects deletes, then adds) before the model may be published. What the
+model cannot explain is returned, so the caller can refuse to publish and say why.
+
+Pure: no I/O, no clock; the model is grounded on demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from capwatch.assess.observations import Transition
+from capwatch.assess.result import QueryLog
+from capwatch.model.consistency import Verdict, check
+from capwatch.model.domain import Domain, GroundAction, GroundAtom
+from capwatch.model.errors import ModelError
+from capwatch.model.grounding import Grounder, StateMask
+
+MAX_BRANCHES = 64
+"""States a stochastic plan may fan out to while replaying one query; past this the
+query is not judged (it cannot be replayed exactly in bounded time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unexplained:
+    """One piece of evidence the model cannot explain."""
+
+    source: str
+    """Where it came from: the observation's source, or ``query N``."""
+    state: frozenset[GroundAtom]
+    plan: tuple[GroundAction, ...]
+    executed: int | None
+    """Steps the agent executed (None: an observation that did not say)."""
+    final_state: frozenset[GroundAtom]
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"source": self.source, "plan": [list(a) for a in self.plan],
+                "executed": self.executed, "reason": self.reason,
+                "state": sorted(list(a) for a in self.state),
+                "final_state": sorted(list(a) for a in self.final_state)}
+
+
+def replay(model: Domain, observations: Iterable[Transition],
+           queries: Sequence[QueryLog] = ()) -> list[Unexplained]:
+    """Every observation and query answer ``model`` cannot explain (empty: all explained)."""
+    grounder = Grounder(model)
+    out: list[Unexplained] = []
+    for t in observations:
+        reason = _transition(grounder, t)
+        if reason is not None:
+            out.append(Unexplained(t.source or "observation", t.state, (t.action,),
+                                   None if t.executed is None else int(t.executed),
+                                   t.next_state, reason))
+    for q in queries:
+        reason = _query(grounder, q)
+        if reason is not None:
+            out.append(Unexplained(f"query {q.number}", q.state, q.plan, q.executed,
+                                   q.final_state, reason))
+    return out
+
+
+def _operator(grounder: Grounder, action: GroundAction) -> str | None:
+    try:
+        grounder.operator(action)
+    except ModelError as e:
+        return f"{_show(action)} is not an action of the model ({e})"
+    return None
+
+
+def _transition(grounder: Grounder, t: Transition) -> str | None:
+    bad = _operator(grounder, t.action)
+    if bad is not None:
+        return bad
+    op = grounder.operator(t.action)
+    s = grounder.index.encode(t.state)
+    s2 = grounder.index.encode(t.next_state)
+    verdict, _ = check(op, s, s2)
+    if verdict is Verdict.INCONSISTENT:
+        return f"{_show(t.action)}: no outcome of the model leads to the observed state"
+    if t.executed is True and verdict is Verdict.NOT_APPLICABLE:
+        return f"{_show(t.action)} executed, but its precondition does not hold in the model"
+    if t.executed is False and verdict is Verdict.APPLIED and s2 == s and op.applicable(s):
+        return f"{_show(t.action)} was refused, but the model says it applies"
+    return None
+
+
+def _query(grounder: Grounder, q: QueryLog) -> str | None:
+    """Plan-outcome semantics: the first ``executed`` steps run, the next one (if any) is
+    refused, and the state after is one the model can reach that way."""
+    for action in q.plan:
+        bad = _operator(grounder, action)
+        if bad is not None:
+            return bad
+    states: set[StateMask] = {grounder.index.encode(q.state)}
+    for i, action in enumerate(q.plan[:q.executed]):
+        op = grounder.operator(action)
+        runnable = [s for s in states if op.applicable(s)]
+        if not runnable:
+            return f"step {i + 1} {_show(action)} ran, but the model refuses it there"
+        states = {op.apply(s, k) for s in runnable for k in range(len(op.effects))}
+        if len(states) > MAX_BRANCHES:
+            return None
+    if q.executed < len(q.plan):
+        op = grounder.operator(q.plan[q.executed])
+        stopped = {s for s in states if not op.applicable(s)}
+        if not stopped:
+            return (f"step {q.executed + 1} {_show(q.plan[q.executed])} was refused, but "
+                    f"the model says it applies")
+        states = stopped
+    if grounder.index.encode(q.final_state) not in states:
+        return f"after {q.executed} steps the model cannot reach the state the agent reported"
+    return None
+
+
+def _show(ga: Sequence[str]) -> str:
+    return f"({' '.join(ga)})"
+
