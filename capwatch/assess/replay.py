@@ -79,13 +79,13 @@ def _transition(grounder: Grounder, t: Transition) -> str | None:
     op = grounder.operator(t.action)
     s = grounder.index.encode(t.state)
     s2 = grounder.index.encode(t.next_state)
+    if t.executed is False and op.applicable(s):
+        return f"{_show(t.action)} was refused, but the model says it applies"
     verdict, _ = check(op, s, s2)
     if verdict is Verdict.INCONSISTENT:
         return f"{_show(t.action)}: no outcome of the model leads to the observed state"
     if t.executed is True and verdict is Verdict.NOT_APPLICABLE:
         return f"{_show(t.action)} executed, but its precondition does not hold in the model"
-    if t.executed is False and verdict is Verdict.APPLIED and s2 == s and op.applicable(s):
-        return f"{_show(t.action)} was refused, but the model says it applies"
     return None
 
 
