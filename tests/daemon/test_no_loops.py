@@ -76,7 +76,7 @@ def test_unexplainable_evidence_is_assessed_once_and_reported(tmp_path: Path) ->
     # A different kind of evidence afterwards: move_up refused where the model allows it.
     lines.append(_line(60, [["at", "h1"], ["below", "h1", "h2"]], ["move_up", "h1", "h2"],
                        [["at", "h1"], ["below", "h1", "h2"]], False))
-    d, agents, memory = _pipeline(tmp_path, lines)
+    d, _, memory = _pipeline(tmp_path, lines)
     records = d.source.poll(1.0)
     assessments = 0
     for r in records[:60]:
@@ -84,7 +84,7 @@ def test_unexplainable_evidence_is_assessed_once_and_reported(tmp_path: Path) ->
         assessments += _run_queued(d)
     # Before issue 11: a 500-query assessment per batch of three, each "no change".
     assert assessments == 1
-    (failed,) = d.store.queue_items("failed")
+    assert len(d.store.queue_items("failed")) == 1
     alerts = [a.alert for a in d.store.outbox() if a.alert_type == "assessment_failed"]
     assert [a["detail"]["reason"] for a in alerts] == ["unexplained"]
     assert "nothing was published" in alerts[0]["summary"]
