@@ -1,20 +1,25 @@
-"""Canary probes: ask an agent to run actions the stream has not shown it running lately.
+"""Canary probes: ask an agent to run actions, so a capability it lost is found even when
+the stream does not show it.
 
 A lost capability is invisible to the monitor when the agent stops attempting the
-action. The prober (a scheduler job, run on the main loop) picks, per agent, the actions
-idle for ``canary_idle_s``, grounds each with the family's objects, makes its
-precondition true in the agent's last reported state (or the family problem's initial
-state), and asks the agent on a thread of its own. An answer the model cannot explain
-comes back to the main loop as a :class:`~capwatch.daemon.work.CanaryFinding`, evidence
-exactly like an inconsistent transition from the stream but from no record (offset -1),
-so it holds no commit.
+action, and a lost precondition is invisible when the agent's own groundings and states
+happen to satisfy it. Each round (a scheduler job, run on the main loop) the prober picks,
+per agent, the actions idle for ``idle_s`` and, at a lower rate (every ``busy_s``), the
+actions still in use. Each is grounded with objects drawn afresh every time (respecting
+the action's equality constraints, ``Action.admits``) and run from a start state drawn
+from the agent's recent states or designed from the family problem's initial state, with
+the grounded precondition made true. The agent is asked on a thread of its own. An answer
+the model cannot explain comes back to the main loop as a
+:class:`~capwatch.daemon.work.CanaryFinding`, evidence exactly like an inconsistent
+transition from the stream but from no record (offset -1), so it holds no commit.
 """
 
 from __future__ import annotations
 
-import time
+import random
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime
 
 import structlog
@@ -26,50 +31,88 @@ from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.work import CanaryFinding, Result
 from capwatch.model.consistency import Verdict, check
-from capwatch.model.domain import Domain, GroundAction, GroundAtom
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.grounding import Grounder
 
 log = structlog.get_logger("capwatch.daemon")
 
 
+RECENT_STATES = 16
+"""Recent states kept per agent as start states (one taken per round)."""
+
+
 class CanaryProber:
     def __init__(self, *, agents: AgentDirectory, metrics: DaemonMetrics, idle_s: float,
-                 clock: Callable[[], datetime], post: Callable[[Result], None]) -> None:
+                 clock: Callable[[], datetime], post: Callable[[Result], None],
+                 busy_s: float | None = None, seed: int = 0,
+                 executor: Executor | None = None) -> None:
         self.agents = agents
         self.metrics = metrics
         self.idle_s = idle_s
+        self.busy_s = busy_s if busy_s is not None else 4 * idle_s
+        """Actions the agent still runs are probed this often: a lost precondition its
+        own states happen to satisfy shows only from other states."""
         self.clock = clock
         self.post = post
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canary")
+        self._rng = random.Random(seed)
+        self._recent: dict[str, deque[frozenset[GroundAtom]]] = {}
+        self._probed: dict[tuple[str, str], float] = {}
+        """(agent, action) → monotonic time of its last probe (the watch's clock)."""
+        self._pool = executor or ThreadPoolExecutor(max_workers=1,
+                                                    thread_name_prefix="canary")
 
     def probe_idle(self, watches: Iterable[AgentWatch],
                    problems: Mapping[str, frozenset[GroundAtom]],
                    objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
-        """Queue a probe of every idle action of every agent not awaiting work."""
-        now = time.monotonic()
+        """Queue a probe of every due action of every agent not awaiting work."""
         for watch in watches:
             if watch.awaiting is not None or watch.family not in objects:
                 continue
-            base_state = watch.last_state or problems.get(watch.family, frozenset())
+            now = watch.clock()
+            recent = self._recent.setdefault(watch.agent_id, deque(maxlen=RECENT_STATES))
+            if watch.last_state and (not recent or recent[-1] != watch.last_state):
+                recent.append(watch.last_state)
             for action in watch.domain.actions:
-                if now - watch.last_executed.get(action.name, -1e18) < self.idle_s:
+                last_run = watch.last_executed.get(action.name, -1e18)
+                last_probe = self._probed.get((watch.agent_id, action.name), -1e18)
+                idle = now - max(last_run, last_probe) >= self.idle_s
+                if not idle and now - last_probe < self.busy_s:
                     continue
-                args: list[str] = []
-                for p in action.parameters:
-                    candidates = objects[watch.family].get(p.type, ())
-                    pick = next((c for c in candidates if c not in args), None)
-                    if pick is None:
-                        break
-                    args.append(pick)
-                if len(args) != action.arity:
+                args = self._grounding(action, objects[watch.family])
+                if args is None:
                     continue
                 ground = (action.name, *args)
                 binding = dict(zip(action.parameter_names, args, strict=True))
-                state = (set(base_state) | {a.ground(binding) for a in action.pre_pos}) - {
+                base = self._start(recent, problems.get(watch.family, frozenset()))
+                state = (set(base) | {a.ground(binding) for a in action.pre_pos}) - {
                     a.ground(binding) for a in action.pre_neg}
-                watch.last_executed[action.name] = now  # one probe per idle period
+                self._probed[(watch.agent_id, action.name)] = now
                 self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
                                   frozenset(state), ground)
+
+    def _grounding(self, action: Action, objects: Mapping[str, tuple[str, ...]]
+                   ) -> tuple[str, ...] | None:
+        """Objects drawn at random per parameter, distinct where possible, until the
+        action's equality constraints admit them; None if no try does."""
+        pools = [objects.get(p.type, ()) for p in action.parameters]
+        if any(not pool for pool in pools):
+            return None
+        for _ in range(20):
+            args: list[str] = []
+            for pool in pools:
+                fresh = [o for o in pool if o not in args]
+                args.append(self._rng.choice(fresh or list(pool)))
+            if action.admits(args):
+                return tuple(args)
+        return None
+
+    def _start(self, recent: deque[frozenset[GroundAtom]],
+               designed: frozenset[GroundAtom]) -> frozenset[GroundAtom]:
+        """A recent state of the agent, or (one round in three, or with none) the designed
+        one: the family problem's initial state."""
+        if recent and (not designed or self._rng.random() < 2 / 3):
+            return self._rng.choice(list(recent))
+        return designed
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -100,7 +100,8 @@ class Pipeline:
             post=self._results.put)
         self.canaries = CanaryProber(agents=agents, metrics=self.metrics,
                                      idle_s=config.scheduler.canary_idle_s, clock=clock,
-                                     post=self._results.put)
+                                     post=self._results.put,
+                                     busy_s=config.scheduler.canary_busy_s)
         self.intake = Intake(limits=DecodeLimits(lim.max_message_bytes, lim.max_state_atoms,
                                                  lim.max_trace_steps),
                              registry=self.registry, checkpoints=self.checkpoints,

@@ -1,0 +1,98 @@
+"""Issue 11, finding 3: canaries find a capability an agent lost and stopped using, on a
+simulated clock (no sleeps): varied groundings and start states, within 5 minutes with
+the default schedule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import AgentQuery
+from capwatch.daemon.canary import CanaryProber
+from capwatch.daemon.config import SchedulerConfig
+from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.service import build_service
+from capwatch.daemon.work import CanaryFinding, Result
+from capwatch.model.domain import Action, LiftedAtom, Parameter
+from capwatch.model.pddl_reader import read_domain
+from tests.daemon.helpers import EXAMPLES, config, good_sample
+
+
+class Inline(Executor):
+    """Runs a probe at once, on the caller's thread: the test's clock decides when."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        f.set_result(fn(*args, **kwargs))
+        return f
+
+
+class Directory:
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(read_domain(EXAMPLES / "rover-sample-drift.pddl"), seed=1)
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.sim
+
+
+@pytest.mark.parametrize("phase", [0.0, 23.0, 59.0])
+def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path,
+                                                           phase: float) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(good_sample(step=i) + "\n" for i in range(3)))
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=Directory(),
+                            source=JsonlSource(str(path)))
+    d = service.pipeline
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    for r in d.source.poll(1.0):
+        d.handle(r)
+    watch = d.registry.get("rover-a")
+    assert watch is not None
+    now = [0.0]
+    watch.clock = lambda: now[0]
+    # At t=0 the agent loses sample_rock (it now needs a full battery) and stops trying
+    # it; it keeps navigating at 20 transitions/s, which keeps every other action busy.
+    watch.last_executed = dict.fromkeys(watch.last_executed, 0.0)
+    found: list[Result] = []
+    defaults = SchedulerConfig()
+    prober = CanaryProber(agents=Directory(), metrics=DaemonMetrics(),
+                          idle_s=defaults.canary_idle_s, busy_s=defaults.canary_busy_s,
+                          clock=d.clock, post=found.append, executor=Inline())
+    problems = {name: p.init for name, p in service.problems.items()}
+    objects = {name: p.objects_by_type(d.families[name])
+               for name, p in service.problems.items()}
+    t = phase
+    while not found and t <= 3600:
+        now[0] = t
+        for name in watch.last_executed:
+            if name != "sample_rock":
+                watch.last_executed[name] = t
+        prober.probe_idle([watch], problems, objects)
+        t += defaults.canary_s
+    (finding,) = found
+    assert isinstance(finding, CanaryFinding)
+    assert finding.transition.action[0] == "sample_rock"
+    assert now[0] <= 300.0, f"found after {now[0]} s"
+    d.source.close()
+    d.store.close()
+
+
+def test_groundings_vary_and_respect_equality_constraints() -> None:
+    h = Parameter("?a", "height"), Parameter("?b", "height")
+    move = Action("move", h, frozenset({LiftedAtom("at", ("?a",))}), frozenset(),
+                  distinct=frozenset({("?a", "?b")}))
+    prober = CanaryProber(agents=Directory(), metrics=DaemonMetrics(), idle_s=1.0,
+                          clock=lambda: None, post=lambda r: None,  # type: ignore[arg-type,return-value]
+                          executor=Inline())
+    seen = {prober._grounding(move, {"height": ("h1", "h2", "h3")}) for _ in range(60)}
+    assert len(seen) >= 4
+    assert all(g is not None and g[0] != g[1] for g in seen)
+    assert prober._grounding(move, {"height": ("h1",)}) is None
