@@ -19,7 +19,8 @@ from pathlib import Path
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.fleet import FamilySpec, SimulatedFleet
 from capwatch.contracts.ports import Record
-from capwatch.contracts.wire import DeadLetter, decode
+from capwatch.contracts.wire import DeadLetter
+from capwatch.contracts.wire_fast import decode
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.logs import configure_logging
 from capwatch.daemon.service import FleetDirectory, build_service

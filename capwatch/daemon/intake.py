@@ -15,11 +15,12 @@ from capwatch.contracts.wire import (
     DeadLetter,
     DecodeLimits,
     dead_letter_record,
-    decode,
     vocabulary_error,
 )
+from capwatch.contracts.wire_fast import decode
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.checkpoint import Checkpointer
+from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
 
@@ -55,8 +56,7 @@ class Intake:
         if not decoded:
             return None
         first = decoded[0]
-        structlog.contextvars.bind_contextvars(agent_id=first.agent_id,
-                                               episode=first.episode_id)
+        record_context.agent_id, record_context.episode = first.agent_id, first.episode_id
         if any(t.agent_id != first.agent_id or t.family != first.family for t in decoded):
             self.dead_letter(record, "a trace mixes agents or families", "decode")
             return None

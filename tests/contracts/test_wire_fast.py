@@ -1,0 +1,136 @@
+"""The hot path's msgspec decoder and the pydantic schema agree on every input: the same
+transitions for a valid event, the same dead-letter reason for an invalid one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capwatch.contracts import wire, wire_fast
+from capwatch.contracts.wire import DeadLetter, DecodeLimits
+
+LIMITS = DecodeLimits(max_message_bytes=4000, max_state_atoms=3, max_trace_steps=2)
+
+TRANSITION: dict[str, Any] = {
+    "type": "transition", "agent_id": "rover-1", "family": "rover-v1", "episode_id": "e1",
+    "step": 3, "time": "2026-01-02T03:04:05.123456+01:00", "optimal": True, "executed": True,
+    "state": [["at", "r", "w1"]], "action": ["move", "r", "w1", "w2"],
+    "next_state": [["at", "r", "w2"]], "v": 1,
+}
+TRACE: dict[str, Any] = {
+    "type": "trace", "agent_id": "rover-1", "family": "rover-v1", "start_step": 5,
+    "states": [[["at", "r", "w1"]], [["at", "r", "w2"]], [["at", "r", "w1"]]],
+    "actions": [["move", "r", "w1", "w2"], ["move", "r", "w2", "w1"]],
+    "executed": [True, False], "time": "2026-01-02T03:04:05Z",
+}
+
+
+def agree(raw: bytes, key: bytes | None = None, limits: DecodeLimits = LIMITS) -> Any:
+    slow = wire.decode(raw, limits, key, partition=2, offset=7)
+    fast = wire_fast.decode(raw, limits, key, partition=2, offset=7)
+    assert fast == slow, raw
+    return slow
+
+
+def variant(base: dict[str, Any], **changes: Any) -> bytes:
+    event = {**base, **changes}
+    return json.dumps({k: v for k, v in event.items() if v is not ...}).encode()
+
+
+def test_valid_events_decode_to_the_same_transitions() -> None:
+    one = agree(variant(TRANSITION), key=b"rover-1")
+    assert not isinstance(one, DeadLetter) and one[0].time is not None
+    trace = agree(variant(TRACE))
+    assert not isinstance(trace, DeadLetter) and [t.step for t in trace] == [5, 6]
+    minimal = agree(variant(TRANSITION, episode_id=..., step=..., time=..., optimal=...,
+                            executed=..., v=...))
+    assert not isinstance(minimal, DeadLetter) and minimal[0].time is None
+
+
+INVALID = [
+    # strict types: no string → number/bool coercion, no bool for an int, no float step
+    {"step": "3"}, {"step": 3.0}, {"step": True}, {"step": -1}, {"step": 2**63},
+    {"optimal": "true"}, {"optimal": 1}, {"executed": "yes"}, {"executed": 0},
+    {"v": 2}, {"v": "1"},
+    # names and ids
+    {"agent_id": "rover 1"}, {"agent_id": "rover-"}, {"agent_id": "a..b"}, {"agent_id": ""},
+    {"agent_id": "a" * 129}, {"agent_id": "rover-1\n"}, {"family": "fam\n"}, {"family": ""},
+    {"family": "f" * 257}, {"family": 3}, {"episode_id": "e\x01"}, {"episode_id": 1},
+    {"action": ["move", "r w"]}, {"action": ["move(", "r"]}, {"action": []},
+    {"action": ["a\n"]}, {"action": ["x"] * 34}, {"action": "move"}, {"action": [1]},
+    {"state": [[]]}, {"state": [["at", "r\u00a0"]]}, {"state": [["at", "r\u2028"]]},
+    {"state": "at"}, {"state": None}, {"next_state": [["at", 2]]},
+    # time
+    {"time": "yesterday"}, {"time": 1700000000}, {"time": "2026-13-01T00:00:00Z"},
+    {"time": "2026-01-02"}, {"time": True},
+    # shape
+    {"type": "step"}, {"type": ...}, {"agent_id": ...}, {"state": ...}, {"optmal": True},
+    # limits (3 atoms per state)
+    {"state": [["at", "r", f"w{i}"] for i in range(4)]},
+]
+
+
+@pytest.mark.parametrize("change", INVALID, ids=repr)
+def test_invalid_transitions_get_the_same_reason(change: dict[str, Any]) -> None:
+    result = agree(variant(TRANSITION, **change))
+    assert isinstance(result, DeadLetter), change
+
+
+@pytest.mark.parametrize("change", [
+    {"states": []}, {"actions": [["move", "r", "w1", "w2"]]}, {"executed": [True]},
+    {"executed": [True, 1]}, {"start_step": "5"}, {"start_step": -1},
+    {"states": [[["at", "r"]]] * 4, "actions": [["a"]] * 3},
+], ids=repr)
+def test_invalid_traces_get_the_same_reason(change: dict[str, Any]) -> None:
+    assert isinstance(agree(variant(TRACE, **change)), DeadLetter)
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b"{", b"[]", b"null", b'"x"', b"\xff\xfe", "\ufeff".encode() + variant(TRANSITION),
+    variant(TRANSITION) + b" x", variant(TRANSITION) + b"\n", b" " + variant(TRANSITION),
+    b'{"type": "transition", "agent_id": "a", "agent_id": "b", "family": "f",'
+    b' "state": [], "action": ["x"], "next_state": []}',
+    b'{"type": "transition", "agent_id": "\\ud800", "family": "f", "state": [],'
+    b' "action": ["x"], "next_state": []}',
+    b'{"type": "transition", "agent_id": "a", "family": "\\ud800", "state": [],'
+    b' "action": ["x"], "next_state": []}',
+    b"[" * 5000 + b"]" * 5000,
+    b'{"type": "transition", "agent_id": "a", "family": "f", "state": [], "action": ["x"],'
+    b' "next_state": [], "step": 1e2}',
+    # What the schema decides here is the schema's business; both decoders must agree.
+    variant(TRANSITION) * 2, variant(TRANSITION, v=True), variant(TRANSITION, v=1.0),
+    variant(TRANSITION, time="2026-01-02 03:04:05"),
+], ids=repr)
+def test_odd_bytes(raw: bytes) -> None:
+    agree(raw)
+
+
+def test_key_and_size() -> None:
+    raw = variant(TRANSITION)
+    assert isinstance(agree(raw, key=b"rover-2"), DeadLetter)
+    assert isinstance(agree(raw, key=b"\xff"), DeadLetter)
+    assert not isinstance(agree(raw, key=b"rover-1"), DeadLetter)
+    assert isinstance(agree(raw, limits=DecodeLimits(max_message_bytes=10)), DeadLetter)
+    slow = wire.decode(raw, LIMITS, size=10_000, sha256="ab")
+    assert wire_fast.decode(raw, LIMITS, size=10_000, sha256="ab") == slow
+
+
+_text = st.one_of(st.text(max_size=6), st.sampled_from(["a", "rover-1", "x.y", "at", "\n", ""]))
+_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 2**64), st.floats(allow_nan=False),
+              _text),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(_text, inner, max_size=3)),
+    max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([TRANSITION, TRACE]),
+       st.dictionaries(st.sampled_from(sorted({*TRANSITION, *TRACE, "extra"})),
+                       st.one_of(_json, st.just(...)), max_size=3))
+def test_random_changes_agree(base: dict[str, Any], changes: dict[str, Any]) -> None:
+    agree(variant(base, **changes))
