@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -22,6 +22,7 @@ from capwatch.model.pddl_reader import parse_domain
 
 __all__ = ["Abstraction", "Vocabulary", "VocabularyError"]
 
+_MAX_REMEMBERED = 100_000
 _NAME = re.compile(r"^[^\s()\x00-\x1f]{1,256}$")
 
 RawState = TypeVar("RawState")
@@ -40,6 +41,9 @@ class Vocabulary:
     domain: str
     predicates: Mapping[str, int]
     actions: Mapping[str, int]
+    _valid: set[tuple[str, ...]] = field(default_factory=set, compare=False, repr=False)
+    """Atoms already checked: an agent's states repeat most atoms (static facts) at every
+    step, and checking each name again would cost more than the rest of emitting."""
 
     @classmethod
     def of(cls, domain: Domain) -> Vocabulary:
@@ -55,6 +59,8 @@ class Vocabulary:
         return cls.of(parse_domain(p.read_text(encoding="utf-8"), str(p)))
 
     def check_atom(self, atom: GroundAtom, where: str = "state") -> None:
+        if atom in self._valid:
+            return
         if not atom:
             raise VocabularyError(f"{where}: empty atom")
         _check_names(atom, where)
@@ -65,6 +71,9 @@ class Vocabulary:
         if len(atom) - 1 != n:
             raise VocabularyError(f"{where}: predicate {atom[0]!r} takes {n} argument(s),"
                                   f" found {len(atom) - 1} in {_show(atom)}")
+        if len(self._valid) >= _MAX_REMEMBERED:
+            self._valid.clear()
+        self._valid.add(atom)
 
     def check_state(self, atoms: Iterable[GroundAtom], where: str = "state") -> None:
         for atom in atoms:
