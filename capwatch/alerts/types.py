@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from capwatch.contracts.versions import ModelVersion
+from capwatch.contracts.versions import ModelVersion, unchecked_summary
 from capwatch.model.diff import (
     Change,
     change_to_json,
@@ -219,7 +219,7 @@ def alerts_for_version(parent: ModelVersion, version: ModelVersion, *,
         parent.domain(), version.domain(), family=version.family, agent_id=version.agent_id,
         time=version.created_at, model_version=version.version, evidence=version.evidence,
         changes=version.changed_pal_tuples, severities=severities)
-    line = unchecked_line(version.evidence)
+    line = unchecked_summary(version.coverage)
     if line is not None and version.agent_id is not None:
         alert = assessment_failed_alert(
             family=version.family, agent_id=version.agent_id, time=version.created_at,
@@ -227,19 +227,6 @@ def alerts_for_version(parent: ModelVersion, version: ModelVersion, *,
             severities=severities)
         alerts.append(dataclasses.replace(alert, model_version=version.version))
     return alerts
-
-
-def unchecked_line(evidence: Mapping[str, Any]) -> str | None:
-    """"n capabilities could not be checked (actions)" from a version's evidence, or None
-    when the assessment recorded nothing unresolved (or predates coverage records)."""
-    assessment = evidence.get("assessment")
-    coverage = assessment.get("coverage") if isinstance(assessment, Mapping) else None
-    if not isinstance(coverage, Mapping) or not coverage.get("unresolved"):
-        return None
-    n = int(coverage["unresolved"])
-    actions = ", ".join(str(a) for a in coverage.get("unresolved_actions", ()))
-    return (f"{n} {'capability' if n == 1 else 'capabilities'} could not be checked "
-            f"({actions}); published at their previous modes")
 
 
 def _pal_text(pal: PalTuple) -> str:

@@ -23,6 +23,7 @@ from capwatch.console.data import (
     VersionView,
 )
 from capwatch.contracts.store import OutboxAlert
+from capwatch.contracts.versions import unchecked_summary
 from capwatch.models_store.actions import OperatorAction
 
 CSS = """
@@ -372,6 +373,15 @@ def version_section(view: VersionView, *, forms: str = "") -> str:
         if view.samples:
             effort += f", {view.samples} samples of the agent's outcomes"
         origin = f"<p>Learned by assessment: {e(effort)}.</p>"
+        unchecked = unchecked_summary(v.coverage)
+        if unchecked is not None:
+            origin += f'<p class="warn"><strong>{e(unchecked)}</strong></p>'
+        coverage = v.coverage
+        if coverage is not None:
+            origin += (f'<p class="muted">{int(coverage.get("confirmed", 0))} pal-tuples '
+                       f'confirmed by evidence, {int(coverage.get("carried_over", 0))} '
+                       f'carried over unverified, {int(coverage.get("unresolved", 0))} '
+                       f"unresolved.</p>")
     words = "".join(f"<li>{e(s)}</li>" for s in view.summary)
     words = f"<ul>{words}</ul>" if words else (
         "<p class=\"muted\">The family baseline.</p>" if v.agent_id is None and v.parent is None

@@ -32,6 +32,17 @@ from capwatch.model.serialize import domain_from_json, domain_to_json
 JSON = dict[str, Any]
 
 
+def unchecked_summary(coverage: Mapping[str, Any] | None) -> str | None:
+    """"n capabilities could not be checked (actions) ..." or None when nothing was left
+    unresolved: the line alerts, the API and the console show."""
+    if not coverage or not coverage.get("unresolved"):
+        return None
+    n = int(coverage["unresolved"])
+    actions = ", ".join(str(a) for a in coverage.get("unresolved_actions", ()))
+    return (f"{n} {'capability' if n == 1 else 'capabilities'} could not be checked "
+            f"({actions}); they keep their previous modes")
+
+
 def as_utc(t: datetime) -> datetime:
     if t.tzinfo is None:
         raise ValueError(f"timestamp {t.isoformat()} has no time zone; capwatch stores UTC")
@@ -98,6 +109,16 @@ class ModelVersion:
 
     def domain(self) -> Domain:
         return domain_from_json(self.model_json)
+
+    @property
+    def coverage(self) -> JSON | None:
+        """What the assessment behind this version checked (issue 11): counts of pal-tuples
+        ``confirmed`` by evidence, ``carried_over`` from the parent unverified, and
+        ``unresolved`` (published at the parent's modes), with the actions of the last two;
+        None for versions no assessment recorded it for (baselines, operators, older ones)."""
+        assessment = self.evidence.get("assessment")
+        coverage = assessment.get("coverage") if isinstance(assessment, Mapping) else None
+        return dict(coverage) if isinstance(coverage, Mapping) else None
 
     def identity(self) -> JSON:
         """What the content key covers: everything but the key itself."""

@@ -157,6 +157,25 @@ class ModelPayload(BaseModel):
     pddl: str
 
 
+class Coverage(BaseModel):
+    """What the assessment behind a version checked: unknown stays unknown (issue 11)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    confirmed: int = Field(ge=0, description="Pal-tuples whose mode the evidence pins down.")
+    carried_over: int = Field(
+        ge=0, description="Pal-tuples kept at the parent's mode without evidence for it.")
+    unresolved: int = Field(
+        ge=0, description="Pal-tuples the assessment could not decide; published at the "
+                          "parent's mode.")
+    carried_over_actions: list[str] = Field(default_factory=list)
+    unresolved_actions: list[str] = Field(default_factory=list)
+    unresolved_pal_tuples: list[str] = Field(default_factory=list)
+    unchecked: str | None = Field(
+        default=None, description='"n capabilities could not be checked (actions) ...", '
+                                  "or null when nothing is unresolved.")
+
+
 class ModelVersionEvent(_Outbound):
     """A new model version of one agent (topic ``capwatch.models``, compacted, key = agent)."""
 
@@ -175,6 +194,10 @@ class ModelVersionEvent(_Outbound):
     model: ModelPayload
     time: datetime
     evidence: dict[str, Any] = Field(default_factory=dict)
+    coverage: Coverage | None = Field(
+        default=None, description="What the assessment checked; absent for versions no "
+                                  "assessment made (baselines, operators) and from older "
+                                  "capwatch (added in v1 as optional).")
 
 
 class AlertEvent(_Outbound):

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from typing import Literal
 
-from capwatch.contracts.versions import ModelVersion
-from capwatch.contracts.wire import ChangedPalTuple, ModelPayload, ModelVersionEvent
+from capwatch.contracts.versions import ModelVersion, unchecked_summary
+from capwatch.contracts.wire import ChangedPalTuple, Coverage, ModelPayload, ModelVersionEvent
 from capwatch.model.pal import Mode
 
 
 def _mode(m: Mode) -> Literal["+", "-", "0", "?"]:
     return m.value
+
+
+def coverage_of(v: ModelVersion) -> Coverage | None:
+    coverage = v.coverage
+    if coverage is None:
+        return None
+    fields = {k: coverage[k] for k in Coverage.model_fields if k in coverage}
+    return Coverage.model_validate({**fields, "unchecked": unchecked_summary(coverage)})
 
 
 def model_event(v: ModelVersion) -> ModelVersionEvent:
@@ -29,5 +37,5 @@ def model_event(v: ModelVersion) -> ModelVersionEvent:
                  for p, old, new in v.changed_pal_tuples],
         summary=list(v.summary), model=ModelPayload.model_validate(
             {"json": v.model_json, "pddl": v.pddl}),
-        time=v.created_at, evidence=dict(v.evidence),
+        time=v.created_at, evidence=dict(v.evidence), coverage=coverage_of(v),
     )

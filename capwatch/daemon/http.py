@@ -47,8 +47,9 @@ from capwatch.alerts.types import Alert
 from capwatch.console.web import MAX_BODY, Console
 from capwatch.contracts.ingest import INGEST_PATH, OTLP_TRACES_PATH
 from capwatch.contracts.store import ModelRegistry
-from capwatch.contracts.versions import ModelVersion, diff_versions
+from capwatch.contracts.versions import ModelVersion, diff_versions, unchecked_summary
 from capwatch.contracts.wire import AlertEvent
+from capwatch.daemon.events import coverage_of
 from capwatch.daemon.ingest import IngestEndpoints
 from capwatch.models_store.lineage import lineage_chain
 
@@ -380,7 +381,8 @@ class ApiServer:
             if what == ["versions"]:
                 return [{"version": v.version, "parent": v.parent.to_json() if v.parent else None,
                          "delta_to_parent": v.delta_to_parent, "summary": list(v.summary),
-                         "created_at": v.created_at.isoformat()}
+                         "created_at": v.created_at.isoformat(),
+                         "unchecked": unchecked_summary(v.coverage)}
                         for v in store.history(family, self._lineage(agent))]
             if len(what) == 2 and what[0] == "versions":
                 return self._model(self._version(store, agent, family, what[1]), query)
@@ -409,7 +411,9 @@ class ApiServer:
     def _model(self, v: ModelVersion, query: dict[str, str]) -> Any:
         if query.get("format") == "pddl":
             raise _Text(v.pddl)
-        return v.to_json()
+        coverage = coverage_of(v)
+        return {**v.to_json(), "coverage": coverage.model_dump(mode="json")
+                if coverage is not None else None}
 
 
 class _Text(Exception):

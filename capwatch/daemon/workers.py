@@ -33,7 +33,7 @@ from capwatch.contracts.store import (
     VersionConflict,
     WorkQueue,
 )
-from capwatch.contracts.versions import ModelRef, ModelVersion, build_version
+from capwatch.contracts.versions import ModelRef, ModelVersion, build_version, unchecked_summary
 from capwatch.daemon.alerting import failed_alert_key, version_alert_key
 from capwatch.daemon.assessor import AssessmentRequest, Assessor
 from capwatch.daemon.config import DaemonConfig
@@ -221,9 +221,11 @@ class AssessmentWorkers:
                 # A model contradicting its own evidence is never published; the same
                 # evidence will not start another assessment (the watch backs off).
                 n = len(outcome.unexplained)
+                unchecked = unchecked_summary(outcome.details.get("coverage"))
                 self.give_up(worker, pending, "unexplained",
                              f"the assessed model cannot explain {n} of the observations and "
-                             f"query answers it was learned from; nothing was published "
+                             f"query answers it was learned from; nothing was published"
+                             f"{'; ' + unchecked if unchecked else ''} "
                              f"(first: {outcome.unexplained[0].source}: "
                              f"{outcome.unexplained[0].reason})",
                              {"queries": queries, "assessment": dict(outcome.details)})
