@@ -17,6 +17,7 @@ makes that replay rebuild the evidence buffer exactly.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,10 @@ from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict, 
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
 from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
+
+OPTIMAL_RUNS = 4
+MAX_OPTIMAL_RUN = 64
+"""Optimal runs kept per agent, and the longest run kept (a longer one is cut)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +150,12 @@ class AgentWatch:
         self.held_back = 0
         """Inconsistencies not buffered because an assessment already failed on their kind."""
         self._queued_kinds: frozenset[str] = frozenset()
+        self.optimal_runs: deque[tuple[AgentTransition, ...]] = deque(maxlen=OPTIMAL_RUNS)
+        """Finished runs of consecutive steps the agent marked optimal, for the
+        reduced-functionality check (canaries): the known model may reach their end
+        sooner than the agent could."""
+        self._optimal_run: list[AgentTransition] = []
+        self._optimal_seen = 0
 
     # ------------------------------------------------------------------ the surface
 
@@ -168,6 +179,8 @@ class AgentWatch:
         settled = explained is not None and 0 <= t.offset <= explained
         if verdict is Verdict.APPLIED:
             self.last_executed[t.action[0]] = self.clock()
+            if t.optimal:
+                self._note_optimal(t)
             restored = self.drift_restored
             # A replayed record the restored tables already counted is not counted again.
             if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
@@ -193,6 +206,29 @@ class AgentWatch:
         if not self._buffer(Evidence(t, explanation)):
             return _PLAIN[verdict]
         return Finding(verdict, ripe=self.ripe())
+
+    def _note_optimal(self, t: AgentTransition) -> None:
+        run = self._optimal_run
+        if run and (run[-1].episode_id != t.episode_id or run[-1].next_state != t.state
+                    or len(run) >= MAX_OPTIMAL_RUN):
+            self._close_optimal_run()
+        self._optimal_run.append(t)
+
+    def _close_optimal_run(self) -> None:
+        if len(self._optimal_run) >= 2:
+            self.optimal_runs.append(tuple(self._optimal_run))
+        self._optimal_run = []
+        self._optimal_seen = 0
+
+    def take_optimal_runs(self) -> list[tuple[AgentTransition, ...]]:
+        """The finished optimal runs, and the open one if it did not grow since the last
+        call (its episode is likely over); each run is handed out once."""
+        if self._optimal_run and len(self._optimal_run) == self._optimal_seen:
+            self._close_optimal_run()
+        self._optimal_seen = len(self._optimal_run)
+        runs = list(self.optimal_runs)
+        self.optimal_runs.clear()
+        return runs
 
     # ------------------------------------------------------------------ evidence from elsewhere
 

@@ -98,7 +98,7 @@ class EngineAssessor:
             for i, t in enumerate(request.executed)
         ] + [
             EngineObservation(t.state, t.action, t.next_state, source=f"inconsistent[{i}]",
-                              executed=t.executed)
+                              executed=t.executed, optimal=t.optimal)
             for i, t in enumerate(request.inconsistent)
         ]
         if request.inconsistent or request.method is not None:

@@ -25,6 +25,8 @@ from datetime import datetime
 import structlog
 
 from capwatch.assess.agent import AgentUnavailable
+from capwatch.assess.observations import Trace, infer_object_types
+from capwatch.assess.shortcuts import find_shortcuts
 from capwatch.contracts.ports import AgentDirectory
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch
@@ -113,6 +115,44 @@ class CanaryProber:
         if recent and (not designed or self._rng.random() < 2 / 3):
             return self._rng.choice(list(recent))
         return designed
+
+    def check_optimal(self, watches: Iterable[AgentWatch],
+                      objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
+        """Reduced functionality from optimal runs: where the agent marked its steps
+        optimal but the model reaches their end in fewer, something the model relies on
+        no longer works (papers/daaisy.md §4.1). Searched on the prober's thread."""
+        for watch in watches:
+            runs = watch.take_optimal_runs()
+            if not runs or watch.awaiting is not None:
+                continue
+            self._pool.submit(self._shortcuts, watch.agent_id, watch.family, watch.domain,
+                              runs, objects.get(watch.family))
+
+    def _shortcuts(self, agent_id: str, family: str, domain: Domain,
+                   runs: list[tuple[AgentTransition, ...]],
+                   objects: Mapping[str, tuple[str, ...]] | None) -> None:
+        traces = [Trace(tuple([run[0].state, *(t.next_state for t in run)]),
+                        tuple(t.action for t in run), optimal=True,
+                        source=f"episode {run[0].episode_id}") for run in runs]
+        objs = objects if objects is not None else infer_object_types(
+            domain, (s for t in traces for s in t.states), (a for t in traces for a in t.actions))
+        try:
+            report = find_shortcuts(domain, traces, objs)
+        except Exception:
+            log.exception("optimal-trace check failed", agent_id=agent_id)
+            return
+        shortened = {s.trace for s in report.shortcuts}
+        for trace, run in zip(traces, runs, strict=True):
+            if trace.source not in shortened:
+                continue
+            self.metrics.canaries.labels(family, "shortcut").inc()
+            log.info("an optimal run is longer than the model's plan", agent_id=agent_id,
+                     episode=run[0].episode_id, steps=len(run))
+            for t in run:
+                # From no record (offset -1): the run is evidence, not a commit holder.
+                self.post(CanaryFinding(agent_id, AgentTransition(
+                    agent_id, family, t.episode_id, t.step, t.time, t.state, t.action,
+                    t.next_state, True, True)))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

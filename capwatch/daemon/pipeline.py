@@ -462,6 +462,7 @@ class Pipeline:
                objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
         """Probe actions the stream has not shown executing lately (see daemon.canary)."""
         self.canaries.probe_idle(self.registry, problems, objects)
+        self.canaries.check_optimal(self.registry, objects)
 
     def route_alerts(self, force: bool = False) -> None:
         """Route the alert outbox and deliver what is due (scheduler job; any thread)."""

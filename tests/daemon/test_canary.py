@@ -4,6 +4,7 @@ the default schedule."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -20,8 +21,9 @@ from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.service import build_service
 from capwatch.daemon.work import CanaryFinding, Result
 from capwatch.model.domain import Action, LiftedAtom, Parameter
-from capwatch.model.pddl_reader import read_domain
+from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.daemon.helpers import EXAMPLES, config, good_sample
+from tests.paths import DATA
 
 
 class Inline(Executor):
@@ -96,3 +98,61 @@ def test_groundings_vary_and_respect_equality_constraints() -> None:
     assert len(seen) >= 4
     assert all(g is not None and g[0] != g[1] for g in seen)
     assert prober._grounding(move, {"height": ("h1",)}) is None
+
+
+SHUTTLE = DATA / "own" / "shuttle"
+
+
+class Shuttle:
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(read_domain(SHUTTLE / "drift-no-charge.pddl"), seed=1)
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.sim
+
+
+def test_reduced_functionality_is_found_from_optimal_runs(tmp_path: Path) -> None:
+    """The drifted shuttle can no longer teleport and walks a-b-c-d: every step is
+    consistent with the old model, and only the length of its optimal runs shows it."""
+    agent = Shuttle()
+    problem = read_problem(SHUTTLE / "problem.pddl")
+    episode = agent.sim.run_optimal(problem)
+    assert episode.optimal and len(episode.actions) == 3
+    lines = []
+    for ep in range(2):
+        for i, (s, a, s2) in enumerate(episode.transitions()):
+            lines.append(json.dumps({
+                "type": "transition", "agent_id": "shuttle-a", "family": "shuttle-v1",
+                "episode_id": f"ep{ep}", "step": i, "state": sorted(map(list, s)),
+                "action": list(a), "next_state": sorted(map(list, s2)), "optimal": True}))
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 families={"shuttle-v1": {"domain": str(SHUTTLE / "domain.pddl"),
+                                          "problem": str(SHUTTLE / "problem.pddl")}})
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=agent,
+                            source=JsonlSource(str(path)))
+    d = service.pipeline
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    for r in d.source.poll(1.0):
+        d.handle(r)
+    watch = d.registry.get("shuttle-a")
+    assert watch is not None and watch.inconsistent == 0  # the monitor sees nothing wrong
+    found: list[Result] = []
+    prober = CanaryProber(agents=agent, metrics=DaemonMetrics(), idle_s=1e9,
+                          clock=d.clock, post=found.append, executor=Inline())
+    objects = {n: p.objects_by_type(d.families[n]) for n, p in service.problems.items()}
+    prober.check_optimal([watch], objects)  # ep0 is finished (ep1 began)
+    assert len(found) == 3
+    for f in found:
+        assert isinstance(f, CanaryFinding) and watch.add_canary_finding(f.transition)
+    d.sweep(force=True)
+    while items := d.store.claim("test/w0", d.clock(), 60.0, 1):
+        d.workers.run_claimed("test/w0", items[0])
+    d.drain()
+    latest = d.store.latest("shuttle-v1", "shuttle-a")
+    assert latest is not None
+    assert any("teleport" in line and "requires (charged)" in line for line in latest.summary)
+    d.source.close()
+    d.store.close()

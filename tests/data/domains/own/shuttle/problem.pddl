@@ -1,0 +1,5 @@
+(define (problem three-stops)
+  (:domain shuttle)
+  (:objects a b c d - place)
+  (:init (at a) (road a b) (road b c) (road c d))
+  (:goal (and (at d))))
