@@ -99,6 +99,9 @@ class Designer:
     is then first built as AIA would, the known model's state second. A failed
     exploration costs a query that no precondition literal pays back, so the known
     model leads only while nothing speaks against it."""
+    tied: Mapping[str, Mapping[LiftedAtom, LiftedAtom]] = field(default_factory=dict)
+    """Per action, atoms an equality constraint makes fall on the same ground atom as an
+    earlier one (their representative): a state gives them one value."""
     explored: dict[str, list[dict[LiftedAtom, bool]]] = field(default_factory=dict)
     gave_up: set[str] = field(default_factory=set)
     """Actions for which no running state was found."""
@@ -147,7 +150,11 @@ class Designer:
                 ) -> tuple[list[Probe], list[Probe], list[Probe]]:
         pas = self.pas[action]
         masks = self.vs.masks
-        todo = [pa for pa in pas if (only is None or pa in only) and COUNT[masks[pa]] > 1]
+        tied = self.tied.get(action, {})
+        grouped = {*tied, *tied.values()} if tied else set()
+        # Atoms on one ground atom can only be read together: nothing tells them apart.
+        todo = [pa for pa in pas if (only is None or pa in only) and COUNT[masks[pa]] > 1
+                and pa.atom not in grouped]
         if not todo:
             return [], [], []
         if any(not SAFE_VALUES[masks[pa]] for pa in pas):
@@ -159,6 +166,8 @@ class Designer:
             safe = SAFE_VALUES[mask]
             base[pa.atom] = safe[0] if len(safe) == 1 else \
                 min(safe, key=lambda v: (SPLIT[mask][v], v))
+        for atom, rep in tied.items():
+            base[atom] = base[rep]
         safe_probes: list[Probe] = []
         risky: list[Probe] = []
         final: list[Probe] = []
@@ -170,6 +179,8 @@ class Designer:
             alt = dict(base)
             for pa in both:
                 alt[pa.atom] = not base[pa.atom]
+            for atom, rep in tied.items():
+                alt[atom] = alt[rep]
             safe_probes.append(self._probe((action, "alt"), alt, SAFE,
                                            f"{action}: what changes with {len(both)} "
                                            f"atoms at their other value?"))
@@ -179,8 +190,15 @@ class Designer:
             doubt = mask & violating(other)
             if not doubt or doubt == mask:
                 continue
+            if pa.atom in tied:
+                continue  # flipped together with its representative
             assignment = dict(base)
             assignment[pa.atom] = other
+            for atom, rep in tied.items():
+                if rep == pa.atom:
+                    assignment[atom] = other
+            if tied and self._surely_fails(action, assignment):
+                continue  # its failure is already known and cannot be narrowed
             required = f"(not {pa.atom})" if not base[pa.atom] else str(pa.atom)
             if self.hypothesis(pa)[0] is not Mode.ABSENT:
                 final.append(self._probe(pa, assignment, FAIL,
@@ -236,7 +254,10 @@ class Designer:
                 flipped = dict(done)
                 flipped[atom] = not flipped[atom]
                 candidates.append(flipped)
+        tied = self.tied.get(action, {})
         for cand in candidates:
+            for atom, rep in tied.items():
+                cand[atom] = cand[rep]
             if cand in tried or self._surely_fails(action, cand):
                 continue
             tried.append(cand)

@@ -142,6 +142,33 @@ def _fixed_atoms(action: Action, gamma: set[LiftedAtom]) -> list[Fixed]:
     return out
 
 
+def _tied_atoms(action: Action, atoms: Sequence[LiftedAtom]) -> dict[LiftedAtom, LiftedAtom]:
+    """Atoms that equality constraints make ground to the same atom as an earlier one."""
+    root = {n: n for n in action.parameter_names}
+
+    def find(x: str) -> str:
+        while root.get(x, x) != x:
+            x = root[x]
+        return x
+
+    for a, b in action.equal:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            if ra.startswith("?"):
+                root[ra] = rb
+            else:
+                root[rb] = ra
+    first: dict[tuple[str, ...], LiftedAtom] = {}
+    tied = {}
+    for atom in atoms:
+        form = (atom.predicate, *(find(a) for a in atom.args))
+        if form in first:
+            tied[atom] = first[form]
+        else:
+            first[form] = atom
+    return tied
+
+
 class _Engine:
     def __init__(self, known: Domain, method: Method, budget: int,
                  minimal_change: bool = False) -> None:
@@ -178,7 +205,10 @@ class _Engine:
         self.final_failed = 0
         self.known_view: dict[PaTuple, PaValue] = {} if method is Method.AIA else \
             self.init_value
-        self.design = Designer(self.vs, self.pas, self.actions, self.known_view, self.pool)
+        self.tied = {a.name: _tied_atoms(a, self.atoms[a.name]) for a in known.actions
+                     if a.equal}
+        self.design = Designer(self.vs, self.pas, self.actions, self.known_view, self.pool,
+                               tied=self.tied)
         if method is not Method.DAAISY:
             self.targets = set(self.init_value)
 
@@ -368,7 +398,13 @@ class _Engine:
                 self.notes.append("the agent returned no answer; stopped")
                 self.stalled = True
                 break
+            before = (sum(self.vs.version.values()), len(self.vs.clauses))
             self._absorb(query, answers[0])
+            if (sum(self.vs.version.values()), len(self.vs.clauses)) == before:
+                # The same probes would be designed and asked again: stop instead.
+                self.notes.append(f"query {len(self.queries)} narrowed nothing; stopped")
+                self.stalled = True
+                break
             self._refresh_targets()
             self._check_known_model()
 
@@ -414,13 +450,19 @@ class _Engine:
     # ------------------------------------------------------------------ result
 
     def _open_reason(self, pa: PaTuple) -> str:
+        rep = self.tied.get(pa.action, {}).get(pa.atom)
+        if rep is None and pa.atom in self.tied.get(pa.action, {}).values():
+            rep = next(a for a, r in self.tied[pa.action].items() if r == pa.atom)
+        if rep is not None:
+            return (f"{pa.atom} and {rep} are always the same ground atom (equality "
+                    f"constraint of {pa.action}): no query can tell them apart")
         if self.budget_exhausted:
             return f"the query budget ({self.budget}) was spent first"
         if pa.action in self.design.gave_up:
             return (f"no state was found in which {pa.action} executes "
                     f"({len(self.design.explored.get(pa.action, ()))} tried)")
         if self.stalled:
-            return "the agent gave no further answer"
+            return "the agent's answers stopped narrowing it down"
         return "no probe could tell the remaining values apart"
 
     def result(self, notes: Sequence[str]) -> AssessmentResult:

@@ -169,7 +169,10 @@ class VersionSpace:
         self.propagate()
 
     def failed(self, action: str, seen: Mapping[PaTuple, bool | None], evidence: str) -> None:
-        self.clauses.append(Clause(action, tuple(seen.items()), evidence))
+        literals = tuple(seen.items())
+        if any(c.action == action and c.literals == literals for c in self.clauses):
+            return  # the same failure again teaches nothing
+        self.clauses.append(Clause(action, literals, evidence))
         self.touch(action)
         self.propagate()
 
