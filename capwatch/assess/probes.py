@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from capwatch.assess.agent import QueryResult
+from capwatch.assess.atoms import Fixed, equality_roots
 from capwatch.model.domain import Action, GroundAction, GroundAtom, LiftedAtom
 from capwatch.model.pal import Mode, PaTuple
 
@@ -46,11 +47,6 @@ class Probe:
     risky: int = 0
     """How many atoms are set to a value that might violate a precondition."""
 
-
-Fixed = tuple[LiftedAtom, bool, bool | None]
-"""A precondition atom outside Γ (it mentions a constant or repeats a parameter): the value
-the step needs, and its value after the step (None: unchanged). Taken from the known
-model, which is the only source for atoms the engine does not assess."""
 
 Shared = tuple[GroundAtom, bool, PaTuple | None, bool | None]
 """A ground atom other steps may touch too: (atom, value the step needs, its pa-tuple or
@@ -102,62 +98,23 @@ class ObjectFactory:
             self._free.setdefault(type_name, []).append(name)
 
 
-def _constant_ties(action: Action) -> dict[str, str]:
-    """Parameters an equality constraint ``(= ?a c)`` (possibly through other
-    parameters) ties to a constant, with that constant."""
-    if not action.equal:
-        return {}
-    root: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while root.get(x, x) != x:
-            x = root[x]
-        return x
-
-    for a, b in action.equal:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            # A constant (no '?') wins as the representative: the class must name it.
-            if ra.startswith("?"):
-                root[ra] = rb
-            else:
-                root[rb] = ra
-    ties = {}
-    for name in action.parameter_names:
-        r = find(name)
-        if not r.startswith("?"):
-            ties[name] = r
-    return ties
-
-
 def _arguments(action: Action, objects: ObjectFactory
                ) -> tuple[tuple[str, ...], dict[str, str]]:
     """One fresh object per parameter, except that parameters an equality constraint
-    ``(= ?a ?b)`` ties together share one, and one tied to a constant is that constant."""
+    ``(= ?a ?b)`` ties together share one, and one tied to a constant is that constant.
+    Returns the arguments and the fresh objects with their types."""
     if not action.equal:
         fresh = {objects.new(p.type): p.type for p in action.parameters}
         return tuple(fresh), fresh
-    ties = _constant_ties(action)
-    root: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while root.get(x, x) != x:
-            x = root[x]
-        return x
-
-    for a, b in action.equal:
-        if a.startswith("?") and b.startswith("?"):
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                root[ra] = rb
+    roots = equality_roots(action)
     chosen: dict[str, str] = {}
     owned: dict[str, str] = {}
     args = []
     for p in action.parameters:
-        if p.name in ties:
-            args.append(ties[p.name])
+        r = roots[p.name]
+        if not r.startswith("?"):
+            args.append(r)
             continue
-        r = find(p.name)
         if r not in chosen:
             chosen[r] = objects.new(p.type)
             owned[chosen[r]] = p.type
@@ -197,7 +154,7 @@ def _template(action: Action, atoms: Iterable[LiftedAtom], slot: str = "gamma"
         names = list(action.parameter_names)
         constants = sorted({a for atom in key[1] for a in atom.args} - set(names))
         pos = {n: i for i, n in enumerate([*names, *constants])}
-        own = set(names) - set(_constant_ties(action))
+        own = {n for n, r in equality_roots(action).items() if r.startswith("?")}
         hit = (tuple(constants), tuple(
             (atom, PaTuple(action.name, atom), atom.predicate,
              _getter([pos[a] for a in atom.args]), own.isdisjoint(atom.args))
