@@ -158,6 +158,11 @@ class ModelRegistry(Protocol):
         """All versions of one lineage, oldest first."""
         ...
 
+    def own_lineages(self, agent_ids: Sequence[str]) -> set[tuple[str, str]]:
+        """(family, agent id) of every lineage of its own that one of ``agent_ids`` has:
+        one query for a batch of agents seen for the first time."""
+        ...
+
     def model_at(self, agent_id: str, at: datetime,
                  family: str | None = None) -> ModelVersion | None:
         """The model agent ``agent_id`` ran at time ``at``: its own lineage's newest

@@ -114,7 +114,8 @@ class AgentWatch:
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 domain: Domain | None = None) -> None:
         self.agent_id = agent_id
         self.family = family
         self.partition = partition
@@ -122,7 +123,9 @@ class AgentWatch:
         self.clock = clock
         """Monotonic seconds (debounce, back-off, canary idleness); a test's own clock."""
         self.version = version
-        self.domain: Domain = version.domain()
+        # ``domain``: the version's model parsed once and shared (a family baseline's
+        # agents all run one Domain object).
+        self.domain: Domain = domain if domain is not None else version.domain()
         self.monitor = TransitionMonitor(self.domain, self.settings.monitor)
         self._drift = drift
         """The replica's drift tables (shared: the audit controls FDR across agents);
@@ -326,19 +329,20 @@ class AgentWatch:
 
     # ------------------------------------------------------------------ results
 
-    def adopt(self, version: ModelVersion) -> None:
+    def adopt(self, version: ModelVersion, domain: Domain | None = None) -> None:
         """A version stored for this agent (by any replica): use it unless it is older than
-        the one in use; either way the awaited work is over."""
+        the one in use; either way the awaited work is over. ``domain``: the version's
+        model, when the caller has it parsed already."""
         if version.ref.version >= self.version.ref.version \
                 or version.agent_id != self.version.agent_id:
-            self.install(version)
+            self.install(version, domain)
         else:
             self.awaiting = None
 
-    def install(self, version: ModelVersion) -> None:
+    def install(self, version: ModelVersion, domain: Domain | None = None) -> None:
         """Switch to a new model version: evidence against the old one is moot."""
         self.version = version
-        self.domain = version.domain()
+        self.domain = domain if domain is not None else version.domain()
         self.explained = explained_positions(version)
         self.monitor.replace_model(self.domain)
         self.evidence.clear()

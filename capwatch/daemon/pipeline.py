@@ -36,7 +36,6 @@ from prometheus_client import Counter
 from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
 from capwatch.contracts.store import ModelStore, PendingAssessment
-from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition, DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.daemon.alerting import AlertRouting, build_outbox, build_sinks, queued_alert
@@ -251,6 +250,10 @@ class Pipeline:
         tally = self._tally
         stamps: dict[str, float] = {}
         try:
+            # The key is the agent id (the decoder checks it): agents seen for the first
+            # time are looked up in the store together, not one query each.
+            self.registry.prefetch({r.key.decode("utf-8", "replace") for r in records
+                                    if r.key is not None})
             for record in records:
                 ctx.partition, ctx.offset = record.partition, record.offset
                 try:
@@ -276,6 +279,7 @@ class Pipeline:
                 finally:
                     ctx.partition = ctx.offset = ctx.agent_id = ctx.episode = None
         finally:
+            self.registry.end_prefetch()
             for source, stamp in stamps.items():
                 self.metrics.last_record.child(source).set(stamp)
             for child, n in tally.items():
@@ -417,16 +421,14 @@ class Pipeline:
     def _adopt_baselines(self) -> None:
         """Agents running their family's baseline move to a newer baseline version (an
         operator's promotion, another replica's configuration) without waiting for a
-        reload: one store read per family."""
-        newest: dict[str, ModelVersion | None] = {}
-        for watch in list(self.registry):
-            if watch.version.agent_id is not None or watch.awaiting is not None:
-                continue
-            if watch.family not in newest:
-                newest[watch.family] = self.store.latest(watch.family, None)
-            latest = newest[watch.family]
-            if latest is not None and latest.version > watch.version.version:
-                self._apply(Installed(watch.agent_id, latest))
+        reload: one store read per family, one parsed model shared by its agents."""
+        watches = [w for w in self.registry
+                   if w.version.agent_id is None and w.awaiting is None]
+        newest = self.registry.refresh_baselines({w.family for w in watches})
+        for watch in watches:
+            latest = newest.get(watch.family)
+            if latest is not None and latest[0].version > watch.version.version:
+                watch.adopt(*latest)
 
     # ------------------------------------------------------------------ scheduled jobs
 

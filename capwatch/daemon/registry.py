@@ -8,7 +8,7 @@ it later starts out awaiting that work instead of queuing it again.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 
 import structlog
@@ -54,6 +54,9 @@ class Registry:
         self.drift = drift if drift is not None else DriftMonitor()
         self._agents: dict[str, AgentWatch] = {}
         self._parked: dict[str, str] = {}
+        self._baselines: dict[str, tuple[ModelVersion, Domain]] = {}
+        self._checked: set[str] = set()
+        self._own: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         return len(self._agents)
@@ -69,16 +72,62 @@ class Registry:
         own = self.store.latest(family, agent_id)
         return own if own is not None else self.store.latest(family, None)
 
+    def prefetch(self, agent_ids: Iterable[str]) -> None:
+        """Find out in one store query which of the agents not loaded yet have a lineage
+        of their own; :meth:`load` then reads the store only for those, and gives the
+        others their family's baseline (admitting a fleet at thousands of agents a
+        second instead of two queries each). Valid until :meth:`end_prefetch`."""
+        new = [a for a in agent_ids if a not in self._agents and a not in self._checked]
+        if not new:
+            return
+        self._own.update(self.store.own_lineages(new))
+        self._checked.update(new)
+
+    def end_prefetch(self) -> None:
+        """Forget what :meth:`prefetch` found: lineages may be created meanwhile."""
+        self._own.clear()
+        self._checked.clear()
+
+    def baseline(self, family: str) -> tuple[ModelVersion, Domain] | None:
+        """The family's baseline version and its model, read once and shared by every
+        agent that runs it (``refresh_baselines`` moves it on)."""
+        cached = self._baselines.get(family)
+        if cached is None:
+            version = self.store.latest(family, None)
+            if version is None:
+                return None
+            cached = self._baselines[family] = (version, version.domain())
+        return cached
+
+    def refresh_baselines(self, families: Iterable[str] = ()
+                          ) -> dict[str, tuple[ModelVersion, Domain]]:
+        """Re-read the baseline of every family in use and of ``families``; family → the
+        newest."""
+        for family in {*self._baselines, *families}:
+            old = self._baselines.get(family)
+            latest = self.store.latest(family, None)
+            if latest is not None and (old is None or latest.version != old[0].version):
+                self._baselines[family] = (latest, latest.domain())
+        return dict(self._baselines)
+
     def load(self, agent_id: str, family: str, partition: int) -> AgentWatch | None:
         """The agent's watch, built from the store when first seen; None: unknown family."""
         watch = self._agents.get(agent_id)
         if watch is not None and watch.family == family:
             watch.partition = partition
             return watch
-        version = self.current_version(agent_id, family)
-        if version is None:
-            return None
-        watch = AgentWatch(agent_id, family, partition, version, self.drift, self.settings)
+        own = None
+        if agent_id not in self._checked or (family, agent_id) in self._own:
+            own = self.store.latest(family, agent_id)
+        if own is not None:
+            version, domain = own, own.domain()
+        else:
+            base = self.baseline(family)
+            if base is None:
+                return None
+            version, domain = base
+        watch = AgentWatch(agent_id, family, partition, version, self.drift, self.settings,
+                           domain=domain)
         watch.awaiting = self._parked.pop(agent_id, None)
         self._agents[agent_id] = watch
         return watch

@@ -202,6 +202,19 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                                    "ORDER BY version DESC LIMIT 1", (family, agent_id or ""))
         return found[0] if found else None
 
+    def own_lineages(self, agent_ids: Sequence[str]) -> set[tuple[str, str]]:
+        found: set[tuple[str, str]] = set()
+        ids = sorted(set(agent_ids) - {""})
+        with self._tx(write=False) as tx:
+            # Chunks stay below every driver's bound on parameters per statement.
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                marks = ",".join("?" * len(chunk))
+                found.update((r[0], r[1]) for r in tx.rows(
+                    f"SELECT DISTINCT family, agent_id FROM model_versions "
+                    f"WHERE agent_id IN ({marks})", chunk))
+        return found
+
     def history(self, family: str, agent_id: str | None = None) -> list[ModelVersion]:
         with self._tx(write=False) as tx:
             return self._versions(tx, "family = ? AND agent_id = ? ORDER BY version",

@@ -295,7 +295,8 @@ def test_a_store_failure_stops_the_daemon_without_committing_the_record(
     def down(*args: object) -> None:
         raise StoreError("database is unreachable")
 
-    monkeypatch.setattr(d.registry, "current_version", down)
+    monkeypatch.setattr(d.store, "latest", down)
+    monkeypatch.setattr(d.store, "own_lineages", down)
     with pytest.raises(StoreError):
         d.handle(records[1])
     assert d.checkpoints.commit_offsets() == {0: 1}

@@ -130,3 +130,29 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> 
                                                               "hall"]
     d.source.close()
     d.store.close()
+
+
+def test_a_batch_of_new_agents_shares_the_baseline_and_finds_own_lineages(
+        tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        base = store.put(build_version(ModelRef("rover-v1", None, 1), example("rover.pddl"), T0))
+        store.put(build_version(ModelRef("rover-v1", "rover-a", 1),
+                                example("rover-sample-drift.pddl"), T0, parent=base))
+        registry = Registry(store)
+        registry.prefetch(["rover-a", "rover-b", "rover-c"])
+        a = registry.load("rover-a", "rover-v1", 0)
+        b = registry.load("rover-b", "rover-v1", 0)
+        c = registry.load("rover-c", "rover-v1", 0)
+        registry.end_prefetch()
+        assert a is not None and a.version.ref == ModelRef("rover-v1", "rover-a", 1)
+        assert b is not None and c is not None and b.version.ref == base.ref
+        assert b.domain is c.domain  # one parsed model for the family's agents
+        # A newer baseline (an operator's promotion) reaches agents admitted later.
+        v2 = store.put(build_version(ModelRef("rover-v1", None, 2),
+                                     example("rover-sample-drift.pddl"), T0, parent=base))
+        assert registry.refresh_baselines()["rover-v1"][0].ref == v2.ref
+        d = registry.load("rover-d", "rover-v1", 0)
+        assert d is not None and d.version.ref == v2.ref
+    finally:
+        store.close()

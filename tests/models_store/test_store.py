@@ -277,3 +277,12 @@ def test_open_store_refuses_unknown_schemes(tmp_path: Path) -> None:
     s = open_store(f"sqlite://{tmp_path}/m.db")
     s.close()
     assert (tmp_path / "m.db").exists()
+
+
+def test_own_lineages_names_the_agents_with_versions_of_their_own(
+        store: ModelStore, rover: Domain, drifted: Domain) -> None:
+    base = store.put(build_version(ModelRef("rover-v1", None, 1), rover, hours(0)))
+    store.put(build_version(ModelRef("rover-v1", "rover-a", 1), drifted, hours(1), parent=base))
+    many = [f"rover-{i}" for i in range(1200)]  # more than one statement's chunk
+    assert store.own_lineages([*many, "rover-a", "rover-a"]) == {("rover-v1", "rover-a")}
+    assert store.own_lineages([]) == set()
