@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit chaos demo image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-console clean
+.PHONY: test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-console clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ chaos: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/capwatch demo --report build/demo-report
+
+demo-serve: $(STAMP)
+	$(BIN)/capwatch demo --serve
 
 bench: bench-core bench-assess bench-drift bench-store bench-daemon bench-console
 

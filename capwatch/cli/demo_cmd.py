@@ -94,7 +94,7 @@ def handle(args: argparse.Namespace) -> int:
                 return 2
         else:
             print("\nTo look around in a browser (find the drifted agents, approve a version, "
-                  "roll one back): capwatch demo --serve")
+                  "roll one back): capwatch demo --serve (or make demo-serve)")
     return code
 
 

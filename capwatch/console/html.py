@@ -45,6 +45,7 @@ table { border-collapse: collapse; margin: .3rem 0 .8rem; }
 th, td { border: 1px solid #bbb; padding: .25rem .5rem; text-align: left;
          vertical-align: top; }
 th { background: #eef1f4; }
+td.nowrap { white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 code, pre { font: 13px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; }
 pre.pddl { border: 1px solid #bbb; padding: .4rem 0; overflow-x: auto; }
@@ -173,9 +174,10 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
         model = f"own v{r.version.version}" if r.version.agent_id else \
             f"baseline v{r.version.version}"
         body.append(
-            f"<tr><td>{link(links.agent(r.family, r.agent_id), r.agent_id)}</td>"
-            f"<td>{link(links.family(r.family), r.family)}</td><td>{badge(r.state)}</td>"
-            f"<td>{e(model)}</td><td class=\"num\">{r.delta_to_baseline}</td>"
+            f"<tr><td class=\"nowrap\">{link(links.agent(r.family, r.agent_id), r.agent_id)}"
+            f"</td><td class=\"nowrap\">{link(links.family(r.family), r.family)}</td>"
+            f"<td>{badge(r.state)}</td><td class=\"nowrap\">{e(model)}</td>"
+            f"<td class=\"num\">{r.delta_to_baseline}</td>"
             f"<td>{e(_short(r.change))}</td><td>{e(when(r.last_event))} "
             f"<span class=\"muted\">{e(r.last_event_what)}"
             f"</span></td><td class=\"num\">{r.open_alerts}</td></tr>")
