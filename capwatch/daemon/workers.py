@@ -225,6 +225,7 @@ class AssessmentWorkers:
                 self.give_up(worker, pending, "unexplained",
                              f"the assessed model cannot explain {n} of the observations and "
                              f"query answers it was learned from; nothing was published"
+                             f"{'; the query budget was spent' if outcome.budget_exhausted else ''}"
                              f"{'; ' + unchecked if unchecked else ''} "
                              f"(first: {outcome.unexplained[0].source}: "
                              f"{outcome.unexplained[0].reason})",

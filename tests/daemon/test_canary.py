@@ -36,20 +36,24 @@ class Inline(Executor):
 
 
 class Directory:
-    def __init__(self) -> None:
-        self.sim = SimulatedAgent(read_domain(EXAMPLES / "rover-sample-drift.pddl"), seed=1)
+    def __init__(self, model: str = "rover-sample-drift.pddl") -> None:
+        self.sim = SimulatedAgent(read_domain(EXAMPLES / model), seed=1)
 
     def agent(self, agent_id: str, family: str) -> AgentQuery:
         return self.sim
 
 
-@pytest.mark.parametrize("phase", [0.0, 23.0, 59.0])
-def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path,
-                                                           phase: float) -> None:
+@pytest.mark.parametrize(("phase", "lost_at"), [(0.0, 1.0), (23.0, 61.0), (59.0, 151.0),
+                                               (0.0, 299.0), (37.0, 300.5)])
+def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path, phase: float,
+                                                           lost_at: float) -> None:
+    """``phase``: where the scheduler's ticks fall; ``lost_at``: when the capability goes,
+    against the canaries' own round (every canary_busy_s all actions are probed)."""
     path = tmp_path / "in.jsonl"
     path.write_text("".join(good_sample(step=i) + "\n" for i in range(3)))
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
-    service = build_service(cfg, publisher=MemoryPublisher(), agents=Directory(),
+    agent = Directory("rover.pddl")  # the agent as modelled, until the loss
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=agent,
                             source=JsonlSource(str(path)))
     d = service.pipeline
     d.seed_families()
@@ -60,29 +64,34 @@ def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path,
     assert watch is not None
     now = [0.0]
     watch.clock = lambda: now[0]
-    # At t=0 the agent loses sample_rock (it now needs a full battery) and stops trying
-    # it; it keeps navigating at 20 transitions/s, which keeps every other action busy.
-    watch.last_executed = dict.fromkeys(watch.last_executed, 0.0)
     found: list[Result] = []
     defaults = SchedulerConfig()
-    prober = CanaryProber(agents=Directory(), metrics=DaemonMetrics(),
+    prober = CanaryProber(agents=agent, metrics=DaemonMetrics(),
                           idle_s=defaults.canary_idle_s, busy_s=defaults.canary_busy_s,
                           clock=d.clock, post=found.append, executor=Inline())
     problems = {name: p.init for name, p in service.problems.items()}
     objects = {name: p.objects_by_type(d.families[name])
                for name, p in service.problems.items()}
-    t = phase
-    while not found and t <= 3600:
+    # An hour of the daemon's schedule before the loss: the agent, at 20 transitions/s,
+    # runs every action (its last-executed times stay current) and the canaries it gets
+    # are answered as the model says.
+    t = phase - 3600.0
+    while not found and t <= 3600.0:
         now[0] = t
+        if t >= lost_at and agent.sim.model_version == 1:
+            # sample_rock now needs a full battery, and the agent stops trying it.
+            agent.sim.switch_model(read_domain(EXAMPLES / "rover-sample-drift.pddl"))
         for name in watch.last_executed:
-            if name != "sample_rock":
+            if t < lost_at or name != "sample_rock":
                 watch.last_executed[name] = t
         prober.probe_idle([watch], problems, objects)
+        if found:
+            break
         t += defaults.canary_s
     (finding,) = found
     assert isinstance(finding, CanaryFinding)
     assert finding.transition.action[0] == "sample_rock"
-    assert now[0] <= 300.0, f"found after {now[0]} s"
+    assert now[0] >= lost_at and now[0] - lost_at <= 300.0, f"found {now[0] - lost_at} s after"
     d.source.close()
     d.store.close()
 
