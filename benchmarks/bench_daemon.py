@@ -1,16 +1,26 @@
-"""Pipeline throughput on one process: decode alone, and the whole pipeline (no servers).
+"""The daemon at fleet scale on one process (issue 13's table, the rows measured here).
 
-- decode: wire bytes → validated transitions (pydantic-core), per message;
+- decode: wire bytes → validated transitions, the hot path's msgspec decoder and the
+  pydantic schema it falls back to, per message;
 - pipeline: the simulated fleet's bytes through decode, vocabulary check, the per-agent
   monitor, drift detectors and checkpoints, with a SQLite store and an in-memory
-  publisher, no drift (so no assessment): the steady-state cost per transition.
+  publisher, no drift (so no assessment), after every agent was admitted: the
+  steady-state cost per transition;
+- admission: transitions of agents never seen before (each id once), per agent;
+- memory: resident set size after admitting N agents, minus the size before, per agent.
 
-Both figures are CPU time per message, so other load on the machine does not skew them.
-Fleet: 2 example families (rover, PPDDL courier) × 50 agents.
+Times are CPU seconds of this process (``time.process_time``), so other load on the
+machine skews them less than wall time would; the machine's core count and load are
+printed with them. ``--quick`` runs smaller sizes (a smoke test of the benchmark).
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
+import json
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -18,28 +28,27 @@ from pathlib import Path
 
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.fleet import FamilySpec, SimulatedFleet
+from capwatch.contracts import wire, wire_fast
 from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import DeadLetter
-from capwatch.contracts.wire_fast import decode
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.logs import configure_logging
-from capwatch.daemon.service import FleetDirectory, build_service
+from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.service import FleetDirectory, Service, build_service
 from capwatch.model.pddl_reader import read_domain, read_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "capwatch" / "examples"
-AGENTS_PER_FAMILY = 50
-ROUNDS = 200
 
 
-def fleet() -> SimulatedFleet:
+def fleet(agents_per_family: int) -> SimulatedFleet:
     families = {
         "rover-v1": FamilySpec("rover-v1", read_domain(EXAMPLES / "rover.pddl"),
                                read_problem(EXAMPLES / "rover-problem.pddl")),
         "courier-v1": FamilySpec("courier-v1", read_domain(EXAMPLES / "courier.pddl"),
                                  read_problem(EXAMPLES / "courier-problem.pddl")),
     }
-    return SimulatedFleet.build(families, AGENTS_PER_FAMILY, seed=1)
+    return SimulatedFleet.build(families, agents_per_family, seed=1)
 
 
 class Replay:
@@ -73,42 +82,102 @@ class Replay:
         """Nothing to release."""
 
 
-def main() -> int:
-    configure_logging("error", "json")
-    f = fleet()
-    events = list(f.events(ROUNDS))
-    raw = [e.value for e in events]
+def service(tmp: str, f: SimulatedFleet, records: list[Record]) -> Service:
+    cfg = DaemonConfig(**{
+        "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
+        "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
+                     "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
+        "output": {"kind": "log"}, "http": {"enabled": False},
+    })
+    return build_service(cfg, publisher=MemoryPublisher(), source=Replay(records),
+                         agents=FleetDirectory(f))
+
+
+def feed(p: Pipeline, records: list[Record]) -> float:
+    """CPU seconds to handle ``records`` in the main loop's batches, with its checkpoints."""
     t0 = time.process_time()
-    for r in raw:
-        result = decode(r)
-        assert not isinstance(result, DeadLetter)
-    decode_s = (time.process_time() - t0) / len(raw)
+    for i in range(0, len(records), 500):
+        p.handle_batch(records[i:i + 500])
+        if p.checkpoints.due:
+            p.checkpoint()
+    return time.process_time() - t0
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def renamed(events: list[bytes], n: int, offset0: int) -> list[Record]:
+    """``n`` records of ``n`` distinct new agents (the simulated events, re-keyed)."""
+    out = []
+    for k in range(n):
+        d = json.loads(events[k % len(events)])
+        d["agent_id"] = f"{d['agent_id']}-n{k}"
+        out.append(Record("bench", 0, offset0 + k, d["agent_id"].encode(),
+                          json.dumps(d).encode()))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    agents_per_family = 20 if args.quick else 100
+    rounds = 20 if args.quick else 250
+    admit = 2_000 if args.quick else 20_000
+    memory_at = (3_000, 6_000) if args.quick else (30_000, 60_000, 100_000)
+
+    configure_logging("error", "json")
+    f = fleet(agents_per_family)
+    events = list(f.events(rounds))
+    raw = [e.value for e in events]
+    cores = os.cpu_count()
+    print(f"daemon benchmark: {cores} cores, load {os.getloadavg()[0]:.1f}; "
+          f"{2 * agents_per_family} simulated agents (rover + PPDDL courier), no drift, "
+          f"messages of {sum(map(len, raw)) // len(raw)} bytes")
+
+    for name, decode in (("msgspec (hot path)", wire_fast.decode),
+                         ("pydantic (schema)", wire.decode)):
+        t0 = time.process_time()
+        for r in raw:
+            assert not isinstance(decode(r), DeadLetter)
+        s = (time.process_time() - t0) / len(raw)
+        print(f"  decode, {name:19} {s * 1e6:7.1f} us CPU/message ({1 / s:10,.0f}/s)")
 
     records = [Record("bench", 0, i, e.agent_id.encode(), e.value)
                for i, e in enumerate(events)]
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = DaemonConfig(**{
-            "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
-            "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
-                         "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
-            "output": {"kind": "log"}, "http": {"enabled": False},
-        })
-        source = Replay(records)
-        service = build_service(cfg, publisher=MemoryPublisher(), source=source,
-                                agents=FleetDirectory(f))
-        t0 = time.process_time()
-        w0 = time.perf_counter()
-        service.run(exit_when_idle=True, install_signals=False)
-        pipeline_s = (time.process_time() - t0) / len(records)
-        wall = time.perf_counter() - w0
-        processed = service.pipeline.processed
-    assert processed == len(records)
-    print(f"daemon benchmark: {len(records)} transitions of {2 * AGENTS_PER_FAMILY} agents "
-          f"(rover + PPDDL courier), no drift")
-    print(f"  decode only       {decode_s * 1e6:8.1f} us CPU/message "
-          f"({1 / decode_s:10,.0f} messages/s)")
-    print(f"  whole pipeline    {pipeline_s * 1e6:8.1f} us CPU/transition "
-          f"({1 / pipeline_s:10,.0f} transitions/s; wall {wall:.2f}s incl. start and stop)")
+        svc = service(tmp, f, records)
+        p = svc.pipeline
+        p.open()
+        warm = 2 * agents_per_family * 5
+        feed(p, records[:warm])
+        steady = records[warm:]
+        s = feed(p, steady) / len(steady)
+        assert p.processed == len(records) and p.dead_letters == 0
+        print(f"  pipeline, steady state    {s * 1e6:7.1f} us CPU/transition "
+              f"({1 / s:10,.0f}/s on one core)   target >= 100,000/s")
+
+        news = renamed(raw, admit + max(memory_at), len(records))
+        gc.collect()
+        s = feed(p, news[:admit]) / admit
+        print(f"  admitting new agents      {s * 1e6:7.1f} us CPU/agent      "
+              f"({1 / s:10,.0f}/s)                target >= 20,000/s")
+        held = len(p.registry)
+        gc.collect()
+        before = rss_bytes()
+        done = admit
+        for n in memory_at:
+            feed(p, news[done:n])
+            done = n
+            gc.collect()
+            per = (rss_bytes() - before) / (len(p.registry) - held)
+            print(f"  memory, {len(p.registry):7,} agents held   {per / 1024:7.2f} KB RSS/agent "
+                  f"(RSS {rss_bytes() / 2**20:,.0f} MB)       target <= 2 KB idle, "
+                  f"100,000 in 512 MB")
+        p.source.close()
+        p.store.close()
     return 0
 
 

@@ -53,7 +53,7 @@ _Atom = list[str]
 _NAME = re.compile(r"[^\s()\x00-\x1f]{1,256}\Z")
 """wire.Name: 1-256 characters, no whitespace, parentheses or control characters."""
 _MAX_ATOM_LENGTH = 33
-_VALID_ATOMS: set[GroundAtom] = set()
+_VALID_ATOMS: dict[GroundAtom, GroundAtom] = {}
 _MAX_VALID_ATOMS = 200_000
 _Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
 
@@ -129,17 +129,21 @@ def _remember(cache: set[str], text: str) -> None:
 
 
 def _atoms(atoms: list[list[str]]) -> frozenset[GroundAtom]:
-    out = frozenset(map(tuple, atoms))
-    if not out <= _VALID_ATOMS:
-        _learn(out)
-    return out
+    # The cache also interns: every agent's states hold the same atom objects.
+    try:
+        return frozenset(map(_VALID_ATOMS.__getitem__, map(tuple, atoms)))
+    except KeyError:
+        _learn(map(tuple, atoms))
+        return frozenset(map(_VALID_ATOMS.__getitem__, map(tuple, atoms)))
 
 
 def _action(atom: list[str]) -> GroundAtom:
     out = tuple(atom)
-    if out not in _VALID_ATOMS:
+    known = _VALID_ATOMS.get(out)
+    if known is None:
         _learn((out,))
-    return out
+        return out
+    return known
 
 
 def _learn(atoms: Iterable[GroundAtom]) -> None:
@@ -150,7 +154,7 @@ def _learn(atoms: Iterable[GroundAtom]) -> None:
             raise _Refused
     if len(_VALID_ATOMS) + len(new) > _MAX_VALID_ATOMS:
         _VALID_ATOMS.clear()  # a bound on memory; the cache refills from valid traffic
-    _VALID_ATOMS.update(new)
+    _VALID_ATOMS.update((a, a) for a in new)
 
 
 def decode(

@@ -44,7 +44,10 @@ class OutcomeWindow:
         self._k = k
         self.size = size
         self.kind: WindowKind = kind
-        self._buffer = np.full(size, _EMPTY, dtype=np.int64)
+        # The narrowest type that holds an outcome index: the buffer is the biggest part
+        # of an agent's drift state (8 KB per action at the default window in int64).
+        dtype = np.int8 if k < 127 else np.int16 if k < 32767 else np.int64
+        self._buffer = np.full(size, _EMPTY, dtype=dtype)
         self._counts = np.zeros(k + 1, dtype=np.int64)  # last slot: ambiguous observations
         self._block = np.zeros(k + 1, dtype=np.int64)
         self._completed: IntArray | None = None
@@ -99,7 +102,7 @@ class OutcomeWindow:
         """(counts, ambiguous, first index) over retained observations with index ≥ start."""
         first = max(start, self.seen - self.size, 0)
         idx = np.arange(first, self.seen) % self.size
-        values = self._buffer[idx]
+        values = self._buffer[idx].astype(np.int64)
         counts = np.bincount(values[values >= 0], minlength=self._k).astype(np.int64)
         return counts, int((values == _AMBIGUOUS).sum()), first
 
@@ -110,7 +113,7 @@ class OutcomeWindow:
         idx = np.arange(self.seen - kept, self.seen) % self.size
         return {
             "k": self._k, "size": self.size, "kind": self.kind, "seen": self.seen,
-            "values": self._buffer[idx].tolist(),
+            "values": [int(v) for v in self._buffer[idx]],
             "block": self._block.tolist(),
             "completed": None if self._completed is None else self._completed.tolist(),
         }

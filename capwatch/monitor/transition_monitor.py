@@ -102,6 +102,8 @@ class TransitionMonitor:
         self.grounder = Grounder(domain, self.index)
         self._ops = self.grounder.cache
         self._predicates = {p.name: p.arity for p in domain.predicates}
+        self._valid: dict[GroundAtom, int] = {}
+        """Atom → its bit, for the atoms checked against this model's vocabulary."""
 
     def replace_model(self, domain: Domain) -> None:
         """Adopt a new model version; evidence gathered under the old one is dropped
@@ -145,11 +147,30 @@ class TransitionMonitor:
 
     def observe(self, state: frozenset[GroundAtom], action: GroundAction,
                 next_state: frozenset[GroundAtom], position: int = -1) -> Observation:
-        for atom in state | next_state:
-            self.validate_atom(atom)
-        op = self.grounder.operator(action)
-        s, s2 = self.index.encode(state), self.index.encode(next_state)
+        valid = self._valid
+        try:
+            # A set has no repeated atom, so the sum of the bits is their union.
+            s = sum(map(valid.__getitem__, state))
+            s2 = s if next_state is state else sum(map(valid.__getitem__, next_state))
+        except KeyError:
+            s, s2 = self._encode_new(state, next_state)
+        op = self._ops.get(action)
+        if op is None:
+            op = self.grounder.operator(action)
         return self._record(op.action.name, action, s, s2, check(op, s, s2), position)
+
+    def _encode_new(self, state: frozenset[GroundAtom], next_state: frozenset[GroundAtom]
+                    ) -> tuple[StateMask, StateMask]:
+        """Encode states holding atoms not yet checked against the current model: every
+        one is checked before any is interned, so a refused transition changes nothing."""
+        valid = self._valid
+        new = [a for a in state | next_state if a not in valid]
+        for atom in new:
+            self.validate_atom(atom)
+        bit = self.index.bit
+        for atom in new:
+            valid[atom] = bit(atom)
+        return sum(map(valid.__getitem__, state)), sum(map(valid.__getitem__, next_state))
 
     def _record(self, name: str, action: GroundAction, s: StateMask, s2: StateMask,
                 result: tuple[Verdict, int], position: int) -> Observation:
