@@ -94,11 +94,6 @@ class Designer:
     pool: Sequence[Transition] = ()
     from_scratch: bool = False
     """Set once the known model proved mostly wrong: hypotheses then ignore it."""
-    doubted: bool = False
-    """Set once any evidence contradicts the known model: a state to explore an action in
-    is then first built as AIA would, the known model's state second. A failed
-    exploration costs a query that no precondition literal pays back, so the known
-    model leads only while nothing speaks against it."""
     tied: Mapping[str, Mapping[LiftedAtom, LiftedAtom]] = field(default_factory=dict)
     """Per action, atoms an equality constraint makes fall on the same ground atom as an
     earlier one (their representative): a state gives them one value."""
@@ -201,8 +196,12 @@ class Designer:
                 continue  # its failure is already known and cannot be narrowed
             required = f"(not {pa.atom})" if not base[pa.atom] else str(pa.atom)
             if self.hypothesis(pa)[0] is not Mode.ABSENT:
+                # risky orders the expected failures: those the known model itself
+                # predicts go last, so a query is likelier to end on a real failure
+                # with every weaker guess before it already cleared.
                 final.append(self._probe(pa, assignment, FAIL,
-                                   f"does {action} require {required}?", risky=1))
+                                         f"does {action} require {required}?",
+                                         risky=2 if self._from_known(pa) else 1))
             else:
                 risky.append(self._probe(pa, assignment, RISKY,
                                    f"does {action} run without {required}?", risky=1))
@@ -213,7 +212,8 @@ class Designer:
         """A new probe, or the one designed for the same question last round when its
         state is unchanged: a probe keeps its grounding (objects) as long as it lives."""
         old = self._previous.get(key)
-        if old is not None and old.kind == kind and old.assignment == assignment:
+        if old is not None and old.kind == kind and old.risky == risky \
+                and old.assignment == assignment:
             return old
         action = key.action if isinstance(key, PaTuple) else str(key[0])  # type: ignore[index]
         probe = Probe(action, assignment, kind, purpose, risky)
@@ -231,9 +231,11 @@ class Designer:
             return None
         masks = self.vs.masks
         candidates: list[dict[LiftedAtom, bool]] = []
-        order = (self._from_scratch, self.hypothesis) if self.doubted else \
-            (self.hypothesis, self._from_scratch)
-        for hyp in order:
+        # AIA's state first, the known model's second: a failed exploration is the one
+        # failure that pays for no precondition literal, and the known model's state can
+        # only be trusted where the known model is right (it often is not: a drifted
+        # negative precondition makes it fail where AIA's runs).
+        for hyp in (self._from_scratch, self.hypothesis):
             cand = {}
             for pa in pas:
                 safe = SAFE_VALUES[masks[pa]]
@@ -265,6 +267,13 @@ class Designer:
                          risky=len(pas))
         self.gave_up.add(action)
         return None
+
+    def _from_known(self, pa: PaTuple) -> bool:
+        if self.from_scratch:
+            return False
+        init = self.known.get(pa)
+        return init is not None and init[0] is not Mode.ABSENT and \
+            bool(self.vs.masks[pa] & mask_of([init]))
 
     def _from_scratch(self, pa: PaTuple) -> PaValue:
         value = FROM_SCRATCH[self.vs.masks[pa]]

@@ -191,7 +191,7 @@ class _Engine(Evidence):
         width = max(MIN_WINDOW, math.ceil(WINDOW_SAFETY / rate))
         if len(final) <= width:
             return final
-        ordered = sorted(final, key=lambda p: _FINAL_ORDER[p.kind])
+        ordered = sorted(final, key=lambda p: (_FINAL_ORDER[p.kind], p.risky))
         return ordered[:width]
 
     def _after(self, pa: PaTuple, before: bool | None) -> bool | None:

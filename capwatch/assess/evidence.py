@@ -192,10 +192,9 @@ class Evidence:
         """Weigh the known model against the evidence, for :class:`Designer`.
 
         A pa-tuple counts against it when the evidence rules its known value out, for it
-        when the evidence leaves only that value. Any count against it makes exploration
-        start as AIA's would; more against than for drops it as hypothesis altogether:
-        it then predicts worse than AIA's prior and would only misorder probes (verify
-        must never cost more than aia)."""
+        when the evidence leaves only that value. More against than for drops it as
+        hypothesis altogether: it then predicts worse than AIA's prior and would only
+        misorder probes (verify must never cost more than aia)."""
         if self.design.from_scratch or self.method is Method.AIA:
             return
         right = wrong = 0
@@ -207,7 +206,6 @@ class Evidence:
                 wrong += 1
             elif mask == bit:
                 right += 1
-        self.design.doubted = wrong > 0
         if wrong > right and self.method is Method.VERIFY:
             self.design.from_scratch = True
             self.notes.append(f"the evidence refuted the known value of {wrong} pa-tuples and "

@@ -314,7 +314,7 @@ def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
     # Expected failures go last, as many as fit: the agent stops at the first real
     # failure, and every probe before it that ran was a wrong guess now settled, so a
     # query costs one failure however many guesses it clears.
-    place(sorted(final, key=lambda p: _FINAL_PRIORITY[p.kind]))
+    place(sorted(final, key=lambda p: (_FINAL_PRIORITY[p.kind], p.risky)))
     if not chosen:
         return None
     return Query(frozenset(state), chosen)
