@@ -7,8 +7,9 @@ happen to satisfy it. Each round (a scheduler job, run on the main loop) the pro
 per agent, the actions idle for ``idle_s`` and, at a lower rate (every ``busy_s``), the
 actions still in use. Each is grounded with objects drawn afresh every time (respecting
 the action's equality constraints, ``Action.admits``) and run from a start state drawn
-from the agent's recent states or designed from the family problem's initial state, with
-the grounded precondition made true. The agent is asked on a thread of its own. An answer
+from the agent's recent states (idle actions only) or designed: the family problem's
+initial state, or nothing but the grounded precondition (which any precondition the model
+lacks fails). The grounded precondition is made true in it. The agent is asked on a thread of its own. An answer
 the model cannot explain comes back to the main loop as a
 :class:`~capwatch.daemon.work.CanaryFinding`, evidence exactly like an inconsistent
 transition from the stream but from no record (offset -1), so it holds no commit.
@@ -51,7 +52,7 @@ class CanaryProber:
         self.agents = agents
         self.metrics = metrics
         self.idle_s = idle_s
-        self.busy_s = busy_s if busy_s is not None else 4 * idle_s
+        self.busy_s = busy_s if busy_s is not None else 2 * idle_s
         """Actions the agent still runs are probed this often: a lost precondition its
         own states happen to satisfy shows only from other states."""
         self.clock = clock
@@ -85,7 +86,8 @@ class CanaryProber:
                     continue
                 ground = (action.name, *args)
                 binding = dict(zip(action.parameter_names, args, strict=True))
-                base = self._start(recent, problems.get(watch.family, frozenset()))
+                base = self._start(recent, problems.get(watch.family, frozenset()),
+                                   designed_only=not idle)
                 state = (set(base) | {a.ground(binding) for a in action.pre_pos}) - {
                     a.ground(binding) for a in action.pre_neg}
                 self._probed[(watch.agent_id, action.name)] = now
@@ -108,13 +110,16 @@ class CanaryProber:
                 return tuple(args)
         return None
 
-    def _start(self, recent: deque[frozenset[GroundAtom]],
-               designed: frozenset[GroundAtom]) -> frozenset[GroundAtom]:
-        """A recent state of the agent, or (one round in three, or with none) the designed
-        one: the family problem's initial state."""
-        if recent and (not designed or self._rng.random() < 2 / 3):
+    def _start(self, recent: deque[frozenset[GroundAtom]], init: frozenset[GroundAtom], *,
+               designed_only: bool) -> frozenset[GroundAtom]:
+        """Where a probe starts (its precondition is then made true there): a recent state
+        of the agent, the family problem's initial state, or the empty state, in which only
+        the precondition will hold, so any precondition the model lacks fails there. An
+        action the agent still runs already shows what it does in its own states: it is
+        probed from the designed ones only."""
+        if recent and not designed_only and self._rng.random() < 2 / 3:
             return self._rng.choice(list(recent))
-        return designed
+        return init if init and self._rng.random() < 0.5 else frozenset()
 
     def check_optimal(self, watches: Iterable[AgentWatch],
                       objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:

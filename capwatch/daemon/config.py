@@ -356,7 +356,7 @@ class SchedulerConfig(_Section):
     canary_idle_s: float = Field(default=120.0, gt=0)
     """An action not seen executing (nor probed) for this long is probed by a canary query:
     with ``canary_s`` 60 an action an agent stopped is probed within 3 minutes."""
-    canary_busy_s: float = Field(default=300.0, gt=0)
+    canary_busy_s: float = Field(default=240.0, gt=0)
     """Actions still in use are probed this often too, from other states and groundings
     than the agent's own (a lost precondition its own states happen to satisfy)."""
     results_poll_s: float = Field(default=2.0, gt=0)

@@ -43,16 +43,18 @@ class Directory:
         return self.sim
 
 
-@pytest.mark.parametrize(("phase", "lost_at"), [(0.0, 1.0), (23.0, 61.0), (59.0, 151.0),
-                                               (0.0, 299.0), (37.0, 300.5)])
-def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path, phase: float,
-                                                           lost_at: float) -> None:
-    """``phase``: where the scheduler's ticks fall; ``lost_at``: when the capability goes,
-    against the canaries' own round (every canary_busy_s all actions are probed)."""
+def _first_finding(tmp_path: Path, phase: float, lost_at: float, drift: Path,
+                   stops: str | None, own_state: list[list[str]] | None = None
+                   ) -> tuple[float, CanaryFinding]:
+    """Seconds from the loss to the first canary finding, on a simulated clock: an hour of
+    the default schedule (ticks at ``phase`` + k·canary_s) with the agent as modelled, then
+    at ``lost_at`` the agent switches to ``drift`` and stops running ``stops``. It runs
+    every other action at 20 transitions/s (their last-executed times stay current), in
+    ``own_state`` if given (its stream's states)."""
     path = tmp_path / "in.jsonl"
     path.write_text("".join(good_sample(step=i) + "\n" for i in range(3)))
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
-    agent = Directory("rover.pddl")  # the agent as modelled, until the loss
+    agent = Directory("rover.pddl")
     service = build_service(cfg, publisher=MemoryPublisher(), agents=agent,
                             source=JsonlSource(str(path)))
     d = service.pipeline
@@ -64,6 +66,7 @@ def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path, phase
     assert watch is not None
     now = [0.0]
     watch.clock = lambda: now[0]
+    watch.last_executed = dict.fromkeys((a.name for a in watch.domain.actions), 0.0)
     found: list[Result] = []
     defaults = SchedulerConfig()
     prober = CanaryProber(agents=agent, metrics=DaemonMetrics(),
@@ -72,28 +75,51 @@ def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path, phase
     problems = {name: p.init for name, p in service.problems.items()}
     objects = {name: p.objects_by_type(d.families[name])
                for name, p in service.problems.items()}
-    # An hour of the daemon's schedule before the loss: the agent, at 20 transitions/s,
-    # runs every action (its last-executed times stay current) and the canaries it gets
-    # are answered as the model says.
     t = phase - 3600.0
-    while not found and t <= 3600.0:
+    while not found and t <= 7200.0:
         now[0] = t
         if t >= lost_at and agent.sim.model_version == 1:
-            # sample_rock now needs a full battery, and the agent stops trying it.
-            agent.sim.switch_model(read_domain(EXAMPLES / "rover-sample-drift.pddl"))
+            agent.sim.switch_model(read_domain(drift))
         for name in watch.last_executed:
-            if t < lost_at or name != "sample_rock":
+            if t < lost_at or name != stops:
                 watch.last_executed[name] = t
+        if own_state is not None:
+            watch.last_state = frozenset(tuple(a) for a in own_state)
         prober.probe_idle([watch], problems, objects)
-        if found:
-            break
         t += defaults.canary_s
-    (finding,) = found
-    assert isinstance(finding, CanaryFinding)
-    assert finding.transition.action[0] == "sample_rock"
-    assert now[0] >= lost_at and now[0] - lost_at <= 300.0, f"found {now[0] - lost_at} s after"
     d.source.close()
     d.store.close()
+    (finding,) = found
+    assert isinstance(finding, CanaryFinding)
+    return now[0] - lost_at, finding
+
+
+@pytest.mark.parametrize(("phase", "lost_at"), [(0.0, 1.0), (23.0, 61.0), (59.0, 151.0),
+                                               (0.0, 299.0), (37.0, 300.5)])
+def test_a_stopped_capability_is_found_within_five_minutes(tmp_path: Path, phase: float,
+                                                           lost_at: float) -> None:
+    """``phase``: where the scheduler's ticks fall; ``lost_at``: when sample_rock starts
+    to need a full battery (and the agent stops trying it), against the canaries' rounds."""
+    after, finding = _first_finding(tmp_path, phase, lost_at,
+                                    EXAMPLES / "rover-sample-drift.pddl", "sample_rock")
+    assert finding.transition.action[0] == "sample_rock"
+    assert 0 <= after <= 300.0, f"found {after} s after the loss"
+
+
+@pytest.mark.parametrize(("phase", "lost_at"), [(0.0, 1.0), (41.0, 130.0), (17.0, 239.5)])
+def test_a_capability_the_agents_own_states_hide_is_found_within_five_minutes(
+        tmp_path: Path, phase: float, lost_at: float) -> None:
+    """navigate starts to need a full battery; the agent keeps navigating, always fully
+    charged, so its stream stays consistent and its last state satisfies the new
+    precondition (finding 3: probing there never showed it)."""
+    charged = [["at", "rover1", "waypoint1"], ["equipped_rock_analysis", "rover1"],
+               ["battery_full", "rover1"]]
+    after, finding = _first_finding(tmp_path, phase, lost_at,
+                                    DATA / "own" / "rover" / "drift-navigate-full.pddl",
+                                    None, charged)
+    assert finding.transition.action[0] == "navigate"
+    assert ("battery_full", "rover1") not in finding.transition.state
+    assert 0 <= after <= 300.0, f"found {after} s after the loss"
 
 
 def test_groundings_vary_and_respect_equality_constraints() -> None:
