@@ -9,8 +9,8 @@ actions still in use. Each is grounded with objects drawn afresh every time (res
 the action's equality constraints, ``Action.admits``) and run from a start state drawn
 from the agent's recent states (idle actions only) or designed: the family problem's
 initial state, or nothing but the grounded precondition (which any precondition the model
-lacks fails). The grounded precondition is made true in it. The agent is asked on a thread of its own. An answer
-the model cannot explain comes back to the main loop as a
+lacks fails). The grounded precondition is made true in it. The agent is asked on a
+thread of its own. An answer the model cannot explain comes back to the main loop as a
 :class:`~capwatch.daemon.work.CanaryFinding`, evidence exactly like an inconsistent
 transition from the stream but from no record (offset -1), so it holds no commit.
 """
