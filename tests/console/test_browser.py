@@ -149,6 +149,20 @@ def reason(b: Any, form_label: str, text: str) -> Any:
     return form
 
 
+def submit(form: Any, b: Any) -> str:
+    """Click the form's button and return the message the page it leads to shows (the
+    POST answers with a redirect: wait for the page after it, not the one before)."""
+    form.find_element(By.TAG_NAME, "button").click()
+
+    def message(driver: Any) -> Any:
+        found = driver.find_elements(By.CSS_SELECTOR, '[role="status"], [role="alert"]')
+        return found[0] if found else False
+
+    shown = WebDriverWait(b, 10).until(message)
+    assert shown.get_attribute("role") == "status", shown.text
+    return str(shown.text)
+
+
 def wait_for(b: Any, url: str, pattern: str, timeout: float = 90) -> None:
     """Reload ``url`` until its text matches: the daemon carries actions out on its own
     schedule (its workers poll the queue)."""
@@ -177,13 +191,15 @@ def test_find_the_drift_approve_roll_back_and_assess(console_url: str, browser: 
     # Find the drifted agents with the filter form.
     Select(b.find_element(By.ID, "state")).select_by_value("drifted")
     b.find_element(By.CSS_SELECTOR, 'form[role="search"] button').click()
-    WebDriverWait(b, 10).until(lambda d: "state=drifted" in d.current_url)
+    WebDriverWait(b, 10).until(lambda d: "state=drifted" in d.current_url and d.find_elements(
+        By.CSS_SELECTOR, 'option[value="drifted"][selected]'))
     agents = [a.text for a in b.find_elements(By.CSS_SELECTOR, 'a[href*="/agents/"]')]
     assert sorted(agents) == ["courier-v1-002", "courier-v1-007", "rover-v3-004"]
     page_ok(b, "02-fleet-drifted")
 
     # What changed and why: the rover's new precondition, the courier's probabilities.
     b.find_element(By.LINK_TEXT, "rover-v3-004").click()
+    WebDriverWait(b, 10).until(lambda d: d.title == "capwatch: rover-v3-004")
     text = b.find_element(By.TAG_NAME, "body").text
     assert "now requires (battery_full ?r)" in text and "Sign in to act" in text
     assert b.find_elements(By.CSS_SELECTOR, "form.action") == []  # not signed in
@@ -205,8 +221,7 @@ def test_find_the_drift_approve_roll_back_and_assess(console_url: str, browser: 
     page_ok(b, "05-agent-courier-v1-002-signed-in")
     form = reason(b, "Approve this version (courier-v1/courier-v1-002@1)",
                   "matches the gripper jam report")
-    form.find_element(By.TAG_NAME, "button").click()
-    status = b.find_element(By.CSS_SELECTOR, '[role="status"]').text
+    status = submit(form, b)
     assert status == ("recorded: alice approved courier-v1/courier-v1-002@1: matches the "
                       "gripper jam report")
     assert "Approved by alice" in b.find_element(By.TAG_NAME, "body").text
@@ -217,9 +232,7 @@ def test_find_the_drift_approve_roll_back_and_assess(console_url: str, browser: 
     b.get(agent_url)
     form = reason(b, "Roll the agent back to this version (rover-v3/baseline@1)",
                   "battery firmware reverted")
-    form.find_element(By.TAG_NAME, "button").click()
-    assert "alice rolled back to rover-v3/baseline@1" in b.find_element(
-        By.CSS_SELECTOR, '[role="status"]').text
+    assert "alice rolled back to rover-v3/baseline@1" in submit(form, b)
     wait_for(b, agent_url, r"state healthy; runs rover-v3/rover-v3-004@2")
     text = b.find_element(By.TAG_NAME, "body").text
     assert "Written by an operator: alice rolled back to rover-v3/baseline@1: battery " \
@@ -231,7 +244,7 @@ def test_find_the_drift_approve_roll_back_and_assess(console_url: str, browser: 
     b.get(healthy_url)
     form = reason(b, "Assess now", "spot check after the firmware rollout")
     Select(form.find_element(By.NAME, "method")).select_by_value("verify")
-    form.find_element(By.TAG_NAME, "button").click()
+    assert "alice asked for an assessment (verify)" in submit(form, b)
     wait_for(b, healthy_url, r"last event [^\n]*\(assessment done\)")
     assert "alice asked for an assessment (verify)" in b.find_element(By.TAG_NAME, "body").text
 
