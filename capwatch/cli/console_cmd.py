@@ -235,11 +235,12 @@ def _alerts_tail(args: argparse.Namespace) -> int:
             first = False
             if not args.follow:
                 return
-            try:
-                time.sleep(max(0.1, args.interval))  # polling the store is the follow
-            except KeyboardInterrupt:
-                return
-    return _run(args, body)
+            time.sleep(max(0.1, args.interval))  # polling the store is the follow
+
+    try:
+        return _run(args, body)
+    except KeyboardInterrupt:  # how -f ends
+        return 0
 
 
 def _alerts_show(args: argparse.Namespace) -> int:
