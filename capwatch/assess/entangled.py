@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from capwatch.assess.versionspace import VersionSpace, mask_of, values_of
+from capwatch.assess.versionspace import Conflict, VersionSpace, mask_of, values_of
 from capwatch.model.consistency import MAX_ENTANGLED, joint_explains
 from capwatch.model.domain import GroundAtom
 from capwatch.model.pal import PaTuple, PaValue, Presence
@@ -33,8 +33,6 @@ def joint_allowed(masks: Sequence[int], presence: Presence,
         if joint_explains([*combo, *fixed], presence):
             for i, v in enumerate(combo):
                 allowed[i] |= mask_of([v])
-    if not any(allowed):
-        return None
     return allowed
 
 
@@ -55,7 +53,10 @@ def update_entangled(vs: VersionSpace, ground: Mapping[PaTuple, GroundAtom],
             continue
         presence = (g in state, g in next_state)
         allowed = joint_allowed([vs.masks[pa] for pa in pas], presence, outside)
-        if allowed is not None:
+        if allowed is not None and not any(allowed):
+            vs.conflicts.append(Conflict(None, evidence, f"no values of the pa-tuples on {g} "
+                                                         f"explain it jointly"))
+        elif allowed is not None:
             for pa, mask in zip(pas, allowed, strict=True):
                 vs.restrict(pa, mask, evidence + f" (jointly with the others on {g})")
         if all(pa in known for pa in pas) and not joint_explains(

@@ -20,6 +20,7 @@ from capwatch.assess.agent import QueryResult, State
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Trace
 from capwatch.assess.planner import Planner
+from capwatch.assess.replay import replay
 from capwatch.cli._common import fail, load_domain, load_plan, load_problem
 from capwatch.model import AbstractModel, ModelError
 from capwatch.model.domain import Domain, GroundAction, Problem
@@ -105,6 +106,11 @@ def run_offline(truth: Domain, initial: Domain, problem: Problem, plan: list[Gro
         # CPU time of the engine alone (one core; other processes' load does not count).
         "engine_seconds": round(max(0.0, cpu - agent.cpu), 4),
         "open": [{"pal": str(p), "reason": r} for p, r in sorted(result.open_reasons.items())],
+        # What the daemon checks before publishing: the observations and answers the
+        # published (best-guess) model cannot explain; the daemon publishes only at 0.
+        "unexplained": len(replay(result.domain(), trace.transitions(), result.queries)),
+        "confirmed": len(result.confirmed),
+        "carried_over": len(result.carried_over),
     }
     return result, figures
 

@@ -81,3 +81,29 @@ def test_a_refusal_the_model_says_applies_is_unexplained() -> None:
     unknown = Transition(state, ("fly", "h1"), state, source="x")
     (v,) = replay(known, [unknown])
     assert "not an action" in v.reason
+
+
+def test_the_reference_agent_deletes_then_adds() -> None:
+    agent = SimulatedAgent(read_domain(HOIST / "domain.pddl"))
+    (answer,) = agent.query(frozenset({("at", "h1")}), [("move_down", "h1", "h1")], 1)
+    assert answer.executed == 1
+    assert answer.state == frozenset({("at", "h1"), ("visited", "h1")})
+
+
+def test_joint_evidence_narrows_only_what_it_determines() -> None:
+    from capwatch.assess.entangled import joint_allowed
+    from capwatch.assess.versionspace import ALL_VALUES, mask_of, values_of
+    from capwatch.model.pal import Mode
+
+    minus = mask_of([(Mode.POS, Mode.NEG)])
+    # (at h) held and was gone after move_down h h: with one partner known to delete it,
+    # the other must not add it; its precondition stays open where the step allows.
+    allowed = joint_allowed([minus, ALL_VALUES], (True, False))
+    assert allowed is not None and allowed[0] == minus
+    assert all(v[1] is not Mode.POS and v[0] is not Mode.NEG for v in values_of(allowed[1]))
+    # It stayed true: either adds it, or neither touches it; nothing is fixed alone.
+    both = joint_allowed([ALL_VALUES, ALL_VALUES], (True, True))
+    assert both is not None and all(values_of(m) for m in both)
+    assert any(v[1] is Mode.NEG for v in values_of(both[0]))  # deleted, then re-added
+    # No values explain it: nothing is allowed (the engine reports a conflict).
+    assert joint_allowed([minus, minus], (True, True)) == [0, 0]
