@@ -53,7 +53,11 @@ def api(tmp_path: Path) -> Any:
     base = build_version(ModelRef("rover-v1", None, 1), example("rover.pddl"), T0)
     store.put(base)
     store.put(build_version(ModelRef("rover-v1", "rover-a", 1),
-                            example("rover-sample-drift.pddl"), T0, parent=base))
+                            example("rover-sample-drift.pddl"), T0, parent=base,
+                            evidence={"assessment": {"coverage": {
+                                "confirmed": 30, "carried_over": 0, "unresolved": 2,
+                                "carried_over_actions": [], "unresolved_actions": ["top_up"],
+                                "unresolved_pal_tuples": ["a", "b"]}}}))
     registry = CollectorRegistry()
     Counter("capwatch_test_total", "A test counter.", registry=registry).inc(3)
     alerts = RecentAlerts()
@@ -91,11 +95,15 @@ def test_read_api_models_versions_diff_and_alerts(api: Any) -> None:
     status, ctype, pddl = _get(server.url + "/api/v1/agents/rover-a/model?format=pddl")
     assert status == 200 and ctype.startswith("text/plain")
     assert "(battery_full ?r)" in pddl.split(":action sample_rock")[1].split(":effect")[0]
+    # Unknown stays unknown (issue 11): what the assessment could not check.
+    assert model["coverage"]["unresolved_actions"] == ["top_up"]
+    assert model["coverage"]["unchecked"].startswith("2 capabilities could not be checked")
     versions = _json(server.url + "/api/v1/agents/rover-a/versions")
     assert [v["version"] for v in versions] == [1]
+    assert versions[0]["unchecked"] == model["coverage"]["unchecked"]
     assert any("now requires (battery_full ?r)" in s for s in versions[0]["summary"])
     base = _json(server.url + "/api/v1/agents/_baseline/model?family=rover-v1")
-    assert base["ref"]["agent_id"] is None
+    assert base["ref"]["agent_id"] is None and base["coverage"] is None
     # Another agent of the family runs the baseline until it drifts.
     other = _json(server.url + "/api/v1/agents/rover-b/model?family=rover-v1")
     assert other["ref"]["agent_id"] is None
