@@ -53,10 +53,11 @@ def test_the_worked_example_runs_and_ends_in_the_alert_it_promises(tmp_path: Pat
         out, _ = proc.communicate()
         raise AssertionError(f"the walk-through hung:\n{out.decode()[-3000:]}") from None
     printed = out.decode()
-    print(printed)
     assert proc.returncode == 0, printed[-3000:]
     assert "capability_reduced drop(?p ?r) now requires (dock ?r)" in printed
     assert "(dock ?r)" in printed.split(":action drop", 1)[1]
+    health = json.loads(printed[printed.index('{"status"'):].splitlines()[0])
+    assert health["queries"] > 0  # the change was confirmed by asking the agent
     models = [json.loads(x) for x in (tmp_path / "capwatch-out" / "models.jsonl")
               .read_text().splitlines()]
     assert [(m["agent_id"], [(c["action"], c["atom"], c["location"], c["new"])
