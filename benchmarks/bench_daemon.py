@@ -108,10 +108,10 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def renamed(events: list[bytes], n: int, offset0: int) -> list[Record]:
-    """``n`` records of ``n`` distinct new agents (the simulated events, re-keyed)."""
+def renamed(events: list[bytes], first: int, n: int, offset0: int) -> list[Record]:
+    """Records of ``n`` distinct new agents (the simulated events, re-keyed)."""
     out = []
-    for k in range(n):
+    for k in range(first, first + n):
         d = json.loads(events[k % len(events)])
         d["agent_id"] = f"{d['agent_id']}-n{k}"
         out.append(Record("bench", 0, offset0 + k, d["agent_id"].encode(),
@@ -159,23 +159,32 @@ def main() -> int:
         print(f"  pipeline, steady state    {s * 1e6:7.1f} us CPU/transition "
               f"({1 / s:10,.0f}/s on one core)   target >= 100,000/s")
 
-        news = renamed(raw, admit + max(memory_at), len(records))
+        offset = len(records)
+        news = renamed(raw, 0, admit, offset)
+        offset += admit
         gc.collect()
-        s = feed(p, news[:admit]) / admit
+        s = feed(p, news) / admit
         print(f"  admitting new agents      {s * 1e6:7.1f} us CPU/agent      "
               f"({1 / s:10,.0f}/s)                target >= 20,000/s")
-        held = len(p.registry)
+        del news
+        limit = p.config.limits.max_agents_in_memory
         gc.collect()
-        before = rss_bytes()
-        done = admit
+        print(f"  memory: RSS {rss_bytes() / 2**20:,.0f} MB with {len(p.registry):,} agents "
+              f"held; limits.max_agents_in_memory {limit:,}")
+        seen = admit
+        held0, rss0 = len(p.registry), rss_bytes()
         for n in memory_at:
-            feed(p, news[done:n])
-            done = n
+            while seen < n:
+                chunk = min(5_000, n - seen)
+                feed(p, renamed(raw, seen, chunk, offset))
+                seen += chunk
+                offset += chunk
             gc.collect()
-            per = (rss_bytes() - before) / (len(p.registry) - held)
-            print(f"  memory, {len(p.registry):7,} agents held   {per / 1024:7.2f} KB RSS/agent "
-                  f"(RSS {rss_bytes() / 2**20:,.0f} MB)       target <= 2 KB idle, "
-                  f"100,000 in 512 MB")
+            held = len(p.registry)
+            per = (rss_bytes() - rss0) / max(1, held - held0)
+            print(f"    {n:7,} agents seen, {held:7,} held, {p.checkpoints.evictions:7,} "
+                  f"evicted: RSS {rss_bytes() / 2**20:5,.0f} MB "
+                  f"(+{per / 1024:.1f} KB per agent held)   target 100,000 in 512 MB")
         p.source.close()
         p.store.close()
     return 0

@@ -219,9 +219,10 @@ class Checkpoints(Protocol):
         ...
 
     def load_drift_snapshots(self, group: str, source: str,
-                             partitions: Iterable[int] | None = None) -> list[DriftSnapshot]:
+                             partitions: Iterable[int] | None = None,
+                             agent_ids: Iterable[str] | None = None) -> list[DriftSnapshot]:
         """The group's snapshots for agents last seen in ``partitions`` of ``source``
-        (all partitions when None)."""
+        (all partitions when None), only of ``agent_ids`` when given."""
         ...
 
 

@@ -138,6 +138,8 @@ class AgentWatch:
         """Key of the queued work; set until a new version (or the work's end) arrives."""
         self.transitions = 0
         self.inconsistent = 0
+        self.seen = 0
+        """When the registry last handed this watch out (its own counter, not a clock)."""
         self.last_offset = -1
         self.last_state: frozenset[GroundAtom] = frozenset()
         self.last_executed: dict[str, float] = {}

@@ -53,6 +53,11 @@ class Checkpointer:
         self._last = time.monotonic()
         self._activity: dict[str, tuple[int, int]] = {}
         """Per loaded agent: (transitions, inconsistent) already added to the store."""
+        self.evicted: dict[str, bool] = {}
+        """Agents evicted to the store (:meth:`evict`) → whether they had drift tables,
+        read back at their next record."""
+        self.evictions = 0
+        self.restores = 0
 
     # ------------------------------------------------------------------ positions
 
@@ -166,8 +171,51 @@ class Checkpointer:
         for snap in self.store.load_drift_snapshots(self.group, self.source.name, partitions):
             self.saved_drift[snap.agent_id] = snap
 
+    def evict(self, keep: int) -> int:
+        """Drop the least recently seen idle agents until at most ``keep`` are held, their
+        drift tables and activity written to the store first; returns how many went.
+
+        An idle watch buffers no evidence, so it holds no commit back, and what else it
+        keeps (the monitor's recent executions, timers) is rebuilt by its next records.
+        """
+        watches = self.registry.idle(len(self.registry) - keep)
+        if not watches:
+            return 0
+        self.save_activity()
+        snaps = []
+        now = self.clock()
+        for watch in watches:
+            if not self.drift.has(watch.agent_id):
+                continue
+            nxt = self._next.get(watch.partition, 0)
+            restored = watch.drift_restored
+            if restored is not None and restored[0] == watch.partition:
+                nxt = max(nxt, restored[1])
+            snaps.append(DriftSnapshot(
+                watch.agent_id, watch.version.ref, self.source.name, watch.partition, nxt,
+                snapshot_agent(self.drift, watch.agent_id, watch.version.ref.to_json()), now))
+        if snaps:
+            self.store.save_drift_snapshots(self.group, snaps)
+        ids = [w.agent_id for w in watches]
+        for agent_id in ids:
+            self.drift.forget(agent_id)
+            self._activity.pop(agent_id, None)
+        self.drift.take_changed_of(ids)
+        self.registry.drop(ids)
+        saved = {s.agent_id for s in snaps}
+        self.evicted.update((a, a in saved) for a in ids)
+        self.evictions += len(ids)
+        return len(ids)
+
     def restore(self, watch: AgentWatch) -> None:
         """Give a newly loaded agent the drift tables saved for it, if they still apply."""
+        had_tables = self.evicted.pop(watch.agent_id, None)
+        if had_tables is not None:
+            self.restores += 1
+        if had_tables:
+            for saved in self.store.load_drift_snapshots(self.group, self.source.name,
+                                                         {watch.partition}, [watch.agent_id]):
+                self.saved_drift[saved.agent_id] = saved
         if not self.saved_drift:
             return
         snap = self.saved_drift.pop(watch.agent_id, None)
@@ -194,6 +242,8 @@ class Checkpointer:
             self._committed.pop(p, None)
         for agent_id in [a for a, s in self.saved_drift.items() if s.partition in partitions]:
             del self.saved_drift[agent_id]
+        # Evicted agents' snapshots stay in the store for whichever replica gets them.
+        self.evicted.clear()
         # The agents are dropped: if they come back, their watches count from zero again.
         for agent_id in [a for a in self._activity if self.registry.get(a) is None]:
             del self._activity[agent_id]

@@ -296,6 +296,10 @@ class LimitsConfig(_Section):
     max_message_bytes: int = Field(default=1_000_000, ge=64)
     max_state_atoms: int = Field(default=5_000, ge=1)
     max_trace_steps: int = Field(default=5_000, ge=1)
+    max_agents_in_memory: int = Field(default=50_000, ge=1)
+    """Agents held in memory; beyond it the least recently seen idle ones (nothing
+    buffered, no awaited work) are evicted to the store and restored at their next record
+    (docs/performance.md: about 6 KB each while held)."""
 
 
 class DetectionConfig(_Section):

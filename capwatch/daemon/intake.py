@@ -65,7 +65,7 @@ class Intake:
             self.dead_letter(record, f"unknown family {first.family!r}: no baseline model",
                              "vocabulary")
             return None
-        if self.checkpoints.saved_drift:
+        if self.checkpoints.saved_drift or self.checkpoints.evicted:
             self.checkpoints.restore(watch)
         if len(decoded) > 1:
             for t in decoded:

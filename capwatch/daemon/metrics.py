@@ -151,6 +151,12 @@ class DaemonMetrics:
             "capwatch_agents_drifted", "Agents whose model differs from their family baseline.",
             ("family",))
         self.agents = Gauge("capwatch_agents", "Agents held by this replica.", registry=r)
+        self.evictions = Counter(
+            "capwatch_agent_evictions_total", "Idle agents written to the store and dropped "
+            "from memory (limits.max_agents_in_memory).", registry=r)
+        self.restores = Counter(
+            "capwatch_agent_restores_total", "Evicted agents loaded again, with their drift "
+            "tables, at their next record.", registry=r)
         self.pending = Gauge("capwatch_agents_awaiting_assessment",
                              "Agents with queued or running assessment.", registry=r)
         self.lag = gauge("capwatch_consumer_lag", "Records behind the head, per partition.",

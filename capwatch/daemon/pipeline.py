@@ -110,6 +110,7 @@ class Pipeline:
         self._stop = threading.Event()
         self._consuming = False
         self.processed = 0
+        self._restores = 0
         self._tally: dict[Counter, int] = {}
         """Counter increments of the batch being handled, added once at its end."""
         self._newest_stamp: dict[int, float] = {}
@@ -285,6 +286,22 @@ class Pipeline:
             for child, n in tally.items():
                 child.inc(n)
             tally.clear()
+            restores = self.checkpoints.restores - self._restores
+            if restores:
+                self.metrics.restores.inc(restores)
+                self._restores += restores
+        if len(self.registry) > self.config.limits.max_agents_in_memory:
+            self.evict()
+
+    def evict(self) -> int:
+        """Evict idle agents to the store down to 90% of ``limits.max_agents_in_memory``
+        (a margin, so that eviction runs now and then rather than at every new agent)."""
+        keep = self.config.limits.max_agents_in_memory * 9 // 10
+        n = self.checkpoints.evict(keep)
+        if n:
+            self.metrics.evictions.inc(n)
+            log.info("idle agents evicted", evicted=n, held=len(self.registry))
+        return n
 
     def _handle(self, record: Record) -> None:
         read = self.intake.read(record)

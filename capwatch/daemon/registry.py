@@ -56,6 +56,8 @@ class Registry:
         self._parked: dict[str, str] = {}
         self._baselines: dict[str, tuple[ModelVersion, Domain]] = {}
         self._checked: set[str] = set()
+        self._tick = 0
+        """Counts loads: a watch's ``seen`` orders watches by their last record."""
         self._own: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
@@ -112,9 +114,11 @@ class Registry:
 
     def load(self, agent_id: str, family: str, partition: int) -> AgentWatch | None:
         """The agent's watch, built from the store when first seen; None: unknown family."""
+        self._tick += 1
         watch = self._agents.get(agent_id)
         if watch is not None and watch.family == family:
             watch.partition = partition
+            watch.seen = self._tick
             return watch
         own = None
         if agent_id not in self._checked or (family, agent_id) in self._own:
@@ -129,8 +133,16 @@ class Registry:
         watch = AgentWatch(agent_id, family, partition, version, self.drift, self.settings,
                            domain=domain)
         watch.awaiting = self._parked.pop(agent_id, None)
+        watch.seen = self._tick
         self._agents[agent_id] = watch
         return watch
+
+    def idle(self, count: int) -> list[AgentWatch]:
+        """Up to ``count`` of the least recently seen watches that hold nothing (no
+        evidence or alarm buffered, no awaited work): what eviction may drop."""
+        quiet = [w for w in self._agents.values() if w.awaiting is None and not w.buffered]
+        quiet.sort(key=lambda w: w.seen)
+        return quiet[:count]
 
     def in_partitions(self, partitions: set[int]) -> list[AgentWatch]:
         return [a for a in self._agents.values() if a.partition in partitions]

@@ -52,7 +52,8 @@ class DriftStateSql(SqlBase):
         return written
 
     def load_drift_snapshots(self, group: str, source: str,
-                             partitions: Iterable[int] | None = None) -> list[DriftSnapshot]:
+                             partitions: Iterable[int] | None = None,
+                             agent_ids: Iterable[str] | None = None) -> list[DriftSnapshot]:
         sql = f"SELECT {_COLUMNS} FROM drift_state WHERE consumer_group = ? AND source = ?"
         params: list[Any] = [group, source]
         if partitions is not None:
@@ -61,6 +62,12 @@ class DriftStateSql(SqlBase):
                 return []
             sql += f" AND source_partition IN ({', '.join('?' for _ in wanted)})"
             params += wanted
+        if agent_ids is not None:
+            ids = sorted(set(agent_ids))
+            if not ids:
+                return []
+            sql += f" AND agent_id IN ({', '.join('?' for _ in ids)})"
+            params += ids
         with self._tx(write=False) as tx:
             rows = tx.rows(sql + " ORDER BY agent_id", params)
         return [DriftSnapshot(

@@ -425,11 +425,14 @@ class AuditFinding:
 class DriftMonitor:
     """All of one replica's (agent, action) monitors; owned and driven by the daemon."""
 
-    __slots__ = ("_changed", "_monitors", "config")
+    __slots__ = ("_by_agent", "_changed", "_monitors", "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
         self._monitors: dict[tuple[str, str], ActionMonitor] = {}
+        self._by_agent: dict[str, set[str]] = {}
+        """Agent → the action names it has tables for: forgetting or saving one agent
+        must not scan every agent's tables (100,000 agents hold several each)."""
         self._changed: set[str] = set()
 
     def take_changed(self) -> set[str]:
@@ -438,14 +441,18 @@ class DriftMonitor:
         changed, self._changed = self._changed, set()
         return changed
 
+    def take_changed_of(self, agent_ids: Iterable[str]) -> None:
+        """Take ``agent_ids`` out of the changed set (their state was saved)."""
+        self._changed.difference_update(agent_ids)
+
     def mark_changed(self, agent_ids: Iterable[str]) -> None:
         """Put agents back in the changed set (their state could not be saved)."""
         self._changed.update(agent_ids)
 
     def agent_states(self, agent_id: str) -> dict[str, dict[str, Any]]:
         """Action name → ``ActionMonitor.export_state()`` for one agent."""
-        return {name: mon.export_state() for (agent, name), mon in self._monitors.items()
-                if agent == agent_id}
+        return {name: self._monitors[(agent_id, name)].export_state()
+                for name in sorted(self._by_agent.get(agent_id, ()))}
 
     def load_agent_states(self, agent_id: str, actions: Mapping[str, Action],
                           states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
@@ -468,7 +475,7 @@ class DriftMonitor:
             except (ValueError, KeyError, TypeError) as e:
                 skipped[name] = f"{type(e).__name__}: {e}"
                 continue
-            self._monitors[(agent_id, name)] = mon
+            self.put(agent_id, mon)
         self._changed.discard(agent_id)
         return skipped
 
@@ -478,7 +485,7 @@ class DriftMonitor:
         mon = self._monitors.get(key)
         if mon is None:
             mon = ActionMonitor(action, self.config)
-            self._monitors[key] = mon
+            self.put(agent_id, mon)
         elif mon.action is not action and mon.action != action:
             mon.reset(action)
             self._changed.add(agent_id)
@@ -492,9 +499,18 @@ class DriftMonitor:
             return None
         return replace(alarm, evidence=replace(alarm.evidence, agent_id=agent_id))
 
+    def put(self, agent_id: str, mon: ActionMonitor) -> None:
+        """Make ``mon`` the agent's table for its action."""
+        self._monitors[(agent_id, mon.action.name)] = mon
+        self._by_agent.setdefault(agent_id, set()).add(mon.action.name)
+
+    def has(self, agent_id: str) -> bool:
+        """Whether the agent has any table."""
+        return agent_id in self._by_agent
+
     def forget(self, agent_id: str) -> None:
-        for key in [k for k in self._monitors if k[0] == agent_id]:
-            del self._monitors[key]
+        for name in self._by_agent.pop(agent_id, ()):
+            del self._monitors[(agent_id, name)]
         self._changed.add(agent_id)
 
     def __iter__(self) -> Iterator[tuple[tuple[str, str], ActionMonitor]]:

@@ -136,3 +136,23 @@ def test_state_saved_for_an_older_model_version_is_not_restored(tmp_path: Path) 
     assert AGENT not in d.checkpoints.saved_drift
     d.source.close()
     d.store.close()
+
+
+def test_agents_evicted_between_batches_alarm_as_if_they_stayed(tmp_path: Path) -> None:
+    """With room for one agent, every idle agent is written to the store after each
+    polled batch and read back at its next record: the drift alarm comes at the same
+    record with the same evidence, and the same model is published."""
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    _, ref_out = run(_fleet(reference_dir, 300))
+    ref_offset, ref_evidence = _alarm(reference_dir)
+
+    cfg = _fleet(tmp_path, 300).model_copy(deep=True)
+    cfg.limits.max_agents_in_memory = 1
+    service, out = run(cfg)
+    metrics = service.pipeline.metrics
+    assert metrics.evictions._value.get() > 40  # six agents, once per polled batch
+    assert metrics.restores._value.get() > 40
+    assert _alarm(tmp_path) == (ref_offset, ref_evidence)
+    assert [(m.agent_id, m.version, m.changes) for m in out.models] == \
+        [(m.agent_id, m.version, m.changes) for m in ref_out.models]

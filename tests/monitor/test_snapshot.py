@@ -85,7 +85,7 @@ def test_restored_monitor_alarms_at_the_same_step_with_the_same_evidence(
     for x in xs[:cut]:
         assert original.observe(x) is None
     drift = DriftMonitor()
-    drift._monitors[("rover", "move-car")] = original  # the agent's live table
+    drift.put("rover", original)  # the agent's live table
     saved = _through_json(snapshot_agent(drift, "rover", {"version": 3}))
     restored_drift = DriftMonitor()
     assert restore_agent(restored_drift, "rover", {"move-car": move_car}, saved) == {}
