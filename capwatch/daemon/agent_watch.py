@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from capwatch.contracts.versions import ModelVersion
@@ -304,7 +304,8 @@ class AgentWatch:
             key=key, agent_id=self.agent_id, family=self.family, partition=self.partition,
             base=self.version.ref, inconsistent=tuple(e.transition for e in self.evidence),
             executed=self._executed_evidence(first), drift=drift,
-            provisional=provisional if drift else None, probes=probes)
+            provisional=provisional if drift else None, probes=probes,
+            kinds=tuple(sorted({e.kind for e in self.evidence})))
 
     def _executed_evidence(self, first: int | None) -> tuple[AgentTransition, ...]:
         """Executed transitions since the first buffered inconsistency.
@@ -362,14 +363,18 @@ class AgentWatch:
         if self.awaiting == key:
             self.awaiting = None
             self._drift.forget(self.agent_id)
-            now = self.clock()
-            cfg = self.settings
-            for kind in self._queued_kinds:
-                n = self.backoff.get(kind, (0.0, 0))[1] + 1
-                wait = min(cfg.unexplained_max_backoff_s,
-                           cfg.unexplained_backoff_s * 2 ** (n - 1))
-                self.backoff[kind] = (now + wait, n)
+            self.back_off(self._queued_kinds)
             self._queued_kinds = frozenset()
+
+    def back_off(self, kinds: Iterable[str], ago_s: float = 0.0) -> None:
+        """Evidence of ``kinds`` ended an assessment unexplained ``ago_s`` seconds ago: hold
+        it back, doubling the wait each time the same kind does so again."""
+        now = self.clock()
+        cfg = self.settings
+        for kind in kinds:
+            n = self.backoff.get(kind, (0.0, 0))[1] + 1
+            wait = min(cfg.unexplained_max_backoff_s, cfg.unexplained_backoff_s * 2 ** (n - 1))
+            self.backoff[kind] = (now + wait - ago_s, n)
 
 
 def explained_positions(version: ModelVersion) -> dict[int, int]:

@@ -36,6 +36,7 @@ from prometheus_client import Counter
 from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
 from capwatch.contracts.store import ModelStore, PendingAssessment
+from capwatch.contracts.versions import ModelRef
 from capwatch.contracts.wire import AgentTransition, DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.daemon.alerting import AlertRouting, build_outbox, build_sinks, queued_alert
@@ -154,6 +155,24 @@ class Pipeline:
         self.workers.recover_claims()
         for item in (*self.store.queue_items("pending"), *self.store.queue_items("claimed")):
             self.registry.park(item.agent_id, item.key)
+        self._restore_back_off()
+
+    def _restore_back_off(self) -> None:
+        """Work that ended unexplained before this start still backs its evidence off
+        (watch.back_off), oldest first so repeated failures double the wait again."""
+        now = self.clock()
+        horizon = self.config.detection.unexplained_max_backoff_s
+        failed = sorted(self.store.queue_items("failed"), key=lambda i: i.enqueued_at)
+        for item in failed:
+            ago = (now - item.enqueued_at).total_seconds()
+            kinds = item.payload.get("evidence_kinds")
+            if ago > horizon or not kinds:
+                continue
+            try:
+                base = ModelRef.from_json(item.payload["base"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            self.registry.hold_back(item.agent_id, base, tuple(str(k) for k in kinds), ago)
 
     def open(self) -> None:
         """Everything :meth:`run` does before its loop but start the workers: for callers

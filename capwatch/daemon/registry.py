@@ -58,6 +58,11 @@ class Registry:
         self._checked: set[str] = set()
         self._tick = 0
         """Counts loads: a watch's ``seen`` orders watches by their last record."""
+        self._backoff: dict[str, tuple[ModelRef, dict[str, tuple[float, int]]]] = {}
+        """Dropped agent → the back-off its watch had (same process, same clock)."""
+        self._held: dict[str, list[tuple[ModelRef, tuple[str, ...], float]]] = {}
+        """Agent not loaded → (base model, evidence kinds, seconds ago) of assessments that
+        ended unexplained (from the store at start): its watch backs those kinds off."""
         self._own: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
@@ -134,6 +139,12 @@ class Registry:
                            domain=domain)
         watch.awaiting = self._parked.pop(agent_id, None)
         watch.seen = self._tick
+        for ref, kinds, ago in self._held.pop(agent_id, ()):
+            if ref == version.ref:
+                watch.back_off(kinds, ago)
+        kept = self._backoff.pop(agent_id, None)
+        if kept is not None and kept[0] == version.ref:
+            watch.backoff.update(kept[1])
         self._agents[agent_id] = watch
         return watch
 
@@ -152,6 +163,9 @@ class Registry:
             watch = self._agents.pop(agent_id, None)
             if watch is not None and watch.awaiting is not None:
                 self._parked[agent_id] = watch.awaiting
+            if watch is not None and watch.backoff:
+                # Evicted or moved away: a reload must not assess held-back evidence again.
+                self._backoff[agent_id] = (watch.version.ref, dict(watch.backoff))
 
     # ------------------------------------------------------------------ awaited work
 
@@ -162,6 +176,17 @@ class Registry:
             watch.awaiting = key
         else:
             self._parked[agent_id] = key
+
+    def hold_back(self, agent_id: str, base: ModelRef, kinds: tuple[str, ...],
+                  ago_s: float) -> None:
+        """An assessment of ``agent_id``'s evidence against ``base`` ended unexplained
+        ``ago_s`` seconds ago (found in the store at start): no loop across a restart."""
+        watch = self._agents.get(agent_id)
+        if watch is not None:
+            if watch.version.ref == base:
+                watch.back_off(kinds, ago_s)
+        else:
+            self._held.setdefault(agent_id, []).append((base, kinds, ago_s))
 
     def unpark(self, agent_id: str, key: str | None = None) -> None:
         """The parked work of an unloaded agent ended (any work, or only ``key``)."""

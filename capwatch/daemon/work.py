@@ -57,6 +57,9 @@ class WorkItem:
     operator: Mapping[str, Any] = field(default_factory=dict)
     """Work an operator queued (capwatch.models_store.actions): the action's key and, for
     "assess now", the method to use."""
+    kinds: tuple[str, ...] = ()
+    """The kinds of its inconsistent evidence (agent_watch.evidence_kind): should the work
+    end unexplained, evidence of these kinds is backed off, also after a restart."""
 
     @property
     def method(self) -> str | None:
@@ -86,6 +89,7 @@ class WorkItem:
             "drift_probes": {name: {"state": _atoms_json(p.state), "action": list(p.action)}
                              for name, p in self.probes.items()},
             **({"operator": dict(self.operator)} if self.operator else {}),
+            **({"evidence_kinds": list(self.kinds)} if self.kinds else {}),
         }
 
     @classmethod
@@ -110,6 +114,7 @@ class WorkItem:
             probes={name: DriftProbe(tuple(p["action"]), _atoms(p["state"]))
                     for name, p in data.get("drift_probes", {}).items()},
             operator=dict(data.get("operator") or {}),
+            kinds=tuple(str(k) for k in data.get("evidence_kinds") or ()),
         )
 
     @classmethod

@@ -120,3 +120,24 @@ def test_the_back_off_ends_and_grows(tmp_path: Path) -> None:
     assert n2 == 2 and until2 == now[0] + 1200.0
     d.source.close()
     d.store.close()
+
+
+def test_the_back_off_outlives_a_restart(tmp_path: Path) -> None:
+    d, _, _ = _pipeline(tmp_path, [_repeated(i) for i in range(3)])
+    for r in d.source.poll(1.0):
+        d.handle(r)
+    assert _run_queued(d) == 1
+    d.source.close()
+    d.store.close()
+    # The restarted daemon reads the same kind of evidence again (new records).
+    (tmp_path / "in.jsonl").unlink()
+    again, _, _ = _pipeline(tmp_path, [_repeated(i) for i in range(3, 12)])
+    again._prepare()
+    for r in again.source.poll(1.0):
+        again.handle(r)
+    again.sweep(force=True)
+    assert _run_queued(again) == 0
+    watch = again.registry.get("hoist-a")
+    assert watch is not None and watch.held_back == 9
+    again.source.close()
+    again.store.close()
