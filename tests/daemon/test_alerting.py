@@ -95,9 +95,11 @@ def test_repeats_are_suppressed_across_a_restart(tmp_path: Path) -> None:
     assert "agent unreachable" in failed.summary
 
     # The agent's stream goes on (the file grew); the restarted daemon resumes after the
-    # first three lines and queues a second assessment for the new refusals.
+    # first three lines and queues a second assessment for the new refusals (with the
+    # back-off of failed evidence off: tests/daemon/test_no_loops.py covers that).
     second, again = _run(_jsonl(tmp_path, "a.jsonl",
-                                [refused_sample(step=i) for i in range(6)]))
+                                [refused_sample(step=i) for i in range(6)],
+                                detection={"unexplained_backoff_s": 0}))
     assert again.alerts == []
     registry = second.pipeline.metrics.registry
     for kind in ("assessment_failed", "unexplained_inconsistency"):
