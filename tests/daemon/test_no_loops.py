@@ -141,3 +141,20 @@ def test_the_back_off_outlives_a_restart(tmp_path: Path) -> None:
     assert watch is not None and watch.held_back == 9
     again.source.close()
     again.store.close()
+
+
+def test_the_back_off_outlives_an_eviction(tmp_path: Path) -> None:
+    d, _, _ = _pipeline(tmp_path, [_repeated(i) for i in range(9)])
+    records = d.source.poll(1.0)
+    for r in records[:3]:
+        d.handle(r)
+    assert _run_queued(d) == 1
+    d.registry.drop(["hoist-a"])  # evicted while idle, or its partition moved away
+    for r in records[3:]:
+        d.handle(r)
+    d.sweep(force=True)
+    assert _run_queued(d) == 0
+    watch = d.registry.get("hoist-a")
+    assert watch is not None and watch.held_back == 6
+    d.source.close()
+    d.store.close()
