@@ -18,6 +18,7 @@ transition from the stream but from no record (offset -1), so it holds no commit
 from __future__ import annotations
 
 import random
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -40,8 +41,13 @@ from capwatch.model.grounding import Grounder
 log = structlog.get_logger("capwatch.daemon")
 
 
-RECENT_STATES = 16
-"""Recent states kept per agent as start states (one taken per round)."""
+PROBE_THREADS = 4
+MAX_BACKLOG = 256
+"""Probes waiting for an answer past which a round submits no more: the rest stay due and
+go out in a later round, so slow or unreachable agents cannot grow the queue without end."""
+RECENT_STATES = 4
+"""Recent states kept per agent as start states (one taken per round; the newest is the
+watch's own, so at most three more states per agent are held here)."""
 
 
 class CanaryProber:
@@ -61,14 +67,19 @@ class CanaryProber:
         self._recent: dict[str, deque[frozenset[GroundAtom]]] = {}
         self._probed: dict[tuple[str, str], float] = {}
         """(agent, action) → monotonic time of its last probe (the watch's clock)."""
-        self._pool = executor or ThreadPoolExecutor(max_workers=1,
+        self._backlog = 0
+        """Probes submitted and not yet answered (a slow agent must not grow the queue)."""
+        self._lock = threading.Lock()
+        self._pool = executor or ThreadPoolExecutor(max_workers=PROBE_THREADS,
                                                     thread_name_prefix="canary")
 
     def probe_idle(self, watches: Iterable[AgentWatch],
                    problems: Mapping[str, frozenset[GroundAtom]],
                    objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
         """Queue a probe of every due action of every agent not awaiting work."""
+        seen: set[str] = set()
         for watch in watches:
+            seen.add(watch.agent_id)
             if watch.awaiting is not None or watch.family not in objects:
                 continue
             now = watch.clock()
@@ -81,8 +92,13 @@ class CanaryProber:
                 idle = now - max(last_run, last_probe) >= self.idle_s
                 if not idle and now - last_probe < self.busy_s:
                     continue
+                with self._lock:
+                    if self._backlog >= MAX_BACKLOG:
+                        break
+                    self._backlog += 1
                 args = self._grounding(action, objects[watch.family])
                 if args is None:
+                    self._done()
                     continue
                 ground = (action.name, *args)
                 binding = dict(zip(action.parameter_names, args, strict=True))
@@ -93,6 +109,15 @@ class CanaryProber:
                 self._probed[(watch.agent_id, action.name)] = now
                 self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
                                   frozenset(state), ground)
+        self._forget_departed(seen)
+
+    def _forget_departed(self, seen: set[str]) -> None:
+        """Agents no longer watched here (evicted, moved away) keep nothing in the prober;
+        a reloaded one starts its rounds afresh."""
+        for agent_id in [a for a in self._recent if a not in seen]:
+            del self._recent[agent_id]
+        for key in [k for k in self._probed if k[0] not in seen]:
+            del self._probed[key]
 
     def _grounding(self, action: Action, objects: Mapping[str, tuple[str, ...]]
                    ) -> tuple[str, ...] | None:
@@ -162,8 +187,19 @@ class CanaryProber:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def _done(self) -> None:
+        with self._lock:
+            self._backlog -= 1
+
     def _probe(self, agent_id: str, family: str, domain: Domain,
                state: frozenset[GroundAtom], ground: GroundAction) -> None:
+        try:
+            self._ask(agent_id, family, domain, state, ground)
+        finally:
+            self._done()
+
+    def _ask(self, agent_id: str, family: str, domain: Domain,
+             state: frozenset[GroundAtom], ground: GroundAction) -> None:
         try:
             answer = self.agents.agent(agent_id, family).query(state, [ground], 1)[0]
         except AgentUnavailable as e:

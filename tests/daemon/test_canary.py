@@ -191,3 +191,35 @@ def test_reduced_functionality_is_found_from_optimal_runs(tmp_path: Path) -> Non
     assert any("teleport" in line and "requires (charged)" in line for line in latest.summary)
     d.source.close()
     d.store.close()
+
+
+class Held(Executor):
+    """Accepts probes and never runs them: an agent that does not answer."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Any, ...]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.held.append(args)
+        return Future()
+
+
+def test_probes_waiting_for_slow_agents_are_bounded() -> None:
+    from types import SimpleNamespace
+
+    from capwatch.daemon.canary import MAX_BACKLOG
+
+    rover = read_domain(EXAMPLES / "rover.pddl")
+    watches = [SimpleNamespace(agent_id=f"r{i}", family="rover-v1", awaiting=None,
+                               clock=lambda: 0.0, last_state=frozenset(), domain=rover,
+                               last_executed={}) for i in range(200)]
+    held = Held()
+    prober = CanaryProber(agents=Directory(), metrics=DaemonMetrics(), idle_s=1.0,
+                          clock=lambda: None, post=lambda r: None,  # type: ignore[arg-type,return-value]
+                          executor=held)
+    objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
+                            "waypoint": ("waypoint1", "waypoint2")}}
+    prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]
+    assert len(held.held) == MAX_BACKLOG  # 1,000 due; the rest wait for a later round
+    prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]
+    assert len(held.held) == MAX_BACKLOG
