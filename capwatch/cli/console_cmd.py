@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_agents_ls)
     p = asub.add_parser("show", parents=[store_options(json_flag=True)],
                         help="one agent: state, lineage, changes, actions, alerts")
-    p.add_argument("agent_id")
+    p.add_argument("agent_id", help="AGENT or FAMILY/AGENT (as the other commands print it)")
     p.add_argument("--family", help="needed only if two families have an agent of this name")
     p.set_defaults(handler=_agents_show)
 
@@ -116,9 +116,17 @@ def _find_family(store: ModelStore, agent_id: str, family: str | None) -> str:
 
 def _agents_show(args: argparse.Namespace) -> int:
     def body(store: ModelStore) -> None:
-        family = _find_family(store, args.agent_id, args.family)
-        row = next(iter(data.fleet(store, family, only=args.agent_id)), None)
-        view = data.agent_view(store, family, args.agent_id, row)
+        # `agents ls`, `alerts ls` and `report` name agents FAMILY/AGENT; an agent id never
+        # holds a '/' (wire pattern), so that form can be pasted back here unambiguously.
+        named_family, slash, agent_id = args.agent_id.rpartition("/")
+        if slash and args.family and args.family != named_family:
+            raise _Fail(f"{args.agent_id} names family {named_family}, --family says "
+                        f"{args.family}")
+        family = _find_family(store, agent_id, named_family or args.family)
+        if slash and (family, agent_id) not in set(action_store(store).known_agents()):
+            raise _Fail(f"no agent {args.agent_id} in the store")
+        row = next(iter(data.fleet(store, family, only=agent_id)), None)
+        view = data.agent_view(store, family, agent_id, row)
         if args.json:
             print(json.dumps(_agent_json(view), sort_keys=True))
             return

@@ -117,3 +117,17 @@ def test_report_is_one_self_contained_html_file(
     assert "2 agents of courier-v1" not in text  # the two drifts are different changes
     code, _, err = run(capsys, "report", "nosuch", "-o", str(out_path), "--store", demo_store)
     assert code == 1 and "no family nosuch" in err
+
+
+def test_agents_show_takes_the_family_agent_form_the_listings_print(
+        demo_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, bare, _ = run(capsys, "agents", "show", "rover-v3-004", "--store", demo_store)
+    assert code == 0
+    code, out, _ = run(capsys, "agents", "show", "rover-v3/rover-v3-004", "--store", demo_store)
+    assert code == 0 and out == bare
+    code, _, err = run(capsys, "agents", "show", "courier-v1/rover-v3-004", "--store",
+                       demo_store)
+    assert code == 1 and "no agent courier-v1/rover-v3-004 in the store" in err
+    code, _, err = run(capsys, "agents", "show", "rover-v3/rover-v3-004", "--family",
+                       "courier-v1", "--store", demo_store)
+    assert code == 1 and "--family says courier-v1" in err
