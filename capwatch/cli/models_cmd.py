@@ -26,6 +26,7 @@ from capwatch.models_store import (
     lineage_chain,
     open_store,
 )
+from capwatch.models_store.actions import action_store
 
 STORE_ENV = "CAPWATCH_STORE__URL"
 DEFAULT_STORE = "capwatch.db"
@@ -249,7 +250,13 @@ def _history(args: argparse.Namespace) -> int:
         else:
             versions = store.history(family, agent)
         if not versions:
-            raise _Fail(f"no versions of {args.ref}")
+            # A bare name is read as a family; an operator who typed an agent id (as
+            # `agents show` takes it) should learn which lineage to ask for.
+            owners = sorted({f for f, a in action_store(store).known_agents()
+                             if a == family}) if agent is None else []
+            hint = "".join(f"; agent {family} is in family {f}: try {f}/{family}"
+                           for f in owners)
+            raise _Fail(f"no versions of {args.ref}{hint}")
         if args.json:
             print(json.dumps([{k: val for k, val in v.to_json().items()
                                if k not in ("model", "pddl")} for v in versions]))

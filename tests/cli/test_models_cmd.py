@@ -99,6 +99,9 @@ def test_export_pddl_and_json(store_path: str, tmp_path: Path,
     (["show", "rover-v3/rover-17", "--at", "yesterday"], "bad time"),
     (["show", "rover-v3/rover-17", "--at", "2020-01-01T00:00Z"], "had no model at"),
     (["history", "rover-v3/ghost"], "no versions of rover-v3/ghost"),
+    (["history", "rover-17"], "no versions of rover-17; agent rover-17 is in family "
+                              "rover-v3: try rover-v3/rover-17"),
+    (["history", "ghost"], "no versions of ghost"),
 ])
 def test_errors_are_one_clear_line(store_path: str, capsys: pytest.CaptureFixture[str],
                                    argv: list[str], message: str) -> None:
