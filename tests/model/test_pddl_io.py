@@ -29,7 +29,7 @@ PROBLEM_FILES = [p for p in ALL_FILES if "problem" in p.name]
 def test_the_corpus_is_there() -> None:
     # Guards the parametrised tests below against silently testing nothing.
     assert len(ALL_FILES) > 450
-    assert len(PROBLEM_FILES) == 6 + 17 + 1  # classic, stochastic, ipc, own
+    assert len(PROBLEM_FILES) == 6 + 17 + 2  # classic, stochastic, ipc, own (hoist, shuttle)
     assert len(list(IPC.glob("*/domain.pddl"))) == 17
 
 
