@@ -70,3 +70,12 @@ def test_the_simulated_source_partitions_by_agent_and_resumes() -> None:
     while not resumed.exhausted():
         rest += resumed.poll(0.0)
     assert rest == [r for r in records if r.offset >= 5]
+
+
+def test_an_exhausted_simulated_source_waits_out_the_poll_timeout() -> None:
+    waits: list[float] = []
+    source = SimulatedSource(SimulatedFleet.build(families(), 1, seed=2), rounds=3,
+                             batch=1000, wait=waits.append)
+    source.start(lambda p: None, lambda p: None, {})
+    assert len(source.poll(0.25)) == 6 and waits == []
+    assert source.poll(0.25) == [] and waits == [0.25] and source.exhausted()

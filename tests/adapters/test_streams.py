@@ -75,3 +75,19 @@ def test_a_followed_over_long_line_still_being_written_is_read_once_complete(
     [record] = source.poll(0.01)
     source.close()
     assert record.size == 10_000 and record.offset == 0
+
+
+def test_a_finished_file_answers_an_empty_poll_after_the_timeout_not_at_once(
+        tmp_path: Path) -> None:
+    # The daemon's loop polls until the workers finish; an instant empty answer made it spin
+    # and starve the assessment threads of the GIL.
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"a\nb\n")
+    waits: list[float] = []
+    source = JsonlSource(str(path), wait=waits.append)
+    source.start(lambda p: None, lambda p: None, {})
+    assert [r.value for r in source.poll(0.5)] == [b"a", b"b"]
+    assert waits == []  # records came back: no wait
+    assert source.poll(0.5) == [] and source.poll(0.5) == []
+    assert waits == [0.5, 0.5] and source.exhausted()
+    source.close()

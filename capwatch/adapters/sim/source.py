@@ -6,8 +6,9 @@ partition; it resumes from the daemon's checkpoint in the models store.
 
 from __future__ import annotations
 
+import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from capwatch.adapters.sim.fleet import SimulatedFleet
@@ -23,8 +24,10 @@ class SimulatedSource:
     """The simulated fleet as a partitioned, replayable stream of ``rounds`` per agent."""
 
     def __init__(self, fleet: SimulatedFleet, rounds: int, *, partitions: int = 1,
-                 batch: int = 200, name: str = "simulated") -> None:
+                 batch: int = 200, name: str = "simulated",
+                 wait: Callable[[float], None] = time.sleep) -> None:
         self.fleet = fleet
+        self._wait = wait
         self.rounds = rounds
         self.partitions = partitions
         self.batch = batch
@@ -45,6 +48,10 @@ class SimulatedSource:
             event = next(self._events, None)
             if event is None:
                 self._done = True
+                if not records:
+                    # An empty answer waits out the timeout, as a Kafka poll does: the
+                    # daemon's loop must not spin while its workers assess.
+                    self._wait(timeout_s)
                 break
             p = stable_partition(event.agent_id, self.partitions)
             offset = self._offsets[p]
