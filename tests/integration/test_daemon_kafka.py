@@ -102,11 +102,13 @@ def _check_outputs(s: Setup) -> None:
 
 
 class DaemonProcess(CapwatchProcess):
-    """``capwatch run`` with this module's configuration and its own HTTP port."""
+    """``capwatch run`` with this module's configuration and its own HTTP port;
+    ``overrides`` replace top-level sections (or fields) of the configuration."""
 
-    def __init__(self, s: Setup, name: str) -> None:
+    def __init__(self, s: Setup, name: str, **overrides: Any) -> None:
         self.port = free_port()
-        super().__init__(daemon_config(s, self.port), s.tmp, name)
+        self.name = name
+        super().__init__({**daemon_config(s, self.port), **overrides}, s.tmp, name)
 
     def ready(self) -> bool:
         self.alive()
@@ -219,49 +221,100 @@ def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
     assert len({(d["partition"], d["offset"]) for d in dead}) == bad
 
 
-# Group rebalances depend on heartbeats from threads sharing one interpreter with two
-# daemons; on a loaded 2-core machine a member can be expelled and the split never settles
-# within the wait (about 1 run in 8). A rerun starts with fresh topics and group.
-@pytest.mark.flaky(reruns=2)
-def test_two_replicas_share_the_fleet_through_the_consumer_group(
-        setup: Setup, postgres_dsn: str) -> None:
-    """Scale-out: two replicas in one consumer group with a shared PostgreSQL store split
-    the partitions between them; each drift still yields exactly one version and alert."""
+def _group_assignments(s: Setup) -> list[set[int]] | None:
+    """The partitions of the transitions topic each member of the group holds, once the
+    group is stable; None while it is rebalancing or unknown."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=s.bootstrap)
+    try:
+        info = admin.describe_groups([s.topics.group])
+    except Exception:
+        return None
+    finally:
+        admin.close()
+    group = info.get(s.topics.group, info) if isinstance(info, dict) else info
+    if not isinstance(group, dict) or str(group.get("group_state", group.get("state"))) \
+            not in ("Stable", "STABLE"):
+        return None
+    out = []
+    for member in group.get("members", []):
+        assignment = member.get("member_assignment") or {}
+        owned: set[int] = set()
+        for topic in assignment.get("assigned_partitions", assignment.get("assignment", [])):
+            name, parts = (topic.get("topic"), topic.get("partitions")) \
+                if isinstance(topic, dict) else topic
+            if name == s.topics.transitions:
+                owned.update(parts)
+        out.append(owned)
+    return out
+
+
+@pytest.fixture
+def setup6(kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> Iterator[Setup]:
+    topics = make_topics(kafka_bootstrap, kafka_topic, 6)
+    drifts = [DriftSpec(read_domain(EXAMPLES / f), 25, agent_id=a)
+              for a, (f, _) in DRIFTS.items()]
+    fleet = SimulatedFleet.build(family_specs("rover-v1", "courier-v1"), AGENTS_PER_FAMILY,
+                                 drifts, seed=11)
+    with serve_fleet(fleet) as urls:
+        yield Setup(kafka_bootstrap, topics, 6, fleet, urls, tmp_path)
+
+
+def test_three_replica_processes_one_killed_mid_stream(
+        setup6: Setup, postgres_dsn: str) -> None:
+    """Scale-out: three ``capwatch run`` processes in one consumer group share a
+    PostgreSQL store and a 6-partition topic; one is SIGKILLed while the stream arrives.
+    Its partitions move to the others, which replay from its last commit: every record is
+    committed, each drifted agent gets one correct version and one change alert, and
+    nothing is published twice."""
+    import threading
     import uuid
     from urllib.parse import quote
 
     import psycopg
 
-    from capwatch.daemon.config import DaemonConfig
-    from capwatch.daemon.logs import configure_logging
-    from capwatch.daemon.service import build_service
-
+    s = setup6
     schema = f"daemon_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     sep = "&" if "?" in postgres_dsn else "?"
     dsn = f"{postgres_dsn}{sep}options={quote(f'-csearch_path={schema}')}"
-    configure_logging("error", "json")
-    services = []
-    for i in range(2):
-        cfg = daemon_config(setup, 0)
-        cfg["replica_id"] = f"replica-{i}"
-        cfg["store"] = {"url": dsn}
-        cfg["scheduler"]["results_poll_s"] = 0.5
-        cfg["kafka"]["session_timeout_ms"] = 30_000
-        services.append(build_service(DaemonConfig(**cfg)))
-    with running(*services):
-        # Produce only once the group has settled on both members: otherwise the first
-        # replica may drain the whole stream before the second one's join rebalances it.
-        wait(lambda: all(s.pipeline.assigned for s in services)
-             and not (services[0].pipeline.assigned & services[1].pipeline.assigned), 60,
-             "both replicas to own partitions")
-        n = produce(setup, rounds=300)
-        wait(lambda: lag(setup) == 0
-             and sum(s.pipeline.processed for s in services) >= n
-             and not any(s.pipeline.awaiting() for s in services), 90,
-             "both replicas to consume the stream")
-        wait(lambda: len(_change_alerts(setup)) >= len(DRIFTS), 30,
-             "the alerts")
-    assert all(s.pipeline.processed > 0 for s in services), "one replica got no partition"
-    _check_outputs(setup)
+    replicas = []
+    produced: list[int] = []
+    try:
+        for i in range(3):
+            replicas.append(DaemonProcess(
+                s, f"replica-{i}", replica_id=f"replica-{i}", store={"url": dsn},
+                scheduler={"checkpoint_s": 0.5, "results_poll_s": 0.5}))
+        for daemon in replicas:
+            wait(daemon.ready, 90, f"{daemon.name} to be ready")
+
+        def split() -> bool:
+            owned = _group_assignments(s)
+            return owned is not None and len(owned) == 3 and all(owned) \
+                and sorted(p for o in owned for p in o) == list(range(6))
+
+        wait(split, 90, "the group to split the six partitions between three replicas")
+        producer = threading.Thread(target=lambda: produced.append(
+            produce(s, rounds=300, pause_every=200)))
+        producer.start()
+        victim = replicas[0]
+        wait(lambda: victim.alive() and lag(s) < sys.maxsize and _committed(s) > 0, 90,
+             "the first commits")
+        assert producer.is_alive(), "the stream ended before a replica was killed"
+        victim.stop(signal.SIGKILL)
+        producer.join(120)
+        survivors = replicas[1:]
+        wait(lambda: all(d.alive() for d in survivors) and lag(s) == 0, 120,
+             "the survivors to commit every transition")
+        wait(lambda: len(_change_alerts(s)) >= len(DRIFTS), 90, "an alert per drift")
+        # Stopped, the survivors publish nothing more: whatever is in the topics now is
+        # everything that will ever be there.
+        for daemon in survivors:
+            assert daemon.stop(signal.SIGTERM) == 0, daemon.tail()
+    finally:
+        for daemon in replicas:
+            daemon.kill_quietly()
+    assert produced == [300 * 2 * AGENTS_PER_FAMILY]
+    _check_outputs(s)
