@@ -296,15 +296,18 @@ def test_three_replica_processes_one_killed_mid_stream(
                 and sorted(p for o in owned for p in o) == list(range(6))
 
         wait(split, 90, "the group to split the six partitions between three replicas")
+        # The kill falls between the two halves of the stream, while the first half is
+        # still being consumed or right after (whatever the machine's speed): the second
+        # half reaches the victim's partitions only through the survivors.
         producer = threading.Thread(target=lambda: produced.append(
-            produce(s, rounds=300, pause_every=200)))
+            produce(s, rounds=150, pause_every=200)))
         producer.start()
         victim = replicas[0]
         wait(lambda: victim.alive() and lag(s) < sys.maxsize and _committed(s) > 0, 90,
              "the first commits")
-        assert producer.is_alive(), "the stream ended before a replica was killed"
         victim.stop(signal.SIGKILL)
         producer.join(120)
+        produced.append(produce(s, rounds=150))
         survivors = replicas[1:]
         wait(lambda: all(d.alive() for d in survivors) and lag(s) == 0, 120,
              "the survivors to commit every transition")
@@ -316,5 +319,5 @@ def test_three_replica_processes_one_killed_mid_stream(
     finally:
         for daemon in replicas:
             daemon.kill_quietly()
-    assert produced == [300 * 2 * AGENTS_PER_FAMILY]
+    assert sum(produced) == 300 * 2 * AGENTS_PER_FAMILY
     _check_outputs(s)
