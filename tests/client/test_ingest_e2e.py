@@ -199,7 +199,10 @@ def test_opentelemetry_sdk_spans_reach_the_daemon_and_drift_is_detected(
     # keeps timing out is dropped by the SDK, which this test must not mistake for capwatch.
     exporter = OTLPSpanExporter(endpoint=f"{daemon.url}/v1/traces", timeout=60,
                                 headers={"Authorization": f"Bearer {INGEST_TOKEN}"})
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=256))
+    # The SDK drops spans once its queue (2048 by default) is full; this agent makes 8000
+    # spans in a few seconds, so the queue holds them all: a loss must be capwatch's.
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=10_000,
+                                                   max_export_batch_size=256))
     tracer = provider.get_tracer("taxi-agent")
     try:
         spans = 0
