@@ -29,6 +29,8 @@ from capwatch.model.pal import (
 
 
 class Evidence:
+    """The engine's knowledge: Γ per action, the version space, targets and flags."""
+
     def __init__(self, known: Domain, method: Method, budget: int,
                  minimal_change: bool = False) -> None:
         self.known = known
