@@ -141,3 +141,13 @@ def test_equality_constraints_shape_probes_and_tied_atoms_stay_open(method: str)
     assert {p.action for p in result.unresolved} == {"mark"}
     assert all("same ground atom" in result.open_reasons[p] for p in result.unresolved)
     assert len(result.unresolved) == 12
+
+
+def test_verify_drops_the_known_model_only_once_it_is_mostly_wrong() -> None:
+    truth, trace, objects = _inputs("storage")
+    pals = len(AbstractModel.from_domain(truth).modes)
+    mostly_wrong = _assess(truth, drifted(truth, pals // 2, seed=1), trace, "verify", objects)
+    nearly_right = _assess(truth, drifted(truth, 1, seed=1), trace, "verify", objects)
+    dropped = "probes no longer follow the known model"
+    assert any(dropped in n for n in mostly_wrong.notes)
+    assert not any(dropped in n for n in nearly_right.notes)
