@@ -469,6 +469,10 @@ class Pipeline:
     # ------------------------------------------------------------------ scheduled jobs
 
     def checkpoint(self, partitions: set[int] | None = None) -> None:
+        # The fleet gauges move with assessments too, not only with offsets: a quiet stream
+        # must not leave an assessed agent reported as awaiting one.
+        self.metrics.agents.set(len(self.registry))
+        self.metrics.pending.set(len(self.registry.awaiting()))
         if not self.checkpoints.checkpoint(partitions):
             return
         now = time.time()
@@ -478,8 +482,6 @@ class Pipeline:
             stamp = self._newest_stamp.get(p)
             self.metrics.lag_seconds.labels(str(p)).set(
                 max(0.0, now - stamp) if lag > 0 and stamp is not None else 0.0)
-        self.metrics.agents.set(len(self.registry))
-        self.metrics.pending.set(len(self.registry.awaiting()))
 
     def audit(self) -> None:
         """The fleet-wide windowed chi-square with BH control."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -300,5 +301,32 @@ def test_a_store_failure_stops_the_daemon_without_committing_the_record(
     with pytest.raises(StoreError):
         d.handle(records[1])
     assert d.checkpoints.commit_offsets() == {0: 1}
+    d.source.close()
+    d.store.close()
+
+
+def test_the_fleet_gauges_follow_an_assessment_on_a_quiet_stream(tmp_path: Path) -> None:
+    # The gauges were set only by a checkpoint that moved an offset: once the stream went
+    # quiet, an agent whose assessment finished was reported awaiting one forever.
+    d = _manual(tmp_path, [refused_sample(step=i) for i in range(3)],
+                detection={"debounce_transitions": 3, "debounce_s": 3600.0})
+    for record in d.source.poll(1.0):
+        d.handle(record)
+    d.checkpoint()
+    gauge = d.metrics.registry.get_sample_value
+    assert gauge("capwatch_agents") == 1
+    assert gauge("capwatch_agents_awaiting_assessment") == 1
+    d.workers.start()
+    give_up = time.monotonic() + 120  # a hang guard, not a speed target
+    try:
+        while d.registry.awaiting():
+            assert time.monotonic() < give_up, "the assessment never finished"
+            d.poll_results()
+            d.drain()
+            d.source.poll(0.05)  # the daemon's wait between passes; the file has ended
+    finally:
+        d.workers.stop(10.0)
+    d.checkpoint()  # no record arrived: no offset moves
+    assert gauge("capwatch_agents_awaiting_assessment") == 0
     d.source.close()
     d.store.close()
