@@ -124,8 +124,10 @@ def _arguments(action: Action, objects: ObjectFactory
 
 _Getter = Callable[[Sequence[str]], tuple[str, ...]]
 _Template = tuple[tuple[LiftedAtom, PaTuple, str, _Getter, bool], ...]
-_TEMPLATES: dict[tuple[str, tuple[LiftedAtom, ...]], tuple[tuple[str, ...], _Template]] = {}
-_LAST: dict[tuple[str, str], tuple[tuple[LiftedAtom, ...], tuple[tuple[str, ...], _Template]]] = {}
+_Compiled = tuple[tuple[str, ...], _Template, tuple[PaTuple, ...], bool]
+"""(constants, per-atom template, the pa-tuples in order, whether any atom is shared)."""
+_TEMPLATES: dict[tuple[str, tuple[LiftedAtom, ...]], _Compiled] = {}
+_LAST: dict[tuple[str, str], tuple[tuple[LiftedAtom, ...], _Compiled]] = {}
 
 
 def _getter(where: Sequence[int]) -> _Getter:
@@ -138,7 +140,7 @@ def _getter(where: Sequence[int]) -> _Getter:
 
 
 def _template(action: Action, atoms: Iterable[LiftedAtom], slot: str = "gamma"
-              ) -> tuple[tuple[str, ...], _Template]:
+              ) -> _Compiled:
     """Per atom: its pa-tuple, predicate and a getter of its arguments out of the step's
     arguments followed by the constants the atoms mention, so grounding a step is tuple
     building, not dict lookups."""
@@ -155,10 +157,12 @@ def _template(action: Action, atoms: Iterable[LiftedAtom], slot: str = "gamma"
         constants = sorted({a for atom in key[1] for a in atom.args} - set(names))
         pos = {n: i for i, n in enumerate([*names, *constants])}
         own = {n for n, r in equality_roots(action).items() if r.startswith("?")}
-        hit = (tuple(constants), tuple(
+        template = tuple(
             (atom, PaTuple(action.name, atom), atom.predicate,
              _getter([pos[a] for a in atom.args]), own.isdisjoint(atom.args))
-            for atom in key[1]))
+            for atom in key[1])
+        hit = (tuple(constants), template, tuple(t[1] for t in template),
+               any(t[4] for t in template))
         if len(_TEMPLATES) > 10_000:
             _TEMPLATES.clear()
         _TEMPLATES[key] = hit
@@ -170,21 +174,25 @@ def ground_probe(probe: Probe, action: Action, objects: ObjectFactory,
                  fixed: Sequence[Fixed] = ()) -> Step:
     args, owned = _arguments(action, objects)
     assignment = probe.assignment
-    atoms: list[tuple[PaTuple, GroundAtom]] = []
-    true_atoms: list[GroundAtom] = []
     shared: list[Shared] = []
-    constants, template = _template(action, assignment)
+    constants, template, pas, any_shared = _template(action, assignment)
     vector = (*args, *constants)
-    for (_, pa, pred, get, is_shared), value in zip(template, assignment.values(),
-                                                    strict=True):
-        g = (pred, *get(vector))
-        atoms.append((pa, g))
-        if is_shared:
-            shared.append((g, value, pa, None))
-        elif value:
-            true_atoms.append(g)
+    grounds = [(pred, *get(vector)) for _, _, pred, get, _ in template]
+    atoms = tuple(zip(pas, grounds, strict=True))
+    if any_shared:
+        true_atoms: list[GroundAtom] = []
+        for (_, pa, _, _, is_shared), g, value in zip(template, grounds,
+                                                      assignment.values(), strict=True):
+            if is_shared:
+                shared.append((g, value, pa, None))
+            elif value:
+                true_atoms.append(g)
+    else:
+        true_atoms = [g for g, value in zip(grounds, assignment.values(), strict=True)
+                      if value]
     if fixed:
-        constants, template = _template(action, [atom for atom, _, _ in fixed], "fixed")
+        constants, template, _, _ = _template(action, [atom for atom, _, _ in fixed],
+                                              "fixed")
         vector = (*args, *constants)
         for (_, value, after), (_, _, pred, get, is_shared) in zip(fixed, template,
                                                                    strict=True):
@@ -193,7 +201,7 @@ def ground_probe(probe: Probe, action: Action, objects: ObjectFactory,
                 shared.append((g, value, None, after))
             elif value:
                 true_atoms.append(g)
-    return Step(probe, (action.name, *args), tuple(atoms),
+    return Step(probe, (action.name, *args), atoms,
                 tuple((t, name) for name, t in owned.items()), tuple(true_atoms),
                 tuple(shared))
 
