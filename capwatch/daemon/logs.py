@@ -91,7 +91,11 @@ def _route_stdlib_logging(level: str, renderer: structlog.typing.Processor,
                           shared: list[structlog.typing.Processor],
                           stream: TextIO | None) -> None:
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        # ExtraAdder: capwatch's own stdlib loggers (the agent client) put what matters
+        # (the URL, the error, the retry wait) in `extra`; without it the line said only
+        # "agent request failed, retrying".
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name,
+                           structlog.stdlib.ExtraAdder()],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, renderer],
     )

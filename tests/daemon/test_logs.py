@@ -57,3 +57,19 @@ def test_reconfiguring_does_not_duplicate_lines() -> None:
     configure_logging("info", "json", stream=stream)
     logging.getLogger("apscheduler").warning("once")
     assert len(_lines(stream)) == 1
+
+
+def test_the_extra_fields_of_a_stdlib_record_reach_the_line() -> None:
+    # The agent client logs its retries through the standard library with the reason in
+    # `extra`; an operator reading "retrying" must see why and where.
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream)
+    logging.getLogger("capwatch.adapters.io.agent_client").info(
+        "agent request failed, retrying",
+        extra={"agent_url": "http://127.0.0.1:1", "attempt": 1,
+               "error": "ConnectionRefusedError: [Errno 111] Connection refused",
+               "retry_in_s": 0.4})
+    [line] = _lines(stream)
+    assert line["event"] == "agent request failed, retrying"
+    assert line["agent_url"] == "http://127.0.0.1:1" and line["attempt"] == 1
+    assert line["error"].startswith("ConnectionRefusedError") and line["retry_in_s"] == 0.4
