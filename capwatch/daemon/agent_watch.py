@@ -27,6 +27,7 @@ from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.work import DriftProbe, WorkItem
 from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict, explain
 from capwatch.model.domain import Domain, GroundAtom
+from capwatch.model.grounding import SharedGrounding
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
 from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
 
@@ -115,7 +116,7 @@ class AgentWatch:
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
                  clock: Callable[[], float] = time.monotonic, *,
-                 domain: Domain | None = None) -> None:
+                 domain: Domain | None = None, shared: SharedGrounding | None = None) -> None:
         self.agent_id = agent_id
         self.family = family
         self.partition = partition
@@ -126,7 +127,7 @@ class AgentWatch:
         # ``domain``: the version's model parsed once and shared (a family baseline's
         # agents all run one Domain object).
         self.domain: Domain = domain if domain is not None else version.domain()
-        self.monitor = TransitionMonitor(self.domain, self.settings.monitor)
+        self.monitor = TransitionMonitor(self.domain, self.settings.monitor, shared)
         self._drift = drift
         """The replica's drift tables (shared: the audit controls FDR across agents);
         this watch reads and writes only its own agent's."""
@@ -332,22 +333,24 @@ class AgentWatch:
 
     # ------------------------------------------------------------------ results
 
-    def adopt(self, version: ModelVersion, domain: Domain | None = None) -> None:
+    def adopt(self, version: ModelVersion, domain: Domain | None = None,
+              shared: SharedGrounding | None = None) -> None:
         """A version stored for this agent (by any replica): use it unless it is older than
         the one in use; either way the awaited work is over. ``domain``: the version's
         model, when the caller has it parsed already."""
         if version.ref.version >= self.version.ref.version \
                 or version.agent_id != self.version.agent_id:
-            self.install(version, domain)
+            self.install(version, domain, shared)
         else:
             self.awaiting = None
 
-    def install(self, version: ModelVersion, domain: Domain | None = None) -> None:
+    def install(self, version: ModelVersion, domain: Domain | None = None,
+                shared: SharedGrounding | None = None) -> None:
         """Switch to a new model version: evidence against the old one is moot."""
         self.version = version
         self.domain = domain if domain is not None else version.domain()
         self.explained = explained_positions(version)
-        self.monitor.replace_model(self.domain)
+        self.monitor.replace_model(self.domain, shared)
         self.evidence.clear()
         self.evidence_since = None
         self.alarms.clear()

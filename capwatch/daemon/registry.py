@@ -17,6 +17,7 @@ from capwatch.contracts.store import ModelRegistry, VersionConflict
 from capwatch.contracts.versions import ModelRef, ModelVersion, build_version
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.model.domain import Domain
+from capwatch.model.grounding import SharedGrounding
 from capwatch.monitor.drift import DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")
@@ -54,7 +55,7 @@ class Registry:
         self.drift = drift if drift is not None else DriftMonitor()
         self._agents: dict[str, AgentWatch] = {}
         self._parked: dict[str, str] = {}
-        self._baselines: dict[str, tuple[ModelVersion, Domain]] = {}
+        self._baselines: dict[str, tuple[ModelVersion, Domain, SharedGrounding]] = {}
         self._checked: set[str] = set()
         self._tick = 0
         """Counts loads: a watch's ``seen`` orders watches by their last record."""
@@ -95,7 +96,7 @@ class Registry:
         self._own.clear()
         self._checked.clear()
 
-    def baseline(self, family: str) -> tuple[ModelVersion, Domain] | None:
+    def baseline(self, family: str) -> tuple[ModelVersion, Domain, SharedGrounding] | None:
         """The family's baseline version and its model, read once and shared by every
         agent that runs it (``refresh_baselines`` moves it on)."""
         cached = self._baselines.get(family)
@@ -103,18 +104,20 @@ class Registry:
             version = self.store.latest(family, None)
             if version is None:
                 return None
-            cached = self._baselines[family] = (version, version.domain())
+            domain = version.domain()
+            cached = self._baselines[family] = (version, domain, SharedGrounding(domain))
         return cached
 
     def refresh_baselines(self, families: Iterable[str] = ()
-                          ) -> dict[str, tuple[ModelVersion, Domain]]:
+                          ) -> dict[str, tuple[ModelVersion, Domain, SharedGrounding]]:
         """Re-read the baseline of every family in use and of ``families``; family → the
         newest."""
         for family in {*self._baselines, *families}:
             old = self._baselines.get(family)
             latest = self.store.latest(family, None)
             if latest is not None and (old is None or latest.version != old[0].version):
-                self._baselines[family] = (latest, latest.domain())
+                domain = latest.domain()
+                self._baselines[family] = (latest, domain, SharedGrounding(domain))
         return dict(self._baselines)
 
     def load(self, agent_id: str, family: str, partition: int) -> AgentWatch | None:
@@ -128,15 +131,16 @@ class Registry:
         own = None
         if agent_id not in self._checked or (family, agent_id) in self._own:
             own = self.store.latest(family, agent_id)
+        shared = None
         if own is not None:
             version, domain = own, own.domain()
         else:
             base = self.baseline(family)
             if base is None:
                 return None
-            version, domain = base
+            version, domain, shared = base
         watch = AgentWatch(agent_id, family, partition, version, self.drift, self.settings,
-                           domain=domain)
+                           domain=domain, shared=shared)
         watch.awaiting = self._parked.pop(agent_id, None)
         watch.seen = self._tick
         for ref, kinds, ago in self._held.pop(agent_id, ()):

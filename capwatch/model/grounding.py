@@ -120,13 +120,15 @@ class GroundOperator:
 class Grounder:
     """Lazily grounds a domain's actions against one atom index."""
 
-    __slots__ = ("actions", "cache", "domain", "index")
+    __slots__ = ("actions", "cache", "domain", "index", "shared")
 
-    def __init__(self, domain: Domain, index: AtomIndex | None = None) -> None:
+    def __init__(self, domain: Domain, index: AtomIndex | None = None,
+                 shared: SharedGrounding | None = None) -> None:
         self.domain = domain
         self.index = index if index is not None else AtomIndex()
         self.actions = domain.action_map
         self.cache: dict[GroundAction, GroundOperator] = {}
+        self.shared = shared if shared is not None and shared.domain is domain else None
 
     def operator(self, ground_action: GroundAction) -> GroundOperator:
         op = self.cache.get(ground_action)
@@ -136,6 +138,19 @@ class Grounder:
         return op
 
     def _ground(self, ground_action: GroundAction) -> GroundOperator:
+        if self.shared is not None:
+            lifted, ground_args, pos, neg, outcomes, admitted = \
+                self.shared.ground(ground_action)
+            bit = self.index.bit
+
+            def union(atoms: GroundAtoms) -> int:
+                # OR, not a sum: repeated objects can ground two atoms to the same one.
+                return reduce(or_, map(bit, atoms), 0)
+
+            # The same interning order as below, so both ways number atoms alike.
+            effects = tuple((~union(d), union(a)) for d, a in outcomes)
+            return GroundOperator(lifted, ground_args, union(pos), union(neg), effects,
+                                  admitted)
         name, args = ground_action[0], tuple(ground_action[1:])
         action = self.actions.get(name)
         if action is None:
@@ -156,3 +171,55 @@ class Grounder:
         effects = tuple((~mask(o.delete), mask(o.add)) for o in action.outcomes)
         return GroundOperator(action, args, mask(action.pre_pos), mask(action.pre_neg), effects,
                               action.admits_binding(binding))
+
+
+GroundAtoms = tuple[GroundAtom, ...]
+
+
+class SharedGrounding:
+    """The ground atoms of each ground action of one domain, and the atoms checked
+    against its vocabulary, shared by the per-agent grounders of every agent running it.
+
+    Each agent keeps its own atom index (its states' bitsets stay as small as its own
+    vocabulary); what is the same for all of them (binding parameters, grounding the
+    atoms, checking arities) is done once per family instead of once per agent.
+    """
+
+    __slots__ = ("_ground", "domain", "valid")
+
+    def __init__(self, domain: Domain) -> None:
+        self.domain = domain
+        self._ground: dict[GroundAction, tuple[Action, tuple[str, ...], GroundAtoms,
+                                               GroundAtoms,
+                                               tuple[tuple[GroundAtoms, GroundAtoms], ...],
+                                               bool]] = {}
+        self.valid: set[GroundAtom] = set()
+        """Atoms already checked against the domain's predicates."""
+
+    def ground(self, ground_action: GroundAction) -> tuple[
+            Action, tuple[str, ...], GroundAtoms, GroundAtoms,
+            tuple[tuple[GroundAtoms, GroundAtoms], ...], bool]:
+        """Raises ModelError as :meth:`Grounder.operator` does."""
+        found = self._ground.get(ground_action)
+        if found is not None:
+            return found
+        name, args = ground_action[0], tuple(ground_action[1:])
+        action = self.domain.action_map.get(name)
+        if action is None:
+            raise ModelError(f"unknown action {name!r}")
+        if len(args) != action.arity:
+            raise ModelError(
+                f"action {name!r} takes {action.arity} arguments, found {len(args)}"
+            )
+        binding = dict(zip(action.parameter_names, args, strict=True))
+
+        def atoms(lifted: Iterable[object]) -> GroundAtoms:
+            return tuple(a.ground(binding) for a in lifted)  # type: ignore[attr-defined]
+
+        found = (action, args, atoms(action.pre_pos), atoms(action.pre_neg),
+                 tuple((atoms(o.delete), atoms(o.add)) for o in action.outcomes),
+                 action.admits_binding(binding))
+        if len(self._ground) >= 100_000:
+            self._ground.clear()  # a bound on memory for fleets with many objects
+        self._ground[ground_action] = found
+        return found

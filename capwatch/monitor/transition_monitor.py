@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from capwatch.model.consistency import Inconsistency, Verdict, check, explain
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
-from capwatch.model.grounding import AtomIndex, Grounder, StateMask
+from capwatch.model.grounding import AtomIndex, Grounder, SharedGrounding, StateMask
 from capwatch.model.pal import (
     LEGAL_PA_VALUES,
     AbstractModel,
@@ -85,10 +85,11 @@ class MonitorLimits:
 class TransitionMonitor:
     """Checks one agent's transitions against its current model."""
 
-    def __init__(self, domain: Domain, limits: MonitorLimits | None = None) -> None:
+    def __init__(self, domain: Domain, limits: MonitorLimits | None = None,
+                 shared: SharedGrounding | None = None) -> None:
         self.limits = limits or MonitorLimits()
         self.index = AtomIndex()
-        self._set_domain(domain)
+        self._set_domain(domain, shared)
         self._counts: dict[str, list[int]] = {}
         self.inconsistencies: deque[InconsistentTransition] = deque(
             maxlen=self.limits.max_inconsistencies)
@@ -97,18 +98,20 @@ class TransitionMonitor:
         self._last_mask: StateMask = 0
         self.transitions = 0
 
-    def _set_domain(self, domain: Domain) -> None:
+    def _set_domain(self, domain: Domain, shared: SharedGrounding | None = None) -> None:
         self.domain = domain
-        self.grounder = Grounder(domain, self.index)
+        self.grounder = Grounder(domain, self.index, shared)
+        self._shared_valid = self.grounder.shared.valid \
+            if self.grounder.shared is not None else None
         self._ops = self.grounder.cache
         self._predicates = {p.name: p.arity for p in domain.predicates}
         self._valid: dict[GroundAtom, int] = {}
         """Atom → its bit, for the atoms checked against this model's vocabulary."""
 
-    def replace_model(self, domain: Domain) -> None:
+    def replace_model(self, domain: Domain, shared: SharedGrounding | None = None) -> None:
         """Adopt a new model version; evidence gathered under the old one is dropped
         because its verdicts no longer hold, but the atom index is kept."""
-        self._set_domain(domain)
+        self._set_domain(domain, shared)
         self.inconsistencies.clear()
         self.executed.clear()
 
@@ -165,8 +168,12 @@ class TransitionMonitor:
         one is checked before any is interned, so a refused transition changes nothing."""
         valid = self._valid
         new = [a for a in state | next_state if a not in valid]
+        checked = self._shared_valid
         for atom in new:
-            self.validate_atom(atom)
+            if checked is None or atom not in checked:
+                self.validate_atom(atom)
+        if checked is not None and len(checked) < 1_000_000:
+            checked.update(new)
         bit = self.index.bit
         for atom in new:
             valid[atom] = bit(atom)

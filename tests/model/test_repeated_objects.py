@@ -6,6 +6,8 @@ move_down(h1, h1) therefore keeps (at h1). move_up forbids ?hfrom = ?hto.
 
 from __future__ import annotations
 
+import pytest
+
 from capwatch.model import (
     Grounder,
     LiftedAtom,
@@ -94,3 +96,26 @@ def test_a_transition_the_model_explains_is_not_a_conflict() -> None:
     why = explain(DOMAIN, ("move_down", "h1", "h1"), state, nxt)
     assert why.contradicted == ()
     assert PaTuple("move_down", AT_FROM) not in {c.pa for c in why.contradicted}
+
+
+def test_a_shared_grounding_gives_every_agent_the_same_operators() -> None:
+    from capwatch.model.errors import ModelError
+    from capwatch.model.grounding import SharedGrounding
+
+    shared = SharedGrounding(DOMAIN)
+    actions = [("move_down", "h1", "h1"), ("move_up", "h1", "h1"), ("move_down", "h1", "h2")]
+    for agent in range(2):
+        own, with_shared = Grounder(DOMAIN), Grounder(DOMAIN, shared=shared)
+        if agent:  # another agent's index numbers atoms in another order
+            with_shared.index.bit(("visited", "h2"))
+            own.index.bit(("visited", "h2"))
+        for a in actions:
+            assert with_shared.operator(a) == own.operator(a)
+    assert Grounder(DOMAIN, shared=SharedGrounding(read_domain(HOIST / "domain.pddl"))
+                    ).shared is None  # shared only by the very domain it was made for
+    for bad in [("fly", "h1"), ("move_down", "h1")]:
+        with pytest.raises(ModelError) as plain:
+            Grounder(DOMAIN).operator(bad)
+        with pytest.raises(ModelError) as via_shared:
+            Grounder(DOMAIN, shared=shared).operator(bad)
+        assert str(via_shared.value) == str(plain.value)
