@@ -174,20 +174,23 @@ def ground_operators(grounder: Grounder, objects: Mapping[str, Sequence[str]],
 
 
 def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: GoalTest, *,
-                  max_states: int = DEFAULT_MAX_STATES, max_depth: int | None = None
-                  ) -> SearchResult:
+                  max_states: int = DEFAULT_MAX_STATES, max_depth: int | None = None,
+                  max_tests: int | None = None) -> SearchResult:
     """A shortest plan from ``start`` to a state ``goal`` accepts.
 
     Explores layer by layer (states in the order generated, operators in the given
     order, outcomes in the action's order), testing the goal as states are generated.
     ``max_depth`` bounds the plan length (None: unbounded). Raises
     :class:`PlannerGaveUp` once more than ``max_states`` distinct states were generated
-    without an answer.
+    without an answer, or once more than ``max_tests`` operator applicability tests were
+    spent (None: no such bound; states of real domains differ a lot in how many
+    operators they trigger, so a caller bounding time bounds tests too).
     """
     if goal.reached(start, 0):
         return SearchResult([], start, 1)
     reached = goal.reached
     successors = _SuccessorIndex(operators)
+    tests = 0
     parent: dict[StateMask, tuple[StateMask, int]] = {start: (start, -1)}
     layer = [start]
     depth = 0
@@ -195,7 +198,12 @@ def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: G
         depth += 1
         next_layer: list[StateMask] = []
         for state in layer:
-            for i in successors.candidates(state):
+            candidates = successors.candidates(state)
+            tests += len(candidates)
+            if max_tests is not None and tests > max_tests:
+                raise PlannerGaveUp(f"more than {max_tests} operator tests within {depth} "
+                                    f"steps")
+            for i in candidates:
                 op = operators[i]
                 if not op.applicable(state):
                     continue

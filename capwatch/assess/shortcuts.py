@@ -57,6 +57,11 @@ GROUNDING_WORK_PER_STATE = 10
 state of the budget: with the default 20,000 states, well under a second."""
 
 
+TESTS_PER_STATE = 20
+"""Operator applicability tests (~0.3 µs each, plus the state's bookkeeping) allowed per
+search state of the budget: bounds the search's time, not only its size."""
+
+
 def _max_change(domain: Domain) -> int:
     return max((len(o.add | o.delete) for a in domain.actions for o in a.outcomes), default=0)
 
@@ -113,7 +118,8 @@ def _search(known: Domain, objects: Mapping[str, Sequence[str]], planner: Planne
                 targets[mask] = limit
                 where[mask] = j
         hit = breadth_first(ops, index.encode(states[i]), Targets(targets),
-                            max_states=budget, max_depth=max(candidates.values()))
+                            max_states=budget, max_depth=max(candidates.values()),
+                            max_tests=TESTS_PER_STATE * budget)
         if hit.plan is None or hit.end is None:
             return None, hit.generated
         return (where[hit.end], hit.plan), hit.generated
