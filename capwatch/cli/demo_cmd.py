@@ -234,7 +234,9 @@ def summary(config: Any, fleet: Any, memory: Any, processed: int, dead: int,
                      f"(the run ends at {sim.rounds} transitions per agent)")
     lines.append("")
     lines.append(f"Alerts ({len(memory.alerts)}):")
-    for a in memory.alerts:
+    # Per agent, in the order they were raised: in delivery order an "awaiting assessment"
+    # alert held back by family grouping came after the version that answered it.
+    for a in sorted(memory.alerts, key=lambda a: (a.agent_id or "", a.time)):
         lines.append(f"  [{a.severity}] {a.alert_type}: {a.agent_id}: {a.summary}")
     false_alarms = sorted(set(latest) - drifted)
     lines.append("")

@@ -75,6 +75,11 @@ def test_demo_detects_every_injected_drift(capsys: pytest.CaptureFixture[str]) -
     # A probability re-estimate is one query asked many times: both figures are shown.
     line = next(x for x in out.splitlines() if x.startswith("  courier-v1-007:"))
     assert "1 query (" in line and " samples of the agent's outcomes)" in line
+    # Each agent's alerts in the order raised: "awaiting assessment" before its answer.
+    alerts = out.split("\nAlerts (")[1].split("\n\n")[0].splitlines()[1:]
+    for agent in ("courier-v1-002", "rover-v3-004"):
+        kinds = [a.split(":")[0].split()[-1] for a in alerts if f": {agent}: " in a]
+        assert kinds == ["unexplained_inconsistency", "capability_reduced"], alerts
 
 
 @pytest.mark.parametrize("rounds", ["0", "-5", "x"])
