@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
     off.add_argument("--initial", required=True, help="PDDL domain known before the drift")
     off.add_argument("--problem", required=True, help="PDDL problem (objects, initial state)")
     off.add_argument("--plan", required=True, help="plan the agent executes (observations)")
-    off.add_argument("--method", choices=[m.value for m in Method], default="daaisy")
+    off.add_argument("--method", choices=[m.value for m in Method], default="daaisy",
+                     help="default daaisy (the daemon's assessment.method defaults to verify)")
     off.add_argument("--budget", type=int, default=200, help="maximum number of queries")
     off.add_argument("--planner", choices=["bfs", "fd"], default="bfs",
                      help="optimal planner for reduced-functionality detection")
