@@ -45,7 +45,9 @@ def daemon_config(tmp: Path, family: str, domain: Path, problem: Path, transitio
         "families": {family: {"domain": str(domain), "problem": str(problem)}},
         "agents": {"urls": agent_urls, "bearer_token": token, "timeout_s": 30.0},
         "http": {"enabled": False},
-        "detection": {"debounce_transitions": 3, "debounce_s": 0.5},
+        # Assess from 3 inconsistent transitions, not from whatever a loaded machine has read
+        # after a short debounce: from one refusal daaisy cannot tell the precondition.
+        "detection": {"debounce_transitions": 3, "debounce_s": 10.0},
         "scheduler": {"checkpoint_s": 0.5, "results_poll_s": 0.5},
         "alerts": {"group_wait_seconds": 0, "route_s": 0.2},
         "log": {"level": "info", "format": "json"},

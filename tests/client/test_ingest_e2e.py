@@ -46,7 +46,9 @@ class Daemon(CapwatchProcess):
             "agents": {"urls": {"taxi-1": agent_url}, "bearer_token": QUERY_TOKEN},
             "assessment": {"method": "daaisy"},
             "http": {"enabled": True, "port": self.port},
-            "detection": {"debounce_transitions": 3, "debounce_s": 0.5},
+            # Assess from 3 inconsistent transitions, not from whatever a loaded machine has read
+            # after a short debounce: from one refusal daaisy cannot tell the precondition.
+            "detection": {"debounce_transitions": 3, "debounce_s": 10.0},
             "scheduler": {"checkpoint_s": 0.5, "results_poll_s": 0.5},
             "alerts": {"group_wait_seconds": 0, "route_s": 0.2},
             "log": {"level": "info", "format": "json"},
