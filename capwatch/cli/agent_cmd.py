@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import sys
 import threading
@@ -79,8 +78,10 @@ def _check_problem(domain: Domain, problem: Problem) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The daemon's log set-up: with a plain basicConfig format the records' extra fields
+    # (which model the drift switched to, each query's number and plan length) were dropped.
+    from capwatch.daemon.logs import configure_logging
+    configure_logging(args.log_level.lower(), "console")
     domain = load_domain(args.domain)
     if not args.keep_action_literals:
         domain = domain.without_action_literals()

@@ -100,3 +100,13 @@ def test_query_against_nothing_reports_unavailable(tmp_path: Path) -> None:
                "--retries", "0", "--timeout", "2")
     assert done.returncode == 3
     assert "unavailable after 1 attempts" in done.stderr
+
+
+def test_serve_logs_carry_their_fields(served: tuple[subprocess.Popen[str], str]) -> None:
+    # A drift's log line names the model switched to; a bare format dropped it.
+    proc, url = served
+    HttpAgentClient(url, timeout=5).drift((GRIPPER / "domain.pddl").read_text())
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    line = next(x for x in err.splitlines() if "agent model switched" in x)
+    assert "to_domain=gripper-typed" in line and "model_version=2" in line
