@@ -70,6 +70,8 @@ class CanaryProber:
         self._backlog = 0
         """Probes submitted and not yet answered (a slow agent must not grow the queue)."""
         self._lock = threading.Lock()
+        self._closed = False
+        """Set at shutdown: commands still queued for the main loop must not submit probes."""
         self._pool = executor or ThreadPoolExecutor(max_workers=PROBE_THREADS,
                                                     thread_name_prefix="canary")
 
@@ -77,6 +79,8 @@ class CanaryProber:
                    problems: Mapping[str, frozenset[GroundAtom]],
                    objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
         """Queue a probe of every due action of every agent not awaiting work."""
+        if self._closed:
+            return
         seen: set[str] = set()
         for watch in watches:
             seen.add(watch.agent_id)
@@ -185,6 +189,7 @@ class CanaryProber:
                     t.next_state, True, True)))
 
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _done(self) -> None:

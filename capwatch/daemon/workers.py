@@ -165,7 +165,17 @@ class AssessmentWorkers:
         self.metrics.assessments.labels(item.family, "retry").inc()
         if failed:
             self.metrics.assessments.labels(item.family, "failed").inc()
+            log.warning("assessment failed for good", key=item.key, agent_id=item.agent_id,
+                        reason=failure.alert_reason, error=failure.message[:500],
+                        attempts=item.attempts)
             self.post(Settled(item.agent_id, item.key, Settlement.FAILED))
+        else:
+            # Without this line an operator sees only the client's retries and a run with
+            # --exit-when-idle seems to hang for the whole retry schedule.
+            log.warning("assessment attempt failed; will retry", key=item.key,
+                        agent_id=item.agent_id, reason=failure.alert_reason,
+                        error=failure.message[:500], attempt=item.attempts,
+                        max_attempts=limit, retry_in_s=wait.total_seconds())
 
     def give_up(self, worker: str, pending: PendingAssessment, reason: str, message: str,
                 evidence: dict[str, object]) -> None:

@@ -223,3 +223,21 @@ def test_probes_waiting_for_slow_agents_are_bounded() -> None:
     assert len(held.held) == MAX_BACKLOG  # 1,000 due; the rest wait for a later round
     prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]
     assert len(held.held) == MAX_BACKLOG
+
+
+def test_a_round_queued_before_shutdown_probes_nothing_after_close() -> None:
+    # The pipeline closes the prober, then drains commands the scheduler queued before the
+    # stop; a probe round among them used to hit the closed pool ("cannot schedule new
+    # futures after shutdown") and log a traceback per round.
+    from types import SimpleNamespace
+
+    rover = read_domain(EXAMPLES / "rover.pddl")
+    watch = SimpleNamespace(agent_id="r0", family="rover-v1", awaiting=None,
+                            clock=lambda: 0.0, last_state=frozenset(), domain=rover,
+                            last_executed={})
+    prober = CanaryProber(agents=Directory(), metrics=DaemonMetrics(), idle_s=1.0,
+                          clock=lambda: None, post=lambda r: None)  # type: ignore[arg-type,return-value]
+    objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
+                            "waypoint": ("waypoint1", "waypoint2")}}
+    prober.close()
+    prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]

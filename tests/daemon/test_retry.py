@@ -161,3 +161,22 @@ def test_an_agent_that_refuses_the_query_gets_the_ordinary_retries(tmp_path: Pat
     assert "agent unreachable" not in alert.summary
     d.source.close()
     d.store.close()
+
+
+def test_every_failed_attempt_is_logged_with_its_cause_and_next_try(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    d, now, _ = _daemon(tmp_path, Flaky(failures=100), attempts=2)
+    with capture_logs() as logs:
+        assert _attempt(d, now, T0)
+        assert _attempt(d, now, T0 + timedelta(seconds=10))
+    lines = [e for e in logs if e["event"].startswith("assessment")]
+    first, last = lines
+    assert first["event"] == "assessment attempt failed; will retry"
+    assert (first["reason"], first["attempt"], first["max_attempts"],
+            first["retry_in_s"]) == ("agent_unreachable", 1, 2, 10.0)
+    assert "connection refused" in first["error"]
+    assert last["event"] == "assessment failed for good"
+    assert last["attempts"] == 2
+    d.source.close()
+    d.store.close()
