@@ -90,8 +90,12 @@ class _Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_field
 
 
 _DECODER = msgspec.json.Decoder(_Transition | _Trace)
-_TIME: TypeAdapter[datetime | None] = TypeAdapter(datetime | None,
-                                                  config=ConfigDict(strict=True))
+_TIME_FIELD = wire.TransitionEvent.model_fields["time"]
+# The schema's own type for the field (whatever it becomes), validated as the model does.
+_TIME: TypeAdapter[datetime | None] = TypeAdapter(
+    Annotated[_TIME_FIELD.annotation, *_TIME_FIELD.metadata]  # type: ignore[arg-type]
+    if _TIME_FIELD.metadata else _TIME_FIELD.annotation,
+    config=ConfigDict(strict=True))
 
 
 _DEFAULT_LIMITS = DecodeLimits()

@@ -104,6 +104,8 @@ def test_invalid_traces_get_the_same_reason(change: dict[str, Any]) -> None:
     # What the schema decides here is the schema's business; both decoders must agree.
     variant(TRANSITION) * 2, variant(TRANSITION, v=True), variant(TRANSITION, v=1.0),
     variant(TRANSITION, time="2026-01-02 03:04:05"),
+    variant(TRANSITION, time="2026-01-02T03:04:05"),
+    variant(TRANSITION, time=None), variant(TRACE, time="2026-01-02T03:04:05.1234567Z"),
 ], ids=repr)
 def test_odd_bytes(raw: bytes) -> None:
     agree(raw)
