@@ -35,6 +35,11 @@ class Record:
     """The whole message's SHA-256 (hex) when ``value`` holds only its first bytes."""
 
 
+class DeliveryError(RuntimeError):
+    """A publisher could not deliver what it was given (yet): nothing after it may be
+    committed. The daemon retries; it is never a reason to exit."""
+
+
 Rebalance = Callable[[set[int]], None]
 
 

@@ -116,6 +116,8 @@ class ApiServer:
         self.families_of = families_of
         self.alerts = alerts
         self.starting = starting
+        self.problems: Callable[[], list[str]] = lambda: []
+        """Why the daemon is not ready (a dependency that fails), when it knows."""
         self._token = token.encode() if token else None
         self._read_auth = read_auth
         self.console: Console | None = None
@@ -164,10 +166,13 @@ class ApiServer:
         return self._thread is not None
 
     def attach(self, store: ModelRegistry, ready: Callable[[], bool],
-               families_of: Callable[[str], str | None]) -> None:
+               families_of: Callable[[str], str | None],
+               problems: Callable[[], list[str]] | None = None) -> None:
         """The daemon is built: serve its store and readiness from now on."""
         self.families_of = families_of
         self.ready = ready
+        if problems is not None:
+            self.problems = problems
         self.store = store
 
     def close(self) -> None:
@@ -298,7 +303,7 @@ class ApiServer:
             problems.append(f"starting: {self.starting() or 'not ready'}")
         else:
             if not self.ready():
-                problems.append("not consuming")
+                problems.extend(self.problems() or ["not consuming"])
             try:
                 self.store.lineages()
             except Exception as e:

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from capwatch.contracts.ports import DeliveryError
 from capwatch.contracts.store import StoreError
 
 Clock = Callable[[], datetime]
@@ -24,9 +25,16 @@ def _infrastructure_errors() -> tuple[type[BaseException], ...]:
         errors.append(psycopg.Error)
     except ImportError:  # pragma: no cover - psycopg is a dependency
         pass
+    try:
+        from kafka.errors import KafkaError
+
+        errors.append(KafkaError)
+    except ImportError:  # pragma: no cover - kafka-python is a dependency
+        pass
+    errors.append(DeliveryError)
     return tuple(errors)
 
 
 INFRASTRUCTURE_ERRORS = _infrastructure_errors()
 """Failures of what the daemon stands on rather than of the message it was handling: the
-record that met one is not committed past, and the daemon stops."""
+record that met one is not committed past, and the daemon retries until it answers."""

@@ -110,6 +110,12 @@ class Pipeline:
                              publisher=publisher, metrics=self.metrics, clock=clock)
         self._stop = threading.Event()
         self._consuming = False
+        self._outage: str | None = None
+        """What the daemon stands on that is failing now (the store, the disk, Kafka), with
+        the error; None when everything answers."""
+        self._outage_wait = 0.0
+        self._backlog: list[Record] = []
+        """Records polled but not handled because the store failed: handled first next."""
         self.processed = 0
         self._restores = 0
         self._tally: dict[Counter, int] = {}
@@ -131,7 +137,16 @@ class Pipeline:
 
     @property
     def ready(self) -> bool:
-        return self._consuming and not self._stop.is_set()
+        return self._consuming and not self._stop.is_set() and self._outage is None
+
+    def problems(self) -> list[str]:
+        """Why the daemon is not ready, for /readyz."""
+        out = []
+        if not self._consuming or self._stop.is_set():
+            out.append("not consuming")
+        if self._outage is not None:
+            out.append(self._outage)
+        return out
 
     def awaiting(self) -> dict[str, str]:
         """Agent id → key of the queued or running work it waits for."""
@@ -190,18 +205,55 @@ class Pipeline:
             self._consuming = True
             log.info("daemon started", replica=self.config.replica_id, source=self.source.name)
             while not self._stop.is_set():
-                records = self.source.poll(0.1)
-                self.handle_batch(records)
-                self.drain()
-                self.sweep()
-                if self.checkpoints.due:
-                    self.checkpoint()
-                if exit_when_idle and not records and self.source.exhausted() and self._idle():
-                    break
+                try:
+                    records = self._step()
+                    if exit_when_idle and not records and self.source.exhausted() \
+                            and self._idle():
+                        break
+                except INFRASTRUCTURE_ERRORS as e:
+                    self._failed(e)
+                    continue
+                if self._outage is not None:
+                    log.info("dependency back; resuming", was=self._outage)
+                    self._outage = None
+                    self._outage_wait = 0.0
         finally:
             self._consuming = False
             self._shutdown()
         return 0
+
+    def _step(self) -> list[Record]:
+        """One turn of the main loop; raises an infrastructure error with nothing lost: a
+        record not handled stays in the backlog, evidence not queued stays buffered, and
+        offsets are committed only by a checkpoint that went through."""
+        records = self._backlog or self.source.poll(0.1)
+        self._backlog = []
+        before = self.processed
+        try:
+            self.handle_batch(records)
+        except INFRASTRUCTURE_ERRORS:
+            self._backlog = records[self.processed - before:]  # from the one that failed
+            raise
+        self.drain()
+        self.sweep()
+        if self.checkpoints.due or self._outage is not None:
+            # After an outage a checkpoint proves the store takes writes again.
+            self.checkpoint()
+        return records
+
+    def _failed(self, error: BaseException) -> None:
+        """A dependency failed: say so (logs and /readyz), wait, and try again. Only a
+        wrong configuration stops the daemon; the store, the disk or the broker coming
+        back resumes it with nothing lost."""
+        what = f"{_component(error)} unavailable: {type(error).__name__}: {error}"[:500]
+        self._outage_wait = min(30.0, max(0.5, self._outage_wait * 2))
+        if what != self._outage:
+            log.error("dependency failed; retrying", problem=what, retry_in_s=self._outage_wait)
+        else:
+            log.warning("still failing; retrying", problem=what,
+                        retry_in_s=self._outage_wait)
+        self._outage = what
+        self._stop.wait(self._outage_wait)
 
     def _idle(self) -> bool:
         if any(w.buffered for w in self.registry):
@@ -224,7 +276,12 @@ class Pipeline:
         try:
             self.alerts.run()
             self.alerts.close()  # a late scheduler run must not use a closed sink
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except INFRASTRUCTURE_ERRORS as e:
+                # Nothing is lost: the next start replays from the last checkpoint.
+                log.error("final checkpoint failed; the next start resumes from the last one",
+                          problem=f"{_component(e)}: {type(e).__name__}: {e}"[:500])
         finally:
             self.source.close()
             self.publisher.close()
@@ -241,7 +298,7 @@ class Pipeline:
         except INFRASTRUCTURE_ERRORS:
             # Soft state: without it the tables refill from the stream (a longer detection
             # delay, never a wrong count), so an unreachable store must not fail the
-            # rebalance; the next store call that matters stops the daemon instead.
+            # rebalance; the main loop reports and retries the outage when it meets it.
             log.exception("loading drift state failed; drift tables start empty")
 
     def revoke(self, partitions: set[int]) -> None:
@@ -356,7 +413,7 @@ class Pipeline:
                 log.info("inconsistent transition", action=list(t.action),
                          model=watch.version.ref.version)
         if finding.ripe:
-            self.queue(watch)
+            self._queue_or_keep(watch)
 
     # ------------------------------------------------------------------ queueing
 
@@ -365,6 +422,15 @@ class Pipeline:
         for watch in self.registry:
             if watch.ripe(force):
                 self.queue(watch)
+
+    def _queue_or_keep(self, watch: AgentWatch) -> None:
+        """Queue ripe evidence; if the store fails, the evidence stays buffered (and holds
+        the commit) and the sweep queues it once the store answers again."""
+        try:
+            self.queue(watch)
+        except INFRASTRUCTURE_ERRORS as e:
+            log.warning("queuing failed; the evidence stays buffered", error=str(e)[:300])
+            self._outage = f"{_component(e)} unavailable: {type(e).__name__}: {e}"[:500]
 
     def queue(self, watch: AgentWatch) -> None:
         """Queue the watch's buffered evidence as a work item, with its alert."""
@@ -406,6 +472,8 @@ class Pipeline:
                 break
             try:
                 command()
+            except INFRASTRUCTURE_ERRORS:
+                raise  # an outage: the main loop says so and retries
             except Exception:
                 log.exception("scheduled command failed")
 
@@ -507,3 +575,13 @@ class Pipeline:
     def route_alerts(self, force: bool = False) -> None:
         """Route the alert outbox and deliver what is due (scheduler job; any thread)."""
         self.alerts.run(force)
+
+
+def _component(error: BaseException) -> str:
+    """Which dependency an infrastructure error is about, for logs and /readyz."""
+    module = type(error).__module__
+    if module.startswith("kafka") or module.startswith("capwatch.adapters.io.kafka"):
+        return "Kafka"
+    if isinstance(error, OSError) and not module.startswith(("sqlite3", "psycopg")):
+        return "disk or network"
+    return "models store"

@@ -441,7 +441,8 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             state = pipeline.registry.get(agent_id)
             return state.family if state is not None else None
 
-        api.attach(store, ready=lambda: pipeline.ready, families_of=family_of)
+        api.attach(store, ready=lambda: pipeline.ready, families_of=family_of,
+                   problems=pipeline.problems)
         api.ingest = ingest
         if config.console.enabled:
             from capwatch.console.web import Console

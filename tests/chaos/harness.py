@@ -190,6 +190,20 @@ class Daemon:
     def pid(self) -> int:
         return self.proc.pid
 
+    def wait_started(self, timeout_s: float = 120.0) -> float:
+        """Block until the daemon logs that it consumes (→ the monotonic time it was seen);
+        a daemon that exits first fails the caller with its log."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if '"daemon started"' in self.tail(1 << 20):
+                self.started = time.monotonic()
+                return self.started
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode} before it"
+                                     f" started: {self.tail()}")
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not started after {timeout_s:.0f}s: {self.tail()}")
+
     def wait(self, timeout_s: float) -> int:
         try:
             return self.proc.wait(timeout_s)
@@ -375,8 +389,9 @@ class PacedWriter:
 
 
 def kill_at_random(daemon: Daemon, rng: random.Random, lo_s: float, hi_s: float) -> float:
-    """SIGKILL ``daemon`` at a random moment in [lo_s, hi_s] after its start."""
+    """SIGKILL ``daemon`` at a random moment in [lo_s, hi_s] after it started consuming."""
     at = rng.uniform(lo_s, hi_s)
+    daemon.wait_started()
     deadline = daemon.started + at
     while time.monotonic() < deadline and daemon.proc.poll() is None:
         time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))

@@ -46,6 +46,8 @@ class Observed:
     readyz_during_fault: list[int] = field(default_factory=list)
     """HTTP statuses /readyz answered while the fault lasted (0: no answer)."""
     exited_during_fault: int | None = None
+    recovered: bool = False
+    """/readyz answered 200 again after the fault ended."""
 
 
 def reference(inp: FleetInput, workdir: Path) -> Outcome:
@@ -64,13 +66,18 @@ def sigkill(inp: FleetInput, workdir: Path, rng: random.Random) -> Observed:
     workdir.mkdir(parents=True)
     path = workdir / "in.jsonl"
     store = workdir / "store.db"
-    writer = PacedWriter(path, inp.lines, PACE)
+    path.write_bytes(b"")
     first = Daemon(jsonl_config(workdir, inp, path, str(store), follow=True), workdir, "first")
+    writer: PacedWriter | None = None
     try:
+        first.wait_started()
+        # The stream starts once the daemon consumes, as a live producer's would.
+        writer = PacedWriter(path, inp.lines, PACE)
         duration = len(inp.lines) / PACE
-        at = kill_at_random(first, rng, 1.0, 1.0 + duration)
+        at = kill_at_random(first, rng, 0.0, duration)
     finally:
-        writer.finish()
+        if writer is not None:
+            writer.finish()
         first.kill()
     code, second = run_to_end(jsonl_config(workdir, inp, path, str(store)), workdir, "second")
     tracebacks = first.tracebacks() + second.tracebacks()
@@ -141,16 +148,19 @@ def disk_full(inp: FleetInput, workdir: Path, rng: random.Random) -> Observed:
     with tmpfs(workdir / "disk", 16 * 1024) as disk:
         store = disk / "store.db"
         port = free_port()
-        writer = PacedWriter(path, inp.lines, PACE)
+        path.write_bytes(b"")
         first = Daemon(jsonl_config(workdir, inp, path, str(store), follow=True,
                                     http_port=port), workdir, "first")
         observed = Observed(Outcome({}, {}, 0, {}, set(), 0), fault=kind)
         exits: list[int] = []
+        writer: PacedWriter | None = None
         try:
+            started = first.wait_started()
+            writer = PacedWriter(path, inp.lines, PACE)
             duration = len(inp.lines) / PACE
-            at = rng.uniform(1.0, 1.0 + duration)
+            at = rng.uniform(0.0, duration)
             observed.kill_at_s = at
-            deadline = first.started + at
+            deadline = started + at
             while time.monotonic() < deadline and first.proc.poll() is None:
                 time.sleep(0.05)
             filler = _fill(disk)
@@ -162,13 +172,20 @@ def disk_full(inp: FleetInput, workdir: Path, rng: random.Random) -> Observed:
             filler.unlink()
             writer.finish()
             if first.proc.poll() is None:
-                # Survived: let it catch up with the complete input, then stop it cleanly.
+                # Survived: it must say it is ready again once the disk has room.
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and first.proc.poll() is None:
+                    if _readyz(port) == 200:
+                        observed.recovered = True
+                        break
+                    time.sleep(0.25)
                 first.proc.send_signal(signal.SIGTERM)
                 exits.append(first.wait(120))
             else:
                 exits.append(first.proc.returncode)
         finally:
-            writer.finish()
+            if writer is not None:
+                writer.finish()
             first.kill()
         code, second = run_to_end(jsonl_config(workdir, inp, path, str(store)), workdir,
                                   "second")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -20,13 +20,13 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from capwatch.contracts.ports import Rebalance, Record
+from capwatch.contracts.ports import DeliveryError, Rebalance, Record
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 
 log = structlog.get_logger("capwatch.kafka")
 
 
-class PublishError(RuntimeError):
+class PublishError(DeliveryError):
     """A record could not be written to Kafka; nothing after it may be committed."""
 
 
@@ -164,6 +164,13 @@ class KafkaSource:
             self._consumer = None
 
 
+class _Sent(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes
+    future: Any
+
+
 class KafkaPublisher:
     """Model versions (compacted topic, key = agent), alerts and dead letters."""
 
@@ -179,13 +186,17 @@ class KafkaPublisher:
             **(security or {}),
         )
         self._lock = threading.Lock()
-        self._futures: list[Any] = []
+        self._flushing = threading.Lock()
+        self._pending: list[_Sent] = []
+        """Every record sent and not yet acknowledged, kept until it is: a failed one is
+        sent again, and until it goes through no flush succeeds (so nothing is committed
+        past it)."""
 
     def _send(self, topic: str, key: str | None, value: bytes) -> None:
-        future = self._producer.send(topic, key=key.encode() if key is not None else None,
-                                     value=value)
+        raw_key = key.encode() if key is not None else None
+        future = self._producer.send(topic, key=raw_key, value=value)
         with self._lock:
-            self._futures.append(future)
+            self._pending.append(_Sent(topic, raw_key, value, future))
 
     def model_version(self, event: ModelVersionEvent) -> None:
         self._send(self.models_topic, event.agent_id, event.model_dump_json().encode())
@@ -200,16 +211,31 @@ class KafkaPublisher:
         self._send(self.dead_letter_topic, None, record.model_dump_json().encode())
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        with self._lock:
-            futures, self._futures = self._futures, []
-        # Flush even with no futures of our own: another thread may have taken them, and
-        # the caller's commit must not pass records still in the producer's buffer.
-        self._producer.flush(timeout=timeout_s)
-        for f in futures:
-            try:
-                f.get(timeout=timeout_s)
-            except Exception as e:
-                raise PublishError(f"a record could not be written to Kafka: {e}") from e
+        """Return once everything sent so far (by any thread) is acknowledged; raise
+        PublishError, keeping the failed records to send again, otherwise."""
+        with self._flushing:
+            self._producer.flush(timeout=timeout_s)
+            with self._lock:
+                sent = list(self._pending)
+            failed: list[tuple[_Sent, Exception]] = []
+            for record in sent:
+                try:
+                    record.future.get(timeout=timeout_s)
+                except Exception as e:
+                    failed.append((record, e))
+            keep: list[_Sent] = []
+            for record, _ in failed:
+                try:
+                    keep.append(record._replace(future=self._producer.send(
+                        record.topic, key=record.key, value=record.value)))
+                except Exception:
+                    keep.append(record)  # the next flush sees it fail and tries again
+            with self._lock:
+                done = {id(r) for r in sent}
+                self._pending = [r for r in self._pending if id(r) not in done] + keep
+            if failed:
+                raise PublishError(f"{len(failed)} record(s) could not be written to Kafka"
+                                   f" (sent again): {failed[0][1]}")
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -1,0 +1,52 @@
+"""Outages are survived (issue 12): a store that fails makes the daemon say not ready and
+why, wait and retry, and resume with nothing lost, instead of exiting."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.contracts.store import StoreError
+from capwatch.daemon.service import build_service
+from tests.daemon.helpers import config, good_sample
+
+
+def test_a_failing_store_is_retried_and_nothing_is_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [good_sample("rover-a", step=0), good_sample("rover-b", step=1),
+             good_sample("rover-c", step=2), good_sample("rover-d", step=3)]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    service = build_service(cfg, publisher=MemoryPublisher())
+    pipeline = service.pipeline
+    real = pipeline.registry.current_version
+    failures = {"left": 3}
+    seen_problems: list[list[str]] = []
+
+    def flaky(agent_id: str, family: str):  # type: ignore[no-untyped-def]
+        if agent_id == "rover-b" and failures["left"] > 0:
+            failures["left"] -= 1
+            seen_problems.append(pipeline.problems())
+            raise StoreError("database is unreachable")
+        return real(agent_id, family)
+
+    monkeypatch.setattr(pipeline.registry, "current_version", flaky)
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(
+        service.run(exit_when_idle=True, install_signals=False)))
+    runner.start()
+    runner.join(120)
+    assert not runner.is_alive()
+    assert result == [0]
+    assert failures["left"] == 0
+    # After the first failure the daemon said what was wrong while it retried.
+    assert any("models store unavailable" in p for problems in seen_problems[1:]
+               for p in problems), seen_problems
+    assert pipeline.processed == len(lines)
+    assert pipeline.checkpoints.commit_offsets() == {0: len(lines)}
+    assert pipeline.ready is False  # stopped; and no outage is left over
+    assert pipeline.problems() == ["not consuming"]
