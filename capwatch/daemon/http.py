@@ -36,7 +36,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -45,6 +45,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from capwatch.alerts.sinks import alert_event
 from capwatch.alerts.types import Alert
 from capwatch.console.web import MAX_BODY, Console
+from capwatch.contracts.bounded_http import PooledHTTPServer
 from capwatch.contracts.ingest import INGEST_PATH, OTLP_TRACES_PATH
 from capwatch.contracts.store import ModelRegistry
 from capwatch.contracts.versions import ModelVersion, diff_versions, unchecked_summary
@@ -141,8 +142,9 @@ class ApiServer:
 
             do_POST = do_PUT = do_PATCH = do_DELETE = _write
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        # A bounded pool with read timeouts: idle or slow clients cannot pile up threads.
+        self._server = PooledHTTPServer((host, port), Handler, workers=8, backlog=32,
+                                        read_timeout_s=10.0, name="http")
         self._thread: threading.Thread | None = None
 
     @property

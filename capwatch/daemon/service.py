@@ -74,7 +74,10 @@ class HttpDirectory:
                 # A configured URL is used as given; a template only over a valid id.
                 url = self.urls.get(agent_id) or agent_url(self.url_template, agent_id,
                                                            family)
+                # An answer is a state: far below 8 MiB within the state-size limits, and a
+                # body beyond it is refused while it is read.
                 client = HttpAgentClient(url, timeout=self.timeout_s, retries=2, backoff=0.2,
+                                         max_response_bytes=8 * 1024 * 1024,
                                          headers=self.headers, ssl_context=self.ssl_context)
                 self._clients[agent_id] = client
             return client
@@ -431,7 +434,8 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
     objects = {name: {t: list(objs) for t, objs in p.objects_by_type(domains[name]).items()}
                for name, p in problems.items() if name in domains}
     if assessor is None:
-        assessor = EngineAssessor(objects, config.assessment.method)
+        assessor = EngineAssessor(objects, config.assessment.method,
+                                  max_state_atoms=config.limits.max_state_atoms)
     pipeline = Pipeline(config, store=store, source=source,
                         publisher=TeePublisher(publisher, recent), agents=agents,
                         assessor=assessor, families=domains, metrics=metrics,

@@ -2,10 +2,10 @@
 
 Serves any :class:`~capwatch.assess.agent.AgentQuery` (the SDK's ExecutorAgent, or the
 reference SimulatedAgent, which also accepts drift injection and runs episodes).
-Standard library only: ``http.server``'s ThreadingHTTPServer. The reference agent
-answers a handful of queries per assessment, so an async framework would add a
-dependency and no capacity anyone needs. capwatch's own side of the protocol is
-capwatch.adapters.io.agent_client.
+Standard library only: ``http.server`` on a bounded worker pool
+(capwatch.contracts.bounded_http). The reference agent answers a handful of queries per
+assessment, so an async framework would add a dependency and no capacity anyone needs.
+capwatch's own side of the protocol is capwatch.adapters.io.agent_client.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
@@ -38,6 +38,7 @@ from capwatch.contracts.agent_protocol import (
     QueryRequest,
     QueryResponse,
 )
+from capwatch.contracts.bounded_http import PooledHTTPServer
 from capwatch.model.domain import Domain
 from capwatch.model.errors import ModelError
 from capwatch.model.pddl_reader import parse_domain
@@ -81,8 +82,7 @@ def _validation_error(exc: ValidationError, what: str) -> _HttpError:
                       f"{what} does not match the schema: {summary}{more}", details)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(PooledHTTPServer):
     # A restarted agent must be able to take its port back while old sockets linger.
     allow_reuse_address = True
 
@@ -92,7 +92,8 @@ class _Server(ThreadingHTTPServer):
         self.max_body_bytes = max_body_bytes
         self.allow_drift = allow_drift
         self.request_timeout = request_timeout
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, workers=8, backlog=32,
+                         read_timeout_s=request_timeout, name="capwatch-agent-http")
 
 
 class _Handler(BaseHTTPRequestHandler):
