@@ -171,7 +171,9 @@ def decode(
     if full <= limits.max_message_bytes:
         try:
             return _fast(raw, limits, key, partition, offset)
-        except (msgspec.DecodeError, _Refused, RecursionError):
+        except (msgspec.DecodeError, _Refused, RecursionError, ValueError):
+            # ValueError: UnicodeDecodeError on bytes that are not UTF-8 (in a key, say),
+            # which msgspec raises as is. The schema's decoder says why, as a dead letter.
             pass
     return wire.decode(raw, limits, key, partition=partition, offset=offset, size=size,
                        sha256=sha256)

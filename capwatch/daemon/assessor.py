@@ -12,7 +12,7 @@ estimate over the window since the change point is installed instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from capwatch.assess.agent import AgentQuery
@@ -21,7 +21,6 @@ from capwatch.assess.observations import Transition as EngineObservation
 from capwatch.assess.probabilities import UnidentifiableOutcomes, estimate_outcome_probabilities
 from capwatch.assess.replay import Unexplained, replay
 from capwatch.contracts.wire import AgentTransition
-from capwatch.daemon.answers import AnswerRejected, CheckedAgent, spot_check, unexplained
 from capwatch.daemon.work import DriftProbe
 from capwatch.model.domain import Action, Domain
 from capwatch.model.pal import PalTuple
@@ -81,35 +80,13 @@ class Assessor(Protocol):
 
 class EngineAssessor:
     def __init__(self, objects: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-                 method: str = "verify", half_width: float = 0.05,
-                 max_state_atoms: int = 100_000) -> None:
+                 method: str = "verify", half_width: float = 0.05) -> None:
         self.half_width = half_width
-        self.max_state_atoms = max_state_atoms
         self.method = Method(method)
         self.objects = dict(objects or {})
         """Family → type → object names, for the engine's optimal-plan comparison."""
 
     def assess(self, request: AssessmentRequest) -> AssessmentOutcome:
-        # Every answer is checked as it arrives, and the result against what the agent
-        # was seen doing (capwatch.daemon.answers): a lying agent fails the assessment.
-        request = replace(request, agent=CheckedAgent(request.agent, request.model,
-                                                      self.max_state_atoms))
-        outcome = self._assess(request)
-        observed = [*request.inconsistent, *request.executed]
-        if outcome.model != request.model:
-            spot = spot_check(request.agent, request.model, observed)
-            outcome = replace(outcome, queries=outcome.queries + spot)
-        wrong = unexplained(outcome.model, observed)
-        if wrong and outcome.model != request.model:
-            t = wrong[0]
-            raise AnswerRejected(
-                f"the model learned from the agent's answers contradicts {len(wrong)} of the"
-                f" {len(observed)} transitions it was seen making (first: {list(t.action)}"
-                f" at partition {t.partition} offset {t.offset}): its answers disagree with"
-                " its behaviour")
-        return outcome
-
-    def _assess(self, request: AssessmentRequest) -> AssessmentOutcome:
         model: Domain = request.model
         details: dict[str, Any] = {}
         queries = 0

@@ -143,7 +143,7 @@ class ApiServer:
             do_POST = do_PUT = do_PATCH = do_DELETE = _write
 
         # A bounded pool with read timeouts: idle or slow clients cannot pile up threads.
-        self._server = PooledHTTPServer((host, port), Handler, workers=8, backlog=32,
+        self._server = PooledHTTPServer((host, port), Handler, workers=16, backlog=256,
                                         read_timeout_s=10.0, name="http")
         self._thread: threading.Thread | None = None
 

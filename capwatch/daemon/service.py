@@ -434,8 +434,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
     objects = {name: {t: list(objs) for t, objs in p.objects_by_type(domains[name]).items()}
                for name, p in problems.items() if name in domains}
     if assessor is None:
-        assessor = EngineAssessor(objects, config.assessment.method,
-                                  max_state_atoms=config.limits.max_state_atoms)
+        assessor = EngineAssessor(objects, config.assessment.method)
     pipeline = Pipeline(config, store=store, source=source,
                         publisher=TeePublisher(publisher, recent), agents=agents,
                         assessor=assessor, families=domains, metrics=metrics,
