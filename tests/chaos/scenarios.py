@@ -112,14 +112,14 @@ def can_mount() -> bool:
 
 def _fill(disk: Path) -> Path:
     filler = disk / "filler"
-    with open(filler, "wb") as f:
-        try:
+    try:
+        with open(filler, "wb") as f:
             while True:
                 f.write(b"\0" * 65536)
                 f.flush()
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
     return filler
 
 
@@ -145,7 +145,7 @@ def disk_full(inp: FleetInput, workdir: Path, rng: random.Random) -> Observed:
     hold_s = rng.uniform(2.0, 6.0)
     workdir.mkdir(parents=True)
     path = workdir / "in.jsonl"
-    with tmpfs(workdir / "disk", 16 * 1024) as disk:
+    with tmpfs(workdir / "disk", 64 * 1024) as disk:
         store = disk / "store.db"
         port = free_port()
         path.write_bytes(b"")
@@ -169,7 +169,7 @@ def disk_full(inp: FleetInput, workdir: Path, rng: random.Random) -> Observed:
                 observed.readyz_during_fault.append(_readyz(port))
                 time.sleep(0.25)
             observed.exited_during_fault = first.proc.poll()
-            filler.unlink()
+            filler.unlink(missing_ok=True)
             writer.finish()
             if first.proc.poll() is None:
                 # Survived: it must say it is ready again once the disk has room.

@@ -23,18 +23,19 @@ def test_a_failing_store_is_retried_and_nothing_is_lost(
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
     service = build_service(cfg, publisher=MemoryPublisher())
     pipeline = service.pipeline
-    real = pipeline.registry.current_version
+    real = pipeline.registry.load
     failures = {"left": 3}
     seen_problems: list[list[str]] = []
 
-    def flaky(agent_id: str, family: str):  # type: ignore[no-untyped-def]
+    def flaky(agent_id: str, family: str, partition: int):  # type: ignore[no-untyped-def]
+        # Fails where the store is read for an agent seen the first time.
         if agent_id == "rover-b" and failures["left"] > 0:
             failures["left"] -= 1
             seen_problems.append(pipeline.problems())
             raise StoreError("database is unreachable")
-        return real(agent_id, family)
+        return real(agent_id, family, partition)
 
-    monkeypatch.setattr(pipeline.registry, "current_version", flaky)
+    monkeypatch.setattr(pipeline.registry, "load", flaky)
     result: list[int] = []
     runner = threading.Thread(target=lambda: result.append(
         service.run(exit_when_idle=True, install_signals=False)))
