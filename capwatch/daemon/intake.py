@@ -30,8 +30,11 @@ log = structlog.get_logger("capwatch.daemon")
 class Intake:
     def __init__(self, *, limits: DecodeLimits, registry: Registry, checkpoints: Checkpointer,
                  publisher: Publisher, metrics: DaemonMetrics,
-                 clock: Callable[[], datetime]) -> None:
+                 clock: Callable[[], datetime],
+                 queue_evidence: Callable[[AgentWatch], None] = lambda watch: None) -> None:
         self.limits = limits
+        self.queue_evidence = queue_evidence
+        """Queues a watch's buffered evidence now (the pipeline's ``queue``)."""
         self.registry = registry
         self.checkpoints = checkpoints
         self.publisher = publisher
@@ -60,6 +63,7 @@ class Intake:
         if any(t.agent_id != first.agent_id or t.family != first.family for t in decoded):
             self.dead_letter(record, "a trace mixes agents or families", "decode")
             return None
+        self._settle_family_move(first.agent_id, first.family)
         watch = self.registry.load(first.agent_id, first.family, record.partition)
         if watch is None:
             self.dead_letter(record, f"unknown family {first.family!r}: no baseline model",
@@ -74,6 +78,18 @@ class Intake:
                     self.dead_letter(record, f"step {t.step}: {problem}", "vocabulary")
                     return None
         return watch, decoded
+
+    def _settle_family_move(self, agent_id: str, family: str) -> None:
+        """An agent now reporting under another family gets a new watch; the evidence the
+        old one buffered is queued first, under the old family, so it is assessed (and
+        alerted on) instead of vanishing with the watch. A store failure propagates: the
+        record stays unhandled and the main loop retries it."""
+        old = self.registry.get(agent_id)
+        if old is None or old.family == family or not old.buffered or old.awaiting:
+            return
+        log.info("agent moved to another family; its buffered evidence is queued under "
+                 "the old one", old_family=old.family, family=family)
+        self.queue_evidence(old)
 
     def dead_letter(self, record: Record, reason: str, kind: str) -> None:
         self.dead_letters += 1

@@ -107,7 +107,8 @@ class Pipeline:
         self.intake = Intake(limits=DecodeLimits(lim.max_message_bytes, lim.max_state_atoms,
                                                  lim.max_trace_steps),
                              registry=self.registry, checkpoints=self.checkpoints,
-                             publisher=publisher, metrics=self.metrics, clock=clock)
+                             publisher=publisher, metrics=self.metrics, clock=clock,
+                             queue_evidence=self.queue)
         self._stop = threading.Event()
         self._consuming = False
         self._outage: str | None = None
@@ -479,6 +480,11 @@ class Pipeline:
 
     def _apply(self, result: Result) -> None:
         watch = self.registry.get(result.agent_id)
+        family = _family_of(result)
+        if watch is not None and family is not None and watch.family != family:
+            # The agent moved to another family while this work ran: the result belongs to
+            # the old family's lineage (stored and alerted there), not to the new watch.
+            return
         if isinstance(result, Installed):
             if watch is None:
                 self.registry.unpark(result.agent_id)
@@ -585,3 +591,12 @@ def _component(error: BaseException) -> str:
     if isinstance(error, OSError) and not module.startswith(("sqlite3", "psycopg")):
         return "disk or network"
     return "models store"
+
+
+def _family_of(result: Result) -> str | None:
+    """The family a result belongs to; None where it does not say (any watch takes it)."""
+    if isinstance(result, Installed):
+        return result.version.ref.family
+    if isinstance(result, CanaryFinding):
+        return result.transition.family
+    return None
