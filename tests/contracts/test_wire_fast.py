@@ -103,6 +103,8 @@ def test_invalid_traces_get_the_same_reason(change: dict[str, Any]) -> None:
     b' "next_state": [], "step": 1e2}',
     # What the schema decides here is the schema's business; both decoders must agree.
     variant(TRANSITION) * 2, variant(TRANSITION, v=True), variant(TRANSITION, v=1.0),
+    variant(TRANSITION).replace(b"rover-v1", b"rover-\xff1"),
+    variant(TRANSITION).replace(b'"at"', b'"a\xc3"'),
     variant(TRANSITION, time="2026-01-02 03:04:05"),
     variant(TRANSITION, time="2026-01-02T03:04:05"),
     variant(TRANSITION, time=None), variant(TRACE, time="2026-01-02T03:04:05.1234567Z"),
