@@ -18,9 +18,10 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-About 400 lines because this is the one module that knows every part (the wiring, the
-loop, the rebalance callbacks and the scheduler's entry points); each step's own logic
-is in the module named for it.
+About 540 lines because this is the one module that knows every part: the wiring, the
+loop with its outage retries, the rebalance callbacks, eviction and the scheduler's entry
+points. Each step's own logic is in the module named for it (intake, agent_watch,
+checkpoint, workers, canary, results, alerting).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ from capwatch.daemon.intake import Intake
 from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry, seed_baselines
-from capwatch.daemon.work import CanaryFinding, Installed, Result, Settled, Settlement
+from capwatch.daemon.results import ResultApplier
+from capwatch.daemon.work import Result
 from capwatch.daemon.workers import AssessmentWorkers
 from capwatch.model.consistency import Verdict
 from capwatch.model.domain import Domain, GroundAtom
@@ -109,6 +111,7 @@ class Pipeline:
                              registry=self.registry, checkpoints=self.checkpoints,
                              publisher=publisher, metrics=self.metrics, clock=clock,
                              queue_evidence=self.queue)
+        self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue)
         self._stop = threading.Event()
         self._consuming = False
         self._outage: str | None = None
@@ -479,66 +482,12 @@ class Pipeline:
                 log.exception("scheduled command failed")
 
     def _apply(self, result: Result) -> None:
-        watch = self.registry.get(result.agent_id)
-        family = _family_of(result)
-        if watch is not None and family is not None and watch.family != family:
-            # The agent moved to another family while this work ran: the result belongs to
-            # the old family's lineage (stored and alerted there), not to the new watch.
-            return
-        if isinstance(result, Installed):
-            if watch is None:
-                self.registry.unpark(result.agent_id)
-            else:
-                watch.adopt(result.version)
-        elif isinstance(result, Settled):
-            if watch is None:
-                self.registry.unpark(result.agent_id, result.key)
-            else:
-                watch.settle(result.key)
-        elif isinstance(result, CanaryFinding) and watch is not None \
-                and watch.add_canary_finding(result.transition):
-            self.queue(watch)
+        self.results.apply(result)
 
     def poll_results(self) -> None:
-        """Pick up what other replicas' workers did for agents this one owns.
-
-        Only the live queue (pending and claimed items, a short list) is read: work that
-        left it was either stored as a newer version, which is installed, or ended without
-        one (no change found, or failed), which releases the agent.
-        """
-        items = [*self.store.queue_items("pending"), *self.store.queue_items("claimed")]
-        for item in items:
-            # Work an operator queued (capwatch.models_store.actions: assess now, the
-            # installation of a rollback) for an agent this replica holds: any replica
-            # may run it, so this one waits for it like for its own and adopts the result.
-            watch = self.registry.get(item.agent_id)
-            if item.key.startswith("operator/") and watch is not None \
-                    and watch.awaiting is None:
-                watch.awaiting = item.key
-        self._adopt_baselines()
-        waiting = [w for w in self.registry if w.awaiting is not None]
-        if not waiting:
-            return
-        live = {i.key for i in items}
-        for watch in waiting:
-            latest = self.store.latest(watch.family, watch.agent_id)
-            if latest is not None and (watch.version.agent_id is None
-                                       or latest.version > watch.version.version):
-                self._apply(Installed(watch.agent_id, latest))
-            elif watch.awaiting is not None and watch.awaiting not in live:
-                self._apply(Settled(watch.agent_id, watch.awaiting, Settlement.LEFT_QUEUE))
-
-    def _adopt_baselines(self) -> None:
-        """Agents running their family's baseline move to a newer baseline version (an
-        operator's promotion, another replica's configuration) without waiting for a
-        reload: one store read per family, one parsed model shared by its agents."""
-        watches = [w for w in self.registry
-                   if w.version.agent_id is None and w.awaiting is None]
-        newest = self.registry.refresh_baselines({w.family for w in watches})
-        for watch in watches:
-            latest = newest.get(watch.family)
-            if latest is not None and latest[0].version > watch.version.version:
-                watch.adopt(*latest)
+        """Pick up what other replicas' workers and operators did for agents this one
+        owns (:meth:`~capwatch.daemon.results.ResultApplier.poll`)."""
+        self.results.poll()
 
     # ------------------------------------------------------------------ scheduled jobs
 
@@ -591,12 +540,3 @@ def _component(error: BaseException) -> str:
     if isinstance(error, OSError) and not module.startswith(("sqlite3", "psycopg")):
         return "disk or network"
     return "models store"
-
-
-def _family_of(result: Result) -> str | None:
-    """The family a result belongs to; None where it does not say (any watch takes it)."""
-    if isinstance(result, Installed):
-        return result.version.ref.family
-    if isinstance(result, CanaryFinding):
-        return result.transition.family
-    return None

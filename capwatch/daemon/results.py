@@ -1,0 +1,96 @@
+"""Applying what assessments produced to the agents this replica holds.
+
+Results come from two places: this replica's workers and canary probes post them (the
+main loop drains them), and other replicas' workers or an operator's actions leave them
+in the store, where :meth:`ResultApplier.poll` finds them. Either way a result is applied
+on the main loop, the only thread that touches the watches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from capwatch.contracts.store import ModelStore
+from capwatch.daemon.agent_watch import AgentWatch
+from capwatch.daemon.registry import Registry
+from capwatch.daemon.work import CanaryFinding, Installed, Result, Settled, Settlement
+
+
+class ResultApplier:
+    def __init__(self, *, registry: Registry, store: ModelStore,
+                 queue: Callable[[AgentWatch], None]) -> None:
+        self.registry = registry
+        self.store = store
+        self.queue = queue
+        """Queues a watch's evidence (a canary finding can make it ripe)."""
+
+    def apply(self, result: Result) -> None:
+        watch = self.registry.get(result.agent_id)
+        family = _family_of(result)
+        if watch is not None and family is not None and watch.family != family:
+            # The agent moved to another family while this work ran: the result belongs to
+            # the old family's lineage (stored and alerted there), not to the new watch.
+            return
+        if isinstance(result, Installed):
+            if watch is None:
+                self.registry.unpark(result.agent_id)
+            else:
+                watch.adopt(result.version)
+        elif isinstance(result, Settled):
+            if watch is None:
+                self.registry.unpark(result.agent_id, result.key)
+            else:
+                watch.settle(result.key)
+        elif isinstance(result, CanaryFinding) and watch is not None \
+                and watch.add_canary_finding(result.transition):
+            self.queue(watch)
+
+    def poll(self) -> None:
+        """Pick up what other replicas' workers did for agents this one owns.
+
+        Only the live queue (pending and claimed items, a short list) is read: work that
+        left it was either stored as a newer version, which is installed, or ended without
+        one (no change found, or failed), which releases the agent.
+        """
+        items = [*self.store.queue_items("pending"), *self.store.queue_items("claimed")]
+        for item in items:
+            # Work an operator queued (capwatch.models_store.actions: assess now, the
+            # installation of a rollback) for an agent this replica holds: any replica
+            # may run it, so this one waits for it like for its own and adopts the result.
+            watch = self.registry.get(item.agent_id)
+            if item.key.startswith("operator/") and watch is not None \
+                    and watch.awaiting is None:
+                watch.awaiting = item.key
+        self._adopt_baselines()
+        waiting = [w for w in self.registry if w.awaiting is not None]
+        if not waiting:
+            return
+        live = {i.key for i in items}
+        for watch in waiting:
+            latest = self.store.latest(watch.family, watch.agent_id)
+            if latest is not None and (watch.version.agent_id is None
+                                       or latest.version > watch.version.version):
+                self.apply(Installed(watch.agent_id, latest))
+            elif watch.awaiting is not None and watch.awaiting not in live:
+                self.apply(Settled(watch.agent_id, watch.awaiting, Settlement.LEFT_QUEUE))
+
+    def _adopt_baselines(self) -> None:
+        """Agents running their family's baseline move to a newer baseline version (an
+        operator's promotion, another replica's configuration) without waiting for a
+        reload: one store read per family, one parsed model shared by its agents."""
+        watches = [w for w in self.registry
+                   if w.version.agent_id is None and w.awaiting is None]
+        newest = self.registry.refresh_baselines({w.family for w in watches})
+        for watch in watches:
+            latest = newest.get(watch.family)
+            if latest is not None and latest[0].version > watch.version.version:
+                watch.adopt(*latest)
+
+
+def _family_of(result: Result) -> str | None:
+    """The family a result belongs to; None where it does not say (any watch takes it)."""
+    if isinstance(result, Installed):
+        return result.version.ref.family
+    if isinstance(result, CanaryFinding):
+        return result.transition.family
+    return None
