@@ -42,6 +42,7 @@ from capwatch.contracts.agent_protocol import (
     InvalidQuery,
     QueryRequest,
 )
+from capwatch.contracts.http_body import BodyRefused, discard_body, read_json_body
 from capwatch.model.domain import GroundAction, GroundAtom
 
 __all__ = ["Executor", "InvalidQuery", "QueryServer", "answer_query"]
@@ -281,49 +282,13 @@ class _Handler(BaseHTTPRequestHandler):
         return {"results": results}
 
     def _body(self) -> bytes:
-        limit = self.server.owner.max_body_bytes
-        ctype = self.headers.get("Content-Type", "application/json")
-        if ctype.split(";", 1)[0].strip().lower() != "application/json":
-            self._discard_body()
-            raise _HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
-                             f"send Content-Type: application/json, not {ctype!r}")
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "length_required",
-                             "chunked bodies are not accepted: send Content-Length")
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "length_required",
-                             "Content-Length is required")
         try:
-            length = int(raw)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "invalid_length",
-                             f"bad Content-Length {raw!r}") from None
-        if length > limit:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body_too_large",
-                             f"body of {length} bytes exceeds the limit of {limit} bytes")
-        data = self.rfile.read(length)
-        if len(data) < length:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "truncated_body",
-                             f"expected {length} body bytes, received {len(data)}")
-        return data
+            return read_json_body(self, self.server.owner.max_body_bytes)
+        except BodyRefused as e:
+            raise _HttpError(e.status, e.code, e.message) from None
 
     def _discard_body(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if 0 <= length <= self.server.owner.max_body_bytes:
-            self.rfile.read(length)
-        else:
-            self.close_connection = True
+        discard_body(self, self.server.owner.max_body_bytes)
 
     def _send(self, status: HTTPStatus, body: dict[str, Any]) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()

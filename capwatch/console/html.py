@@ -3,6 +3,10 @@
 Every value goes through :func:`e` (HTML escaping); charts are inline SVG with a title and
 a description, and every chart has the same numbers in a table next to it. No script, no
 external stylesheet or font: a page works offline and in a saved file.
+
+About 500 lines because it holds every page's markup (fleet, agent, family, alerts, the
+report) over one shared set of escaping, table and SVG helpers; the data each page shows
+is computed in :mod:`capwatch.console.data`, the routing in :mod:`capwatch.console.web`.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from capwatch.contracts.agent_protocol import (
     QueryResponse,
 )
 from capwatch.contracts.bounded_http import PooledHTTPServer
+from capwatch.contracts.http_body import BodyRefused, discard_body, read_json_body
 from capwatch.model.domain import Domain
 from capwatch.model.errors import ModelError
 from capwatch.model.pddl_reader import parse_domain
@@ -162,53 +163,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _body(self, model: type[_M]) -> _M:
-        ctype = self.headers.get("Content-Type", "application/json")
-        if ctype.split(";", 1)[0].strip().lower() != "application/json":
-            self._discard_body()
-            raise _HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
-                             f"send Content-Type: application/json, not {ctype!r}")
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "length_required",
-                             "chunked bodies are not accepted: send Content-Length")
-        raw_length = self.headers.get("Content-Length")
-        if raw_length is None:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "length_required",
-                             "Content-Length is required")
         try:
-            length = int(raw_length)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "invalid_length",
-                             f"bad Content-Length {raw_length!r}") from None
-        if length > self.server.max_body_bytes:
-            # Not reading a body this large means the connection cannot be reused.
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body_too_large",
-                             f"body of {length} bytes exceeds the limit of "
-                             f"{self.server.max_body_bytes} bytes")
-        data = self.rfile.read(length)
-        if len(data) < length:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "truncated_body",
-                             f"expected {length} body bytes, received {len(data)}")
+            data = read_json_body(self, self.server.max_body_bytes)
+        except BodyRefused as e:
+            raise _HttpError(e.status, e.code, e.message) from None
         try:
             return model.model_validate_json(data)
         except ValidationError as e:
             raise _validation_error(e, model.__name__) from None
 
     def _discard_body(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if 0 <= length <= self.server.max_body_bytes:
-            self.rfile.read(length)
-        else:
-            self.close_connection = True
+        discard_body(self, self.server.max_body_bytes)
 
     # ------------------------------------------------------------------ endpoints
 
