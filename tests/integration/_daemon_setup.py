@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,6 +212,8 @@ class CapwatchProcess:
     """``capwatch run`` in a subprocess, as an operator would start it."""
 
     def __init__(self, config: dict[str, Any], tmp: Path, name: str) -> None:
+        http = config.get("http", {})
+        self.http_port: int | None = http.get("port") if http.get("enabled", True) else None
         path = tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
         self.log_path = tmp / f"{name}.log"
@@ -225,6 +228,31 @@ class CapwatchProcess:
         if self.proc.poll() is not None:
             raise AssertionError(f"daemon exited with {self.proc.returncode}: {self.tail()}")
         return True
+
+    def metric(self, name: str) -> float | None:
+        """The value of an unlabelled metric on /metrics (None while unreachable)."""
+        if self.http_port is None:
+            raise AssertionError("this daemon runs without its HTTP port")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics",
+                                        timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def settled(self, lag: Callable[[], int]) -> bool:
+        """Nothing left that could still publish: every record committed (so no evidence
+        is buffered: the commit never passes it) and no assessment queued or running.
+
+        The lag is read first: the gauge is refreshed before each commit, so a commit
+        that follows a newly queued assessment is seen with that assessment counted.
+        """
+        self.alive()
+        return lag() == 0 and self.metric("capwatch_agents_awaiting_assessment") == 0
 
     def tail(self) -> str:
         # Also asked for after stop(), which closes the log, to explain a bad exit code.

@@ -18,7 +18,6 @@ import contextlib
 import json
 import signal
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +187,10 @@ def test_a_drift_under_way_at_a_hard_kill_alarms_as_without_the_restart(
                  120, "every transition to be committed")
             wait(lambda: any(a["agent_id"] == AGENT for a in _read(s, s.topics.alerts)), 30,
                  "the drift alert")
-            time.sleep(1.0)  # a duplicate would show up now
+            # A duplicate would need buffered evidence (which holds the commit back) or
+            # an assessment still queued or running: wait until neither is left.
+            wait(lambda: again.settled(lambda: total * AGENTS + 1 - sum(
+                _committed(s).values())), 60, "the daemon to settle")
             assert again.stop(signal.SIGTERM) == 0
         finally:
             again.kill_quietly()
