@@ -314,6 +314,9 @@ def _atoms(atoms: Iterable[list[str]]) -> frozenset[GroundAtom]:
     return frozenset(tuple(a) for a in atoms)
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _describe(error: ValidationError) -> str:
     parts = []
     for e in error.errors(include_url=False)[:3]:
@@ -345,6 +348,11 @@ def decode(
     try:
         event = _INBOUND.validate_json(raw)
     except ValidationError as e:
+        if raw.startswith(_UTF8_BOM):
+            # Otherwise the reason would be "expected value at column 1", which names no
+            # cause: editors and some JSON writers on Windows add the mark.
+            return DeadLetter("invalid event: starts with a UTF-8 byte order mark; JSON "
+                              "events must not (RFC 8259, section 8.1)", raw)
         return DeadLetter(f"invalid event: {_describe(e)}", raw)
     except (ValueError, RecursionError) as e:  # pydantic-core raises these on odd input
         return DeadLetter(f"not a JSON event: {e}", raw)

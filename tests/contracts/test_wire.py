@@ -77,6 +77,7 @@ def test_a_trace_expands_into_consecutive_transitions() -> None:
     (_raw({"type": "trace", "agent_id": "a", "family": "f", "states": [[]],
            "actions": [["go"]]}), "needs 2 states"),
     (b"[" * 100_000, "recursion"),
+    (b"\xef\xbb\xbf" + _raw(DESIGN_EXAMPLE), "byte order mark"),
 ])
 def test_bad_messages_become_dead_letters_with_a_reason(raw: bytes, words: str) -> None:
     result = decode(raw)
