@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from capwatch.daemon.config import ConfigError, DaemonConfig, load_config
@@ -35,6 +36,15 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
     if not config.families:
         warnings.append("families is empty: every transition will be dead-lettered as of "
                         "an unknown family")
+    source = config.source
+    if source.kind == "jsonl":
+        if source.path == "-":
+            # Valid for a pipe, but a config that merely forgot the path would sit waiting
+            # on a terminal (or on /dev/null under a service manager) and look hung.
+            print(f"{path}: note: source.path is not set: transitions are read from "
+                  "standard input", file=sys.stderr)
+        elif not source.follow and not Path(source.path).is_file():
+            warnings.append(f"source.path {source.path!r} is not a file")
     for w in warnings:
         print(f"{path}: warning: {w}", file=sys.stderr)
     try:

@@ -108,6 +108,27 @@ def test_check_warns_about_a_configuration_without_families(
     assert "configuration is valid with warnings" in out.out
 
 
+def test_check_says_where_a_jsonl_source_reads_from(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    families = f"families:\n  rover: {{domain: {EXAMPLES / 'rover.pddl'}}}\n"
+    stdin = _write(tmp_path, families + "source: {kind: jsonl}\n")
+    assert main(["run", "--config", stdin, "--check"]) == 0
+    out = capsys.readouterr()
+    assert "transitions are read from standard input" in out.err
+    assert "configuration is valid\n" in out.out
+    missing = _write(tmp_path, families + "source: {kind: jsonl, path: nowhere.jsonl}\n")
+    assert main(["run", "--config", missing, "--check"]) == 0
+    out = capsys.readouterr()
+    assert f"warning: source.path '{tmp_path / 'nowhere.jsonl'}' is not a file" in out.err
+    assert "valid with warnings" in out.out
+    there = tmp_path / "in.jsonl"
+    there.write_text("")
+    present = _write(tmp_path, families + f"source: {{kind: jsonl, path: '{there}'}}\n")
+    assert main(["run", "--config", present, "--check"]) == 0
+    out = capsys.readouterr()
+    assert "warning" not in out.err and "note" not in out.err
+
+
 def test_check_connect_tries_the_store_and_kafka(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     families = (f"families:\n  rover: {{domain: {EXAMPLES / 'rover.pddl'}}}\n"
