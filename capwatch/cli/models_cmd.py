@@ -270,7 +270,13 @@ def _diff(args: argparse.Namespace) -> int:
     """Exit status as ``capwatch model diff`` and diff(1): 0 the same, 1 different,
     2 trouble (no such store or version)."""
     def body(store: ModelStore) -> int:
-        d = diff_versions(_resolve(store, args.a), _resolve(store, args.b))
+        a, b = _resolve(store, args.a), _resolve(store, args.b)
+        if not {x.name for x in a.domain().actions} & {x.name for x in b.domain().actions}:
+            # Every pal-tuple would count as a change: a Δ of the union, not a difference
+            # (two versions of one family may add or drop actions, and are compared).
+            raise _Fail(f"{a.ref} and {b.ref} have no action in common; Δ is defined "
+                        "over the same pal-tuples (compare versions of one family)")
+        d = diff_versions(a, b)
         differ = 1 if d.delta or d.summary else 0
         if args.json:
             print(json.dumps(d.to_json(), sort_keys=True))

@@ -80,6 +80,17 @@ def test_diff(store_path: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and err.startswith("capwatch: ")
 
 
+def test_diff_refuses_models_with_nothing_in_common(
+        store_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    store = open_store(store_path)
+    record_new_model(store, "courier-v1", None, read_domain(EXAMPLES / "courier.pddl"), T0)
+    store.close()
+    code, out, err = run(capsys, "models", "diff", "rover-v3", "courier-v1", "--store",
+                         store_path)
+    assert code == 2 and out == ""
+    assert "have no action in common" in err
+
+
 def test_export_pddl_and_json(store_path: str, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     drifted = read_domain(EXAMPLES / "rover-sample-drift.pddl")
