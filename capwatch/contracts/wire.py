@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -356,6 +357,9 @@ def decode(
         return DeadLetter(f"invalid event: {_describe(e)}", raw)
     except (ValueError, RecursionError) as e:  # pydantic-core raises these on odd input
         return DeadLetter(f"not a JSON event: {e}", raw)
+    duplicate = duplicate_key(raw)
+    if duplicate is not None:
+        return DeadLetter(f"invalid event: {duplicate}", raw)
     if key is not None:
         try:
             key_text = key.decode("utf-8")
@@ -397,6 +401,37 @@ def decode(
         )
         for i, a in enumerate(event.actions)
     ]
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _DuplicateKey(k)
+        seen[k] = v
+    return seen
+
+
+def duplicate_key(raw: bytes | str) -> str | None:
+    """Why ``raw`` is ambiguous (a key given twice in one object), or None.
+
+    JSON leaves the meaning of a repeated key open (RFC 8259 §4): our parsers keep the last
+    value, another reader may keep the first, so ``{"executed": true, ..., "executed":
+    false}`` would mean different things to the producer's tools and to capwatch. Such a
+    message is refused rather than read one way. Call it only on text a schema accepted:
+    its nesting is then bounded and this second parse cannot recurse deeply.
+    """
+    try:
+        json.loads(raw, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as e:
+        return f"key {e.args[0]!r} appears twice in one object"
+    except (ValueError, RecursionError) as e:
+        return f"not plain JSON: {e}"
+    return None
 
 
 def vocabulary_error(domain: Domain, t: AgentTransition) -> str | None:

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from capwatch.contracts import wire
@@ -60,20 +61,22 @@ _Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
 _NO_TIME = msgspec.Raw(b"null")
 
 
+# Optional fields default to UNSET so that the fields a message gave can be counted: with
+# the keys counted in its bytes, that shows a key given twice (see _keys_unique).
 class _Transition(msgspec.Struct, tag_field="type", tag="transition", forbid_unknown_fields=True):
     agent_id: _AgentId
     family: _Identifier
     state: list[_Atom]
     action: _Atom
     next_state: list[_Atom]
-    v: Literal[1] = 1
-    episode_id: _Identifier | None = None
+    v: Literal[1] | UnsetType = UNSET
+    episode_id: _Identifier | UnsetType | None = UNSET
     # The time is handed to pydantic's own datetime parser (strict), so both decoders
     # read the same instants from the same strings.
     time: msgspec.Raw = _NO_TIME
-    optimal: bool = False
-    step: _Step | None = None
-    executed: bool | None = None
+    optimal: bool | UnsetType = UNSET
+    step: _Step | UnsetType | None = UNSET
+    executed: bool | UnsetType | None = UNSET
 
 
 class _Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_fields=True):
@@ -81,12 +84,12 @@ class _Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_field
     family: _Identifier
     states: list[list[_Atom]]
     actions: list[_Atom]
-    v: Literal[1] = 1
-    episode_id: _Identifier | None = None
+    v: Literal[1] | UnsetType = UNSET
+    episode_id: _Identifier | UnsetType | None = UNSET
     time: msgspec.Raw = _NO_TIME
-    optimal: bool = False
-    start_step: _Step = 0
-    executed: list[bool] | None = None
+    optimal: bool | UnsetType = UNSET
+    start_step: _Step | UnsetType = UNSET
+    executed: list[bool] | UnsetType | None = UNSET
 
 
 _DECODER = msgspec.json.Decoder(_Transition | _Trace)
@@ -161,6 +164,24 @@ def _learn(atoms: Iterable[GroundAtom]) -> None:
     _VALID_ATOMS.update((a, a) for a in new)
 
 
+def _common_fields(event: _Transition | _Trace) -> int:
+    return ((event.v is not UNSET) + (event.episode_id is not UNSET)
+            + (event.time is not _NO_TIME) + (event.optimal is not UNSET))
+
+
+def _keys_unique(raw: bytes, fields: int) -> None:
+    """Refuse (to the schema's decoder, which says why) unless no key can be repeated.
+
+    msgspec keeps the last of repeated keys without a word. Every key ends with ``":`` when
+    no whitespace follows a closing quote, so then ``raw`` holds at least one ``":`` per
+    key; as many as the fields decoded means no key came twice. Anything else (whitespace
+    after a quote, ``\\":`` inside a string) takes the schema's decoder, which checks exactly.
+    """
+    if raw.count(b'":') != fields or b'" ' in raw or b'"\t' in raw or b'"\n' in raw \
+            or b'"\r' in raw:
+        raise _Refused
+
+
 def decode(
     raw: bytes, limits: DecodeLimits = _DEFAULT_LIMITS, key: bytes | None = None,
     *, partition: int = -1, offset: int = -1, size: int | None = None,
@@ -183,31 +204,39 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
           offset: int) -> list[AgentTransition]:
     event = _DECODER.decode(raw)
     # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
-    if type(event.v) is not int or (key is not None and key != event.agent_id.encode()):
+    if (event.v is not UNSET and type(event.v) is not int) \
+            or (key is not None and key != event.agent_id.encode()):
         raise _Refused
-    _ids(event.agent_id, event.family, event.episode_id)
+    episode_id = None if event.episode_id is UNSET else event.episode_id
+    optimal = event.optimal is True
+    _ids(event.agent_id, event.family, episode_id)
     max_atoms = limits.max_state_atoms
     if isinstance(event, _Transition):
+        _keys_unique(raw, 6 + (event.step is not UNSET) + (event.executed is not UNSET)
+                     + _common_fields(event))
         if len(event.state) > max_atoms or len(event.next_state) > max_atoms:
             raise _Refused
         return [AgentTransition(
-            event.agent_id, event.family, event.episode_id, event.step, _time(event.time),
-            _atoms(event.state), _action(event.action), _atoms(event.next_state), event.optimal,
-            event.executed, partition, offset,
+            event.agent_id, event.family, episode_id,
+            None if event.step is UNSET else event.step, _time(event.time),
+            _atoms(event.state), _action(event.action), _atoms(event.next_state), optimal,
+            None if event.executed is UNSET else event.executed, partition, offset,
         )]
+    _keys_unique(raw, 5 + (event.start_step is not UNSET) + (event.executed is not UNSET)
+                 + _common_fields(event))
+    executed = None if event.executed is UNSET else event.executed
     n = len(event.actions)
     if not event.states or len(event.states) != n + 1 \
-            or (event.executed is not None and len(event.executed) != n) \
+            or (executed is not None and len(executed) != n) \
             or n > limits.max_trace_steps or any(len(s) > max_atoms for s in event.states):
         raise _Refused
     when = _time(event.time)
     states = [_atoms(s) for s in event.states]
-    executed = event.executed
-    start = event.start_step
+    start = 0 if event.start_step is UNSET else event.start_step
     return [
         AgentTransition(
-            event.agent_id, event.family, event.episode_id, start + i, when,
-            states[i], _action(a), states[i + 1], event.optimal,
+            event.agent_id, event.family, episode_id, start + i, when,
+            states[i], _action(a), states[i + 1], optimal,
             executed[i] if executed is not None else None, partition, offset,
         )
         for i, a in enumerate(event.actions)

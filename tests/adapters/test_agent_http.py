@@ -400,3 +400,48 @@ def test_oversized_answer_is_refused() -> None:
 def test_bad_url_is_refused_up_front(url: str) -> None:
     with pytest.raises(ValueError, match="agent URL"):
         HttpAgentClient(url)
+
+
+def _answering(body: bytes) -> type[Stub]:
+    class Fixed(Stub):
+        def do_POST(self) -> None:
+            self.read_body()
+            self.reply(200, body, {"Content-Type": "application/json"})
+    return Fixed
+
+
+@pytest.mark.parametrize("body", [
+    # which of the two is the agent's answer is the reader's guess: refused, not learnt from
+    b'{"results": [{"executed": 0, "state": [], "executed": 1}]}',
+    b'{"results": [{"executed": 1, "state": [["p"]], "st\\u0061te": []}]}',
+    b'{"results": [{"executed": 1, "state": []}], "results": []}',
+], ids=repr)
+def test_an_answer_giving_a_key_twice_is_refused(body: bytes) -> None:
+    with serve(_answering(body)) as url:
+        client = HttpAgentClient(url, retries=2, sleep=no_sleep([]))
+        with pytest.raises(AgentProtocolError, match="appears twice"):
+            client.query(frozenset(), [("toss",)])
+    assert client.stats.attempts == 1
+
+
+def test_a_redirect_is_not_followed() -> None:
+    """An agent cannot send capwatch's queries to another host by redirecting them."""
+    asked: list[str] = []
+
+    class Other(Stub):
+        def do_POST(self) -> None:
+            asked.append(self.path)
+            self.read_body()
+            self.reply(200, b'{"results": [{"executed": 1, "state": []}]}',
+                       {"Content-Type": "application/json"})
+
+    with serve(Other) as other:
+        class Redirecting(Stub):
+            def do_POST(self) -> None:
+                self.read_body()
+                self.reply(307, b"", {"Location": other + self.path})
+        with serve(Redirecting) as url:
+            client = HttpAgentClient(url, retries=1, sleep=no_sleep([]))
+            with pytest.raises(AgentProtocolError, match="HTTP 307"):
+                client.query(frozenset(), [("toss",)])
+    assert asked == []

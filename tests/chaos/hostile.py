@@ -2,8 +2,8 @@
 
 Every generated message is labelled ``dead`` (it must reach the dead letters, with a
 reason) or ``ok`` (it must be processed like any valid event). The kinds cover what
-issue 12 and the wire-format rules name: bytes that are not JSON or not UTF-8, deep
-nesting, type confusion that a lax parser would coerce (``"step": "12"``,
+issue 12 and the wire-format rules name: bytes that are not JSON or not UTF-8, keys given
+twice, deep nesting, type confusion that a lax parser would coerce (``"step": "12"``,
 ``"optimal": "yes"``, ``"executed": 1``), unknown and missing fields, bad names, atoms
 and states over the limits, unknown vocabulary, traces with the wrong lengths, agent ids
 that could change where capwatch sends its queries, and messages over the size limit.
@@ -82,6 +82,7 @@ def _mutations(rng: random.Random, valid: Event, limits: dict[str, int]
         ("deep_in_field", "dead", raw(lambda: _dump({**valid, "state": "@"}).replace(
             b'"@"', b"[" * depth + b'"p"' + b"]" * depth))),
         ("trailing_garbage", "dead", raw(lambda: _dump(valid) + b"}{")),
+        ("duplicate_key", "dead", raw(lambda: _duplicated(rng, valid))),
         ("two_objects", "dead", raw(lambda: _dump(valid) + _dump(valid))),
         ("nan", "dead", event(step=float("nan"))),
         ("huge_int", "dead", event(step=10**400)),
@@ -133,6 +134,16 @@ def _mutations(rng: random.Random, valid: Event, limits: dict[str, int]
             "states": [valid["state"], valid["next_state"]], "actions": [valid["action"]],
             **({"executed": [valid["executed"]]} if "executed" in valid else {})}))),
     ]
+
+
+def _duplicated(rng: random.Random, valid: Event) -> bytes:
+    """A key given twice, with the same or another value, sometimes spelt with an escape:
+    what it means depends on the reader, so it must be a dead letter."""
+    key = rng.choice(sorted(valid))
+    value = rng.choice([valid[key], not valid[key] if isinstance(valid[key], bool) else []])
+    escaped = f'"\\u{ord(key[0]):04x}{key[1:]}"'
+    spelt = json.dumps(key) if rng.random() < 0.7 else escaped
+    return _dump(valid)[:-1] + f",{spelt}:".encode() + _dump(value) + b"}"
 
 
 class _Drop:

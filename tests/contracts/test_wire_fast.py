@@ -138,3 +138,38 @@ _json = st.recursive(
                        st.one_of(_json, st.just(...)), max_size=3))
 def test_random_changes_agree(base: dict[str, Any], changes: dict[str, Any]) -> None:
     agree(variant(base, **changes))
+
+
+DUPLICATED = [
+    # the last value would win silently in both parsers; another reader may keep the first
+    variant(TRANSITION)[:-1] + b', "executed": false}',
+    variant(TRANSITION)[:-1] + b',"agent_id":"rover-2"}',
+    variant(TRANSITION)[:-1] + b', "st\\u0061te": []}',  # the same key, spelt with an escape
+    variant(TRANSITION)[:-1] + b', "optimal" : false}',  # whitespace before the colon
+    variant(TRANSITION)[:-1] + b',\n"step"\t:\r4}',
+    variant(TRANSITION, optimal=...)[:-1] + b', "v": 1}',
+    variant(TRACE)[:-1] + b', "executed": [false, true]}',
+    variant(TRACE)[:-1] + b', "start_step": 0}',
+    b'{"type": "transition", "type": "trace", ' + variant(TRACE)[1:],
+]
+
+
+@pytest.mark.parametrize("raw", DUPLICATED, ids=repr)
+def test_a_key_given_twice_is_a_dead_letter_not_read_one_way(raw: bytes) -> None:
+    result = agree(raw)
+    assert isinstance(result, DeadLetter), raw
+    assert "appears twice" in result.reason, result.reason
+
+
+@pytest.mark.parametrize("raw", [
+    variant(TRANSITION), variant(TRACE),
+    json.dumps(TRANSITION, separators=(",", ":")).encode(),
+    variant(TRANSITION, episode_id=..., step=..., time=..., optimal=..., executed=..., v=...),
+], ids=repr)
+def test_valid_events_stay_on_the_fast_path(raw: bytes, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    """The duplicate-key guard must not send ordinary events to the slower schema decoder."""
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("took the schema's decoder")
+    monkeypatch.setattr(wire_fast.wire, "decode", slow)
+    assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)

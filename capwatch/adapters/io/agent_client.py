@@ -35,6 +35,7 @@ from capwatch.contracts.agent_protocol import (
     QueryRequest,
     QueryResponse,
 )
+from capwatch.contracts.wire import duplicate_key
 from capwatch.model.domain import GroundAction
 
 log = logging.getLogger(__name__)
@@ -228,13 +229,20 @@ class HttpAgentClient:
             raise AgentProtocolError(f"agent at {self.url} answered HTTP {status}: "
                                      f"{_message(data)}")
         try:
-            return model.model_validate_json(data)
+            answer = model.model_validate_json(data)
         except ValidationError as e:
             first = e.errors(include_url=False, include_input=False)[0]
             loc = ".".join(str(p) for p in first["loc"])
             raise AgentProtocolError(
                 f"agent at {self.url} answered outside the protocol: {loc}: {first['msg']}"
             ) from None
+        # An answer that gives a key twice means what the reader decides (the parser keeps
+        # the last value): refused, like an inbound event, rather than learnt from.
+        ambiguous = duplicate_key(data)
+        if ambiguous is not None:
+            raise AgentProtocolError(f"agent at {self.url} answered outside the protocol:"
+                                     f" {ambiguous}")
+        return answer
 
 
 def _remaining(deadline: float) -> float:
