@@ -11,8 +11,9 @@ Pure: no I/O, no clock; the model is grounded on demand.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from capwatch.assess.agent import AgentQuery
 from capwatch.assess.observations import Transition
 from capwatch.assess.result import QueryLog
 from capwatch.model.consistency import Verdict, check
@@ -62,6 +63,37 @@ def replay(model: Domain, observations: Iterable[Transition],
             out.append(Unexplained(f"query {q.number}", q.state, q.plan, q.executed,
                                    q.final_state, reason))
     return out
+
+
+def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit: int
+            ) -> tuple[list[Unexplained], int]:
+    """Ask up to ``limit`` of ``queries`` again; every new answer ``model`` cannot explain.
+
+    Each answer of an agent can be valid on its own while the answers do not hold
+    together: an agent answering some queries as one model and others as another leads the
+    engine to a model that explains every answer it got once, yet is neither (a wrong
+    version). Asked again, such an agent answers differently where it matters, and the
+    model, which explained the first answer, cannot explain both. A stochastic model
+    explains any outcome it allows, so honest stochastic agents pass. When there are more
+    queries than ``limit``, the ones asked again are spread evenly over the assessment.
+    Returns the unexplained answers and the number of queries asked.
+    """
+    if limit <= 0 or not queries:
+        return [], 0
+    step = max(1, -(-len(queries) // limit))
+    chosen = list(queries)[::step][:limit]
+    grounder = Grounder(model)
+    out: list[Unexplained] = []
+    for q in chosen:
+        answer = agent.query(q.state, q.plan, 1)[0]
+        again = replace(q, executed=answer.executed, final_state=answer.state)
+        reason = _query(grounder, again)
+        if reason is not None:
+            out.append(Unexplained(
+                f"query {q.number} asked again", q.state, q.plan, answer.executed,
+                answer.state, f"the agent answered differently the second time ({reason};"
+                f" first answer: {q.executed} steps)"))
+    return out, len(chosen)
 
 
 def _operator(grounder: Grounder, action: GroundAction) -> str | None:

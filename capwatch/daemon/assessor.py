@@ -19,7 +19,7 @@ from capwatch.assess.agent import AgentQuery
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Transition as EngineObservation
 from capwatch.assess.probabilities import UnidentifiableOutcomes, estimate_outcome_probabilities
-from capwatch.assess.replay import Unexplained, replay
+from capwatch.assess.replay import Unexplained, confirm, replay
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.work import DriftProbe
 from capwatch.model.domain import Action, Domain
@@ -42,6 +42,8 @@ class AssessmentRequest:
     drift_probes: Mapping[str, DriftProbe] = field(default_factory=dict)
     """Action name → where to re-estimate it."""
     query_budget: int = 500
+    confirm_queries: int = 0
+    """Queries asked a second time before the model may be published (replay.confirm)."""
     samples: int = 30
     method: str | None = None
     """An operator's request ("assess now"): this method, with or without evidence."""
@@ -117,6 +119,11 @@ class EngineAssessor:
             exhausted = result.budget_exhausted
             # A version never contradicts the evidence it was learned from (issue 11).
             unexplained = replay(model, observations, result.queries)
+            if not unexplained:
+                unexplained, asked = confirm(model, request.agent, result.queries,
+                                             request.confirm_queries)
+                queries += asked
+                details["asked_again"] = asked
             if unexplained:
                 details["unexplained"] = [u.to_json() for u in unexplained[:20]]
         if request.drifted_actions:

@@ -349,6 +349,10 @@ class AssessmentConfig(_Section):
     agent_retry: AgentRetryConfig = Field(default_factory=AgentRetryConfig)
     """Failures because the agent could not be reached: exponential backoff instead."""
     query_budget: int = Field(default=500, ge=1)
+    confirm_queries: int = Field(default=64, ge=0)
+    """Queries of an assessment asked a second time before its version is published; an
+    answer the new model cannot explain the second time (an agent whose answers do not
+    hold together) fails the assessment instead. 0 asks nothing again."""
     samples: int = Field(default=30, ge=1)
     """Samples per query when re-estimating probabilities of stochastic actions."""
 

@@ -223,6 +223,7 @@ class AssessmentWorkers:
                 inconsistent=item.inconsistent, executed=item.executed,
                 drifted_actions=item.drifted_actions(), drift_probes=item.probes,
                 query_budget=self.config.assessment.query_budget,
+                confirm_queries=self.config.assessment.confirm_queries,
                 samples=self.config.assessment.samples, method=item.method))
             queries = outcome.queries
             self.metrics.queries.labels(family).inc(queries)
