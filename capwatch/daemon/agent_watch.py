@@ -17,9 +17,9 @@ makes that replay rebuild the evidence buffer exactly.
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
@@ -110,8 +110,25 @@ once: most transitions end in one, and a new object per transition would be meas
 on the hot path."""
 
 
+_NO_KINDS: frozenset[str] = frozenset()
+_NO_STATE: frozenset[GroundAtom] = frozenset()
+_NO_POSITIONS: Mapping[int, int] = MappingProxyType({})
+"""Shared by every watch whose version was learned from no record (a family baseline)."""
+
+
 class AgentWatch:
-    """One agent's live state; see the module docstring."""
+    """One agent's live state; see the module docstring.
+
+    A replica holds up to ``limits.max_agents_in_memory`` of them, so the fields are
+    slots and what most agents never use (optimal runs, the monitor's evidence buffers)
+    is made when first needed.
+    """
+
+    __slots__ = ("_drift", "_optimal_run", "_optimal_runs", "_optimal_seen", "_queued_kinds",
+                 "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
+                 "drift_restored", "evidence", "evidence_since", "explained", "family",
+                 "held_back", "inconsistent", "last_executed", "last_offset", "last_state",
+                 "monitor", "partition", "seen", "settings", "transitions", "version")
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
@@ -142,7 +159,7 @@ class AgentWatch:
         self.seen = 0
         """When the registry last handed this watch out (its own counter, not a clock)."""
         self.last_offset = -1
-        self.last_state: frozenset[GroundAtom] = frozenset()
+        self.last_state: frozenset[GroundAtom] = _NO_STATE
         self.last_executed: dict[str, float] = {}
         """Action name → monotonic time it was last seen executing (canaries probe the rest)."""
         self.drift_restored: tuple[int, int] | None = None
@@ -155,12 +172,12 @@ class AgentWatch:
         assessments it already ended without an explanation)."""
         self.held_back = 0
         """Inconsistencies not buffered because an assessment already failed on their kind."""
-        self._queued_kinds: frozenset[str] = frozenset()
-        self.optimal_runs: deque[tuple[AgentTransition, ...]] = deque(maxlen=OPTIMAL_RUNS)
-        """Finished runs of consecutive steps the agent marked optimal, for the
-        reduced-functionality check (canaries): the known model may reach their end
-        sooner than the agent could."""
-        self._optimal_run: list[AgentTransition] = []
+        self._queued_kinds = _NO_KINDS
+        self._optimal_runs: list[tuple[AgentTransition, ...]] | None = None
+        """Finished runs of consecutive steps the agent marked optimal (the last
+        ``OPTIMAL_RUNS``), for the reduced-functionality check (canaries): the known model
+        may reach their end sooner than the agent could."""
+        self._optimal_run: list[AgentTransition] | None = None
         self._optimal_seen = 0
 
     # ------------------------------------------------------------------ the surface
@@ -218,12 +235,20 @@ class AgentWatch:
         if run and (run[-1].episode_id != t.episode_id or run[-1].next_state != t.state
                     or len(run) >= MAX_OPTIMAL_RUN):
             self._close_optimal_run()
-        self._optimal_run.append(t)
+            run = None
+        if run is None:
+            run = self._optimal_run = []
+        run.append(t)
 
     def _close_optimal_run(self) -> None:
-        if len(self._optimal_run) >= 2:
-            self.optimal_runs.append(tuple(self._optimal_run))
-        self._optimal_run = []
+        run = self._optimal_run
+        if run is not None and len(run) >= 2:
+            runs = self._optimal_runs
+            if runs is None:
+                runs = self._optimal_runs = []
+            runs.append(tuple(run))
+            del runs[:-OPTIMAL_RUNS]
+        self._optimal_run = None
         self._optimal_seen = 0
 
     def take_optimal_runs(self) -> list[tuple[AgentTransition, ...]]:
@@ -231,9 +256,8 @@ class AgentWatch:
         call (its episode is likely over); each run is handed out once."""
         if self._optimal_run and len(self._optimal_run) == self._optimal_seen:
             self._close_optimal_run()
-        self._optimal_seen = len(self._optimal_run)
-        runs = list(self.optimal_runs)
-        self.optimal_runs.clear()
+        self._optimal_seen = len(self._optimal_run or ())
+        runs, self._optimal_runs = self._optimal_runs or [], None
         return runs
 
     # ------------------------------------------------------------------ evidence from elsewhere
@@ -326,7 +350,7 @@ class AgentWatch:
         ``awaiting`` False: the same work was queued and finished before (a replay after a
         crash), so there is nothing to wait for."""
         self.awaiting = key if awaiting else None
-        self._queued_kinds = frozenset(e.kind for e in self.evidence)
+        self._queued_kinds = frozenset(e.kind for e in self.evidence) or _NO_KINDS
         self.evidence.clear()
         self.evidence_since = None
         self.alarms.clear()
@@ -356,7 +380,7 @@ class AgentWatch:
         self.alarms.clear()
         self.awaiting = None
         self.backoff.clear()  # kinds are relative to the model they contradicted
-        self._queued_kinds = frozenset()
+        self._queued_kinds = _NO_KINDS
         self._drift.forget(self.agent_id)
 
     def settle(self, key: str) -> None:
@@ -367,7 +391,7 @@ class AgentWatch:
             self.awaiting = None
             self._drift.forget(self.agent_id)
             self.back_off(self._queued_kinds)
-            self._queued_kinds = frozenset()
+            self._queued_kinds = _NO_KINDS
 
     def back_off(self, kinds: Iterable[str], ago_s: float = 0.0) -> None:
         """Evidence of ``kinds`` ended an assessment unexplained ``ago_s`` seconds ago: hold
@@ -380,9 +404,11 @@ class AgentWatch:
             self.backoff[kind] = (now + wait - ago_s, n)
 
 
-def explained_positions(version: ModelVersion) -> dict[int, int]:
+def explained_positions(version: ModelVersion) -> Mapping[int, int]:
     """Partition → the highest record offset among the transitions ``version`` was learned
     from (canary findings, offset -1, come from no record and do not count)."""
+    if not version.evidence.get("transitions"):
+        return _NO_POSITIONS
     out: dict[int, int] = {}
     for t in version.evidence.get("transitions", ()) or ():
         try:

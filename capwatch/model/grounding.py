@@ -9,6 +9,7 @@ a fleet's vocabulary would be far larger than the part in use.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -19,15 +20,27 @@ from capwatch.model.errors import ModelError
 
 StateMask = int
 
+SHARED_INDEX_ATOMS = 1024
+"""Atoms a family's shared index takes (:class:`SharedGrounding`). A bitset is as long
+as the highest bit it uses, so agents numbering their atoms in one shared index pay for
+every atom the family's agents brought in; past this many (128-byte bitsets) an agent
+that brings new atoms moves to an index of its own (see ``TransitionMonitor``)."""
+
+
+class IndexFull(Exception):
+    """A bounded :class:`AtomIndex` has no room for another atom."""
+
 
 class AtomIndex:
-    """Interns ground atoms as bit positions; grows as new atoms are seen."""
+    """Interns ground atoms as bit positions; grows as new atoms are seen, up to ``limit``
+    atoms (beyond it :meth:`bit` raises :class:`IndexFull` and interns nothing)."""
 
-    __slots__ = ("_atoms", "_bits")
+    __slots__ = ("_atoms", "_bits", "_limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._bits: dict[GroundAtom, int] = {}
         self._atoms: list[GroundAtom] = []
+        self._limit = limit if limit is not None else sys.maxsize
 
     def __len__(self) -> int:
         return len(self._atoms)
@@ -38,10 +51,21 @@ class AtomIndex:
     def bit(self, atom: GroundAtom) -> int:
         b = self._bits.get(atom)
         if b is None:
+            if len(self._atoms) >= self._limit:
+                raise IndexFull(f"atom index full ({self._limit} atoms)")
             b = 1 << len(self._atoms)
             self._bits[atom] = b
             self._atoms.append(atom)
         return b
+
+    @property
+    def full(self) -> bool:
+        return len(self._atoms) >= self._limit
+
+    def known_bit(self, atom: GroundAtom) -> int:
+        """The atom's bit, 0 if it was never interned (then no state encoded here holds
+        it); interns nothing."""
+        return self._bits.get(atom, 0)
 
     def encode(self, atoms: Iterable[GroundAtom]) -> StateMask:
         return reduce(or_, map(self.bit, atoms), 0)
@@ -126,9 +150,10 @@ class Grounder:
                  shared: SharedGrounding | None = None) -> None:
         self.domain = domain
         self.index = index if index is not None else AtomIndex()
-        self.actions = domain.action_map
-        self.cache: dict[GroundAction, GroundOperator] = {}
         self.shared = shared if shared is not None and shared.domain is domain else None
+        # One action map per family, not one per agent's grounder.
+        self.actions = self.shared.actions if self.shared is not None else domain.action_map
+        self.cache: dict[GroundAction, GroundOperator] = {}
 
     def operator(self, ground_action: GroundAction) -> GroundOperator:
         op = self.cache.get(ground_action)
@@ -177,17 +202,21 @@ GroundAtoms = tuple[GroundAtom, ...]
 
 
 class SharedGrounding:
-    """The ground atoms of each ground action of one domain, and the atoms checked
-    against its vocabulary, shared by the per-agent grounders of every agent running it.
+    """What every agent running one domain (a family's baseline) can share: the ground
+    atoms of each ground action, the atoms checked against its vocabulary, and one atom
+    index with the operators grounded over it.
 
-    Each agent keeps its own atom index (its states' bitsets stay as small as its own
-    vocabulary); what is the same for all of them (binding parameters, grounding the
-    atoms, checking arities) is done once per family instead of once per agent.
+    An agent's monitor numbers its atoms in the shared :attr:`index` (bounded by
+    :data:`SHARED_INDEX_ATOMS`), so admitting an agent of a fleet whose agents share their
+    objects grounds nothing and holds no index of its own; an agent whose vocabulary
+    no longer fits moves to an index of its own, and its bitsets stay as small as its
+    own vocabulary. Owned by the main loop (not thread-safe).
     """
 
-    __slots__ = ("_ground", "domain", "valid")
+    __slots__ = ("_ground", "actions", "bits", "domain", "grounder", "index", "predicates",
+                 "valid")
 
-    def __init__(self, domain: Domain) -> None:
+    def __init__(self, domain: Domain, index_atoms: int = SHARED_INDEX_ATOMS) -> None:
         self.domain = domain
         self._ground: dict[GroundAction, tuple[Action, tuple[str, ...], GroundAtoms,
                                                GroundAtoms,
@@ -195,6 +224,15 @@ class SharedGrounding:
                                                bool]] = {}
         self.valid: set[GroundAtom] = set()
         """Atoms already checked against the domain's predicates."""
+        self.actions = domain.action_map
+        self.predicates = {p.name: p.arity for p in domain.predicates}
+        """Predicate name → arity (the vocabulary check)."""
+        self.index = AtomIndex(index_atoms)
+        """The atom index agents share while their atoms fit in it."""
+        self.grounder = Grounder(domain, self.index, self)
+        """Operators over :attr:`index`, grounded once for every agent sharing it."""
+        self.bits: dict[GroundAtom, int] = {}
+        """Atom → its bit in :attr:`index`, for atoms checked against the vocabulary."""
 
     def ground(self, ground_action: GroundAction) -> tuple[
             Action, tuple[str, ...], GroundAtoms, GroundAtoms,

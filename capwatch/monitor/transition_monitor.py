@@ -17,7 +17,14 @@ from typing import Any, NamedTuple
 from capwatch.model.consistency import Inconsistency, Verdict, check, explain
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
-from capwatch.model.grounding import AtomIndex, Grounder, SharedGrounding, StateMask
+from capwatch.model.grounding import (
+    AtomIndex,
+    Grounder,
+    GroundOperator,
+    IndexFull,
+    SharedGrounding,
+    StateMask,
+)
 from capwatch.model.pal import (
     LEGAL_PA_VALUES,
     AbstractModel,
@@ -83,37 +90,97 @@ class MonitorLimits:
 
 
 class TransitionMonitor:
-    """Checks one agent's transitions against its current model."""
+    """Checks one agent's transitions against its current model.
+
+    Given its model's :class:`SharedGrounding`, the monitor numbers atoms in the
+    family's shared index and uses the operators grounded there: a new agent of a
+    family grounds nothing and holds no index of its own. When the shared index is
+    full and the agent brings atoms it lacks, the monitor moves to an index of its own
+    (:meth:`_own_index`), re-encoding what it keeps. Held per agent, so its fields are
+    slots and its evidence buffers are made when first needed.
+    """
+
+    __slots__ = ("_counts", "_inconsistencies", "_last_lists", "_last_mask", "_ops",
+                 "_predicates", "_shared", "_shared_valid", "_valid", "domain", "executed",
+                 "grounder", "index", "limits", "transitions")
 
     def __init__(self, domain: Domain, limits: MonitorLimits | None = None,
                  shared: SharedGrounding | None = None) -> None:
         self.limits = limits or MonitorLimits()
         self.index = AtomIndex()
-        self._set_domain(domain, shared)
-        self._counts: dict[str, list[int]] = {}
-        self.inconsistencies: deque[InconsistentTransition] = deque(
-            maxlen=self.limits.max_inconsistencies)
-        self.executed: dict[str, deque[ExecutedTransition]] = {}
+        self._shared: SharedGrounding | None = None
         self._last_lists: AtomLists | None = None
         self._last_mask: StateMask = 0
+        self._set_domain(domain, shared)
+        self._counts: dict[str, list[int]] = {}
+        self._inconsistencies: deque[InconsistentTransition] | None = None
+        self.executed: dict[str, list[ExecutedTransition]] = {}
+        """Action name → its last executions (at most ``limits.executed_per_action``),
+        oldest first: lists, because most agents keep few and a bounded deque allocates
+        room for 64 at once."""
         self.transitions = 0
 
     def _set_domain(self, domain: Domain, shared: SharedGrounding | None = None) -> None:
         self.domain = domain
-        self.grounder = Grounder(domain, self.index, shared)
-        self._shared_valid = self.grounder.shared.valid \
-            if self.grounder.shared is not None else None
+        if shared is not None and shared.domain is not domain:
+            shared = None
+        was_shared = self.shares_index
+        self._shared = shared
+        if shared is not None and not shared.index.full:
+            if self.index is not shared.index:
+                self._last_lists = None  # its mask was in another index
+            self.index = shared.index
+            self.grounder = shared.grounder
+            self._shared_valid: set[GroundAtom] | None = None
+            self._valid: dict[GroundAtom, int] = shared.bits
+            """Atom → its bit, for the atoms checked against this model's vocabulary."""
+        else:
+            if was_shared:
+                self._last_lists = None
+                self.index = AtomIndex()
+            self.grounder = Grounder(domain, self.index, shared)
+            self._shared_valid = shared.valid if shared is not None else None
+            self._valid = {}
         self._ops = self.grounder.cache
-        self._predicates = {p.name: p.arity for p in domain.predicates}
-        self._valid: dict[GroundAtom, int] = {}
-        """Atom → its bit, for the atoms checked against this model's vocabulary."""
+        self._predicates = shared.predicates if shared is not None \
+            else {p.name: p.arity for p in domain.predicates}
+
+    def _own_index(self) -> None:
+        """Leave the family's full shared index for one of this agent's own: every bitset
+        kept is re-encoded (the atoms are the same, their bits are not)."""
+        old = self.index
+        index = AtomIndex()
+
+        def recode(mask: StateMask) -> StateMask:
+            return index.encode(sorted(old.decode(mask)))
+
+        for name, buf in self.executed.items():
+            self.executed[name] = [_new_tuple(ExecutedTransition, (
+                t.position, recode(t.state), t.action, recode(t.next_state))) for t in buf]
+        if self._last_lists is not None:
+            self._last_mask = recode(self._last_mask)
+        self.index = index
+        self.grounder = Grounder(self.domain, index, self._shared)
+        self._ops = self.grounder.cache
+        self._shared_valid = self._shared.valid if self._shared is not None else None
+        self._valid = {}
+
+    @property
+    def shares_index(self) -> bool:
+        """Whether the monitor numbers atoms in its family's shared index."""
+        return self._shared is not None and self.index is self._shared.index
 
     def replace_model(self, domain: Domain, shared: SharedGrounding | None = None) -> None:
         """Adopt a new model version; evidence gathered under the old one is dropped
-        because its verdicts no longer hold, but the atom index is kept."""
-        self._set_domain(domain, shared)
-        self.inconsistencies.clear()
+        because its verdicts no longer hold, but an index of the agent's own is kept."""
         self.executed.clear()
+        self._inconsistencies = None
+        self._set_domain(domain, shared)
+
+    @property
+    def inconsistencies(self) -> Sequence[InconsistentTransition]:
+        """The inconsistent transitions kept (at most ``limits.max_inconsistencies``)."""
+        return self._inconsistencies if self._inconsistencies is not None else ()
 
     def validate_atom(self, atom: GroundAtom) -> None:
         arity = self._predicates.get(atom[0]) if atom else None
@@ -137,19 +204,33 @@ class TransitionMonitor:
         ground_action = tuple(action)
         op = self._ops.get(ground_action)
         if op is None:
-            op = self.grounder.operator(ground_action)
+            op = self._operator(ground_action)
+        try:
+            s, s2 = self._encode_pair(state, next_state)
+        except IndexFull:
+            self._own_index()
+            op = self._operator(ground_action)
+            s, s2 = self._encode_pair(state, next_state)
+        self._last_lists, self._last_mask = next_state, s2
+        return self._record(op.action.name, ground_action, s, s2, check(op, s, s2), position)
+
+    def _encode_pair(self, state: AtomLists, next_state: AtomLists
+                     ) -> tuple[StateMask, StateMask]:
         # Consecutive transitions of an episode share a state (s_{t+1} = s'_t), so the
         # previous next-state's encoding is reused when the lists are equal.
         last_lists = self._last_lists
         s = self._last_mask if last_lists is not None and state == last_lists \
             else self._encode(state)
         # A refused action leaves the state as it was: no need to encode it twice.
-        s2 = s if next_state == state else self._encode(next_state)
-        self._last_lists, self._last_mask = next_state, s2
-        return self._record(op.action.name, ground_action, s, s2, check(op, s, s2), position)
+        return s, s if next_state == state else self._encode(next_state)
 
     def observe(self, state: frozenset[GroundAtom], action: GroundAction,
                 next_state: frozenset[GroundAtom], position: int = -1) -> Observation:
+        # The operator first: grounding a new one may move the agent to an index of its
+        # own, which the states must then be encoded in.
+        op = self._ops.get(action)
+        if op is None:
+            op = self._operator(action)
         valid = self._valid
         try:
             # A set has no repeated atom, so the sum of the bits is their union.
@@ -157,10 +238,21 @@ class TransitionMonitor:
             s2 = s if next_state is state else sum(map(valid.__getitem__, next_state))
         except KeyError:
             s, s2 = self._encode_new(state, next_state)
-        op = self._ops.get(action)
-        if op is None:
-            op = self.grounder.operator(action)
+            if self._ops.get(action) is not op:
+                op = self._operator(action)  # the agent moved to an index of its own
         return self._record(op.action.name, action, s, s2, check(op, s, s2), position)
+
+    def _operator(self, action: GroundAction) -> GroundOperator:
+        """Ground ``action`` (raises ModelError); on a full shared index, in an index of
+        the agent's own."""
+        ops = self._ops
+        if len(ops) >= 100_000:
+            ops.clear()  # a bound on memory for fleets with many objects; grounded again
+        try:
+            return self.grounder.operator(action)
+        except IndexFull:
+            self._own_index()
+            return self.grounder.operator(action)
 
     def _encode_new(self, state: frozenset[GroundAtom], next_state: frozenset[GroundAtom]
                     ) -> tuple[StateMask, StateMask]:
@@ -175,8 +267,14 @@ class TransitionMonitor:
         if checked is not None and len(checked) < 1_000_000:
             checked.update(new)
         bit = self.index.bit
-        for atom in new:
-            valid[atom] = bit(atom)
+        try:
+            for atom in new:
+                valid[atom] = bit(atom)
+        except IndexFull:
+            # Atoms interned before the shared index filled up stay there: they are
+            # valid, and other agents may use them.
+            self._own_index()
+            return self._encode_new(state, next_state)
         return sum(map(valid.__getitem__, state)), sum(map(valid.__getitem__, next_state))
 
     def _record(self, name: str, action: GroundAction, s: StateMask, s2: StateMask,
@@ -191,7 +289,10 @@ class TransitionMonitor:
             self._keep_executed(name, position, s, action, s2)
         elif verdict is Verdict.INCONSISTENT:
             fs, fs2 = self.index.decode(s), self.index.decode(s2)
-            self.inconsistencies.append(InconsistentTransition(
+            kept = self._inconsistencies
+            if kept is None:
+                kept = self._inconsistencies = deque(maxlen=self.limits.max_inconsistencies)
+            kept.append(InconsistentTransition(
                 position, fs, action, fs2, explain(self.domain, action, fs, fs2)))
             if s != s2:
                 self._keep_executed(name, position, s, action, s2)
@@ -205,7 +306,7 @@ class TransitionMonitor:
         action, or a verdict other than APPLIED)."""
         if obs.verdict is not Verdict.APPLIED:
             return None
-        op = self._ops.get(obs.action) or self.grounder.operator(obs.action)
+        op = self._ops.get(obs.action) or self._operator(obs.action)
         if op.action.is_deterministic:
             return None
         attribution = attribution_from_mask(op, obs.state, obs.outcomes)
@@ -242,15 +343,19 @@ class TransitionMonitor:
                        s2: StateMask) -> None:
         buf = self.executed.get(name)
         if buf is None:
-            buf = self.executed[name] = deque(maxlen=self.limits.executed_per_action)
+            buf = self.executed[name] = []
         buf.append(_new_tuple(ExecutedTransition, (position, s, action, s2)))
+        if len(buf) > self.limits.executed_per_action:
+            del buf[0]
 
     def pinned_pa_values(self) -> dict[PaTuple, frozenset[PaValue]]:
         """Pa-values still possible after every executed transition seen (Table 2),
         for the pa-tuples some observation constrains."""
         result: dict[PaTuple, frozenset[PaValue]] = {}
         actions = self.domain.action_map
-        bit = self.index.bit
+        # An atom never interned is in no state kept here (its bit is 0): no need to
+        # intern it, which could fill a shared index.
+        bit = self.index.known_bit
         for name, buf in self.executed.items():
             action = actions[name]
             if not action.is_deterministic:

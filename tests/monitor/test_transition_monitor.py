@@ -96,3 +96,107 @@ def test_replacing_the_model_drops_stale_evidence() -> None:
     assert not monitor.inconsistencies
     for i, (s, a, s2) in enumerate(_trace()):
         assert monitor.observe_lists(s, a, s2, i).verdict is Verdict.APPLIED
+
+
+def _frozen(trace: list[tuple[list[list[str]], list[str], list[list[str]]]]
+            ) -> list[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
+                            frozenset[tuple[str, ...]]]]:
+    return [(frozenset(map(tuple, s)), tuple(a), frozenset(map(tuple, s2)))
+            for s, a, s2 in trace]
+
+
+def _renamed(trace: list[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
+                               frozenset[tuple[str, ...]]]], suffix: str
+             ) -> list[tuple[frozenset[tuple[str, ...]], tuple[str, ...],
+                             frozenset[tuple[str, ...]]]]:
+    """The same run over objects of another name (an agent with a vocabulary of its own)."""
+    def atom(a: tuple[str, ...]) -> tuple[str, ...]:
+        return (a[0], *(f"{o}{suffix}" for o in a[1:]))
+
+    return [(frozenset(map(atom, s)), atom(a), frozenset(map(atom, s2))) for s, a, s2 in trace]
+
+
+def test_agents_of_a_family_share_one_index_and_judge_as_a_private_monitor_does() -> None:
+    from capwatch.model.grounding import SharedGrounding
+
+    known = read_domain(DOMAINS / "gripper" / "initial-models" / "domain_1_0.pddl")
+    trace = _frozen(_trace())
+    shared = SharedGrounding(known)
+    agents = [TransitionMonitor(known, shared=shared) for _ in range(3)]
+    private = TransitionMonitor(known)
+    for i, (s, a, s2) in enumerate(trace):
+        want = private.observe(s, a, s2, i)
+        for m in agents:
+            got = m.observe(s, a, s2, i)
+            assert (got.verdict, got.outcomes) == (want.verdict, want.outcomes)
+    assert all(m.shares_index and m.index is shared.index for m in agents)
+    assert len(shared.index) == len(private.index)  # the second and third agent added none
+    for m in agents:
+        assert m.executed_since(0, 64) == private.executed_since(0, 64)
+        assert [t.explanation for t in m.inconsistencies] == \
+            [t.explanation for t in private.inconsistencies]
+        assert m.pinned_pa_values() == private.pinned_pa_values()
+
+
+def test_an_agent_moves_to_its_own_index_when_the_shared_one_is_full() -> None:
+    from capwatch.model.grounding import SharedGrounding
+
+    known = read_domain(DOMAINS / "gripper" / "initial-models" / "domain_1_0.pddl")
+    trace = _frozen(_trace())
+    half = len(trace) // 2
+    # ``other`` starts on objects of its own, then ``first`` runs; then ``other`` meets
+    # objects nobody brought yet (another vocabulary again).
+    before, after = _renamed(trace, "-b")[:half], _renamed(trace, "-c")[half:]
+
+    def run(shared: SharedGrounding) -> tuple[TransitionMonitor, TransitionMonitor]:
+        first = TransitionMonitor(known, shared=shared)
+        other = TransitionMonitor(known, shared=shared)
+        for i, (s, a, s2) in enumerate(before):
+            other.observe(s, a, s2, i)
+        for i, (s, a, s2) in enumerate(trace):
+            first.observe(s, a, s2, i)
+        return first, other
+
+    sizing = SharedGrounding(known)
+    run(sizing)
+    shared = SharedGrounding(known, index_atoms=len(sizing.index))  # full after ``run``
+    first, other = run(shared)
+    assert shared.index.full and first.shares_index and other.shares_index
+    private = TransitionMonitor(known)
+    for i, (s, a, s2) in enumerate(before):
+        private.observe(s, a, s2, i)
+    for i, (s, a, s2) in enumerate(after, half):
+        want = private.observe(s, a, s2, i)
+        got = other.observe(s, a, s2, i)
+        assert (got.verdict, got.outcomes) == (want.verdict, want.outcomes)
+    assert not other.shares_index
+    assert len(other.index) <= len(private.index)  # only its own atoms
+    # What it kept from before the move decodes to the same transitions.
+    assert other.executed_since(0, 64) == private.executed_since(0, 64)
+    assert [(t.position, t.explanation) for t in other.inconsistencies] == \
+        [(t.position, t.explanation) for t in private.inconsistencies]
+    for i, (s, a, s2) in enumerate(trace):  # the agents that fit keep sharing
+        first.observe(s, a, s2, i)
+    assert first.shares_index
+    with pytest.raises(ModelError):  # and the move changed no vocabulary check
+        other.observe(frozenset({("flying", "rooma")}), ("move", "rooma-c", "roomb-c"),
+                      frozenset())
+
+
+def test_a_shared_index_gives_an_agent_whose_model_changes_an_index_of_its_own() -> None:
+    from capwatch.model.grounding import SharedGrounding
+
+    known = read_domain(DOMAINS / "gripper" / "initial-models" / "domain_1_0.pddl")
+    truth = read_domain(DOMAINS / "gripper" / "domain.pddl")
+    trace = _frozen(_trace())
+    shared = SharedGrounding(known)
+    m = TransitionMonitor(known, shared=shared)
+    for i, (s, a, s2) in enumerate(trace):
+        m.observe(s, a, s2, i)
+    m.replace_model(truth)  # an agent's own version: not the family's baseline
+    assert not m.shares_index and m.index is not shared.index
+    assert all(m.observe(s, a, s2, i).verdict is Verdict.APPLIED
+               for i, (s, a, s2) in enumerate(trace))
+    m.replace_model(known, shared)  # back on the baseline
+    assert m.shares_index
+    assert not m.inconsistencies and not m.executed
