@@ -231,18 +231,24 @@ class ActionsSql(SqlBase):
         return sorted((str(r[0]), str(r[1])) for r in rows)
 
     def save_activity(self, rows: Sequence[AgentActivity]) -> None:
+        stamps: dict[datetime, Any] = {}  # a checkpoint's rows share one time
+        params = []
+        for a in sorted(rows, key=lambda a: (a.family, a.agent_id)):
+            stamp = stamps.get(a.last_seen)
+            if stamp is None:
+                stamp = stamps[a.last_seen] = self._ts_in(as_utc(a.last_seen))
+            params.append((a.family, a.agent_id, a.transitions, a.inconsistent, stamp,
+                           a.replica))
         with self._tx() as tx:
-            for a in sorted(rows, key=lambda a: (a.family, a.agent_id)):
-                tx.run("INSERT INTO agent_activity (family, agent_id, transitions, "
-                       "inconsistent, last_seen, replica) VALUES (?, ?, ?, ?, ?, ?) "
-                       "ON CONFLICT (family, agent_id) DO UPDATE SET "
-                       "transitions = agent_activity.transitions + excluded.transitions, "
-                       "inconsistent = agent_activity.inconsistent + excluded.inconsistent, "
-                       "last_seen = CASE WHEN excluded.last_seen > agent_activity.last_seen "
-                       "THEN excluded.last_seen ELSE agent_activity.last_seen END, "
-                       "replica = excluded.replica",
-                       (a.family, a.agent_id, a.transitions, a.inconsistent,
-                        self._ts_in(as_utc(a.last_seen)), a.replica))
+            tx.run_many(
+                "INSERT INTO agent_activity (family, agent_id, transitions, "
+                "inconsistent, last_seen, replica) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (family, agent_id) DO UPDATE SET "
+                "transitions = agent_activity.transitions + excluded.transitions, "
+                "inconsistent = agent_activity.inconsistent + excluded.inconsistent, "
+                "last_seen = CASE WHEN excluded.last_seen > agent_activity.last_seen "
+                "THEN excluded.last_seen ELSE agent_activity.last_seen END, "
+                "replica = excluded.replica", params)
 
     def activity(self, family: str | None = None) -> list[AgentActivity]:
         sql = ("SELECT family, agent_id, transitions, inconsistent, last_seen, replica "

@@ -43,6 +43,10 @@ class _PgTx(Tx):
             cur.execute(_pg(sql), tuple(params))
             return cur.rowcount
 
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(_pg(sql), [tuple(r) for r in rows])
+
 
 class PostgresModelStore(SqlModelStore):
     dialect = "postgresql"

@@ -31,6 +31,12 @@ class Tx(abc.ABC):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Execute and return the number of rows affected."""
 
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute ``sql`` once per row of parameters (the driver's batch where it has
+        one: a checkpoint writes a row per agent seen)."""
+        for params in rows:
+            self.run(sql, params)
+
 
 class SqlBase(abc.ABC):
     """Transactions and value conversion over one DB-API connection."""
