@@ -6,8 +6,15 @@
   monitor, drift detectors and checkpoints, with a SQLite store and an in-memory
   publisher, no drift (so no assessment), after every agent was admitted: the
   steady-state cost per transition;
-- admission: transitions of agents never seen before (each id once), per agent;
-- memory: resident set size after admitting N agents, minus the size before, per agent.
+- admission: transitions of agents never seen before (each id once), per agent, for the
+  first 20,000 and on to 50,000 (where the default ``limits.max_agents_in_memory``
+  starts evicting);
+- memory: the whole process's resident set size (``/proc/self/statm``, the benchmark's
+  own data included) with 100,000 agents seen, under the default limit (the rest
+  evicted) and, in a fresh process, with all 100,000 held; bytes per agent held (RSS
+  growth over agents admitted, in a fresh process, for agents seen once and for agents
+  that ran 30 transitions each and went idle) and per agent evicted (RSS growth while
+  the held number stays at the limit).
 
 Times are CPU seconds of this process (``time.process_time``), so other load on the
 machine skews them less than wall time would; the machine's core count and load are
@@ -82,12 +89,14 @@ class Replay:
         """Nothing to release."""
 
 
-def service(tmp: str, f: SimulatedFleet, records: list[Record]) -> Service:
+def service(tmp: str, f: SimulatedFleet, records: list[Record],
+            max_agents: int | None = None) -> Service:
     cfg = DaemonConfig(**{
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
                      "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
         "output": {"kind": "log"}, "http": {"enabled": False},
+        **({"limits": {"max_agents_in_memory": max_agents}} if max_agents else {}),
     })
     return build_service(cfg, publisher=MemoryPublisher(), source=Replay(records),
                          agents=FleetDirectory(f))
@@ -108,15 +117,63 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def renamed(events: list[bytes], first: int, n: int, offset0: int) -> list[Record]:
-    """Records of ``n`` distinct new agents (the simulated events, re-keyed)."""
+def renamed(events: list[bytes], first: int, n: int, offset0: int, steps: int = 1,
+            fleet_size: int = 1) -> list[Record]:
+    """Records of ``n`` distinct new agents (the simulated events, re-keyed). With
+    ``steps`` > 1, new agent k replays the first ``steps`` transitions of simulated agent
+    k mod ``fleet_size`` (``events`` interleaves the fleet round by round), the new agents'
+    records interleaved the same way."""
     out = []
-    for k in range(first, first + n):
-        d = json.loads(events[k % len(events)])
-        d["agent_id"] = f"{d['agent_id']}-n{k}"
-        out.append(Record("bench", 0, offset0 + k, d["agent_id"].encode(),
-                          json.dumps(d).encode()))
+    offset = offset0
+    for step in range(steps):
+        for k in range(first, first + n):
+            j = step * fleet_size + k % fleet_size if steps > 1 else k % len(events)
+            d = json.loads(events[j])
+            d["agent_id"] = f"{d['agent_id']}-n{k}"
+            out.append(Record("bench", 0, offset, d["agent_id"].encode(),
+                              json.dumps(d).encode()))
+            offset += 1
     return out
+
+
+def memory_child(agents: int, steps: int, quick: bool) -> int:
+    """In a fresh process (so no earlier phase's freed memory counts): admit ``agents``
+    new agents with ``steps`` transitions each, all held; print the RSS before and after."""
+    configure_logging("error", "json")
+    agents_per_family = 20 if quick else 100
+    f = fleet(agents_per_family)
+    events = [e.value for e in f.events(max(steps, 5))]
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = service(tmp, f, [], max_agents=agents + 10_000)
+        p = svc.pipeline
+        p.open()
+        warm = renamed(events, 10**9, 2 * agents_per_family, 0, steps, 2 * agents_per_family)
+        feed(p, warm)  # every code path and family model loaded before the first figure
+        offset = len(warm)
+        del warm
+        gc.collect()
+        rss0, held0 = rss_bytes(), len(p.registry)
+        chunk = max(1, 5_000 // steps)
+        for first in range(0, agents, chunk):
+            records = renamed(events, first, min(chunk, agents - first), offset, steps,
+                              2 * agents_per_family)
+            offset += len(records)
+            feed(p, records)
+        del records
+        gc.collect()
+        assert p.dead_letters == 0 and p.checkpoints.evictions == 0
+        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0}))
+        p.store.close()
+    return 0
+
+
+def run_memory_child(agents: int, steps: int, quick: bool) -> dict[str, int]:
+    import subprocess
+    out = subprocess.run([sys.executable, __file__, "--memory-child", str(agents), str(steps),
+                          *(["--quick"] if quick else [])],
+                         check=True, capture_output=True, text=True).stdout
+    result: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int) -> None:
@@ -220,11 +277,16 @@ def main() -> int:
     parser.add_argument("--no-kafka", action="store_true",
                         help="skip the rows over a real broker (needs java, or "
                              "KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument("--memory-child", nargs=2, type=int, metavar=("AGENTS", "STEPS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_child:
+        return memory_child(*args.memory_child, args.quick)
     agents_per_family = 20 if args.quick else 100
     rounds = 20 if args.quick else 250
-    admit = 2_000 if args.quick else 20_000
-    memory_at = (3_000, 6_000) if args.quick else (30_000, 60_000, 100_000)
+    admit = (2_000, 5_000) if args.quick else (20_000, 50_000)
+    seen_total = 10_000 if args.quick else 100_000
+    idle_agents, idle_steps = (2_000, 30) if args.quick else (20_000, 30)
 
     configure_logging("error", "json")
     f = fleet(agents_per_family)
@@ -246,7 +308,8 @@ def main() -> int:
     records = [Record("bench", 0, i, e.agent_id.encode(), e.value)
                for i, e in enumerate(events)]
     with tempfile.TemporaryDirectory() as tmp:
-        svc = service(tmp, f, records)
+        # --quick: a limit its few agents reach, so eviction is exercised too.
+        svc = service(tmp, f, records, max_agents=4_000 if args.quick else None)
         p = svc.pipeline
         p.open()
         warm = 2 * agents_per_family * 5
@@ -256,35 +319,51 @@ def main() -> int:
         assert p.processed == len(records) and p.dead_letters == 0
         print(f"  pipeline, steady state    {s * 1e6:7.1f} us CPU/transition "
               f"({1 / s:10,.0f}/s on one core)   target >= 100,000/s")
+        del steady
 
-        offset = len(records)
-        news = renamed(raw, 0, admit, offset)
-        offset += admit
-        gc.collect()
-        s = feed(p, news) / admit
-        print(f"  admitting new agents      {s * 1e6:7.1f} us CPU/agent      "
-              f"({1 / s:10,.0f}/s)                target >= 20,000/s")
-        del news
         limit = p.config.limits.max_agents_in_memory
-        gc.collect()
-        print(f"  memory: RSS {rss_bytes() / 2**20:,.0f} MB with {len(p.registry):,} agents "
-              f"held; limits.max_agents_in_memory {limit:,}")
-        seen = admit
-        held0, rss0 = len(p.registry), rss_bytes()
-        for n in memory_at:
-            while seen < n:
-                chunk = min(5_000, n - seen)
-                feed(p, renamed(raw, seen, chunk, offset))
-                seen += chunk
-                offset += chunk
+        offset = len(records)
+        seen = 0
+        cpu = 0.0
+        for n in admit:
+            news = renamed(raw, seen, n - seen, offset)
+            offset += len(news)
             gc.collect()
-            held = len(p.registry)
-            per = (rss_bytes() - rss0) / max(1, held - held0)
-            print(f"    {n:7,} agents seen, {held:7,} held, {p.checkpoints.evictions:7,} "
-                  f"evicted: RSS {rss_bytes() / 2**20:5,.0f} MB "
-                  f"(+{per / 1024:.1f} KB per agent held)   target 100,000 in 512 MB")
+            step = feed(p, news)
+            cpu += step
+            print(f"  admitting new agents, {seen:6,} -> {n:6,} {step / (n - seen) * 1e6:5.1f} us "
+                  f"CPU/agent ({(n - seen) / step:8,.0f}/s; {n / cpu:8,.0f}/s over all {n:,}; "
+                  f"{p.checkpoints.evictions:,} evicted at limits.max_agents_in_memory "
+                  f"{limit:,})   target >= 20,000/s")
+            seen = n
+            del news
+        # Agents seen beyond the limit: the held number stays at the limit, the rest are
+        # evicted, so RSS growth per agent seen here is what an evicted agent costs.
+        gc.collect()
+        rss_a, evicted_a = rss_bytes(), p.checkpoints.evictions
+        while seen < seen_total:
+            chunk = min(5_000, seen_total - seen)
+            feed(p, renamed(raw, seen, chunk, offset))
+            seen += chunk
+            offset += chunk
+        gc.collect()
+        rss = rss_bytes()
+        per_evicted = (rss - rss_a) / max(1, p.checkpoints.evictions - evicted_a)
+        print(f"  memory, {seen:,} agents seen, limits.max_agents_in_memory {limit:,}: "
+              f"whole-process RSS {rss / 2**20:,.0f} MB, {len(p.registry):,} held, "
+              f"{p.checkpoints.evictions:,} evicted (+{per_evicted:,.0f} bytes RSS per agent "
+              f"evicted)   target 100,000 in 512 MB")
         p.source.close()
         p.store.close()
+    child = run_memory_child(seen_total, 1, args.quick)
+    print(f"  memory, {child['held']:,} agents seen once, all held (fresh process): "
+          f"whole-process RSS {child['rss'] / 2**20:,.0f} MB "
+          f"({child['rss0'] / 2**20:,.0f} MB before them: "
+          f"+{(child['rss'] - child['rss0']) / child['held']:,.0f} bytes per agent held)")
+    child = run_memory_child(idle_agents, idle_steps, args.quick)
+    print(f"  memory, {child['held']:,} agents that ran {idle_steps} transitions each, now "
+          f"idle, all held (fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f}"
+          f" bytes RSS per agent held   target <= 2 KB per idle agent")
     if not args.no_kafka:
         kafka_rows(f, 2 * agents_per_family, 20 if args.quick else 500)
     print("  produce -> published alert p99 at half load: not measured; three replica "
