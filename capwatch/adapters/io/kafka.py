@@ -15,9 +15,15 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import structlog
-from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import (
+    AsyncConsumerRebalanceListener,
+    KafkaAdminClient,
+    KafkaConsumer,
+    KafkaProducer,
+)
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
+from kafka.future import Future as KafkaFuture
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from capwatch.contracts.ports import DeliveryError, Rebalance, Record
@@ -79,21 +85,49 @@ def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
     return created
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, on_assign: Rebalance, on_revoke: Rebalance, topic: str) -> None:
+class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
+    """The daemon's rebalance callbacks, run off kafka-python's IO thread.
+
+    kafka-python 3 calls a listener on its IO thread, where a blocking consumer call (the
+    commit the daemon makes when it gives partitions up) raises "Cannot block on net.run()
+    from the IO thread itself": a surviving replica then failed every rebalance, retried,
+    and never consumed again (red-team rerun of issue 12, a second replica joining). The
+    callbacks therefore run on a thread of their own while the IO loop awaits them, so the
+    commit, the store's writes and the heartbeats all go on. The caller of ``poll()`` is
+    blocked meanwhile, so the callbacks still run while the main loop waits, as before.
+    """
+
+    def __init__(self, on_assign: Rebalance, on_revoke: Rebalance, topic: str,
+                 consumer: KafkaConsumer) -> None:
         self.on_assign = on_assign
         self.on_revoke = on_revoke
         self.topic = topic
+        self.consumer = consumer
 
-    def on_partitions_revoked(self, revoked: Any) -> None:
+    async def on_partitions_revoked(self, revoked: Any) -> None:
         parts = {tp.partition for tp in revoked if tp.topic == self.topic}
         if parts:
-            self.on_revoke(parts)
+            await self._off_io_thread(self.on_revoke, parts)
 
-    def on_partitions_assigned(self, assigned: Any) -> None:
+    async def on_partitions_assigned(self, assigned: Any) -> None:
         parts = {tp.partition for tp in assigned if tp.topic == self.topic}
         if parts:
-            self.on_assign(parts)
+            await self._off_io_thread(self.on_assign, parts)
+
+    async def _off_io_thread(self, callback: Rebalance, parts: set[int]) -> None:
+        done = KafkaFuture()
+        loop = self.consumer._net  # kafka-python 3's IO loop: results go back through it
+
+        def run() -> None:
+            try:
+                callback(parts)
+            except BaseException as e:  # handed to the awaiting IO-loop task, raised there
+                loop.call_soon_threadsafe(lambda error=e: done.failure(error))
+            else:
+                loop.call_soon_threadsafe(lambda: done.success(None))
+
+        threading.Thread(target=run, name="capwatch-rebalance", daemon=True).start()
+        await done
 
 
 class KafkaSource:
@@ -122,7 +156,7 @@ class KafkaSource:
         del resume  # the group's committed offsets are the checkpoint
         self._consumer = KafkaConsumer(**self._config)
         self._consumer.subscribe([self.topic], listener=_Listener(on_assign, on_revoke,
-                                                                  self.topic))
+                                                                  self.topic, self._consumer))
 
     def poll(self, timeout_s: float) -> list[Record]:
         assert self._consumer is not None, "start() first"
