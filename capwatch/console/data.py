@@ -13,7 +13,10 @@ An agent's *state*, first that applies:
 - ``drifted``: it runs a model of its own that differs from the family's baseline;
 - ``healthy``: none of the above.
 
-An alert is *open* until an operator acts on the agent (any action) after it.
+An alert is *open* until an operator acts on the agent (any action) after it. The
+"awaiting assessment" alert (``unexplained_inconsistency``) also closes when what it
+waits for comes: its assessment ended (a version, no change, or a failure, which raises
+an alert of its own), or the agent runs a model newer than the alert.
 """
 
 from __future__ import annotations
@@ -77,6 +80,16 @@ def _alert_agent(row: OutboxAlert) -> str | None:
     return str(agent) if agent else None
 
 
+def _answered(row: OutboxAlert, ended: set[str], model_since: datetime) -> bool:
+    """An awaiting-assessment alert whose assessment ended, or older than the model the
+    agent runs now (see the module docstring)."""
+    if row.alert_type != "unexplained_inconsistency":
+        return False
+    evidence = row.alert.get("evidence")
+    key = evidence.get("assessment_key") if isinstance(evidence, dict) else None
+    return key in ended or row.created_at <= model_since
+
+
 def fleet(store: ModelStore, family: str | None = None,
           only: str | None = None) -> list[AgentRow]:
     """Every agent the store knows of, sorted by family and agent (``only``: just that
@@ -89,7 +102,10 @@ def fleet(store: ModelStore, family: str | None = None,
     agents = {(f, a) for f, a in s.known_agents() if (family is None or f == family)
               and (only is None or a == only)}
     queue: dict[tuple[str, str], PendingAssessment] = {}
+    ended: set[str] = set()
     for work in s.queue_items():
+        if work.status in ("done", "failed"):
+            ended.add(work.key)
         k = (work.family, work.agent_id)
         if k not in queue or work.enqueued_at >= queue[k].enqueued_at:
             queue[k] = work
@@ -139,7 +155,8 @@ def fleet(store: ModelStore, family: str | None = None,
         else:
             state = "healthy"
         since = last_action.created_at if last_action else None
-        open_alerts = sum(1 for a in agent_alerts if since is None or a.created_at > since)
+        open_alerts = sum(1 for a in agent_alerts if (since is None or a.created_at > since)
+                          and not _answered(a, ended, current.updated_at))
         events: list[tuple[datetime, str]] = []
         act = activity.get((fam, agent), AgentActivity(fam, agent, 0, 0, current.updated_at,
                                                         ""))

@@ -33,6 +33,10 @@ def test_agents_ls_lists_the_whole_fleet_with_states(
     assert {r["agent_id"] for r in rows if r["state"] == "drifted"} == {
         "courier-v1-002", "courier-v1-007", "rover-v3-004"}
     assert all(r["transitions"] == 400 for r in rows)
+    # A resolved drift leaves its change's alert open, not also the "awaiting assessment"
+    # alert its version answered (both are in the store: see test_alerts_ls_show_and_tail).
+    drifted = [r for r in rows if r["state"] == "drifted"]
+    assert [r["open_alerts"] for r in drifted] == [1] * len(drifted)
     code, out, _ = run(capsys, "agents", "ls", "--store", demo_store, "--state", "drifted")
     assert out.splitlines()[0].split() == ["FAMILY", "AGENT", "STATE", "MODEL", "Δ", "BASE",
                                            "OPEN", "ALERTS", "LAST", "EVENT", "CHANGE"]
