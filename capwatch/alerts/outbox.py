@@ -57,7 +57,7 @@ def plan_routing(pending: Sequence[OutboxAlert], last_sent: Mapping[str, datetim
     type's suppression window before it (times are the alerts' own, so the decision does
     not depend on when routing happens to run). The others gather in groups keyed by
     (type, family, action, fingerprint); a group closes once its oldest alert is
-    ``group_wait`` old (or at once with ``force``) and becomes one delivery. Alerts of a
+    its type's group wait old (or at once with ``force``) and becomes one delivery. Alerts of a
     group still open stay pending, and count as let through for the repeats behind them.
     """
     if not sinks:
@@ -79,7 +79,7 @@ def plan_routing(pending: Sequence[OutboxAlert], last_sent: Mapping[str, datetim
     let_through: dict[str, datetime] = {}
     for _, members in sorted(groups.items()):
         opened = min(a.time for _, a in members)
-        if not force and now - opened < policy.group_wait:
+        if not force and now - opened < policy.wait_for(members[0][1].type):
             continue
         rows = [r for r, _ in members]
         tag = _digest([r.dedup_key for r in rows], 8) if len(rows) > 1 else None

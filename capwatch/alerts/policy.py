@@ -5,6 +5,11 @@ that seven agents of one family hitting the same drift give one alert, "7 agents
 rover-v3: ...", instead of seven pages. An alert whose dedup key was let through less
 than its type's suppression window ago is dropped (and counted). The alert outbox
 (capwatch.alerts.outbox) applies the policy, durably, through the store.
+
+The unexplained-inconsistency alert does not wait by default (``group_wait_by_type``):
+it is the prompt one, saying within a second that an agent did something its model rules
+out; the assessment's own alerts, seconds to minutes later, are the ones grouped. Alerts
+of that type routed in the same pass still merge into one.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ DEFAULT_SUPPRESSION: Mapping[AlertType, timedelta] = {
     AlertType.ASSESSMENT_FAILED: timedelta(hours=1),
 }
 
+DEFAULT_GROUP_WAIT_BY_TYPE: Mapping[AlertType, timedelta] = {
+    AlertType.UNEXPLAINED_INCONSISTENCY: timedelta(0),
+}
+"""Types whose groups do not wait ``group_wait`` (see the module docstring)."""
+
 
 @dataclass(frozen=True)
 class AlertPolicy:
@@ -34,12 +44,20 @@ class AlertPolicy:
     group_wait: timedelta = timedelta(seconds=30)
     """How long the first alert of a group waits for others (Alertmanager's group_wait)."""
     max_agents_listed: int = 20
+    group_wait_by_type: Mapping[AlertType, timedelta] = field(
+        default_factory=lambda: dict(DEFAULT_GROUP_WAIT_BY_TYPE))
+    """Per type, instead of ``group_wait``."""
+
+    def wait_for(self, alert_type: AlertType) -> timedelta:
+        return self.group_wait_by_type.get(alert_type, self.group_wait)
 
     @classmethod
     def from_config(cls, data: Mapping[str, Any]) -> AlertPolicy:
         """From a config mapping such as ``{"severity": {"capability_expanded": "warning"},
-        "suppress_seconds": {"assessment_failed": 600}, "group_wait_seconds": 10}``."""
-        known = {"severity", "suppress_seconds", "group_wait_seconds", "max_agents_listed"}
+        "suppress_seconds": {"assessment_failed": 600}, "group_wait_seconds": 10,
+        "group_wait_by_type": {"unexplained_inconsistency": 30}}``."""
+        known = {"severity", "suppress_seconds", "group_wait_seconds", "max_agents_listed",
+                 "group_wait_by_type"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown alert policy keys {sorted(unknown)}; known: "
@@ -55,8 +73,13 @@ class AlertPolicy:
         wait = float(data.get("group_wait_seconds", 30))
         if wait < 0:
             raise ValueError("group_wait_seconds must not be negative")
+        by_type = dict(DEFAULT_GROUP_WAIT_BY_TYPE)
+        for name, seconds in dict(data.get("group_wait_by_type", {})).items():
+            if float(seconds) < 0:
+                raise ValueError(f"group_wait_by_type.{name} must not be negative")
+            by_type[_alert_type(name)] = timedelta(seconds=float(seconds))
         return cls(severities, suppress, timedelta(seconds=wait),
-                   int(data.get("max_agents_listed", 20)))
+                   int(data.get("max_agents_listed", 20)), by_type)
 
 
 def _alert_type(name: str) -> AlertType:

@@ -310,11 +310,18 @@ class AgentWatch:
         # Canary findings carry offset -1: they come from no record and hold no commit.
         return min((e.offset for e in self.evidence if e.offset >= 0), default=None)
 
+    def work_key(self) -> str:
+        """The key :meth:`work_item` gives the buffered evidence: it names the model
+        version in use and the first buffered record, so it is known from the first
+        inconsistency on (the prompt alert is written under it)."""
+        first = self.first_buffered_offset()
+        since = first if first is not None else self.last_offset
+        return f"{self.family}/{self.agent_id}@{self.version.ref}#{since}"
+
     def work_item(self) -> WorkItem:
         """The buffered evidence as queued work (the buffer is kept until :meth:`queued`)."""
         first = self.first_buffered_offset()
-        since = first if first is not None else self.last_offset
-        key = f"{self.family}/{self.agent_id}@{self.version.ref}#{since}"
+        key = self.work_key()
         provisional = self.domain
         drift = {}
         probes = {}

@@ -21,7 +21,7 @@ from capwatch.alerts.types import Alert, AlertType, Severity, inconsistency_aler
 from capwatch.contracts.ports import Publisher
 from capwatch.contracts.store import AlertOutboxStore, OutboxAlert
 from capwatch.contracts.versions import ModelVersion
-from capwatch.daemon.agent_watch import Evidence
+from capwatch.daemon.agent_watch import AgentWatch, Evidence
 from capwatch.daemon.config import AlertsConfig
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.work import WorkItem
@@ -57,6 +57,11 @@ class AlertRouting:
 
     Failures are logged, not raised: everything stays in the store's outbox and the next
     run picks it up.
+
+    Besides the scheduler's run every ``route_s``, :meth:`wake` asks for a run at once on
+    a thread of its own (:meth:`start`): the main loop wakes it when it writes an alert
+    that must not wait for the next tick (a hard inconsistency). Wakes that come while a
+    run is going coalesce into one more run.
     """
 
     def __init__(self, config: AlertsConfig, outbox: AlertOutbox,
@@ -67,6 +72,26 @@ class AlertRouting:
         self._lock = threading.Lock()
         self._closed = False
         self._pruned: datetime | None = None
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._woken, name="capwatch-alerts",
+                                            daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        """Route now (on the routing thread; a no-op until :meth:`start`)."""
+        self._wake.set()
+
+    def _woken(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                return
+            self.run()
 
     def run(self, force: bool = False) -> None:
         with self._lock:
@@ -89,6 +114,9 @@ class AlertRouting:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
 
 
 def build_sinks(config: AlertsConfig, publisher: Publisher) -> list[AlertSink]:
@@ -139,7 +167,29 @@ def failed_alert_key(assessment_key: str) -> str:
 def queued_alert(item: WorkItem, evidence: Sequence[Evidence], domain: Domain, now: datetime,
                  severities: Mapping[AlertType, Severity]) -> OutboxAlert:
     """The "unexplained inconsistency awaiting assessment" alert for queued work: one per
-    work item (written with it), naming the contradicted pa-tuples."""
+    work item (written with it unless :func:`prompt_alert` wrote it already), naming the
+    contradicted pa-tuples."""
+    return awaiting_alert(item.key, item.family, item.agent_id, item.base.version, evidence,
+                          domain, now, severities)
+
+
+def prompt_alert(watch: AgentWatch, now: datetime,
+                 severities: Mapping[AlertType, Severity]) -> OutboxAlert | None:
+    """The same alert as :func:`queued_alert`, written as soon as the first inconsistency
+    of a watch's evidence is buffered rather than when the debounce lets the evidence be
+    queued: its outbox key names the work item the evidence will become, so the queued
+    work's own write adds nothing and the alert goes out once. None if the watch has no
+    evidence from a record (nothing to name it by)."""
+    if watch.awaiting is not None or watch.first_buffered_offset() is None:
+        return None
+    return awaiting_alert(watch.work_key(), watch.family, watch.agent_id,
+                          watch.version.ref.version, watch.evidence, watch.domain, now,
+                          severities)
+
+
+def awaiting_alert(key: str, family: str, agent_id: str, model_version: int,
+                   evidence: Sequence[Evidence], domain: Domain, now: datetime,
+                   severities: Mapping[AlertType, Severity]) -> OutboxAlert:
     first = evidence[0].transition
     actions = sorted({e.transition.action[0] for e in evidence})
     contradicted: list[str] = []
@@ -149,12 +199,12 @@ def queued_alert(item: WorkItem, evidence: Sequence[Evidence], domain: Domain, n
             if text not in contradicted:
                 contradicted.append(text)
     alert = inconsistency_alert(
-        family=item.family, agent_id=item.agent_id, action=first.action[0], time=now,
+        family=family, agent_id=agent_id, action=first.action[0], time=now,
         contradicted=contradicted, header=domain.action(first.action[0]).header(),
-        evidence={"assessment_key": item.key, "model_version": item.base.version,
+        evidence={"assessment_key": key, "model_version": model_version,
                   "inconsistent": len(evidence), "actions": actions,
                   "transitions": [{"partition": e.transition.partition, "offset": e.offset,
                                    "episode_id": e.transition.episode_id,
                                    "step": e.transition.step} for e in evidence[:10]]},
         severities=severities)
-    return outbox_record(alert, queued_alert_key(item.key))
+    return outbox_record(alert, queued_alert_key(key))

@@ -402,6 +402,9 @@ class AlertsConfig(_Section):
     """Per alert type: a repeat of a dedup key within this window is dropped."""
     group_wait_seconds: float = Field(default=30.0, ge=0)
     """How long the first alert of a group waits for the same change in other agents."""
+    group_wait_by_type: dict[str, float] = Field(default_factory=dict)
+    """Per alert type, instead of group_wait_seconds. unexplained_inconsistency waits 0
+    unless set here: the prompt alert of a hard inconsistency (docs/daemon.md)."""
     max_agents_listed: int = Field(default=20, ge=1)
     sinks: AlertSinksConfig = Field(default_factory=AlertSinksConfig)
     route_s: float = Field(default=1.0, gt=0)
@@ -423,6 +426,7 @@ class AlertsConfig(_Section):
         return AlertPolicy.from_config({
             "severity": self.severity, "suppress_seconds": self.suppress_seconds,
             "group_wait_seconds": self.group_wait_seconds,
+            "group_wait_by_type": self.group_wait_by_type,
             "max_agents_listed": self.max_agents_listed})
 
 

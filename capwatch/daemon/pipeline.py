@@ -40,7 +40,13 @@ from capwatch.contracts.store import ModelStore, PendingAssessment
 from capwatch.contracts.versions import ModelRef
 from capwatch.contracts.wire import AgentTransition, DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
-from capwatch.daemon.alerting import AlertRouting, build_outbox, build_sinks, queued_alert
+from capwatch.daemon.alerting import (
+    AlertRouting,
+    build_outbox,
+    build_sinks,
+    prompt_alert,
+    queued_alert,
+)
 from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
@@ -125,6 +131,9 @@ class Pipeline:
         self._tally: dict[Counter, int] = {}
         """Counter increments of the batch being handled, added once at its end."""
         self._newest_stamp: dict[int, float] = {}
+        self._prompt: dict[str, AgentWatch] = {}
+        """Watches whose first inconsistency was buffered and whose alert is not written
+        yet (:meth:`alert_promptly`)."""
         """Per partition, when the newest handled record was written (time-based lag)."""
         self.assigned: set[int] = set()
         """Source partitions this replica owns now (for operators and tests)."""
@@ -206,6 +215,7 @@ class Pipeline:
         try:
             self.source.start(self.assign, self.revoke, self.checkpoints.resume_offsets())
             self.workers.start()
+            self.alerts.start()
             self._consuming = True
             log.info("daemon started", replica=self.config.replica_id, source=self.source.name)
             while not self._stop.is_set():
@@ -238,6 +248,7 @@ class Pipeline:
         except INFRASTRUCTURE_ERRORS:
             self._backlog = records[self.processed - before:]  # from the one that failed
             raise
+        self.alert_promptly()  # a retry, if the store failed it in handle_batch
         self.drain()
         self.sweep()
         if self.checkpoints.due or self._outage is not None:
@@ -370,6 +381,7 @@ class Pipeline:
             if restores:
                 self.metrics.restores.inc(restores)
                 self._restores += restores
+        self.alert_promptly()
         if len(self.registry) > self.config.limits.max_agents_in_memory:
             self.evict()
 
@@ -416,10 +428,38 @@ class Pipeline:
             if watch.awaiting is None:
                 log.info("inconsistent transition", action=list(t.action),
                          model=watch.version.ref.version)
+                evidence = watch.evidence
+                if evidence and evidence[-1].transition is t \
+                        and watch.first_buffered_offset() == t.offset:
+                    self._prompt[watch.agent_id] = watch  # a new buffer: alert at once
         if finding.ripe:
             self._queue_or_keep(watch)
 
     # ------------------------------------------------------------------ queueing
+
+    def alert_promptly(self) -> None:
+        """Write the awaiting-assessment alert of evidence buffered since the last call
+        and wake the alert routing, so a hard inconsistency is published within a second
+        instead of after the debounce (docs/daemon.md, "Alerts"). One store transaction per
+        batch. If the store fails, the watches stay listed for the next call, and the
+        evidence holds the commit until its queued work writes the same alert anyway."""
+        if not self._prompt:
+            return
+        now = self.clock()
+        severities = self.alert_policy.severities
+        alerts = [a for a in (prompt_alert(w, now, severities)
+                              for w in self._prompt.values()) if a is not None]
+        try:
+            if alerts:
+                self.store.add_alerts(alerts)
+        except INFRASTRUCTURE_ERRORS as e:
+            log.warning("writing the inconsistency alert failed; it goes out with the "
+                        "queued assessment", error=str(e)[:300])
+            self._outage = f"{_component(e)} unavailable: {type(e).__name__}: {e}"[:500]
+            return
+        self._prompt.clear()
+        if alerts:
+            self.alerts.wake()
 
     def sweep(self, force: bool = False) -> None:
         """Queue every watch whose evidence is ripe (``force``: whatever is buffered)."""
@@ -446,6 +486,8 @@ class Pipeline:
         created = self.store.enqueue(PendingAssessment(
             key=item.key, agent_id=item.agent_id, family=item.family, payload=item.to_json(),
             enqueued_at=now), alerts)
+        if alerts:
+            self.alerts.wake()
         if created:
             watch.queued(item.key)
             self.metrics.assessments_queued.labels(watch.family).inc()

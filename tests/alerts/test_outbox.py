@@ -111,6 +111,20 @@ def test_a_family_wide_drift_is_one_delivery_once_the_group_waited() -> None:
     assert Alert.from_record(second.alert).dedup_key != g.dedup_key
 
 
+def test_inconsistency_alerts_go_out_at_once_and_merge_only_within_one_pass() -> None:
+    def waiting(agent: str, t: datetime) -> Alert:
+        return inconsistency_alert(family="rover-v3", agent_id=agent, action="sample_rock",
+                                   time=t, contradicted=["⟨(battery_half ?r), sample_rock⟩"])
+
+    rows = [outbox_record(waiting("r1", at(0)), "q1"), outbox_record(reduced("r1", at(0)), "v1")]
+    plan = plan_routing(rows, {}, POLICY, at(0), ["kafka"])
+    assert [d.members for d in plan.deliveries] == [("q1",)]  # the reduction waits 30 s
+    both = [outbox_record(waiting("r2", at(1)), "q2"), outbox_record(waiting("r3", at(1)), "q3")]
+    (d,) = plan_routing(both, {}, POLICY, at(1), ["kafka"]).deliveries
+    assert d.members == ("q2", "q3")
+    assert Alert.from_record(d.alert).summary.startswith("2 agents of rover-v3")
+
+
 def test_repeats_inside_the_window_are_suppressed_measured_on_alert_time() -> None:
     policy = AlertPolicy(group_wait=timedelta(0),
                          suppress_for={AlertType.CAPABILITY_REDUCED: timedelta(hours=1)})

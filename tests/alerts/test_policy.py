@@ -75,6 +75,21 @@ def test_policy_from_config_overrides_and_rejects_nonsense() -> None:
         AlertPolicy.from_config({"group_wait_seconds": -1})
 
 
+def test_the_inconsistency_alert_does_not_wait_for_its_group_unless_configured() -> None:
+    p = AlertPolicy.from_config({"group_wait_seconds": 30})
+    assert p.wait_for(AlertType.UNEXPLAINED_INCONSISTENCY) == timedelta(0)
+    assert p.wait_for(AlertType.CAPABILITY_REDUCED) == timedelta(seconds=30)
+    p = AlertPolicy.from_config({"group_wait_by_type": {"unexplained_inconsistency": 12,
+                                                        "assessment_failed": 0}})
+    assert p.wait_for(AlertType.UNEXPLAINED_INCONSISTENCY) == timedelta(seconds=12)
+    assert p.wait_for(AlertType.ASSESSMENT_FAILED) == timedelta(0)
+    assert p.wait_for(AlertType.CAPABILITY_EXPANDED) == timedelta(seconds=30)
+    with pytest.raises(ValueError, match="unknown alert type"):
+        AlertPolicy.from_config({"group_wait_by_type": {"inconsistency": 0}})
+    with pytest.raises(ValueError, match="must not be negative"):
+        AlertPolicy.from_config({"group_wait_by_type": {"assessment_failed": -1}})
+
+
 def test_a_grouped_assessment_failure_keeps_its_cause() -> None:
     """"2 agents of gripper: assessment failed (error)" said nothing of why; the cause
     stays in the summary, each agent's message in detail.causes, and both reach the wire

@@ -1,0 +1,442 @@
+"""Produce → published alert for a hard inconsistency, at half the measured maximum load
+(issue 13's latency row; run by ``make bench-daemon``).
+
+1. *Maximum load*: a topic pre-filled with the simulated fleet's transitions is consumed by
+   ``capwatch run`` (the service, in this process) as fast as it goes; records per wall
+   second from the first record read to the last.
+2. *Half of it*: a fresh daemon (its own topics, store and consumer group, Kafka output)
+   consumes a producer paced at half that rate that replays the fleet's traffic (every
+   agent, round robin), while hard inconsistencies are injected at known times: for a
+   random agent not injected before, one of its own transitions whose next state lacks an
+   atom the action adds (or keeps one it deletes), checked against the family's model to
+   be a contradiction (a pa-tuple ruled out, Table 2), so nothing here depends on how the
+   simulator works.
+3. A consumer of the alerts topic (partitions assigned, no group join) matches each alert
+   to its injection by ``agent_id`` and the record position in ``evidence.transitions``
+   (``partition``, ``offset``): the latency is from the injected record's produce call to
+   the alert record's arrival at that consumer. The alert's own broker timestamp
+   (CreateTime, set by the daemon's producer) gives the produce → alert-sent part.
+
+The producer and the alerts consumer run in a child process, so their Python work does
+not take the daemon's interpreter lock. Wall time, not CPU time, is what is measured here:
+the machine's load average is printed with the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from capwatch.adapters.sim.fleet import SimulatedFleet
+from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.service import FleetDirectory, build_service
+from capwatch.model.consistency import explain
+from capwatch.model.domain import Domain, GroundAtom
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "capwatch" / "examples"
+FAMILIES = {"rover-v1": EXAMPLES / "rover.pddl", "courier-v1": EXAMPLES / "courier.pddl"}
+
+
+def _atoms(items: Sequence[Sequence[str]]) -> frozenset[GroundAtom]:
+    return frozenset(tuple(a) for a in items)
+
+
+def contradiction(value: bytes, domain: Domain) -> bytes | None:
+    """``value`` (a transition on the wire) made into a hard inconsistency for ``domain``:
+    an atom the action added stays absent (or one it deleted stays present), if the model
+    then rules a pa-tuple out; None if this transition cannot be made into one."""
+    d = json.loads(value)
+    if d.get("type") != "transition" or not d.get("executed", True):
+        return None
+    state, nxt = _atoms(d["state"]), _atoms(d["next_state"])
+    action = tuple(d["action"])
+    for atom in sorted(nxt - state):
+        changed = nxt - {atom}
+        if explain(domain, action, state, changed).contradicted:
+            d["next_state"] = sorted(list(a) for a in changed)
+            return json.dumps(d).encode()
+    for atom in sorted(state - nxt):
+        changed = nxt | {atom}
+        if explain(domain, action, state, changed).contradicted:
+            d["next_state"] = sorted(list(a) for a in changed)
+            return json.dumps(d).encode()
+    return None
+
+
+def injections(events: Sequence[tuple[str, bytes]], domains: Mapping[str, Domain],
+               family_of: Mapping[str, str]) -> dict[str, bytes]:
+    """One hard inconsistency per agent that has a transition which can be made into one."""
+    out: dict[str, bytes] = {}
+    for agent, value in events:
+        if agent in out:
+            continue
+        bad = contradiction(value, domains[family_of[agent]])
+        if bad is not None:
+            out[agent] = bad
+    return out
+
+
+def _config(tmp: str, bootstrap: str, topic: str, *, kafka_output: bool) -> DaemonConfig:
+    return DaemonConfig(**{
+        "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
+        "families": {f: {"domain": str(p)} for f, p in FAMILIES.items()},
+        "source": {"kind": "kafka"}, "output": {"kind": "kafka" if kafka_output else "log"},
+        "http": {"enabled": False},
+        "kafka": {"bootstrap_servers": bootstrap, "transitions_topic": topic,
+                  "models_topic": f"{topic}-m", "alerts_topic": f"{topic}-a",
+                  "dead_letter_topic": f"{topic}-d",
+                  "group_id": f"capwatch-{uuid.uuid4().hex[:6]}", "partitions": 3,
+                  "create_topics": False},
+    })
+
+
+def _topic(bootstrap: str, append_time: bool = False) -> str:
+    """Fresh topics; ``append_time``: the transitions topic stamps records with the
+    broker's append time, so a send's metadata says when the record reached the broker."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    from capwatch.adapters.io.kafka import ensure_topics
+
+    topic = f"lat-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, transitions=topic, models=f"{topic}-m", alerts=f"{topic}-a",
+                  dead_letter=f"{topic}-d", partitions=3)
+    if append_time:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={
+            "message.timestamp.type": "LogAppendTime"})])
+        admin.close()
+    return topic
+
+
+def max_rate(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple[str, bytes]]) -> float:
+    """Records per second ``capwatch run`` consumes from a full topic (first to last read)."""
+    from kafka import KafkaProducer
+
+    topic = _topic(bootstrap)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20)
+    for agent, value in events:
+        producer.send(topic, key=agent.encode(), value=value)
+    producer.flush(120)
+    producer.close()
+    n = len(events)
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = build_service(_config(tmp, bootstrap, topic, kafka_output=False),
+                            agents=FleetDirectory(f))
+        runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
+        runner.start()
+        p = svc.pipeline
+        while p.processed == 0:
+            time.sleep(0.001)
+        first = time.perf_counter()
+        while p.processed < n:
+            time.sleep(0.001)
+        wall = time.perf_counter() - first
+        p.stop()
+        runner.join(60)
+    return n / wall
+
+
+@dataclass(frozen=True)
+class Plan:
+    bootstrap: str
+    topic: str
+    rate: float
+    """Background records per second (injections come on top)."""
+    seconds: float
+    warmup_s: float
+    every_s: float
+    """One injection this often, after the warm-up."""
+    wait_s: float
+    """After the last record, how long to wait for the alerts still missing."""
+
+
+def background_only(plan: Plan, background: Sequence[tuple[str, bytes]], share: int,
+                    shares: int, out: Any) -> None:
+    """A child process producing its share of the background traffic at its share of the
+    rate (one kafka-python producer cannot send half of what the daemon reads)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=plan.bootstrap, linger_ms=5,
+                             batch_size=256 * 1024)
+    producer.partitions_for(plan.topic)  # metadata before the clock starts
+    mine = list(background[share::shares])
+    n = _paced(producer, plan, mine, plan.rate / shares, lambda elapsed: None)
+    producer.flush(60)
+    producer.close()
+    out.put(json.dumps({"produced": n}))
+
+
+def _paced(producer: Any, plan: Plan, records: Sequence[tuple[str, bytes]], rate: float,
+           tick: Any) -> int:
+    """Send ``records`` round robin at ``rate`` per second for ``plan.seconds``, calling
+    ``tick(elapsed)`` at least every few milliseconds; returns how many were sent."""
+    t0 = time.perf_counter()
+    n = 0
+    while True:
+        elapsed = time.perf_counter() - t0
+        if elapsed >= plan.seconds:
+            return n
+        due = min(int(elapsed * rate) + 1, n + 200)  # a backlog must not delay ``tick``
+        while n < due:
+            agent, value = records[n % len(records)]
+            producer.send(plan.topic, key=agent.encode(), value=value)
+            n += 1
+        tick(elapsed)
+        if n >= int(elapsed * rate):
+            time.sleep(0.001)
+
+
+def traffic(plan: Plan, background: Sequence[tuple[str, bytes]], shares: int,
+            inject: Sequence[tuple[str, bytes]], out: Any) -> None:
+    """The child process that injects: its share of the background, the injections and
+    the alerts consumer. Puts a JSON summary on ``out``: produced count, injections
+    (agent, send time, partition, offset) and alerts (arrival time, CreateTime, agent,
+    evidence)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    alerts_topic = f"{plan.topic}-a"
+    consumer = KafkaConsumer(bootstrap_servers=plan.bootstrap, enable_auto_commit=False,
+                             fetch_max_wait_ms=20)
+    consumer.assign([TopicPartition(alerts_topic, p)
+                     for p in sorted(consumer.partitions_for_topic(alerts_topic) or {0})])
+    consumer.seek_to_beginning()
+    seen: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=50).values():
+                now = time.time()
+                for r in records:
+                    a = json.loads(r.value)
+                    seen.append({"arrived": now, "created": r.timestamp / 1000,
+                                 "written": datetime.fromisoformat(a["time"]).timestamp(),
+                                 "alert_type": a["alert_type"], "agent_id": a["agent_id"],
+                                 "evidence": a.get("evidence", {})})
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    # linger 5 ms like the daemon's own producer: part of the measured latency.
+    producer = KafkaProducer(bootstrap_servers=plan.bootstrap, linger_ms=5,
+                             batch_size=256 * 1024)
+    producer.partitions_for(plan.topic)
+    sent: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def positioned(entry: dict[str, Any]) -> Any:
+        def done(meta: Any) -> None:
+            with lock:
+                entry["partition"], entry["offset"] = meta.partition, meta.offset
+                entry["appended"] = meta.timestamp / 1000
+        return done
+
+    state = {"next": plan.warmup_s, "k": 0}
+
+    def tick(elapsed: float) -> None:
+        if elapsed < state["next"] or state["k"] >= len(inject):
+            return
+        agent, value = inject[int(state["k"])]
+        entry: dict[str, Any] = {"agent_id": agent, "sent": time.time()}
+        producer.send(plan.topic, key=agent.encode(), value=value).add_callback(
+            positioned(entry))
+        sent.append(entry)
+        state["k"] += 1
+        state["next"] += plan.every_s
+
+    wall0 = time.time()
+    n = _paced(producer, plan, list(background[0::shares]), plan.rate / shares, tick)
+    producer.flush(60)
+    produced_s = time.time() - wall0
+    deadline = time.time() + plan.wait_s
+    while time.time() < deadline:
+        with lock:
+            matched = len(match(sent, seen))
+        if matched == len(sent):
+            break
+        time.sleep(0.05)
+    stop.set()
+    reader.join(5)
+    producer.close()
+    consumer.close()
+    out.put(json.dumps({"produced": n, "produced_s": produced_s, "injected": sent,
+                        "alerts": list(seen)}))
+
+
+def _positions(alert: Mapping[str, Any], agent: str) -> set[tuple[int, int]]:
+    ev = alert["evidence"]
+    if alert["agent_id"] != agent:
+        ev = (ev.get("agents") or {}).get(agent)
+        if not isinstance(ev, dict):
+            return set()
+    return {(int(t["partition"]), int(t["offset"])) for t in ev.get("transitions", ())
+            if isinstance(t, dict) and t.get("partition") is not None}
+
+
+def match(sent: Sequence[Mapping[str, Any]], alerts: Sequence[Mapping[str, Any]]
+          ) -> dict[int, Mapping[str, Any]]:
+    """Injection index → the first alert naming its agent and record position."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for i, s in enumerate(sent):
+        if "offset" not in s:
+            continue
+        pos = (s["partition"], s["offset"])
+        for a in alerts:
+            if pos in _positions(a, s["agent_id"]) and (
+                    i not in out or a["arrived"] < out[i]["arrived"]):
+                out[i] = a
+    return out
+
+
+def _q(xs: Sequence[float], q: float) -> float:
+    if len(xs) == 1:
+        return xs[0]
+    return statistics.quantiles(xs, n=1000, method="inclusive")[int(q * 1000) - 1]
+
+
+def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every_s: float,
+            background: Sequence[tuple[str, bytes]], inject: Sequence[tuple[str, bytes]],
+            producers: int = 2) -> dict[str, Any]:
+    topic = _topic(bootstrap, append_time=True)
+    plan = Plan(bootstrap, topic, rate, plan_s, warmup_s=min(5.0, plan_s / 4),
+                every_s=every_s, wait_s=45.0)
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = build_service(_config(tmp, bootstrap, topic, kafka_output=True),
+                            agents=FleetDirectory(f))
+        runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
+        runner.start()
+        p = svc.pipeline
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        rest = ctx.Queue()
+        children = [ctx.Process(target=traffic,
+                                args=(plan, background, producers, inject, out))]
+        children += [ctx.Process(target=background_only,
+                                 args=(plan, background, i, producers, rest))
+                     for i in range(1, producers)]
+        cpu0 = time.process_time()
+        for c in children:
+            c.start()
+        result = json.loads(out.get(timeout=plan_s + plan.wait_s + 120))
+        for _ in children[1:]:
+            result["produced"] += json.loads(rest.get(timeout=120))["produced"]
+        for c in children:
+            c.join(30)
+        cpu = time.process_time() - cpu0
+        behind = result["produced"] + len(result["injected"]) - p.processed
+        p.stop()
+        runner.join(60)
+    sent = result["injected"]
+    found = match(sent, result["alerts"])
+    lat = sorted(found[i]["arrived"] - s["sent"] for i, s in enumerate(sent) if i in found)
+    def stage(a: str, b: str) -> list[float]:
+        return sorted((found[i][b] if b else s["appended"]) - (
+            found[i][a] if a in found[i] else s[a]) for i, s in enumerate(sent) if i in found)
+
+    kinds = sorted({found[i]["alert_type"] for i in found})
+    return {"rate": result["produced"] / result["produced_s"], "injected": len(sent),
+            "matched": len(lat), "latency": lat, "kinds": kinds,
+            "stages": {"on the broker": stage("sent", ""),
+                       "read and written": stage("appended", "written"),
+                       "routed and sent": stage("written", "created"),
+                       "on the topic": stage("created", "arrived")},
+            "load": (load0, os.getloadavg()[0]), "behind": behind,
+            "daemon_cpu_s": cpu, "seconds": result["produced_s"]}
+
+
+def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple[str, bytes]],
+                       *, seconds: float, every_s: float, runs: int,
+                       rate: float | None = None) -> None:
+    """Prints the row: the maximum rate, then per run the latency quantiles at half of it."""
+    from capwatch.model.pddl_reader import read_domain
+
+    domains = {fam: read_domain(p) for fam, p in FAMILIES.items()}
+    family_of = {a: f.family_of(a) for a in f.agent_ids}
+    candidates = injections(events, domains, family_of)
+    peak = rate if rate is not None else max_rate(f, bootstrap, events)
+    half = peak / 2
+    print(f"  produce -> published alert, hard inconsistency: capwatch run maximum "
+          f"{peak:,.0f}/s over the broker; half load {half:,.0f}/s from "
+          f"{len(family_of)} agents, one injection every {every_s:g} s "
+          f"({len(candidates)} agents can take one)")
+    pooled: list[float] = []
+    for run in range(runs):
+        rng = random.Random(run)
+        order = sorted(candidates)
+        rng.shuffle(order)
+        inject = [(a, candidates[a]) for a in order]
+        r = one_run(f, bootstrap, half, seconds, every_s, events, inject)
+        lat = r["latency"]
+        pooled += lat
+        if not lat:
+            print(f"    run {run + 1}: {r['injected']} injected, no alert matched "
+                  f"(load {r['load'][0]:.1f}-{r['load'][1]:.1f})")
+            continue
+        print(f"    run {run + 1}: {r['rate']:,.0f}/s produced for {r['seconds']:.0f} s, "
+              f"{r['matched']}/{r['injected']} alerted ({', '.join(r['kinds'])}); "
+              f"p50 {_q(lat, .5):.3f} p95 {_q(lat, .95):.3f} p99 {_q(lat, .99):.3f} "
+              f"max {lat[-1]:.3f} s; daemon {r['daemon_cpu_s'] / r['seconds']:.2f} cores, "
+              f"{r['behind']:,} records behind at the end, "
+              f"load {r['load'][0]:.1f}-{r['load'][1]:.1f}")
+        print("      stages (p50/p99 s): " + "; ".join(
+            f"{k} {_q(v, .5):.3f}/{_q(v, .99):.3f}" for k, v in r["stages"].items()))
+    if pooled and runs > 1:
+        pooled.sort()
+        print(f"    all runs: n={len(pooled)} p50 {_q(pooled, .5):.3f} p95 "
+              f"{_q(pooled, .95):.3f} p99 {_q(pooled, .99):.3f} max {pooled[-1]:.3f} s   "
+              f"target p99 < 1 s")
+
+
+def main() -> int:
+    """Standalone: ``python benchmarks/bench_alert_latency.py [--quick]``."""
+    import argparse
+
+    from capwatch.daemon.logs import configure_logging
+
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_daemon import fleet
+
+    from tests.support.kafka_broker import start_kafka_broker
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--every", type=float, default=0.4,
+                        help="seconds between injected inconsistencies")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="take this as the maximum rate instead of measuring it")
+    args = parser.parse_args()
+    configure_logging("error", "json")
+    f = fleet(20 if args.quick else 100)
+    events = [(e.agent_id, e.value) for e in f.events(20 if args.quick else 300)]
+    print(f"alert latency benchmark: {os.cpu_count()} cores, load "
+          f"{os.getloadavg()[0]:.1f}")
+    broker = start_kafka_broker()
+    try:
+        alert_latency_rows(f, broker.bootstrap, events, seconds=10 if args.quick
+                           else args.seconds, every_s=args.every,
+                           runs=1 if args.quick else args.runs,
+                           rate=args.rate)
+    finally:
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
