@@ -366,8 +366,10 @@ def main() -> int:
           f" bytes RSS per agent held   target <= 2 KB per idle agent")
     if not args.no_kafka:
         kafka_rows(f, 2 * agents_per_family, 20 if args.quick else 500)
-    print("  produce -> published alert p99 at half load: not measured; three replica "
-          "processes, one SIGKILLed: tests/integration/test_daemon_kafka.py")
+        from bench_alert_latency import latency_row  # the row's own module (issue 13)
+
+        latency_row(f, events, quick=args.quick)
+    print("  three replica processes, one SIGKILLed: tests/integration/test_daemon_kafka.py")
     return 0
 
 
