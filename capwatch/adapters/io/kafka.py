@@ -9,10 +9,9 @@ raises if any send since the previous flush failed: the daemon then does not com
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import structlog
 from kafka import (
@@ -26,14 +25,19 @@ from kafka.errors import TopicAlreadyExistsError
 from kafka.future import Future as KafkaFuture
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from capwatch.contracts.ports import DeliveryError, Rebalance, Record
-from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+from capwatch.adapters.io.kafka_common import (
+    LINGER_MS,
+    MAX_REQUEST_BYTES,
+    PendingPublisher,
+    PublishError,
+    fetch_bytes,
+    heartbeat_ms,
+)
+from capwatch.contracts.ports import Rebalance, Record
 
 log = structlog.get_logger("capwatch.kafka")
 
-
-class PublishError(DeliveryError):
-    """A record could not be written to Kafka; nothing after it may be committed."""
+__all__ = ["KafkaPublisher", "KafkaSource", "PublishError", "ensure_topics", "list_topics"]
 
 
 def list_topics(bootstrap: str, *, security: Mapping[str, Any] | None = None,
@@ -143,10 +147,8 @@ class KafkaSource:
             bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
             max_poll_records=max_poll_records, session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=max(1000, session_timeout_ms // 3),
-            # Oversized messages must reach the decoder (and the dead-letter topic) rather
-            # than stall the partition, so fetch a little more than the limit.
-            max_partition_fetch_bytes=max(1_048_576, max_message_bytes + 65_536),
+            heartbeat_interval_ms=heartbeat_ms(session_timeout_ms),
+            max_partition_fetch_bytes=fetch_bytes(max_message_bytes),
             **(security or {}),
         )
         self._consumer: KafkaConsumer | None = None
@@ -198,80 +200,42 @@ class KafkaSource:
             self._consumer = None
 
 
-class _Sent(NamedTuple):
-    topic: str
-    key: bytes | None
-    value: bytes
-    future: Any
-
-
-class KafkaPublisher:
+class KafkaPublisher(PendingPublisher):
     """Model versions (compacted topic, key = agent), alerts and dead letters."""
 
     def __init__(self, bootstrap: str, *, models_topic: str, alerts_topic: str,
                  dead_letter_topic: str, client_id: str = "capwatch",
                  security: Mapping[str, Any] | None = None) -> None:
-        self.models_topic = models_topic
-        self.alerts_topic = alerts_topic
-        self.dead_letter_topic = dead_letter_topic
-        self._producer = KafkaProducer(
+        super().__init__(models_topic=models_topic, alerts_topic=alerts_topic,
+                         dead_letter_topic=dead_letter_topic)
+        self._config: dict[str, Any] = dict(
             bootstrap_servers=bootstrap, client_id=client_id, acks="all",
-            enable_idempotence=True, linger_ms=5, max_request_size=8_388_608,
+            enable_idempotence=True, linger_ms=LINGER_MS, max_request_size=MAX_REQUEST_BYTES,
             **(security or {}),
         )
-        self._lock = threading.Lock()
-        self._flushing = threading.Lock()
-        self._pending: list[_Sent] = []
-        """Every record sent and not yet acknowledged, kept until it is: a failed one is
-        sent again, and until it goes through no flush succeeds (so nothing is committed
-        past it)."""
+        self._producer = KafkaProducer(**self._config)
 
-    def _send(self, topic: str, key: str | None, value: bytes) -> None:
-        raw_key = key.encode() if key is not None else None
-        future = self._producer.send(topic, key=raw_key, value=value)
-        with self._lock:
-            self._pending.append(_Sent(topic, raw_key, value, future))
+    def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
+        return self._producer.send(topic, key=key, value=value)
 
-    def model_version(self, event: ModelVersionEvent) -> None:
-        self._send(self.models_topic, event.agent_id, event.model_dump_json().encode())
+    def _flush_client(self, timeout_s: float) -> None:
+        self._producer.flush(timeout=timeout_s)
+        # kafka-python's idempotent producer turns any non-retriable refusal of one record
+        # (a record over the topic's max.message.bytes) into a fatal state: it sends nothing
+        # more, ever, and the daemon would never commit again. A new producer takes over;
+        # the failed records are sent again through it.
+        manager = getattr(self._producer, "_transaction_manager", None)
+        if manager is not None and manager.has_fatal_error():
+            log.error("kafka producer failed for good; replacing it")
+            self._producer.close(timeout=0)
+            self._producer = KafkaProducer(**self._config)
 
-    def alert(self, event: AlertEvent) -> None:
-        # A grouped alert ("*": several agents) is keyed by its family, so a family's
-        # grouped alerts stay in order without all landing on the partition of key "*".
-        key = event.family if event.agent_id == "*" else event.agent_id
-        self._send(self.alerts_topic, key, event.model_dump_json().encode())
-
-    def dead_letter(self, record: DeadLetterRecord) -> None:
-        self._send(self.dead_letter_topic, None, record.model_dump_json().encode())
-
-    def flush(self, timeout_s: float = 10.0) -> None:
-        """Return once everything sent so far (by any thread) is acknowledged; raise
-        PublishError, keeping the failed records to send again, otherwise."""
-        with self._flushing:
-            self._producer.flush(timeout=timeout_s)
-            with self._lock:
-                sent = list(self._pending)
-            failed: list[tuple[_Sent, Exception]] = []
-            for record in sent:
-                try:
-                    record.future.get(timeout=timeout_s)
-                except Exception as e:
-                    failed.append((record, e))
-            keep: list[_Sent] = []
-            for record, _ in failed:
-                try:
-                    keep.append(record._replace(future=self._producer.send(
-                        record.topic, key=record.key, value=record.value)))
-                except Exception:
-                    keep.append(record)  # the next flush sees it fail and tries again
-            with self._lock:
-                done = {id(r) for r in sent}
-                self._pending = [r for r in self._pending if id(r) not in done] + keep
-            if failed:
-                raise PublishError(f"{len(failed)} record(s) could not be written to Kafka"
-                                   f" (sent again): {failed[0][1]}")
+    def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
+        try:
+            handle.get(timeout=timeout_s)
+        except Exception as e:
+            return e, False
+        return None, False
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.flush()
-        self._producer.close(timeout=10)
+        self.close_with(lambda: self._producer.close(timeout=10))

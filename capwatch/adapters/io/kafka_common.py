@@ -1,0 +1,151 @@
+"""What both Kafka backends share (kafka-python in kafka.py, confluent-kafka in
+kafka_confluent.py), so the commit rule and the message limits cannot drift apart.
+
+- :class:`PendingPublisher`: which topic and key each event goes to, and the publisher's
+  side of the commit rule: every record sent is kept until the broker acknowledged it; a
+  flush raises :class:`PublishError` while any is not, sending failed ones again, so the
+  daemon commits no offset past a dead letter, model event or alert the broker refused.
+- :func:`fetch_bytes`: how much one partition fetch may hold, from the message limit.
+
+No Kafka client is imported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from capwatch.contracts.ports import DeliveryError
+from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
+
+MAX_REQUEST_BYTES = 8_388_608
+"""The producer's largest record: a model version of a big domain fits; a dead letter is
+cut far below it (contracts.wire.MAX_DEAD_LETTER_RAW)."""
+
+LINGER_MS = 5
+
+
+class PublishError(DeliveryError):
+    """A record could not be written to Kafka; nothing after it may be committed."""
+
+
+def fetch_bytes(max_message_bytes: int) -> int:
+    """A partition fetch's size: oversized messages must reach the decoder (and the
+    dead-letter topic) rather than stall the partition, so a little more than the limit."""
+    return max(1_048_576, max_message_bytes + 65_536)
+
+
+def heartbeat_ms(session_timeout_ms: int) -> int:
+    return max(1000, session_timeout_ms // 3)
+
+
+class Sent(NamedTuple):
+    """A record handed to the client and not yet known to be acknowledged."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    handle: Any
+    """The backend's own: a future (kafka-python), a delivery report (confluent-kafka),
+    or the exception the send raised at once."""
+
+
+class PendingPublisher:
+    """Model versions (compacted topic, key = agent), alerts and dead letters, kept until
+    acknowledged. A backend provides :meth:`_produce`, :meth:`_flush_client` and
+    :meth:`_failure`."""
+
+    def __init__(self, *, models_topic: str, alerts_topic: str,
+                 dead_letter_topic: str) -> None:
+        self.models_topic = models_topic
+        self.alerts_topic = alerts_topic
+        self.dead_letter_topic = dead_letter_topic
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()
+        self._pending: list[Sent] = []
+        """Every record sent and not yet acknowledged, kept until it is: a failed one is
+        sent again, and until it goes through no flush succeeds (so nothing is committed
+        past it)."""
+
+    # ------------------------------------------------------------------ the backend's part
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
+        """Hand one record to the client; returns the handle :meth:`_failure` reads."""
+        raise NotImplementedError
+
+    def _flush_client(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) for every record handed over to be answered."""
+        raise NotImplementedError
+
+    def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
+        """After a client flush: (why the record is not acknowledged, or None if it is;
+        True if it is still in flight, so sending it again would only duplicate it)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the contract
+
+    def _send(self, topic: str, key: str | None, value: bytes) -> None:
+        raw_key = key.encode() if key is not None else None
+        handle = self._attempt(topic, raw_key, value)
+        with self._lock:
+            self._pending.append(Sent(topic, raw_key, value, handle))
+
+    def _attempt(self, topic: str, key: bytes | None, value: bytes) -> Any:
+        try:
+            return self._produce(topic, key, value)
+        except Exception as e:  # a full queue, a record too large: the next flush says so
+            return e
+
+    def model_version(self, event: ModelVersionEvent) -> None:
+        self._send(self.models_topic, event.agent_id, event.model_dump_json().encode())
+
+    def alert(self, event: AlertEvent) -> None:
+        # A grouped alert ("*": several agents) is keyed by its family, so a family's
+        # grouped alerts stay in order without all landing on the partition of key "*".
+        key = event.family if event.agent_id == "*" else event.agent_id
+        self._send(self.alerts_topic, key, event.model_dump_json().encode())
+
+    def dead_letter(self, record: DeadLetterRecord) -> None:
+        self._send(self.dead_letter_topic, None, record.model_dump_json().encode())
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Return once everything sent so far (by any thread) is acknowledged; raise
+        PublishError, keeping the failed records to send again, otherwise."""
+        with self._flushing:
+            self._flush_client(timeout_s)
+            with self._lock:
+                sent = list(self._pending)
+            failed: list[Exception] = []
+            keep: list[Sent] = []
+            for record in sent:
+                error, in_flight = self._outcome(record.handle, timeout_s)
+                if error is None:
+                    continue
+                failed.append(error)
+                keep.append(record if in_flight else record._replace(
+                    handle=self._attempt(record.topic, record.key, record.value)))
+            with self._lock:
+                done = {id(r) for r in sent}
+                self._pending = [r for r in self._pending if id(r) not in done] + keep
+            if failed:
+                raise PublishError(f"{len(failed)} record(s) could not be written to Kafka"
+                                   f" (sent again): {failed[0]}")
+
+    def _outcome(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
+        if isinstance(handle, Exception):
+            return handle, False
+        return self._failure(handle, timeout_s)
+
+    def pending(self) -> int:
+        """Records not yet acknowledged."""
+        with self._lock:
+            return len(self._pending)
+
+    def close_with(self, close_client: Callable[[], None]) -> None:
+        """A last flush (a failure is left to the next start, which replays from the last
+        commit), then the client's close."""
+        with contextlib.suppress(Exception):
+            self.flush()
+        close_client()
