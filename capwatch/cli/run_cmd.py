@@ -56,6 +56,10 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
         if config.kafka.tls is not None and config.kafka.security_protocol.endswith("SSL"):
             config.kafka.tls.context()
         config.kafka.client_options()
+        if config.source.kind == "kafka" or config.output.kind == "kafka":
+            from capwatch.daemon.service import kafka_clients
+
+            kafka_clients(config.kafka)
     except ConfigError as e:
         print(f"capwatch run: {e}", file=sys.stderr)
         return 2
@@ -116,7 +120,12 @@ def handle(args: argparse.Namespace) -> int:
     except Exception as e:
         from kafka.errors import KafkaError
 
-        if isinstance(e, KafkaError):
+        errors: tuple[type[Exception], ...] = (KafkaError,)
+        if config.kafka.client == "confluent-kafka":
+            from confluent_kafka import KafkaException
+
+            errors += (KafkaException,)
+        if isinstance(e, errors):
             print(f"capwatch run: Kafka at {config.kafka.bootstrap_servers}: {e}",
                   file=sys.stderr)
             return 1

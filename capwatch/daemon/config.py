@@ -114,6 +114,10 @@ class KafkaSaslConfig(_Section):
 
 
 class KafkaConfig(_Section):
+    client: Literal["kafka-python", "confluent-kafka"] = "kafka-python"
+    """The Kafka client the daemon consumes and publishes with: ``kafka-python`` (pure
+    Python, always installed) or ``confluent-kafka`` (librdkafka, an order of magnitude
+    more messages per core; install the ``confluent`` extra). See docs/performance.md."""
     bootstrap_servers: str = "127.0.0.1:9092"
     transitions_topic: str = "capwatch.transitions"
     models_topic: str = "capwatch.models"

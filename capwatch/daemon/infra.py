@@ -31,6 +31,12 @@ def _infrastructure_errors() -> tuple[type[BaseException], ...]:
         errors.append(KafkaError)
     except ImportError:  # pragma: no cover - kafka-python is a dependency
         pass
+    try:
+        from confluent_kafka import KafkaException
+
+        errors.append(KafkaException)
+    except ImportError:  # the optional backend (the confluent extra)
+        pass
     errors.append(DeliveryError)
     return tuple(errors)
 

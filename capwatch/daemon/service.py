@@ -23,7 +23,7 @@ from capwatch.contracts.ports import AgentDirectory, Publisher, Source
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 from capwatch.daemon.assessor import Assessor, EngineAssessor
-from capwatch.daemon.config import DaemonConfig, KafkaConfig
+from capwatch.daemon.config import ConfigError, DaemonConfig, KafkaConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.ingest import IngestEndpoints
@@ -225,6 +225,28 @@ class _RefusalWatch(logging.Handler):
             self.refusal = message.split(">: ", 1)[-1]
 
 
+def kafka_clients(k: KafkaConfig) -> tuple[Callable[..., Source], Callable[..., Publisher]]:
+    """The source and publisher classes of the configured Kafka client (the same
+    arguments for both); a ConfigError if its package is not installed."""
+    if k.client == "confluent-kafka":
+        try:
+            from capwatch.adapters.io.kafka_confluent import (
+                ConfluentKafkaPublisher,
+                ConfluentKafkaSource,
+            )
+        except ImportError as e:
+            if e.name != "confluent_kafka":
+                raise
+            raise ConfigError(
+                "kafka.client is confluent-kafka but the confluent-kafka package is not "
+                "installed: pip install 'capwatch[confluent]', or set kafka.client to "
+                "kafka-python") from None
+        return ConfluentKafkaSource, ConfluentKafkaPublisher
+    from capwatch.adapters.io.kafka import KafkaPublisher, KafkaSource
+
+    return KafkaSource, KafkaPublisher
+
+
 def wait_for_kafka(k: KafkaConfig, startup: Startup | None = None,
                    sleep: Callable[[float], None] = time.sleep) -> None:
     """Try the brokers until they answer or ``connect_timeout_s`` passes, logging each
@@ -369,20 +391,21 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
     ingest: IngestEndpoints | None = None
     if source is None:
         if config.source.kind == "kafka":
-            from capwatch.adapters.io.kafka import KafkaSource, ensure_topics
+            from capwatch.adapters.io.kafka import ensure_topics
 
             k = config.kafka
+            kafka_source, _ = kafka_clients(k)
             if k.create_topics:
                 ensure_topics(k.bootstrap_servers, transitions=k.transitions_topic,
                               models=k.models_topic, alerts=k.alerts_topic,
                               dead_letter=k.dead_letter_topic, partitions=k.partitions,
                               replication_factor=k.replication_factor,
                               security=k.client_options())
-            source = KafkaSource(k.bootstrap_servers, k.transitions_topic, k.group_id,
-                                 client_id=k.client_id, max_poll_records=k.max_poll_records,
-                                 session_timeout_ms=k.session_timeout_ms,
-                                 max_message_bytes=config.limits.max_message_bytes,
-                                 security=k.client_options())
+            source = kafka_source(k.bootstrap_servers, k.transitions_topic, k.group_id,
+                                  client_id=k.client_id, max_poll_records=k.max_poll_records,
+                                  session_timeout_ms=k.session_timeout_ms,
+                                  max_message_bytes=config.limits.max_message_bytes,
+                                  security=k.client_options())
         elif config.source.kind == "jsonl":
             from capwatch.adapters.io.streams import JsonlSource
 
@@ -407,13 +430,12 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             source = SimulatedSource(fleet, config.source.simulated.rounds)
     if publisher is None:
         if config.output.kind == "kafka":
-            from capwatch.adapters.io.kafka import KafkaPublisher
-
             k = config.kafka
-            publisher = KafkaPublisher(k.bootstrap_servers, models_topic=k.models_topic,
-                                       alerts_topic=k.alerts_topic,
-                                       dead_letter_topic=k.dead_letter_topic,
-                                       client_id=k.client_id, security=k.client_options())
+            _, kafka_publisher = kafka_clients(k)
+            publisher = kafka_publisher(k.bootstrap_servers, models_topic=k.models_topic,
+                                        alerts_topic=k.alerts_topic,
+                                        dead_letter_topic=k.dead_letter_topic,
+                                        client_id=k.client_id, security=k.client_options())
         elif config.output.kind == "jsonl":
             from capwatch.adapters.io.streams import JsonlPublisher
 

@@ -88,21 +88,27 @@ def serve_fleet(fleet: SimulatedFleet) -> Iterator[dict[str, str]]:
             s.close()
 
 
-def kafka_config(s: Setup) -> dict[str, Any]:
+CLIENTS = ["kafka-python", "confluent-kafka"]
+"""The Kafka backends (``kafka.client``) the daemon tests run over."""
+
+
+def kafka_config(s: Setup, client: str = "kafka-python") -> dict[str, Any]:
     """The daemon's ``kafka`` configuration section for these topics."""
-    return {"bootstrap_servers": s.bootstrap, "transitions_topic": s.topics.transitions,
+    return {"client": client, "bootstrap_servers": s.bootstrap,
+            "transitions_topic": s.topics.transitions,
             "models_topic": s.topics.models, "alerts_topic": s.topics.alerts,
             "dead_letter_topic": s.topics.dead_letter, "group_id": s.topics.group,
             "partitions": s.partitions, "session_timeout_ms": 6000}
 
 
-def daemon_config(s: Setup, http_port: int) -> dict[str, Any]:
-    """Both example families, queried over HTTP, Kafka in and out, a SQLite store."""
+def daemon_config(s: Setup, http_port: int, client: str = "kafka-python") -> dict[str, Any]:
+    """Both example families, queried over HTTP, Kafka in and out (through ``client``), a
+    SQLite store."""
     return {
         "replica_id": "it-replica",
         "source": {"kind": "kafka"},
         "output": {"kind": "kafka"},
-        "kafka": kafka_config(s),
+        "kafka": kafka_config(s, client),
         "store": {"url": f"sqlite:///{s.tmp / 'models.db'}"},
         "families": families_config("rover-v1", "courier-v1"),
         "agents": {"urls": s.urls, "timeout_s": 5.0},

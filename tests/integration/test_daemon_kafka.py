@@ -26,6 +26,7 @@ from capwatch.model.pal import delta
 from capwatch.model.pddl_reader import read_domain
 from capwatch.model.serialize import domain_from_json
 from tests.integration._daemon_setup import (
+    CLIENTS,
     EXAMPLES,
     CapwatchProcess,
     Setup,
@@ -104,10 +105,11 @@ class DaemonProcess(CapwatchProcess):
     """``capwatch run`` with this module's configuration and its own HTTP port;
     ``overrides`` replace top-level sections (or fields) of the configuration."""
 
-    def __init__(self, s: Setup, name: str, **overrides: Any) -> None:
+    def __init__(self, s: Setup, name: str, client: str = "kafka-python",
+                 **overrides: Any) -> None:
         self.port = free_port()
         self.name = name
-        super().__init__({**daemon_config(s, self.port), **overrides}, s.tmp, name)
+        super().__init__({**daemon_config(s, self.port, client), **overrides}, s.tmp, name)
 
     def ready(self) -> bool:
         self.alive()
@@ -118,7 +120,8 @@ class DaemonProcess(CapwatchProcess):
             return False
 
 
-def test_fleet_drift_end_to_end_over_kafka_and_http(setup: Setup) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_fleet_drift_end_to_end_over_kafka_and_http(setup: Setup, client: str) -> None:
     from capwatch.daemon.config import DaemonConfig
     from capwatch.daemon.logs import configure_logging
     from capwatch.daemon.service import build_service
@@ -127,7 +130,9 @@ def test_fleet_drift_end_to_end_over_kafka_and_http(setup: Setup) -> None:
     assert n == 300 * 2 * AGENTS_PER_FAMILY
     assert set(setup.fleet.drifted_agents()) == set(DRIFTS)
     configure_logging("warning", "json")
-    service = build_service(DaemonConfig(**daemon_config(setup, 0)))
+    service = build_service(DaemonConfig(**daemon_config(setup, 0, client)))
+    assert type(service.pipeline.source).__module__.endswith(
+        "kafka_confluent" if client == "confluent-kafka" else ".kafka")
     with running(service) as (runner,):
         wait(lambda: lag(setup) == 0 and service.pipeline.processed >= n
              and not service.pipeline.awaiting(), 60, "the stream to be consumed")
@@ -138,11 +143,16 @@ def test_fleet_drift_end_to_end_over_kafka_and_http(setup: Setup) -> None:
     assert service.pipeline.dead_letters == 0
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_restart_mid_stream_loses_and_duplicates_nothing(setup: Setup, sig: int) -> None:
+@pytest.mark.parametrize(("sig", "client"), [
+    (signal.SIGTERM, "kafka-python"), (signal.SIGKILL, "kafka-python"),
+    (signal.SIGKILL, "confluent-kafka")],
+    ids=["sigterm", "sigkill", "sigkill-confluent-kafka"])
+def test_restart_mid_stream_loses_and_duplicates_nothing(
+        setup: Setup, sig: int, client: str) -> None:
+    """``capwatch run`` stopped while the stream arrives, then started again."""
     import threading
 
-    daemon = DaemonProcess(setup, "first")
+    daemon = DaemonProcess(setup, "first", client)
     produced: list[int] = []
     try:
         wait(daemon.ready, 60, "the daemon to be ready")
@@ -161,7 +171,7 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(setup: Setup, sig: int)
     if sig == signal.SIGTERM:
         assert code == 0, daemon.tail()
     second_half = produce(setup, rounds=150)
-    again = DaemonProcess(setup, "second")
+    again = DaemonProcess(setup, "second", client)
     try:
         wait(again.ready, 60, "the restarted daemon to be ready")
         wait(lambda: lag(setup) == 0, 90, "every transition to be committed")
@@ -220,6 +230,52 @@ def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
         [*samples, wrong_key])
     assert any("does not match agent_id" in d["reason"] for d in dead)
     assert len({(d["partition"], d["offset"]) for d in dead}) == bad
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_no_offset_is_committed_past_a_dead_letter_the_broker_refused(
+        setup: Setup, client: str) -> None:
+    """The commit rule over a real broker: while the dead-letter topic refuses a dead
+    letter (over its max.message.bytes), the daemon says so and commits nothing past the
+    bad record; once the topic takes it, the letter is there and everything is committed."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    from capwatch.daemon.config import DaemonConfig
+    from capwatch.daemon.logs import configure_logging
+    from capwatch.daemon.service import build_service
+
+    def dead_letter_limit(limit: int) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=setup.bootstrap)
+        try:
+            admin.alter_configs([ConfigResource(
+                ConfigResourceType.TOPIC, setup.topics.dead_letter,
+                configs={"max.message.bytes": str(limit)})])
+        finally:
+            admin.close()
+
+    dead_letter_limit(2048)
+    n = produce(setup, rounds=3)
+    producer = KafkaProducer(bootstrap_servers=setup.bootstrap, acks="all")
+    bad = producer.send(setup.topics.transitions, key=b"fuzz",
+                        value=b"{" + b"x" * 4000).get(30)  # its dead letter is > 2 KB
+    producer.close()
+    n += 1 + produce(setup, rounds=3)
+    configure_logging("error", "json")
+    service = build_service(DaemonConfig(**daemon_config(setup, 0, client)))
+    p = service.pipeline
+    with running(service):
+        wait(lambda: p.processed >= n and any("written to Kafka" in x for x in p.problems()),
+             60, "the refused dead letter to be reported")
+        done = committed(setup) or {}
+        held = next((o for tp, o in done.items() if tp.partition == bad.partition), 0)
+        assert held <= bad.offset, "an offset was committed past the refused dead letter"
+        assert read_all(setup, setup.topics.dead_letter, timeout_s=2) == []
+        dead_letter_limit(1_000_000)
+        wait(lambda: lag(setup) == 0 and not p.problems(), 60,
+             "every offset committed once the dead letter is written")
+    dead = read_all(setup, setup.topics.dead_letter)
+    assert [(d["partition"], d["offset"]) for d in dead] == [(bad.partition, bad.offset)]
 
 
 def _group_assignments(s: Setup) -> list[set[int]] | None:

@@ -69,14 +69,19 @@ def test_check_connect_logs_in_with_each_mechanism(
     assert f"Kafka: {broker.secure_bootstrap} (SASL_SSL): reachable" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("client", "mechanism"), [
+    ("kafka-python", "SCRAM-SHA-512"), ("confluent-kafka", "SCRAM-SHA-512"),
+    ("confluent-kafka", "PLAIN")])
 def test_the_daemon_consumes_and_publishes_over_sasl_ssl(
-        broker: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SCRAM-SHA-512, mutual TLS, the password from the variable a Secret would set: a
-    record produced (over the plain listener) reaches the daemon, and what it publishes
-    (here: the dead letter of an undecodable record) reaches the topic."""
+        broker: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str,
+        mechanism: str) -> None:
+    """SASL, mutual TLS, the password from the variable a Secret would set: a record
+    produced (over the plain listener) reaches the daemon, and what it publishes (here:
+    the dead letter of an undecodable record) reaches the topic; with either client (the
+    security settings mapped to librdkafka's for confluent-kafka)."""
     prefix = f"sec-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("CAPWATCH_KAFKA__SASL__PASSWORD", PASSWORD)
-    kafka = kafka_section(broker, "SCRAM-SHA-512", transitions_topic=f"{prefix}-tr",
+    kafka = kafka_section(broker, mechanism, client=client, transitions_topic=f"{prefix}-tr",
                           models_topic=f"{prefix}-models", alerts_topic=f"{prefix}-alerts",
                           dead_letter_topic=f"{prefix}-dlq", group_id=f"{prefix}-group",
                           partitions=1)

@@ -1,0 +1,288 @@
+"""Kafka through confluent-kafka (librdkafka): the optional backend (``kafka.client:
+confluent-kafka``, the ``confluent`` extra), behind the same contracts as kafka.py.
+
+librdkafka fetches, decompresses and batches in native threads, so a consumer reads an
+order of magnitude more messages per core than kafka-python (docs/performance.md). The
+rules are kafka.py's: manual commits only, of the offsets the daemon names; rebalance
+callbacks forwarded with this topic's partitions (and, as kafka-python does, an exception
+in one is logged rather than breaking the group); the producer idempotent with
+``acks=all``, each record kept until acknowledged (kafka_common.PendingPublisher); the
+same fetch size for oversized messages. Security settings arrive as kafka-python's
+keyword arguments (KafkaConfig.client_options) and are mapped to librdkafka's keys here.
+Topics are created and the brokers probed with kafka-python's admin client (a required
+dependency), for both backends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from capwatch.adapters.io.kafka_common import (
+    LINGER_MS,
+    MAX_REQUEST_BYTES,
+    PendingPublisher,
+    PublishError,
+    fetch_bytes,
+    heartbeat_ms,
+)
+from capwatch.contracts.ports import Rebalance, Record
+
+log = structlog.get_logger("capwatch.kafka")
+
+__all__ = ["ConfluentKafkaPublisher", "ConfluentKafkaSource", "PublishError",
+           "librdkafka_security"]
+
+_LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka")
+"""librdkafka's own log lines, through the daemon's logging (not straight to stderr)."""
+
+_DEFAULT_FETCH_MAX = 52_428_800
+"""librdkafka's fetch.max.bytes default; raised only for a larger message limit."""
+
+
+def librdkafka_security(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """kafka-python's security keyword arguments as librdkafka configuration keys."""
+    out: dict[str, Any] = {}
+    for name, value in (options or {}).items():
+        if name == "security_protocol":
+            out["security.protocol"] = value
+        elif name == "sasl_mechanism":
+            out["sasl.mechanism"] = value
+        elif name == "sasl_plain_username":
+            out["sasl.username"] = value
+        elif name == "sasl_plain_password":
+            out["sasl.password"] = value
+        elif name == "ssl_cafile":
+            out["ssl.ca.location"] = value
+        elif name == "ssl_certfile":
+            out["ssl.certificate.location"] = value
+        elif name == "ssl_keyfile":
+            out["ssl.key.location"] = value
+        elif name == "ssl_password":
+            out["ssl.key.password"] = value
+        elif name == "ssl_check_hostname":
+            out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
+        else:
+            raise ValueError(f"no librdkafka equivalent for the Kafka option {name!r}")
+    if str(out.get("security.protocol", "")).endswith("SSL") and "ssl.ca.location" not in out:
+        # As kafka-python's default context does: the system's CAs (the wheel's OpenSSL
+        # is linked statically and would otherwise know none).
+        out["ssl.ca.location"] = "probe"
+    return out
+
+
+class _Errors:
+    """Fatal errors librdkafka reports outside any call's result, raised at the next call
+    that can say so (poll, commit, flush)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.fatal: KafkaError | None = None
+        self._last: str | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.fatal():
+            self.fatal = error
+        text = f"{error.name()}: {error.str()}"
+        if text != self._last:  # a broker down is reported every few seconds
+            log.warning("kafka client error", client=self.what, error=text)
+            self._last = text
+
+    def raise_fatal(self) -> None:
+        if self.fatal is not None:
+            raise KafkaException(self.fatal)
+
+
+class ConfluentKafkaSource:
+    """A consumer-group member reading the transitions topic; commits only when told."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str, *,
+                 client_id: str = "capwatch", max_poll_records: int = 500,
+                 session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
+                 security: Mapping[str, Any] | None = None) -> None:
+        self.name = topic
+        self.topic = topic
+        self._batch = max_poll_records
+        partition_fetch = fetch_bytes(max_message_bytes)
+        fetch_max = max(_DEFAULT_FETCH_MAX, partition_fetch)
+        self._errors = _Errors("consumer")
+        self._config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap, "group.id": group_id, "client.id": client_id,
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": session_timeout_ms,
+            "heartbeat.interval.ms": heartbeat_ms(session_timeout_ms),
+            "max.partition.fetch.bytes": partition_fetch,
+            "fetch.max.bytes": fetch_max,
+            "receive.message.max.bytes": max(100_000_000, fetch_max + 65_536),
+            "error_cb": self._errors, "logger": _LIBRDKAFKA_LOG,
+            **librdkafka_security(security),
+        }
+        self._consumer: Consumer | None = None
+        self._closing = False
+
+    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
+              resume: Mapping[int, int]) -> None:
+        del resume  # the group's committed offsets are the checkpoint
+
+        def forward(callback: Rebalance, what: str) -> Any:
+            def call(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+                parts = {tp.partition for tp in partitions if tp.topic == self.topic}
+                # The daemon already checkpointed before close(); kafka-python does not call
+                # the listener there either.
+                if not parts or self._closing:
+                    return
+                try:
+                    callback(parts)
+                except Exception:
+                    log.exception("rebalance callback failed", partitions=sorted(parts),
+                                  callback=what)
+            return call
+
+        self._consumer = Consumer(self._config)
+        self._consumer.subscribe([self.topic], on_assign=forward(on_assign, "assign"),
+                                 on_revoke=forward(on_revoke, "revoke"))
+
+    def poll(self, timeout_s: float) -> list[Record]:
+        assert self._consumer is not None, "start() first"
+        messages = self._consumer.consume(self._batch, timeout_s)
+        self._errors.raise_fatal()
+        records: list[Record] = []
+        append = records.append
+        for m in messages:
+            if m.error() is not None:
+                self._message_error(m)
+                continue
+            kind, stamp = m.timestamp()
+            value = m.value()
+            # A message without an error has its partition and offset (typed optional for
+            # error events); no per-message check on the hot path.
+            append(Record(self.topic, m.partition(), m.offset(),  # type: ignore[arg-type]
+                          m.key(), value if value is not None else b"",
+                          stamp / 1000 if kind and stamp >= 0 else None))
+        return records
+
+    def _message_error(self, m: Message) -> None:
+        error = m.error()
+        if error is None or error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal():
+            raise KafkaException(error)
+        self._errors(error)
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        if self._consumer is None or not offsets:
+            return
+        self._errors.raise_fatal()
+        answer = self._consumer.commit(
+            offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
+            asynchronous=False)
+        for tp in answer or []:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+
+    def exhausted(self) -> bool:
+        return False
+
+    def lag(self) -> dict[int, int]:
+        if self._consumer is None:
+            return {}
+        try:
+            positions = self._consumer.position(self._consumer.assignment())
+            out = {}
+            for tp in positions:
+                # The high watermark of the last fetch: a metric, not worth a round trip.
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if tp.offset >= 0 and high >= 0:
+                    out[tp.partition] = max(0, high - tp.offset)
+            return out
+        except Exception:  # lag is a metric: never let it break a checkpoint
+            return {}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._closing = True
+            self._consumer.close()
+            self._consumer = None
+
+
+class _Delivery:
+    """A record's delivery report, filled in by librdkafka's callback."""
+
+    __slots__ = ("done", "error", "lost")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.error: KafkaError | None = None
+        self.lost = False
+        """Its producer was replaced before it answered: no report will ever come."""
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        self.error = error
+        self.done = True
+
+
+class ConfluentKafkaPublisher(PendingPublisher):
+    """Model versions (compacted topic, key = agent), alerts and dead letters."""
+
+    def __init__(self, bootstrap: str, *, models_topic: str, alerts_topic: str,
+                 dead_letter_topic: str, client_id: str = "capwatch",
+                 security: Mapping[str, Any] | None = None) -> None:
+        super().__init__(models_topic=models_topic, alerts_topic=alerts_topic,
+                         dead_letter_topic=dead_letter_topic)
+        self._errors = _Errors("producer")
+        self._config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap, "client.id": client_id, "acks": "all",
+            "enable.idempotence": True, "linger.ms": LINGER_MS,
+            "message.max.bytes": MAX_REQUEST_BYTES,
+            "error_cb": self._errors, "logger": _LIBRDKAFKA_LOG,
+            **librdkafka_security(security),
+        }
+        self._producer = Producer(self._config)
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
+        delivery = _Delivery()
+        self._producer.produce(topic, value=value, key=key, on_delivery=delivery)
+        self._producer.poll(0)  # serve earlier delivery reports
+        return delivery
+
+    def _flush_client(self, timeout_s: float) -> None:
+        self._producer.flush(timeout_s)
+        if self._errors.fatal is not None:
+            # An idempotent producer's fatal error (its sequence broken): this instance
+            # sends nothing more. A new one takes over; what the old one did not confirm
+            # counts as failed and is sent again by the caller.
+            log.error("kafka producer failed for good; replacing it",
+                      error=self._errors.fatal.str())
+            self._errors.fatal = None
+            with self._lock:
+                for record in self._pending:
+                    if isinstance(record.handle, _Delivery) and not record.handle.done:
+                        record.handle.lost = True
+            self._producer = Producer(self._config)
+
+    def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
+        assert isinstance(handle, _Delivery)
+        if handle.lost:
+            return PublishError("its producer failed before acknowledging it"), False
+        if not handle.done:
+            # Still queued or in flight: librdkafka retries it until message.timeout.ms,
+            # and a second copy would only duplicate it.
+            return PublishError(f"not acknowledged within {timeout_s:g} s"), True
+        if handle.error is not None:
+            return KafkaException(handle.error), False
+        return None, False
+
+    def close(self) -> None:
+        self.close_with(lambda: None)  # a Producer has no close: its last flush is it

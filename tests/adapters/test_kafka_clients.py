@@ -1,0 +1,83 @@
+"""Choosing the Kafka client (``kafka.client``), and the security settings as librdkafka
+reads them. No broker: tests/integration/test_kafka_backends.py runs both clients
+against a real one, test_kafka_security.py over SASL_SSL."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capwatch.adapters.io.kafka_confluent import (
+    ConfluentKafkaPublisher,
+    ConfluentKafkaSource,
+    librdkafka_security,
+)
+from capwatch.cli import main
+from capwatch.daemon.config import ConfigError, load_config
+from capwatch.daemon.service import kafka_clients
+from tests.paths import REPO_ROOT
+
+
+def test_kafka_python_stays_the_default() -> None:
+    from capwatch.adapters.io.kafka import KafkaPublisher, KafkaSource
+
+    config = load_config(text="{}")
+    assert config.kafka.client == "kafka-python"
+    assert kafka_clients(config.kafka) == (KafkaSource, KafkaPublisher)
+    chosen = load_config(text="kafka: {client: confluent-kafka}")
+    assert kafka_clients(chosen.kafka) == (ConfluentKafkaSource, ConfluentKafkaPublisher)
+
+
+def test_an_unknown_client_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.client.*'kafka-python' or 'confluent-kafka'"):
+        load_config(text="kafka: {client: librdkafka}")
+
+
+def test_the_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # As on a machine without the extra: the package cannot be imported.
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)
+    monkeypatch.delitem(sys.modules, "capwatch.adapters.io.kafka_confluent")
+    config = load_config(text="kafka: {client: confluent-kafka}")
+    with pytest.raises(ConfigError, match=r"pip install 'capwatch\[confluent\]'"):
+        kafka_clients(config.kafka)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "families": {"rover": {"domain": str(REPO_ROOT / "capwatch/examples/rover.pddl")}},
+        "kafka": {"client": "confluent-kafka"}}))
+    assert main(["run", "--config", str(path), "--check"]) == 2
+    assert "confluent-kafka package is not installed" in capsys.readouterr().err
+
+
+def test_security_settings_map_to_librdkafka_keys(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("s3cret\n")
+    config = load_config(text=yaml.safe_dump({"kafka": {
+        "security_protocol": "SASL_SSL",
+        "sasl": {"mechanism": "SCRAM-SHA-256", "username": "capwatch",
+                 "password_file": str(tmp_path / "pw")},
+        "tls": {"ca_file": "/ca.pem", "cert_file": "/c.pem", "key_file": "/k.pem",
+                "key_password": "kp", "check_hostname": False}}}))
+    assert librdkafka_security(config.kafka.client_options()) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "capwatch", "sasl.password": "s3cret",
+        "ssl.ca.location": "/ca.pem", "ssl.certificate.location": "/c.pem",
+        "ssl.key.location": "/k.pem", "ssl.key.password": "kp",
+        "ssl.endpoint.identification.algorithm": "none"}
+
+
+def test_tls_without_a_ca_file_trusts_the_systems_cas() -> None:
+    config = load_config(text="kafka: {security_protocol: SSL}")
+    assert librdkafka_security(config.kafka.client_options()) == {
+        "security.protocol": "SSL", "ssl.ca.location": "probe",
+        "ssl.endpoint.identification.algorithm": "https"}
+    assert librdkafka_security(load_config(text="{}").kafka.client_options()) == {
+        "security.protocol": "PLAINTEXT"}
+
+
+def test_an_option_librdkafka_has_no_word_for_is_refused() -> None:
+    with pytest.raises(ValueError, match="ssl_crlfile"):
+        librdkafka_security({"ssl_crlfile": "/crl.pem"})

@@ -1,0 +1,321 @@
+"""Both Kafka backends (kafka-python, confluent-kafka) against a real broker, through the
+same Source and Publisher contracts: records in order with what the daemon needs of them,
+offsets that move only when committed, rebalance callbacks, lag, and a publisher whose
+flush fails (keeping the record) while the broker refuses a record."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+from capwatch.contracts.ports import DeliveryError, Publisher, Record, Source
+from capwatch.contracts.wire import AlertEvent, DeadLetterRecord
+from tests.integration._daemon_setup import wait
+
+pytestmark = pytest.mark.integration
+
+BACKENDS = ["kafka-python", "confluent-kafka"]
+
+
+def source_class(backend: str) -> Callable[..., Source]:
+    if backend == "confluent-kafka":
+        from capwatch.adapters.io.kafka_confluent import ConfluentKafkaSource
+
+        return ConfluentKafkaSource
+    from capwatch.adapters.io.kafka import KafkaSource
+
+    return KafkaSource
+
+
+def publisher_class(backend: str) -> Callable[..., Publisher]:
+    if backend == "confluent-kafka":
+        from capwatch.adapters.io.kafka_confluent import ConfluentKafkaPublisher
+
+        return ConfluentKafkaPublisher
+    from capwatch.adapters.io.kafka import KafkaPublisher
+
+    return KafkaPublisher
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def create(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)],
+                            wait_for_metadata=True)
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, items: list[tuple[bytes, bytes]]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for key, value in items:
+        producer.send(topic, key=key, value=value)
+    producer.flush(30)
+    producer.close()
+
+
+class Member:
+    """A source polled in a thread of its own, as a replica's main loop polls it, with
+    what the rebalance callbacks said: the partitions it holds now. ``do`` runs a call in
+    that thread (kafka-python's consumer is not thread-safe); ``threaded=False`` leaves
+    the polling to the test."""
+
+    def __init__(self, backend: str, bootstrap: str, topic: str, group: str,
+                 threaded: bool = True) -> None:
+        self.source = source_class(backend)(bootstrap, topic, group,
+                                            session_timeout_ms=6000, max_poll_records=50)
+        self.held: set[int] = set()
+        self.revoked: list[set[int]] = []
+        self.records: list[Record] = []
+        self._stop = threading.Event()
+        self._calls: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True) if threaded else None
+        self.source.start(self._assign, self._revoke, {})
+        if self._thread is not None:
+            self._thread.start()
+
+    def _assign(self, parts: set[int]) -> None:
+        self.held |= parts
+
+    def _revoke(self, parts: set[int]) -> None:
+        self.held -= parts
+        self.revoked.append(set(parts))
+
+    def poll(self) -> bool:
+        """One poll; False, so that ``poll() or condition`` polls then tests."""
+        self.records.extend(self.source.poll(0.2))
+        return False
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            while not self._calls.empty():
+                call, future = self._calls.get()
+                try:
+                    future.set_result(call())
+                except Exception as e:
+                    future.set_exception(e)
+
+    def do(self, call: Callable[[], Any]) -> Any:
+        if self._thread is None:
+            return call()
+        future: Future[Any] = Future()
+        self._calls.put((call, future))
+        return future.result(30)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        self.source.close()
+
+
+def poll_until(members: list[Member], done: Callable[[], bool], timeout_s: float,
+               what: str) -> None:
+    try:
+        wait(done, timeout_s, what)
+    except AssertionError as e:
+        got = [(len(m.records), sorted(m.held)) for m in members]
+        raise AssertionError(f"{e}; (records, partitions) per member: {got}") from None
+
+
+def test_records_arrive_in_order_and_only_a_commit_moves_the_group(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    create(kafka_bootstrap, kafka_topic, 3)
+    items = [(f"agent-{i % 5}".encode(), f"{i}".encode()) for i in range(60)]
+    produce(kafka_bootstrap, kafka_topic, items)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = Member(backend, kafka_bootstrap, kafka_topic, group)
+    try:
+        poll_until([first], lambda: len(first.records) >= 60, 60, "every record")
+        assert first.held == {0, 1, 2}
+        got = first.records
+        assert len(got) == 60 and all(r.source == kafka_topic for r in got)
+        assert all(r.timestamp is not None and abs(r.timestamp - time.time()) < 300
+                   for r in got)
+        by_key: dict[bytes | None, list[int]] = {}
+        for r in got:
+            by_key.setdefault(r.key, []).append(int(r.value))
+        # Each key's records in the order sent, on one partition, at growing offsets.
+        assert by_key == {k: [int(v) for kk, v in items if kk == k] for k, _ in items}
+        for p in range(3):
+            offsets = [r.offset for r in got if r.partition == p]
+            assert offsets == list(range(len(offsets)))
+        assert first.do(first.source.lag) == {0: 0, 1: 0, 2: 0}
+        # Commit half of one partition only; nothing else may have moved.
+        part = got[0].partition
+        mine = [r for r in got if r.partition == part]
+        first.do(lambda: first.source.commit({part: mine[len(mine) // 2].offset}))
+    finally:
+        first.close()
+    second = Member(backend, kafka_bootstrap, kafka_topic, group)
+    try:
+        expected = 60 - len(mine) // 2
+        poll_until([second], lambda: len(second.records) >= expected, 90,
+                   f"the replay of {expected} records")
+        again = second.records
+        assert len(again) == expected
+        assert [r.offset for r in again if r.partition == part] == \
+            [r.offset for r in mine[len(mine) // 2:]]
+    finally:
+        second.close()
+
+
+def test_lag_counts_records_not_yet_consumed(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    create(kafka_bootstrap, kafka_topic, 2)
+    produce(kafka_bootstrap, kafka_topic, [(b"a", b"1"), (b"b", b"2")])
+    m = Member(backend, kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}",
+               threaded=False)
+    try:
+        poll_until([m], lambda: m.poll() or len(m.records) >= 2, 60, "the first records")
+        assert sum(m.source.lag().values()) == 0
+        produce(kafka_bootstrap, kafka_topic, [(b"a", b"3")] * 7)
+        # Not polled: the seven wait, and lag says so once the client knows of them.
+        wait(lambda: sum(m.source.lag().values()) == 7, 30, "lag to count seven")
+        poll_until([m], lambda: m.poll() or len(m.records) >= 9, 60, "the rest")
+        assert sum(m.source.lag().values()) == 0
+    finally:
+        m.close()
+
+
+def test_partitions_move_between_members_through_the_callbacks(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    create(kafka_bootstrap, kafka_topic, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(backend, kafka_bootstrap, kafka_topic, group)
+    b: Member | None = None
+    try:
+        poll_until([a], lambda: a.held == {0, 1, 2, 3}, 60, "the first member to hold all")
+        b = second = Member(backend, kafka_bootstrap, kafka_topic, group)
+        poll_until([a, second], lambda: bool(a.held) and bool(second.held)
+                   and not a.held & second.held and a.held | second.held == {0, 1, 2, 3},
+                   90, "the group to split")
+        assert a.revoked, "the first member gave up partitions without a revoke callback"
+        b = None
+        second.close()
+        poll_until([a], lambda: a.held == {0, 1, 2, 3}, 90, "the survivor to hold all")
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def _alert(agent: str, family: str) -> AlertEvent:
+    return AlertEvent(alert_type="capability_reduced", agent_id=agent, family=family,
+                      severity="critical", summary="test", dedup_key=uuid.uuid4().hex,
+                      time=datetime.now(UTC))
+
+
+def _letter(size: int) -> DeadLetterRecord:
+    return DeadLetterRecord(reason="test", source="t", partition=0, offset=0,
+                            raw_base64="A" * size, time=datetime.now(UTC))
+
+
+def _read(bootstrap: str, topic: str, n: int,
+          timeout_s: float = 30) -> list[tuple[bytes | None, bytes]]:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=1000)
+    out: list[tuple[bytes | None, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < n and time.monotonic() < deadline:
+        out.extend((m.key, m.value) for m in consumer)
+    consumer.close()
+    return out
+
+
+@pytest.fixture
+def out_topics(kafka_bootstrap: str, kafka_topic: str) -> Iterator[dict[str, str]]:
+    names = {"models_topic": f"{kafka_topic}-m", "alerts_topic": f"{kafka_topic}-a",
+             "dead_letter_topic": f"{kafka_topic}-d"}
+    for name in names.values():
+        # The dead-letter topic refuses records over 4 KB until the test raises its limit.
+        create(kafka_bootstrap, name, 1,
+               **({"max.message.bytes": "4096"} if name.endswith("-d") else {}))
+    yield names
+
+
+def test_the_publisher_keys_events_and_flush_confirms_them(
+        backend: str, kafka_bootstrap: str, out_topics: dict[str, str]) -> None:
+    pub = publisher_class(backend)(kafka_bootstrap, **out_topics)
+    try:
+        pub.alert(_alert("rover-1", "rover"))
+        pub.alert(_alert("*", "rover"))  # a grouped alert: keyed by its family
+        pub.dead_letter(_letter(100))
+        pub.flush(30)
+        assert [k for k, _ in _read(kafka_bootstrap, out_topics["alerts_topic"], 2)] == \
+            [b"rover-1", b"rover"]
+        (key, value), = _read(kafka_bootstrap, out_topics["dead_letter_topic"], 1)
+        assert key is None and b'"reason":"test"' in value
+    finally:
+        pub.close()
+
+
+def test_a_record_the_broker_refuses_fails_every_flush_until_it_is_written(
+        backend: str, kafka_bootstrap: str, out_topics: dict[str, str]) -> None:
+    """The commit rule's publisher half: flush raises (so the daemon commits nothing)
+    while any record is refused, keeps the record, and sends it again."""
+    pub = publisher_class(backend)(kafka_bootstrap, **out_topics)
+    dlq = out_topics["dead_letter_topic"]
+    try:
+        pub.dead_letter(_letter(100))
+        pub.dead_letter(_letter(20_000))  # over the topic's 4 KB
+        for _ in range(2):
+            with pytest.raises(DeliveryError):
+                pub.flush(30)
+        # The big one is not on the topic (its batch-mate may not be either: a broker
+        # refuses a whole batch).
+        assert all(len(v) < 4096 for _, v in _read(kafka_bootstrap, dlq, 2, timeout_s=3))
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        try:
+            admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, dlq,
+                                                configs={"max.message.bytes": "1000000"})])
+        finally:
+            admin.close()
+
+        def goes_through() -> bool:
+            try:
+                pub.flush(30)
+            except DeliveryError:
+                return False
+            return True
+
+        wait(goes_through, 60, "the refused record to be written once allowed")
+        sizes = {len(v) > 20_000 for _, v in _read(kafka_bootstrap, dlq, 2)}
+        assert sizes == {True, False}, "both records are on the topic"
+        pub.flush(30)  # nothing is left pending
+    finally:
+        pub.close()
+
+
+def test_an_oversized_message_reaches_the_consumer_whole(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """A message over the fetch size must not stall its partition: the decoder refuses
+    it (and dead-letters a cut copy), the records after it flow."""
+    create(kafka_bootstrap, kafka_topic, 1, **{"max.message.bytes": str(4 << 20)})
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, max_request_size=4 << 20)
+    producer.send(kafka_topic, key=b"a", value=b"x" * (3 << 20))
+    producer.send(kafka_topic, key=b"a", value=b"after")
+    producer.flush(30)
+    producer.close()
+    m = Member(backend, kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        poll_until([m], lambda: len(m.records) >= 2, 60, "both records")
+        assert [len(r.value) for r in m.records] == [3 << 20, 5]
+    finally:
+        m.close()
