@@ -239,22 +239,31 @@ def test_no_offset_is_committed_past_a_dead_letter_the_broker_refused(
     letter (over its max.message.bytes), the daemon says so and commits nothing past the
     bad record; once the topic takes it, the letter is there and everything is committed."""
     from kafka import KafkaAdminClient
-    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
     from capwatch.daemon.config import DaemonConfig
     from capwatch.daemon.logs import configure_logging
     from capwatch.daemon.service import build_service
 
-    def dead_letter_limit(limit: int) -> None:
+    dlq = f"{setup.topics.dead_letter}-small"
+    admin = KafkaAdminClient(bootstrap_servers=setup.bootstrap)
+    try:
+        admin.create_topics([NewTopic(dlq, setup.partitions, 1,
+                                      topic_configs={"max.message.bytes": "2048"})])
+    finally:
+        admin.close()
+
+    def raise_the_limit() -> bool:
         admin = KafkaAdminClient(bootstrap_servers=setup.bootstrap)
         try:
-            admin.alter_configs([ConfigResource(
-                ConfigResourceType.TOPIC, setup.topics.dead_letter,
-                configs={"max.message.bytes": str(limit)})])
+            admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, dlq,
+                                                configs={"max.message.bytes": "1000000"})])
+            return True
+        except ValueError:  # the admin client's check: the topic's configs not known yet
+            return False
         finally:
             admin.close()
 
-    dead_letter_limit(2048)
     n = produce(setup, rounds=3)
     producer = KafkaProducer(bootstrap_servers=setup.bootstrap, acks="all")
     bad = producer.send(setup.topics.transitions, key=b"fuzz",
@@ -262,7 +271,9 @@ def test_no_offset_is_committed_past_a_dead_letter_the_broker_refused(
     producer.close()
     n += 1 + produce(setup, rounds=3)
     configure_logging("error", "json")
-    service = build_service(DaemonConfig(**daemon_config(setup, 0, client)))
+    config = daemon_config(setup, 0, client)
+    config["kafka"]["dead_letter_topic"] = dlq
+    service = build_service(DaemonConfig(**config))
     p = service.pipeline
     with running(service):
         wait(lambda: p.processed >= n and any("written to Kafka" in x for x in p.problems()),
@@ -270,11 +281,11 @@ def test_no_offset_is_committed_past_a_dead_letter_the_broker_refused(
         done = committed(setup) or {}
         held = next((o for tp, o in done.items() if tp.partition == bad.partition), 0)
         assert held <= bad.offset, "an offset was committed past the refused dead letter"
-        assert read_all(setup, setup.topics.dead_letter, timeout_s=2) == []
-        dead_letter_limit(1_000_000)
+        assert read_all(setup, dlq, timeout_s=2) == []
+        wait(raise_the_limit, 30, "the dead-letter topic's limit to be raised")
         wait(lambda: lag(setup) == 0 and not p.problems(), 60,
              "every offset committed once the dead letter is written")
-    dead = read_all(setup, setup.topics.dead_letter)
+    dead = read_all(setup, dlq)
     assert [(d["partition"], d["offset"]) for d in dead] == [(bad.partition, bad.offset)]
 
 

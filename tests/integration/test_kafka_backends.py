@@ -281,12 +281,19 @@ def test_a_record_the_broker_refuses_fails_every_flush_until_it_is_written(
         # The big one is not on the topic (its batch-mate may not be either: a broker
         # refuses a whole batch).
         assert all(len(v) < 4096 for _, v in _read(kafka_bootstrap, dlq, 2, timeout_s=3))
-        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        try:
-            admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, dlq,
-                                                configs={"max.message.bytes": "1000000"})])
-        finally:
-            admin.close()
+
+        def raise_the_limit() -> bool:
+            admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+            try:
+                admin.alter_configs([ConfigResource(
+                    ConfigResourceType.TOPIC, dlq, configs={"max.message.bytes": "1000000"})])
+                return True
+            except ValueError:  # the admin client's check: the topic's configs not known yet
+                return False
+            finally:
+                admin.close()
+
+        wait(raise_the_limit, 30, "the topic's limit to be raised")
 
         def goes_through() -> bool:
             try:
