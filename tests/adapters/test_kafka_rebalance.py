@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from capwatch.adapters.io.kafka import KafkaSource
+from tests.integration.test_kafka_backends import BACKENDS, source_class
 
 pytestmark = pytest.mark.integration
 
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.integration
 class Member:
     """One group member polling on a thread of its own, as a daemon's main loop does."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        self.source = KafkaSource(bootstrap, topic, group, session_timeout_ms=6000)
+    def __init__(self, bootstrap: str, topic: str, group: str, backend: str) -> None:
+        self.source = source_class(backend)(bootstrap, topic, group, session_timeout_ms=6000)
         self.owned: set[int] = set()
         self.revoked: list[set[int]] = []
         self.errors: list[BaseException] = []
@@ -65,8 +65,9 @@ def _wait(condition: object, timeout_s: float = 60.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_replica_joining_lets_the_other_commit_and_hand_partitions_over(
-        kafka_bootstrap: str) -> None:
+        kafka_bootstrap: str, backend: str) -> None:
     topic = f"rebalance-{uuid.uuid4().hex[:8]}"
     group = f"{topic}-group"
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
@@ -81,11 +82,11 @@ def test_a_replica_joining_lets_the_other_commit_and_hand_partitions_over(
     producer.flush(30)
     producer.close()
 
-    first = Member(kafka_bootstrap, topic, group)
+    first = Member(kafka_bootstrap, topic, group, backend)
     second: Member | None = None
     try:
         assert _wait(lambda: first.seen == {0: 9, 1: 9}), (first.seen, first.errors)
-        second = Member(kafka_bootstrap, topic, group)
+        second = Member(kafka_bootstrap, topic, group, backend)
         assert _wait(lambda: second is not None and len(second.owned) == 1
                      and len(first.owned) == 1), (first.owned, second and second.owned,
                                                   first.errors)
