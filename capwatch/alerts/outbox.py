@@ -13,6 +13,11 @@ alert but never lose it. Routing then runs in two steps, each one store transact
    yet and records which did. A failing sink is retried with backoff without re-sending
    to the others; a replica that dies mid-delivery leaves a lease that runs out.
 
+An *ending* (an alert with ``ends_at``: the awaiting-assessment alert once its
+assessment ended) is neither suppressed nor grouped: it goes out alone as soon as what it
+ends has gone out, so Alertmanager closes the alert instead of keeping it until
+``resolve_after``.
+
 A delivery's content and dedup key are fixed when its group closes, so a re-delivery
 (after a sink failure or a crash between sending and recording) is byte-identical, and
 consumers can deduplicate on the key.
@@ -65,8 +70,12 @@ def plan_routing(pending: Sequence[OutboxAlert], last_sent: Mapping[str, datetim
     sent = dict(last_sent)
     suppressed: list[str] = []
     groups: dict[str, list[tuple[OutboxAlert, Alert]]] = {}
+    endings: list[tuple[OutboxAlert, Alert]] = []
     for row in sorted(pending, key=lambda r: (r.created_at, r.key)):
         alert = Alert.from_record(row.alert)
+        if alert.ends_at is not None:
+            endings.append((row, alert))
+            continue
         window = policy.suppress_for.get(alert.type, timedelta(0))
         last = sent.get(row.dedup_key)
         if last is not None and window > timedelta(0) and alert.time - last < window:
@@ -90,6 +99,16 @@ def plan_routing(pending: Sequence[OutboxAlert], last_sent: Mapping[str, datetim
         for r, a in members:
             previous = let_through.get(r.dedup_key)
             let_through[r.dedup_key] = a.time if previous is None else max(previous, a.time)
+    # An ending goes out alone and at once, but never before what it ends: while an alert
+    # with its dedup key is pending (or routed in this very pass), it waits a pass.
+    unsent = {r.dedup_key for members in groups.values() for r, _ in members}
+    for row, alert in endings:
+        if row.dedup_key in unsent:
+            continue
+        severity = policy.severities.get(alert.type, alert.severity)
+        deliveries.append(AlertDelivery(
+            key=_digest([row.key], 32), alert=alert.with_severity(severity).to_record(),
+            sinks_pending=tuple(sinks), created_at=now, members=(row.key,)))
     return RoutingPlan(tuple(suppressed), tuple(deliveries), let_through)
 
 
@@ -154,6 +173,8 @@ class AlertOutbox:
                 self._on_suppressed(row)
         for d in plan.deliveries:
             alert = Alert.from_record(d.alert)
+            if alert.ends_at is not None:
+                continue  # an ending is not an alert of its own
             if report is not None:
                 report.routed.append(alert)
             if self._on_routed is not None:

@@ -60,6 +60,9 @@ class LogSink:
 
     def send(self, alerts: Sequence[Alert]) -> None:
         for a in alerts:
+            if a.ends_at is not None:
+                self._log.info("alert ended", **a.to_json())
+                continue
             level = {Severity.INFO: "info", Severity.WARNING: "warning",
                      Severity.CRITICAL: "error"}[a.severity]
             getattr(self._log, level)("alert", **a.to_json())
@@ -67,7 +70,8 @@ class LogSink:
 
 class AlertmanagerSink:
     """POST /api/v2/alerts. Alerts are events, not conditions, so each carries ``endsAt``
-    ``resolve_after`` its start and Alertmanager resolves it by itself."""
+    ``resolve_after`` its start and Alertmanager resolves it by itself; an ending (the
+    same labels, ``ends_at`` set) resolves it earlier."""
 
     name = "alertmanager"
 
@@ -101,7 +105,8 @@ class AlertmanagerSink:
                     "evidence": json.dumps(dict(a.evidence), sort_keys=True, default=str),
                 },
                 "startsAt": _rfc3339(a.time.isoformat()),
-                "endsAt": _rfc3339((a.time + self._resolve_after).isoformat()),
+                "endsAt": _rfc3339((a.ends_at if a.ends_at is not None
+                                    else a.time + self._resolve_after).isoformat()),
             }
             if self._generator_url:
                 item["generatorURL"] = self._generator_url

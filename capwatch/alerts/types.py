@@ -92,10 +92,16 @@ class Alert:
     agents: tuple[str, ...] = ()
     group_summary: str | None = None
     """Phrase used when several agents are grouped, if ``summary`` is agent-specific."""
+    ends_at: datetime | None = None
+    """Set on an *ending*: the earlier alert with this dedup key is over at this time (the
+    awaiting-assessment alert once its assessment ended). Routed alone and at once, never
+    suppressed; sinks with a notion of open alerts (Alertmanager) close it."""
 
     def __post_init__(self) -> None:
         if self.time.tzinfo is None:
             raise ValueError("alert time needs a time zone")
+        if self.ends_at is not None and self.ends_at.tzinfo is None:
+            raise ValueError("alert end time needs a time zone")
         if not self.family:
             raise ValueError("an alert needs a family")
 
@@ -113,13 +119,16 @@ class Alert:
         return replace(self, severity=severity)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "alert_type": self.type.value, "severity": self.severity.label,
             "family": self.family, "agent_id": self.agent_id, "agents": list(self.agents),
             "action": self.action, "summary": self.summary, "dedup_key": self.dedup_key,
             "model_version": self.model_version, "time": self.time.isoformat(),
             "detail": dict(self.detail), "evidence": dict(self.evidence),
         }
+        if self.ends_at is not None:
+            data["ends_at"] = self.ends_at.isoformat()
+        return data
 
 
     def to_record(self) -> dict[str, Any]:
@@ -135,6 +144,7 @@ class Alert:
         agent = data.get("agent_id")
         version = data.get("model_version")
         group_summary = data.get("group_summary")
+        ends_at = data.get("ends_at")
         return cls(
             type=AlertType(data["alert_type"]), severity=Severity.parse(data["severity"]),
             family=str(data["family"]), agent_id=None if agent is None else str(agent),
@@ -145,6 +155,7 @@ class Alert:
             model_version=None if version is None else int(version),
             agents=tuple(str(a) for a in data.get("agents", ())),
             group_summary=None if group_summary is None else str(group_summary),
+            ends_at=None if ends_at is None else datetime.fromisoformat(str(ends_at)),
         )
 
 

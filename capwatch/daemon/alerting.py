@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import structlog
@@ -19,7 +20,7 @@ from capwatch.alerts.sinks import (
 )
 from capwatch.alerts.types import Alert, AlertType, Severity, inconsistency_alert
 from capwatch.contracts.ports import Publisher
-from capwatch.contracts.store import AlertOutboxStore, OutboxAlert
+from capwatch.contracts.store import AlertOutboxStore, OutboxAlert, PendingAssessment
 from capwatch.contracts.versions import ModelVersion
 from capwatch.daemon.agent_watch import AgentWatch, Evidence
 from capwatch.daemon.config import AlertsConfig
@@ -43,6 +44,10 @@ class PublisherAlertSink:
     def send(self, alerts: Sequence[Alert]) -> None:
         try:
             for a in alerts:
+                if a.ends_at is not None:
+                    # The topic carries events: the version's or the failure's own alert
+                    # already says the wait is over.
+                    continue
                 self.publisher.alert(alert_event(a))
             self.publisher.flush()
         except Exception as e:
@@ -162,6 +167,32 @@ def queued_alert_key(assessment_key: str) -> str:
 
 def failed_alert_key(assessment_key: str) -> str:
     return f"failed:{assessment_key}"
+
+
+def ended_alert_key(assessment_key: str) -> str:
+    """Outbox key of the ending of the awaiting-assessment alert (see the store's alert
+    history, which leaves endings out)."""
+    return f"ended:{assessment_key}"
+
+
+def awaiting_ended(pending: PendingAssessment, now: datetime, how: str,
+                   severities: Mapping[AlertType, Severity]) -> list[OutboxAlert]:
+    """The ending of ``pending``'s awaiting-assessment alert: written with whatever ends
+    the assessment (a version, no change, a failure for good), so a sink that keeps alerts
+    open (Alertmanager) closes it. Its dedup key is the awaited alert's: the same type,
+    agent and action (the first inconsistency's), no fingerprint. None for work queued
+    without an inconsistency (a drift alarm), which had no such alert."""
+    item = WorkItem.from_pending(pending)
+    if not item.inconsistent:
+        return []
+    first = item.inconsistent[0]
+    alert = inconsistency_alert(family=item.family, agent_id=item.agent_id,
+                                action=first.action[0], time=now, contradicted=[],
+                                evidence={"assessment_key": item.key, "ended": how},
+                                severities=severities)
+    alert = replace(alert, summary=f"assessment ended ({how}): {alert.summary}",
+                    ends_at=now)
+    return [outbox_record(alert, ended_alert_key(item.key))]
 
 
 def queued_alert(item: WorkItem, evidence: Sequence[Evidence], domain: Domain, now: datetime,

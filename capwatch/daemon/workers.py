@@ -34,7 +34,7 @@ from capwatch.contracts.store import (
     WorkQueue,
 )
 from capwatch.contracts.versions import ModelRef, ModelVersion, build_version, unchecked_summary
-from capwatch.daemon.alerting import failed_alert_key, version_alert_key
+from capwatch.daemon.alerting import awaiting_ended, failed_alert_key, version_alert_key
 from capwatch.daemon.assessor import AssessmentRequest, Assessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.events import model_event
@@ -159,7 +159,8 @@ class AssessmentWorkers:
         try:
             failed = self.store.release(
                 item.key, worker, failure.message, now + wait, limit,
-                [outbox_record(alert, failed_alert_key(item.key))])
+                [outbox_record(alert, failed_alert_key(item.key)),
+                 *awaiting_ended(item, now, "failed", self.policy.severities)])
         except StoreError:
             return
         self.metrics.assessments.labels(item.family, "retry").inc()
@@ -189,7 +190,9 @@ class AssessmentWorkers:
             severities=self.policy.severities)
         try:
             self.store.release(pending.key, worker, message, now, 0,
-                               [outbox_record(alert, failed_alert_key(pending.key))])
+                               [outbox_record(alert, failed_alert_key(pending.key)),
+                                *awaiting_ended(pending, now, "failed",
+                                                self.policy.severities)])
         except StoreError:
             return
         self.metrics.assessments.labels(pending.family, "failed").inc()
@@ -211,6 +214,8 @@ class AssessmentWorkers:
         elif latest is not None and (base.agent_id is None
                                      or latest.version > base.version):
             # The agent's lineage moved past the model this work was queued against.
+            self.store.add_alerts(awaiting_ended(pending, self.clock(), "superseded",
+                                                 self.policy.severities))
             self.store.complete(item.key, worker)
             self.post(Installed(agent_id, latest))
             return
@@ -249,6 +254,8 @@ class AssessmentWorkers:
                              {"queries": queries, "assessment": dict(outcome.details)})
                 return
             if outcome.model == base_domain:
+                self.store.add_alerts(awaiting_ended(pending, self.clock(), "no change",
+                                                     self.policy.severities))
                 self.store.complete(item.key, worker)
                 self.metrics.assessments.labels(family, "unchanged").inc()
                 log.info("assessment found no change", key=item.key, queries=queries)
@@ -270,7 +277,8 @@ class AssessmentWorkers:
                                       baseline=baseline.domain(), evidence=evidence)
             try:
                 # The version's alerts enter the outbox in the version's own transaction.
-                version = self.store.put(candidate, self._version_alerts(base, candidate))
+                version = self.store.put(candidate, self._version_alerts(base, candidate,
+                                                                         pending))
             except VersionConflict:
                 latest = self.store.latest(family, agent_id)
                 if latest is None or latest.evidence.get("assessment_key") != item.key:
@@ -278,7 +286,7 @@ class AssessmentWorkers:
                 version = latest
         # A retry finds the version already stored: writing its alerts again is a no-op
         # (same outbox keys), and covers a version stored without them.
-        events = self._version_alerts(base, version)
+        events = self._version_alerts(base, version, pending)
         self.store.add_alerts(events)
         self.publisher.model_version(model_event(version))
         self.publisher.flush()
@@ -300,9 +308,12 @@ class AssessmentWorkers:
                          if v.agent_id is None), None)
         return baseline is not None and baseline.domain() != version.domain()
 
-    def _version_alerts(self, parent: ModelVersion, version: ModelVersion) -> list[OutboxAlert]:
+    def _version_alerts(self, parent: ModelVersion, version: ModelVersion,
+                        pending: PendingAssessment) -> list[OutboxAlert]:
         out = [outbox_record(a, version_alert_key(version, a))
                for a in alerts_for_version(parent, version, severities=self.policy.severities)]
+        out += awaiting_ended(pending, version.created_at, f"version {version.version}",
+                              self.policy.severities)
         assessment = version.evidence.get("assessment")
         if isinstance(assessment, dict) and assessment.get("budget_exhausted") \
                 and version.agent_id is not None:

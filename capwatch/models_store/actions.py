@@ -196,8 +196,10 @@ class ActionsSql(SqlBase):
 
     def alert_history(self, family: str | None = None, agent_id: str | None = None,
                       limit: int = 100, before: datetime | None = None) -> list[OutboxAlert]:
-        where: list[str] = []
-        params: list[Any] = []
+        # Endings (capwatch.daemon.alerting.ended_alert_key) close an alert; they are not
+        # alerts of their own.
+        where: list[str] = ["key NOT LIKE ?"]
+        params: list[Any] = ["ended:%"]
         if family is not None:
             where.append("family = ?")
             params.append(family)
@@ -209,9 +211,7 @@ class ActionsSql(SqlBase):
         if before is not None:
             where.append("created_at < ?")
             params.append(self._ts_in(as_utc(before)))
-        sql = f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        sql = f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox WHERE " + " AND ".join(where)
         with self._tx(write=False) as tx:
             rows = tx.rows(sql + " ORDER BY created_at DESC, key LIMIT ?",
                            (*params, max(1, limit)))

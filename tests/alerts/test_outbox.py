@@ -7,6 +7,7 @@ store in tmp_path with in-memory sinks that can be told to fail.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -123,6 +124,29 @@ def test_inconsistency_alerts_go_out_at_once_and_merge_only_within_one_pass() ->
     (d,) = plan_routing(both, {}, POLICY, at(1), ["kafka"]).deliveries
     assert d.members == ("q2", "q3")
     assert Alert.from_record(d.alert).summary.startswith("2 agents of rover-v3")
+
+
+def test_an_ending_goes_out_alone_after_what_it_ends_and_is_never_suppressed() -> None:
+    def waiting(t: datetime, ends_at: datetime | None = None) -> Alert:
+        a = inconsistency_alert(family="rover-v3", agent_id="r1", action="sample_rock",
+                                time=t, contradicted=[])
+        return replace(a, ends_at=ends_at)
+
+    policy = AlertPolicy(group_wait_by_type={AlertType.UNEXPLAINED_INCONSISTENCY:
+                                             timedelta(seconds=30)})
+    firing = outbox_record(waiting(at(0)), "q")
+    ending = outbox_record(waiting(at(5), ends_at=at(5)), "ended:q")
+    assert firing.dedup_key == ending.dedup_key
+    held = plan_routing([firing, ending], {}, policy, at(6), ["am"])
+    assert held.deliveries == () and held.suppressed == ()  # the awaited alert waits
+    both = plan_routing([firing, ending], {}, policy, at(30), ["am"])
+    assert [d.members for d in both.deliveries] == [("q",)]  # the ending: next pass
+    (alone,) = plan_routing([ending], {firing.dedup_key: at(0)}, policy, at(31),
+                            ["am"]).deliveries
+    assert Alert.from_record(alone.alert).ends_at == at(5)
+    assert alone.members == ("ended:q",)
+    again = plan_routing([ending], {firing.dedup_key: at(0)}, policy, at(31), ["am"])
+    assert again.sent == {}  # an ending does not count as a send for suppression
 
 
 def test_repeats_inside_the_window_are_suppressed_measured_on_alert_time() -> None:

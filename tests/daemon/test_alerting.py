@@ -15,6 +15,7 @@ from capwatch.model.domain import GroundAction, GroundAtom
 from capwatch.model.pal import delta
 from capwatch.model.serialize import domain_from_json
 from capwatch.models_store import open_store
+from capwatch.models_store.actions import action_store
 from tests.daemon.helpers import EXAMPLES, config, example, refused_sample, run, simulated
 
 SAMPLE_CHANGE = ("sample_rock(?r ?s ?w) now requires (battery_full ?r); no longer requires "
@@ -108,7 +109,11 @@ def test_repeats_are_suppressed_across_a_restart(tmp_path: Path) -> None:
     try:
         # Both assessments were queued and failed; only the alerts were held back.
         assert len(store.queue_items("failed")) == 2
-        assert sorted(r.status for r in store.outbox()) == ["routed"] * 2 + ["suppressed"] * 2
+        rows = store.outbox()
+        assert sorted(r.status for r in rows if not r.key.startswith("ended:")) == \
+            ["routed"] * 2 + ["suppressed"] * 2
+        # Each failure ended its awaiting-assessment alert; endings are never suppressed.
+        assert sorted(r.status for r in rows if r.key.startswith("ended:")) == ["routed"] * 2
     finally:
         store.close()
 
@@ -137,8 +142,12 @@ def test_alerts_a_sink_refused_are_delivered_after_a_restart(tmp_path: Path) -> 
     up = Sink(failing=False)
     # Nothing new arrives: the restarted daemon only delivers what the outbox holds.
     _run(_jsonl(tmp_path, "empty.jsonl", [], alerts=fast), alert_sinks=[up])
-    assert sorted(a.type.value for a in up.sent) == ["assessment_failed",
-                                                     "unexplained_inconsistency"]
+    assert sorted((a.type.value, a.ends_at is not None) for a in up.sent) == [
+        ("assessment_failed", False), ("unexplained_inconsistency", False),
+        ("unexplained_inconsistency", True)]  # the awaiting alert, and its ending after it
+    firing, ending = (a for a in up.sent if a.type.value == "unexplained_inconsistency")
+    assert up.sent.index(firing) < up.sent.index(ending)
+    assert ending.dedup_key == firing.dedup_key
     store = open_store(str(tmp_path / "models.db"))
     try:
         assert store.deliveries("pending") == []
@@ -165,3 +174,37 @@ def test_alert_configuration_errors_are_reported(tmp_path: Path) -> None:
     assert cfg.alerts.policy().severities[AlertType.CAPABILITY_EXPANDED] is Severity.WARNING
     assert [s.name for s in build_sinks(cfg.alerts, MemoryPublisher())] == [
         "output", "log", "alertmanager"]
+
+
+def test_a_published_version_ends_the_awaiting_alert_with_the_same_labels(
+        tmp_path: Path) -> None:
+    """The "awaiting assessment" alert used to stay open in Alertmanager for
+    resolve_after_s (6 h) after the version that answered it: now an ending with the same
+    labels and endsAt at the version's time follows it; the Kafka topic (the output sink)
+    carries no ending, and the store's alert history lists none."""
+    from capwatch.alerts import AlertmanagerSink
+    from capwatch.daemon.alerting import PublisherAlertSink
+
+    drift = {"family": "rover-v1", "at_step": 30,
+             "domain": str(EXAMPLES / "rover-sample-drift.pddl")}
+    am = Sink(failing=False)
+    am.name = "alertmanager"
+    memory = MemoryPublisher()
+    service = build_service(simulated(tmp_path, agents=1, rounds=200, drifts=[drift]),
+                            publisher=memory, alert_sinks=[am, PublisherAlertSink(memory)])
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    (version,) = memory.models
+    firing, ending = (a for a in am.sent if a.type.value == "unexplained_inconsistency")
+    assert firing.ends_at is None and ending.ends_at == version.time
+    assert am.sent.index(firing) < am.sent.index(ending)
+    firing_am, ending_am = AlertmanagerSink("http://am:9093").payload([firing, ending])
+    assert firing_am["labels"] == ending_am["labels"]
+    assert ending_am["endsAt"] == version.time.isoformat().replace("+00:00", "Z")
+    assert [a.alert_type for a in memory.alerts].count("unexplained_inconsistency") == 1
+    store = open_store(str(tmp_path / "models.db"))
+    try:
+        history = action_store(store).alert_history(limit=100)
+        assert not any(r.key.startswith("ended:") for r in history)
+        assert len(history) == len(memory.alerts)
+    finally:
+        store.close()
