@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 
-from capwatch.adapters.io.streams import JsonlSource
+import pytest
+
+from capwatch.adapters.io import streams
+from capwatch.adapters.io.streams import JsonlPublisher, JsonlSource
+from capwatch.contracts.wire import DeadLetter, DeadLetterRecord, dead_letter_record
 
 
 def _all(source: JsonlSource) -> list[tuple[int, bytes]]:
@@ -91,3 +99,73 @@ def test_a_finished_file_answers_an_empty_poll_after_the_timeout_not_at_once(
     assert source.poll(0.5) == [] and source.poll(0.5) == []
     assert waits == [0.5, 0.5] and source.exhausted()
     source.close()
+
+
+# ------------------------------------------------------------------ JSONL outputs, disk full
+
+
+def _letter(i: int, size: int = 3000) -> DeadLetterRecord:
+    return dead_letter_record(DeadLetter(f"bad {i}", b"x" * size), "in.jsonl", 0, i,
+                              datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def _offsets(path: Path) -> list[int]:
+    # json.loads raises on a torn line, which is what these tests look for.
+    return [json.loads(line)["offset"] for line in path.read_bytes().splitlines()]
+
+
+_REAL_WRITE = os.write
+
+
+class DiskFull:
+    """os.write as on a file system with ``room`` bytes left: a short write, then ENOSPC.
+    (os is patched as a whole module, so the real write is kept aside.)"""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = _REAL_WRITE(fd, bytes(data[:self.room]))
+        self.room -= n
+        return n
+
+
+def test_a_full_disk_leaves_no_torn_line_and_every_line_once_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pub = JsonlPublisher(tmp_path)
+    pub.dead_letter(_letter(0))
+    pub.flush()
+    full = DiskFull(room=4500)  # one and a half lines fit
+    monkeypatch.setattr(streams.os, "write", full.write)
+    for i in range(1, 4):
+        pub.dead_letter(_letter(i))
+    for _ in range(3):  # the daemon retries while the disk stays full
+        with pytest.raises(OSError):
+            pub.flush()
+        assert _offsets(tmp_path / "deadletter.jsonl") == [0]
+        full.room = 4500
+    monkeypatch.undo()  # room again
+    pub.flush()
+    assert _offsets(tmp_path / "deadletter.jsonl") == [0, 1, 2, 3]
+    pub.close()
+
+
+def test_lines_waiting_past_the_limit_are_flushed_and_a_failure_keeps_none_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pub = JsonlPublisher(tmp_path, max_pending_bytes=10_000)
+    monkeypatch.setattr(streams.os, "write", DiskFull(room=0).write)
+    handed = 0
+    for i in range(10):
+        try:
+            pub.dead_letter(_letter(i))  # the pipeline hands a refused record again later
+            handed = i + 1
+        except OSError:
+            break
+    assert 0 < handed < 10, "the pending lines are bounded"
+    monkeypatch.undo()
+    for i in range(handed, 10):
+        pub.dead_letter(_letter(i))
+    pub.close()
+    assert _offsets(tmp_path / "deadletter.jsonl") == list(range(10))

@@ -9,6 +9,7 @@ The simulated fleet's source is capwatch.adapters.sim.source.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import threading
 import time
@@ -182,17 +183,38 @@ class LogPublisher:
 
 
 class JsonlPublisher:
-    """Appends each event as one JSON line to models.jsonl, alerts.jsonl, deadletter.jsonl."""
+    """Appends each event as one JSON line to models.jsonl, alerts.jsonl, deadletter.jsonl.
 
-    def __init__(self, directory: Path) -> None:
+    Lines wait in memory until :meth:`flush` (or until ``max_pending_bytes`` of them wait)
+    and reach a file whole or not at all: a write that fails (the disk is full) is cut
+    back to the file's last flushed size, and the lines stay pending for the next flush.
+    Before, a full disk left torn lines and retries appended the same lines again and
+    again, so the space freed afterwards filled up with copies and the daemon never
+    recovered (red-team rerun of issue 12, session 3).
+    """
+
+    NAMES = ("models", "alerts", "deadletter")
+
+    def __init__(self, directory: Path, max_pending_bytes: int = 4 * 1024 * 1024) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._files = {name: open(directory / f"{name}.jsonl", "ab")  # noqa: SIM115
-                       for name in ("models", "alerts", "deadletter")}
+        self._fds = {name: os.open(directory / f"{name}.jsonl",
+                                   os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                     for name in self.NAMES}
+        self._durable = {name: os.fstat(fd).st_size for name, fd in self._fds.items()}
+        """Per file: the size up to which every line is whole and flushed."""
+        self._pending: dict[str, list[bytes]] = {name: [] for name in self.NAMES}
+        self._pending_bytes = 0
+        self.max_pending_bytes = max_pending_bytes
 
     def _write(self, name: str, data: str) -> None:
+        line = data.encode() + b"\n"
         with self._lock:
-            self._files[name].write(data.encode() + b"\n")
+            if self._pending_bytes + len(line) > self.max_pending_bytes:
+                # Raises before this line is kept: the caller hands the record again.
+                self._flush_locked()
+            self._pending[name].append(line)
+            self._pending_bytes += len(line)
 
     def model_version(self, event: ModelVersionEvent) -> None:
         self._write("models", event.model_dump_json())
@@ -204,15 +226,34 @@ class JsonlPublisher:
         self._write("deadletter", record.model_dump_json())
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        import os
-
         with self._lock:
-            for f in self._files.values():
-                f.flush()
-                os.fsync(f.fileno())
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        for name, fd in self._fds.items():
+            lines = self._pending[name]
+            if not lines:
+                continue
+            data = b"".join(lines)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            except OSError:
+                # No torn line and no second copy: the file goes back to what was flushed.
+                os.ftruncate(fd, self._durable[name])
+                raise
+            self._durable[name] += len(data)
+            self._pending[name] = []
+            self._pending_bytes -= len(data)
 
     def close(self) -> None:
         self.flush()
         with self._lock:
-            for f in self._files.values():
-                f.close()
+            for fd in self._fds.values():
+                os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
