@@ -78,8 +78,13 @@ class Pipeline:
                  publisher: Publisher, agents: AgentDirectory, assessor: Assessor,
                  families: dict[str, Domain] | None = None,
                  metrics: DaemonMetrics | None = None, clock: Clock = utc_now,
-                 alert_sinks: list[AlertSink] | None = None) -> None:
+                 alert_sinks: list[AlertSink] | None = None,
+                 checks: Sequence[Callable[[], str | None]] = ()) -> None:
         self.config = config
+        self.checks = list(checks)
+        """Watchers of dependencies that can fail without any call raising (a frozen
+        broker answers nothing, and a consumer that only polls never notices): each says
+        what fails, or None; /readyz reports them."""
         self.store = store
         self.source = source
         self.publisher = publisher
@@ -150,7 +155,8 @@ class Pipeline:
 
     @property
     def ready(self) -> bool:
-        return self._consuming and not self._stop.is_set() and self._outage is None
+        return self._consuming and not self._stop.is_set() and self._outage is None \
+            and not self._failing_checks()
 
     def problems(self) -> list[str]:
         """Why the daemon is not ready, for /readyz."""
@@ -159,7 +165,11 @@ class Pipeline:
             out.append("not consuming")
         if self._outage is not None:
             out.append(self._outage)
+        out.extend(p for p in self._failing_checks() if p != self._outage)
         return out
+
+    def _failing_checks(self) -> list[str]:
+        return [p for p in (check() for check in self.checks) if p is not None]
 
     def awaiting(self) -> dict[str, str]:
         """Agent id → key of the queued or running work it waits for."""

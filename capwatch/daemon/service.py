@@ -15,6 +15,7 @@ from types import FrameType
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from capwatch.adapters.io.kafka_liveness import BrokerLiveness
 from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
@@ -142,6 +143,7 @@ class Service:
     scheduler: BackgroundScheduler
     store: ModelStore
     problems: dict[str, Problem]
+    kafka_liveness: BrokerLiveness | None = None
 
     def _objects(self) -> dict[str, dict[str, tuple[str, ...]]]:
         return {name: p.objects_by_type(self.pipeline.families[name])
@@ -177,9 +179,13 @@ class Service:
             log.info("http listening", url=self.api.url)
         self._schedule()
         self.scheduler.start()
+        if self.kafka_liveness is not None:
+            self.kafka_liveness.start()
         try:
             return self.pipeline.run(exit_when_idle=exit_when_idle)
         finally:
+            if self.kafka_liveness is not None:
+                self.kafka_liveness.close()
             self.scheduler.shutdown(wait=False)
             if self.api is not None:
                 self.api.close()
@@ -457,10 +463,18 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                for name, p in problems.items() if name in domains}
     if assessor is None:
         assessor = EngineAssessor(objects, config.assessment.method)
+    liveness = None
+    if needs_kafka:
+        k = config.kafka
+        # Unanswered for longer than a session, the group would have dropped us anyway.
+        liveness = BrokerLiveness(k.bootstrap_servers, timeout_s=k.session_timeout_ms / 1000,
+                                  security=k.client_options(),
+                                  client_id=f"{k.client_id}-liveness")
     pipeline = Pipeline(config, store=store, source=source,
                         publisher=TeePublisher(publisher, recent), agents=agents,
                         assessor=assessor, families=domains, metrics=metrics,
-                        alert_sinks=alert_sinks, clock=clock)
+                        alert_sinks=alert_sinks, clock=clock,
+                        checks=[liveness.problem] if liveness is not None else [])
     if api is not None:
         def family_of(agent_id: str) -> str | None:
             state = pipeline.registry.get(agent_id)
@@ -476,4 +490,4 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                                   read_auth=config.http.read_auth, clock=clock)
     startup.waiting_for = None
     scheduler = BackgroundScheduler(timezone="UTC")
-    return Service(pipeline, api, scheduler, store, problems)
+    return Service(pipeline, api, scheduler, store, problems, liveness)

@@ -397,3 +397,35 @@ def kill_at_random(daemon: Daemon, rng: random.Random, lo_s: float, hi_s: float)
         time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
     daemon.kill(signal.SIGKILL)
     return at
+
+
+def readyz(port: int) -> tuple[int, dict[str, Any]]:
+    """The daemon's /readyz: (status, body); (0, {}) when it does not answer."""
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            return int(r.status), dict(json.loads(r.read()))
+    except urllib.error.HTTPError as e:
+        try:
+            return int(e.code), dict(json.loads(e.read()))
+        except ValueError:
+            return int(e.code), {}
+    except (OSError, ValueError):
+        return 0, {}
+
+
+def wait_readyz(port: int, daemon: Daemon, want: Any, timeout_s: float,
+                seen: list[tuple[float, int, dict[str, Any]]] | None = None
+                ) -> tuple[int, dict[str, Any]] | None:
+    """Poll /readyz until ``want(status, body)`` (→ that answer), the daemon exits or
+    ``timeout_s`` passes (→ None). Every answer is appended to ``seen`` with its time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and daemon.proc.poll() is None:
+        status, body = readyz(port)
+        if seen is not None:
+            seen.append((time.monotonic(), status, body))
+        if want(status, body):
+            return status, body
+        time.sleep(0.25)
+    return None

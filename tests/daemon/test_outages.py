@@ -51,3 +51,22 @@ def test_a_failing_store_is_retried_and_nothing_is_lost(
     assert pipeline.checkpoints.commit_offsets() == {0: len(lines)}
     assert pipeline.ready is False  # stopped; and no outage is left over
     assert pipeline.problems() == ["not consuming"]
+
+
+def test_a_failing_dependency_check_makes_the_daemon_not_ready(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample("rover-a", step=0) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    service = build_service(cfg, publisher=MemoryPublisher())
+    pipeline = service.pipeline
+    silent: list[str] = []
+    pipeline.checks.append(lambda: silent[0] if silent else None)
+    pipeline._consuming = True
+    assert pipeline.ready and pipeline.problems() == []
+    silent.append("Kafka unavailable: no answer from b:9092 for 12 s")
+    assert not pipeline.ready
+    assert pipeline.problems() == ["Kafka unavailable: no answer from b:9092 for 12 s"]
+    silent.clear()
+    assert pipeline.ready
+    service.store.close()
+

@@ -294,10 +294,44 @@ class KafkaBroker(ManagedServer):
     secure_bootstrap: str | None = None
     """The SASL_SSL listener (``secure=True`` only)."""
     tls: TlsFiles | None = None
+    argv: list[str] = field(default_factory=list)
+    """The command that started the broker (for :meth:`start_again`)."""
 
     @property
     def log_file(self) -> Path | None:
         return self.workdir / "kafka.log" if self.workdir else None
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash), keeping its directory, ports and data for
+        :meth:`start_again`."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+
+    def start_again(self, timeout_s: float = START_TIMEOUT_S) -> float:
+        """Start the killed broker again on the same ports with the same data; returns the
+        seconds until it answered."""
+        if self.workdir is None or not self.argv:
+            raise KafkaBrokerError("only a broker this process started can start again")
+        if self.process is not None and self.process.poll() is None:
+            raise KafkaBrokerError("the broker is still running")
+        t0 = time.monotonic()
+        with open(self.workdir / "kafka.stdout", "ab") as out:
+            self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
+                                            stderr=subprocess.STDOUT, cwd=self.workdir)
+        process, workdir = self.process, self.workdir
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise KafkaBrokerError(
+                    f"Kafka exited with {process.returncode} while starting again:\n"
+                    f"{_tail(workdir / 'kafka.stdout')}")
+            return cluster_is_ready(self.bootstrap, timeout_s=2.0)
+
+        if not wait_until(ready, timeout_s):
+            raise KafkaBrokerError(f"Kafka not ready again on {self.bootstrap} after "
+                                   f"{timeout_s:.0f}s:\n{_tail(workdir / 'kafka.log')}")
+        return time.monotonic() - t0
 
     def stop(self) -> None:
         """Stop the broker by PID: SIGTERM, then SIGKILL after a bound; remove its directory."""
@@ -455,9 +489,10 @@ def _start_once(
             raise KafkaBrokerError(f"kafka-storage format failed:\n{fmt.stdout}{fmt.stderr}")
 
         t2 = time.monotonic()
+        broker.argv = [*_die_with_parent(), *jvm, "kafka.Kafka", str(props)]
         with open(workdir / "kafka.stdout", "wb") as out:
             broker.process = subprocess.Popen(
-                [*_die_with_parent(), *jvm, "kafka.Kafka", str(props)],
+                broker.argv,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=workdir,
             )  # fmt: skip

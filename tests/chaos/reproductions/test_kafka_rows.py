@@ -1,7 +1,7 @@
-"""Issue 12 over a real Kafka broker: row 1 (SIGKILL mid-stream), row 2 (hostile messages:
-every dead letter reaches the dead-letter topic before its offset is committed) and row 6
-(a broker outage: /readyz says not ready, the daemon rides it out). Row 3 (one 10 MB
-message) is fixed and lives in the bounded suite, tests/chaos/test_kafka_fixed.py."""
+"""Issue 12 over a real Kafka broker: row 1 (SIGKILL mid-stream) and row 2 (hostile
+messages: every dead letter reaches the dead-letter topic before its offset is
+committed). Row 3 (one 10 MB message) is fixed and lives in the bounded suite,
+tests/chaos/test_kafka_fixed.py; row 6 (broker outages) is in test_kafka_outages.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ import random
 import signal
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,6 @@ from tests.chaos.harness import Daemon, FleetInput, compare
 from tests.chaos.hostile import generate
 from tests.chaos.kafka_harness import (
     KafkaTopics,
-    committed_and_end,
     kafka_daemon_config,
     kafka_outcome,
     make_topics,
@@ -29,8 +25,6 @@ from tests.chaos.kafka_harness import (
     read_topic,
     wait_done,
 )
-from tests.support._proc import free_port
-from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
 
 pytestmark = pytest.mark.integration
 
@@ -111,53 +105,3 @@ def test_every_dead_letter_reaches_the_topic_before_its_offset_is_committed(
         assert letter["reason"]
         # Each is the original, or a truncation that says how long the original was.
         assert "raw_base64" in letter or "raw_length" in letter
-
-
-@pytest.fixture
-def own_broker() -> Iterator[KafkaBroker]:
-    """A broker of this test's own: it is frozen, which others must not see."""
-    broker = start_kafka_broker()
-    if broker.external or broker.process is None:
-        broker.stop()
-        pytest.skip("needs a broker this test starts itself")
-    try:
-        yield broker
-    finally:
-        broker.process.send_signal(signal.SIGCONT)
-        broker.stop()
-
-
-def _readyz(port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except OSError:
-        return 0
-
-
-def test_a_broker_outage_is_ridden_out_and_readyz_says_so(
-        drift_fleet: FleetInput, own_broker: KafkaBroker, tmp_path: Path) -> None:
-    assert own_broker.process is not None
-    topics = make_topics(own_broker.bootstrap)
-    half = len(drift_fleet.lines) // 2
-    produce(topics, drift_fleet.lines[:half], drift_fleet.keys[:half])
-    store = tmp_path / "store.db"
-    port = free_port()
-    d = Daemon(kafka_daemon_config(topics, store, drift_fleet.families, drift_fleet.urls,
-                                   http_port=port), tmp_path, "outage")
-    assert wait_done(topics, store, lambda: _alive(d), 120), d.tail()
-    own_broker.process.send_signal(signal.SIGSTOP)
-    statuses = []
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        statuses.append(_readyz(port))
-        time.sleep(1)
-    own_broker.process.send_signal(signal.SIGCONT)
-    produce(topics, drift_fleet.lines[half:], drift_fleet.keys[half:])
-    done = wait_done(topics, store, lambda: _alive(d), 120)
-    code = d.kill(signal.SIGTERM)
-    assert 503 in statuses, f"/readyz during the outage: {statuses}"
-    assert done and code == 0, d.tail()
-    assert committed_and_end(topics)[0] == len(drift_fleet.lines)

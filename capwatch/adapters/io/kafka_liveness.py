@@ -1,0 +1,118 @@
+"""Is the Kafka cluster answering? A probe on a thread of its own, for /readyz and the log.
+
+A broker that stops answering without closing its connections (a frozen process, a
+network partition that drops packets) makes no Kafka client raise anything while it only
+polls: the consumer's fetches and heartbeats simply get no answer, so the daemon would
+stay "ready" with a lag of 0 for as long as it lasts. The probe asks the cluster for its
+metadata with a bounded timeout, over connections of its own, every ``interval_s``; the
+cluster is reported as not answering once no probe succeeded for ``timeout_s``. It never
+blocks the caller: :meth:`BrokerLiveness.problem` only reads what the thread saw.
+
+It is independent of which client library consumes and produces: any backend's daemon
+can be watched by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("capwatch.kafka")
+
+
+class BrokerLiveness:
+    """Probes ``bootstrap`` every ``interval_s``; :meth:`problem` says what fails, if
+    anything has for longer than ``timeout_s``."""
+
+    def __init__(self, bootstrap: str, *, timeout_s: float, interval_s: float | None = None,
+                 security: Mapping[str, Any] | None = None,
+                 client_id: str = "capwatch-liveness",
+                 probe: Callable[[], object] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self.interval_s = interval_s if interval_s is not None else max(1.0, timeout_s / 4)
+        self._security = dict(security or {})
+        self._client_id = client_id
+        self._probe = probe if probe is not None else self._list_topics
+        self._clock = clock
+        self._admin: Any = None
+        self._last_ok = clock()
+        self._last_error: str | None = None
+        self._reported = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> BrokerLiveness:
+        self._last_ok = self._clock()
+        self._thread = threading.Thread(target=self._run, name="kafka-liveness", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout_s + 5)
+        self._drop_admin()
+
+    def problem(self) -> str | None:
+        """None while the cluster answered within ``timeout_s``; else what fails."""
+        silent = self._clock() - self._last_ok
+        if silent <= self.timeout_s:
+            return None
+        last = f"; last error: {self._last_error}" if self._last_error else ""
+        return (f"Kafka unavailable: no answer from {self.bootstrap} for {silent:.0f} s"
+                f"{last}")[:500]
+
+    def check_once(self) -> bool:
+        """One probe; True if the cluster answered (the thread's step, callable from tests)."""
+        try:
+            self._probe()
+        except Exception as e:
+            self._last_error = f"{type(e).__name__}: {e}"[:300]
+            # A client that met a dead broker may keep backing off its reconnects for
+            # long after the broker is back: the next probe starts a fresh one.
+            self._drop_admin()
+            ok = False
+        else:
+            self._last_ok = self._clock()
+            self._last_error = None
+            ok = True
+        self._report()
+        return ok
+
+    def _report(self) -> None:
+        problem = self.problem()
+        if problem is not None and not self._reported:
+            log.error("dependency failed; retrying", component="Kafka", problem=problem)
+            self._reported = True
+        elif problem is None and self._reported:
+            log.info("dependency back; resuming", component="Kafka",
+                     bootstrap_servers=self.bootstrap)
+            self._reported = False
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.check_once()
+            self._stop.wait(self.interval_s)
+
+    def _list_topics(self) -> object:
+        from kafka import KafkaAdminClient
+
+        if self._admin is None:
+            ms = int(max(1.0, min(self.timeout_s / 2, 10.0)) * 1000)
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap,
+                                           client_id=self._client_id, request_timeout_ms=ms,
+                                           bootstrap_timeout_ms=ms, **self._security)
+        return self._admin.list_topics()
+
+    def _drop_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
