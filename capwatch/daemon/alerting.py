@@ -24,6 +24,7 @@ from capwatch.contracts.store import AlertOutboxStore, OutboxAlert, PendingAsses
 from capwatch.contracts.versions import ModelVersion
 from capwatch.daemon.agent_watch import AgentWatch, Evidence
 from capwatch.daemon.config import AlertsConfig
+from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, OutageLog
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.work import WorkItem
 from capwatch.model.domain import Domain
@@ -77,6 +78,7 @@ class AlertRouting:
         self._lock = threading.Lock()
         self._closed = False
         self._pruned: datetime | None = None
+        self._outage = OutageLog(log, "alert routing")
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -108,9 +110,14 @@ class AlertRouting:
                 if self._pruned is None or now - self._pruned >= timedelta(hours=1):
                     self.outbox.prune(now, timedelta(seconds=self.config.keep_s))
                     self._pruned = now
+            except INFRASTRUCTURE_ERRORS as e:
+                # The outbox keeps the alerts: routing resumes where it stopped.
+                self._outage.failed(e)
+                return
             except Exception:
                 log.exception("alert routing failed; the outbox keeps the alerts")
                 return
+            self._outage.ok()
         if report.routed or report.failures:
             log.info("alerts routed", routed=len(report.routed),
                      suppressed=len(report.suppressed), delivered=report.delivered,

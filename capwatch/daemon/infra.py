@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from capwatch.contracts.ports import DeliveryError
 from capwatch.contracts.store import StoreError
@@ -44,3 +45,43 @@ def _infrastructure_errors() -> tuple[type[BaseException], ...]:
 INFRASTRUCTURE_ERRORS = _infrastructure_errors()
 """Failures of what the daemon stands on rather than of the message it was handling: the
 record that met one is not committed past, and the daemon retries until it answers."""
+
+
+def component_of(error: BaseException) -> str:
+    """Which dependency an infrastructure error is about, for logs and /readyz."""
+    module = type(error).__module__
+    if module.startswith("kafka") or module.startswith("capwatch.adapters.io.kafka"):
+        return "Kafka"
+    if isinstance(error, OSError) and not module.startswith(("sqlite3", "psycopg")):
+        return "disk or network"
+    return "models store"
+
+
+def describe_outage(error: BaseException) -> str:
+    """The problem as logs and /readyz say it: ``<component> unavailable: <error>``."""
+    return f"{component_of(error)} unavailable: {type(error).__name__}: {error}"[:500]
+
+
+class OutageLog:
+    """Logs the failures of a loop that runs off the main loop (assessment workers, alert
+    routing) and retries by itself: a dependency that is down fails it every turn, and a
+    traceback per turn would bury the one line that says what is down. This logs that
+    line (naming the component) when the failure starts or changes, and once when the
+    loop works again; the main loop's own log and /readyz carry the outage meanwhile."""
+
+    def __init__(self, logger: Any, what: str) -> None:
+        self.log = logger
+        self.what = what
+        self._failing: tuple[str, str] | None = None
+
+    def failed(self, error: BaseException) -> None:
+        key = (component_of(error), type(error).__name__)
+        if key != self._failing:
+            self.log.error(f"{self.what} failed; retrying", component=key[0],
+                           problem=describe_outage(error))
+        self._failing = key
+
+    def ok(self) -> None:
+        if self._failing is not None:
+            self.log.info(f"{self.what} works again", component=self._failing[0])
+            self._failing = None

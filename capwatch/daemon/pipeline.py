@@ -51,7 +51,7 @@ from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
-from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, Clock, utc_now
+from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, Clock, describe_outage, utc_now
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
@@ -270,7 +270,7 @@ class Pipeline:
         """A dependency failed: say so (logs and /readyz), wait, and try again. Only a
         wrong configuration stops the daemon; the store, the disk or the broker coming
         back resumes it with nothing lost."""
-        what = f"{_component(error)} unavailable: {type(error).__name__}: {error}"[:500]
+        what = describe_outage(error)
         self._outage_wait = min(30.0, max(0.5, self._outage_wait * 2))
         if what != self._outage:
             log.error("dependency failed; retrying", problem=what, retry_in_s=self._outage_wait)
@@ -306,7 +306,7 @@ class Pipeline:
             except INFRASTRUCTURE_ERRORS as e:
                 # Nothing is lost: the next start replays from the last checkpoint.
                 log.error("final checkpoint failed; the next start resumes from the last one",
-                          problem=f"{_component(e)}: {type(e).__name__}: {e}"[:500])
+                          problem=describe_outage(e))
         finally:
             self.source.close()
             self.publisher.close()
@@ -483,8 +483,12 @@ class Pipeline:
         try:
             self.queue(watch)
         except INFRASTRUCTURE_ERRORS as e:
+            what = describe_outage(e)
+            if what != self._outage:
+                log.error("dependency failed; retrying", problem=what,
+                          retry_in_s=max(0.5, self._outage_wait))
             log.warning("queuing failed; the evidence stays buffered", error=str(e)[:300])
-            self._outage = f"{_component(e)} unavailable: {type(e).__name__}: {e}"[:500]
+            self._outage = what
 
     def queue(self, watch: AgentWatch) -> None:
         """Queue the watch's buffered evidence as a work item, with its alert."""
@@ -583,12 +587,3 @@ class Pipeline:
         """Route the alert outbox and deliver what is due (scheduler job; any thread)."""
         self.alerts.run(force)
 
-
-def _component(error: BaseException) -> str:
-    """Which dependency an infrastructure error is about, for logs and /readyz."""
-    module = type(error).__module__
-    if module.startswith("kafka") or module.startswith("capwatch.adapters.io.kafka"):
-        return "Kafka"
-    if isinstance(error, OSError) and not module.startswith(("sqlite3", "psycopg")):
-        return "disk or network"
-    return "models store"

@@ -38,6 +38,7 @@ from capwatch.daemon.alerting import awaiting_ended, failed_alert_key, version_a
 from capwatch.daemon.assessor import AssessmentRequest, Assessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.events import model_event
+from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, OutageLog
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.retry import Failure, describe_agent_failure, internal_failure, retry_plan
 from capwatch.daemon.work import Installed, Result, Settled, Settlement, WorkItem
@@ -113,9 +114,14 @@ class AssessmentWorkers:
 
     def _loop(self, name: str) -> None:
         cfg = self.config.assessment
+        outage = OutageLog(log, f"claiming queued work ({name})")
         while not self._stopped.is_set():
             try:
                 items = self.store.claim(name, self.clock(), cfg.lease_s, 1)
+                outage.ok()
+            except INFRASTRUCTURE_ERRORS as e:
+                outage.failed(e)
+                items = []
             except Exception:
                 log.exception("claiming queued work failed")
                 items = []

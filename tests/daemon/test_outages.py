@@ -70,3 +70,27 @@ def test_a_failing_dependency_check_makes_the_daemon_not_ready(tmp_path: Path) -
     assert pipeline.ready
     service.store.close()
 
+
+
+def test_a_loop_off_the_main_loop_logs_an_outage_once_naming_the_component() -> None:
+    import sqlite3
+
+    import structlog
+    from structlog.testing import capture_logs
+
+    from capwatch.daemon.infra import OutageLog
+
+    outage = OutageLog(structlog.get_logger("test"), "claiming queued work")
+    with capture_logs() as logs:
+        outage.ok()
+        for _ in range(50):
+            outage.failed(sqlite3.OperationalError("database is locked"))
+        outage.failed(OSError("No route to host"))
+        outage.ok()
+        outage.ok()
+    assert [(e["event"], e.get("component")) for e in logs] == [
+        ("claiming queued work failed; retrying", "models store"),
+        ("claiming queued work failed; retrying", "disk or network"),
+        ("claiming queued work works again", "disk or network")]
+    assert logs[0]["problem"] == ("models store unavailable: OperationalError: database is"
+                                  " locked")
