@@ -467,7 +467,9 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
     if needs_kafka:
         k = config.kafka
         # Unanswered for longer than a session, the group would have dropped us anyway.
-        liveness = BrokerLiveness(k.bootstrap_servers, timeout_s=k.session_timeout_ms / 1000,
+        topic = k.transitions_topic if config.source.kind == "kafka" else k.models_topic
+        liveness = BrokerLiveness(k.bootstrap_servers, topic,
+                                  timeout_s=k.session_timeout_ms / 1000,
                                   security=k.client_options(),
                                   client_id=f"{k.client_id}-liveness")
     pipeline = Pipeline(config, store=store, source=source,

@@ -34,7 +34,7 @@ class Probe:
 @pytest.fixture
 def parts() -> tuple[BrokerLiveness, Probe, Clock]:
     clock, probe = Clock(), Probe()
-    return BrokerLiveness("b:9092", timeout_s=10, probe=probe, clock=clock), probe, clock
+    return BrokerLiveness("b:9092", "t", timeout_s=10, probe=probe, clock=clock), probe, clock
 
 
 def test_silence_is_reported_only_after_the_timeout_and_names_kafka(
@@ -79,7 +79,7 @@ def test_the_outage_and_the_return_are_logged_once_each(
 
 def test_the_thread_probes_until_closed() -> None:
     probe = Probe()
-    live = BrokerLiveness("b:9092", timeout_s=10, interval_s=0.01, probe=probe).start()
+    live = BrokerLiveness("b:9092", "t", timeout_s=10, interval_s=0.01, probe=probe).start()
     try:
         deadline = 200
         while probe.calls < 3 and deadline:

@@ -4,10 +4,13 @@
 - 20 with the store's file system running full for 2-6 s at a random moment;
 - each compared with an uninterrupted run on the same input (same versions in content and
   count, same alerts after dedup, every record processed, same dead letters);
+- 10 with the daemon over Kafka and PostgreSQL killed at a random moment for 5-20 s
+  (tests/chaos/pg_kafka.py; a broker and a server of the run's own);
 - at least 100,000 generated hostile messages through ``capwatch run`` (JSONL).
 
-Usage: ``python -m tests.chaos.long_run [--kills 20] [--outages 20] [--hostile 100000]
-[--json figures.json]``. Exits 1 if any scenario differs from the reference.
+Usage: ``python -m tests.chaos.long_run [--kills 20] [--outages 20] [--pg-kafka 10]
+[--hostile 100000] [--json figures.json]``. Exits 1 if any scenario differs from the
+reference.
 """
 
 from __future__ import annotations
@@ -24,6 +27,58 @@ from typing import Any
 from tests.chaos.harness import compare, fleet, lost_records
 from tests.chaos.hostile import generate
 from tests.chaos.scenarios import can_mount, disk_full, hostile_jsonl, reference, sigkill
+
+
+def _pg_kafka(n: int, inp: Any, ref: Any, work: Path, seed: int) -> dict[str, Any]:
+    """PostgreSQL killed under a daemon consuming Kafka, ``n`` runs on one broker and one
+    server (a fresh database and fresh topics per run)."""
+    from tests.chaos.pg_kafka import KillablePostgres, postgres_killed
+    from tests.support._proc import free_port
+    from tests.support.kafka_broker import start_kafka_broker
+    from tests.support.postgres_server import start_postgres_server
+
+    rng = random.Random(seed)
+    rows = []
+    with start_kafka_broker() as broker, start_postgres_server() as server:
+        pg = KillablePostgres(server)
+        for i in range(n):
+            t0 = time.monotonic()
+            run = postgres_killed(inp, pg, broker.bootstrap, free_port(),
+                                  work / f"pg-kafka-{i:02d}", rng, rng.uniform(5.0, 20.0))
+            problems = compare(ref, run.outcome, len(inp.lines))
+            if run.exited_during_fault is not None:
+                problems.append(f"exited {run.exited_during_fault} during the fault")
+            if run.blamed_other:
+                problems.append(f"blamed another component: {run.blamed_other[:2]}")
+            rows.append({
+                "run": i, "fault_at_s": round(run.fault_at_s, 2), "hold_s": round(run.hold_s, 1),
+                "versions": len(run.outcome.versions), "published": run.outcome.published_raw,
+                "alerts": len(run.outcome.alerts),
+                "lost": lost_records(ref, run.outcome, len(inp.lines)),
+                "exits": run.outcome.exits, "exited_during_fault": run.exited_during_fault,
+                "readyz_503_during_fault": 503 in run.readyz_during_fault,
+                "noticed_s": run.noticed_s, "ready_again_s": run.ready_again_s,
+                "store_failures_logged": run.store_failures_logged,
+                "blamed_other": len(run.blamed_other),
+                "tracebacks": run.outcome.tracebacks,
+                "equal": not problems, "problems": problems[:3],
+                "seconds": round(time.monotonic() - t0, 1)})
+            r = rows[-1]
+            print(f"  pg_kafka {i:2d}: fault at {r['fault_at_s']:5.2f}s for {r['hold_s']:4.1f}s"
+                  f"  503 after {r['noticed_s']}s, 200 {r['ready_again_s']}s after the"
+                  f" restart  versions {r['versions']:2d}  lost {r['lost']}"
+                  f"  exits {r['exits']}"
+                  f"  {'equal' if r['equal'] else 'DIFFERS: ' + '; '.join(problems)[:160]}",
+                  flush=True)
+    return {"runs": n, "equal": sum(r["equal"] for r in rows),
+            "versions_compared": len(ref.versions) * n,
+            "versions_seen": sum(r["versions"] for r in rows),
+            "records_lost": sum(r["lost"] for r in rows),
+            "unexpected_exits": sum(1 for r in rows for c in r["exits"] if c != 0)
+            + sum(r["exited_during_fault"] is not None for r in rows),
+            "readyz_503_during_fault": sum(r["readyz_503_during_fault"] for r in rows),
+            "blamed_other": sum(r["blamed_other"] for r in rows),
+            "tracebacks": sum(r["tracebacks"] for r in rows), "rows": rows}
 
 
 def _scenarios(kind: str, n: int, inp: Any, ref: Any, work: Path, seed: int
@@ -67,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--outages", type=int, default=20)
+    p.add_argument("--pg-kafka", type=int, default=10)
     p.add_argument("--hostile", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=12)
     p.add_argument("--json", help="write the figures to this file")
@@ -94,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                                                       work, args.seed + 1)
                 else:
                     print("store disk full: skipped (mounting a tmpfs needs root)")
+            if args.pg_kafka:
+                print(f"PostgreSQL killed under a daemon over Kafka, {args.pg_kafka} runs:",
+                      flush=True)
+                figures["pg_kafka"] = _pg_kafka(args.pg_kafka, inp, ref, work,
+                                                args.seed + 3)
         if args.hostile:
             with fleet(work / "valid", agents=2, drifted=0, episodes=5, drift_at=99,
                        seed=args.seed + 2) as v:
@@ -113,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                   f" {report.largest_dead_letter} bytes; wrong fate by kind: {report.wrong}")
     print("\nsummary:")
     failed = False
-    for kind in ("sigkill", "disk_full"):
+    for kind in ("sigkill", "disk_full", "pg_kafka"):
         f = figures.get(kind)
         if f:
             print(f"  {kind}: {f['equal']}/{f['runs']} equal to the reference; versions"

@@ -3,8 +3,9 @@
 A broker that stops answering without closing its connections (a frozen process, a
 network partition that drops packets) makes no Kafka client raise anything while it only
 polls: the consumer's fetches and heartbeats simply get no answer, so the daemon would
-stay "ready" with a lag of 0 for as long as it lasts. The probe asks the cluster for its
-metadata with a bounded timeout, over connections of its own, every ``interval_s``; the
+stay "ready" with a lag of 0 for as long as it lasts. The probe asks the cluster for one
+topic's metadata (a small answer, and a permission the daemon has anyway) with a bounded
+timeout, over connections of its own, every ``interval_s``; the
 cluster is reported as not answering once no probe succeeded for ``timeout_s``. It never
 blocks the caller: :meth:`BrokerLiveness.problem` only reads what the thread saw.
 
@@ -29,17 +30,19 @@ class BrokerLiveness:
     """Probes ``bootstrap`` every ``interval_s``; :meth:`problem` says what fails, if
     anything has for longer than ``timeout_s``."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float, interval_s: float | None = None,
+    def __init__(self, bootstrap: str, topic: str, *, timeout_s: float,
+                 interval_s: float | None = None,
                  security: Mapping[str, Any] | None = None,
                  client_id: str = "capwatch-liveness",
                  probe: Callable[[], object] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.bootstrap = bootstrap
+        self.topic = topic
         self.timeout_s = timeout_s
         self.interval_s = interval_s if interval_s is not None else max(1.0, timeout_s / 4)
         self._security = dict(security or {})
         self._client_id = client_id
-        self._probe = probe if probe is not None else self._list_topics
+        self._probe = probe if probe is not None else self._describe_topic
         self._clock = clock
         self._admin: Any = None
         self._last_ok = clock()
@@ -101,7 +104,7 @@ class BrokerLiveness:
             self.check_once()
             self._stop.wait(self.interval_s)
 
-    def _list_topics(self) -> object:
+    def _describe_topic(self) -> object:
         from kafka import KafkaAdminClient
 
         if self._admin is None:
@@ -109,7 +112,7 @@ class BrokerLiveness:
             self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap,
                                            client_id=self._client_id, request_timeout_ms=ms,
                                            bootstrap_timeout_ms=ms, **self._security)
-        return self._admin.list_topics()
+        return self._admin.describe_topics([self.topic])
 
     def _drop_admin(self) -> None:
         admin, self._admin = self._admin, None
