@@ -91,3 +91,15 @@ def test_the_thread_probes_until_closed() -> None:
     assert calls >= 3
     live._stop.wait(0.05)
     assert probe.calls == calls
+
+
+def test_readyz_seeing_the_silence_first_logs_it_once(
+        parts: tuple[BrokerLiveness, Probe, Clock]) -> None:
+    live, _, clock = parts
+    clock.now += 30  # the probe is stuck in a request meanwhile
+    with capture_logs() as logs:
+        assert live.problem() is not None
+        assert live.problem() is not None
+        live.check_once()
+    assert [e["event"] for e in logs] == ["dependency failed; retrying",
+                                          "dependency back; resuming"]

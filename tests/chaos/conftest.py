@@ -9,6 +9,7 @@ into the bounded suite (this directory) once it is fixed.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ import pytest
 from tests.chaos.fake_agent import Recorder
 from tests.chaos.harness import FleetInput, Outcome, fleet
 from tests.chaos.scenarios import reference
+from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
 
 collect_ignore = [] if os.environ.get("CAPWATCH_CHAOS") else ["reproductions"]
 
@@ -56,3 +58,18 @@ def recorder(request: pytest.FixtureRequest) -> Iterator[Recorder]:
         server.server_close()
 
 
+
+
+@pytest.fixture
+def own_broker() -> Iterator[KafkaBroker]:
+    """A broker of this test's own: it is frozen or killed, which others must not see."""
+    broker = start_kafka_broker()
+    if broker.external or broker.process is None:
+        broker.stop()
+        pytest.skip("needs a broker this test starts itself")
+    try:
+        yield broker
+    finally:
+        if broker.process is not None and broker.process.poll() is None:
+            broker.process.send_signal(signal.SIGCONT)
+        broker.stop()

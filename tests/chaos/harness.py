@@ -429,3 +429,8 @@ def wait_readyz(port: int, daemon: Daemon, want: Any, timeout_s: float,
             return status, body
         time.sleep(0.25)
     return None
+
+
+def names_kafka(status: int, body: dict[str, Any]) -> bool:
+    """/readyz says not ready because of Kafka."""
+    return status == 503 and any("Kafka" in p for p in body.get("problems", []))

@@ -1,5 +1,7 @@
 """Rows of issue 12 over the real Kafka broker that are fixed, in a bounded form (part of
-``make test``): one 10 MB message among ordinary ones (row 3).
+``make test``): one 10 MB message among ordinary ones (row 3), and a broker frozen under
+the daemon (row 6; 30 s outages, frozen and killed, with the drift fleet are in
+reproductions/test_kafka_outages.py, run by ``make chaos``).
 
 Row 3 was reported as "dead-lettered 9 times". The count was the test's own doing: it
 keyed all 21 records with the first agent's id while half of the ordinary events were
@@ -14,11 +16,12 @@ import base64
 import hashlib
 import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.chaos.harness import Daemon
+from tests.chaos.harness import Daemon, names_kafka, readyz, wait_readyz
 from tests.chaos.hostile import oversized
 from tests.chaos.kafka_harness import (
     committed_and_end,
@@ -28,6 +31,8 @@ from tests.chaos.kafka_harness import (
     read_topic,
     wait_done,
 )
+from tests.support._proc import free_port
+from tests.support.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +83,45 @@ def test_a_10_mb_message_is_dead_lettered_once_and_the_partition_moves_on(
     stopped = next(e for e in again.log_events() if e.get("event") == "daemon stopped")
     assert (stopped["processed"], stopped["dead_letters"]) == (len(more), 0)
     assert len(read_topic(topics, topics.dead_letter)) == 1
+
+
+def test_a_frozen_broker_makes_the_daemon_not_ready_until_it_answers_again(
+        valid_events: tuple[list[bytes], dict[str, dict[str, str]]], own_broker: KafkaBroker,
+        tmp_path: Path) -> None:
+    process = own_broker.process
+    assert process is not None
+    valid, families = valid_events
+    keys = [json.loads(v)["agent_id"] for v in valid]
+    half = len(valid) // 2
+    topics = make_topics(own_broker.bootstrap)
+    produce(topics, valid[:half], keys[:half])
+    store = tmp_path / "store.db"
+    port = free_port()
+    d = Daemon(kafka_daemon_config(topics, store, families, {}, http_port=port), tmp_path,
+               "frozen")
+    try:
+        assert wait_done(topics, store, lambda: d.proc.poll() is None, 120), d.tail()
+        assert wait_readyz(port, d, lambda s, b: s == 200, 60) is not None, d.tail()
+        process.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        seen: list[tuple[float, int, dict[str, object]]] = []
+        # Silence for longer than the session timeout (6 s here) is an outage.
+        noticed = wait_readyz(port, d, names_kafka, 30, seen)
+        frozen_for = time.monotonic() - t0
+        assert d.proc.poll() is None, d.tail()
+        status_while_frozen = readyz(port)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert noticed is not None, f"/readyz while the broker was frozen: {seen[-3:]}"
+    assert names_kafka(*status_while_frozen), status_while_frozen
+    back = wait_readyz(port, d, lambda s, b: s == 200, 60)
+    produce(topics, valid[half:], keys[half:])
+    done = wait_done(topics, store, lambda: d.proc.poll() is None, 120)
+    code = d.kill(signal.SIGTERM)
+    assert back is not None and done and code == 0, d.tail()
+    assert committed_and_end(topics) == (len(valid), len(valid))
+    stopped = next(e for e in d.log_events() if e.get("event") == "daemon stopped")
+    assert stopped["dead_letters"] == 0
+    failed = [e for e in d.log_events() if e.get("event") == "dependency failed; retrying"]
+    assert failed and all(e.get("component") == "Kafka" for e in failed), failed
+    print(f"\nfrozen broker: /readyz 503 naming Kafka after {frozen_for:.1f} s")

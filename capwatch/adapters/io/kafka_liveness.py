@@ -48,6 +48,7 @@ class BrokerLiveness:
         self._last_ok = clock()
         self._last_error: str | None = None
         self._reported = False
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -64,13 +65,16 @@ class BrokerLiveness:
         self._drop_admin()
 
     def problem(self) -> str | None:
-        """None while the cluster answered within ``timeout_s``; else what fails."""
+        """None while the cluster answered within ``timeout_s``; else what fails. The
+        first time it is seen (here or by the probe thread) the log says so."""
         silent = self._clock() - self._last_ok
         if silent <= self.timeout_s:
             return None
         last = f"; last error: {self._last_error}" if self._last_error else ""
-        return (f"Kafka unavailable: no answer from {self.bootstrap} for {silent:.0f} s"
-                f"{last}")[:500]
+        problem = (f"Kafka unavailable: no answer from {self.bootstrap} for {silent:.0f} s"
+                   f"{last}")[:500]
+        self._report(problem)
+        return problem
 
     def check_once(self) -> bool:
         """One probe; True if the cluster answered (the thread's step, callable from tests)."""
@@ -81,23 +85,23 @@ class BrokerLiveness:
             # A client that met a dead broker may keep backing off its reconnects for
             # long after the broker is back: the next probe starts a fresh one.
             self._drop_admin()
-            ok = False
-        else:
-            self._last_ok = self._clock()
-            self._last_error = None
-            ok = True
-        self._report()
-        return ok
+            self.problem()
+            return False
+        self._last_ok = self._clock()
+        self._last_error = None
+        self._report(None)
+        return True
 
-    def _report(self) -> None:
-        problem = self.problem()
-        if problem is not None and not self._reported:
-            log.error("dependency failed; retrying", component="Kafka", problem=problem)
-            self._reported = True
-        elif problem is None and self._reported:
-            log.info("dependency back; resuming", component="Kafka",
-                     bootstrap_servers=self.bootstrap)
-            self._reported = False
+    def _report(self, problem: str | None) -> None:
+        # /readyz (an HTTP thread) and the probe thread both see the change: log it once.
+        with self._lock:
+            if problem is not None and not self._reported:
+                log.error("dependency failed; retrying", component="Kafka", problem=problem)
+                self._reported = True
+            elif problem is None and self._reported:
+                log.info("dependency back; resuming", component="Kafka",
+                         bootstrap_servers=self.bootstrap)
+                self._reported = False
 
     def _run(self) -> None:
         while not self._stop.is_set():

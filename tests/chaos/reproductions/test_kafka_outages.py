@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from tests.chaos.harness import (
     Daemon,
     FleetInput,
     Outcome,
+    names_kafka,
     read_sqlite_store,
     readyz,
     wait_readyz,
@@ -30,30 +31,11 @@ from tests.chaos.kafka_harness import (
     wait_done,
 )
 from tests.support._proc import free_port
-from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
+from tests.support.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.integration
 
 OUTAGE_S = 30.0
-
-
-@pytest.fixture
-def own_broker() -> Iterator[KafkaBroker]:
-    """A broker of this test's own: it is frozen or killed, which others must not see."""
-    broker = start_kafka_broker()
-    if broker.external or broker.process is None:
-        broker.stop()
-        pytest.skip("needs a broker this test starts itself")
-    try:
-        yield broker
-    finally:
-        if broker.process is not None and broker.process.poll() is None:
-            broker.process.send_signal(signal.SIGCONT)
-        broker.stop()
-
-
-def _names_kafka(status: int, body: dict[str, Any]) -> bool:
-    return status == 503 and any("Kafka" in p for p in body.get("problems", []))
 
 
 def _ride_out(drift_fleet: FleetInput, reference: Outcome, broker: KafkaBroker,
@@ -73,7 +55,7 @@ def _ride_out(drift_fleet: FleetInput, reference: Outcome, broker: KafkaBroker,
         t0 = time.monotonic()
         fault()
         seen: list[tuple[float, int, dict[str, Any]]] = []
-        noticed = wait_readyz(port, d, _names_kafka, OUTAGE_S, seen)
+        noticed = wait_readyz(port, d, names_kafka, OUTAGE_S, seen)
         assert noticed is not None, f"/readyz during the outage: {seen[-3:]} {d.tail()}"
         noticed_s = time.monotonic() - t0
         # The outage lasts its 30 s; /readyz must say so for all of it.
@@ -82,7 +64,7 @@ def _ride_out(drift_fleet: FleetInput, reference: Outcome, broker: KafkaBroker,
             assert d.proc.poll() is None, f"exited during the outage: {d.tail()}"
             during.append(readyz(port))
             time.sleep(0.5)
-        assert all(_names_kafka(s, b) for s, b in during), during
+        assert all(names_kafka(s, b) for s, b in during), during
         recover()
         t1 = time.monotonic()
         back = wait_readyz(port, d, lambda s, b: s == 200, 120)
