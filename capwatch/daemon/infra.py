@@ -50,7 +50,8 @@ record that met one is not committed past, and the daemon retries until it answe
 def component_of(error: BaseException) -> str:
     """Which dependency an infrastructure error is about, for logs and /readyz."""
     module = type(error).__module__
-    if module.startswith("kafka") or module.startswith("capwatch.adapters.io.kafka"):
+    # confluent-kafka's exceptions live in its C module, "cimpl".
+    if module.startswith(("kafka", "confluent_kafka", "cimpl", "capwatch.adapters.io.kafka")):
         return "Kafka"
     if isinstance(error, OSError) and not module.startswith(("sqlite3", "psycopg")):
         return "disk or network"

@@ -465,7 +465,7 @@ class Pipeline:
         except INFRASTRUCTURE_ERRORS as e:
             log.warning("writing the inconsistency alert failed; it goes out with the "
                         "queued assessment", error=str(e)[:300])
-            self._outage = f"{_component(e)} unavailable: {type(e).__name__}: {e}"[:500]
+            self._outage = describe_outage(e)
             return
         self._prompt.clear()
         if alerts:

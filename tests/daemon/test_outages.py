@@ -94,3 +94,19 @@ def test_a_loop_off_the_main_loop_logs_an_outage_once_naming_the_component() -> 
         ("claiming queued work works again", "disk or network")]
     assert logs[0]["problem"] == ("models store unavailable: OperationalError: database is"
                                   " locked")
+
+
+def test_outages_are_put_on_the_right_component() -> None:
+    import sqlite3
+
+    import psycopg
+    from kafka.errors import KafkaTimeoutError
+
+    from capwatch.daemon.infra import component_of
+
+    assert component_of(KafkaTimeoutError("x")) == "Kafka"
+    assert component_of(psycopg.OperationalError("x")) == "models store"
+    assert component_of(sqlite3.OperationalError("x")) == "models store"
+    assert component_of(ConnectionRefusedError("x")) == "disk or network"
+    confluent = pytest.importorskip("confluent_kafka")
+    assert component_of(confluent.KafkaException("x")) == "Kafka"
