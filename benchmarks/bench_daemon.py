@@ -176,101 +176,6 @@ def run_memory_child(agents: int, steps: int, quick: bool) -> dict[str, int]:
     return result
 
 
-def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int) -> None:
-    """``capwatch``'s pipeline over a real broker against a bare kafka-python consumer that
-    polls and ``json.loads`` the same topic, alternated in one run (other load on the
-    machine hits both alike). A broker comes from tests/support (or
-    ``KAFKA_BOOTSTRAP_SERVERS``); rates are records per wall second from the first record
-    read to the last, so the consumer group's join is not counted."""
-    import threading
-    import uuid
-
-    from kafka import KafkaConsumer, KafkaProducer
-
-    sys.path.insert(0, str(ROOT))
-    from tests.support.kafka_broker import start_kafka_broker
-
-    broker = start_kafka_broker()
-    try:
-        topic = f"bench-{uuid.uuid4().hex[:8]}"
-        from capwatch.adapters.io.kafka import ensure_topics
-        ensure_topics(broker.bootstrap, transitions=topic, models=f"{topic}-m",
-                      alerts=f"{topic}-a", dead_letter=f"{topic}-d", partitions=3)
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50,
-                                 batch_size=1 << 20)
-        n = 0
-        size = 0
-        for e in f.events(rounds):
-            producer.send(topic, key=e.agent_id.encode(), value=e.value)
-            n += 1
-            size += len(e.value)
-        producer.flush(120)
-        producer.close()
-        print(f"  over Kafka: {n:,} transitions of {size // n} bytes, {n_agents} agents, "
-              f"3 partitions")
-
-        def bare() -> float:
-            consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap,
-                                     group_id=f"bare-{uuid.uuid4().hex[:6]}",
-                                     auto_offset_reset="earliest", enable_auto_commit=False,
-                                     max_poll_records=500)
-            seen, first = 0, 0.0
-            while seen < n:
-                for records in consumer.poll(500).values():
-                    if not first and records:
-                        first = time.perf_counter()
-                    for r in records:
-                        json.loads(r.value)
-                    seen += len(records)
-            wall = time.perf_counter() - first
-            consumer.close()
-            return n / wall
-
-        def capwatch() -> float:
-            with tempfile.TemporaryDirectory() as tmp:
-                cfg = DaemonConfig(**{
-                    "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
-                    "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
-                                 "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
-                    "source": {"kind": "kafka"}, "output": {"kind": "log"},
-                    "http": {"enabled": False},
-                    "kafka": {"bootstrap_servers": broker.bootstrap, "transitions_topic": topic,
-                              "group_id": f"capwatch-{uuid.uuid4().hex[:6]}",
-                              "partitions": 3, "create_topics": False},
-                })
-                svc = build_service(cfg, agents=FleetDirectory(f))
-                runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
-                runner.start()
-                p = svc.pipeline
-                while p.processed == 0:
-                    time.sleep(0.001)
-                first = time.perf_counter()
-                while p.processed < n:
-                    time.sleep(0.001)
-                wall = time.perf_counter() - first
-                p.stop()
-                runner.join(60)
-                assert p.dead_letters == 0
-            return n / wall
-
-        bare()  # warm-up, not counted: the broker's first read of a fresh topic is slower
-        runs: dict[str, list[float]] = {"bare": [], "capwatch": []}
-        for _ in range(2):
-            runs["bare"].append(bare())
-            runs["capwatch"].append(capwatch())
-        b = sum(runs["bare"]) / 2
-        c = sum(runs["capwatch"]) / 2
-        print(f"  bare kafka-python consumer (poll + json.loads)  "
-              f"{', '.join(f'{r:,.0f}' for r in runs['bare'])}/s")
-        print(f"  capwatch run, kafka-python                      "
-              f"{', '.join(f'{r:,.0f}' for r in runs['capwatch'])}/s   ratio {c / b:.2f} "
-              f"(target >= 0.9)")
-        print("  capwatch run, confluent-kafka                   not implemented "
-              "(target >= 100,000/s)")
-    finally:
-        broker.stop()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -365,6 +270,8 @@ def main() -> int:
           f"idle, all held (fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f}"
           f" bytes RSS per agent held   target <= 2 KB per idle agent")
     if not args.no_kafka:
+        from bench_kafka import kafka_rows  # the rows' own module: both Kafka clients
+
         kafka_rows(f, 2 * agents_per_family, 20 if args.quick else 500)
         from bench_alert_latency import latency_row  # the row's own module (issue 13)
 

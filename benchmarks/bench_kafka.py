@@ -1,0 +1,249 @@
+"""``capwatch run`` over a real broker against bare consumers of the same topic, for both
+Kafka clients (issue 13's Kafka rows; run by ``make bench-daemon``).
+
+One topic (3 partitions) is filled once with the simulated fleet's transitions; then, in
+each round, four readers take the whole topic, each in a consumer group of its own:
+
+- a bare kafka-python consumer that polls and ``json.loads`` every message;
+- ``capwatch run`` (the service, in this process, output to the log) with
+  ``kafka.client: kafka-python``;
+- a bare confluent-kafka consumer that ``consume``s batches and ``json.loads`` every
+  message;
+- ``capwatch run`` with ``kafka.client: confluent-kafka``.
+
+Rounds alternate the four, so other load on the machine hits them alike. Rates are
+records per wall second from the first record read to the last (the group's join is not
+counted); the process's CPU seconds over the same span (``time.process_time``, every
+thread: librdkafka's included) are printed per record beside them, as is the machine's
+load average. ``python benchmarks/bench_kafka.py --profile`` runs ``capwatch run`` with
+confluent-kafka once under cProfile and prints where its main loop's time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from capwatch.adapters.sim.fleet import SimulatedFleet
+from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.service import FleetDirectory, build_service
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "capwatch" / "examples"
+CLIENTS = ("kafka-python", "confluent-kafka")
+
+
+class Rate:
+    """Records per wall second and CPU microseconds per record over one read."""
+
+    def __init__(self, n: int, wall: float, cpu: float) -> None:
+        self.per_s = n / wall
+        self.cpu_us = cpu / n * 1e6
+
+    def __str__(self) -> str:
+        return f"{self.per_s:,.0f}/s ({self.cpu_us:.1f} us CPU)"
+
+
+def fill(bootstrap: str, topic: str, f: SimulatedFleet, rounds: int) -> tuple[int, int]:
+    """The fleet's transitions on ``topic``; returns (messages, bytes)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20)
+    n = size = 0
+    for e in f.events(rounds):
+        producer.send(topic, key=e.agent_id.encode(), value=e.value)
+        n += 1
+        size += len(e.value)
+    producer.flush(120)
+    producer.close()
+    return n, size
+
+
+def bare_kafka_python(bootstrap: str, topic: str, n: int) -> Rate:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap,
+                             group_id=f"bare-{uuid.uuid4().hex[:6]}",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             max_poll_records=500)
+    seen, first, cpu0 = 0, 0.0, 0.0
+    while seen < n:
+        for records in consumer.poll(500).values():
+            if not first and records:
+                first, cpu0 = time.perf_counter(), time.process_time()
+            for r in records:
+                json.loads(r.value)
+            seen += len(records)
+    rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0)
+    consumer.close()
+    return rate
+
+
+def bare_confluent(bootstrap: str, topic: str, n: int) -> Rate:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap,
+                         "group.id": f"bare-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen, first, cpu0 = 0, 0.0, 0.0
+    while seen < n:
+        messages = consumer.consume(500, 0) or consumer.consume(1, 0.5)
+        if not first and messages:
+            first, cpu0 = time.perf_counter(), time.process_time()
+        for m in messages:
+            if m.error() is None:
+                json.loads(m.value())  # type: ignore[arg-type]
+                seen += 1
+    rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0)
+    consumer.close()
+    return rate
+
+
+def daemon_config(bootstrap: str, topic: str, store: Path, client: str) -> DaemonConfig:
+    return DaemonConfig(**{
+        "replica_id": "bench", "store": {"url": f"sqlite:///{store}"},
+        "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
+                     "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
+        "source": {"kind": "kafka"}, "output": {"kind": "log"},
+        "http": {"enabled": False},
+        "kafka": {"client": client, "bootstrap_servers": bootstrap,
+                  "transitions_topic": topic, "group_id": f"capwatch-{uuid.uuid4().hex[:6]}",
+                  "partitions": 3, "create_topics": False},
+    })
+
+
+def capwatch_run(bootstrap: str, topic: str, n: int, f: SimulatedFleet, client: str,
+                 profile: Callable[[Callable[[], object]], None] | None = None) -> Rate:
+    """The daemon's service in a thread (as ``capwatch run`` runs it), until it has
+    handled all ``n`` records."""
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = build_service(daemon_config(bootstrap, topic, Path(tmp) / "m.db", client),
+                            agents=FleetDirectory(f))
+
+        def run() -> None:
+            if profile is None:
+                svc.run(install_signals=False)
+            else:
+                profile(lambda: svc.run(install_signals=False))
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        p = svc.pipeline
+        while p.processed == 0:
+            time.sleep(0.001)
+        first, cpu0 = time.perf_counter(), time.process_time()
+        while p.processed < n:
+            time.sleep(0.001)
+        rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0)
+        p.stop()
+        runner.join(60)
+        assert p.dead_letters == 0
+    return rate
+
+
+def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int, repeats: int = 2) -> None:
+    """Print the Kafka rows of issue 13's table (a broker from tests/support, or
+    ``KAFKA_BOOTSTRAP_SERVERS``)."""
+    sys.path.insert(0, str(ROOT))
+    from capwatch.adapters.io.kafka import ensure_topics
+    from tests.support.kafka_broker import start_kafka_broker
+
+    broker = start_kafka_broker()
+    try:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        ensure_topics(broker.bootstrap, transitions=topic, models=f"{topic}-m",
+                      alerts=f"{topic}-a", dead_letter=f"{topic}-d", partitions=3)
+        n, size = fill(broker.bootstrap, topic, f, rounds)
+        print(f"  over Kafka: {n:,} transitions of {size // n} bytes, {n_agents} agents, "
+              f"3 partitions; load {os.getloadavg()[0]:.1f} before")
+        bare = {"kafka-python": bare_kafka_python, "confluent-kafka": bare_confluent}
+        bare_confluent(broker.bootstrap, topic, n)  # warm-up: a fresh topic's first read
+        runs: dict[tuple[str, str], list[Rate]] = {}
+        for _ in range(repeats):
+            for client in CLIENTS:
+                runs.setdefault(("bare", client), []).append(
+                    bare[client](broker.bootstrap, topic, n))
+                runs.setdefault(("capwatch", client), []).append(
+                    capwatch_run(broker.bootstrap, topic, n, f, client))
+
+        def mean(kind: str, client: str) -> float:
+            rates = runs[(kind, client)]
+            return sum(r.per_s for r in rates) / len(rates)
+
+        def line(kind: str, client: str) -> str:
+            return "; ".join(str(r) for r in runs[(kind, client)])
+
+        print(f"  bare kafka-python consumer (poll + json.loads)     "
+              f"{line('bare', 'kafka-python')}")
+        print(f"  capwatch run, kafka-python                         "
+              f"{line('capwatch', 'kafka-python')}   ratio "
+              f"{mean('capwatch', 'kafka-python') / mean('bare', 'kafka-python'):.2f} "
+              f"(target >= 0.9)")
+        print(f"  bare confluent-kafka consumer (consume + json.loads) "
+              f"{line('bare', 'confluent-kafka')}")
+        print(f"  capwatch run, confluent-kafka                      "
+              f"{line('capwatch', 'confluent-kafka')}   "
+              f"(target >= 100,000/s); load {os.getloadavg()[0]:.1f} after")
+    finally:
+        broker.stop()
+
+
+def profile_confluent(f: SimulatedFleet, rounds: int) -> None:
+    """cProfile of the daemon's main loop over confluent-kafka: where the time goes."""
+    import cProfile
+    import pstats
+
+    sys.path.insert(0, str(ROOT))
+    from capwatch.adapters.io.kafka import ensure_topics
+    from tests.support.kafka_broker import start_kafka_broker
+
+    broker = start_kafka_broker()
+    try:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        ensure_topics(broker.bootstrap, transitions=topic, models=f"{topic}-m",
+                      alerts=f"{topic}-a", dead_letter=f"{topic}-d", partitions=3)
+        n, _ = fill(broker.bootstrap, topic, f, rounds)
+        prof = cProfile.Profile()
+
+        def profiled(call: Callable[[], object]) -> None:
+            prof.runcall(call)
+
+        rate = capwatch_run(broker.bootstrap, topic, n, f, "confluent-kafka", profiled)
+        print(f"  profiled: {rate}")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    finally:
+        broker.stop()
+
+
+def main() -> int:
+    from bench_daemon import fleet  # the same simulated fleet as the other rows
+
+    from capwatch.daemon.logs import configure_logging
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    configure_logging("error", "json")
+    agents = 20 if args.quick else 100
+    rounds = 20 if args.quick else 500
+    f = fleet(agents)
+    print(f"kafka benchmark: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    if args.profile:
+        profile_confluent(f, rounds)
+    else:
+        kafka_rows(f, 2 * agents, rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
