@@ -326,3 +326,23 @@ def test_an_oversized_message_reaches_the_consumer_whole(
         assert [len(r.value) for r in m.records] == [3 << 20, 5]
     finally:
         m.close()
+
+
+def test_a_poll_returns_what_arrived_without_waiting_for_a_full_batch(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """On a quiet stream a record is handed over as soon as it is fetched, not after the
+    poll's whole timeout (a batch of max_poll_records never fills)."""
+    create(kafka_bootstrap, kafka_topic, 1)
+    m = Member(backend, kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}",
+               threaded=False)
+    try:
+        poll_until([m], lambda: m.poll() or m.held == {0}, 60, "the assignment")
+        produce(kafka_bootstrap, kafka_topic, [(b"a", b"1")])
+        t0 = time.monotonic()
+        got: list[Record] = []
+        while not got and time.monotonic() - t0 < 120:
+            got = m.source.poll(120)
+        assert len(got) == 1
+        assert time.monotonic() - t0 < 60, "the poll sat out its timeout"
+    finally:
+        m.close()

@@ -156,7 +156,14 @@ class ConfluentKafkaSource:
 
     def poll(self, timeout_s: float) -> list[Record]:
         assert self._consumer is not None, "start() first"
-        messages = self._consumer.consume(self._batch, timeout_s)
+        # What is already fetched, at once; else wait for the first message only. (One
+        # consume(batch, timeout) would wait for a whole batch or the timeout: a quiet
+        # stream's records would sit in the queue for the whole timeout.)
+        messages = self._consumer.consume(self._batch, 0)
+        if not messages:
+            messages = self._consumer.consume(1, timeout_s)
+            if messages:
+                messages += self._consumer.consume(self._batch - 1, 0)
         self._errors.raise_fatal()
         records: list[Record] = []
         append = records.append
