@@ -138,7 +138,8 @@ def renamed(events: list[bytes], first: int, n: int, offset0: int, steps: int = 
 
 def memory_child(agents: int, steps: int, quick: bool) -> int:
     """In a fresh process (so no earlier phase's freed memory counts): admit ``agents``
-    new agents with ``steps`` transitions each, all held; print the RSS before and after."""
+    new agents with ``steps`` transitions each, all held, in chunks, each chunk going idle
+    for two checkpoints before the next arrives; print the RSS before and after."""
     configure_logging("error", "json")
     agents_per_family = 20 if quick else 100
     f = fleet(agents_per_family)
@@ -159,6 +160,10 @@ def memory_child(agents: int, steps: int, quick: bool) -> int:
                               2 * agents_per_family)
             offset += len(records)
             feed(p, records)
+            # These agents are idle now: two scheduled checkpoints later (10 s at the
+            # default interval) their watches are trimmed (Registry.compact_idle).
+            p.checkpoint()
+            p.checkpoint()
         del records
         gc.collect()
         assert p.dead_letters == 0 and p.checkpoints.evictions == 0

@@ -552,6 +552,8 @@ class Pipeline:
         # must not leave an assessed agent reported as awaiting one.
         self.metrics.agents.set(len(self.registry))
         self.metrics.pending.set(len(self.registry.awaiting()))
+        if partitions is None:  # the scheduled checkpoint, not a rebalance's
+            self.registry.compact_idle()
         if not self.checkpoints.checkpoint(partitions):
             return
         now = time.time()

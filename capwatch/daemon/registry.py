@@ -65,6 +65,8 @@ class Registry:
         """Agent not loaded → (base model, evidence kinds, seconds ago) of assessments that
         ended unexplained (from the store at start): its watch backs those kinds off."""
         self._own: set[tuple[str, str]] = set()
+        self._compacted_at = 0
+        """``_tick`` at the last :meth:`compact_idle`."""
 
     def __len__(self) -> int:
         return len(self._agents)
@@ -158,6 +160,18 @@ class Registry:
         quiet = [w for w in self._agents.values() if w.awaiting is None and not w.buffered]
         quiet.sort(key=lambda w: w.seen)
         return quiet[:count]
+
+    def compact_idle(self) -> int:
+        """Trim the monitors of watches not handed out since the last call and with no
+        evidence buffered (``TransitionMonitor.compact``): an idle agent keeps its drift
+        tables and the last execution of each action, not 64 of them. Returns how many
+        watches were trimmed."""
+        since, self._compacted_at = self._compacted_at, self._tick
+        n = 0
+        for watch in self._agents.values():
+            if watch.seen <= since and not watch.evidence and watch.monitor.compact():
+                n += 1
+        return n
 
     def in_partitions(self, partitions: set[int]) -> list[AgentWatch]:
         return [a for a in self._agents.values() if a.partition in partitions]

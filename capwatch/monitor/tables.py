@@ -22,6 +22,9 @@ IntArray = npt.NDArray[np.int64]
 
 _AMBIGUOUS = -1
 _EMPTY = -2
+_FIRST_ROOM = 16
+"""Slots a window starts with; it doubles as executions arrive, up to its size: most
+agents of a large fleet run an action far fewer times than the window holds."""
 
 
 class OutcomeWindow:
@@ -46,8 +49,8 @@ class OutcomeWindow:
         self.kind: WindowKind = kind
         # The narrowest type that holds an outcome index: the buffer is the biggest part
         # of an agent's drift state (8 KB per action at the default window in int64).
-        dtype = np.int8 if k < 127 else np.int16 if k < 32767 else np.int64
-        self._buffer = np.full(size, _EMPTY, dtype=dtype)
+        self._buffer = np.full(min(size, _FIRST_ROOM), _EMPTY,
+                               dtype=np.int8 if k < 127 else np.int16 if k < 32767 else np.int64)
         self._counts = np.zeros(k + 1, dtype=np.int64)  # last slot: ambiguous observations
         self._block = np.zeros(k + 1, dtype=np.int64)
         self._completed: IntArray | None = None
@@ -66,6 +69,8 @@ class OutcomeWindow:
         if not (value == _AMBIGUOUS or 0 <= value < self._k):
             raise ValueError(f"outcome {value} out of range for {self._k} outcomes")
         slot = self.seen % self.size
+        if slot >= len(self._buffer):
+            self._room(2 * len(self._buffer))  # still filling: slot == seen < size
         old = int(self._buffer[slot])
         if old != _EMPTY:
             self._counts[old] -= 1
@@ -76,6 +81,14 @@ class OutcomeWindow:
         if self.kind == "tumbling" and self.seen % self.size == 0:
             self._completed = self._block.copy()
             self._block.fill(0)
+
+    def _room(self, n: int) -> None:
+        """Grow the buffer to ``n`` slots (at most the window's size)."""
+        n = min(self.size, n)
+        if n > len(self._buffer):
+            grown = np.full(n, _EMPTY, dtype=self._buffer.dtype)
+            grown[:len(self._buffer)] = self._buffer
+            self._buffer = grown
 
     def counts(self) -> IntArray:
         """Counts of distinguishable observations in the window the tests use."""
@@ -137,6 +150,7 @@ class OutcomeWindow:
             raise ValueError("window state's completed block has the wrong length")
         self.clear()
         self.seen = seen
+        self._room(seen)
         self._buffer[np.arange(seen - len(values), seen) % self.size] = values
         self._counts = np.bincount(values + 1, minlength=self._k + 1).astype(np.int64)
         # bincount put ambiguous (-1) first; the table keeps it in the last slot.
@@ -145,7 +159,7 @@ class OutcomeWindow:
         self._completed = None if completed is None else np.asarray(completed, dtype=np.int64)
 
     def clear(self) -> None:
-        self._buffer.fill(_EMPTY)
+        self._buffer = np.full(min(self.size, _FIRST_ROOM), _EMPTY, dtype=self._buffer.dtype)
         self._counts.fill(0)
         self._block.fill(0)
         self._completed = None

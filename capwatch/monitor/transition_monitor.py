@@ -177,6 +177,22 @@ class TransitionMonitor:
         self._inconsistencies = None
         self._set_domain(domain, shared)
 
+    def compact(self) -> bool:
+        """Keep only what an idle agent still needs: the last execution of each action
+        (drift probes ask the agent to run it there again). Older executions and the
+        inconsistent transitions kept so far are dropped: an assessment gets executions
+        from its first buffered inconsistency on, so a caller compacts only an agent with
+        none buffered; :meth:`pinned_pa_values` and :meth:`contradicted` then see only
+        what was observed since. True if anything was dropped."""
+        dropped = self._inconsistencies is not None
+        self._inconsistencies = None
+        executed = self.executed
+        for name, buf in executed.items():
+            if len(buf) > 1:
+                executed[name] = buf[-1:]
+                dropped = True
+        return dropped
+
     @property
     def inconsistencies(self) -> Sequence[InconsistentTransition]:
         """The inconsistent transitions kept (at most ``limits.max_inconsistencies``)."""

@@ -76,3 +76,38 @@ def test_clear() -> None:
     w.clear()
     assert w.seen == 0
     assert w.counts().tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("kind", ["sliding", "tumbling"])
+def test_a_window_filling_up_answers_as_the_plain_record_of_its_executions(kind: str) -> None:
+    import random
+
+    rng = random.Random(7)
+    size = 100
+    w = OutcomeWindow(3, size=size, kind=kind)  # type: ignore[arg-type]
+    seen: list[int] = []
+    for n in range(1, 260):
+        x = rng.choice([0, 1, 2, 2, -1])
+        w.add(x)
+        seen.append(x)
+        tail = seen[-size:]
+        if kind == "sliding":
+            assert w.counts().tolist() == [tail.count(i) for i in range(3)]
+            assert w.ambiguous() == tail.count(-1)
+        start = max(0, n - rng.randrange(1, 2 * size))
+        kept = seen[max(start, n - size):]
+        counts, ambiguous, first = w.counts_since(start)
+        assert (counts.tolist(), ambiguous, first) == \
+            ([kept.count(i) for i in range(3)], kept.count(-1), max(start, n - size))
+        state = w.export_state()
+        assert state["values"] == tail
+        again = OutcomeWindow(3, size=size, kind=kind)  # type: ignore[arg-type]
+        again.load_state(state)
+        assert again.export_state() == state
+        assert again.counts().tolist() == w.counts().tolist()
+    # A window holds room for what it has seen, not for its whole size.
+    few = OutcomeWindow(2, size=1_000)
+    for x in (0, 1, 1):
+        few.add(x)
+    assert few.export_state()["values"] == [0, 1, 1]
+    assert few._buffer.nbytes < 100
