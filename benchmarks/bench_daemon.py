@@ -39,6 +39,7 @@ from capwatch.contracts import wire, wire_fast
 from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import DeadLetter
 from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.heap import settle_heap
 from capwatch.daemon.logs import configure_logging
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import FleetDirectory, Service, build_service
@@ -147,6 +148,7 @@ def memory_child(agents: int, steps: int, quick: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         svc = service(tmp, f, [], max_agents=agents + 10_000)
         p = svc.pipeline
+        settle_heap()  # as `capwatch run` does before its main loop
         p.open()
         warm = renamed(events, 10**9, 2 * agents_per_family, 0, steps, 2 * agents_per_family)
         feed(p, warm)  # every code path and family model loaded before the first figure
@@ -221,6 +223,7 @@ def main() -> int:
         # --quick: a limit its few agents reach, so eviction is exercised too.
         svc = service(tmp, f, records, max_agents=4_000 if args.quick else None)
         p = svc.pipeline
+        settle_heap()  # as `capwatch run` does before its main loop
         p.open()
         warm = 2 * agents_per_family * 5
         feed(p, records[:warm])

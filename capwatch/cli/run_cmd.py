@@ -87,6 +87,7 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from capwatch.daemon.heap import settle_heap
     from capwatch.daemon.logs import configure_logging
     from capwatch.daemon.service import DependencyError, build_service, load_families
 
@@ -109,6 +110,7 @@ def handle(args: argparse.Namespace) -> int:
     configure_logging(config.log.level, config.log.format)
     try:
         service = build_service(config)
+        settle_heap()
         return service.run(exit_when_idle=args.exit_when_idle)
     except (ConfigError, DependencyError) as e:
         print(f"capwatch run: {e}", file=sys.stderr)

@@ -53,6 +53,8 @@ class Checkpointer:
         self._last = time.monotonic()
         self._activity: dict[str, tuple[int, int]] = {}
         """Per loaded agent: (transitions, inconsistent) already added to the store."""
+        self._activity_mark = 0
+        """The registry's ``tick`` at the last full :meth:`save_activity`."""
         self.evicted: dict[str, bool] = {}
         """Agents evicted to the store (:meth:`evict`) → whether they had drift tables,
         read back at their next record."""
@@ -75,6 +77,8 @@ class Checkpointer:
         """Per partition, the offset every earlier record's effects are durable up to."""
         held: dict[int, int] = {}
         for watch in self.registry:
+            if not watch.evidence:
+                continue  # most watches, at fleet scale
             first = watch.first_buffered_offset()
             if first is not None:
                 held[watch.partition] = min(held.get(watch.partition, first), first)
@@ -114,7 +118,11 @@ class Checkpointer:
             return 0
         now = self.clock()
         rows = []
-        for watch in self.registry:
+        # A watch's counts change only in a record's handling, which hands it out (and
+        # moves its ``seen``) first: the scheduled save visits only those handed out since.
+        mark = self.registry.tick
+        for watch in (self.registry.seen_since(self._activity_mark) if partitions is None
+                      else self.registry):
             if partitions is not None and watch.partition not in partitions:
                 continue
             seen = self._activity.get(watch.agent_id, (0, 0))
@@ -126,6 +134,8 @@ class Checkpointer:
             self._activity[watch.agent_id] = (watch.transitions, watch.inconsistent)
         if rows:
             self.store.save_activity(rows)
+        if partitions is None:
+            self._activity_mark = mark
         return len(rows)
 
     # ------------------------------------------------------------------ drift snapshots

@@ -74,6 +74,15 @@ class Registry:
     def __iter__(self) -> Iterator[AgentWatch]:
         return iter(list(self._agents.values()))
 
+    @property
+    def tick(self) -> int:
+        """The newest ``seen`` a watch may have (see :meth:`seen_since`)."""
+        return self._tick
+
+    def seen_since(self, tick: int) -> list[AgentWatch]:
+        """The watches handed out (by :meth:`load`) after ``tick``."""
+        return [w for w in self._agents.values() if w.seen > tick]
+
     def get(self, agent_id: str) -> AgentWatch | None:
         return self._agents.get(agent_id)
 
