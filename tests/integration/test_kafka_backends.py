@@ -183,7 +183,7 @@ def test_lag_counts_records_not_yet_consumed(
     m = Member(backend, kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}",
                threaded=False)
     try:
-        poll_until([m], lambda: m.poll() or len(m.records) >= 2, 60, "the first records")
+        poll_until([m], lambda: m.poll() or len(m.records) >= 2, 120, "the first records")
         assert sum(m.source.lag().values()) == 0
         produce(kafka_bootstrap, kafka_topic, [(b"a", b"3")] * 7)
         # Not polled: the seven wait, and lag says so once the client knows of them.
