@@ -2,16 +2,16 @@
 Kafka clients (issue 13's Kafka rows; run by ``make bench-daemon``).
 
 One topic (3 partitions) is filled once with the simulated fleet's transitions; then, in
-each round, four readers take the whole topic, each in a consumer group of its own:
+each round, six readers take the whole topic, each in a consumer group of its own: for
+each client (kafka-python, then confluent-kafka)
 
-- a bare kafka-python consumer that polls and ``json.loads`` every message;
-- ``capwatch run`` (the service, in this process, output to the log) with
-  ``kafka.client: kafka-python``;
-- a bare confluent-kafka consumer that ``consume``s batches and ``json.loads`` every
-  message;
-- ``capwatch run`` with ``kafka.client: confluent-kafka``.
+- a bare consumer that polls (``consume``s batches, for confluent-kafka) and
+  ``json.loads`` every message;
+- capwatch's own source for that client alone (``poll`` into Records, no pipeline);
+- ``capwatch run`` (the service, in this process, output to the log) with that
+  ``kafka.client``.
 
-Rounds alternate the four, so other load on the machine hits them alike. Rates are
+Rounds alternate the six, so other load on the machine hits them alike. Rates are
 records per wall second from the first record read to the last (the group's join is not
 counted); the process's CPU seconds over the same span (``time.process_time``, every
 thread: librdkafka's included) are printed per record beside them, as is the machine's
@@ -108,6 +108,25 @@ def bare_confluent(bootstrap: str, topic: str, n: int) -> Rate:
     return rate
 
 
+def source_only(bootstrap: str, topic: str, n: int, client: str) -> Rate:
+    """capwatch's own Kafka source (poll → Records), nothing after it: what the adapter
+    adds to the bare client, apart from the pipeline."""
+    from capwatch.daemon.service import kafka_clients
+
+    cls, _ = kafka_clients(daemon_config(bootstrap, topic, Path("unused.db"), client).kafka)
+    source = cls(bootstrap, topic, f"src-{uuid.uuid4().hex[:6]}")
+    source.start(lambda parts: None, lambda parts: None, {})
+    seen, first, cpu0 = 0, 0.0, 0.0
+    while seen < n:
+        records = source.poll(0.5)
+        if not first and records:
+            first, cpu0 = time.perf_counter(), time.process_time()
+        seen += len(records)
+    rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0)
+    source.close()
+    return rate
+
+
 def daemon_config(bootstrap: str, topic: str, store: Path, client: str) -> DaemonConfig:
     return DaemonConfig(**{
         "replica_id": "bench", "store": {"url": f"sqlite:///{store}"},
@@ -172,6 +191,8 @@ def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int, repeats: int = 2) 
             for client in CLIENTS:
                 runs.setdefault(("bare", client), []).append(
                     bare[client](broker.bootstrap, topic, n))
+                runs.setdefault(("source", client), []).append(
+                    source_only(broker.bootstrap, topic, n, client))
                 runs.setdefault(("capwatch", client), []).append(
                     capwatch_run(broker.bootstrap, topic, n, f, client))
 
@@ -184,12 +205,16 @@ def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int, repeats: int = 2) 
 
         print(f"  bare kafka-python consumer (poll + json.loads)     "
               f"{line('bare', 'kafka-python')}")
+        print(f"  capwatch's kafka-python source alone (poll)        "
+              f"{line('source', 'kafka-python')}")
         print(f"  capwatch run, kafka-python                         "
               f"{line('capwatch', 'kafka-python')}   ratio "
               f"{mean('capwatch', 'kafka-python') / mean('bare', 'kafka-python'):.2f} "
               f"(target >= 0.9)")
         print(f"  bare confluent-kafka consumer (consume + json.loads) "
               f"{line('bare', 'confluent-kafka')}")
+        print(f"  capwatch's confluent-kafka source alone (poll)     "
+              f"{line('source', 'confluent-kafka')}")
         print(f"  capwatch run, confluent-kafka                      "
               f"{line('capwatch', 'confluent-kafka')}   "
               f"(target >= 100,000/s); load {os.getloadavg()[0]:.1f} after")
