@@ -198,7 +198,7 @@ class AgentWatch:
         # judged it (a replay after a crash, restart or rebalance). Judged again against
         # the new version, the agent's behaviour from before its drift would look like a
         # new drift and start an assessment from evidence a stored version explains.
-        explained = self.explained.get(t.partition)
+        explained = self.explained.get(t.partition) if self.explained else None
         settled = explained is not None and 0 <= t.offset <= explained
         if verdict is Verdict.APPLIED:
             self.last_executed[t.action[0]] = self.clock()
@@ -210,6 +210,8 @@ class AgentWatch:
                 return _PLAIN[verdict]
             if settled:
                 return _PLAIN[verdict]  # the version's tables start after its evidence
+            if len(obs.operator.effects) < 2:
+                return _PLAIN[verdict]  # one outcome: no drift table counts it
             counted = self.monitor.attribution(obs)
             if counted is None:
                 return _PLAIN[verdict]

@@ -59,18 +59,24 @@ class Intake:
         if not decoded:
             return None
         first = decoded[0]
-        record_context.agent_id, record_context.episode = first.agent_id, first.episode_id
-        if any(t.agent_id != first.agent_id or t.family != first.family for t in decoded):
+        record_context.slot.transition = first
+        agent_id, family = first.agent_id, first.family
+        if len(decoded) > 1 and any(t.agent_id != agent_id or t.family != family
+                                    for t in decoded):
             self.dead_letter(record, "a trace mixes agents or families", "decode")
             return None
-        self._settle_family_move(first.agent_id, first.family)
-        watch = self.registry.load(first.agent_id, first.family, record.partition)
+        registry = self.registry
+        old = registry.get(agent_id)
+        if old is not None and old.family != family:
+            self._settle_family_move(agent_id, family)
+        watch = registry.load(agent_id, family, record.partition)
         if watch is None:
-            self.dead_letter(record, f"unknown family {first.family!r}: no baseline model",
+            self.dead_letter(record, f"unknown family {family!r}: no baseline model",
                              "vocabulary")
             return None
-        if self.checkpoints.saved_drift or self.checkpoints.evicted:
-            self.checkpoints.restore(watch)
+        checkpoints = self.checkpoints
+        if checkpoints.saved_drift or checkpoints.evicted:
+            checkpoints.restore(watch)
         if len(decoded) > 1:
             for t in decoded:
                 problem = vocabulary_error(watch.domain, t)

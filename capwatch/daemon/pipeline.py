@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import structlog
-from prometheus_client import Counter
 
 from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
@@ -133,8 +132,9 @@ class Pipeline:
         """Records polled but not handled because the store failed: handled first next."""
         self.processed = 0
         self._restores = 0
-        self._tally: dict[Counter, int] = {}
-        """Counter increments of the batch being handled, added once at its end."""
+        self._tally: dict[tuple[str, str, Verdict, bool], int] = {}
+        """(family, action, verdict, drift-tested) → transitions of the batch being
+        handled, added to the counters once at its end."""
         self._newest_stamp: dict[int, float] = {}
         self._prompt: dict[str, AgentWatch] = {}
         """Watches whose first inconsistency was buffered and whose alert is not written
@@ -344,49 +344,74 @@ class Pipeline:
         self.handle_batch((record,))
 
     def handle_batch(self, records: Sequence[Record]) -> None:
-        """:meth:`handle` each record in order. Counters are added up per batch: a
-        Prometheus increment takes a lock and costs more than a cheap transition's check."""
+        """:meth:`handle` each record in order.
+
+        Whatever can be done once per batch is: counters are added up and added at the
+        end (a Prometheus increment takes a lock and costs more than a cheap transition's
+        check), the log context is one plain slot, the clock is read once.
+        """
         if not records:
             return
-        ctx = record_context
-        tally = self._tally
+        slot = record_context.slot
+        seen: dict[str, int] = {}
         stamps: dict[str, float] = {}
+        newest = self._newest_stamp
+        handled = self.checkpoints.handled
+        read = self.intake.read
+        observe = self._observe
+        now = time.time()
+        processed = self.processed
         try:
             # The key is the agent id (the decoder checks it): agents seen for the first
             # time are looked up in the store together, not one query each.
             self.registry.prefetch({r.key.decode("utf-8", "replace") for r in records
                                     if r.key is not None})
             for record in records:
-                ctx.partition, ctx.offset = record.partition, record.offset
+                slot.record = record
+                slot.transition = None
+                stamp = record.timestamp
+                if stamp is None:
+                    stamp = now
+                source = record.source
+                stamps[source] = stamp
+                newest[record.partition] = stamp
                 try:
-                    stamp = record.timestamp if record.timestamp is not None else time.time()
-                    stamps[record.source] = stamp
-                    self._newest_stamp[record.partition] = stamp
-                    try:
-                        self._handle(record)
-                    except INFRASTRUCTURE_ERRORS:
-                        raise  # the store is down: stop without committing past this record
-                    except Exception as e:
-                        # A message that trips a bug must not crash-loop the daemon on every
-                        # restart: it goes to the dead letters like any other unusable input.
-                        log.exception("record handling failed")
-                        self.intake.dead_letter(
-                            record, f"internal error: {type(e).__name__}: {e}", "internal")
-                    self.processed += 1
-                    seen = self.metrics.records.child(record.source)
-                    tally[seen] = tally.get(seen, 0) + 1
-                    # Only a handled record moves the position; a failure above leaves it
-                    # unread.
-                    self.checkpoints.handled(record.partition, record.offset)
-                finally:
-                    ctx.partition = ctx.offset = ctx.agent_id = ctx.episode = None
+                    got = read(record)
+                    if got is not None:
+                        watch, transitions = got
+                        if len(transitions) == 1:
+                            # The monitor checks the vocabulary before it changes anything,
+                            # so a single transition needs no separate pass (Intake checks
+                            # a trace's steps first).
+                            try:
+                                observe(watch, transitions[0])
+                            except ModelError as e:
+                                self.intake.dead_letter(record, str(e), "vocabulary")
+                        else:
+                            for t in transitions:
+                                observe(watch, t)
+                except INFRASTRUCTURE_ERRORS:
+                    raise  # the store is down: stop without committing past this record
+                except Exception as e:
+                    # A message that trips a bug must not crash-loop the daemon on every
+                    # restart: it goes to the dead letters like any other unusable input.
+                    log.exception("record handling failed")
+                    self.intake.dead_letter(
+                        record, f"internal error: {type(e).__name__}: {e}", "internal")
+                processed += 1
+                seen[source] = seen.get(source, 0) + 1
+                # Only a handled record moves the position; a failure above leaves it
+                # unread.
+                handled(record.partition, record.offset)
         finally:
+            slot.record = slot.transition = None
+            self.processed = processed
             self.registry.end_prefetch()
             for source, stamp in stamps.items():
                 self.metrics.last_record.child(source).set(stamp)
-            for child, n in tally.items():
-                child.inc(n)
-            tally.clear()
+            for source, n in seen.items():
+                self.metrics.records.child(source).inc(n)
+            self._flush_tally()
             restores = self.checkpoints.restores - self._restores
             if restores:
                 self.metrics.restores.inc(restores)
@@ -394,6 +419,16 @@ class Pipeline:
         self.alert_promptly()
         if len(self.registry) > self.config.limits.max_agents_in_memory:
             self.evict()
+
+    def _flush_tally(self) -> None:
+        """Add the batch's transition and drift-test counts to their counters."""
+        tally = self._tally
+        transitions, tests = self.metrics.transitions, self.metrics.drift_tests
+        for (family, name, verdict, tested), n in tally.items():
+            transitions.child(family, name, _LABEL[verdict]).inc(n)
+            if tested:
+                tests.child(family, name, "sequential").inc(n)
+        tally.clear()
 
     def evict(self) -> int:
         """Evict idle agents to the store down to 90% of ``limits.max_agents_in_memory``
@@ -405,31 +440,12 @@ class Pipeline:
             log.info("idle agents evicted", evicted=n, held=len(self.registry))
         return n
 
-    def _handle(self, record: Record) -> None:
-        read = self.intake.read(record)
-        if read is None:
-            return
-        watch, transitions = read
-        if len(transitions) == 1:
-            # The monitor checks the vocabulary before it changes anything, so a single
-            # transition needs no separate pass (Intake checks a trace's steps first).
-            try:
-                self._observe(watch, transitions[0])
-            except ModelError as e:
-                self.intake.dead_letter(record, str(e), "vocabulary")
-            return
-        for t in transitions:
-            self._observe(watch, t)
-
     def _observe(self, watch: AgentWatch, t: AgentTransition) -> None:
         finding = watch.observe(t)
         name = t.action[0]
         tally = self._tally
-        child = self.metrics.transitions.child(watch.family, name, _LABEL[finding.verdict])
-        tally[child] = tally.get(child, 0) + 1
-        if finding.tested:
-            child = self.metrics.drift_tests.child(watch.family, name, "sequential")
-            tally[child] = tally.get(child, 0) + 1
+        key = (watch.family, name, finding.verdict, finding.tested)
+        tally[key] = tally.get(key, 0) + 1
         if finding.alarm is not None:
             self.metrics.drift_alarms.labels(watch.family, name).inc()
             log.info("drift alarm", summary=finding.alarm.evidence.summary())

@@ -53,6 +53,8 @@ class Observation(NamedTuple):
     position: int
     state: StateMask
     """The pre-state as the monitor encoded it (for :meth:`TransitionMonitor.attribution`)."""
+    operator: GroundOperator
+    """The ground operator the transition was checked against."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +230,7 @@ class TransitionMonitor:
             op = self._operator(ground_action)
             s, s2 = self._encode_pair(state, next_state)
         self._last_lists, self._last_mask = next_state, s2
-        return self._record(op.action.name, ground_action, s, s2, check(op, s, s2), position)
+        return self._record(op, ground_action, s, s2, check(op, s, s2), position)
 
     def _encode_pair(self, state: AtomLists, next_state: AtomLists
                      ) -> tuple[StateMask, StateMask]:
@@ -256,7 +258,7 @@ class TransitionMonitor:
             s, s2 = self._encode_new(state, next_state)
             if self._ops.get(action) is not op:
                 op = self._operator(action)  # the agent moved to an index of its own
-        return self._record(op.action.name, action, s, s2, check(op, s, s2), position)
+        return self._record(op, action, s, s2, check(op, s, s2), position)
 
     def _operator(self, action: GroundAction) -> GroundOperator:
         """Ground ``action`` (raises ModelError); on a full shared index, in an index of
@@ -293,9 +295,10 @@ class TransitionMonitor:
             return self._encode_new(state, next_state)
         return sum(map(valid.__getitem__, state)), sum(map(valid.__getitem__, next_state))
 
-    def _record(self, name: str, action: GroundAction, s: StateMask, s2: StateMask,
+    def _record(self, op: GroundOperator, action: GroundAction, s: StateMask, s2: StateMask,
                 result: tuple[Verdict, int], position: int) -> Observation:
         verdict, outcomes = result
+        name = op.action.name
         self.transitions += 1
         counts = self._counts.get(name)
         if counts is None:
@@ -313,18 +316,16 @@ class TransitionMonitor:
             if s != s2:
                 self._keep_executed(name, position, s, action, s2)
         # tuple.__new__ skips the NamedTuple's Python-level constructor (hot path).
-        obs: Observation = _new_tuple(Observation, (verdict, action, outcomes, position, s))
+        obs: Observation = _new_tuple(Observation, (verdict, action, outcomes, position, s, op))
         return obs
 
     def attribution(self, obs: Observation) -> tuple[Action, Attribution] | None:
         """The outcome group an APPLIED observation of a probabilistic action realised, for
         the outcome-frequency tables; None when there is nothing to count (a deterministic
         action, or a verdict other than APPLIED)."""
-        if obs.verdict is not Verdict.APPLIED:
-            return None
-        op = self._ops.get(obs.action) or self._operator(obs.action)
-        if op.action.is_deterministic:
-            return None
+        op = obs.operator
+        if obs.verdict is not Verdict.APPLIED or len(op.effects) < 2:
+            return None  # one outcome: nothing to count
         attribution = attribution_from_mask(op, obs.state, obs.outcomes)
         return None if attribution is None else (op.action, attribution)
 
