@@ -64,13 +64,18 @@ def produce(topics: KafkaTopics, values: Sequence[bytes], keys: Sequence[str | N
     producer.close()
 
 
+CLIENTS = ["kafka-python", "confluent-kafka"]
+"""The Kafka backends (``kafka.client``) a scenario may run over."""
+
+
 def kafka_daemon_config(topics: KafkaTopics, store: Path, families: dict[str, Any],
-                        urls: dict[str, str], http_port: int | None = None) -> dict[str, Any]:
+                        urls: dict[str, str], http_port: int | None = None,
+                        client: str = "kafka-python") -> dict[str, Any]:
     return {
         "replica_id": "chaos",
         "source": {"kind": "kafka"},
         "output": {"kind": "kafka"},
-        "kafka": topics.config(),
+        "kafka": {**topics.config(), "client": client},
         "store": {"url": str(store)},
         "families": families,
         "agents": {"urls": urls, "timeout_s": 5.0},

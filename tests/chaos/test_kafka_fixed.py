@@ -24,6 +24,7 @@ import pytest
 from tests.chaos.harness import Daemon, names_kafka, readyz, wait_readyz
 from tests.chaos.hostile import oversized
 from tests.chaos.kafka_harness import (
+    CLIENTS,
     committed_and_end,
     kafka_daemon_config,
     make_topics,
@@ -39,9 +40,10 @@ pytestmark = pytest.mark.integration
 MB = 1024 * 1024
 
 
+@pytest.mark.parametrize("client", CLIENTS)
 def test_a_10_mb_message_is_dead_lettered_once_and_the_partition_moves_on(
         valid_events: tuple[list[bytes], dict[str, dict[str, str]]], kafka_bootstrap: str,
-        tmp_path: Path) -> None:
+        tmp_path: Path, client: str) -> None:
     valid, families = valid_events
     ordinary = valid[:40]
     keys = [json.loads(v)["agent_id"] for v in ordinary]
@@ -51,7 +53,7 @@ def test_a_10_mb_message_is_dead_lettered_once_and_the_partition_moves_on(
     topics = make_topics(kafka_bootstrap, partitions=1, transitions_max_bytes=16 * MB)
     produce(topics, values, [*keys[:at], keys[0], *keys[at:]], max_request_size=16 * MB)
     store = tmp_path / "store.db"
-    config = kafka_daemon_config(topics, store, families, {})
+    config = kafka_daemon_config(topics, store, families, {}, client=client)
     d = Daemon(config, tmp_path, "huge")
     done = wait_done(topics, store, lambda: d.proc.poll() is None, 120)
     code = d.kill(signal.SIGTERM)
@@ -85,9 +87,10 @@ def test_a_10_mb_message_is_dead_lettered_once_and_the_partition_moves_on(
     assert len(read_topic(topics, topics.dead_letter)) == 1
 
 
+@pytest.mark.parametrize("client", CLIENTS)
 def test_a_frozen_broker_makes_the_daemon_not_ready_until_it_answers_again(
         valid_events: tuple[list[bytes], dict[str, dict[str, str]]], own_broker: KafkaBroker,
-        tmp_path: Path) -> None:
+        tmp_path: Path, client: str) -> None:
     process = own_broker.process
     assert process is not None
     valid, families = valid_events
@@ -97,8 +100,8 @@ def test_a_frozen_broker_makes_the_daemon_not_ready_until_it_answers_again(
     produce(topics, valid[:half], keys[:half])
     store = tmp_path / "store.db"
     port = free_port()
-    d = Daemon(kafka_daemon_config(topics, store, families, {}, http_port=port), tmp_path,
-               "frozen")
+    d = Daemon(kafka_daemon_config(topics, store, families, {}, http_port=port,
+                                   client=client), tmp_path, "frozen")
     try:
         assert wait_done(topics, store, lambda: d.proc.poll() is None, 120), d.tail()
         assert wait_readyz(port, d, lambda s, b: s == 200, 60) is not None, d.tail()

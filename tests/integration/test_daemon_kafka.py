@@ -187,7 +187,8 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(
     _check_outputs(setup)
 
 
-def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup, client: str) -> None:
     import base64
 
     from hypothesis import HealthCheck, given, settings
@@ -219,7 +220,7 @@ def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup) -> None:
     producer.close()
     bad = len(samples) + 1
     configure_logging("error", "json")
-    service = build_service(DaemonConfig(**daemon_config(setup, 0)))
+    service = build_service(DaemonConfig(**daemon_config(setup, 0, client)))
     with running(service):
         wait(lambda: service.pipeline.processed >= bad + len(good) and lag(setup) == 0, 60,
              "every message to be handled")
