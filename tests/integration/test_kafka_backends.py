@@ -346,3 +346,26 @@ def test_a_poll_returns_what_arrived_without_waiting_for_a_full_batch(
         assert time.monotonic() - t0 < 60, "the poll sat out its timeout"
     finally:
         m.close()
+
+
+@pytest.mark.parametrize(("before", "after"), [BACKENDS, BACKENDS[::-1]])
+def test_the_other_client_resumes_where_the_group_committed(
+        before: str, after: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """Switching kafka.client keeps the group's place: its offsets are the broker's."""
+    create(kafka_bootstrap, kafka_topic, 1)
+    produce(kafka_bootstrap, kafka_topic, [(b"a", b"%d" % i) for i in range(10)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = Member(before, kafka_bootstrap, kafka_topic, group, threaded=False)
+    try:
+        poll_until([first], lambda: first.poll() or len(first.records) >= 10, 120,
+                   "every record")
+        first.source.commit({0: 6})
+    finally:
+        first.close()
+    second = Member(after, kafka_bootstrap, kafka_topic, group, threaded=False)
+    try:
+        poll_until([second], lambda: second.poll() or len(second.records) >= 4, 120,
+                   "the rest")
+        assert [r.offset for r in second.records] == [6, 7, 8, 9]
+    finally:
+        second.close()
