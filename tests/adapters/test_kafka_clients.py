@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -81,3 +82,57 @@ def test_tls_without_a_ca_file_trusts_the_systems_cas() -> None:
 def test_an_option_librdkafka_has_no_word_for_is_refused() -> None:
     with pytest.raises(ValueError, match="ssl_crlfile"):
         librdkafka_security({"ssl_crlfile": "/crl.pem"})
+
+
+class _FakeProducer:
+    """librdkafka's Producer as the publisher sees it; the first one made fails fatally
+    at its first flush (as an idempotent producer whose sequence broke), later ones
+    deliver everything."""
+
+    made: ClassVar[list[_FakeProducer]] = []
+
+    def __init__(self, config: dict[str, object]) -> None:
+        self.error_cb = config["error_cb"]
+        self.queued: list[tuple[bytes, object]] = []
+        self.delivered: list[bytes] = []
+        self.fails = not _FakeProducer.made
+        _FakeProducer.made.append(self)
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, on_delivery: object) -> None:
+        self.queued.append((value, on_delivery))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        from confluent_kafka import KafkaError
+
+        if self.fails:
+            self.error_cb(KafkaError(KafkaError._FATAL, "sequence broken", fatal=True))  # type: ignore[operator]
+            return len(self.queued)  # no report will ever come for these
+        for value, report in self.queued:
+            report(None, None)  # type: ignore[operator]
+            self.delivered.append(value)
+        self.queued = []
+        return 0
+
+
+def test_a_producer_failed_for_good_is_replaced_and_its_records_sent_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime
+
+    from capwatch.adapters.io import kafka_confluent
+    from capwatch.contracts.ports import DeliveryError
+    from capwatch.contracts.wire import DeadLetterRecord
+
+    _FakeProducer.made = []
+    monkeypatch.setattr(kafka_confluent, "Producer", _FakeProducer)
+    pub = ConfluentKafkaPublisher("unused:9092", models_topic="m", alerts_topic="a",
+                                  dead_letter_topic="d")
+    pub.dead_letter(DeadLetterRecord(reason="r", raw_base64="", source="s",
+                                     time=datetime.now(UTC)))
+    with pytest.raises(DeliveryError, match="producer failed"):
+        pub.flush(1)  # the old producer will never answer: nothing may be committed
+    assert len(_FakeProducer.made) == 2 and pub.pending() == 1
+    pub.flush(1)  # the new producer has the record now, and delivers it
+    assert len(_FakeProducer.made[1].delivered) == 1 and pub.pending() == 0

@@ -227,13 +227,14 @@ class ConfluentKafkaSource:
 class _Delivery:
     """A record's delivery report, filled in by librdkafka's callback."""
 
-    __slots__ = ("done", "error", "lost")
+    __slots__ = ("done", "error", "producer")
 
-    def __init__(self) -> None:
+    def __init__(self, producer: Producer) -> None:
         self.done = False
         self.error: KafkaError | None = None
-        self.lost = False
-        """Its producer was replaced before it answered: no report will ever come."""
+        self.producer = producer
+        """The producer it was handed to: if that one was replaced before answering, no
+        report will ever come."""
 
     def __call__(self, error: KafkaError | None, message: Message) -> None:
         self.error = error
@@ -259,9 +260,10 @@ class ConfluentKafkaPublisher(PendingPublisher):
         self._producer = Producer(self._config)
 
     def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
-        delivery = _Delivery()
-        self._producer.produce(topic, value=value, key=key, on_delivery=delivery)
-        self._producer.poll(0)  # serve earlier delivery reports
+        producer = self._producer
+        delivery = _Delivery(producer)
+        producer.produce(topic, value=value, key=key, on_delivery=delivery)
+        producer.poll(0)  # serve earlier delivery reports
         return delivery
 
     def _flush_client(self, timeout_s: float) -> None:
@@ -273,15 +275,11 @@ class ConfluentKafkaPublisher(PendingPublisher):
             log.error("kafka producer failed for good; replacing it",
                       error=self._errors.fatal.str())
             self._errors.fatal = None
-            with self._lock:
-                for record in self._pending:
-                    if isinstance(record.handle, _Delivery) and not record.handle.done:
-                        record.handle.lost = True
             self._producer = Producer(self._config)
 
     def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
         assert isinstance(handle, _Delivery)
-        if handle.lost:
+        if not handle.done and handle.producer is not self._producer:
             return PublishError("its producer failed before acknowledging it"), False
         if not handle.done:
             # Still queued or in flight: librdkafka retries it until message.timeout.ms,
