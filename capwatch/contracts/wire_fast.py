@@ -158,13 +158,17 @@ def _action(atom: GroundAtom) -> GroundAtom:
 
 
 def _learn(atoms: Iterable[GroundAtom]) -> None:
-    new = [a for a in atoms if a not in _VALID_ATOMS]
+    every = list(atoms)
+    new = [a for a in every if a not in _VALID_ATOMS]
     for atom in new:
         if not 0 < len(atom) <= _MAX_ATOM_LENGTH \
                 or not all(_NAME.match(name) for name in atom):
             raise _Refused
     if len(_VALID_ATOMS) + len(new) > _MAX_VALID_ATOMS:
         _VALID_ATOMS.clear()  # a bound on memory; the cache refills from valid traffic
+        # The caller looks up every atom of the message next, the known ones too: before,
+        # they were gone after the clear and a valid event became an "internal error".
+        new = every
     _VALID_ATOMS.update((a, a) for a in new)
 
 

@@ -89,6 +89,17 @@ class MonitorLimits:
     executed_per_action: int = 64
     """Executed transitions kept per action for Table 2 inference and DAAISy."""
     max_state_atoms: int = 10_000
+    own_index_room: int = 4_096
+    """Atoms an index of the agent's own keeps for what the monitor holds, beyond room for
+    one transition (two states) and as many atoms again for the operators grounded in it
+    (their preconditions and effects): a bitset costs as many bits as atoms were interned before
+    it, so an agent forever bringing new objects would grow its index, and memory with
+    the square of the atoms it ever showed (10 GB after 400,000). At the bound the index
+    is rebuilt from what is kept, newest first (:meth:`TransitionMonitor._own_index`)."""
+
+    @property
+    def own_index_atoms(self) -> int:
+        return 2 * self.max_state_atoms + 2 * self.own_index_room
 
 
 class TransitionMonitor:
@@ -109,7 +120,7 @@ class TransitionMonitor:
     def __init__(self, domain: Domain, limits: MonitorLimits | None = None,
                  shared: SharedGrounding | None = None) -> None:
         self.limits = limits or MonitorLimits()
-        self.index = AtomIndex()
+        self.index = AtomIndex(self.limits.own_index_atoms)
         self._shared: SharedGrounding | None = None
         self._last_lists: AtomLists | None = None
         self._last_mask: StateMask = 0
@@ -139,7 +150,7 @@ class TransitionMonitor:
         else:
             if was_shared:
                 self._last_lists = None
-                self.index = AtomIndex()
+                self.index = AtomIndex(self.limits.own_index_atoms)
             self.grounder = Grounder(domain, self.index, shared)
             self._shared_valid = shared.valid if shared is not None else None
             self._valid = {}
@@ -148,19 +159,26 @@ class TransitionMonitor:
             else {p.name: p.arity for p in domain.predicates}
 
     def _own_index(self) -> None:
-        """Leave the family's full shared index for one of this agent's own: every bitset
-        kept is re-encoded (the atoms are the same, their bits are not)."""
+        """Move to a new index of the agent's own: when the family's shared index is full,
+        or when the agent's own index reached ``limits.own_index_atoms``. The executed
+        transitions kept are re-encoded, newest first, while their atoms fit in
+        ``limits.own_index_room``; older ones are dropped (a recency buffer: losing some
+        costs queries, never a verdict), so the transition being observed always fits."""
         old = self.index
-        index = AtomIndex()
-
-        def recode(mask: StateMask) -> StateMask:
-            return index.encode(sorted(old.decode(mask)))
-
-        for name, buf in self.executed.items():
-            self.executed[name] = [_new_tuple(ExecutedTransition, (
-                t.position, recode(t.state), t.action, recode(t.next_state))) for t in buf]
-        if self._last_lists is not None:
-            self._last_mask = recode(self._last_mask)
+        index = AtomIndex(self.limits.own_index_atoms)
+        room = self.limits.own_index_room
+        kept = sorted(((t.position, i, name, t) for name, buf in self.executed.items()
+                       for i, t in enumerate(buf)), key=lambda k: (k[0], k[1]), reverse=True)
+        recoded: dict[str, list[ExecutedTransition]] = {name: [] for name in self.executed}
+        for _, _, name, t in kept:
+            state, after = old.decode(t.state), old.decode(t.next_state)
+            if len(index) + sum(a not in index for a in state | after) > room:
+                break
+            recoded[name].append(_new_tuple(ExecutedTransition, (
+                t.position, index.encode(sorted(state)), t.action,
+                index.encode(sorted(after)))))
+        self.executed = {name: buf[::-1] for name, buf in recoded.items() if buf}
+        self._last_lists = None  # its mask was in the old index
         self.index = index
         self.grounder = Grounder(self.domain, index, self._shared)
         self._ops = self.grounder.cache

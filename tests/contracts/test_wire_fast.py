@@ -173,3 +173,18 @@ def test_valid_events_stay_on_the_fast_path(raw: bytes, monkeypatch: pytest.Monk
         raise AssertionError("took the schema's decoder")
     monkeypatch.setattr(wire_fast.wire, "decode", slow)
     assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
+
+
+def test_a_full_atom_cache_is_cleared_without_losing_the_message_at_hand(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Valid events with ever-new objects fill the fast path's atom cache; the message that
+    overflows it, holding atoms seen before and new ones, is still decoded (it was an
+    "internal error: KeyError" dead letter, a valid record lost)."""
+    monkeypatch.setattr(wire_fast, "_MAX_VALID_ATOMS", 50)
+    monkeypatch.setattr(wire_fast, "_VALID_ATOMS", {})
+    limits = DecodeLimits(max_state_atoms=100)
+    for m in range(20):
+        state = [["at", "r", "w1"], *(["at", f"o{m}-{i}", "w"] for i in range(12))]
+        result = agree(variant(TRANSITION, state=state), limits=limits)
+        assert not isinstance(result, DeadLetter), result
+        assert len(result[0].state) == 13

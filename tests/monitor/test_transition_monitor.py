@@ -200,3 +200,46 @@ def test_a_shared_index_gives_an_agent_whose_model_changes_an_index_of_its_own()
     m.replace_model(known, shared)  # back on the baseline
     assert m.shares_index
     assert not m.inconsistencies and not m.executed
+
+
+ROVER = """
+(define (domain rover) (:requirements :strips :typing)
+  (:types rover waypoint)
+  (:predicates (at ?r - rover ?w - waypoint) (visited ?w - waypoint))
+  (:action navigate :parameters (?r - rover ?from - waypoint ?to - waypoint)
+    :precondition (and (at ?r ?from))
+    :effect (and (at ?r ?to) (not (at ?r ?from)))))
+"""
+
+
+@pytest.mark.parametrize("api", ["lists", "sets"])
+def test_an_agent_bringing_new_objects_forever_keeps_a_bounded_index(api: str) -> None:
+    """Red-team rerun of issue 12 (session 3): each state holding hundreds of objects
+    never seen before grew the agent's own index without bound, and memory with the
+    square of the atoms (a 2,000-atom state per message: 10 GB after 200 messages)."""
+    from capwatch.model.pddl_reader import parse_domain
+
+    limits = MonitorLimits(max_state_atoms=300, own_index_room=256)
+    monitor = TransitionMonitor(parse_domain(ROVER), limits)
+    largest = 0
+    for m in range(60):
+        scenery = [["visited", f"w{m}-{i}"] for i in range(250)]
+        state = [["at", "r1", "a"], *scenery]
+        after = [["at", "r1", "b"], *scenery]
+        wrong = [["at", "r1", "a"], ["at", "r1", "b"], *scenery]  # the move left nothing
+        if api == "lists":
+            ok = monitor.observe_lists(state, ["navigate", "r1", "a", "b"], after, m)
+            bad = monitor.observe_lists(state, ["navigate", "r1", "a", "b"], wrong, m)
+        else:
+            def fs(atoms: list[list[str]]) -> frozenset[tuple[str, ...]]:
+                return frozenset(tuple(a) for a in atoms)
+            ok = monitor.observe(fs(state), ("navigate", "r1", "a", "b"), fs(after), m)
+            bad = monitor.observe(fs(state), ("navigate", "r1", "a", "b"), fs(wrong), m)
+        assert ok.verdict is Verdict.APPLIED
+        assert bad.verdict is Verdict.INCONSISTENT
+        largest = max(largest, len(monitor.index))
+    assert largest <= limits.own_index_atoms
+    # The newest executed transition is still there, decodable, after the rebuilds.
+    [(state_kept, action, _)] = monitor.executed_since(59, 1)
+    assert action == ("navigate", "r1", "a", "b") and ("visited", "w59-0") in state_kept
+    assert len(monitor.inconsistencies) > 0
