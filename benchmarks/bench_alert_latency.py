@@ -17,9 +17,17 @@
    the alert record's arrival at that consumer. The alert's own broker timestamp
    (CreateTime, set by the daemon's producer) gives the produce → alert-sent part.
 
-The producer and the alerts consumer run in a child process, so their Python work does
-not take the daemon's interpreter lock. Wall time, not CPU time, is what is measured here:
-the machine's load average is printed with the figures.
+The producer (librdkafka through confluent-kafka, a dev dependency: kafka-python's
+producer would take as much CPU as the daemon it feeds) and the alerts consumer run in a
+child process, so they take neither the daemon's interpreter lock nor much of the
+machine. Wall time, not CPU time, is what is measured here: the machine's load average,
+the daemon's CPU (cores used over the run) and how far it was behind at the end are
+printed with the figures, and each stage of the path: the injected record's produce
+call → its append on the broker (the topic stamps the append time) → the alert's write
+by the daemon (the alert's ``time``: the end of the batch that read the record) → the
+alert record's send (its CreateTime) → its arrival at the consumer. The main loop's steps
+are timed per call too (poll, a batch, the prompt alert's write, a checkpoint), to show
+where a late alert's time went.
 """
 
 from __future__ import annotations
@@ -124,14 +132,11 @@ def _topic(bootstrap: str, append_time: bool = False) -> str:
 
 def max_rate(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple[str, bytes]]) -> float:
     """Records per second ``capwatch run`` consumes from a full topic (first to last read)."""
-    from kafka import KafkaProducer
-
     topic = _topic(bootstrap)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20)
+    producer = _Producer(bootstrap)
     for agent, value in events:
-        producer.send(topic, key=agent.encode(), value=value)
-    producer.flush(120)
-    producer.close()
+        producer.send(topic, agent, value)
+    producer.flush()
     n = len(events)
     with tempfile.TemporaryDirectory() as tmp:
         svc = build_service(_config(tmp, bootstrap, topic, kafka_output=False),
@@ -164,24 +169,45 @@ class Plan:
     """After the last record, how long to wait for the alerts still missing."""
 
 
+class _Producer:
+    """librdkafka's producer (confluent-kafka, a dev dependency): about a tenth of
+    kafka-python's CPU per message, so the load generator takes little of the machine's
+    two cores from the daemon it measures. linger 5 ms, like the daemon's own producer."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
+
+        self._p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                            "queue.buffering.max.messages": 1_000_000})
+
+    def send(self, topic: str, key: str, value: bytes, done: Any = None) -> None:
+        while True:
+            try:
+                self._p.produce(topic, value=value, key=key, on_delivery=done)
+                return
+            except BufferError:
+                self._p.poll(0.01)
+
+    def poll(self) -> None:
+        self._p.poll(0)
+
+    def flush(self) -> None:
+        self._p.flush(60)
+
+
 def background_only(plan: Plan, background: Sequence[tuple[str, bytes]], share: int,
                     shares: int, out: Any) -> None:
     """A child process producing its share of the background traffic at its share of the
-    rate (one kafka-python producer cannot send half of what the daemon reads)."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=plan.bootstrap, linger_ms=5,
-                             batch_size=256 * 1024)
-    producer.partitions_for(plan.topic)  # metadata before the clock starts
+    rate."""
+    producer = _Producer(plan.bootstrap)
     mine = list(background[share::shares])
     n = _paced(producer, plan, mine, plan.rate / shares, lambda elapsed: None)
-    producer.flush(60)
-    producer.close()
+    producer.flush()
     out.put(json.dumps({"produced": n}))
 
 
-def _paced(producer: Any, plan: Plan, records: Sequence[tuple[str, bytes]], rate: float,
-           tick: Any) -> int:
+def _paced(producer: _Producer, plan: Plan, records: Sequence[tuple[str, bytes]],
+           rate: float, tick: Any) -> int:
     """Send ``records`` round robin at ``rate`` per second for ``plan.seconds``, calling
     ``tick(elapsed)`` at least every few milliseconds; returns how many were sent."""
     t0 = time.perf_counter()
@@ -193,8 +219,9 @@ def _paced(producer: Any, plan: Plan, records: Sequence[tuple[str, bytes]], rate
         due = min(int(elapsed * rate) + 1, n + 200)  # a backlog must not delay ``tick``
         while n < due:
             agent, value = records[n % len(records)]
-            producer.send(plan.topic, key=agent.encode(), value=value)
+            producer.send(plan.topic, agent, value)
             n += 1
+        producer.poll()
         tick(elapsed)
         if n >= int(elapsed * rate):
             time.sleep(0.001)
@@ -204,9 +231,9 @@ def traffic(plan: Plan, background: Sequence[tuple[str, bytes]], shares: int,
             inject: Sequence[tuple[str, bytes]], out: Any) -> None:
     """The child process that injects: its share of the background, the injections and
     the alerts consumer. Puts a JSON summary on ``out``: produced count, injections
-    (agent, send time, partition, offset) and alerts (arrival time, CreateTime, agent,
-    evidence)."""
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    (agent, send time, partition, offset, broker append time) and alerts (arrival time,
+    CreateTime, the alert's own time, agent, evidence)."""
+    from kafka import KafkaConsumer, TopicPartition
 
     alerts_topic = f"{plan.topic}-a"
     consumer = KafkaConsumer(bootstrap_servers=plan.bootstrap, enable_auto_commit=False,
@@ -230,18 +257,14 @@ def traffic(plan: Plan, background: Sequence[tuple[str, bytes]], shares: int,
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
-    # linger 5 ms like the daemon's own producer: part of the measured latency.
-    producer = KafkaProducer(bootstrap_servers=plan.bootstrap, linger_ms=5,
-                             batch_size=256 * 1024)
-    producer.partitions_for(plan.topic)
+    producer = _Producer(plan.bootstrap)
     sent: list[dict[str, Any]] = []
-    lock = threading.Lock()
 
     def positioned(entry: dict[str, Any]) -> Any:
-        def done(meta: Any) -> None:
-            with lock:
-                entry["partition"], entry["offset"] = meta.partition, meta.offset
-                entry["appended"] = meta.timestamp / 1000
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                entry["partition"], entry["offset"] = msg.partition(), msg.offset()
+                entry["appended"] = msg.timestamp()[1] / 1000
         return done
 
     state = {"next": plan.warmup_s, "k": 0}
@@ -251,26 +274,22 @@ def traffic(plan: Plan, background: Sequence[tuple[str, bytes]], shares: int,
             return
         agent, value = inject[int(state["k"])]
         entry: dict[str, Any] = {"agent_id": agent, "sent": time.time()}
-        producer.send(plan.topic, key=agent.encode(), value=value).add_callback(
-            positioned(entry))
+        producer.send(plan.topic, agent, value, positioned(entry))
         sent.append(entry)
         state["k"] += 1
         state["next"] += plan.every_s
 
     wall0 = time.time()
     n = _paced(producer, plan, list(background[0::shares]), plan.rate / shares, tick)
-    producer.flush(60)
+    producer.flush()
     produced_s = time.time() - wall0
     deadline = time.time() + plan.wait_s
     while time.time() < deadline:
-        with lock:
-            matched = len(match(sent, seen))
-        if matched == len(sent):
+        if len(match(sent, list(seen))) == len(sent):
             break
         time.sleep(0.05)
     stop.set()
     reader.join(5)
-    producer.close()
     consumer.close()
     out.put(json.dumps({"produced": n, "produced_s": produced_s, "injected": sent,
                         "alerts": list(seen)}))
@@ -309,7 +328,7 @@ def _q(xs: Sequence[float], q: float) -> float:
 
 def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every_s: float,
             background: Sequence[tuple[str, bytes]], inject: Sequence[tuple[str, bytes]],
-            producers: int = 2) -> dict[str, Any]:
+            producers: int = 1) -> dict[str, Any]:
     topic = _topic(bootstrap, append_time=True)
     plan = Plan(bootstrap, topic, rate, plan_s, warmup_s=min(5.0, plan_s / 4),
                 every_s=every_s, wait_s=45.0)

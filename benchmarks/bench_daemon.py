@@ -14,7 +14,9 @@
   evicted) and, in a fresh process, with all 100,000 held; bytes per agent held (RSS
   growth over agents admitted, in a fresh process, for agents seen once and for agents
   that ran 30 transitions each and went idle) and per agent evicted (RSS growth while
-  the held number stays at the limit).
+  the held number stays at the limit);
+- produce → published alert for a hard inconsistency at half the measured maximum rate
+  over a real broker: benchmarks/bench_alert_latency.py (wall seconds, see there).
 
 Times are CPU seconds of this process (``time.process_time``), so other load on the
 machine skews them less than wall time would; the machine's core count and load are
