@@ -338,7 +338,8 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
                             agents=FleetDirectory(f))
         p = svc.pipeline
         steps = _timed(p, ("checkpoint", "handle_batch", "alert_promptly", "drain", "sweep"))
-        steps.update(_timed(p.source, ("poll",)))
+        steps.update(_timed(p.source, ("poll", "commit", "lag")))
+        steps.update({f"publisher.{k}": v for k, v in _timed(p.publisher, ("flush",)).items()})
         runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
         runner.start()
         ctx = mp.get_context("spawn")
