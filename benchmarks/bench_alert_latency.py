@@ -238,8 +238,13 @@ def traffic(plan: Plan, background: Sequence[tuple[str, bytes]], shares: int,
     alerts_topic = f"{plan.topic}-a"
     consumer = KafkaConsumer(bootstrap_servers=plan.bootstrap, enable_auto_commit=False,
                              fetch_max_wait_ms=20)
-    consumer.assign([TopicPartition(alerts_topic, p)
-                     for p in sorted(consumer.partitions_for_topic(alerts_topic) or {0})])
+    parts = None
+    for _ in range(600):  # the client's metadata may not know the fresh topic yet
+        parts = consumer.partitions_for_topic(alerts_topic)
+        if parts:
+            break
+        time.sleep(0.1)
+    consumer.assign([TopicPartition(alerts_topic, p) for p in sorted(parts or {0})])
     consumer.seek_to_beginning()
     seen: list[dict[str, Any]] = []
     stop = threading.Event()
@@ -371,6 +376,8 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
 
     kinds = sorted({found[i]["alert_type"] for i in found})
     return {"rate": result["produced"] / result["produced_s"], "injected": len(sent),
+            "positioned": sum(1 for e in sent if "offset" in e),
+            "alerts": len(result["alerts"]),
             "matched": len(lat), "latency": lat, "kinds": kinds,
             "stages": {"on the broker": stage("sent", ""),
                        "read and written": stage("appended", "written"),
@@ -426,8 +433,10 @@ def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple
         lat = r["latency"]
         pooled += lat
         if not lat:
-            print(f"    run {run + 1}: {r['injected']} injected, no alert matched "
-                  f"(load {r['load'][0]:.1f}-{r['load'][1]:.1f})")
+            print(f"    run {run + 1}: {r['injected']} injected ({r['positioned']} "
+                  f"acknowledged), {r['alerts']} alerts seen, none matched; daemon "
+                  f"{r['behind']:,} records behind at the end (load {r['load'][0]:.1f}-"
+                  f"{r['load'][1]:.1f})")
             continue
         print(f"    run {run + 1}: {r['rate']:,.0f}/s produced for {r['seconds']:.0f} s, "
               f"{r['matched']}/{r['injected']} alerted ({', '.join(r['kinds'])}); "
