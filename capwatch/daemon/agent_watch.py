@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
+from capwatch.contracts.wire_fast import StateMemo
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.work import DriftProbe, WorkItem
 from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict, explain
@@ -128,7 +129,8 @@ class AgentWatch:
                  "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
                  "held_back", "inconsistent", "last_executed", "last_offset", "last_state",
-                 "monitor", "partition", "seen", "settings", "transitions", "version")
+                 "monitor", "partition", "seen", "settings", "state_memo", "transitions",
+                 "version")
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
@@ -160,6 +162,9 @@ class AgentWatch:
         """When the registry last handed this watch out (its own counter, not a clock)."""
         self.last_offset = -1
         self.last_state: frozenset[GroundAtom] = _NO_STATE
+        self.state_memo: StateMemo | None = None
+        """The decoder's memo of the agent's last next-state (contracts.wire_fast): the
+        next record's state, when it repeats it, is neither decoded nor encoded again."""
         self.last_executed: dict[str, float] = {}
         """Action name → monotonic time it was last seen executing (canaries probe the rest)."""
         self.drift_restored: tuple[int, int] | None = None

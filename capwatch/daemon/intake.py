@@ -50,9 +50,15 @@ class Intake:
         before changing anything; a trace's steps are all checked here first, because a
         trace is applied whole or not at all.
         """
-        decoded = decode(record.value, self.limits, key=record.key,
+        registry = self.registry
+        key = record.key
+        # The key is the agent id (the decoder checks it): the agent's watch, if loaded,
+        # holds its last next-state, which this record's state most likely repeats.
+        prior = registry.get(key.decode("utf-8", "replace")) if key is not None else None
+        memo = [prior.state_memo if prior is not None else None]
+        decoded = decode(record.value, self.limits, key=key,
                          partition=record.partition, offset=record.offset, size=record.size,
-                         sha256=record.sha256)
+                         sha256=record.sha256, memo=memo)
         if isinstance(decoded, DeadLetter):
             self.dead_letter(record, decoded.reason, "decode")
             return None
@@ -65,8 +71,7 @@ class Intake:
                                     for t in decoded):
             self.dead_letter(record, "a trace mixes agents or families", "decode")
             return None
-        registry = self.registry
-        old = registry.get(agent_id)
+        old = prior if key is not None else registry.get(agent_id)
         if old is not None and old.family != family:
             self._settle_family_move(agent_id, family)
         watch = registry.load(agent_id, family, record.partition)
@@ -74,6 +79,7 @@ class Intake:
             self.dead_letter(record, f"unknown family {family!r}: no baseline model",
                              "vocabulary")
             return None
+        watch.state_memo = memo[0]
         checkpoints = self.checkpoints
         if checkpoints.saved_drift or checkpoints.evicted:
             checkpoints.restore(watch)

@@ -178,8 +178,10 @@ class Registry:
         since, self._compacted_at = self._compacted_at, self._tick
         n = 0
         for watch in self._agents.values():
-            if watch.seen <= since and not watch.evidence and watch.monitor.compact():
-                n += 1
+            if watch.seen <= since and not watch.evidence:
+                watch.state_memo = None  # the decoder's memo: a speed-up for active agents
+                if watch.monitor.compact():
+                    n += 1
         return n
 
     def in_partitions(self, partitions: set[int]) -> list[AgentWatch]:

@@ -122,7 +122,9 @@ class TransitionMonitor:
         self.limits = limits or MonitorLimits()
         self.index = AtomIndex(self.limits.own_index_atoms)
         self._shared: SharedGrounding | None = None
-        self._last_lists: AtomLists | None = None
+        self._last_lists: AtomLists | frozenset[GroundAtom] | None = None
+        """The last next-state seen (lists from :meth:`observe_lists`, the very set from
+        :meth:`observe`) and its encoding, reused when the next transition starts there."""
         self._last_mask: StateMask = 0
         self._set_domain(domain, shared)
         self._counts: dict[str, list[int]] = {}
@@ -193,6 +195,7 @@ class TransitionMonitor:
     def replace_model(self, domain: Domain, shared: SharedGrounding | None = None) -> None:
         """Adopt a new model version; evidence gathered under the old one is dropped
         because its verdicts no longer hold, but an index of the agent's own is kept."""
+        self._last_lists = None  # its atoms are checked against the new model again
         self.executed.clear()
         self._inconsistencies = None
         self._set_domain(domain, shared)
@@ -255,7 +258,7 @@ class TransitionMonitor:
         # Consecutive transitions of an episode share a state (s_{t+1} = s'_t), so the
         # previous next-state's encoding is reused when the lists are equal.
         last_lists = self._last_lists
-        s = self._last_mask if last_lists is not None and state == last_lists \
+        s = self._last_mask if isinstance(last_lists, list) and state == last_lists \
             else self._encode(state)
         # A refused action leaves the state as it was: no need to encode it twice.
         return s, s if next_state == state else self._encode(next_state)
@@ -269,13 +272,18 @@ class TransitionMonitor:
             op = self._operator(action)
         valid = self._valid
         try:
-            # A set has no repeated atom, so the sum of the bits is their union.
-            s = sum(map(valid.__getitem__, state))
+            # Consecutive transitions of an episode share a state (s_{t+1} = s'_t), and the
+            # decoder hands the previous next-state's very set over again (wire_fast's
+            # StateMemo): its encoding is reused. A set has no repeated atom, so the sum of
+            # the bits is their union.
+            s = self._last_mask if state is self._last_lists \
+                else sum(map(valid.__getitem__, state))
             s2 = s if next_state is state else sum(map(valid.__getitem__, next_state))
         except KeyError:
             s, s2 = self._encode_new(state, next_state)
             if self._ops.get(action) is not op:
                 op = self._operator(action)  # the agent moved to an index of its own
+        self._last_lists, self._last_mask = next_state, s2
         return self._record(op, action, s, s2, check(op, s, s2), position)
 
     def _operator(self, action: GroundAction) -> GroundOperator:

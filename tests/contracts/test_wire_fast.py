@@ -188,3 +188,40 @@ def test_a_full_atom_cache_is_cleared_without_losing_the_message_at_hand(
         result = agree(variant(TRANSITION, state=state), limits=limits)
         assert not isinstance(result, DeadLetter), result
         assert len(result[0].state) == 13
+
+
+_STATES = [[["at", "r", "w1"]], [["at", "r", "w2"]], [["at", "r", "w1"], ["at", "r", "w2"]],
+           [["at", "r", f"w{i}"] for i in range(4)],  # over LIMITS' 3 atoms
+           [["at", "r w"]], [["at", 2]], "at", [], [["at", "r", "w1"]] * 2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(range(len(_STATES))),
+                          st.sampled_from(range(len(_STATES))),
+                          st.sampled_from(["rover-1", "rover-2"]),
+                          st.sampled_from(["transition", "trace"])),
+                min_size=1, max_size=8))
+def test_the_memo_of_the_last_next_state_changes_nothing(
+        steps: list[tuple[int, int, str, str]]) -> None:
+    # The pipeline keeps each agent's memo and hands it back with the agent's next
+    # record; a state whose text equals it is not decoded again. Whatever the sequence
+    # (valid, invalid, oversized, repeated, another agent's memo, a trace between), the
+    # result is the schema's.
+    memo: list[wire_fast.StateMemo | None] = [None]
+    for s, s2, agent, kind in steps:
+        if kind == "transition":
+            raw = variant(TRANSITION, agent_id=agent, state=_STATES[s], next_state=_STATES[s2])
+        else:
+            raw = variant(TRACE, agent_id=agent, states=[_STATES[s], _STATES[s2]],
+                          actions=[["move", "r", "w1", "w2"]], executed=...)
+        assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
+
+
+def test_a_repeated_state_is_the_very_set_of_the_memo() -> None:
+    memo: list[wire_fast.StateMemo | None] = [None]
+    first = wire_fast.decode(variant(TRANSITION, next_state=[["at", "r", "w2"]]), LIMITS,
+                             memo=memo)
+    second = wire_fast.decode(variant(TRANSITION, state=[["at", "r", "w2"]]), LIMITS,
+                              memo=memo)
+    assert not isinstance(first, DeadLetter) and not isinstance(second, DeadLetter)
+    assert second[0].state is first[0].next_state

@@ -243,3 +243,28 @@ def test_an_agent_bringing_new_objects_forever_keeps_a_bounded_index(api: str) -
     [(state_kept, action, _)] = monitor.executed_since(59, 1)
     assert action == ("navigate", "r1", "a", "b") and ("visited", "w59-0") in state_kept
     assert len(monitor.inconsistencies) > 0
+
+
+def test_a_repeated_state_set_is_checked_as_a_new_one_would_be() -> None:
+    # The decoder hands an agent's previous next-state set over again as its next state;
+    # the monitor reuses that set's encoding. Verdicts must not depend on it, also across
+    # a change of model (the reused set's atoms are checked against the new model).
+    gripper = read_domain(DOMAINS / "gripper" / "domain.pddl")
+    trace = [(frozenset(map(tuple, s)), tuple(a), frozenset(map(tuple, s2)))
+             for s, a, s2 in _trace()]
+    shared, fresh = TransitionMonitor(gripper), TransitionMonitor(gripper)
+    previous = None
+    for i, (s, a, s2) in enumerate(trace):
+        state = previous if previous == s else s  # the same object, as the decoder gives
+        assert shared.observe(state, a, s2, i) == fresh.observe(frozenset(s), a,
+                                                                frozenset(s2), i)
+        previous = s2
+        if i == len(trace) // 2:
+            # A model without the gripper's 'free' predicate: the next state, the very
+            # set seen last, must be refused, not reused as checked.
+            smaller = gripper.replace(predicates=tuple(
+                p for p in gripper.predicates if p.name != "free"))
+            shared.replace_model(smaller)
+            with pytest.raises(ModelError):
+                shared.observe(previous, *trace[i + 1][1:], i + 1)
+            shared.replace_model(gripper)
