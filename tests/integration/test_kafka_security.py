@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from confluent_kafka import KafkaException
 from kafka import KafkaConsumer, KafkaProducer
 
 from capwatch.cli import main
@@ -142,3 +143,44 @@ def test_the_plain_listener_is_not_the_secure_one(broker: KafkaBroker) -> None:
         "bootstrap_servers": broker.secure_bootstrap, "connect_timeout_s": 3}}))
     with pytest.raises(DependencyError, match="not reachable within 3 s"):
         wait_for_kafka(config.kafka)
+
+
+def test_confluent_kafka_says_when_the_brokers_refuse_the_login(broker: KafkaBroker) -> None:
+    """librdkafka only logs a refused login and retries; the confluent-kafka source and
+    publisher raise it at their next call instead, so the daemon's outage handling names
+    it (on /readyz and in the log) rather than waiting without a word."""
+    from capwatch.adapters.io.kafka_confluent import (
+        ConfluentKafkaPublisher,
+        ConfluentKafkaSource,
+    )
+    from capwatch.contracts.ports import DeliveryError
+    from capwatch.contracts.wire import DeadLetterRecord
+    from tests.integration.test_kafka_backends import _letter
+
+    kafka = kafka_section(broker, "SCRAM-SHA-256")
+    kafka["sasl"]["password"] = "wrong"
+    options = load_config(text=yaml.safe_dump({"kafka": kafka})).kafka.client_options()
+    source = ConfluentKafkaSource(broker.secure_bootstrap or "", "refused", "refused-group",
+                                  security=options)
+    source.start(lambda parts: None, lambda parts: None, {})
+    refused: list[str] = []
+
+    def polled_refusal() -> bool:
+        try:
+            source.poll(0.5)
+        except KafkaException as e:
+            refused.append(str(e))
+        return bool(refused)
+
+    try:
+        wait(polled_refusal, 60, "the source to report the refused login")
+    finally:
+        source.close()
+    assert "Authentication failed" in refused[0] or "SASL" in refused[0], refused
+    pub = ConfluentKafkaPublisher(broker.secure_bootstrap or "", models_topic="m",
+                                  alerts_topic="a", dead_letter_topic="refused",
+                                  security=options)
+    letter: DeadLetterRecord = _letter(10)
+    pub.dead_letter(letter)
+    with pytest.raises(DeliveryError, match="refused"):
+        pub.flush(10)

@@ -82,26 +82,42 @@ def librdkafka_security(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+_REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL,
+                       KafkaError.SASL_AUTHENTICATION_FAILED,
+                       KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                       KafkaError.GROUP_AUTHORIZATION_FAILED})
+"""Errors librdkafka only logs and retries, but an operator must hear of: the brokers
+refuse our login, certificate or rights."""
+
+
 class _Errors:
-    """Fatal errors librdkafka reports outside any call's result, raised at the next call
-    that can say so (poll, commit, flush)."""
+    """Errors librdkafka reports outside any call's result, raised at the next call that
+    can say so (poll, commit, flush): a fatal one at every call from then on, a refusal
+    once per report (the daemon's outage handling says it on /readyz and retries, and a
+    login that starts working clears it)."""
 
     def __init__(self, what: str) -> None:
         self.what = what
         self.fatal: KafkaError | None = None
+        self.refusal: KafkaError | None = None
         self._last: str | None = None
 
     def __call__(self, error: KafkaError) -> None:
         if error.fatal():
             self.fatal = error
+        elif error.code() in _REFUSALS:
+            self.refusal = error
         text = f"{error.name()}: {error.str()}"
         if text != self._last:  # a broker down is reported every few seconds
             log.warning("kafka client error", client=self.what, error=text)
             self._last = text
 
-    def raise_fatal(self) -> None:
+    def raise_pending(self) -> None:
         if self.fatal is not None:
             raise KafkaException(self.fatal)
+        refusal, self.refusal = self.refusal, None
+        if refusal is not None:
+            raise KafkaException(refusal)
 
 
 class ConfluentKafkaSource:
@@ -164,7 +180,7 @@ class ConfluentKafkaSource:
             messages = self._consumer.consume(1, timeout_s)
             if messages:
                 messages += self._consumer.consume(self._batch - 1, 0)
-        self._errors.raise_fatal()
+        self._errors.raise_pending()
         records: list[Record] = []
         append = records.append
         for m in messages:
@@ -191,7 +207,7 @@ class ConfluentKafkaSource:
     def commit(self, offsets: Mapping[int, int]) -> None:
         if self._consumer is None or not offsets:
             return
-        self._errors.raise_fatal()
+        self._errors.raise_pending()
         answer = self._consumer.commit(
             offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
             asynchronous=False)
@@ -276,6 +292,9 @@ class ConfluentKafkaPublisher(PendingPublisher):
                       error=self._errors.fatal.str())
             self._errors.fatal = None
             self._producer = Producer(self._config)
+        refusal, self._errors.refusal = self._errors.refusal, None
+        if refusal is not None:  # what is pending stays pending; the reason is this
+            raise PublishError(f"the brokers refused the producer: {refusal.str()}")
 
     def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
         assert isinstance(handle, _Delivery)
