@@ -134,10 +134,12 @@ def max_rate(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple[str, byte
     """Records per second ``capwatch run`` consumes from a full topic (first to last read)."""
     topic = _topic(bootstrap)
     producer = _Producer(bootstrap)
-    for agent, value in events:
+    # At least 20,000 records, or the start-up burst is all that is measured.
+    n = max(len(events), 20_000)
+    for i in range(n):
+        agent, value = events[i % len(events)]
         producer.send(topic, agent, value)
     producer.flush()
-    n = len(events)
     with tempfile.TemporaryDirectory() as tmp:
         svc = build_service(_config(tmp, bootstrap, topic, kafka_output=False),
                             agents=FleetDirectory(f))
