@@ -66,6 +66,12 @@ from capwatch.monitor.drift import DriftConfig, DriftMonitor
 log = structlog.get_logger("capwatch.daemon")
 
 
+LAG_EVERY_S = 15.0
+"""The lag gauges are refreshed at most this often: asking the broker for the partitions'
+ends is a round trip on the main loop that every record arriving meanwhile waits for
+(0.1-0.35 s under load, docs/performance.md), and a gauge scraped every 15-30 s gains
+nothing from a fresher value."""
+
 _LABEL = {v: v.name.lower() for v in Verdict}
 """Metric label per verdict (computed once: this is on the per-transition path)."""
 
@@ -136,6 +142,8 @@ class Pipeline:
         """(family, action, verdict, drift-tested) → transitions of the batch being
         handled, added to the counters once at its end."""
         self._newest_stamp: dict[int, float] = {}
+        self._lag_at = 0.0
+        """When the lag gauges were last refreshed (time.time())."""
         self._prompt: dict[str, AgentWatch] = {}
         """Watches whose first inconsistency was buffered and whose alert is not written
         yet (:meth:`alert_promptly`)."""
@@ -573,6 +581,9 @@ class Pipeline:
         if not self.checkpoints.checkpoint(partitions):
             return
         now = time.time()
+        if now - self._lag_at < LAG_EVERY_S:
+            return
+        self._lag_at = now
         for p, lag in self.source.lag().items():
             self.metrics.lag.labels(str(p)).set(lag)
             # Records wait behind the newest handled one: its age is how late we are.
