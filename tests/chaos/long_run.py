@@ -16,6 +16,7 @@ reference.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -126,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hostile", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=12)
     p.add_argument("--json", help="write the figures to this file")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the runs' directories (logs, stores) and say where")
     args = p.parse_args(argv)
     figures: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="capwatch-chaos-") as tmp:
+    kept = tempfile.mkdtemp(prefix="capwatch-chaos-") if args.keep else None
+    with (contextlib.nullcontext(kept) if kept is not None
+          else tempfile.TemporaryDirectory(prefix="capwatch-chaos-")) as tmp:
+        if kept is not None:
+            print(f"runs kept in {tmp}", flush=True)
         work = Path(tmp)
         (work / "fleet").mkdir()
         (work / "valid").mkdir()
