@@ -46,6 +46,10 @@ INFRASTRUCTURE_ERRORS = _infrastructure_errors()
 """Failures of what the daemon stands on rather than of the message it was handling: the
 record that met one is not committed past, and the daemon retries until it answers."""
 
+OUTAGE_ERRORS = tuple(e for e in INFRASTRUCTURE_ERRORS if not issubclass(e, StoreError))
+"""The infrastructure errors that say a dependency is down (a database's, the disk's, the
+broker's), not that the store refused a request (StoreError: a missing row, a conflict)."""
+
 
 def component_of(error: BaseException) -> str:
     """Which dependency an infrastructure error is about, for logs and /readyz."""

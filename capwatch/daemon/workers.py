@@ -38,7 +38,12 @@ from capwatch.daemon.alerting import awaiting_ended, failed_alert_key, version_a
 from capwatch.daemon.assessor import AssessmentRequest, Assessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.events import model_event
-from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, OutageLog
+from capwatch.daemon.infra import (
+    INFRASTRUCTURE_ERRORS,
+    OUTAGE_ERRORS,
+    OutageLog,
+    describe_outage,
+)
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.retry import Failure, describe_agent_failure, internal_failure, retry_plan
 from capwatch.daemon.work import Installed, Result, Settled, Settlement, WorkItem
@@ -134,6 +139,11 @@ class AssessmentWorkers:
                 self._inflight[name] = item.key
             try:
                 self.run_claimed(name, item)
+            except Exception:
+                # Never let a worker thread die: this replica would assess nothing more.
+                # The work's lease runs out and it is claimed again.
+                log.exception("assessment worker error; the work is tried again",
+                              key=item.key)
             finally:
                 with self._lock:
                     self._inflight.pop(name, None)
@@ -146,6 +156,13 @@ class AssessmentWorkers:
             self._run(worker, item)
         except AgentUnavailable as e:
             self.give_back(worker, item, describe_agent_failure(e))
+        except OUTAGE_ERRORS as e:
+            # The store or the output failed, not the assessment: no attempt is spent and
+            # no "assessment crashed"; the lease runs out and the work is claimed again
+            # once the dependency answers (before, a full disk here killed the worker
+            # thread, since handing the work back failed as well).
+            log.warning("assessment interrupted by an outage; tried again after its lease",
+                        key=item.key, problem=describe_outage(e))
         except Exception as e:
             log.exception("assessment crashed", key=item.key)
             self.give_back(worker, item, internal_failure(e))
@@ -167,8 +184,8 @@ class AssessmentWorkers:
                 item.key, worker, failure.message, now + wait, limit,
                 [outbox_record(alert, failed_alert_key(item.key)),
                  *awaiting_ended(item, now, "failed", self.policy.severities)])
-        except StoreError:
-            return
+        except INFRASTRUCTURE_ERRORS:
+            return  # the lease runs out and the work is claimed again
         self.metrics.assessments.labels(item.family, "retry").inc()
         if failed:
             self.metrics.assessments.labels(item.family, "failed").inc()

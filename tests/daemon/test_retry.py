@@ -180,3 +180,34 @@ def test_every_failed_attempt_is_logged_with_its_cause_and_next_try(tmp_path: Pa
     assert last["attempts"] == 2
     d.source.close()
     d.store.close()
+
+
+def test_a_store_outage_while_a_version_is_written_spends_no_attempt_and_kills_no_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red-team rerun of issue 12 (session 3): the store's disk filled up just as a
+    version was written; handing the work back failed too, the exception escaped and the
+    worker thread died (2 of 2 workers in one run): that replica assessed nothing more."""
+    import sqlite3
+
+    d, now, out = _daemon(tmp_path, Flaky(failures=0), max_attempts=1)
+    full = sqlite3.OperationalError("database or disk is full")
+    real_put, real_release = d.store.put, d.store.release
+
+    def put(*args: Any, **kwargs: Any) -> Any:
+        raise full
+
+    def release(*args: Any, **kwargs: Any) -> Any:
+        raise full
+
+    monkeypatch.setattr(d.store, "put", put)
+    monkeypatch.setattr(d.store, "release", release)
+    assert _attempt(d, now, T0)  # must not raise: the outage is the store's, not the work's
+    monkeypatch.setattr(d.store, "put", real_put)
+    monkeypatch.setattr(d.store, "release", real_release)
+    assert not _attempt(d, now, T0 + timedelta(seconds=30)), "claimed again within its lease"
+    assert _attempt(d, now, T0 + timedelta(seconds=61))  # the lease (60 s) ran out
+    (version,) = d.store.history("rover-v1", "rover-a")
+    assert version.evidence["assessment_key"] == d.store.queue_items("done")[0].key
+    assert _failed_alerts(d, out) == [], "the outage spent the only attempt"
+    d.source.close()
+    d.store.close()
