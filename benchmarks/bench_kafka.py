@@ -244,7 +244,13 @@ def profile_confluent(f: SimulatedFleet, rounds: int) -> None:
 
         rate = capwatch_run(broker.bootstrap, topic, n, f, "confluent-kafka", profiled)
         print(f"  profiled: {rate}")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        stats = pstats.Stats(prof)
+        stats.sort_stats("tottime").print_stats(15)
+        # The main loop's steps, by cumulative time (poll, handle_batch, drain, sweep,
+        # checkpoint, and the commit inside it).
+        stats.sort_stats("cumulative").print_stats(
+            r"pipeline.py.*\((_step|handle_batch|drain|sweep|checkpoint|_refresh_lag)"
+            r"|kafka_confluent.py.*\((poll|commit|lag)\)")
     finally:
         broker.stop()
 
