@@ -129,8 +129,8 @@ class AgentWatch:
                  "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
                  "held_back", "inconsistent", "last_executed", "last_offset", "last_state",
-                 "monitor", "partition", "seen", "settings", "state_memo", "transitions",
-                 "version")
+                 "monitor", "partition", "saved_inconsistent", "saved_transitions", "seen",
+                 "settings", "state_memo", "transitions", "version")
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
@@ -158,6 +158,9 @@ class AgentWatch:
         """Key of the queued work; set until a new version (or the work's end) arrives."""
         self.transitions = 0
         self.inconsistent = 0
+        self.saved_transitions = 0
+        self.saved_inconsistent = 0
+        """``transitions`` and ``inconsistent`` as last added to the store's activity."""
         self.seen = 0
         """When the registry last handed this watch out (its own counter, not a clock)."""
         self.last_offset = -1

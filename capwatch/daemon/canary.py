@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime
 
@@ -64,7 +63,9 @@ class CanaryProber:
         self.clock = clock
         self.post = post
         self._rng = random.Random(seed)
-        self._recent: dict[str, deque[frozenset[GroundAtom]]] = {}
+        self._recent: dict[str, list[frozenset[GroundAtom]]] = {}
+        """Per agent, its last ``RECENT_STATES`` distinct states (lists, not bounded
+        deques: a deque allocates room for 64 at once, for each of 100,000 agents)."""
         self._probed: dict[tuple[str, str], float] = {}
         """(agent, action) → monotonic time of its last probe (the watch's clock)."""
         self._backlog = 0
@@ -87,9 +88,10 @@ class CanaryProber:
             if watch.awaiting is not None or watch.family not in objects:
                 continue
             now = watch.clock()
-            recent = self._recent.setdefault(watch.agent_id, deque(maxlen=RECENT_STATES))
+            recent = self._recent.setdefault(watch.agent_id, [])
             if watch.last_state and (not recent or recent[-1] != watch.last_state):
                 recent.append(watch.last_state)
+                del recent[:-RECENT_STATES]
             for action in watch.domain.actions:
                 last_run = watch.last_executed.get(action.name, -1e18)
                 last_probe = self._probed.get((watch.agent_id, action.name), -1e18)
@@ -139,7 +141,7 @@ class CanaryProber:
                 return tuple(args)
         return None
 
-    def _start(self, recent: deque[frozenset[GroundAtom]], init: frozenset[GroundAtom], *,
+    def _start(self, recent: Sequence[frozenset[GroundAtom]], init: frozenset[GroundAtom], *,
                designed_only: bool) -> frozenset[GroundAtom]:
         """Where a probe starts (its precondition is then made true there): a recent state
         of the agent, the family problem's initial state, or the empty state, in which only

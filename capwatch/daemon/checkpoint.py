@@ -51,8 +51,6 @@ class Checkpointer:
         self.saved_drift: dict[str, DriftSnapshot] = {}
         """Saved drift state of agents in owned partitions, applied at their first record."""
         self._last = time.monotonic()
-        self._activity: dict[str, tuple[int, int]] = {}
-        """Per loaded agent: (transitions, inconsistent) already added to the store."""
         self._activity_mark = 0
         """The registry's ``tick`` at the last full :meth:`save_activity`."""
         self.evicted: dict[str, bool] = {}
@@ -125,13 +123,13 @@ class Checkpointer:
                       else self.registry):
             if partitions is not None and watch.partition not in partitions:
                 continue
-            seen = self._activity.get(watch.agent_id, (0, 0))
-            if (watch.transitions, watch.inconsistent) == seen:
+            t, i = watch.transitions, watch.inconsistent
+            if t == watch.saved_transitions and i == watch.saved_inconsistent:
                 continue
             rows.append(AgentActivity(
-                watch.family, watch.agent_id, max(0, watch.transitions - seen[0]),
-                max(0, watch.inconsistent - seen[1]), now, self.replica))
-            self._activity[watch.agent_id] = (watch.transitions, watch.inconsistent)
+                watch.family, watch.agent_id, max(0, t - watch.saved_transitions),
+                max(0, i - watch.saved_inconsistent), now, self.replica))
+            watch.saved_transitions, watch.saved_inconsistent = t, i
         if rows:
             self.store.save_activity(rows)
         if partitions is None:
@@ -209,7 +207,6 @@ class Checkpointer:
         ids = [w.agent_id for w in watches]
         for agent_id in ids:
             self.drift.forget(agent_id)
-            self._activity.pop(agent_id, None)
         self.drift.take_changed_of(ids)
         self.registry.drop(ids)
         saved = {s.agent_id for s in snaps}
@@ -254,6 +251,3 @@ class Checkpointer:
             del self.saved_drift[agent_id]
         # Evicted agents' snapshots stay in the store for whichever replica gets them.
         self.evicted.clear()
-        # The agents are dropped: if they come back, their watches count from zero again.
-        for agent_id in [a for a in self._activity if self.registry.get(a) is None]:
-            del self._activity[agent_id]
