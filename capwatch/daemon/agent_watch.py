@@ -129,8 +129,9 @@ class AgentWatch:
                  "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
                  "held_back", "inconsistent", "last_executed", "last_offset", "last_state",
-                 "monitor", "partition", "saved_inconsistent", "saved_transitions", "seen",
-                 "settings", "state_memo", "transitions", "version")
+                 "monitor", "partition", "restore_tried", "saved_inconsistent",
+                 "saved_transitions", "seen", "settings", "state_memo", "transitions",
+                 "version")
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
@@ -170,6 +171,9 @@ class AgentWatch:
         next record's state, when it repeats it, is neither decoded nor encoded again."""
         self.last_executed: dict[str, float] = {}
         """Action name → monotonic time it was last seen executing (canaries probe the rest)."""
+        self.restore_tried = False
+        """Whether the drift tables saved for the agent were looked for (at its first
+        record: ``Checkpointer.restore``)."""
         self.drift_restored: tuple[int, int] | None = None
         """(partition, next offset) of the drift snapshot this agent's tables were restored
         from: its records before that offset are already counted, and a replay skips them."""

@@ -16,7 +16,7 @@ Everything here runs on the main loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import structlog
@@ -49,7 +49,12 @@ class Checkpointer:
         """Per owned partition: the offset after the last record handled."""
         self._committed: dict[int, int] = {}
         self.saved_drift: dict[str, DriftSnapshot] = {}
-        """Saved drift state of agents in owned partitions, applied at their first record."""
+        """Saved drift state of the batch's new agents (:meth:`prefetch_drift`), applied at
+        their first record (:meth:`restore`)."""
+        self._drift_partitions: set[int] = set()
+        """Owned partitions: an agent first seen in one gets the tables saved for it there."""
+        self._drift_checked: set[str] = set()
+        """Agents whose saved state :meth:`prefetch_drift` looked up for this batch."""
         self._last = time.monotonic()
         self._activity_mark = 0
         """The registry's ``tick`` at the last full :meth:`save_activity`."""
@@ -175,9 +180,29 @@ class Checkpointer:
         return len(snaps)
 
     def load_drift_state(self, partitions: set[int]) -> None:
-        """Fetch the snapshots of agents last seen in newly assigned ``partitions``."""
-        for snap in self.store.load_drift_snapshots(self.group, self.source.name, partitions):
-            self.saved_drift[snap.agent_id] = snap
+        """Newly assigned ``partitions``: their agents get the tables saved for them at their
+        first record, read with their batch (:meth:`prefetch_drift`). Reading every snapshot
+        of the partitions here held them all in memory until each agent's next record: at
+        fleet scale hundreds of MB, every agent evicted before back in memory as a snapshot
+        after each rebalance."""
+        self._drift_partitions |= partitions
+
+    def prefetch_drift(self, agent_ids: Sequence[str]) -> None:
+        """Read the saved drift state of ``agent_ids`` (agents about to be loaded) in one
+        query per 500; valid until :meth:`end_prefetch`."""
+        ids = [a for a in agent_ids if a not in self._drift_checked]
+        if not ids or not self._drift_partitions:
+            return
+        for i in range(0, len(ids), 500):
+            for snap in self.store.load_drift_snapshots(self.group, self.source.name,
+                                                        self._drift_partitions, ids[i:i + 500]):
+                self.saved_drift[snap.agent_id] = snap
+        self._drift_checked.update(ids)
+
+    def end_prefetch(self) -> None:
+        """The batch is handled: what :meth:`prefetch_drift` read and did not apply goes."""
+        self.saved_drift.clear()
+        self._drift_checked.clear()
 
     def evict(self, keep: int) -> int:
         """Drop the least recently seen idle agents until at most ``keep`` are held, their
@@ -215,17 +240,20 @@ class Checkpointer:
         return len(ids)
 
     def restore(self, watch: AgentWatch) -> None:
-        """Give a newly loaded agent the drift tables saved for it, if they still apply."""
-        had_tables = self.evicted.pop(watch.agent_id, None)
+        """Give a newly loaded agent the drift tables saved for it, if they still apply
+        (once per watch: :attr:`AgentWatch.restore_tried`)."""
+        watch.restore_tried = True
+        agent_id = watch.agent_id
+        had_tables = self.evicted.pop(agent_id, None)
         if had_tables is not None:
             self.restores += 1
-        if had_tables:
-            for saved in self.store.load_drift_snapshots(self.group, self.source.name,
-                                                         {watch.partition}, [watch.agent_id]):
-                self.saved_drift[saved.agent_id] = saved
-        if not self.saved_drift:
-            return
-        snap = self.saved_drift.pop(watch.agent_id, None)
+        snap = self.saved_drift.pop(agent_id, None)
+        if snap is None and agent_id not in self._drift_checked and (
+                had_tables or (had_tables is None and watch.partition in self._drift_partitions)):
+            # Not looked up with its batch (its record had no key naming it): read it alone.
+            found = self.store.load_drift_snapshots(self.group, self.source.name,
+                                                    {watch.partition}, [agent_id])
+            snap = found[0] if found else None
         if snap is None or watch.transitions:
             return  # an agent already live keeps its own, newer tables
         if snap.model != watch.version.ref:
@@ -233,7 +261,7 @@ class Checkpointer:
                      saved=str(snap.model), current=str(watch.version.ref))
             return
         try:
-            skipped = restore_agent(self.drift, watch.agent_id, watch.domain.action_map,
+            skipped = restore_agent(self.drift, agent_id, watch.domain.action_map,
                                     snap.state)
         except SnapshotError as e:
             log.warning("drift state unreadable; starting afresh", error=str(e))
@@ -247,7 +275,7 @@ class Checkpointer:
         for p in partitions:
             self._next.pop(p, None)
             self._committed.pop(p, None)
-        for agent_id in [a for a, s in self.saved_drift.items() if s.partition in partitions]:
-            del self.saved_drift[agent_id]
+        self._drift_partitions -= partitions
+        self.end_prefetch()
         # Evicted agents' snapshots stay in the store for whichever replica gets them.
         self.evicted.clear()

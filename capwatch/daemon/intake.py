@@ -80,9 +80,8 @@ class Intake:
                              "vocabulary")
             return None
         watch.state_memo = memo[0]
-        checkpoints = self.checkpoints
-        if checkpoints.saved_drift or checkpoints.evicted:
-            checkpoints.restore(watch)
+        if not watch.restore_tried:
+            self.checkpoints.restore(watch)
         if len(decoded) > 1:
             for t in decoded:
                 problem = vocabulary_error(watch.domain, t)

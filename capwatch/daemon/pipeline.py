@@ -372,8 +372,9 @@ class Pipeline:
         try:
             # The key is the agent id (the decoder checks it): agents seen for the first
             # time are looked up in the store together, not one query each.
-            self.registry.prefetch({r.key.decode("utf-8", "replace") for r in records
-                                    if r.key is not None})
+            new = self.registry.prefetch({r.key.decode("utf-8", "replace") for r in records
+                                          if r.key is not None})
+            self.checkpoints.prefetch_drift(new)
             for record in records:
                 slot.record = record
                 slot.transition = None
@@ -415,6 +416,7 @@ class Pipeline:
             slot.record = slot.transition = None
             self.processed = processed
             self.registry.end_prefetch()
+            self.checkpoints.end_prefetch()
             for source, stamp in stamps.items():
                 self.metrics.last_record.child(source).set(stamp)
             for source, n in seen.items():

@@ -91,16 +91,17 @@ class Registry:
         own = self.store.latest(family, agent_id)
         return own if own is not None else self.store.latest(family, None)
 
-    def prefetch(self, agent_ids: Iterable[str]) -> None:
+    def prefetch(self, agent_ids: Iterable[str]) -> list[str]:
         """Find out in one store query which of the agents not loaded yet have a lineage
         of their own; :meth:`load` then reads the store only for those, and gives the
         others their family's baseline (admitting a fleet at thousands of agents a
-        second instead of two queries each). Valid until :meth:`end_prefetch`."""
+        second instead of two queries each). Valid until :meth:`end_prefetch`. Returns the
+        agents looked up (those not loaded)."""
         new = [a for a in agent_ids if a not in self._agents and a not in self._checked]
-        if not new:
-            return
-        self._own.update(self.store.own_lineages(new))
-        self._checked.update(new)
+        if new:
+            self._own.update(self.store.own_lineages(new))
+            self._checked.update(new)
+        return new
 
     def end_prefetch(self) -> None:
         """Forget what :meth:`prefetch` found: lineages may be created meanwhile."""

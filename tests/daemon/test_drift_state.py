@@ -100,7 +100,9 @@ def test_revocation_saves_and_assignment_restores_the_tables(tmp_path: Path) -> 
     d.revoke({0})  # the partition moves away: state saved, agents dropped
     assert d.registry.get(AGENT) is None and d.drift.agent_states(AGENT) == {}
     d.assign({0})  # ... and comes back (or arrives at another replica)
-    assert AGENT in d.checkpoints.saved_drift
+    # Nothing is read into memory before the agent's first record (its batch reads it).
+    assert d.checkpoints.saved_drift == {}
+    assert AGENT in {s.agent_id for s in d.store.load_drift_snapshots("capwatch", "simulated")}
     for r in records[:500]:  # replayed records, already counted in the saved tables
         d.handle(r)
     assert snapshot_agent(d.drift, AGENT) == before
@@ -156,3 +158,47 @@ def test_agents_evicted_between_batches_alarm_as_if_they_stayed(tmp_path: Path) 
     assert _alarm(tmp_path) == (ref_offset, ref_evidence)
     assert [(m.agent_id, m.version, m.changes) for m in out.models] == \
         [(m.agent_id, m.version, m.changes) for m in ref_out.models]
+
+
+def _revoked_and_back(tmp_path: Path) -> tuple[Any, list[Any], dict[str, Any]]:
+    d = build_service(_fleet(tmp_path, 100), publisher=MemoryPublisher()).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
+    d.handle_batch(records[:500])
+    before = snapshot_agent(d.drift, AGENT)
+    assert before["actions"]["pick"]["seen"] > 0
+    d.revoke({0})
+    d.assign({0})
+    return d, records, before
+
+
+def test_a_batch_reads_its_new_agents_saved_tables_in_one_query(tmp_path: Path) -> None:
+    d, records, before = _revoked_and_back(tmp_path)
+    reads: list[list[str] | None] = []
+    load = d.store.load_drift_snapshots
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(sorted(args[3]) if len(args) > 3 else None)
+        return load(*args, **kwargs)
+
+    d.store.load_drift_snapshots = counted  # type: ignore[method-assign]
+    d.handle_batch(records[:500])  # replayed: already counted in the saved tables
+    assert len(reads) == 1 and len(reads[0] or ()) == 6  # the six agents, together
+    assert snapshot_agent(d.drift, AGENT) == before
+    assert d.checkpoints.saved_drift == {}  # nothing kept past the batch
+    d.source.close()
+    d.store.close()
+
+
+def test_a_record_without_a_key_still_gets_its_agents_saved_tables(tmp_path: Path) -> None:
+    import msgspec
+
+    d, records, before = _revoked_and_back(tmp_path)
+    for r in records[:500]:  # as from a JSONL file: no key names the agent
+        d.handle(msgspec.structs.replace(r, key=None))
+    assert snapshot_agent(d.drift, AGENT) == before
+    agent = d.registry.get(AGENT)
+    assert agent is not None and agent.drift_restored == (0, 500)
+    d.source.close()
+    d.store.close()
