@@ -641,6 +641,7 @@ def load_config(path: str | Path | None = None, *, text: str | None = None,
 
 
 _SECRET_WORDS = ("password", "token", "secret")
+_SHOWN_CHARS = 80
 
 
 def _redacted(value: Any, loc: tuple[str | int, ...] = ()) -> Any:
@@ -673,6 +674,10 @@ def _explain(error: ValidationError, name: str,
         value = ""
         if err["type"] not in ("missing",) and "input" in err:
             shown = repr(_redacted(err["input"], loc))
-            value = f" (got {shown[:80]})"
+            # A cut value says so: "(got {'kafka': {'bootstrap_servers': 'k:9093', 'se)"
+            # read as if the file held a half-written mapping.
+            if len(shown) > _SHOWN_CHARS:
+                shown = shown[:_SHOWN_CHARS - 1] + "…"
+            value = f" (got {shown})"
         lines.append(f"{where}: {dotted}: {err['msg']}{value}")
     return "invalid configuration:\n  " + "\n  ".join(lines)

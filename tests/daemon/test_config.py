@@ -37,6 +37,21 @@ def test_errors_name_file_line_and_column(tmp_path: Path) -> None:
     assert f"{path}:6:3: detection.bogus: Extra inputs are not permitted" in text
 
 
+def test_a_long_bad_value_is_shown_cut_with_an_ellipsis(tmp_path: Path) -> None:
+    # Helm values handed to capwatch run: the whole `config:` mapping is the bad value.
+    path = tmp_path / "values.yaml"
+    path.write_text("config:\n  kafka:\n    bootstrap_servers: kafka.kafka:9093\n"
+                    "    security_protocol: SASL_SSL\n  http: {host: 0.0.0.0}\n"
+                    "short: 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    lines = {line.split(": ")[1]: line for line in str(e.value).splitlines()[1:]}
+    long_line = lines["config"]
+    assert long_line.endswith("…)") and "'bootstrap_servers'" in long_line
+    assert long_line.count("…") == 1 and len(long_line.split("(got ")[1]) == 81
+    assert lines["short"].endswith("(got 1)")
+
+
 def test_yaml_syntax_errors_point_at_the_spot(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("kafka:\n  group_id: [unclosed\n")
