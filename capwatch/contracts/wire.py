@@ -328,6 +328,11 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 def _describe(error: ValidationError) -> str:
     parts = []
     for e in error.errors(include_url=False)[:3]:
+        if e["type"] == "union_tag_not_found":
+            # pydantic's "(message): Unable to extract tag using discriminator 'type'" told
+            # the producer's team neither which field nor which values.
+            parts.append("type: Field required ('transition' or 'trace')")
+            continue
         loc = ".".join(str(x) for x in e["loc"]) or "(message)"
         parts.append(f"{loc}: {e['msg']}")
     more = error.error_count() - len(parts)

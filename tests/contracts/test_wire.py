@@ -68,6 +68,8 @@ def test_a_trace_expands_into_consecutive_transitions() -> None:
     (b"", "Invalid JSON"),
     (b"[]", "invalid event"),
     (_raw({**DESIGN_EXAMPLE, "type": "bogus"}), "type"),
+    (_raw({k: v for k, v in DESIGN_EXAMPLE.items() if k != "type"}),
+     "type: Field required ('transition' or 'trace')"),
     (_raw({k: v for k, v in DESIGN_EXAMPLE.items() if k != "action"}), "action"),
     (_raw({**DESIGN_EXAMPLE, "optmal": True}), "optmal"),
     (_raw({**DESIGN_EXAMPLE, "v": 2}), "v"),
