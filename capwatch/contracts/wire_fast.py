@@ -12,6 +12,7 @@ both decoders agree on valid and invalid inputs.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -100,10 +101,23 @@ class _Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_field
 _DECODER = msgspec.json.Decoder(_Transition | _Trace)
 _STATE = msgspec.json.Decoder(list[_Atom]).decode
 
-StateMemo = tuple[msgspec.Raw, int, frozenset[GroundAtom]]
-"""An agent's last next-state: its JSON text, its number of atoms as sent, and the set
-decoded from it. A pure function of the text, so it is right whatever else happens to the
-message it came in; the caller keeps one per agent and hands it to :func:`decode`."""
+StateMemo = tuple[bytes, int, frozenset[GroundAtom]]
+"""An agent's last next-state: the fingerprint of its JSON text (:func:`_fingerprint`),
+its number of atoms as sent, and the set decoded from it. A pure function of the text, so
+it is right whatever else happens to the message it came in; the caller keeps one per
+agent and hands it to :func:`decode`."""
+_MEMO_TEXT = 512
+"""A state's text up to this many bytes is its own fingerprint; a longer one is
+fingerprinted by its BLAKE2b-128 digest, so a watch does not hold a copy of a large state
+(15 KB for 200 atoms) and the memo costs ~1 µs per KB of state instead of ~0.3 µs per atom."""
+
+
+def _fingerprint(text: msgspec.Raw) -> bytes:
+    raw = bytes(text)
+    if len(raw) <= _MEMO_TEXT:
+        return raw
+    # A leading NUL never begins JSON text: a digest can never equal a short text.
+    return b"\0" + hashlib.blake2b(raw, digest_size=16).digest()
 _TIME_FIELD = wire.TransitionEvent.model_fields["time"]
 # The schema's own type for the field (whatever it becomes), validated as the model does.
 _TIME: TypeAdapter[datetime | None] = TypeAdapter(
@@ -255,18 +269,19 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
                      + _common_fields(event))
         state, next_state = event.state, event.next_state
         last = memo[0] if memo is not None else None
-        if last is not None and last[0] == state:
+        seen = _fingerprint(state) if last is not None else None
+        if last is not None and last[0] == seen:
             n, s = last[1], last[2]
         else:
             n, s = _state(state, max_atoms)
         # A refused or idle action repeats the state: one set for both (the monitor then
         # encodes it once).
-        n2, s2 = (n, s) if next_state == state else _state(next_state, max_atoms)
+        same = next_state == state
+        n2, s2 = (n, s) if same else _state(next_state, max_atoms)
         if n > max_atoms:
             raise _Refused  # a memo made under other limits
         if memo is not None:
-            # A copy: the memo must not hold the whole message alive.
-            memo[0] = (msgspec.Raw(bytes(next_state)), n2, s2)
+            memo[0] = (seen if same and seen is not None else _fingerprint(next_state), n2, s2)
         return [AgentTransition(
             agent_id, family, episode_id, None if event.step is UNSET else event.step,
             None if event.time is _NO_TIME else _time(event.time),

@@ -217,6 +217,25 @@ def test_the_memo_of_the_last_next_state_changes_nothing(
         assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
 
 
+def test_long_states_are_remembered_by_their_digest() -> None:
+    # States over the memo's text limit are kept as a digest: still recognised when
+    # repeated, never confused with another state of the same length.
+    wide = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
+    one = [["at", "r", f"w{i}"] for i in range(60)]
+    other = [["at", "r", f"v{i}"] for i in range(60)]
+    memo: list[wire_fast.StateMemo | None] = [None]
+    first = wire_fast.decode(variant(TRANSITION, state=other, next_state=one), wide,
+                             memo=memo)
+    assert memo[0] is not None and len(memo[0][0]) == 17
+    again = wire_fast.decode(variant(TRANSITION, state=one, next_state=other), wide,
+                             memo=memo)
+    assert not isinstance(first, DeadLetter) and not isinstance(again, DeadLetter)
+    assert again[0].state is first[0].next_state
+    third = wire_fast.decode(variant(TRANSITION, state=one, next_state=one), wide, memo=memo)
+    assert third == wire.decode(variant(TRANSITION, state=one, next_state=one), wide)
+    assert not isinstance(third, DeadLetter) and third[0].state is not again[0].next_state
+
+
 def test_a_repeated_state_is_the_very_set_of_the_memo() -> None:
     memo: list[wire_fast.StateMemo | None] = [None]
     first = wire_fast.decode(variant(TRANSITION, next_state=[["at", "r", "w2"]]), LIMITS,
