@@ -24,12 +24,12 @@ import contextlib
 import hmac
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -42,6 +42,7 @@ from capwatch.contracts.agent_protocol import (
     InvalidQuery,
     QueryRequest,
 )
+from capwatch.contracts.bounded_http import PooledHTTPServer
 from capwatch.contracts.http_body import BodyRefused, discard_body, read_json_body
 from capwatch.model.domain import GroundAction, GroundAtom
 
@@ -114,49 +115,28 @@ class _HttpError(Exception):
         self.status, self.code, self.message, self.details = status, code, message, details
 
 
-class _PooledServer(HTTPServer):
-    """An HTTPServer whose requests run on a fixed pool of threads.
-
-    ``ThreadingHTTPServer`` starts a thread per connection, without bound; here at most
-    ``workers`` requests run and ``backlog`` more wait, and a connection beyond that gets
-    a 503 from the accepting thread at once.
-    """
-
-    allow_reuse_address = True
-    daemon_threads = True
+class _PooledServer(PooledHTTPServer):
+    """The bounded server of the daemon and the reference agent (a pool of ``workers``,
+    ``backlog`` more waiting, then a 503 from the accepting thread; read timeouts and read
+    deadlines, so a client trickling its request cannot hold a worker), with one executor
+    per worker thread and the query endpoint's own 503."""
 
     def __init__(self, address: tuple[str, int], owner: QueryServer) -> None:
         self.owner = owner
-        self._pool = ThreadPoolExecutor(max_workers=owner.workers,
-                                        thread_name_prefix="capwatch-query")
-        self._slots = threading.BoundedSemaphore(owner.workers + owner.backlog)
         self._local = threading.local()
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, workers=owner.workers, backlog=owner.backlog,
+                         read_timeout_s=owner.request_timeout_s, name="capwatch-query")
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.owner._count("busy")
-            with contextlib.suppress(OSError):
-                # Read what already arrived of the request (briefly: this is the accepting
-                # thread), so that closing does not reset the connection under the client
-                # before it reads the 503.
-                request.settimeout(0.05)
-                with contextlib.suppress(OSError):
-                    request.recv(65536)
-                request.sendall(_raw_response(HTTPStatus.SERVICE_UNAVAILABLE, "busy",
-                                              "all query workers are busy", retry_after=1))
-            self.shutdown_request(request)
-            return
-        self._pool.submit(self._work, request, client_address)
-
-    def _work(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-            self._slots.release()
+    def refuse(self, request: socket.socket) -> None:
+        self.owner._count("busy")
+        # Read what already arrived of the request (briefly: this is the accepting
+        # thread), so that closing does not reset the connection under the client before
+        # it reads the 503.
+        request.settimeout(0.05)
+        with contextlib.suppress(OSError):
+            request.recv(65536)
+        request.sendall(_raw_response(HTTPStatus.SERVICE_UNAVAILABLE, "busy",
+                                      "all query workers are busy", retry_after=1))
 
     def executor(self) -> Executor:
         """One executor per worker thread when the owner has a factory."""
@@ -165,10 +145,6 @@ class _PooledServer(HTTPServer):
             ex = self.owner._make_executor()
             self._local.executor = ex
         return ex
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _raw_response(status: HTTPStatus, code: str, message: str,

@@ -1,5 +1,5 @@
 """An HTTP server with a bounded worker pool, for every server capwatch runs (the daemon's
-API and the reference agent).
+API, the reference agent, and the SDK's query endpoint agents run).
 
 ``http.server.ThreadingHTTPServer`` starts a thread per connection, without bound: 3,000
 idle connections made 3,012 threads (issue 12). Here at most ``workers`` connections are
@@ -68,11 +68,16 @@ class PooledHTTPServer(HTTPServer):
                 with contextlib.suppress(OSError):
                     c.shutdown(socket.SHUT_RD)
 
+    def refuse(self, request: socket.socket) -> None:
+        """Answer a connection beyond the pool and its backlog, on the accepting thread
+        (so briefly); the connection is closed after it."""
+        request.settimeout(0.05)
+        request.sendall(_BUSY)
+
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
             with contextlib.suppress(OSError):
-                request.settimeout(0.05)
-                request.sendall(_BUSY)
+                self.refuse(request)
             self.shutdown_request(request)
             return
         try:

@@ -167,3 +167,40 @@ def test_plain_functions_make_an_executor_and_health_reports_counts() -> None:
         [r] = HttpAgentClient(server.url, retries=0).query(START, PLAN)
         assert (r.executed, r.state) == (0, START)
         assert HttpAgentClient(server.url).health().queries == 1
+
+
+def test_a_client_trickling_its_request_is_cut_at_the_deadline(corridor: Corridor) -> None:
+    """A byte every 0.1 s never lets a 0.5 s read time out: before the SDK's server took
+    the deadlines of the daemon's and the reference agent's (contracts/bounded_http), one
+    such client held its only worker for as long as it went on, and every query was
+    answered 503."""
+    import socket
+
+    with QueryServer(corridor, token=TOKEN, vocabulary=VOCAB, workers=1, backlog=0,
+                     request_timeout_s=0.5) as server:
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        stop = threading.Event()
+
+        def trickle() -> None:
+            try:
+                slow.sendall(b"POST /capwatch/v1/query HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                while not stop.wait(0.1):  # one header line that never ends
+                    slow.sendall(b"a")
+            except OSError:
+                return
+
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        try:
+            statuses = []
+            for _ in range(100):  # 20 s at most; the client trickles on unless cut off
+                statuses.append(_post(server, b'{"state": [], "plan": []}',
+                                      {"Authorization": f"Bearer {TOKEN}"})[0])
+                if statuses[-1] == 200:
+                    break
+                stop.wait(0.2)
+            assert statuses[-1] == 200 and statuses[0] == 503, statuses[-3:]
+        finally:
+            stop.set()
+            t.join(5)
+            slow.close()
