@@ -18,6 +18,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from tests.chaos.harness import Outcome, alert_pairs, read_sqlite_store
+from tests.support.kafka_offsets import end_offsets
 
 
 @dataclass
@@ -97,7 +98,7 @@ def read_topic(topics: KafkaTopics, topic: str, timeout_s: float = 10.0) -> list
         if not tps:
             return []
         consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
+        ends = end_offsets(topics.bootstrap, tps)
         consumer.seek_to_beginning(*tps)
         out: list[bytes] = []
         deadline = time.monotonic() + timeout_s
@@ -113,12 +114,8 @@ def read_topic(topics: KafkaTopics, topic: str, timeout_s: float = 10.0) -> list
 
 def committed_and_end(topics: KafkaTopics) -> tuple[int, int]:
     """(offsets the group committed, records in the transitions topic), summed."""
-    consumer = KafkaConsumer(bootstrap_servers=topics.bootstrap)
-    try:
-        tps = [TopicPartition(topics.transitions, p) for p in range(topics.partitions)]
-        end = sum(consumer.end_offsets(tps).values())
-    finally:
-        consumer.close()
+    tps = [TopicPartition(topics.transitions, p) for p in range(topics.partitions)]
+    end = sum(end_offsets(topics.bootstrap, tps).values())
     admin = KafkaAdminClient(bootstrap_servers=topics.bootstrap)
     try:
         answer = admin.list_group_offsets(topics.group)

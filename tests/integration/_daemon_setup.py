@@ -28,6 +28,7 @@ from capwatch.adapters.sim.fleet import FamilySpec, SimulatedFleet
 from capwatch.daemon.service import Service
 from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.paths import REPO_ROOT
+from tests.support import kafka_offsets
 
 EXAMPLES = REPO_ROOT / "capwatch" / "examples"
 
@@ -146,7 +147,7 @@ def read_all(s: Setup, topic: str, timeout_s: float = 5.0) -> list[dict[str, Any
                              enable_auto_commit=False, consumer_timeout_ms=int(timeout_s * 1000))
     tps = [TopicPartition(topic, p) for p in range(s.partitions)]
     consumer.assign(tps)
-    ends = consumer.end_offsets(tps)
+    ends = kafka_offsets.end_offsets(s.bootstrap, tps)
     consumer.seek_to_beginning(*tps)
     out: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
@@ -158,11 +159,8 @@ def read_all(s: Setup, topic: str, timeout_s: float = 5.0) -> list[dict[str, Any
 
 
 def end_offsets(s: Setup, topic: str) -> dict[TopicPartition, int]:
-    consumer = KafkaConsumer(bootstrap_servers=s.bootstrap)
-    tps = [TopicPartition(topic, p) for p in range(s.partitions)]
-    ends = consumer.end_offsets(tps)
-    consumer.close()
-    return {tp: int(o) for tp, o in ends.items()}
+    return kafka_offsets.end_offsets(
+        s.bootstrap, [TopicPartition(topic, p) for p in range(s.partitions)])
 
 
 def committed(s: Setup) -> dict[TopicPartition, int] | None:
