@@ -10,6 +10,7 @@ raises if any send since the previous flush failed: the daemon then does not com
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,9 @@ from capwatch.adapters.io.kafka_common import (
 from capwatch.contracts.ports import Rebalance, Record
 
 log = structlog.get_logger("capwatch.kafka")
+
+_METADATA_MAX_AGE_MS = 30_000
+_TOPIC_WAIT_S = 30.0
 
 __all__ = ["KafkaPublisher", "KafkaSource", "PublishError", "ensure_topics", "list_topics"]
 
@@ -149,6 +153,10 @@ class KafkaSource:
             max_poll_records=max_poll_records, session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_ms(session_timeout_ms),
             max_partition_fetch_bytes=fetch_bytes(max_message_bytes),
+            # The group leader assigns only the partitions its metadata lists; a leader
+            # that joined before it knew the topic (just created, or by another replica)
+            # gives every member nothing until its next refresh: 5 minutes by default.
+            metadata_max_age_ms=_METADATA_MAX_AGE_MS,
             **(security or {}),
         )
         self._consumer: KafkaConsumer | None = None
@@ -157,8 +165,21 @@ class KafkaSource:
               resume: Mapping[int, int]) -> None:
         del resume  # the group's committed offsets are the checkpoint
         self._consumer = KafkaConsumer(**self._config)
+        self._await_topic(self._consumer)
         self._consumer.subscribe([self.topic], listener=_Listener(on_assign, on_revoke,
                                                                   self.topic, self._consumer))
+
+    def _await_topic(self, consumer: KafkaConsumer) -> None:
+        """Join the group only once this member's metadata lists the topic's partitions
+        (see ``metadata_max_age_ms``), within a bound: a topic that never shows up is
+        the daemon's start-up check's to report, and joining anyway loses nothing."""
+        deadline = time.monotonic() + _TOPIC_WAIT_S
+        while not consumer.partitions_for_topic(self.topic):
+            if time.monotonic() >= deadline:
+                log.warning("joining the consumer group before the topic's partitions are "
+                            "known", topic=self.topic, waited_s=_TOPIC_WAIT_S)
+                return
+            time.sleep(0.2)
 
     def poll(self, timeout_s: float) -> list[Record]:
         assert self._consumer is not None, "start() first"
