@@ -62,9 +62,17 @@ def component_of(error: BaseException) -> str:
     return "models store"
 
 
+def error_text(error: BaseException) -> str:
+    """``<class>: <message>``, the class named once: kafka-python's errors put their class
+    name in their own text, which read "KafkaTimeoutError: KafkaTimeoutError: Unable to
+    bootstrap ..."."""
+    name, text = type(error).__name__, str(error)
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
 def describe_outage(error: BaseException) -> str:
     """The problem as logs and /readyz say it: ``<component> unavailable: <error>``."""
-    return f"{component_of(error)} unavailable: {type(error).__name__}: {error}"[:500]
+    return f"{component_of(error)} unavailable: {error_text(error)}"[:500]
 
 
 class OutageLog:

@@ -26,7 +26,7 @@ from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEv
 from capwatch.daemon.assessor import Assessor, EngineAssessor
 from capwatch.daemon.config import ConfigError, DaemonConfig, KafkaConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
-from capwatch.daemon.infra import Clock, utc_now
+from capwatch.daemon.infra import Clock, error_text, utc_now
 from capwatch.daemon.ingest import IngestEndpoints
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.pipeline import Pipeline
@@ -291,7 +291,7 @@ def _wait_for_kafka(k: KafkaConfig, startup: Startup | None, sleep: Callable[[fl
                         client_id=f"{k.client_id}-probe",
                         timeout_s=max(1.0, min(5.0, (deadline - time.monotonic()) / 2)))
         except refusals as e:
-            raise DependencyError(f"{where}: refused us: {type(e).__name__}: {e}") from None
+            raise DependencyError(f"{where}: refused us: {error_text(e)}") from None
         except Exception as e:
             if watch.refusal is not None:
                 raise DependencyError(f"{where}: refused us: {watch.refusal}") from None
@@ -299,9 +299,9 @@ def _wait_for_kafka(k: KafkaConfig, startup: Startup | None, sleep: Callable[[fl
             if left <= 0:
                 raise DependencyError(
                     f"{where}: not reachable within {k.connect_timeout_s:g} s "
-                    f"({attempt} attempts; last: {type(e).__name__}: {e})") from None
+                    f"({attempt} attempts; last: {error_text(e)})") from None
             log.warning("Kafka not reachable yet", bootstrap_servers=k.bootstrap_servers,
-                        error=f"{type(e).__name__}: {e}", retry_in_s=round(min(delay, left), 1))
+                        error=error_text(e), retry_in_s=round(min(delay, left), 1))
             sleep(min(delay, left))
             delay = min(delay * 2, 10.0)
             continue

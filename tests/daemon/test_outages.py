@@ -110,3 +110,19 @@ def test_outages_are_put_on_the_right_component() -> None:
     assert component_of(ConnectionRefusedError("x")) == "disk or network"
     confluent = pytest.importorskip("confluent_kafka")
     assert component_of(confluent.KafkaException("x")) == "Kafka"
+
+
+def test_an_outage_names_the_error_class_once() -> None:
+    import sqlite3
+
+    from kafka.errors import KafkaTimeoutError
+
+    from capwatch.daemon.infra import describe_outage
+
+    # kafka-python's errors carry their class name in their own text.
+    kafka = KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1")
+    assert str(kafka).startswith("KafkaTimeoutError")
+    assert describe_outage(kafka) == \
+        "Kafka unavailable: KafkaTimeoutError: Unable to bootstrap from 127.0.0.1:1"
+    assert describe_outage(sqlite3.OperationalError("database or disk is full")) == \
+        "models store unavailable: OperationalError: database or disk is full"
