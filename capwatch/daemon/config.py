@@ -9,15 +9,15 @@ bad value came from: ``capwatch.yaml:12:3: kafka.group_id: ...`` for the file, t
 variable's name for the environment.
 
 Longer than most modules because it is the whole configuration schema, one model per
-section, kept in one place: the Helm chart's values schema is generated from it
-(helm/gen_values_schema.py), and a reader finds every setting here.
+section, assembled in one place: the Helm chart's values schema is generated from it
+(helm/gen_values_schema.py). The connection sections (TLS, Kafka and its SASL) live in
+:mod:`capwatch.daemon.config_connections` and are imported here.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import ssl
 import string
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +25,6 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -35,151 +33,23 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from capwatch.alerts.policy import AlertPolicy
+from capwatch.daemon.config_connections import ConfigError as ConfigError
+from capwatch.daemon.config_connections import KafkaConfig as KafkaConfig
+from capwatch.daemon.config_connections import KafkaSaslConfig as KafkaSaslConfig
+from capwatch.daemon.config_connections import Section, one_of
+from capwatch.daemon.config_connections import TlsConfig as TlsConfig
+from capwatch.daemon.config_connections import read_secret as read_secret
 
 ENV_PREFIX = "CAPWATCH_"
 ENV_DELIMITER = "__"
 
 
-class ConfigError(ValueError):
-    """The configuration is unusable; the message says where and why."""
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def read_secret(value: SecretStr | None, path: Path | None, what: str) -> str | None:
-    """A secret given inline (or by a ``CAPWATCH_*`` variable) or as a file, e.g. a
-    Kubernetes Secret mounted as a volume; surrounding whitespace is not part of it."""
-    if value is not None:
-        return value.get_secret_value()
-    if path is None:
-        return None
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError as e:
-        raise ConfigError(f"{what}: cannot read {path}: {e.strerror}") from None
-
-
-def _one_of(value: object, path: object, name: str) -> None:
-    if value is not None and path is not None:
-        raise ValueError(f"give {name} or {name}_file, not both")
-
-
-class TlsConfig(_Section):
-    """TLS towards a server (Kafka brokers, agents): whom to trust, and who we are."""
-
-    ca_file: Path | None = None
-    """CA certificates (PEM) to verify the server with; none: the system's CAs."""
-    cert_file: Path | None = None
-    """Our certificate (PEM) for mutual TLS; needs ``key_file``."""
-    key_file: Path | None = None
-    key_password: SecretStr | None = None
-    check_hostname: bool = True
-
-    @model_validator(mode="after")
-    def _pair(self) -> TlsConfig:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("cert_file and key_file go together (mutual TLS)")
-        return self
-
-    def context(self) -> ssl.SSLContext:
-        """An SSL context as configured (reads the files: errors are ConfigError)."""
-        try:
-            ctx = ssl.create_default_context(
-                cafile=str(self.ca_file) if self.ca_file else None)
-            ctx.check_hostname = self.check_hostname
-            if self.cert_file is not None and self.key_file is not None:
-                password = self.key_password.get_secret_value() if self.key_password else None
-                ctx.load_cert_chain(str(self.cert_file), str(self.key_file), password)
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"TLS files ({self.ca_file}, {self.cert_file}): {e}") from None
-        return ctx
-
-
-class KafkaSaslConfig(_Section):
-    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
-    username: str = Field(min_length=1)
-    password: SecretStr | None = None
-    """Better from a Secret: ``CAPWATCH_KAFKA__SASL__PASSWORD`` or ``password_file``."""
-    password_file: Path | None = None
-
-    @model_validator(mode="after")
-    def _password(self) -> KafkaSaslConfig:
-        _one_of(self.password, self.password_file, "password")
-        if self.password is None and self.password_file is None:
-            raise ValueError("SASL needs a password (password, password_file, or the "
-                             "CAPWATCH_KAFKA__SASL__PASSWORD variable)")
-        return self
-
-
-class KafkaConfig(_Section):
-    client: Literal["kafka-python", "confluent-kafka"] = "kafka-python"
-    """The Kafka client the daemon consumes and publishes with: ``kafka-python`` (pure
-    Python, always installed) or ``confluent-kafka`` (librdkafka, an order of magnitude
-    more messages per core; install the ``confluent`` extra). See docs/performance.md."""
-    bootstrap_servers: str = "127.0.0.1:9092"
-    transitions_topic: str = "capwatch.transitions"
-    models_topic: str = "capwatch.models"
-    alerts_topic: str = "capwatch.alerts"
-    dead_letter_topic: str = "capwatch.deadletter"
-    group_id: str = "capwatch"
-    client_id: str = "capwatch"
-    max_poll_records: int = Field(default=500, ge=1)
-    session_timeout_ms: int = Field(default=10_000, ge=1000)
-    create_topics: bool = True
-    """Create missing topics at start (the model topic compacted)."""
-    partitions: int = Field(default=6, ge=1)
-    """Partitions of topics capwatch creates; the unit of scale-out."""
-    replication_factor: int = Field(default=1, ge=1)
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl: KafkaSaslConfig | None = None
-    """Required by the SASL_* protocols."""
-    tls: TlsConfig | None = None
-    """For SSL and SASL_SSL: CA, and a client certificate for mutual TLS."""
-    connect_timeout_s: float = Field(default=120.0, gt=0)
-    """How long to keep trying to reach the brokers at start before giving up."""
-
-    @model_validator(mode="after")
-    def _security(self) -> KafkaConfig:
-        sasl = self.security_protocol.startswith("SASL_")
-        if sasl and self.sasl is None:
-            raise ValueError(f"security_protocol {self.security_protocol} needs a sasl "
-                             f"section (mechanism, username, password)")
-        if not sasl and self.sasl is not None:
-            raise ValueError(f"a sasl section needs security_protocol SASL_SSL or "
-                             f"SASL_PLAINTEXT, not {self.security_protocol}")
-        if self.tls is not None and not self.security_protocol.endswith("SSL"):
-            raise ValueError(f"a tls section needs security_protocol SSL or SASL_SSL, not "
-                             f"{self.security_protocol}")
-        return self
-
-    def client_options(self) -> dict[str, Any]:
-        """kafka-python's security keyword arguments (reads password files)."""
-        out: dict[str, Any] = {"security_protocol": self.security_protocol}
-        if self.sasl is not None:
-            out.update(sasl_mechanism=self.sasl.mechanism,
-                       sasl_plain_username=self.sasl.username,
-                       sasl_plain_password=read_secret(self.sasl.password,
-                                                       self.sasl.password_file,
-                                                       "kafka.sasl.password_file"))
-        if self.security_protocol.endswith("SSL"):
-            tls = self.tls or TlsConfig()
-            out["ssl_check_hostname"] = tls.check_hostname
-            if tls.ca_file is not None:
-                out["ssl_cafile"] = str(tls.ca_file)
-            if tls.cert_file is not None:
-                out.update(ssl_certfile=str(tls.cert_file), ssl_keyfile=str(tls.key_file))
-            if tls.key_password is not None:
-                out["ssl_password"] = tls.key_password.get_secret_value()
-        return out
-
-
-class FleetFamily(_Section):
+class FleetFamily(Section):
     agents: int = Field(default=10, ge=1)
 
 
-class FleetDrift(_Section):
+class FleetDrift(Section):
     domain: Path
     at_step: int = Field(ge=0)
     agent_id: str | None = None
@@ -192,7 +62,7 @@ class FleetDrift(_Section):
         return self
 
 
-class SimulatedSourceConfig(_Section):
+class SimulatedSourceConfig(Section):
     families: dict[str, FleetFamily] = Field(default_factory=dict)
     """Agents per family; each family needs a ``problem`` in ``families``."""
     drifts: list[FleetDrift] = Field(default_factory=list)
@@ -203,7 +73,7 @@ class SimulatedSourceConfig(_Section):
     p_inapplicable: float = Field(default=0.25, ge=0, le=1)
 
 
-class SourceConfig(_Section):
+class SourceConfig(Section):
     kind: Literal["kafka", "jsonl", "simulated", "ingest"] = "kafka"
     """``ingest``: transitions POSTed to the daemon's HTTP server (``ingest`` section)."""
     path: str = "-"
@@ -213,14 +83,14 @@ class SourceConfig(_Section):
     simulated: SimulatedSourceConfig = Field(default_factory=SimulatedSourceConfig)
 
 
-class OutputConfig(_Section):
+class OutputConfig(Section):
     kind: Literal["kafka", "log", "jsonl"] = "kafka"
     """Where model versions and alerts go: Kafka topics, the log, or JSONL files."""
     directory: Path = Path("capwatch-out")
     """jsonl: models.jsonl, alerts.jsonl and deadletter.jsonl are appended here."""
 
 
-class StoreConfig(_Section):
+class StoreConfig(Section):
     url: str = "capwatch.db"
     """A SQLite path (embedded; ``sqlite://`` + path, so ``sqlite:///var/lib/x.db`` is
     absolute) or ``postgresql://...`` (shared by replicas). The default is a plain path:
@@ -229,7 +99,7 @@ class StoreConfig(_Section):
     """PostgreSQL: how long to keep trying to connect at start before giving up."""
 
 
-class FamilyConfig(_Section):
+class FamilyConfig(Section):
     domain: Path
     """The PDDL/PPDDL model the family's agents were deployed with (its baseline)."""
     problem: Path | None = None
@@ -264,7 +134,7 @@ def check_agent_url(url: str, what: str, placeholders: bool = True) -> None:
                          f"host (e.g. http://{{agent_id}}.agents:8080)")
 
 
-class AgentsConfig(_Section):
+class AgentsConfig(Section):
     url_template: str = "http://{agent_id}:8080"
     """Where to ask an agent plan-outcome queries; ``{agent_id}`` and ``{family}`` expand."""
     urls: dict[str, str] = Field(default_factory=dict)
@@ -284,7 +154,7 @@ class AgentsConfig(_Section):
         check_agent_url(self.url_template, "url_template")
         for agent_id, url in self.urls.items():
             check_agent_url(url, f"urls.{agent_id}", placeholders=False)
-        _one_of(self.bearer_token, self.bearer_token_file, "bearer_token")
+        one_of(self.bearer_token, self.bearer_token_file, "bearer_token")
         return self
 
     def request_headers(self) -> dict[str, str]:
@@ -296,7 +166,7 @@ class AgentsConfig(_Section):
         return headers
 
 
-class LimitsConfig(_Section):
+class LimitsConfig(Section):
     max_message_bytes: int = Field(default=1_000_000, ge=64)
     max_state_atoms: int = Field(default=5_000, ge=1)
     max_trace_steps: int = Field(default=5_000, ge=1)
@@ -306,7 +176,7 @@ class LimitsConfig(_Section):
     (docs/performance.md: 2-5 KB each while held, ~0.2 KB evicted)."""
 
 
-class DetectionConfig(_Section):
+class DetectionConfig(Section):
     debounce_transitions: int = Field(default=3, ge=1)
     """Inconsistent transitions to collect before assessing (or until debounce_s)."""
     debounce_s: float = Field(default=2.0, ge=0)
@@ -325,7 +195,7 @@ class DetectionConfig(_Section):
     unexplained_max_backoff_s: float = Field(default=6 * 3600.0, ge=0)
 
 
-class AgentRetryConfig(_Section):
+class AgentRetryConfig(Section):
     """Retries of an assessment whose agent could not be reached (capwatch.daemon.retry)."""
 
     attempts: int = Field(default=8, ge=1)
@@ -339,7 +209,7 @@ class AgentRetryConfig(_Section):
     together are not all retried at the same instant."""
 
 
-class AssessmentConfig(_Section):
+class AssessmentConfig(Section):
     method: Literal["daaisy", "verify", "auto"] = "verify"
     """``daaisy`` resolves only the pal-tuples the evidence flags; ``verify`` then also
     confirms the rest with probing queries (more queries, no missed change); ``auto`` is
@@ -361,7 +231,7 @@ class AssessmentConfig(_Section):
     """Samples per query when re-estimating probabilities of stochastic actions."""
 
 
-class SchedulerConfig(_Section):
+class SchedulerConfig(Section):
     checkpoint_s: float = Field(default=5.0, gt=0)
     drift_audit_s: float = Field(default=60.0, gt=0)
     canary_s: float = Field(default=60.0, gt=0)
@@ -374,7 +244,7 @@ class SchedulerConfig(_Section):
     results_poll_s: float = Field(default=2.0, gt=0)
 
 
-class AlertmanagerConfig(_Section):
+class AlertmanagerConfig(Section):
     url: str
     """Alertmanager's base URL, e.g. ``http://alertmanager:9093``."""
     timeout_s: float = Field(default=5.0, gt=0)
@@ -389,7 +259,7 @@ class AlertmanagerConfig(_Section):
         return self
 
 
-class AlertSinksConfig(_Section):
+class AlertSinksConfig(Section):
     output: bool = True
     """The output's alert stream: the Kafka alerts topic, alerts.jsonl, or the log."""
     log: bool = False
@@ -397,7 +267,7 @@ class AlertSinksConfig(_Section):
     alertmanager: AlertmanagerConfig | None = None
 
 
-class AlertsConfig(_Section):
+class AlertsConfig(Section):
     """Routing of alerts (capwatch.alerts.outbox): suppression, grouping, sinks, retries."""
 
     severity: dict[str, str] = Field(default_factory=dict)
@@ -434,7 +304,7 @@ class AlertsConfig(_Section):
             "max_agents_listed": self.max_agents_listed})
 
 
-class IngestConfig(_Section):
+class IngestConfig(Section):
     """``source.kind: ingest``: transition events and OTLP traces over HTTP, for teams
     without Kafka (docs/integrating-an-agent.md). Served by the ``http`` server."""
 
@@ -456,14 +326,14 @@ class IngestConfig(_Section):
 
     @model_validator(mode="after")
     def _token(self) -> IngestConfig:
-        _one_of(self.token, self.token_file, "token")
+        one_of(self.token, self.token_file, "token")
         return self
 
     def ingest_token(self) -> str | None:
         return read_secret(self.token, self.token_file, "ingest.token_file")
 
 
-class HttpConfig(_Section):
+class HttpConfig(Section):
     enabled: bool = True
     host: str = "127.0.0.1"
     """The address to bind: loopback by default; 0.0.0.0 (all) in a container."""
@@ -479,7 +349,7 @@ class HttpConfig(_Section):
 
     @model_validator(mode="after")
     def _auth(self) -> HttpConfig:
-        _one_of(self.token, self.token_file, "token")
+        one_of(self.token, self.token_file, "token")
         if self.read_auth and self.token is None and self.token_file is None:
             raise ValueError("read_auth needs a token (token, token_file, or the "
                              "CAPWATCH_HTTP__TOKEN variable)")
@@ -489,7 +359,7 @@ class HttpConfig(_Section):
         return read_secret(self.token, self.token_file, "http.token_file")
 
 
-class ConsoleConfig(_Section):
+class ConsoleConfig(Section):
     """The operator's web pages on the HTTP port (docs/console.md)."""
 
     enabled: bool = True
@@ -497,7 +367,7 @@ class ConsoleConfig(_Section):
     read-only, and with ``http.read_auth`` they need a sign-in to be read at all."""
 
 
-class LogConfig(_Section):
+class LogConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
 
