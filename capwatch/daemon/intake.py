@@ -31,8 +31,13 @@ class Intake:
     def __init__(self, *, limits: DecodeLimits, registry: Registry, checkpoints: Checkpointer,
                  publisher: Publisher, metrics: DaemonMetrics,
                  clock: Callable[[], datetime],
-                 queue_evidence: Callable[[AgentWatch], None] = lambda watch: None) -> None:
+                 queue_evidence: Callable[[AgentWatch], None] = lambda watch: None,
+                 require_key: bool = False) -> None:
         self.limits = limits
+        self.require_key = require_key
+        """Kafka: a record must be keyed by its agent id. The key decides the partition,
+        and so which replica holds the agent; an unkeyed record lands on any partition,
+        and two replicas could each watch (and assess, and publish for) the same agent."""
         self.queue_evidence = queue_evidence
         """Queues a watch's buffered evidence now (the pipeline's ``queue``)."""
         self.registry = registry
@@ -52,6 +57,11 @@ class Intake:
         """
         registry = self.registry
         key = record.key
+        if key is None and self.require_key:
+            self.dead_letter(record, "Kafka record without a key: transitions must be keyed "
+                             "by agent_id (the key decides which replica owns the agent)",
+                             "decode")
+            return None
         # The key is the agent id (the decoder checks it): the agent's watch, if loaded,
         # holds its last next-state, which this record's state most likely repeats.
         prior = registry.get(key.decode("utf-8", "replace")) if key is not None else None

@@ -126,7 +126,8 @@ class Pipeline:
                                                  lim.max_trace_steps),
                              registry=self.registry, checkpoints=self.checkpoints,
                              publisher=publisher, metrics=self.metrics, clock=clock,
-                             queue_evidence=self.queue)
+                             queue_evidence=self.queue,
+                             require_key=config.source.kind == "kafka")
         self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue)
         self._stop = threading.Event()
         self._consuming = False

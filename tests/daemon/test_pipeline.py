@@ -11,6 +11,7 @@ import pytest
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
+from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch, Finding
 from capwatch.daemon.pipeline import Pipeline
@@ -131,6 +132,20 @@ def test_bad_input_goes_to_the_dead_letters_and_good_input_is_processed(
     assert memory.dead_letters[5].raw == b"\xff\xfe\x00"
     assert service.pipeline.processed == len(lines)  # type: ignore[attr-defined]
     assert memory.models == [] and memory.alerts == []
+
+
+def test_a_kafka_record_without_a_key_is_a_dead_letter(tmp_path: Path) -> None:
+    path = _write(tmp_path / "in.jsonl", [])
+    memory = MemoryPublisher()
+    service = build_service(config(tmp_path, source={"kind": "kafka"}), publisher=memory,
+                            agents=Directory(), source=JsonlSource(str(path)))
+    d = service.pipeline
+    d.seed_families()
+    d.handle_batch([Record("t", 0, 0, None, good_sample(step=0).encode()),
+                    Record("t", 0, 1, b"rover-a", good_sample(step=1).encode())])
+    assert [x.offset for x in memory.dead_letters] == [0]
+    assert "without a key" in memory.dead_letters[0].reason
+    assert d.processed == 2 and len(d.registry) == 1
 
 
 def _manual(tmp_path: Path, lines: list[str | bytes], **overrides: object) -> Pipeline:
