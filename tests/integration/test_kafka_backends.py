@@ -369,3 +369,35 @@ def test_the_other_client_resumes_where_the_group_committed(
         assert [r.offset for r in second.records] == [6, 7, 8, 9]
     finally:
         second.close()
+
+
+def test_partitions_added_after_the_group_formed_are_read(
+        kafka_bootstrap: str, kafka_topic: str) -> None:
+    """The assignment follows the partitions the member's metadata knows: partitions that
+    appear later (a topic grown, or created a moment before the member subscribed and
+    not yet in its metadata) are read once the metadata is refreshed, within 30 s, not
+    after kafka-python's default 5 min. kafka-python only: librdkafka has its own
+    refresh (topic.metadata.refresh.interval.ms)."""
+    from kafka.admin import NewPartitions
+
+    create(kafka_bootstrap, kafka_topic, 1)
+    member = Member("kafka-python", kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        poll_until([member], lambda: member.held == {0}, 60, "the first partition")
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        try:
+            admin.create_partitions({kafka_topic: NewPartitions(total_count=3)})
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+        deadline = time.monotonic() + 60
+        while len(producer.partitions_for(kafka_topic)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the producer's metadata lags the broker's as well
+        producer.send(kafka_topic, key=b"k", value=b"on partition 2", partition=2)
+        producer.flush(30)
+        producer.close()
+        poll_until([member], lambda: any(r.partition == 2 for r in member.records), 90,
+                   "the record on the added partition")
+        assert member.held == {0, 1, 2}
+    finally:
+        member.close()
