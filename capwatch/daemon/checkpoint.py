@@ -211,7 +211,10 @@ class Checkpointer:
         An idle watch buffers no evidence, so it holds no commit back, and what else it
         keeps (the monitor's recent executions, timers) is rebuilt by its next records.
         """
-        watches = self.registry.idle(len(self.registry) - keep)
+        return self.evict_watches(self.registry.idle(len(self.registry) - keep))
+
+    def evict_watches(self, watches: list[AgentWatch]) -> int:
+        """Evict these idle watches (see :meth:`evict`); returns how many went."""
         if not watches:
             return 0
         self.save_activity()

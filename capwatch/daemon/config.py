@@ -174,6 +174,11 @@ class LimitsConfig(Section):
     """Agents held in memory; beyond it the least recently seen idle ones (nothing
     buffered, no awaited work) are evicted to the store and restored at their next record
     (docs/performance.md: 2-5 KB each while held, ~0.2 KB evicted)."""
+    evict_idle_after_s: float | None = Field(default=900.0, gt=0)
+    """Agents with no record for this long (and nothing buffered or awaited) are evicted
+    at the next scheduled checkpoint, however many are held: an idle agent then costs
+    ~0.2 KB, and its next record reads its drift tables back from the store. ``null``
+    keeps agents until ``max_agents_in_memory`` is reached."""
 
 
 class DetectionConfig(Section):

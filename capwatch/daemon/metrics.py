@@ -153,7 +153,7 @@ class DaemonMetrics:
         self.agents = Gauge("capwatch_agents", "Agents held by this replica.", registry=r)
         self.evictions = Counter(
             "capwatch_agent_evictions_total", "Idle agents written to the store and dropped "
-            "from memory (limits.max_agents_in_memory).", registry=r)
+            "from memory (limits.max_agents_in_memory, limits.evict_idle_after_s).", registry=r)
         self.restores = Counter(
             "capwatch_agent_restores_total", "Evicted agents loaded again, with their drift "
             "tables, at their next record.", registry=r)

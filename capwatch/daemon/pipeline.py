@@ -18,7 +18,7 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-About 540 lines because this is the one module that knows every part: the wiring, the
+About 630 lines because this is the one module that knows every part: the wiring, the
 loop with its outage retries, the rebalance callbacks, eviction and the scheduler's entry
 points. Each step's own logic is in the module named for it (intake, agent_watch,
 checkpoint, workers, canary, results, alerting).
@@ -451,6 +451,16 @@ class Pipeline:
             log.info("idle agents evicted", evicted=n, held=len(self.registry))
         return n
 
+    def _evict_idle(self) -> None:
+        age = self.config.limits.evict_idle_after_s
+        if age is None:
+            return
+        n = self.checkpoints.evict_watches(self.registry.not_seen_for(age, time.monotonic()))
+        if n:
+            self.metrics.evictions.inc(n)
+            log.info("agents idle for limits.evict_idle_after_s evicted", evicted=n,
+                     idle_s=age, held=len(self.registry))
+
     def _observe(self, watch: AgentWatch, t: AgentTransition) -> None:
         finding = watch.observe(t)
         name = t.action[0]
@@ -580,7 +590,8 @@ class Pipeline:
         self.metrics.agents.set(len(self.registry))
         self.metrics.pending.set(len(self.registry.awaiting()))
         if partitions is None:  # the scheduled checkpoint, not a rebalance's
-            self.registry.compact_idle()
+            self.registry.compact_idle(time.monotonic())
+            self._evict_idle()
         if not self.checkpoints.checkpoint(partitions):
             return
         now = time.time()

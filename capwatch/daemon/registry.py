@@ -8,6 +8,7 @@ it later starts out awaiting that work instead of queuing it again.
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 
@@ -67,6 +68,9 @@ class Registry:
         self._own: set[tuple[str, str]] = set()
         self._compacted_at = 0
         """``_tick`` at the last :meth:`compact_idle`."""
+        self._marks: deque[tuple[float, int]] = deque(maxlen=4096)
+        """(monotonic time, ``_tick``) at each :meth:`compact_idle`: a watch whose ``seen``
+        is at most a mark's tick had no record since that mark's time."""
 
     def __len__(self) -> int:
         return len(self._agents)
@@ -171,12 +175,27 @@ class Registry:
         quiet.sort(key=lambda w: w.seen)
         return quiet[:count]
 
-    def compact_idle(self) -> int:
+    def not_seen_for(self, age_s: float, now: float) -> list[AgentWatch]:
+        """Watches with no record for at least ``age_s`` seconds (to the resolution of the
+        :meth:`compact_idle` calls) that hold nothing: what idle eviction may drop."""
+        cutoff = None
+        for at, tick in self._marks:
+            if at > now - age_s:
+                break
+            cutoff = tick
+        if cutoff is None:
+            return []
+        return [w for w in self._agents.values()
+                if w.seen <= cutoff and w.awaiting is None and not w.buffered]
+
+    def compact_idle(self, now: float | None = None) -> int:
         """Trim the monitors of watches not handed out since the last call and with no
         evidence buffered (``TransitionMonitor.compact``): an idle agent keeps its drift
         tables and the last execution of each action, not 64 of them. Returns how many
         watches were trimmed."""
         since, self._compacted_at = self._compacted_at, self._tick
+        if now is not None:
+            self._marks.append((now, self._tick))
         n = 0
         for watch in self._agents.values():
             if watch.seen <= since and not watch.evidence:
