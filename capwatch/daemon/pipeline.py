@@ -18,10 +18,10 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-About 630 lines because this is the one module that knows every part: the wiring, the
+About 590 lines because this is the one module that knows every part: the wiring, the
 loop with its outage retries, the rebalance callbacks, eviction and the scheduler's entry
 points. Each step's own logic is in the module named for it (intake, agent_watch,
-checkpoint, workers, canary, results, alerting).
+checkpoint, enqueue, workers, canary, results, alerting).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import structlog
 
 from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
-from capwatch.contracts.store import ModelStore, PendingAssessment
+from capwatch.contracts.store import ModelStore
 from capwatch.contracts.versions import ModelRef
 from capwatch.contracts.wire import AgentTransition, DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
@@ -43,13 +43,12 @@ from capwatch.daemon.alerting import (
     AlertRouting,
     build_outbox,
     build_sinks,
-    prompt_alert,
-    queued_alert,
 )
 from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.enqueue import EvidenceQueue
 from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, Clock, describe_outage, utc_now
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.logs import record_context
@@ -122,6 +121,9 @@ class Pipeline:
                                      idle_s=config.scheduler.canary_idle_s, clock=clock,
                                      post=self._results.put,
                                      busy_s=config.scheduler.canary_busy_s)
+        self.enqueue = EvidenceQueue(store=store, alerts=self.alerts, metrics=self.metrics,
+                                     policy=self.alert_policy, clock=clock,
+                                     wake_workers=self.workers.wake)
         self.intake = Intake(limits=DecodeLimits(lim.max_message_bytes, lim.max_state_atoms,
                                                  lim.max_trace_steps),
                              registry=self.registry, checkpoints=self.checkpoints,
@@ -145,9 +147,6 @@ class Pipeline:
         self._newest_stamp: dict[int, float] = {}
         self._lag_at = 0.0
         """When the lag gauges were last refreshed (time.time())."""
-        self._prompt: dict[str, AgentWatch] = {}
-        """Watches whose first inconsistency was buffered and whose alert is not written
-        yet (:meth:`alert_promptly`)."""
         """Per partition, when the newest handled record was written (time-based lag)."""
         self.assigned: set[int] = set()
         """Source partitions this replica owns now (for operators and tests)."""
@@ -478,35 +477,21 @@ class Pipeline:
                 evidence = watch.evidence
                 if evidence and evidence[-1].transition is t \
                         and watch.first_buffered_offset() == t.offset:
-                    self._prompt[watch.agent_id] = watch  # a new buffer: alert at once
+                    self.enqueue.opened(watch)  # a new buffer: alert at once
         if finding.ripe:
             self._queue_or_keep(watch)
 
     # ------------------------------------------------------------------ queueing
 
     def alert_promptly(self) -> None:
-        """Write the awaiting-assessment alert of evidence buffered since the last call
-        and wake the alert routing, so a hard inconsistency is published within a second
-        instead of after the debounce (docs/daemon.md, "Alerts"). One store transaction per
-        batch. If the store fails, the watches stay listed for the next call, and the
-        evidence holds the commit until its queued work writes the same alert anyway."""
-        if not self._prompt:
-            return
-        now = self.clock()
-        severities = self.alert_policy.severities
-        alerts = [a for a in (prompt_alert(w, now, severities)
-                              for w in self._prompt.values()) if a is not None]
+        """The prompt awaiting-assessment alerts (:meth:`EvidenceQueue.alert_promptly`); a
+        store failure is an outage the main loop retries."""
         try:
-            if alerts:
-                self.store.add_alerts(alerts)
+            self.enqueue.alert_promptly()
         except INFRASTRUCTURE_ERRORS as e:
             log.warning("writing the inconsistency alert failed; it goes out with the "
                         "queued assessment", error=str(e)[:300])
             self._outage = describe_outage(e)
-            return
-        self._prompt.clear()
-        if alerts:
-            self.alerts.wake()
 
     def sweep(self, force: bool = False) -> None:
         """Queue every watch whose evidence is ripe (``force``: whatever is buffered)."""
@@ -529,28 +514,7 @@ class Pipeline:
 
     def queue(self, watch: AgentWatch) -> None:
         """Queue the watch's buffered evidence as a work item, with its alert."""
-        item = watch.work_item()
-        now = self.clock()
-        evidence = list(watch.evidence)
-        alerts = [queued_alert(item, evidence, watch.domain, now, self.alert_policy.severities)
-                  ] if evidence else []
-        created = self.store.enqueue(PendingAssessment(
-            key=item.key, agent_id=item.agent_id, family=item.family, payload=item.to_json(),
-            enqueued_at=now), alerts)
-        if alerts:
-            self.alerts.wake()
-        if created:
-            watch.queued(item.key)
-            self.metrics.assessments_queued.labels(watch.family).inc()
-            log.info("assessment queued", key=item.key, agent_id=watch.agent_id,
-                     inconsistent=len(evidence), drift=sorted(item.drift))
-        else:
-            # A replay of evidence whose work is queued already, or even finished (then
-            # there is nothing to wait for).
-            live = {i.key for i in (*self.store.queue_items("pending"),
-                                    *self.store.queue_items("claimed"))}
-            watch.queued(item.key, awaiting=item.key in live)
-        self.workers.wake()
+        self.enqueue.queue(watch)
 
     # ------------------------------------------------------------------ results
 
