@@ -64,10 +64,11 @@ def component_of(error: BaseException) -> str:
 
 def error_text(error: BaseException) -> str:
     """``<class>: <message>``, the class named once: kafka-python's errors put their class
-    name in their own text, which read "KafkaTimeoutError: KafkaTimeoutError: Unable to
-    bootstrap ..."."""
+    name in their own text (first, or after an error code: ``[Error 7]
+    RequestTimedOutError: ...``), which read "KafkaTimeoutError: KafkaTimeoutError: Unable
+    to bootstrap ..."."""
     name, text = type(error).__name__, str(error)
-    return text if text.startswith(name) else f"{name}: {text}"
+    return text if name in text.split(":", 1)[0] else f"{name}: {text}"
 
 
 def describe_outage(error: BaseException) -> str:

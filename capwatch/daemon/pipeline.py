@@ -49,7 +49,13 @@ from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.enqueue import EvidenceQueue
-from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, Clock, describe_outage, utc_now
+from capwatch.daemon.infra import (
+    INFRASTRUCTURE_ERRORS,
+    Clock,
+    describe_outage,
+    error_text,
+    utc_now,
+)
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
@@ -417,7 +423,7 @@ class Pipeline:
                     # restart: it goes to the dead letters like any other unusable input.
                     log.exception("record handling failed")
                     self.intake.dead_letter(
-                        record, f"internal error: {type(e).__name__}: {e}", "internal")
+                        record, f"internal error: {error_text(e)}", "internal")
                 processed += 1
                 seen[source] = seen.get(source, 0) + 1
                 # Only a handled record moves the position; a failure above leaves it
