@@ -4,147 +4,37 @@ Every value goes through :func:`e` (HTML escaping); charts are inline SVG with a
 a description, and every chart has the same numbers in a table next to it. No script, no
 external stylesheet or font: a page works offline and in a saved file.
 
-About 500 lines because it holds every page's markup (fleet, agent, family, alerts, the
-report) over one shared set of escaping, table and SVG helpers; the data each page shows
-is computed in :mod:`capwatch.console.data`, the routing in :mod:`capwatch.console.web`.
+It holds every page's markup (fleet, agent, family, alerts, the report). The shared
+escaping, frame and links are in :mod:`capwatch.console.markup`, the SVG charts in
+:mod:`capwatch.console.charts`; the data each page shows is computed in
+:mod:`capwatch.console.data`, the routing in :mod:`capwatch.console.web`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from html import escape
-from urllib.parse import quote, urlencode
 
+from capwatch.console.charts import drift_chart, probability_chart, probability_table
 from capwatch.console.data import (
     STATES,
     AgentView,
-    DriftPoint,
     FamilyView,
-    OutcomeRow,
     Page,
     VersionView,
 )
+from capwatch.console.markup import CSS as CSS
+from capwatch.console.markup import Links as Links
+from capwatch.console.markup import badge as badge
+from capwatch.console.markup import document as document
+from capwatch.console.markup import e as e
+from capwatch.console.markup import link as link
+from capwatch.console.markup import prob as prob
+from capwatch.console.markup import when as when
 from capwatch.contracts.store import OutboxAlert
 from capwatch.contracts.versions import unchecked_summary
 from capwatch.models_store.actions import OperatorAction
-
-CSS = """
-:root { color-scheme: light; }
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0;
-       color: #1a1a1a; background: #fff; }
-header.top { background: #14324f; color: #fff; padding: .6rem 1.2rem; display: flex;
-             gap: 1.5rem; align-items: center; flex-wrap: wrap; }
-header.top a { color: #fff; }
-header.top .brand { font-weight: 700; font-size: 1.1rem; text-decoration: none; }
-main { padding: 1rem 1.2rem 3rem; max-width: 1200px; }
-a { color: #0645ad; }
-a:focus, button:focus, input:focus, select:focus, summary:focus, textarea:focus {
-  outline: 3px solid #c75000; outline-offset: 2px; }
-h1 { font-size: 1.45rem; margin: .4rem 0 .8rem; }
-h2 { font-size: 1.15rem; margin: 1.6rem 0 .5rem; border-bottom: 1px solid #ccc; }
-h3 { font-size: 1rem; margin: 1.1rem 0 .3rem; }
-table { border-collapse: collapse; margin: .3rem 0 .8rem; }
-th, td { border: 1px solid #bbb; padding: .25rem .5rem; text-align: left;
-         vertical-align: top; }
-th { background: #eef1f4; }
-td.nowrap { white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-code, pre { font: 13px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; }
-pre.pddl { border: 1px solid #bbb; padding: .4rem 0; overflow-x: auto; }
-pre.pddl span { display: block; padding: 0 .6rem; }
-pre.pddl span.changed { background: #fff1c2; border-left: 4px solid #8a5a00; }
-.badge { display: inline-block; padding: 0 .45rem; border-radius: .6rem; font-size: .85rem;
-         border: 1px solid #555; }
-.state-healthy { background: #e3f4e6; color: #0b4d1a; }
-.state-inconsistent { background: #fff0c7; color: #5c3d00; }
-.state-assessing { background: #e2ecfb; color: #0d3573; }
-.state-drifted { background: #fde2e0; color: #7a1209; }
-.state-failed { background: #3b0d0d; color: #fff; }
-.muted { color: #4d4d4d; }
-.flash { background: #e2ecfb; border: 1px solid #0d3573; padding: .5rem .8rem; }
-.error { background: #fde2e0; border: 1px solid #7a1209; padding: .5rem .8rem; }
-form.inline { display: inline; }
-form.action { border: 1px solid #bbb; padding: .5rem .8rem; margin: .4rem 0;
-              max-width: 44rem; }
-label { display: inline-block; margin: .2rem .6rem .2rem 0; }
-input[type=text], input[type=password], select { font: inherit; padding: .15rem .3rem; }
-button { font: inherit; padding: .2rem .8rem; background: #14324f; color: #fff;
-         border: 1px solid #14324f; border-radius: .2rem; cursor: pointer; }
-button.secondary { background: #fff; color: #14324f; }
-nav.pager a, nav.pager span { margin-right: .6rem; }
-ol.timeline { list-style: none; padding-left: 0; border-left: 3px solid #14324f; }
-ol.timeline li { margin: 0 0 .5rem .8rem; }
-ol.timeline .kind { font-weight: 600; text-transform: uppercase; font-size: .75rem;
-                    letter-spacing: .03em; }
-.counts a { margin-right: .8rem; }
-svg text { font: 12px system-ui, sans-serif; fill: #1a1a1a; }
-"""
-
-
-def e(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
-def when(t: datetime | None) -> str:
-    if t is None:
-        return "–"
-    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def prob(p: float | None) -> str:
-    return "–" if p is None else f"{p:.3f}"
-
-
-def document(title: str, body: str, *, nav: str = "") -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            # An empty icon: no /favicon.ico request (a 404 the browser would log).
-            f'<link rel="icon" href="data:,">'
-            f"<title>{e(title)}</title><style>{CSS}</style></head><body>"
-            f'<header class="top">{nav}</header><main id="main">{body}</main></body></html>')
-
-
-def badge(state: str) -> str:
-    return f'<span class="badge state-{e(state)}">{e(state)}</span>'
-
-
-# ------------------------------------------------------------------ links
-
-
-class Links:
-    """Where things are; the report has no server, so its links are anchors or none."""
-
-    def __init__(self, base: str | None = "/console") -> None:
-        self.base = base
-
-    def fleet(self, **query: object) -> str | None:
-        if self.base is None:
-            return None
-        q = urlencode({k: v for k, v in query.items() if v not in (None, "")})
-        return f"{self.base}/" + (f"?{q}" if q else "")
-
-    def agent(self, family: str, agent: str) -> str | None:
-        if self.base is None:
-            return None
-        return f"{self.base}/agents/{quote(family, safe='')}/{quote(agent, safe='')}"
-
-    def family(self, family: str) -> str | None:
-        if self.base is None:
-            return None
-        return f"{self.base}/families/{quote(family, safe='')}"
-
-    def alerts(self, **query: object) -> str | None:
-        if self.base is None:
-            return None
-        q = urlencode({k: v for k, v in query.items() if v not in (None, "")})
-        return f"{self.base}/alerts" + (f"?{q}" if q else "")
-
-
-def link(href: str | None, text: str) -> str:
-    return f'<a href="{e(href)}">{e(text)}</a>' if href else e(text)
-
 
 # ------------------------------------------------------------------ fleet
 
@@ -210,130 +100,6 @@ def _pager(page: Page, links: Links, **query: object) -> str:
     if page.page < page.pages:
         parts.append(link(links.fleet(**q, page=page.page + 1), "next →"))
     return f'<nav class="pager" aria-label="Pages">{"".join(parts)}</nav>'
-
-
-# ------------------------------------------------------------------ charts
-
-
-def probability_chart(action: str, rows: Sequence[OutcomeRow]) -> str:
-    """Per outcome: the model's p (grey), the observed p with its interval (black), the
-    re-estimated p (blue)."""
-    width, left, right, row_h, top = 640, 230, 20, 34, 24
-    height = top + row_h * len(rows) + 50
-    scale = width - left - right
-
-    def x(p: float) -> float:
-        return left + scale * max(0.0, min(1.0, p))
-
-    parts = [f'<svg role="img" aria-labelledby="pc-{e(action)}-t pc-{e(action)}-d" '
-             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             f'xmlns="http://www.w3.org/2000/svg">',
-             f'<title id="pc-{e(action)}-t">Outcome probabilities of {e(action)}</title>',
-             f'<desc id="pc-{e(action)}-d">For each outcome: grey bar the model before, black '
-             f"point and line the observed probability with its 95% interval, blue bar the "
-             f"re-estimated probability. The same numbers are in the table.</desc>"]
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{x(tick):.1f}" y1="{top - 6}" x2="{x(tick):.1f}" '
-                     f'y2="{height - 46}" stroke="#ccc"/>'
-                     f'<text x="{x(tick):.1f}" y="{height - 30}" text-anchor="middle">'
-                     f"{tick:g}</text>")
-    legend_y = height - 10
-    parts.append(f'<rect x="{left}" y="{legend_y - 9}" width="14" height="9" fill="#8c8c8c"/>'
-                 f'<text x="{left + 18}" y="{legend_y}">model before</text>'
-                 f'<line x1="{left + 120}" y1="{legend_y - 4}" x2="{left + 140}" '
-                 f'y2="{legend_y - 4}" stroke="#000" stroke-width="2"/>'
-                 f'<circle cx="{left + 130}" cy="{legend_y - 4}" r="4" fill="#000"/>'
-                 f'<text x="{left + 146}" y="{legend_y}">observed, 95% interval</text>'
-                 f'<rect x="{left + 300}" y="{legend_y - 9}" width="14" height="9" '
-                 f'fill="#1f5fbf"/><text x="{left + 318}" y="{legend_y}">re-estimated</text>')
-    for i, r in enumerate(rows):
-        y = top + i * row_h
-        label = r.outcome if len(r.outcome) <= 34 else r.outcome[:33] + "…"
-        parts.append(f'<text x="{left - 8}" y="{y + 16}" text-anchor="end">{e(label)}</text>')
-        if r.model_p is not None:
-            parts.append(f'<rect x="{left}" y="{y + 2}" width="{x(r.model_p) - left:.1f}" '
-                         f'height="9" fill="#8c8c8c"/>')
-        if r.new_p is not None:
-            parts.append(f'<rect x="{left}" y="{y + 13}" width="{x(r.new_p) - left:.1f}" '
-                         f'height="9" fill="#1f5fbf"/>')
-        if r.observed_p is not None:
-            lo = r.observed_low if r.observed_low is not None else r.observed_p
-            hi = r.observed_high if r.observed_high is not None else r.observed_p
-            parts.append(f'<line x1="{x(lo):.1f}" y1="{y + 27}" x2="{x(hi):.1f}" '
-                         f'y2="{y + 27}" stroke="#000" stroke-width="2"/>'
-                         f'<circle cx="{x(r.observed_p):.1f}" cy="{y + 27}" r="4" '
-                         f'fill="#000"/>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def probability_table(rows: Sequence[OutcomeRow]) -> str:
-    body = "".join(
-        f"<tr><td><code>{e(r.outcome)}</code></td><td class=\"num\">{prob(r.model_p)}</td>"
-        f"<td class=\"num\">{_observed(r)}</td><td class=\"num\">{prob(r.new_p)}</td></tr>"
-        for r in rows)
-    return ('<table><thead><tr><th scope="col">Outcome</th><th scope="col">Model p</th>'
-            '<th scope="col">Observed p [95% interval] (samples)</th>'
-            f'<th scope="col">Re-estimated p</th></tr></thead><tbody>{body}</tbody></table>')
-
-
-def _observed(r: OutcomeRow) -> str:
-    if r.observed_p is None:
-        return "–"
-    if r.observed_low is None or r.observed_high is None:
-        return prob(r.observed_p)
-    return (f"{r.observed_p:.3f} [{r.observed_low:.3f}, {r.observed_high:.3f}] "
-            f"(n={r.observed_n})")
-
-
-def drift_chart(point: DriftPoint) -> str:
-    """The window the statistic was computed on, the change point, the statistic at the
-    alarm and its threshold (what the store keeps of the test)."""
-    width, height, left, bottom, top = 640, 170, 50, 36, 16
-    lo, hi = point.window
-    span = max(1, hi - lo)
-    threshold = point.threshold if not math.isnan(point.threshold) else None
-    ymax = max(point.statistic, threshold or 0.0) * 1.15 or 1.0
-
-    def x(n: float) -> float:
-        return left + (width - left - 20) * (n - lo) / span
-
-    def y(v: float) -> float:
-        return top + (height - top - bottom) * (1 - v / ymax)
-
-    ident = f"dc-{e(point.action)}"
-    parts = [f'<svg role="img" aria-labelledby="{ident}-t {ident}-d" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}" '
-             f'xmlns="http://www.w3.org/2000/svg">',
-             f'<title id="{ident}-t">Drift statistic of {e(point.action)}</title>',
-             f'<desc id="{ident}-d">{e(point.detector)} test on executions {lo} to {hi}: '
-             f"statistic {point.statistic:.2f}"
-             + (f" against threshold {threshold:.2f}" if threshold is not None else "")
-             + (f", change point at {point.change_point}" if point.change_point is not None
-                else "") + ". The alarm is the red point.</desc>",
-             f'<line x1="{left}" y1="{height - bottom}" x2="{width - 20}" '
-             f'y2="{height - bottom}" stroke="#555"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#555"/>',
-             f'<text x="{left}" y="{height - 18}" text-anchor="middle">{lo}</text>',
-             f'<text x="{width - 20}" y="{height - 18}" text-anchor="middle">{hi}</text>',
-             f'<text x="{(left + width) / 2}" y="{height - 4}" text-anchor="middle">'
-             f"executions of {e(point.action)} (window)</text>"]
-    if threshold is not None:
-        parts.append(f'<line x1="{left}" y1="{y(threshold):.1f}" x2="{width - 20}" '
-                     f'y2="{y(threshold):.1f}" stroke="#8a5a00" stroke-dasharray="6 4"/>'
-                     f'<text x="{left + 4}" y="{y(threshold) - 4:.1f}">threshold '
-                     f"{threshold:.2f}</text>")
-    if point.change_point is not None and lo <= point.change_point <= hi:
-        parts.append(f'<line x1="{x(point.change_point):.1f}" y1="{top}" '
-                     f'x2="{x(point.change_point):.1f}" y2="{height - bottom}" '
-                     f'stroke="#1f5fbf" stroke-dasharray="3 3"/>'
-                     f'<text x="{x(point.change_point) + 4:.1f}" '
-                     f'y="{height - bottom - 6}">change point</text>')
-    # Only the value at the alarm is stored, not the path to it: no line is drawn there.
-    parts.append(f'<circle cx="{x(hi):.1f}" cy="{y(point.statistic):.1f}" r="6" '
-                 f'fill="#b3140a"/><text x="{x(hi) - 8:.1f}" y="{y(point.statistic) - 9:.1f}" '
-                 f'text-anchor="end">alarm: {point.statistic:.2f}</text></svg>')
-    return "".join(parts)
 
 
 # ------------------------------------------------------------------ agent
