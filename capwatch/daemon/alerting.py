@@ -192,14 +192,19 @@ def awaiting_ended(pending: PendingAssessment, now: datetime, how: str,
     item = WorkItem.from_pending(pending)
     if not item.inconsistent:
         return []
-    first = item.inconsistent[0]
-    alert = inconsistency_alert(family=item.family, agent_id=item.agent_id,
-                                action=first.action[0], time=now, contradicted=[],
-                                evidence={"assessment_key": item.key, "ended": how},
+    return [ended_alert(item.key, item.family, item.agent_id, item.inconsistent[0].action[0],
+                        now, how, severities)]
+
+
+def ended_alert(key: str, family: str, agent_id: str, action: str, now: datetime, how: str,
+                severities: Mapping[AlertType, Severity]) -> OutboxAlert:
+    """The ending of the awaiting-assessment alert written under work key ``key``, whose
+    labels name ``action`` (the first inconsistency's)."""
+    alert = inconsistency_alert(family=family, agent_id=agent_id, action=action, time=now,
+                                contradicted=[], evidence={"assessment_key": key, "ended": how},
                                 severities=severities)
-    alert = replace(alert, summary=f"assessment ended ({how}): {alert.summary}",
-                    ends_at=now)
-    return [outbox_record(alert, ended_alert_key(item.key))]
+    alert = replace(alert, summary=f"assessment ended ({how}): {alert.summary}", ends_at=now)
+    return outbox_record(alert, ended_alert_key(key))
 
 
 def queued_alert(item: WorkItem, evidence: Sequence[Evidence], domain: Domain, now: datetime,

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import structlog
 
 from capwatch.alerts.policy import AlertPolicy
-from capwatch.contracts.store import ModelStore, PendingAssessment
+from capwatch.contracts.store import ModelStore, OutboxAlert, PendingAssessment
 from capwatch.daemon.agent_watch import AgentWatch
-from capwatch.daemon.alerting import AlertRouting, prompt_alert, queued_alert
+from capwatch.daemon.alerting import AlertRouting, ended_alert, prompt_alert, queued_alert
 from capwatch.daemon.infra import Clock
 from capwatch.daemon.metrics import DaemonMetrics
 
@@ -30,6 +30,11 @@ class EvidenceQueue:
         self._prompt: dict[str, AgentWatch] = {}
         """Watches whose first inconsistency was buffered and whose alert is not written
         yet (:meth:`alert_promptly`)."""
+        self._announced: dict[str, str] = {}
+        """Agent → work key of a prompt alert written for evidence not queued yet: the
+        alert announces an assessment, so evidence dropped unqueued must end it."""
+        self._endings: list[OutboxAlert] = []
+        """Endings of announced alerts whose evidence was dropped, not written yet."""
 
     def opened(self, watch: AgentWatch) -> None:
         """The watch's evidence buffer was just opened: alert at the next call."""
@@ -41,16 +46,40 @@ class EvidenceQueue:
         published within a second instead of after the debounce. A store error propagates
         and the watches stay listed for the next call; meanwhile the evidence holds the
         commit until its queued work writes the same alert anyway."""
-        if not self._prompt:
+        if not self._prompt and not self._endings:
             return
         now = self.clock()
-        alerts = [a for a in (prompt_alert(w, now, self.policy.severities)
-                              for w in self._prompt.values()) if a is not None]
+        written = [(w, a) for w, a in ((w, prompt_alert(w, now, self.policy.severities))
+                                       for w in self._prompt.values()) if a is not None]
+        alerts = [a for _, a in written] + self._endings
         if alerts:
             self.store.add_alerts(alerts)
         self._prompt.clear()
+        self._endings.clear()
+        for w, _ in written:
+            self._announced[w.agent_id] = w.work_key()
         if alerts:
             self.alerts.wake()
+
+    def dropped(self, watch: AgentWatch, key: str, action: str, how: str) -> None:
+        """The evidence buffered under work key ``key`` was dropped before it was queued
+        (a newer version was installed meanwhile): if its prompt alert went out, that
+        alert announced an assessment that will not come, so it gets an ending (written
+        at the next :meth:`alert_promptly`). ``action``: the first inconsistency's, which
+        the alert's labels name."""
+        self._prompt.pop(watch.agent_id, None)
+        if self._announced.get(watch.agent_id) != key:
+            return
+        del self._announced[watch.agent_id]
+        self._endings.append(ended_alert(key, watch.family, watch.agent_id, action,
+                                         self.clock(), how, self.policy.severities))
+
+    def forget(self, agent_ids: list[str]) -> None:
+        """The agents left this replica (a rebalance): the next owner replays their
+        evidence and writes the same alert under the same key."""
+        for agent_id in agent_ids:
+            self._announced.pop(agent_id, None)
+            self._prompt.pop(agent_id, None)
 
     def queue(self, watch: AgentWatch) -> None:
         """Queue the watch's buffered evidence as a work item, with its alert."""
@@ -64,6 +93,7 @@ class EvidenceQueue:
             enqueued_at=now), alerts)
         if alerts:
             self.alerts.wake()
+        self._announced.pop(watch.agent_id, None)
         if created:
             watch.queued(item.key)
             self.metrics.assessments_queued.labels(watch.family).inc()

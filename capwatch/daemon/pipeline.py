@@ -142,7 +142,8 @@ class Pipeline:
                              publisher=publisher, metrics=self.metrics, clock=clock,
                              queue_evidence=self.queue,
                              require_key=config.source.kind == "kafka")
-        self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue)
+        self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue,
+                                     dropped=self.enqueue.dropped)
         self._stop = threading.Event()
         self._consuming = False
         self._outage: str | None = None
@@ -360,6 +361,7 @@ class Pipeline:
         for w in watches:
             self.drift.forget(w.agent_id)
         self.registry.drop([w.agent_id for w in watches])
+        self.enqueue.forget([w.agent_id for w in watches])
         self.checkpoints.forget(partitions)
 
     # ------------------------------------------------------------------ records

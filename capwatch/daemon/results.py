@@ -11,18 +11,35 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from capwatch.contracts.store import ModelStore
+from capwatch.contracts.versions import ModelVersion
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
 from capwatch.daemon.work import CanaryFinding, Installed, Result, Settled, Settlement
+from capwatch.model.domain import Domain
+from capwatch.model.grounding import SharedGrounding
+
+Dropped = Callable[[AgentWatch, str, str, str], None]
+"""Told when installing a version dropped unqueued evidence: (watch, the evidence's work
+key, its first inconsistency's action, why)."""
 
 
 class ResultApplier:
     def __init__(self, *, registry: Registry, store: ModelStore,
-                 queue: Callable[[AgentWatch], None]) -> None:
+                 queue: Callable[[AgentWatch], None], dropped: Dropped | None = None) -> None:
         self.registry = registry
         self.store = store
         self.queue = queue
         """Queues a watch's evidence (a canary finding can make it ripe)."""
+        self.dropped = dropped
+
+    def _adopt(self, watch: AgentWatch, version: ModelVersion, domain: Domain | None = None,
+               shared: SharedGrounding | None = None) -> None:
+        announced = None
+        if watch.awaiting is None and watch.first_buffered_offset() is not None:
+            announced = (watch.work_key(), watch.evidence[0].transition.action[0])
+        watch.adopt(version, domain, shared)
+        if announced is not None and not watch.evidence and self.dropped is not None:
+            self.dropped(watch, *announced, f"superseded by version {version.ref.version}")
 
     def apply(self, result: Result) -> None:
         watch = self.registry.get(result.agent_id)
@@ -35,7 +52,7 @@ class ResultApplier:
             if watch is None:
                 self.registry.unpark(result.agent_id)
             else:
-                watch.adopt(result.version)
+                self._adopt(watch, result.version)
         elif isinstance(result, Settled):
             if watch is None:
                 self.registry.unpark(result.agent_id, result.key)
@@ -84,7 +101,7 @@ class ResultApplier:
         for watch in watches:
             latest = newest.get(watch.family)
             if latest is not None and latest[0].version > watch.version.version:
-                watch.adopt(*latest)
+                self._adopt(watch, *latest)
 
 
 def _family_of(result: Result) -> str | None:
