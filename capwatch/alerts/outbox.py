@@ -16,7 +16,9 @@ alert but never lose it. Routing then runs in two steps, each one store transact
 An *ending* (an alert with ``ends_at``: the awaiting-assessment alert once its
 assessment ended) is neither suppressed nor grouped: it goes out alone as soon as what it
 ends has gone out, so Alertmanager closes the alert instead of keeping it until
-``resolve_after``.
+``resolve_after``. Its outbox key is :func:`ending_key` of the alert it ends. An alert that
+went out grouped ("N agents of ...") has labels of its own, which no member's ending
+names: once every member has its ending, the group gets one too (:meth:`AlertOutbox.route`).
 
 A delivery's content and dedup key are fixed when its group closes, so a re-delivery
 (after a sink failure or a crash between sending and recording) is byte-identical, and
@@ -27,8 +29,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
@@ -47,6 +49,16 @@ def outbox_record(alert: Alert, key: str) -> OutboxAlert:
         key=key, dedup_key=alert.dedup_key, group_key="|".join(alert.group_key),
         family=alert.family, alert_type=alert.type.value, alert=alert.to_record(),
         created_at=alert.time)
+
+
+ENDING_PREFIX = "ended:"
+FORCED_PASSES = 3
+"""Routing passes a forced run makes: alerts, their endings, the endings of groups."""
+
+
+def ending_key(key: str) -> str:
+    """Outbox key of the ending of the alert written under outbox key ``key``."""
+    return f"{ENDING_PREFIX}{key}"
 
 
 def _digest(parts: Sequence[str], n: int) -> str:
@@ -171,15 +183,45 @@ class AlertOutbox:
                 report.suppressed.append(row)
             if self._on_suppressed is not None:
                 self._on_suppressed(row)
+        ended: list[tuple[str, datetime]] = []
         for d in plan.deliveries:
             alert = Alert.from_record(d.alert)
             if alert.ends_at is not None:
-                continue  # an ending is not an alert of its own
+                # An ending is not an alert of its own.
+                ended += [(k.removeprefix(ENDING_PREFIX), alert.ends_at) for k in d.members
+                          if k.startswith(ENDING_PREFIX)]
+                continue
             if report is not None:
                 report.routed.append(alert)
             if self._on_routed is not None:
                 self._on_routed(alert)
+        if ended:
+            self._end_groups(dict(ended))
         return plan
+
+    def _end_groups(self, ended: Mapping[str, datetime]) -> None:
+        """Write the ending of every group delivery whose members have all been ended now
+        that ``ended`` (outbox key → end) have: at the group's last member's end, with the
+        group's own labels. It is routed at the next pass, like any ending. The check runs
+        after the routing transaction committed, so of two routers ending a group's last
+        members at once the later one sees both; two that both see it write one row (the
+        key is the group delivery's)."""
+        groups = {d.key: d for d in self.store.carried_by(list(ended)).values()
+                  if len(d.members) > 1}
+        if not groups:
+            return
+        members = {m for d in groups.values() for m in d.members}
+        done = self.store.outbox_keys([ending_key(m) for m in members])
+        endings = []
+        for d in groups.values():
+            if not all(ending_key(m) in done for m in d.members):
+                continue
+            at = max(ended.get(m, datetime.min.replace(tzinfo=UTC)) for m in d.members)
+            alert = Alert.from_record(d.alert)
+            endings.append(outbox_record(replace(alert, time=at, ends_at=at),
+                                         ending_key(d.key)))
+        if endings:
+            self.store.add_alerts(endings)
 
     def _backoff(self, attempts: int) -> timedelta:
         factor: int = 2 ** min(max(0, attempts - 1), 30)
@@ -228,8 +270,19 @@ class AlertOutbox:
         """Route, then deliver what is due. Store failures propagate (the caller's job
         runs again); sink failures are recorded and retried."""
         report = DeliveryReport()
-        self.route(now, force, report)
-        return self.deliver(now, report=report)
+        plan = self.route(now, force, report)
+        self.deliver(now, report=report)
+        # Forced (a finite run's last pass): what one pass lets out can make more due (an
+        # ending waits a pass for the alert it ends, a group's ending for its members'
+        # endings), and there is no next tick to route it. Each pass is delivered before
+        # the next is routed: deliveries of one pass go out in key order, and an ending
+        # must never reach a sink before what it ends.
+        for _ in range(FORCED_PASSES - 1):
+            if not force or not plan.deliveries:
+                break
+            plan = self.route(now, force, report)
+            self.deliver(now, report=report)
+        return report
 
     def prune(self, now: datetime, keep: timedelta) -> int:
         """Forget what was routed more than ``keep`` ago, but never a sent time still

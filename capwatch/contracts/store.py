@@ -256,6 +256,15 @@ class AlertOutboxStore(Protocol):
 
     def deliveries(self, status: str | None = None) -> list[AlertDelivery]: ...
 
+    def carried_by(self, keys: Sequence[str]) -> dict[str, AlertDelivery]:
+        """Outbox key → the delivery that carried it, with ``members`` (every outbox key
+        it carried) filled in; keys not routed (or pruned) are left out."""
+        ...
+
+    def outbox_keys(self, keys: Sequence[str]) -> set[str]:
+        """Those of ``keys`` that are in the outbox, whatever their status."""
+        ...
+
     def prune_alerts(self, before: datetime) -> int:
         """Forget routed alerts, sent deliveries and sent times older than ``before``."""
         ...

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from capwatch.alerts.outbox import AlertOutbox, outbox_record
+from capwatch.alerts.outbox import AlertOutbox, ending_key, outbox_record
 from capwatch.alerts.sinks import (
     AlertDeliveryError,
     AlertmanagerSink,
@@ -179,7 +179,7 @@ def failed_alert_key(assessment_key: str) -> str:
 def ended_alert_key(assessment_key: str) -> str:
     """Outbox key of the ending of the awaiting-assessment alert (see the store's alert
     history, which leaves endings out)."""
-    return f"ended:{assessment_key}"
+    return ending_key(queued_alert_key(assessment_key))
 
 
 def awaiting_ended(pending: PendingAssessment, now: datetime, how: str,

@@ -196,7 +196,7 @@ class ActionsSql(SqlBase):
 
     def alert_history(self, family: str | None = None, agent_id: str | None = None,
                       limit: int = 100, before: datetime | None = None) -> list[OutboxAlert]:
-        # Endings (capwatch.daemon.alerting.ended_alert_key) close an alert; they are not
+        # Endings (capwatch.alerts.outbox.ending_key) close an alert; they are not
         # alerts of their own.
         where: list[str] = ["key NOT LIKE ?"]
         params: list[Any] = ["ended:%"]

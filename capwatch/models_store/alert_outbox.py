@@ -161,6 +161,36 @@ class AlertOutboxSql(SqlBase):
                                "created_at", DELIVERY_STATUSES, status,
                                self._delivery_from_row)
 
+    def carried_by(self, keys: Sequence[str]) -> dict[str, AlertDelivery]:
+        out: dict[str, AlertDelivery] = {}
+        with self._tx(write=False) as tx:
+            for chunk in _chunks(sorted(set(keys))):
+                marks = ", ".join("?" for _ in chunk)
+                for key, delivery in tx.rows(
+                        f"SELECT key, delivery FROM alert_outbox WHERE key IN ({marks}) "
+                        "AND delivery IS NOT NULL", chunk):
+                    rows = self._delivery_rows(tx, delivery)
+                    if not rows:
+                        continue
+                    members = tuple(str(r[0]) for r in tx.rows(
+                        "SELECT key FROM alert_outbox WHERE delivery = ? ORDER BY key",
+                        (delivery,)))
+                    d = self._delivery_from_row(rows[0])
+                    out[str(key)] = AlertDelivery(
+                        d.key, d.alert, d.sinks_pending, d.created_at, members=members,
+                        status=d.status, attempts=d.attempts, not_before=d.not_before,
+                        last_error=d.last_error)
+        return out
+
+    def outbox_keys(self, keys: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        with self._tx(write=False) as tx:
+            for chunk in _chunks(sorted(set(keys))):
+                marks = ", ".join("?" for _ in chunk)
+                found.update(str(r[0]) for r in tx.rows(
+                    f"SELECT key FROM alert_outbox WHERE key IN ({marks})", chunk))
+        return found
+
     def prune_alerts(self, before: datetime) -> int:
         at = self._ts_in(as_utc(before))
         with self._tx() as tx:
@@ -171,3 +201,7 @@ class AlertOutboxSql(SqlBase):
                         (at,))
             n += tx.run("DELETE FROM alert_sent WHERE sent_at < ?", (at,))
         return n
+
+
+def _chunks(keys: list[str], size: int = 500) -> list[list[str]]:
+    return [keys[i:i + size] for i in range(0, len(keys), size)]

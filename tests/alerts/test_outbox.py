@@ -297,3 +297,68 @@ def test_sink_names_must_be_distinct(store: ModelStore) -> None:
         AlertOutbox(store, [Sink("log"), Sink("log")])
     with pytest.raises(ValueError, match="at least one sink"):
         AlertOutbox(store, [])
+
+
+def test_a_grouped_alert_ends_once_every_member_has_ended(store: ModelStore) -> None:
+    """Each member's ending names one agent, which are not the labels the grouped "3
+    agents of ..." alert went out with: the group gets an ending of its own, with its own
+    labels, once (and only once) the last member has ended."""
+    from capwatch.alerts import AlertmanagerSink
+    from capwatch.alerts.outbox import ending_key
+
+    def waiting(agent: str, t: datetime, ends_at: datetime | None = None) -> Alert:
+        a = inconsistency_alert(family="rover-v3", agent_id=agent, action="sample_rock",
+                                time=t, contradicted=[])
+        return replace(a, ends_at=ends_at)
+
+    policy = AlertPolicy(group_wait_by_type={AlertType.UNEXPLAINED_INCONSISTENCY:
+                                             timedelta(seconds=30)})
+    am = Sink("alertmanager")
+    outbox = AlertOutbox(store, [am], policy)
+    agents = ("r1", "r2", "r3")
+    store.add_alerts([outbox_record(waiting(a, at(0)), f"q-{a}") for a in agents])
+    outbox.run_once(at(31))
+    (group,) = am.sent
+    assert group.agents == agents
+
+    def end(agent: str, t: float) -> None:
+        store.add_alerts([outbox_record(waiting(agent, at(t), ends_at=at(t)),
+                                        ending_key(f"q-{agent}"))])
+        outbox.run_once(at(t + 1))
+        outbox.run_once(at(t + 2))  # a group ending written at t + 1 goes out now
+
+    end("r1", 40)
+    end("r2", 50)
+    assert [(a.agent_id, a.ends_at) for a in am.sent[1:]] == [("r1", at(40)), ("r2", at(50))]
+    end("r3", 60)
+    *_, last, group_end = am.sent
+    assert (last.agent_id, last.ends_at) == ("r3", at(60))
+    assert group_end.ends_at == at(60) and group_end.dedup_key == group.dedup_key
+    firing, ending = AlertmanagerSink("http://am:9093").payload([group, group_end])
+    assert firing["labels"] == ending["labels"]
+    count = len(am.sent)
+    outbox.run_once(at(70))
+    outbox.run_once(at(80))
+    assert len(am.sent) == count  # once
+
+
+def test_a_group_with_a_member_not_ended_stays_open(store: ModelStore) -> None:
+    from capwatch.alerts.outbox import ending_key
+
+    policy = AlertPolicy(group_wait_by_type={AlertType.UNEXPLAINED_INCONSISTENCY:
+                                             timedelta(seconds=30)})
+    am = Sink("alertmanager")
+    outbox = AlertOutbox(store, [am], policy)
+    for a in ("r1", "r2"):
+        store.add_alerts([outbox_record(inconsistency_alert(
+            family="rover-v3", agent_id=a, action="sample_rock", time=at(0),
+            contradicted=[]), f"q-{a}")])
+    outbox.run_once(at(31))
+    ending = replace(inconsistency_alert(family="rover-v3", agent_id="r1",
+                                         action="sample_rock", time=at(40), contradicted=[]),
+                     ends_at=at(40))
+    store.add_alerts([outbox_record(ending, ending_key("q-r1"))])
+    for t in (41, 42, 43):
+        outbox.run_once(at(t))
+    assert [(a.agent_id, a.ends_at is not None) for a in am.sent] == [(None, False),
+                                                                      ("r1", True)]

@@ -208,3 +208,30 @@ def test_a_published_version_ends_the_awaiting_alert_with_the_same_labels(
         assert len(history) == len(memory.alerts)
     finally:
         store.close()
+
+
+def test_a_grouped_awaiting_alert_is_ended_when_every_agent_was_assessed(
+        tmp_path: Path) -> None:
+    """The awaiting alerts of a family-wide drift go out as one "4 agents of ..." alert,
+    whose labels no agent's ending names: it used to stay open in Alertmanager for
+    resolve_after_s. Now it gets an ending of its own once all four versions are out."""
+    from capwatch.alerts import AlertmanagerSink
+
+    drift = {"family": "rover-v1", "at_step": 30,
+             "domain": str(EXAMPLES / "rover-sample-drift.pddl")}
+    am = Sink(failing=False)
+    am.name = "alertmanager"
+    memory = MemoryPublisher()
+    cfg = simulated(tmp_path, agents=4, rounds=300, drifts=[drift],
+                    alerts={"group_wait_by_type": {"unexplained_inconsistency": 600}})
+    service = build_service(cfg, publisher=memory, alert_sinks=[am])
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    assert len(memory.models) == 4
+    awaiting = [a for a in am.sent if a.type.value == "unexplained_inconsistency"]
+    (group,) = [a for a in awaiting if a.ends_at is None]
+    assert group.agents is not None and len(group.agents) == 4
+    (group_end,) = [a for a in awaiting if a.ends_at is not None and a.agent_id is None]
+    assert am.sent.index(group) < am.sent.index(group_end)
+    assert group_end.ends_at == max(m.time for m in memory.models)
+    firing, ending = AlertmanagerSink("http://am:9093").payload([group, group_end])
+    assert firing["labels"] == ending["labels"]

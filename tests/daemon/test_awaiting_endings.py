@@ -11,7 +11,7 @@ import pytest
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.alerts import Alert
-from capwatch.alerts.outbox import plan_routing
+from capwatch.alerts.outbox import ending_key, plan_routing
 from capwatch.alerts.policy import AlertPolicy
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
@@ -57,7 +57,7 @@ def test_evidence_dropped_for_a_newer_model_ends_the_alert_that_announced_it(
         assert watch is not None and not watch.evidence and d.store.queue_items() == []
         d.alert_promptly()
         rows = {r.key: r for r in d.store.outbox()}
-        ending = rows[announced.key.replace("queued:", "ended:", 1)]
+        ending = rows[ending_key(announced.key)]
         assert ending.dedup_key == announced.dedup_key  # Alertmanager: the same labels
         alert = Alert.from_record(ending.alert)
         assert alert.ends_at is not None

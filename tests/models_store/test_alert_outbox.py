@@ -135,6 +135,25 @@ def test_routing_applies_the_plan_and_records_sent_times(store: ModelStore) -> N
     assert seen[-1] == (["a4"], {"a": at(40)})
 
 
+def test_the_delivery_that_carried_an_alert_and_its_members(store: ModelStore) -> None:
+    store.add_alerts([row("a1", "a", at(0)), row("b1", "b", at(0)), row("c1", "c", at(0)),
+                      row("x", "x", at(0))])
+
+    def planner(pending: Sequence[OutboxAlert], last: Mapping[str, datetime]) -> RoutingPlan:
+        return RoutingPlan(deliveries=(
+            AlertDelivery("grp", {"merged": True}, ("am",), at(30), members=("a1", "b1")),
+            AlertDelivery("solo", {"alone": True}, ("am",), at(30), members=("c1",))))
+
+    store.route_alerts(planner, at(30))
+    carried = store.carried_by(["a1", "c1", "x", "nowhere"])
+    assert sorted(carried) == ["a1", "c1"]  # x is pending, "nowhere" does not exist
+    assert (carried["a1"].key, carried["a1"].members, carried["a1"].alert) == (
+        "grp", ("a1", "b1"), {"merged": True})
+    assert carried["c1"].members == ("c1",)
+    assert store.outbox_keys(["a1", "x", "nowhere"]) == {"a1", "x"}
+    assert store.outbox_keys([]) == set() and store.carried_by([]) == {}
+
+
 def test_sent_times_only_move_forward(store: ModelStore) -> None:
     store.add_alerts([row("late", "k", at(100))])
     store.route_alerts(deliver_each(), at(100))
