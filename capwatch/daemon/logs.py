@@ -7,9 +7,11 @@ are routed through the same processors, so stderr stays one JSON object per line
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
-from collections.abc import MutableMapping
+import time
+from collections.abc import Callable, MutableMapping
 from typing import Any, Protocol, TextIO
 
 import structlog
@@ -92,6 +94,51 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 _STDLIB_HANDLER_NAME = "capwatch-structlog"
 
 
+class RepeatFilter(logging.Filter):
+    """Lets the first of a run of like lines through and holds back their repeats for
+    ``window_s``; the first line after that says how many were held back (``repeated``).
+
+    During an outage kafka-python logs an ERROR for every reconnection attempt, many a
+    second, and APScheduler a warning for every job run it missed: the one line that
+    says what failed was lost among hundreds. Lines are alike when their logger, level
+    and message agree once digits are masked (ports, node ids, durations differ between
+    attempts). capwatch's own stdlib lines (the agent client's) pass untouched: they put
+    what tells them apart (the agent's URL) in ``extra``, not in the message.
+    """
+
+    MAX_KEYS = 1_000
+
+    def __init__(self, window_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, int, str], tuple[float, int]] = {}
+        """Key → (when its last line went through, lines held back since)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("capwatch"):
+            return True
+        key = (record.name, record.levelno, _DIGITS.sub("#", record.getMessage())[:300])
+        now = self.clock()
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None and now - run[0] < self.window_s:
+                self._runs[key] = (run[0], run[1] + 1)
+                return False
+            if len(self._runs) >= self.MAX_KEYS:
+                self._runs = {k: v for k, v in self._runs.items()
+                              if now - v[0] < self.window_s}
+            self._runs[key] = (now, 0)
+        if run is not None and run[1]:
+            record.repeated = run[1]
+        return True
+
+
+_DIGITS = re.compile(r"\d+")
+
+
 def configure_logging(level: str = "info", fmt: str = "json",
                       stream: TextIO | None = None) -> None:
     renderer: structlog.typing.Processor = (
@@ -128,6 +175,7 @@ def _route_stdlib_logging(level: str, renderer: structlog.typing.Processor,
     handler = logging.StreamHandler(stream or _CurrentStderr())
     handler.set_name(_STDLIB_HANDLER_NAME)
     handler.setFormatter(formatter)
+    handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     # Reconfiguring (tests, demo after run) replaces our handler instead of stacking copies.
     for old in [h for h in root.handlers if h.get_name() == _STDLIB_HANDLER_NAME]:

@@ -73,3 +73,35 @@ def test_the_extra_fields_of_a_stdlib_record_reach_the_line() -> None:
     assert line["event"] == "agent request failed, retrying"
     assert line["agent_url"] == "http://127.0.0.1:1" and line["attempt"] == 1
     assert line["error"].startswith("ConnectionRefusedError") and line["retry_in_s"] == 0.4
+
+
+def test_a_library_repeating_itself_in_an_outage_is_one_line_per_window() -> None:
+    """kafka-python logs an ERROR per reconnection attempt: hundreds of lines in an
+    outage, which hid the one that said what failed."""
+    from capwatch.daemon.logs import RepeatFilter
+
+    now = [0.0]
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream)
+    handler = next(h for h in logging.getLogger().handlers
+                   if h.get_name() == "capwatch-structlog")
+    handler.filters = [RepeatFilter(window_s=30.0, clock=lambda: now[0])]
+    kafka = logging.getLogger("kafka.net.manager")
+    for i in range(200):
+        now[0] = i * 0.1
+        kafka.error("Connection failed to 127.0.0.1:%d: ECONNREFUSED", 40000 + i)
+    kafka.error("Bootstrap failed: KafkaTimeoutError")  # another line is not held back
+    now[0] = 31.0
+    kafka.error("Connection failed to 127.0.0.1:%d: ECONNREFUSED", 49999)
+    # capwatch's own stdlib lines differ by their extras, never held back.
+    agent = logging.getLogger("capwatch.adapters.io.agent_client")
+    for url in ("http://a:1", "http://b:1"):
+        agent.info("agent request failed, retrying", extra={"agent_url": url})
+    lines = _lines(stream)
+    assert [line["event"] for line in lines] == [
+        "Connection failed to 127.0.0.1:40000: ECONNREFUSED",
+        "Bootstrap failed: KafkaTimeoutError",
+        "Connection failed to 127.0.0.1:49999: ECONNREFUSED",
+        "agent request failed, retrying", "agent request failed, retrying"]
+    assert "repeated" not in lines[0] and lines[2]["repeated"] == 199
+    assert [line["agent_url"] for line in lines[3:]] == ["http://a:1", "http://b:1"]
