@@ -106,9 +106,13 @@ class Finding:
 
 _PLAIN = {v: Finding(v) for v in Verdict}
 _TESTED = {v: Finding(v, tested=True) for v in Verdict}
+_PLAIN_APPLIED = _PLAIN[Verdict.APPLIED]
 """The findings with nothing but a verdict (and whether a drift test counted it), made
 once: most transitions end in one, and a new object per transition would be measurable
 on the hot path."""
+
+# Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11.
+_APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 
 
 _NO_KINDS: frozenset[str] = frozenset()
@@ -205,28 +209,21 @@ class AgentWatch:
         self.transitions += 1
         self.last_offset = t.offset
         self.last_state = t.next_state
-        # A record at or before the last evidence of the version in use was first read
-        # while an earlier version was in force, and that version's assessment has already
-        # judged it (a replay after a crash, restart or rebalance). Judged again against
-        # the new version, the agent's behaviour from before its drift would look like a
-        # new drift and start an assessment from evidence a stored version explains.
-        explained = self.explained.get(t.partition) if self.explained else None
-        settled = explained is not None and 0 <= t.offset <= explained
-        if verdict is Verdict.APPLIED:
+        if verdict is _APPLIED:
             self.last_executed[t.action[0]] = self.clock()
             if t.optimal:
                 self._note_optimal(t)
+            if len(obs.operator.effects) < 2:
+                return _PLAIN_APPLIED  # one outcome: no drift table counts it
             restored = self.drift_restored
             # A replayed record the restored tables already counted is not counted again.
             if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
-                return _PLAIN[verdict]
-            if settled:
-                return _PLAIN[verdict]  # the version's tables start after its evidence
-            if len(obs.operator.effects) < 2:
-                return _PLAIN[verdict]  # one outcome: no drift table counts it
+                return _PLAIN_APPLIED
+            if self._settled(t):
+                return _PLAIN_APPLIED  # the version's tables start after its evidence
             counted = self.monitor.attribution(obs)
             if counted is None:
-                return _PLAIN[verdict]
+                return _PLAIN_APPLIED
             action, attribution = counted
             alarm = self._drift.observe(self.agent_id, action, attribution)
             tested = self._drift.monitor(self.agent_id, action).detector is not None
@@ -234,15 +231,27 @@ class AgentWatch:
                 return (_TESTED if tested else _PLAIN)[verdict]
             self.alarms[action.name] = alarm
             return Finding(verdict, alarm, ripe=True, tested=tested)
-        if verdict is not Verdict.INCONSISTENT:
+        if verdict is not _INCONSISTENT:
             return _PLAIN[verdict]
         self.inconsistent += 1
-        if self.awaiting is not None or settled:
+        if self.awaiting is not None or self._settled(t):
             return _PLAIN[verdict]  # the queued work will settle it; the new model re-checks
         explanation = self.monitor.last_inconsistency().explanation
         if not self._buffer(Evidence(t, explanation)):
             return _PLAIN[verdict]
         return Finding(verdict, ripe=self.ripe())
+
+    def _settled(self, t: AgentTransition) -> bool:
+        """Whether ``t`` is at or before the last evidence of the version in use.
+
+        Such a record was first read while an earlier version was in force, and that
+        version's assessment has already judged it (a replay after a crash, restart or
+        rebalance). Judged again against the new version, the agent's behaviour from
+        before its drift would look like a new drift and start an assessment from
+        evidence a stored version explains.
+        """
+        explained = self.explained.get(t.partition) if self.explained else None
+        return explained is not None and 0 <= t.offset <= explained
 
     def _note_optimal(self, t: AgentTransition) -> None:
         run = self._optimal_run

@@ -46,6 +46,8 @@ class Intake:
         self.metrics = metrics
         self.clock = clock
         self.dead_letters = 0
+        self.slot = record_context.slot
+        """The log context of the thread reading (the main loop sets it per batch)."""
 
     def read(self, record: Record) -> tuple[AgentWatch, list[AgentTransition]] | None:
         """The record's transitions and their agent's watch; None when there are none
@@ -55,17 +57,20 @@ class Intake:
         before changing anything; a trace's steps are all checked here first, because a
         trace is applied whole or not at all.
         """
-        registry = self.registry
         key = record.key
-        if key is None and self.require_key:
-            self.dead_letter(record, "Kafka record without a key: transitions must be keyed "
-                             "by agent_id (the key decides which replica owns the agent)",
-                             "decode")
-            return None
-        # The key is the agent id (the decoder checks it): the agent's watch, if loaded,
-        # holds its last next-state, which this record's state most likely repeats.
-        prior = registry.get(key.decode("utf-8", "replace")) if key is not None else None
-        memo = [prior.state_memo if prior is not None else None]
+        if key is None:
+            if self.require_key:
+                self.dead_letter(record, "Kafka record without a key: transitions must be "
+                                 "keyed by agent_id (the key decides which replica owns "
+                                 "the agent)", "decode")
+                return None
+            prior = None
+        else:
+            # The key is the agent id (the decoder checks it): the agent's watch, if
+            # loaded, holds its last next-state, which this record's state most likely
+            # repeats.
+            prior = self.registry.get(key.decode("utf-8", "replace"))
+        memo = [None if prior is None else prior.state_memo]
         decoded = decode(record.value, self.limits, key=key,
                          partition=record.partition, offset=record.offset, size=record.size,
                          sha256=record.sha256, memo=memo)
@@ -75,20 +80,21 @@ class Intake:
         if not decoded:
             return None
         first = decoded[0]
-        record_context.slot.transition = first
-        agent_id, family = first.agent_id, first.family
-        if len(decoded) > 1 and any(t.agent_id != agent_id or t.family != family
-                                    for t in decoded):
-            self.dead_letter(record, "a trace mixes agents or families", "decode")
-            return None
-        old = prior if key is not None else registry.get(agent_id)
-        if old is not None and old.family != family:
-            self._settle_family_move(agent_id, family)
-        watch = registry.load(agent_id, family, record.partition)
-        if watch is None:
-            self.dead_letter(record, f"unknown family {family!r}: no baseline model",
-                             "vocabulary")
-            return None
+        self.slot.transition = first
+        family = first.family
+        if len(decoded) > 1:
+            agent_id = first.agent_id
+            if any(t.agent_id != agent_id or t.family != family for t in decoded):
+                self.dead_letter(record, "a trace mixes agents or families", "decode")
+                return None
+        if prior is None or prior.family != family:
+            watch = self._load(record, prior, first)
+            if watch is None:
+                return None
+        else:
+            # The agent's watch is loaded, for this family: Registry.load hands it out.
+            watch = prior
+            self.registry.load(prior.agent_id, family, record.partition)
         watch.state_memo = memo[0]
         if not watch.restore_tried:
             self.checkpoints.restore(watch)
@@ -99,6 +105,21 @@ class Intake:
                     self.dead_letter(record, f"step {t.step}: {problem}", "vocabulary")
                     return None
         return watch, decoded
+
+    def _load(self, record: Record, prior: AgentWatch | None, first: AgentTransition
+              ) -> AgentWatch | None:
+        """The watch of an agent not loaded yet (or now of another family); None, with a
+        dead letter, for an unknown family."""
+        agent_id, family = first.agent_id, first.family
+        old = prior if record.key is not None else self.registry.get(agent_id)
+        if old is not None and old.family != family:
+            self._settle_family_move(agent_id, family)
+        watch = self.registry.load(agent_id, family, record.partition)
+        if watch is None:
+            self.dead_letter(record, f"unknown family {family!r}: no baseline model",
+                             "vocabulary")
+            return None
+        return watch
 
     def _settle_family_move(self, agent_id: str, family: str) -> None:
         """An agent now reporting under another family gets a new watch; the evidence the

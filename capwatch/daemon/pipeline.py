@@ -37,7 +37,7 @@ from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.versions import ModelRef
-from capwatch.contracts.wire import AgentTransition, DecodeLimits
+from capwatch.contracts.wire import DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.daemon.alerting import (
     AlertRouting,
@@ -45,6 +45,7 @@ from capwatch.daemon.alerting import (
     build_sinks,
 )
 from capwatch.daemon.assessor import Assessor
+from capwatch.daemon.batch import Batches
 from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
@@ -53,19 +54,15 @@ from capwatch.daemon.infra import (
     INFRASTRUCTURE_ERRORS,
     Clock,
     describe_outage,
-    error_text,
     utc_now,
 )
 from capwatch.daemon.intake import Intake
-from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.results import ResultApplier
 from capwatch.daemon.work import Result
 from capwatch.daemon.workers import AssessmentWorkers
-from capwatch.model.consistency import Verdict
 from capwatch.model.domain import Domain, GroundAtom
-from capwatch.model.errors import ModelError
 from capwatch.monitor.drift import DriftConfig, DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")
@@ -82,10 +79,6 @@ SWEEP_EVERY_S = 0.2
 debounce's ``debounce_s``, work a failed store write left buffered). Evidence ripe by
 count is queued as it arrives; a scan at every poll cost 15 us per transition with 40,000
 agents held (docs/performance.md), this one a fraction of a microsecond."""
-
-_LABEL = {v: v.name.lower() for v in Verdict}
-"""Metric label per verdict (computed once: this is on the per-transition path)."""
-
 
 class Pipeline:
     """Wires a source, the agents' watches, the store, the workers and a publisher."""
@@ -152,23 +145,24 @@ class Pipeline:
         self._outage_wait = 0.0
         self._backlog: list[Record] = []
         """Records polled but not handled because the store failed: handled first next."""
-        self.processed = 0
-        self._restores = 0
-        self._tally: dict[tuple[str, str, Verdict, bool], int] = {}
-        """(family, action, verdict, drift-tested) → transitions of the batch being
-        handled, added to the counters once at its end."""
-        self._newest_stamp: dict[int, float] = {}
+        self.batches = Batches(intake=self.intake, registry=self.registry,
+                               checkpoints=self.checkpoints, metrics=self.metrics,
+                               enqueue=self.enqueue, queue_ripe=self._queue_or_keep)
         self._lag_at = 0.0
+        """When the lag gauges were last refreshed (time.time())."""
         self._swept_at = 0.0
         """When :meth:`sweep` last looked at every watch (time.monotonic())."""
-        """When the lag gauges were last refreshed (time.time())."""
-        """Per partition, when the newest handled record was written (time-based lag)."""
         self.assigned: set[int] = set()
         """Source partitions this replica owns now (for operators and tests)."""
 
     @property
     def dead_letters(self) -> int:
         return self.intake.dead_letters
+
+    @property
+    def processed(self) -> int:
+        """Records handled (dead letters included) since the pipeline was made."""
+        return self.batches.processed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -371,93 +365,11 @@ class Pipeline:
         self.handle_batch((record,))
 
     def handle_batch(self, records: Sequence[Record]) -> None:
-        """:meth:`handle` each record in order.
-
-        Whatever can be done once per batch is: counters are added up and added at the
-        end (a Prometheus increment takes a lock and costs more than a cheap transition's
-        check), the log context is one plain slot, the clock is read once.
-        """
-        if not records:
-            return
-        slot = record_context.slot
-        seen: dict[str, int] = {}
-        stamps: dict[str, float] = {}
-        newest = self._newest_stamp
-        handled = self.checkpoints.handled
-        read = self.intake.read
-        observe = self._observe
-        now = time.time()
-        processed = self.processed
-        try:
-            # The key is the agent id (the decoder checks it): agents seen for the first
-            # time are looked up in the store together, not one query each.
-            new = self.registry.prefetch({r.key.decode("utf-8", "replace") for r in records
-                                          if r.key is not None})
-            self.checkpoints.prefetch_drift(new)
-            for record in records:
-                slot.record = record
-                slot.transition = None
-                stamp = record.timestamp
-                if stamp is None:
-                    stamp = now
-                source = record.source
-                stamps[source] = stamp
-                newest[record.partition] = stamp
-                try:
-                    got = read(record)
-                    if got is not None:
-                        watch, transitions = got
-                        if len(transitions) == 1:
-                            # The monitor checks the vocabulary before it changes anything,
-                            # so a single transition needs no separate pass (Intake checks
-                            # a trace's steps first).
-                            try:
-                                observe(watch, transitions[0])
-                            except ModelError as e:
-                                self.intake.dead_letter(record, str(e), "vocabulary")
-                        else:
-                            for t in transitions:
-                                observe(watch, t)
-                except INFRASTRUCTURE_ERRORS:
-                    raise  # the store is down: stop without committing past this record
-                except Exception as e:
-                    # A message that trips a bug must not crash-loop the daemon on every
-                    # restart: it goes to the dead letters like any other unusable input.
-                    log.exception("record handling failed")
-                    self.intake.dead_letter(
-                        record, f"internal error: {error_text(e)}", "internal")
-                processed += 1
-                seen[source] = seen.get(source, 0) + 1
-                # Only a handled record moves the position; a failure above leaves it
-                # unread.
-                handled(record.partition, record.offset)
-        finally:
-            slot.record = slot.transition = None
-            self.processed = processed
-            self.registry.end_prefetch()
-            self.checkpoints.end_prefetch()
-            for source, stamp in stamps.items():
-                self.metrics.last_record.child(source).set(stamp)
-            for source, n in seen.items():
-                self.metrics.records.child(source).inc(n)
-            self._flush_tally()
-            restores = self.checkpoints.restores - self._restores
-            if restores:
-                self.metrics.restores.inc(restores)
-                self._restores += restores
+        """:meth:`handle` each record in order (:class:`~capwatch.daemon.batch.Batches`)."""
+        self.batches.handle(records)
         self.alert_promptly()
         if len(self.registry) > self.config.limits.max_agents_in_memory:
             self.evict()
-
-    def _flush_tally(self) -> None:
-        """Add the batch's transition and drift-test counts to their counters."""
-        tally = self._tally
-        transitions, tests = self.metrics.transitions, self.metrics.drift_tests
-        for (family, name, verdict, tested), n in tally.items():
-            transitions.child(family, name, _LABEL[verdict]).inc(n)
-            if tested:
-                tests.child(family, name, "sequential").inc(n)
-        tally.clear()
 
     def evict(self) -> int:
         """Evict idle agents to the store down to 90% of ``limits.max_agents_in_memory``
@@ -478,27 +390,6 @@ class Pipeline:
             self.metrics.evictions.inc(n)
             log.info("agents idle for limits.evict_idle_after_s evicted", evicted=n,
                      idle_s=age, held=len(self.registry))
-
-    def _observe(self, watch: AgentWatch, t: AgentTransition) -> None:
-        finding = watch.observe(t)
-        name = t.action[0]
-        tally = self._tally
-        key = (watch.family, name, finding.verdict, finding.tested)
-        tally[key] = tally.get(key, 0) + 1
-        if finding.alarm is not None:
-            self.metrics.drift_alarms.labels(watch.family, name).inc()
-            log.info("drift alarm", summary=finding.alarm.evidence.summary())
-        elif finding.verdict is Verdict.INCONSISTENT:
-            self.metrics.inconsistencies.labels(watch.family, name).inc()
-            if watch.awaiting is None:
-                log.info("inconsistent transition", action=list(t.action),
-                         model=watch.version.ref.version)
-                evidence = watch.evidence
-                if evidence and evidence[-1].transition is t \
-                        and watch.first_buffered_offset() == t.offset:
-                    self.enqueue.opened(watch)  # a new buffer: alert at once
-        if finding.ripe:
-            self._queue_or_keep(watch)
 
     # ------------------------------------------------------------------ queueing
 
@@ -584,7 +475,7 @@ class Pipeline:
         for p, lag in self.source.lag().items():
             self.metrics.lag.labels(str(p)).set(lag)
             # Records wait behind the newest handled one: its age is how late we are.
-            stamp = self._newest_stamp.get(p)
+            stamp = self.batches.newest_stamp.get(p)
             self.metrics.lag_seconds.labels(str(p)).set(
                 max(0.0, now - stamp) if lag > 0 and stamp is not None else 0.0)
 

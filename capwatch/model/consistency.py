@@ -34,17 +34,25 @@ class Verdict(enum.IntEnum):
     INCONSISTENT = 2
 
 
+_APPLIED = Verdict.APPLIED
+_NOT_APPLICABLE = (Verdict.NOT_APPLICABLE, 0)
+_INCONSISTENT = (Verdict.INCONSISTENT, 0)
+"""Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11,
+more than the bit operations of a check."""
+
+
 def check(op: GroundOperator, state: StateMask, next_state: StateMask) -> tuple[Verdict, int]:
     """The hot path: verdict and a bitmask of the outcomes that explain the transition."""
-    if (state & op.pre_pos) != op.pre_pos or state & op.pre_neg or not op.admitted:
-        return (Verdict.NOT_APPLICABLE, 0) if next_state == state else (Verdict.INCONSISTENT, 0)
+    pre = op.pre_pos
+    if (state & pre) != pre or state & op.pre_neg or not op.admitted:
+        return _NOT_APPLICABLE if next_state == state else _INCONSISTENT
     matched = 0
     bit = 1
     for keep, add in op.effects:
         if (state & keep) | add == next_state:
             matched |= bit
         bit <<= 1
-    return (Verdict.APPLIED, matched) if matched else (Verdict.INCONSISTENT, 0)
+    return (_APPLIED, matched) if matched else _INCONSISTENT
 
 
 @dataclass(frozen=True, slots=True)

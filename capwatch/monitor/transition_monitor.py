@@ -37,6 +37,9 @@ from capwatch.monitor.attribution import Attribution, attribution_from_mask
 
 AtomLists = Sequence[Sequence[str]]
 _new_tuple: Any = tuple.__new__
+# Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11.
+_APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
+_APPLIED_AT = int(_APPLIED)  # its index in a counts list, as a plain int
 
 
 class Observation(NamedTuple):
@@ -284,7 +287,26 @@ class TransitionMonitor:
             if self._ops.get(action) is not op:
                 op = self._operator(action)  # the agent moved to an index of its own
         self._last_lists, self._last_mask = next_state, s2
-        return self._record(op, action, s, s2, check(op, s, s2), position)
+        result = check(op, s, s2)
+        verdict = result[0]
+        if verdict is not _APPLIED:
+            return self._record(op, action, s, s2, result, position)
+        # An execution, most transitions: _record's bookkeeping inline (a call and its
+        # argument tuple cost a tenth of the whole check on this path).
+        name = op.action.name
+        self.transitions += 1
+        counts = self._counts.get(name)
+        if counts is None:
+            counts = self._counts[name] = [0, 0, 0]
+        counts[_APPLIED_AT] += 1
+        buf = self.executed.get(name)
+        if buf is None:
+            buf = self.executed[name] = []
+        buf.append(_new_tuple(ExecutedTransition, (position, s, action, s2)))
+        if len(buf) > self.limits.executed_per_action:
+            del buf[0]
+        obs: Observation = _new_tuple(Observation, (verdict, action, result[1], position, s, op))
+        return obs
 
     def _operator(self, action: GroundAction) -> GroundOperator:
         """Ground ``action`` (raises ModelError); on a full shared index, in an index of
@@ -330,9 +352,9 @@ class TransitionMonitor:
         if counts is None:
             counts = self._counts[name] = [0, 0, 0]
         counts[verdict] += 1
-        if verdict is Verdict.APPLIED:
+        if verdict is _APPLIED:
             self._keep_executed(name, position, s, action, s2)
-        elif verdict is Verdict.INCONSISTENT:
+        elif verdict is _INCONSISTENT:
             fs, fs2 = self.index.decode(s), self.index.decode(s2)
             kept = self._inconsistencies
             if kept is None:
@@ -350,7 +372,7 @@ class TransitionMonitor:
         the outcome-frequency tables; None when there is nothing to count (a deterministic
         action, or a verdict other than APPLIED)."""
         op = obs.operator
-        if obs.verdict is not Verdict.APPLIED or len(op.effects) < 2:
+        if obs.verdict is not _APPLIED or len(op.effects) < 2:
             return None  # one outcome: nothing to count
         attribution = attribution_from_mask(op, obs.state, obs.outcomes)
         return None if attribution is None else (op.action, attribution)
