@@ -34,6 +34,7 @@ from capwatch.adapters.io.kafka_common import (
     fetch_bytes,
     heartbeat_ms,
 )
+from capwatch.adapters.io.kafka_join import await_group_metadata, finish_join, join_unfinished
 from capwatch.contracts.ports import Rebalance, Record
 
 log = structlog.get_logger("capwatch.kafka")
@@ -159,6 +160,9 @@ class KafkaSource:
             metadata_max_age_ms=_METADATA_MAX_AGE_MS,
             **(security or {}),
         )
+        self._join_wait_s = session_timeout_ms / 1000
+        """How long one poll keeps driving an unfinished join round (kafka_join): members
+        rejoin at their next heartbeat, a third of this."""
         self._consumer: KafkaConsumer | None = None
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
@@ -168,6 +172,9 @@ class KafkaSource:
         self._await_topic(self._consumer)
         self._consumer.subscribe([self.topic], listener=_Listener(on_assign, on_revoke,
                                                                   self.topic, self._consumer))
+        if not await_group_metadata(self._consumer, self.topic, _TOPIC_WAIT_S):
+            log.warning("joining the consumer group before the group's metadata lists the "
+                        "topic's partitions", topic=self.topic, waited_s=_TOPIC_WAIT_S)
 
     def _await_topic(self, consumer: KafkaConsumer) -> None:
         """Join the group only once this member's metadata lists the topic's partitions
@@ -184,6 +191,10 @@ class KafkaSource:
     def poll(self, timeout_s: float) -> list[Record]:
         assert self._consumer is not None, "start() first"
         batch = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
+        if join_unfinished(self._consumer):
+            # A group round outlasted the poll: see kafka_join for why it must not be
+            # left to finish unattended.
+            finish_join(self._consumer, self._join_wait_s)
         records = []
         for tp, messages in batch.items():
             for m in messages:
