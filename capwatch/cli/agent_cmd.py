@@ -41,6 +41,8 @@ def register(sub: Any) -> None:
                        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the agent)")
     serve.add_argument("--port", type=int, default=8085, help="port (0 picks a free one)")
     serve.add_argument("--seed", type=int, help="seed of the outcome RNG (reproducible answers)")
+    serve.add_argument("--agent-id", help="this agent's id: queries capwatch means for another "
+                                          "agent (Capwatch-Agent-Id header) get 421")
     serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     serve.add_argument("--no-drift", action="store_true",
                        help="disable POST /capwatch/v1/drift")
@@ -92,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
     agent = SimulatedAgent(domain, seed=args.seed, problem=problem)
     try:
         server = AgentServer(agent, args.host, args.port, max_body_bytes=args.max_body_bytes,
-                             allow_drift=not args.no_drift)
+                             allow_drift=not args.no_drift, agent_id=args.agent_id)
     except OSError as e:
         raise fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
     stop = threading.Event()

@@ -36,11 +36,13 @@ from pydantic import ValidationError
 
 from capwatch.client.vocabulary import Vocabulary, VocabularyError
 from capwatch.contracts.agent_protocol import (
+    AGENT_ID_HEADER,
     HEALTH_PATH,
     PROTOCOL_VERSION,
     QUERY_PATH,
     InvalidQuery,
     QueryRequest,
+    misdirected,
 )
 from capwatch.contracts.bounded_http import PooledHTTPServer
 from capwatch.contracts.http_body import BodyRefused, discard_body, read_json_body
@@ -195,6 +197,10 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "POST":
                 raise self._not_allowed("POST", method, path)
             self._authenticate()
+            wrong = misdirected(owner.agent_id, self.headers.get(AGENT_ID_HEADER))
+            if wrong is not None:
+                self._discard_body()
+                raise _HttpError(HTTPStatus.MISDIRECTED_REQUEST, "wrong_agent", wrong)
             self._send(HTTPStatus.OK, self._query())
         except _HttpError as e:
             owner._count(e.code)
@@ -287,7 +293,9 @@ class QueryServer:
     ``executor`` is one :class:`Executor`, whose queries are then serialised (it holds one
     state), or a zero-argument factory (such as the executor's class) returning a fresh
     executor, one per worker thread,
-    so that up to ``workers`` queries run at once. ``token`` is required: pass
+    so that up to ``workers`` queries run at once. ``agent_id``: the id this agent sends
+    its transitions under; queries capwatch means for another agent are refused (421).
+    ``token`` is required: pass
     ``token=None`` explicitly only for a server on a private interface in a test.
     ``port=0`` picks a free port (:attr:`url`).
     """
@@ -296,12 +304,14 @@ class QueryServer:
                  vocabulary: Vocabulary | None = None, host: str = "127.0.0.1",
                  port: int = 0, workers: int = 4, backlog: int = 16,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_samples: int = 1000,
-                 request_timeout_s: float = 30.0) -> None:
+                 request_timeout_s: float = 30.0, agent_id: str | None = None) -> None:
         if token is not None and not token:
             raise ValueError("token must be non-empty (or None to disable authentication)")
         if workers < 1 or backlog < 0:
             raise ValueError("need workers >= 1 and backlog >= 0")
         self.token = token
+        self.agent_id = agent_id
+        """This agent's id: a query naming another (AGENT_ID_HEADER) gets 421."""
         self.vocabulary = vocabulary
         self.workers = workers
         self.backlog = backlog

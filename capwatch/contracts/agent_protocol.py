@@ -32,6 +32,22 @@ DRIFT_PATH = f"{BASE_PATH}/drift"
 EPISODE_PATH = f"{BASE_PATH}/episode"
 HEALTH_PATH = "/healthz"
 
+AGENT_ID_HEADER = "Capwatch-Agent-Id"
+"""Request header naming the agent capwatch means to ask. Two agent ids that differ only
+in case reach one host through a host-name URL template (DNS ignores case), so an agent
+that knows its own id refuses a query meant for another (:func:`misdirected`) rather than
+let its answers become the other agent's model."""
+
+
+def misdirected(own_id: str | None, header: str | None) -> str | None:
+    """Why a query whose :data:`AGENT_ID_HEADER` is ``header`` is not for the agent
+    ``own_id``; None when it is (or either side does not say: older peers)."""
+    if own_id is None or header is None or header == own_id:
+        return None
+    return (f"this is agent {own_id!r}, not {header!r} (agent ids are compared exactly; "
+            f"ids that differ only in case need agents.urls, not a host-name template)")
+
+
 # Limits a reference agent enforces; they bound the work one request can cause.
 MAX_SAMPLES = 1000
 MAX_PLAN_LENGTH = 10_000
@@ -256,11 +272,19 @@ def openapi_document() -> dict[str, Any]:
                         "first step whose precondition fails. Report the number of steps "
                         "executed and the state after them, once per sample."
                     ),
+                    "parameters": [{
+                        "name": AGENT_ID_HEADER, "in": "header", "required": False,
+                        "schema": {"type": "string"},
+                        "description": (
+                            "The agent capwatch means to ask. An agent that knows its "
+                            "own id answers 421 wrong_agent when it differs."),
+                    }],
                     "requestBody": {"required": True, "content": _json("QueryRequest")},
                     "responses": {
                         "200": {"description": "One result per sample.",
                                 "content": _json("QueryResponse")},
                         **client_errors,
+                        "421": _error("The query names another agent (wrong_agent)."),
                         "500": _error("The agent failed while executing the plan."),
                     },
                 }

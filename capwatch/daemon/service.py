@@ -79,7 +79,8 @@ class HttpDirectory:
                 # body beyond it is refused while it is read.
                 client = HttpAgentClient(url, timeout=self.timeout_s, retries=2, backoff=0.2,
                                          max_response_bytes=8 * 1024 * 1024,
-                                         headers=self.headers, ssl_context=self.ssl_context)
+                                         headers=self.headers, ssl_context=self.ssl_context,
+                                         agent_id=agent_id)
                 self._clients[agent_id] = client
             return client
 

@@ -445,3 +445,14 @@ def test_a_redirect_is_not_followed() -> None:
             with pytest.raises(AgentProtocolError, match="HTTP 307"):
                 client.query(frozenset(), [("toss",)])
     assert asked == []
+
+
+def test_the_reference_agent_refuses_a_query_meant_for_another_agent(
+        gripper_domain: Domain) -> None:
+    init = read_problem(GRIPPER / "problem.pddl").init
+    with AgentServer(SimulatedAgent(gripper_domain), agent_id="robot-1") as s:
+        assert HttpAgentClient(s.url, agent_id="robot-1").query(init, [])[0].executed == 0
+        with pytest.raises(AgentRejectedQuery) as info:
+            HttpAgentClient(s.url, agent_id="Robot-1", retries=0).query(init, [])
+        assert (info.value.status, info.value.code) == (421, "wrong_agent")
+        assert HttpAgentClient(s.url).health().queries == 1  # health asks no identity

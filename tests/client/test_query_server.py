@@ -204,3 +204,25 @@ def test_a_client_trickling_its_request_is_cut_at_the_deadline(corridor: Corrido
             stop.set()
             t.join(5)
             slow.close()
+
+
+def test_a_query_meant_for_another_agent_is_refused(corridor: Corridor) -> None:
+    """Agent ids that differ only in case ("Rover-1", "rover-1") are two agents, but a
+    host-name URL template sends both to one host (DNS ignores case): the agent that
+    knows its id refuses the other's queries, so its answers never become the other's
+    model."""
+    from capwatch.daemon.service import HttpDirectory
+
+    with QueryServer(corridor, token=TOKEN, vocabulary=VOCAB, agent_id="rover-1") as s:
+        # Both ids reach this one server, as a host-name template would send them.
+        directory = HttpDirectory("http://{agent_id}:8080", {"rover-1": s.url,
+                                                            "Rover-1": s.url}, 5.0,
+                                  headers={"Authorization": f"Bearer {TOKEN}"})
+        assert directory.agent("rover-1", "f").query(START, PLAN)[0].executed == 2
+        with pytest.raises(AgentRejectedQuery) as info:
+            directory.agent("Rover-1", "f").query(START, PLAN)
+        assert (info.value.status, info.value.code) == (421, "wrong_agent")
+        assert "'rover-1', not 'Rover-1'" in str(info.value)
+        # A client that does not say whom it means (an older capwatch) is answered.
+        assert _client(s).query(START, PLAN)[0].executed == 2
+        assert s.queries == 2 and corridor.resets == 2

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from capwatch.assess.agent import AgentUnavailable, QueryResult, State
 from capwatch.contracts.agent_protocol import (
+    AGENT_ID_HEADER,
     DRIFT_PATH,
     HEALTH_PATH,
     QUERY_PATH,
@@ -77,6 +78,7 @@ class HttpAgentClient:
                  *, max_backoff: float = 10.0, max_response_bytes: int = 64 * 1024 * 1024,
                  headers: dict[str, str] | None = None,
                  ssl_context: ssl.SSLContext | None = None,
+                 agent_id: str | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None) -> None:
         parts = urlsplit(url)
@@ -95,6 +97,9 @@ class HttpAgentClient:
         self.max_backoff = max_backoff
         self.max_response_bytes = max_response_bytes
         self._headers = dict(headers or {})
+        if agent_id is not None:
+            # The agent can then refuse a query meant for another (AGENT_ID_HEADER).
+            self._headers[AGENT_ID_HEADER] = agent_id
         self._ssl_context = ssl_context
         """https:// only: whom to trust and our client certificate (mutual TLS)."""
         self._sleep = sleep

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.agent_protocol import (
+    AGENT_ID_HEADER,
     DEFAULT_MAX_BODY_BYTES,
     DRIFT_PATH,
     EPISODE_PATH,
@@ -37,6 +38,7 @@ from capwatch.contracts.agent_protocol import (
     InvalidQuery,
     QueryRequest,
     QueryResponse,
+    misdirected,
 )
 from capwatch.contracts.bounded_http import PooledHTTPServer
 from capwatch.contracts.http_body import BodyRefused, discard_body, read_json_body
@@ -88,8 +90,10 @@ class _Server(PooledHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], agent: AgentQuery, *, max_body_bytes: int,
-                 allow_drift: bool, request_timeout: float) -> None:
+                 allow_drift: bool, request_timeout: float,
+                 agent_id: str | None = None) -> None:
         self.agent = agent
+        self.agent_id = agent_id
         self.max_body_bytes = max_body_bytes
         self.allow_drift = allow_drift
         self.request_timeout = request_timeout
@@ -141,6 +145,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._allow = allowed
                 raise _HttpError(HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed",
                                  f"{path} accepts {allowed}, not {method}")
+            wrong = misdirected(self.server.agent_id, self.headers.get(AGENT_ID_HEADER))
+            if path == QUERY_PATH and wrong is not None:
+                self._discard_body()
+                raise _HttpError(HTTPStatus.MISDIRECTED_REQUEST, "wrong_agent", wrong)
             self._send(HTTPStatus.OK, handler())
         except _HttpError as e:
             self._send(e.status, ErrorResponse(error=ErrorDetail(
@@ -238,11 +246,13 @@ class AgentServer:
 
     def __init__(self, agent: AgentQuery, host: str = "127.0.0.1", port: int = 0, *,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, allow_drift: bool = True,
-                 request_timeout: float = 30.0, poll_interval: float = 0.1) -> None:
+                 request_timeout: float = 30.0, poll_interval: float = 0.1,
+                 agent_id: str | None = None) -> None:
         # poll_interval bounds how long shutdown() waits for the serving loop to notice.
         self._poll_interval = poll_interval
         self._server = _Server((host, port), agent, max_body_bytes=max_body_bytes,
-                               allow_drift=allow_drift, request_timeout=request_timeout)
+                               allow_drift=allow_drift, request_timeout=request_timeout,
+                               agent_id=agent_id)
         self._thread: threading.Thread | None = None
 
     @property
