@@ -362,3 +362,22 @@ def test_a_group_with_a_member_not_ended_stays_open(store: ModelStore) -> None:
         outbox.run_once(at(t))
     assert [(a.agent_id, a.ends_at is not None) for a in am.sent] == [(None, False),
                                                                       ("r1", True)]
+
+
+def test_a_clock_set_back_does_not_hold_alerts_back_until_it_catches_up() -> None:
+    """Alerts stamped an hour ahead of the router's clock (the clock was set back, or the
+    replica that wrote them runs ahead) used to wait until the clock reached their stamp,
+    even with a group wait of 0: they have waited for an unknown time and go out now."""
+    ahead = at(3600)
+    policy = AlertPolicy(group_wait=timedelta(seconds=30),
+                         group_wait_by_type={AlertType.UNEXPLAINED_INCONSISTENCY:
+                                             timedelta(0)})
+    prompt = outbox_record(inconsistency_alert(family="rover-v3", agent_id="r1",
+                                               action="sample_rock", time=ahead,
+                                               contradicted=[]), "q")
+    grouped = outbox_record(reduced("r2", ahead), "v")
+    plan = plan_routing([prompt, grouped], {}, policy, at(0), ["am"])
+    assert sorted(d.members for d in plan.deliveries) == [("q",), ("v",)]
+    # Stamped in the past as usual, the group still waits.
+    assert plan_routing([outbox_record(reduced("r3", at(0)), "w")], {}, policy, at(29),
+                        ["am"]).deliveries == ()
