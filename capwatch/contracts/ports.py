@@ -8,7 +8,7 @@ capwatch.contracts.store.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -48,6 +48,18 @@ class DeliveryError(RuntimeError):
 Rebalance = Callable[[set[int]], None]
 
 
+class GroupView(NamedTuple):
+    """What the cluster says of a consumer group (DescribeGroups), for telling a replica
+    that stands by (more members than partitions) from one that was left out."""
+
+    state: str
+    """The broker's word: Stable, PreparingRebalance, CompletingRebalance, Empty, Dead."""
+    members: frozenset[str]
+    """Member ids."""
+    partitions: int | None
+    """The topic's partitions, if known."""
+
+
 class Source(Protocol):
     """A partitioned, replayable stream of records (Kafka, a JSONL file, a simulated fleet).
 
@@ -77,6 +89,9 @@ class Source(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # A source that is a consumer-group member (Kafka) also has
+    # ``member_id() -> str | None``: its id in the group, None while it has none.
 
 
 class Publisher(Protocol):

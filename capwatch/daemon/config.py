@@ -249,6 +249,21 @@ class SchedulerConfig(Section):
     results_poll_s: float = Field(default=2.0, gt=0)
 
 
+class HealthConfig(Section):
+    """When the probes say something is wrong with the daemon itself (docs/daemon.md,
+    Health and readiness)."""
+
+    unassigned_after_s: float = Field(default=60.0, gt=0)
+    """``/readyz`` answers 503 once a Kafka replica has held no partition for this long,
+    unless it is a member of a stable group with more members than partitions (standing
+    by: 200, with a note). Longer than a rebalance takes: the members rejoin within a
+    session timeout."""
+    stall_after_s: float = Field(default=120.0, gt=0)
+    """``/livez`` answers 503 once the main loop has not begun a turn for this long. A turn
+    includes an outage's retry wait (up to 30 s) and a rebalance (up to
+    ``kafka.session_timeout_ms`` in one poll), so keep it well above both."""
+
+
 class AlertmanagerConfig(Section):
     url: str
     """Alertmanager's base URL, e.g. ``http://alertmanager:9093``."""
@@ -394,6 +409,7 @@ class DaemonConfig(BaseSettings):
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
     assessment: AssessmentConfig = Field(default_factory=AssessmentConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)

@@ -1,4 +1,4 @@
-"""HTTP: /metrics, /healthz, /readyz and a small read API over the models store.
+"""HTTP: /metrics, /healthz, /livez, /readyz and a small read API over the models store.
 
 Standard library only (http.server): a handful of operator requests per minute and a
 Prometheus scrape do not justify a web framework. Handlers never touch the pipeline's
@@ -6,7 +6,9 @@ registry; they read the store (thread-safe) and a few counters.
 
 The server starts before the daemon connects to anything (:meth:`ApiServer.attach` hands
 it the store later), so /healthz answers from the first second and /readyz says what the
-daemon is waiting for.
+daemon is waiting for. /livez is /healthz that also answers 503 once the daemon's main
+loop has stalled (daemon.health): the liveness probe's path, where a restart is the cure;
+/readyz is the readiness probe's (a dependency down, no partitions: wait, do not restart).
 
 Read API (JSON unless noted)::
 
@@ -25,7 +27,7 @@ from), ``to`` to the agent's current version.
 Errors have the agent query protocol's form,
 ``{"error": {"code": ..., "message": ..., "details": []}}``. With a token configured,
 every write (any method but GET/HEAD) needs ``Authorization: Bearer <token>``, and so do
-reads of /api/ with ``read_auth``; /healthz, /readyz and /metrics stay open.
+reads of /api/ with ``read_auth``; /healthz, /livez, /readyz and /metrics stay open.
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ class ApiServer:
         self.starting = starting
         self.problems: Callable[[], list[str]] = lambda: []
         """Why the daemon is not ready (a dependency that fails), when it knows."""
+        self.notes: Callable[[], list[str]] = lambda: []
+        """What /readyz adds to a 200 (a replica standing by)."""
+        self.stalled: Callable[[], list[str]] = lambda: []
+        """Why the daemon should be restarted (/livez)."""
         self._token = token.encode() if token else None
         self._read_auth = read_auth
         self.console: Console | None = None
@@ -169,12 +175,18 @@ class ApiServer:
 
     def attach(self, store: ModelRegistry, ready: Callable[[], bool],
                families_of: Callable[[str], str | None],
-               problems: Callable[[], list[str]] | None = None) -> None:
+               problems: Callable[[], list[str]] | None = None,
+               notes: Callable[[], list[str]] | None = None,
+               stalled: Callable[[], list[str]] | None = None) -> None:
         """The daemon is built: serve its store and readiness from now on."""
         self.families_of = families_of
         self.ready = ready
         if problems is not None:
             self.problems = problems
+        if notes is not None:
+            self.notes = notes
+        if stalled is not None:
+            self.stalled = stalled
         self.store = store
 
     def close(self) -> None:
@@ -254,6 +266,11 @@ class ApiServer:
             if parts == ["healthz"]:
                 self._json(h, HTTPStatus.OK, {"status": "ok"})
                 return
+            if parts == ["livez"]:
+                stalled = self.stalled()
+                self._json(h, HTTPStatus.SERVICE_UNAVAILABLE if stalled else HTTPStatus.OK,
+                           {"status": "stalled" if stalled else "ok", "problems": stalled})
+                return
             if parts == ["readyz"]:
                 self._readyz(h)
                 return
@@ -311,7 +328,11 @@ class ApiServer:
             except Exception as e:
                 problems.append(f"store unreachable: {type(e).__name__}")
         status = HTTPStatus.OK if not problems else HTTPStatus.SERVICE_UNAVAILABLE
-        self._json(h, status, {"ready": not problems, "problems": problems})
+        body: dict[str, Any] = {"ready": not problems, "problems": problems}
+        notes = self.notes() if self.store is not None else []
+        if notes:
+            body["notes"] = notes
+        self._json(h, status, body)
 
     def _send(self, h: BaseHTTPRequestHandler, status: HTTPStatus, body: bytes,
               content_type: str, headers: dict[str, str] | None = None) -> None:

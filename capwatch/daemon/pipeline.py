@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from capwatch.alerts.sinks import AlertSink
-from capwatch.contracts.ports import AgentDirectory, Publisher, Record, Source
+from capwatch.contracts.ports import AgentDirectory, GroupView, Publisher, Record, Source
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.versions import ModelRef
 from capwatch.contracts.wire import DecodeLimits
@@ -50,6 +50,7 @@ from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.enqueue import EvidenceQueue
+from capwatch.daemon.health import Health
 from capwatch.daemon.infra import (
     INFRASTRUCTURE_ERRORS,
     Clock,
@@ -88,12 +89,20 @@ class Pipeline:
                  families: dict[str, Domain] | None = None,
                  metrics: DaemonMetrics | None = None, clock: Clock = utc_now,
                  alert_sinks: list[AlertSink] | None = None,
-                 checks: Sequence[Callable[[], str | None]] = ()) -> None:
+                 checks: Sequence[Callable[[], str | None]] = (),
+                 group_view: Callable[[], GroupView | None] | None = None) -> None:
         self.config = config
         self.checks = list(checks)
         """Watchers of dependencies that can fail without any call raising (a frozen
         broker answers nothing, and a consumer that only polls never notices): each says
         what fails, or None; /readyz reports them."""
+        self._member_id: Callable[[], str | None] | None = getattr(source, "member_id", None)
+        self.health = Health(
+            stall_after_s=config.health.stall_after_s,
+            unassigned_after_s=config.health.unassigned_after_s,
+            group=config.kafka.group_id if self._member_id is not None else None,
+            group_view=group_view)
+        """A stalled main loop (/livez) and a replica left without partitions (/readyz)."""
         self.store = store
         self.source = source
         self.publisher = publisher
@@ -172,8 +181,7 @@ class Pipeline:
 
     @property
     def ready(self) -> bool:
-        return self._consuming and not self._stop.is_set() and self._outage is None \
-            and not self._failing_checks()
+        return not self.problems()
 
     def problems(self) -> list[str]:
         """Why the daemon is not ready, for /readyz."""
@@ -183,7 +191,20 @@ class Pipeline:
         if self._outage is not None:
             out.append(self._outage)
         out.extend(p for p in self._failing_checks() if p != self._outage)
+        unassigned, _ = self.health.partitions()
+        if unassigned is not None:
+            out.append(unassigned)
         return out
+
+    def notes(self) -> list[str]:
+        """What /readyz says beside a 200: a replica standing by."""
+        _, note = self.health.partitions()
+        return [note] if note is not None else []
+
+    def stalled(self) -> list[str]:
+        """Why the daemon should be restarted, for /livez."""
+        stalled = self.health.stalled()
+        return [stalled] if stalled is not None else []
 
     def _failing_checks(self) -> list[str]:
         return [p for p in (check() for check in self.checks) if p is not None]
@@ -244,8 +265,11 @@ class Pipeline:
             self.workers.start()
             self.alerts.start()
             self._consuming = True
+            self.health.running(True)
             log.info("daemon started", replica=self.config.replica_id, source=self.source.name)
             while not self._stop.is_set():
+                self.health.turn(self._member_id() if self._member_id is not None
+                                 and not self.assigned else None)
                 try:
                     records = self._step()
                     if exit_when_idle and not records and self.source.exhausted() \
@@ -260,6 +284,7 @@ class Pipeline:
                     self._outage_wait = 0.0
         finally:
             self._consuming = False
+            self.health.running(False)
             self._shutdown()
         return 0
 
@@ -338,6 +363,7 @@ class Pipeline:
         """Rebalance callback: ``partitions`` are this replica's now."""
         log.info("partitions assigned", partitions=sorted(partitions))
         self.assigned |= partitions
+        self.health.holding(self.assigned)
         try:
             self.checkpoints.load_drift_state(partitions)
         except INFRASTRUCTURE_ERRORS:
@@ -350,6 +376,7 @@ class Pipeline:
         """Rebalance callback: flush what the partitions' agents hold and give them up."""
         log.info("partitions revoked", partitions=sorted(partitions))
         self.assigned -= partitions
+        self.health.holding(self.assigned)
         self.checkpoint(partitions)
         watches = self.registry.in_partitions(partitions)
         for w in watches:

@@ -20,7 +20,7 @@ from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.agent_protocol import agent_url
-from capwatch.contracts.ports import AgentDirectory, Publisher, Source
+from capwatch.contracts.ports import AgentDirectory, GroupView, Publisher, Source
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 from capwatch.daemon.assessor import Assessor, EngineAssessor
@@ -472,19 +472,29 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
         liveness = BrokerLiveness(k.bootstrap_servers, topic,
                                   timeout_s=k.session_timeout_ms / 1000,
                                   security=k.client_options(),
-                                  client_id=f"{k.client_id}-liveness")
+                                  client_id=f"{k.client_id}-liveness",
+                                  group=k.group_id if config.source.kind == "kafka" else None)
+    group_view = None
+    if liveness is not None and liveness.group is not None:
+        probe = liveness
+
+        def group_view() -> GroupView | None:
+            # Older than a session, the group may have moved on: say it is not known.
+            return probe.group_view(max_age_s=probe.timeout_s)
+
     pipeline = Pipeline(config, store=store, source=source,
                         publisher=TeePublisher(publisher, recent), agents=agents,
                         assessor=assessor, families=domains, metrics=metrics,
                         alert_sinks=alert_sinks, clock=clock,
-                        checks=[liveness.problem] if liveness is not None else [])
+                        checks=[liveness.problem] if liveness is not None else [],
+                        group_view=group_view)
     if api is not None:
         def family_of(agent_id: str) -> str | None:
             state = pipeline.registry.get(agent_id)
             return state.family if state is not None else None
 
         api.attach(store, ready=lambda: pipeline.ready, families_of=family_of,
-                   problems=pipeline.problems)
+                   problems=pipeline.problems, notes=pipeline.notes, stalled=pipeline.stalled)
         api.ingest = ingest
         if config.console.enabled:
             from capwatch.console.web import Console

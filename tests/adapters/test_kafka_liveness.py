@@ -103,3 +103,34 @@ def test_readyz_seeing_the_silence_first_logs_it_once(
         live.check_once()
     assert [e["event"] for e in logs] == ["dependency failed; retrying",
                                           "dependency back; resuming"]
+
+
+def test_the_group_view_comes_with_a_successful_probe_and_its_failure_is_not_an_outage(
+) -> None:
+    clock = Clock()
+    topics = [{"name": "t", "partitions": [{"partition_index": 0}, {"partition_index": 1}]}]
+    answers: list[object] = [
+        {"g": {"group_state": "Stable", "members": [{"member_id": "m-1"},
+                                                   {"member_id": "m-2"}]}},
+    ]
+
+    def describe(group: str) -> object:
+        answer = answers.pop(0) if answers else None
+        if answer is None:
+            raise PermissionError("GroupAuthorizationFailedError")
+        return answer
+
+    live = BrokerLiveness("b:9092", "t", timeout_s=10, probe=lambda: topics, group="g",
+                          describe_group=describe, clock=clock)
+    assert live.group_view() is None
+    assert live.check_once()
+    view = live.group_view()
+    assert view is not None and view.state == "Stable" and view.partitions == 2
+    assert view.members == {"m-1", "m-2"}
+    clock.now += 11
+    with capture_logs() as logs:
+        assert live.check_once()  # the cluster answered: no outage, whatever the group
+    assert live.problem() is None
+    assert any("could not be described" in e["event"] for e in logs)
+    assert live.group_view(max_age_s=10) is None  # the last view is too old to go by
+    assert live.group_view() == view

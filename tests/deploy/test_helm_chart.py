@@ -206,6 +206,8 @@ def test_probes_pdb_network_policy_and_annotations() -> None:
     # The startup probe, not the liveness probe, bounds a slow start.
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 120
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # A stalled main loop fails /livez (not /healthz, which a slow start must pass).
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
     pdb = docs["PodDisruptionBudget"]
     assert pdb["spec"]["selector"] == docs["StatefulSet"]["spec"]["selector"]
     assert pdb["spec"]["maxUnavailable"] == 1

@@ -204,6 +204,12 @@ class KafkaSource:
                 records.append(Record(tp.topic, tp.partition, m.offset, m.key, value, stamp))
         return records
 
+    def member_id(self) -> str | None:
+        """This member's id in the group (None before it joined)."""
+        if self._consumer is None:
+            return None
+        return self._consumer.group_metadata().member_id or None
+
     def commit(self, offsets: Mapping[int, int]) -> None:
         if self._consumer is None or not offsets:
             return

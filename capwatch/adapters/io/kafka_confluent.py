@@ -204,6 +204,12 @@ class ConfluentKafkaSource:
             raise KafkaException(error)
         self._errors(error)
 
+    def member_id(self) -> str | None:
+        """This member's id in the group (None before it joined)."""
+        if self._consumer is None:
+            return None
+        return self._consumer.memberid() or None
+
     def commit(self, offsets: Mapping[int, int]) -> None:
         if self._consumer is None or not offsets:
             return

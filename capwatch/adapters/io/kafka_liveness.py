@@ -11,6 +11,13 @@ blocks the caller: :meth:`BrokerLiveness.problem` only reads what the thread saw
 
 It is independent of which client library consumes and produces: any backend's daemon
 can be watched by it.
+
+Given the daemon's consumer ``group``, each successful probe also asks the cluster how
+the group stands (DescribeGroups: its state and members) and how many partitions the topic
+has: :meth:`BrokerLiveness.group_view`, with which /readyz tells a replica standing by in a
+group with more members than partitions from one left without partitions. That second
+question failing (a missing Describe right on the group) is only logged: the cluster did
+answer.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from typing import Any
 
 import structlog
 
+from capwatch.contracts.ports import GroupView
+
 log = structlog.get_logger("capwatch.kafka")
 
 
@@ -34,7 +43,9 @@ class BrokerLiveness:
                  interval_s: float | None = None,
                  security: Mapping[str, Any] | None = None,
                  client_id: str = "capwatch-liveness",
+                 group: str | None = None,
                  probe: Callable[[], object] | None = None,
+                 describe_group: Callable[[str], object] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
@@ -43,6 +54,11 @@ class BrokerLiveness:
         self._security = dict(security or {})
         self._client_id = client_id
         self._probe = probe if probe is not None else self._describe_topic
+        self.group = group
+        self._describe_group = describe_group if describe_group is not None \
+            else self._describe_groups
+        self._group_view: tuple[float, GroupView] | None = None
+        self._group_error: str | None = None
         self._clock = clock
         self._admin: Any = None
         self._last_ok = clock()
@@ -79,7 +95,7 @@ class BrokerLiveness:
     def check_once(self) -> bool:
         """One probe; True if the cluster answered (the thread's step, callable from tests)."""
         try:
-            self._probe()
+            topics = self._probe()
         except Exception as e:
             self._last_error = f"{type(e).__name__}: {e}"[:300]
             # A client that met a dead broker may keep backing off its reconnects for
@@ -90,7 +106,34 @@ class BrokerLiveness:
         self._last_ok = self._clock()
         self._last_error = None
         self._report(None)
+        if self.group is not None:
+            self._look_at_group(self.group, _partitions(topics, self.topic))
         return True
+
+    def group_view(self, max_age_s: float | None = None) -> GroupView | None:
+        """How the group stood at the last probe that could say (None if none could, or
+        if that is older than ``max_age_s``)."""
+        seen = self._group_view
+        if seen is None:
+            return None
+        at, view = seen
+        if max_age_s is not None and self._clock() - at > max_age_s:
+            return None
+        return view
+
+    def _look_at_group(self, group: str, partitions: int | None) -> None:
+        try:
+            answer = self._describe_group(group)
+            view = _group(answer, group, partitions)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"[:300]
+            if error != self._group_error:
+                log.warning("the consumer group could not be described", group=group,
+                            error=error)
+            self._group_error = error
+            return
+        self._group_error = None
+        self._group_view = (self._clock(), view)
 
     def _report(self, problem: str | None) -> None:
         # /readyz (an HTTP thread) and the probe thread both see the change: log it once.
@@ -118,8 +161,34 @@ class BrokerLiveness:
                                            bootstrap_timeout_ms=ms, **self._security)
         return self._admin.describe_topics([self.topic])
 
+    def _describe_groups(self, group: str) -> object:
+        if self._admin is None:
+            self._describe_topic()
+        return self._admin.describe_groups([group])
+
     def _drop_admin(self) -> None:
         admin, self._admin = self._admin, None
         if admin is not None:
             with contextlib.suppress(Exception):
                 admin.close()
+
+
+def _partitions(described: object, topic: str) -> int | None:
+    """The topic's partition count from kafka-python's describe_topics answer."""
+    if not isinstance(described, list):
+        return None
+    for entry in described:
+        if isinstance(entry, dict) and entry.get("name") == topic \
+                and isinstance(entry.get("partitions"), list):
+            return len(entry["partitions"])
+    return None
+
+
+def _group(described: object, group: str, partitions: int | None) -> GroupView:
+    """kafka-python's describe_groups answer for ``group`` as a GroupView."""
+    if not isinstance(described, dict) or not isinstance(described.get(group), dict):
+        raise ValueError(f"no description of the group {group!r} in the answer")
+    entry = described[group]
+    members = frozenset(str(m["member_id"]) for m in entry.get("members") or []
+                        if isinstance(m, dict) and m.get("member_id"))
+    return GroupView(str(entry.get("group_state") or "Unknown"), members, partitions)
