@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capwatch.contracts import wire, wire_fast
+from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 
 LIMITS = DecodeLimits(max_message_bytes=4000, max_state_atoms=3, max_trace_steps=2)
@@ -151,6 +151,14 @@ DUPLICATED = [
     variant(TRACE)[:-1] + b', "executed": [false, true]}',
     variant(TRACE)[:-1] + b', "start_step": 0}',
     b'{"type": "transition", "type": "trace", ' + variant(TRACE)[1:],
+    # the keys are counted outside the states' texts: a state given twice, a key written
+    # inside the first of two states, another key with the state's bytes as its value
+    b'{"state": [["at", "r", "w2"]], ' + variant(TRANSITION)[1:],
+    b'{"state" : [["at", "r", "w1"]], ' + variant(TRANSITION)[1:],
+    b'{"next_state": [["at", "r", "w2"]], ' + variant(TRANSITION)[1:],
+    variant(TRANSITION)[:-1] + b', "state": [["at", "r", "w1"]]}',
+    variant(TRANSITION)[:-1] + b', "next_state": [["at", "r", "w2"]]}',
+    variant(TRANSITION, next_state=[["at", "r", "w1"]])[:-1] + b', "executed" : true}',
 ]
 
 
@@ -180,14 +188,22 @@ def test_a_full_atom_cache_is_cleared_without_losing_the_message_at_hand(
     """Valid events with ever-new objects fill the fast path's atom cache; the message that
     overflows it, holding atoms seen before and new ones, is still decoded (it was an
     "internal error: KeyError" dead letter, a valid record lost)."""
-    monkeypatch.setattr(wire_fast, "_MAX_VALID_ATOMS", 50)
-    monkeypatch.setattr(wire_fast, "_VALID_ATOMS", {})
+    monkeypatch.setattr(wire_atoms, "MAX_ATOMS", 50)
+    wire_atoms.forget()
     limits = DecodeLimits(max_state_atoms=100)
     for m in range(20):
         state = [["at", "r", "w1"], *(["at", f"o{m}-{i}", "w"] for i in range(12))]
         result = agree(variant(TRANSITION, state=state), limits=limits)
         assert not isinstance(result, DeadLetter), result
         assert len(result[0].state) == 13
+
+
+def test_a_state_key_inside_another_value_changes_nothing() -> None:
+    # The keys are counted outside the states' texts, found after the first "state" key:
+    # here that key is inside the time, with the state's very bytes as its value.
+    for extra in (b', "v" : 1}', b'}'):
+        raw = variant(TRANSITION, time={"state": [["at", "r", "w1"]]})[:-1] + extra
+        assert isinstance(agree(raw), DeadLetter), raw
 
 
 _STATES = [[["at", "r", "w1"]], [["at", "r", "w2"]], [["at", "r", "w1"], ["at", "r", "w2"]],
@@ -217,8 +233,8 @@ def test_the_memo_of_the_last_next_state_changes_nothing(
         assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
 
 
-def test_long_states_are_remembered_by_their_digest() -> None:
-    # States over the memo's text limit are kept as a digest: still recognised when
+def test_long_states_are_remembered_by_their_hash() -> None:
+    # States over the memo's text limit are kept as their length and hash: still recognised when
     # repeated, never confused with another state of the same length.
     wide = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
     one = [["at", "r", f"w{i}"] for i in range(60)]
@@ -226,7 +242,7 @@ def test_long_states_are_remembered_by_their_digest() -> None:
     memo: list[wire_fast.StateMemo | None] = [None]
     first = wire_fast.decode(variant(TRANSITION, state=other, next_state=one), wide,
                              memo=memo)
-    assert memo[0] is not None and len(memo[0][0]) == 17
+    assert memo[0] is not None and isinstance(memo[0][0], tuple)
     again = wire_fast.decode(variant(TRANSITION, state=one, next_state=other), wide,
                              memo=memo)
     assert not isinstance(first, DeadLetter) and not isinstance(again, DeadLetter)

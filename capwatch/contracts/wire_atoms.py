@@ -1,0 +1,129 @@
+"""The fast decoder's vocabulary: atoms seen valid on the wire, numbered and interned
+process-wide, and the JSON text of each atom as producers write it, so that an atom seen
+before costs one dict lookup on its text and is never parsed again.
+
+A state's JSON text ``[[...], [...]]`` is cut at every ``]``: each piece but the last then
+holds one atom's text with the separator before it (``, ["at", "r1", "w2"``; the first
+piece is given a ``,`` so that it looks like the others), the last piece only whitespace.
+A piece is remembered (:data:`PIECES`, piece → atom id) only after checking that, read
+alone, it is whitespace, a comma, whitespace and the JSON text of exactly the atom it
+stands for. A state text cut into remembered pieces is therefore valid JSON whose atoms
+are those pieces' atoms, as the full decoder reads them (a JSON value does not depend on
+its context). Anything else (a piece never seen, a name holding ``]``, other spacing)
+goes to the full decoder, which validates as before (:func:`learn`) and teaches the
+pieces it can (:func:`teach`).
+
+Bounded: past :data:`MAX_ATOMS` atoms everything is forgotten at once and
+:data:`generation` moves on (ids handed out before then mean nothing after); past
+:data:`MAX_PIECES` pieces the pieces alone are. An agent naming ever-new objects, or
+spacing its JSON ever differently, costs memory up to the bounds, never beyond.
+Owned by the main loop (not thread-safe), like the decoder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from capwatch.model.domain import GroundAtom
+
+MAX_ATOMS = 200_000
+MAX_PIECES = 400_000
+MAX_ATOM_LENGTH = 33
+"""A predicate or action name and up to 32 objects (``wire.Atom``)."""
+_NAME = re.compile(r"[^\s()\x00-\x1f]{1,256}\Z")
+"""wire.Name: 1-256 characters, no whitespace, parentheses or control characters."""
+_WS = b" \t\n\r"
+"""JSON's whitespace (``bytes.strip`` alone would also take \\v and \\f)."""
+_ATOM_TEXT = msgspec.json.Decoder(tuple[str, ...]).decode
+
+ID: dict[GroundAtom, int] = {}
+"""Atom → its id, for every atom seen valid since the last :func:`forget`."""
+ATOM: list[GroundAtom] = []
+"""Id → the atom (one tuple object per atom: every agent's states share them)."""
+PIECES: dict[bytes, int] = {}
+"""A piece of state text (see the module docstring) → the id of the atom it holds."""
+generation = 0
+"""Moves on at every :func:`forget`; ids are meaningful only within one generation."""
+
+
+class Invalid(Exception):
+    """An atom the wire schema refuses (its decoder says why)."""
+
+
+def forget() -> None:
+    global generation
+    ID.clear()
+    ATOM.clear()
+    PIECES.clear()
+    generation += 1
+
+
+def learn(atoms: Iterable[GroundAtom]) -> None:
+    """Number the atoms not known yet. Raises :class:`Invalid`, learning nothing, if one
+    of them is not a valid atom. Afterwards every one of ``atoms`` has an id (a full
+    vocabulary is forgotten first: the caller looks all of them up next, known or not)."""
+    every = list(atoms)
+    new = [a for a in every if a not in ID]
+    for atom in new:
+        if not 0 < len(atom) <= MAX_ATOM_LENGTH or not all(_NAME.match(n) for n in atom):
+            raise Invalid
+    if len(ID) + len(new) > MAX_ATOMS:
+        forget()
+        new = every
+    for atom in new:
+        if atom not in ID:  # an atom may come twice in one state
+            ID[atom] = len(ATOM)
+            ATOM.append(atom)
+
+
+def ids(text: bytes) -> list[int] | None:
+    """The ids of the atoms of a state's JSON text, in order and with repeats, when the
+    text is cut into remembered pieces only; None when it is not (the full decoder's
+    turn). ``text`` is valid JSON (the envelope's decoder checked it)."""
+    if text[:1] != b"[":
+        return None
+    pieces = text[1:-1].split(b"]")
+    if pieces.pop().strip(_WS):
+        return None
+    if pieces:
+        pieces[0] = b"," + pieces[0]
+    try:
+        return list(map(PIECES.__getitem__, pieces))
+    except KeyError:
+        return None
+
+
+def teach(text: bytes, atoms: Sequence[GroundAtom]) -> None:
+    """Remember the pieces of a state's text that the full decoder read as ``atoms``
+    (all of them learnt). Pieces that are not each exactly one atom's text are not."""
+    if text[:1] != b"[":
+        return
+    pieces = text[1:-1].split(b"]")
+    if len(pieces) != len(atoms) + 1 or pieces.pop().strip(_WS):
+        return
+    if len(PIECES) + len(pieces) > MAX_PIECES:
+        PIECES.clear()  # a bound on memory; the pieces are taught again by valid traffic
+    if pieces:
+        pieces[0] = b"," + pieces[0]
+    for piece, atom in zip(pieces, atoms, strict=True):
+        known = ID.get(atom)
+        if known is not None and piece not in PIECES and _atom_of(piece) == atom:
+            PIECES[piece] = known
+
+
+def _atom_of(piece: bytes) -> tuple[str, ...] | None:
+    """The atom a piece holds, read alone; None unless it is JSON whitespace, a comma,
+    JSON whitespace and one JSON array of strings (closed by the ``]`` cut off)."""
+    rest = piece.lstrip(_WS)
+    if rest[:1] != b",":
+        return None
+    rest = rest[1:].lstrip(_WS)
+    if rest[:1] != b"[":
+        return None
+    try:
+        return _ATOM_TEXT(rest + b"]")
+    except (msgspec.DecodeError, ValueError):
+        return None
