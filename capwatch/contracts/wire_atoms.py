@@ -30,7 +30,7 @@ import msgspec
 from capwatch.model.domain import GroundAtom
 
 MAX_ATOMS = 200_000
-MAX_PIECES = 400_000
+MAX_PIECES = 200_000
 MAX_ATOM_LENGTH = 33
 """A predicate or action name and up to 32 objects (``wire.Atom``)."""
 _NAME = re.compile(r"[^\s()\x00-\x1f]{1,256}\Z")

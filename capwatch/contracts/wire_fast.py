@@ -173,9 +173,11 @@ def _learn(atoms: Iterable[GroundAtom]) -> None:
 
 def _atoms(atoms: list[GroundAtom]) -> frozenset[GroundAtom]:
     # The vocabulary also interns: every agent's states hold the same atom objects.
-    _learn(atoms)
-    ids, of = wire_atoms.ID, wire_atoms.ATOM
-    return frozenset([of[ids[a]] for a in atoms])
+    try:
+        return frozenset(map(wire_atoms.ATOM.__getitem__, map(wire_atoms.ID.__getitem__, atoms)))
+    except KeyError:
+        _learn(atoms)
+        return frozenset(map(wire_atoms.ATOM.__getitem__, map(wire_atoms.ID.__getitem__, atoms)))
 
 
 def _action(atom: GroundAtom) -> GroundAtom:
@@ -287,7 +289,7 @@ _Read = tuple[int, frozenset[GroundAtom], frozenset[int], int]
 """A state read: its atoms as sent, its set, its atoms' ids and their generation."""
 
 
-def _state(text: msgspec.Raw, max_atoms: int) -> _Read:
+def _state(text: msgspec.Raw | bytes, max_atoms: int) -> _Read:
     raw = bytes(text)
     known = wire_atoms.ids(raw)
     if known is not None:
@@ -301,17 +303,17 @@ def _state(text: msgspec.Raw, max_atoms: int) -> _Read:
         raise _Refused  # before its atoms are learnt
     _learn(atoms)
     wire_atoms.teach(raw, atoms)
-    id_of, of = wire_atoms.ID, wire_atoms.ATOM
-    ids = frozenset([id_of[a] for a in atoms])
-    return len(atoms), frozenset(map(of.__getitem__, ids)), ids, wire_atoms.generation
+    ids = frozenset(map(wire_atoms.ID.__getitem__, atoms))
+    return len(atoms), frozenset(map(wire_atoms.ATOM.__getitem__, ids)), ids, \
+        wire_atoms.generation
 
 
-def _next_state(text: msgspec.Raw, max_atoms: int, state: frozenset[GroundAtom],
+def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
                 state_ids: frozenset[int] | None, state_generation: int) -> _Read:
     """:func:`_state`, from the state's set when the next state's atoms are all known:
     a step changes few atoms, and the set is then made from the state's by the
     difference of their ids (the atoms' tuples are not hashed again)."""
-    known = wire_atoms.ids(bytes(text))
+    known = wire_atoms.ids(text)
     generation = wire_atoms.generation
     if known is None or state_ids is None or state_generation != generation:
         return _state(text, max_atoms)
@@ -340,10 +342,11 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         _ids(agent_id, family, episode_id)
     max_atoms = limits.max_state_atoms
     if type(event) is _Transition:
-        state, next_state = event.state, event.next_state
+        # Copied once to bytes (the helpers' bytes() calls then copy nothing).
+        state, next_state = bytes(event.state), bytes(event.next_state)
         _transition_keys_unique(
             raw, 6 + (event.step is not UNSET) + (event.executed is not UNSET)
-            + _common_fields(event), bytes(state), bytes(next_state))
+            + _common_fields(event), state, next_state)
         last = memo[0] if memo is not None else None
         seen = _fingerprint(state) if last is not None else None
         if last is not None and last[0] == seen:

@@ -1,0 +1,78 @@
+"""The fast decoder reads known atoms from their text (wire_atoms): whatever the names
+and the spacing, it reads what the schema's decoder reads."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capwatch.contracts import wire, wire_atoms, wire_fast
+from capwatch.contracts.wire import DeadLetter, DecodeLimits
+
+LIMITS = DecodeLimits(max_message_bytes=100_000, max_state_atoms=20)
+
+_names = st.one_of(
+    st.sampled_from(["at", "r", "w1", "w2", "]", "[", "a]b", 'q"', "\\", ",", ":", '":',
+                     "é", "{}", "]]", "x,", "\u2028"]),
+    st.text(alphabet=st.characters(blacklist_categories=["Cc", "Zs", "Zl", "Zp"],
+                                   blacklist_characters="()"),
+            min_size=1, max_size=4))
+_atom = st.lists(_names, min_size=1, max_size=3)
+_state = st.lists(_atom, max_size=6)
+_style = st.sampled_from([{}, {"separators": (",", ":")}, {"indent": 1},
+                          {"separators": (" ,", " : ")}, {"ensure_ascii": False}])
+
+
+def event(state: Any, next_state: Any, style: dict[str, Any]) -> bytes:
+    return json.dumps({"type": "transition", "agent_id": "a-1", "family": "f",
+                       "state": state, "action": ["move", "r"], "next_state": next_state},
+                      **style).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_state, _style), min_size=2, max_size=6))
+def test_states_read_from_known_texts_are_the_schemas(steps: list[tuple[Any, Any]]) -> None:
+    memo: list[wire_fast.StateMemo | None] = [None]
+    for (state, style), (after, _) in zip(steps, steps[1:]):
+        raw = event(state, after, style)
+        for _ in range(2):  # the second time, what the first taught is used
+            assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
+
+
+def test_a_taught_state_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = [["at", "r", "w1"], ["clear", "w2"]]
+    after = [["at", "r", "w2"], ["clear", "w1"]]
+    for style in ({}, {"separators": (",", ":")}, {"indent": 2}):
+        raw = event(state, after, style)
+        first = wire_fast.decode(raw, LIMITS)
+
+        def parse(text: bytes) -> Any:
+            raise AssertionError("parsed a known state")
+        monkeypatch.setattr(wire_fast, "_STATE", parse)
+        assert wire_fast.decode(raw, LIMITS) == first == wire.decode(raw, LIMITS)
+        monkeypatch.undo()
+
+
+def test_a_piece_is_taught_only_as_the_atom_it_holds() -> None:
+    # A name holding "]" cuts its atom in two: nothing of that state is taught, and the
+    # state is read by the full decoder every time.
+    raw = event([["at", "a]b"], ["at", "c"]], [["at", "c"]], {})
+    for _ in range(2):
+        got = wire_fast.decode(raw, LIMITS)
+        assert got == wire.decode(raw, LIMITS)
+        assert not isinstance(got, DeadLetter) and ("at", "a]b") in got[0].state
+    assert wire_atoms.ids(b'[["at", "a]b"], ["at", "c"]]') is None
+
+
+def test_the_pieces_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire_atoms, "MAX_PIECES", 30)
+    for m in range(40):
+        state = [["at", f"o{m}-{i}", "w"] for i in range(8)]
+        raw = event(state, state[1:], {})
+        got = wire_fast.decode(raw, LIMITS)
+        assert got == wire.decode(raw, LIMITS)
+        assert len(wire_atoms.PIECES) <= 30
