@@ -4,6 +4,7 @@ and the spacing, it reads what the schema's decoder reads."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ def event(state: Any, next_state: Any, style: dict[str, Any]) -> bytes:
 @given(st.lists(st.tuples(_state, _style), min_size=2, max_size=6))
 def test_states_read_from_known_texts_are_the_schemas(steps: list[tuple[Any, Any]]) -> None:
     memo: list[wire_fast.StateMemo | None] = [None]
-    for (state, style), (after, _) in zip(steps, steps[1:]):
+    for (state, style), (after, _) in pairwise(steps):
         raw = event(state, after, style)
         for _ in range(2):  # the second time, what the first taught is used
             assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
