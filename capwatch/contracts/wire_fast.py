@@ -171,21 +171,27 @@ def _learn(atoms: Iterable[GroundAtom]) -> None:
         raise _Refused from None
 
 
+# The vocabulary's containers are cleared in place, never replaced: bound once here.
+_ID_OF = wire_atoms.ID.__getitem__
+_ATOM_OF = wire_atoms.ATOM.__getitem__
+_ID_GET = wire_atoms.ID.get
+
+
 def _atoms(atoms: list[GroundAtom]) -> frozenset[GroundAtom]:
     # The vocabulary also interns: every agent's states hold the same atom objects.
     try:
-        return frozenset(map(wire_atoms.ATOM.__getitem__, map(wire_atoms.ID.__getitem__, atoms)))
+        return frozenset(map(_ATOM_OF, map(_ID_OF, atoms)))
     except KeyError:
         _learn(atoms)
-        return frozenset(map(wire_atoms.ATOM.__getitem__, map(wire_atoms.ID.__getitem__, atoms)))
+        return frozenset(map(_ATOM_OF, map(_ID_OF, atoms)))
 
 
 def _action(atom: GroundAtom) -> GroundAtom:
-    known = wire_atoms.ID.get(atom)
+    known = _ID_GET(atom)
     if known is None:
         _learn((atom,))
         return atom
-    return wire_atoms.ATOM[known]
+    return _ATOM_OF(known)
 
 
 def _common_fields(event: _Transition | _Trace) -> int:
@@ -213,6 +219,10 @@ def _keys_unique(raw: bytes, fields: int) -> None:
 
 
 _WS = rb"[ \t\n\r]*"
+_SCAN_STATES = 2048
+"""States' bytes up to which a message is scanned whole for repeated keys."""
+_SCAN_STATES = 2048
+"""States' bytes up to which a message is scanned whole for repeated keys."""
 _STATE_KEY = re.compile(rb'"state"' + _WS + b":" + _WS)
 _NEXT_STATE_KEY = re.compile(rb'"next_state"' + _WS + b":" + _WS)
 
@@ -285,37 +295,50 @@ def decode(
                        sha256=sha256)
 
 
-_Read = tuple[int, frozenset[GroundAtom], frozenset[int], int]
-"""A state read: its atoms as sent, its set, its atoms' ids and their generation."""
+_Read = tuple[int, frozenset[GroundAtom], frozenset[int] | None, int]
+"""A state read: its atoms as sent, its set, its atoms' ids (None: not known) and their
+generation."""
+
+
+_SMALL_STATE = 512
+"""A state's text up to this many bytes (about 15 atoms) is decoded whole: for so few
+atoms, cutting it into pieces costs more than msgspec's decoding."""
 
 
 def _state(text: msgspec.Raw | bytes, max_atoms: int) -> _Read:
+    if len(text) <= _SMALL_STATE:
+        atoms = _STATE(text)
+        if len(atoms) > max_atoms:
+            raise _Refused  # before its atoms are learnt
+        return len(atoms), _atoms(atoms), None, 0
     raw = bytes(text)
     known = wire_atoms.ids(raw)
     if known is not None:
         if len(known) > max_atoms:
             raise _Refused
         ids = frozenset(known)
-        return len(known), frozenset(map(wire_atoms.ATOM.__getitem__, ids)), ids, \
+        return len(known), frozenset(map(_ATOM_OF, ids)), ids, \
             wire_atoms.generation
     atoms = _STATE(raw)
     if len(atoms) > max_atoms:
         raise _Refused  # before its atoms are learnt
     _learn(atoms)
     wire_atoms.teach(raw, atoms)
-    ids = frozenset(map(wire_atoms.ID.__getitem__, atoms))
-    return len(atoms), frozenset(map(wire_atoms.ATOM.__getitem__, ids)), ids, \
+    ids = frozenset(map(_ID_OF, atoms))
+    return len(atoms), frozenset(map(_ATOM_OF, ids)), ids, \
         wire_atoms.generation
 
 
 def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
-                state_ids: frozenset[int] | None, state_generation: int) -> _Read:
+                state_ids: frozenset[int], state_generation: int) -> _Read:
     """:func:`_state`, from the state's set when the next state's atoms are all known:
     a step changes few atoms, and the set is then made from the state's by the
     difference of their ids (the atoms' tuples are not hashed again)."""
-    known = wire_atoms.ids(text)
     generation = wire_atoms.generation
-    if known is None or state_ids is None or state_generation != generation:
+    if state_generation != generation:
+        return _state(text, max_atoms)
+    known = wire_atoms.ids(text)
+    if known is None:
         return _state(text, max_atoms)
     if len(known) > max_atoms:
         raise _Refused
@@ -323,8 +346,8 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
     gone, came = state_ids - ids, ids - state_ids
     if not gone and not came:
         return len(known), state, state_ids, generation
-    of = wire_atoms.ATOM.__getitem__
-    return len(known), state.difference(map(of, gone)).union(map(of, came)), ids, generation
+    return len(known), state.difference(map(_ATOM_OF, gone)).union(map(_ATOM_OF, came)), \
+        ids, generation
 
 
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
@@ -342,11 +365,16 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         _ids(agent_id, family, episode_id)
     max_atoms = limits.max_state_atoms
     if type(event) is _Transition:
-        # Copied once to bytes (the helpers' bytes() calls then copy nothing).
-        state, next_state = bytes(event.state), bytes(event.next_state)
-        _transition_keys_unique(
-            raw, 6 + (event.step is not UNSET) + (event.executed is not UNSET)
-            + _common_fields(event), state, next_state)
+        state: msgspec.Raw | bytes = event.state
+        next_state: msgspec.Raw | bytes = event.next_state
+        fields = 6 + (event.step is not UNSET) + (event.executed is not UNSET) \
+            + _common_fields(event)
+        if len(state) + len(next_state) < _SCAN_STATES:
+            _keys_unique(raw, fields)  # finding short states costs more than scanning them
+        else:
+            # Copied once to bytes (the helpers' bytes() calls then copy nothing).
+            state, next_state = bytes(state), bytes(next_state)
+            _transition_keys_unique(raw, fields, state, next_state)
         last = memo[0] if memo is not None else None
         seen = _fingerprint(state) if last is not None else None
         if last is not None and last[0] == seen:
@@ -356,8 +384,13 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         # A refused or idle action repeats the state: one set for both (the monitor then
         # encodes it once).
         same = next_state == state
-        n2, s2, ids2, generation2 = (n, s, ids, generation) if same \
-            else _next_state(next_state, max_atoms, s, ids, generation)
+        if same:
+            n2, s2, ids2, generation2 = n, s, ids, generation
+        elif ids is None or len(next_state) <= _SMALL_STATE:
+            n2, s2, ids2, generation2 = _state(next_state, max_atoms)
+        else:
+            n2, s2, ids2, generation2 = _next_state(bytes(next_state), max_atoms, s, ids,
+                                                    generation)
         if n > max_atoms:
             raise _Refused  # a memo made under other limits
         if memo is not None:

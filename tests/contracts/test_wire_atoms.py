@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from itertools import pairwise
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -35,18 +36,26 @@ def event(state: Any, next_state: Any, style: dict[str, Any]) -> bytes:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_state, _style), min_size=2, max_size=6))
-def test_states_read_from_known_texts_are_the_schemas(steps: list[tuple[Any, Any]]) -> None:
+@given(st.lists(st.tuples(_state, _style), min_size=2, max_size=6), st.booleans())
+def test_states_read_from_known_texts_are_the_schemas(steps: list[tuple[Any, Any]],
+                                                      short: bool) -> None:
+    # short: as the decoder reads states of any length (short ones are decoded whole, and
+    # their messages scanned whole for repeated keys).
     memo: list[wire_fast.StateMemo | None] = [None]
-    for (state, style), (after, _) in pairwise(steps):
-        raw = event(state, after, style)
-        for _ in range(2):  # the second time, what the first taught is used
-            assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
+    with patch.object(wire_fast, "_SMALL_STATE", 0 if short else wire_fast._SMALL_STATE), \
+            patch.object(wire_fast, "_SCAN_STATES", 0 if short else wire_fast._SCAN_STATES):
+        for (state, style), (after, _) in pairwise(steps):
+            raw = event(state, after, style)
+            for _ in range(2):  # the second time, what the first taught is used
+                assert wire_fast.decode(raw, LIMITS, memo=memo) \
+                    == wire.decode(raw, LIMITS), raw
 
 
 def test_a_taught_state_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    state = [["at", "r", "w1"], ["clear", "w2"]]
-    after = [["at", "r", "w2"], ["clear", "w1"]]
+    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(18)]
+    state = [["at", "r", "w1"], ["clear", "w2"], *scenery]
+    after = [["at", "r", "w2"], ["clear", "w1"], *scenery]
+    assert len(json.dumps(state)) > wire_fast._SMALL_STATE  # short ones are decoded whole
     for style in ({}, {"separators": (",", ":")}, {"indent": 2}):
         raw = event(state, after, style)
         first = wire_fast.decode(raw, LIMITS)
@@ -61,7 +70,8 @@ def test_a_taught_state_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_piece_is_taught_only_as_the_atom_it_holds() -> None:
     # A name holding "]" cuts its atom in two: nothing of that state is taught, and the
     # state is read by the full decoder every time.
-    raw = event([["at", "a]b"], ["at", "c"]], [["at", "c"]], {})
+    raw = event([["at", "a]b"], ["at", "c"], *[["at", f"{i:040}"] for i in range(15)]],
+                [["at", "c"]], {})
     for _ in range(2):
         got = wire_fast.decode(raw, LIMITS)
         assert got == wire.decode(raw, LIMITS)
@@ -72,7 +82,7 @@ def test_a_piece_is_taught_only_as_the_atom_it_holds() -> None:
 def test_the_pieces_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wire_atoms, "MAX_PIECES", 30)
     for m in range(40):
-        state = [["at", f"o{m}-{i}", "w"] for i in range(8)]
+        state = [["at", f"o{m}-{i}", "w" * 50] for i in range(8)]
         raw = event(state, state[1:], {})
         got = wire_fast.decode(raw, LIMITS)
         assert got == wire.decode(raw, LIMITS)
