@@ -20,7 +20,7 @@ LIMITS = DecodeLimits(max_message_bytes=100_000, max_state_atoms=20)
 _names = st.one_of(
     st.sampled_from(["at", "r", "w1", "w2", "]", "[", "a]b", 'q"', "\\", ",", ":", '":',
                      "é", "{}", "]]", "x,", "\u2028"]),
-    st.text(alphabet=st.characters(blacklist_categories=["Cc", "Zs", "Zl", "Zp"],
+    st.text(alphabet=st.characters(blacklist_categories=["Cc", "Cs", "Zs", "Zl", "Zp"],
                                    blacklist_characters="()"),
             min_size=1, max_size=4))
 _atom = st.lists(_names, min_size=1, max_size=3)
