@@ -159,12 +159,30 @@ class DriftEvidence:
         }
 
 
+_IDENTITIES: dict[int, tuple[Action, str, str]] = {}
+"""id(action) → (the action, its header, its fingerprint): every checkpoint writes both
+for each table it saves, and the actions are few objects shared by a family's agents."""
+
+
+def action_identity(action: Action) -> tuple[str, str]:
+    """The action's header and :func:`action_fingerprint`, computed once per action."""
+    known = _IDENTITIES.get(id(action))
+    if known is not None and known[0] is action:
+        return known[1], known[2]
+    header = action.header()
+    text = json.dumps([header, [[describe_outcome(o), o.probability]
+                                for o in action.outcomes]])
+    fingerprint = hashlib.sha256(text.encode()).hexdigest()[:16]
+    if len(_IDENTITIES) >= 10_000:
+        _IDENTITIES.clear()  # a bound on memory (new model versions make new actions)
+    _IDENTITIES[id(action)] = (action, header, fingerprint)
+    return header, fingerprint
+
+
 def action_fingerprint(action: Action) -> str:
     """Short digest of what an action's frequency tables depend on: its outcomes (in index
     order) and their probabilities. Saved state is only valid for an equal fingerprint."""
-    text = json.dumps([action.header(), [[describe_outcome(o), o.probability]
-                                         for o in action.outcomes]])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return action_identity(action)[1]
 
 
 def describe_outcome(outcome: Outcome) -> str:
@@ -335,9 +353,10 @@ class ActionMonitor:
     def export_state(self) -> dict[str, Any]:
         """Window, detector and confirmation progress as plain values (see
         capwatch.monitor.snapshot for the versioned, compact form)."""
+        header, fingerprint = action_identity(self.action)
         return {
-            "action": self.action.header(),
-            "fingerprint": action_fingerprint(self.action),
+            "action": header,
+            "fingerprint": fingerprint,
             "window": self.window.export_state(),
             "detector": None if self.detector is None else self.detector.export_state(),
             "confirm_counts": [int(v) for v in self._confirm_counts],

@@ -183,17 +183,17 @@ class ConfluentKafkaSource:
         self._errors.raise_pending()
         records: list[Record] = []
         append = records.append
+        topic = self.topic
         for m in messages:
-            if m.error() is not None:
+            if m.error() is None:
+                kind, stamp = m.timestamp()
+                # A message without an error has its partition and offset (typed optional
+                # for error events); no per-message check on the hot path.
+                append(Record(topic, m.partition(), m.offset(),  # type: ignore[arg-type]
+                              m.key(), m.value() or b"",
+                              stamp / 1000 if kind and stamp >= 0 else None))
+            else:
                 self._message_error(m)
-                continue
-            kind, stamp = m.timestamp()
-            value = m.value()
-            # A message without an error has its partition and offset (typed optional for
-            # error events); no per-message check on the hot path.
-            append(Record(self.topic, m.partition(), m.offset(),  # type: ignore[arg-type]
-                          m.key(), value if value is not None else b"",
-                          stamp / 1000 if kind and stamp >= 0 else None))
         return records
 
     def _message_error(self, m: Message) -> None:
