@@ -93,6 +93,16 @@ class _Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_field
 
 
 _DECODER = msgspec.json.Decoder(_Transition | _Trace)
+_TRANSITION = msgspec.json.Decoder(_Transition).decode
+"""Transition events alone, tried first: a union's decoder must find the tag before it
+knows the struct, and "type" is seldom a message's first key (0.12 µs of 0.8 µs)."""
+
+
+def _event(raw: bytes) -> _Transition | _Trace:
+    try:
+        return _TRANSITION(raw)
+    except msgspec.ValidationError:
+        return _DECODER.decode(raw)  # a trace, or a message the union refuses too
 _STATE = msgspec.json.Decoder(list[_Atom]).decode
 
 Fingerprint = bytes | tuple[int, int]
@@ -352,7 +362,7 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
 
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
           offset: int, memo: list[StateMemo | None] | None = None) -> list[AgentTransition]:
-    event = _DECODER.decode(raw)
+    event = _event(raw)
     # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
     if (event.v is not UNSET and type(event.v) is not int) \
             or (key is not None and key != event.agent_id.encode()):
