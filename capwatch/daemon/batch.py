@@ -76,8 +76,9 @@ class Batches:
         try:
             # The key is the agent id (the decoder checks it): agents seen for the first
             # time are looked up in the store together, not one query each.
-            new = self.registry.prefetch({r.key.decode("utf-8", "replace") for r in records
-                                          if r.key is not None})
+            # A batch holds few keys, many times each: each is decoded once.
+            new = self.registry.prefetch(k.decode("utf-8", "replace")
+                                         for k in {r.key for r in records} if k is not None)
             self.checkpoints.prefetch_drift(new)
             for record in records:
                 slot.record = record
