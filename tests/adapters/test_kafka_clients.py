@@ -136,3 +136,16 @@ def test_a_producer_failed_for_good_is_replaced_and_its_records_sent_again(
     assert len(_FakeProducer.made) == 2 and pub.pending() == 1
     pub.flush(1)  # the new producer has the record now, and delivers it
     assert len(_FakeProducer.made[1].delivered) == 1 and pub.pending() == 0
+
+
+def test_both_sources_refresh_metadata_every_30_s_not_every_5_minutes() -> None:
+    """A partition the group leader's metadata does not list is assigned to nobody until
+    the next refresh (the real broker's test: test_partitions_added_after_the_group_formed
+    _are_read, both clients)."""
+    from capwatch.adapters.io.kafka import KafkaSource
+    from capwatch.adapters.io.kafka_confluent import ConfluentKafkaSource
+
+    python_config = KafkaSource("127.0.0.1:1", "t", "g")._config
+    confluent_config = ConfluentKafkaSource("127.0.0.1:1", "t", "g")._config
+    assert python_config["metadata_max_age_ms"] == 30_000
+    assert confluent_config["topic.metadata.refresh.interval.ms"] == 30_000

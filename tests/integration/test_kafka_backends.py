@@ -401,16 +401,16 @@ def test_the_other_client_resumes_where_the_group_committed(
 
 
 def test_partitions_added_after_the_group_formed_are_read(
-        kafka_bootstrap: str, kafka_topic: str) -> None:
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
     """The assignment follows the partitions the member's metadata knows: partitions that
     appear later (a topic grown, or created a moment before the member subscribed and
     not yet in its metadata) are read once the metadata is refreshed, within 30 s, not
-    after kafka-python's default 5 min. kafka-python only: librdkafka has its own
-    refresh (topic.metadata.refresh.interval.ms)."""
+    after the clients' default 5 min (kafka-python's metadata_max_age_ms, librdkafka's
+    topic.metadata.refresh.interval.ms)."""
     from kafka.admin import NewPartitions
 
     create(kafka_bootstrap, kafka_topic, 1)
-    member = Member("kafka-python", kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}")
+    member = Member(backend, kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}")
     try:
         poll_until([member], lambda: member.held == {0}, 60, "the first partition")
         admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)

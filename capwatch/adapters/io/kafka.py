@@ -29,6 +29,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from capwatch.adapters.io.kafka_common import (
     LINGER_MS,
     MAX_REQUEST_BYTES,
+    METADATA_MAX_AGE_MS,
     PendingPublisher,
     PublishError,
     fetch_bytes,
@@ -39,7 +40,6 @@ from capwatch.contracts.ports import Rebalance, Record
 
 log = structlog.get_logger("capwatch.kafka")
 
-_METADATA_MAX_AGE_MS = 30_000
 _TOPIC_WAIT_S = 30.0
 
 __all__ = ["KafkaPublisher", "KafkaSource", "PublishError", "ensure_topics", "list_topics"]
@@ -157,7 +157,7 @@ class KafkaSource:
             # The group leader assigns only the partitions its metadata lists; a leader
             # that joined before it knew the topic (just created, or by another replica)
             # gives every member nothing until its next refresh: 5 minutes by default.
-            metadata_max_age_ms=_METADATA_MAX_AGE_MS,
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
             **(security or {}),
         )
         self._join_wait_s = session_timeout_ms / 1000

@@ -26,6 +26,12 @@ cut far below it (contracts.wire.MAX_DEAD_LETTER_RAW)."""
 
 LINGER_MS = 5
 
+METADATA_MAX_AGE_MS = 30_000
+"""How often a consumer refreshes the cluster's metadata (both clients default to 5
+minutes). The group leader assigns only the partitions its metadata lists: a topic grown,
+or created by another replica a moment before this one joined, is read within this long
+rather than after 5 minutes."""
+
 
 class PublishError(DeliveryError):
     """A record could not be written to Kafka; nothing after it may be committed."""

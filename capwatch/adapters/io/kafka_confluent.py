@@ -32,6 +32,7 @@ from confluent_kafka import (
 from capwatch.adapters.io.kafka_common import (
     LINGER_MS,
     MAX_REQUEST_BYTES,
+    METADATA_MAX_AGE_MS,
     PendingPublisher,
     PublishError,
     fetch_bytes,
@@ -142,6 +143,9 @@ class ConfluentKafkaSource:
             "max.partition.fetch.bytes": partition_fetch,
             "fetch.max.bytes": fetch_max,
             "receive.message.max.bytes": max(100_000_000, fetch_max + 65_536),
+            # As kafka-python's source: partitions the leader's metadata does not list yet
+            # are assigned within 30 s, not after librdkafka's default 5 minutes.
+            "topic.metadata.refresh.interval.ms": METADATA_MAX_AGE_MS,
             "error_cb": self._errors, "logger": _LIBRDKAFKA_LOG,
             **librdkafka_security(security),
         }
