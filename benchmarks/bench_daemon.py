@@ -188,6 +188,26 @@ def run_memory_child(agents: int, steps: int, quick: bool) -> dict[str, int]:
     return result
 
 
+GENERATED_FLEETS = ("ipc-mixed", "own-objects-bursty", "stochastic")
+"""benchmarks/fleets.py's generated fleets (named here so that --help needs no import)."""
+
+
+def other_fleets(args: argparse.Namespace) -> int:
+    """The in-process rows on fleets given as files or generated (benchmarks/bench_fleet.py)."""
+    import bench_fleet
+
+    dirs: list[Path] = list(args.fleet)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.generated:
+            names = list(GENERATED_FLEETS) if "all" in args.generated else args.generated
+            dirs += bench_fleet.generate(names, args.transitions,
+                                         args.write_fleets or Path(tmp))
+        for d in dirs:
+            bench_fleet.run(d, quick=args.quick, repeat=args.repeat,
+                            memory=not args.no_memory)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -196,9 +216,31 @@ def main() -> int:
                              "KAFKA_BOOTSTRAP_SERVERS)")
     parser.add_argument("--memory-child", nargs=2, type=int, metavar=("AGENTS", "STEPS"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--fleet", type=Path, action="append", default=[], metavar="DIR",
+                        help="measure the in-process rows on this fleet instead: DIR holds "
+                             "<family>.pddl (or <family>/domain.pddl) files and events.jsonl, "
+                             "wire events as `capwatch run` reads them (repeatable)")
+    parser.add_argument("--generated", nargs="+", metavar="NAME",
+                        choices=["all", *GENERATED_FLEETS],
+                        help="measure the in-process rows on generated fleets unlike the "
+                             f"simulated one: {', '.join(GENERATED_FLEETS)} or all")
+    parser.add_argument("--transitions", type=int, default=100_000,
+                        help="records per generated fleet (default 100,000)")
+    parser.add_argument("--write-fleets", type=Path, metavar="DIR",
+                        help="keep the generated fleets in DIR (one directory each)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="steady-state passes over a fleet's stream (default 3)")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="with --fleet/--generated: skip the fresh-process memory rows")
     args = parser.parse_args()
     if args.memory_child:
+        if args.fleet:
+            from bench_fleet import memory_child as fleet_memory_child
+
+            return fleet_memory_child(args.fleet[0], *args.memory_child)
         return memory_child(*args.memory_child, args.quick)
+    if args.fleet or args.generated:
+        return other_fleets(args)
     agents_per_family = 20 if args.quick else 100
     rounds = 20 if args.quick else 250
     admit = (2_000, 5_000) if args.quick else (20_000, 50_000)

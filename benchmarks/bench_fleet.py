@@ -1,0 +1,244 @@
+"""Issue 13's in-process rows on a fleet other than the simulated one
+(``bench_daemon.py --fleet DIR`` or ``--generated NAME``; docs/performance.md).
+
+The fleet is read from files (``fleets.load``): its families' domain models and its
+stream of wire events, which are handled exactly as ``capwatch run`` handles a JSONL
+source's lines (keyed by agent id, as a Kafka producer keys them). Rows:
+
+- decode, per message, both decoders;
+- pipeline, first pass: the whole stream in order, agents admitted as they appear;
+- pipeline, steady state: the same stream again (new offsets) with every agent held,
+  ``--repeat`` times (min and median);
+- admission: records of agents never seen before (record k of the stream re-keyed to a
+  new id, every other byte unchanged), the first ``admit[0]`` and on to ``admit[1]``;
+- memory: 100,000 agents seen under the default limit; in fresh processes, agents seen
+  once, all held, and agents that replayed the first 30 records of a fleet agent each,
+  then went idle, all held.
+
+CPU seconds of this process (``time.process_time``), the load average printed with them.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fleets
+from bench_daemon import Replay, feed, rss_bytes
+
+from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.assess.agent import AgentQuery, AgentUnavailable
+from capwatch.contracts import wire, wire_fast
+from capwatch.contracts.ports import Record
+from capwatch.contracts.wire import DeadLetter
+from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.heap import settle_heap
+from capwatch.daemon.logs import configure_logging
+from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.service import build_service
+from capwatch.model.pddl_reader import read_domain
+
+
+class NoAgents:
+    """Nobody to query: an assessment would wait for workers, which are not started."""
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        raise AgentUnavailable(f"{agent_id} ({family}): the benchmark queries no agent")
+
+
+def pipeline(tmp: str, fleet: fleets.Fleet, max_agents: int | None = None) -> Pipeline:
+    cfg = DaemonConfig(**{
+        "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
+        "families": {f: {"domain": str(d)} for f, d in fleet.families.items()},
+        "output": {"kind": "log"}, "http": {"enabled": False},
+        **({"limits": {"max_agents_in_memory": max_agents}} if max_agents else {}),
+    })
+    svc = build_service(cfg, publisher=MemoryPublisher(), source=Replay([]), agents=NoAgents())
+    p = svc.pipeline
+    settle_heap()  # as `capwatch run` does before its main loop
+    p.open()
+    return p
+
+
+def records(values: list[bytes], ids: list[str], offset: int) -> list[Record]:
+    return [Record("bench", 0, offset + i, a.encode(), v)
+            for i, (a, v) in enumerate(zip(ids, values, strict=True))]
+
+
+def new_agents(fleet: fleets.Fleet, first: int, n: int, offset: int) -> list[Record]:
+    """``n`` agents never seen: record k of the stream, re-keyed to agent ``new-k``."""
+    m = len(fleet.events)
+    ids = [f"new-{k}" for k in range(first, first + n)]
+    values = [fleets.rekey(fleet.events[(first + i) % m], a) for i, a in enumerate(ids)]
+    return records(values, ids, offset)
+
+
+def replays(fleet: fleets.Fleet, ks: range, steps: int, offset: int,
+            prefix: str = "idle-") -> list[Record]:
+    """New agents ``prefix``k for k in ``ks``, agent k replaying the first ``steps`` records
+    of the fleet's agent k mod (its agents) (cycled if it has fewer), interleaved step by
+    step as a fleet's stream is."""
+    agents = list(fleet.by_agent().values())
+    values, ids = [], []
+    for s in range(steps):
+        for k in ks:
+            own = agents[k % len(agents)]
+            ids.append(f"{prefix}{k}")
+            values.append(fleets.rekey(own[s % len(own)], ids[-1]))
+    return records(values, ids, offset)
+
+
+class _Shape(msgspec.Struct):
+    family: str
+    action: list[str] | None = None
+    state: list[list[str]] | None = None
+
+
+def describe(fleet: fleets.Fleet) -> str:
+    """Agents, families, message size, atoms per state, share of probabilistic actions."""
+    dec = msgspec.json.Decoder(_Shape)
+    probabilistic = {f: {a.name for a in read_domain(d).actions if len(a.outcomes) > 1}
+                     for f, d in fleet.families.items()}
+    atoms = stoch = 0
+    for v in fleet.events:
+        s = dec.decode(v)
+        atoms += len(s.state or ())
+        stoch += bool(s.action and s.action[0] in probabilistic.get(s.family, ()))
+    n = len(fleet.events)
+    return (f"{len(set(fleet.agent_ids)):,} agents, {len(fleet.families)} families, "
+            f"{n:,} messages of {sum(map(len, fleet.events)) // n:,} bytes, "
+            f"{atoms / n:.0f} atoms per state, {stoch / n:.0%} probabilistic actions")
+
+
+def memory_child(fleet_dir: Path, agents: int, steps: int) -> int:
+    configure_logging("error", "json")
+    fleet = fleets.load(fleet_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = pipeline(tmp, fleet, max_agents=agents + 10_000)
+        # Every code path and family model loaded before the first figure.
+        warm = replays(fleet, range(min(len(fleet.by_agent()), 200)), max(steps, 2), 0, "warm-")
+        feed(p, warm)
+        offset = len(warm)
+        del warm
+        gc.collect()
+        rss0, held0 = rss_bytes(), len(p.registry)
+        chunk = max(1, 5_000 // steps)
+        for first in range(0, agents, chunk):
+            got = replays(fleet, range(first, min(agents, first + chunk)), steps, offset)
+            offset += len(got)
+            feed(p, got)
+            p.checkpoint()
+            p.checkpoint()
+        gc.collect()
+        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0,
+                          "dead": p.dead_letters}))
+        p.store.close()
+    return 0
+
+
+def run_memory_child(fleet_dir: Path, agents: int, steps: int) -> dict[str, int]:
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("bench_daemon.py")),
+                          "--memory-child", str(agents), str(steps), "--fleet", str(fleet_dir)],
+                         check=True, capture_output=True, text=True).stdout
+    result: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True) -> None:
+    configure_logging("error", "json")
+    fleet = fleets.load(fleet_dir)
+    admit = (2_000, 5_000) if quick else (20_000, 50_000)
+    seen_total = 10_000 if quick else 100_000
+    idle_agents = 2_000 if quick else 20_000
+    print(f"fleet {fleet.name}: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
+          f"{describe(fleet)}", flush=True)
+    sample = fleet.events[:20_000]
+    for name, decode in (("msgspec (hot path)", wire_fast.decode),
+                         ("pydantic (schema)", wire.decode)):
+        t0 = time.process_time()
+        bad = sum(isinstance(decode(r), DeadLetter) for r in sample)
+        s = (time.process_time() - t0) / len(sample)
+        print(f"  decode, {name:19} {s * 1e6:7.1f} us CPU/message ({1 / s:10,.0f}/s)"
+              f"{f'; {bad} refused' if bad else ''}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = pipeline(tmp, fleet)
+        stream = records(fleet.events, fleet.agent_ids, 0)
+        s = feed(p, stream) / len(stream)
+        print(f"  pipeline, first pass      {s * 1e6:7.1f} us CPU/record "
+              f"({1 / s:10,.0f}/s; {len(p.registry):,} agents held, "
+              f"{p.dead_letters:,} dead letters)", flush=True)
+        offset = len(stream)
+        times = []
+        for _ in range(repeat):
+            again = records(fleet.events, fleet.agent_ids, offset)
+            offset += len(again)
+            times.append(feed(p, again) / len(again))
+        best, mid = min(times), statistics.median(times)
+        print(f"  pipeline, steady state    {best * 1e6:7.1f} us CPU/record min, "
+              f"{mid * 1e6:.1f} median of {repeat} ({1 / best:10,.0f}/s on one core; load "
+              f"{os.getloadavg()[0]:.1f})   target >= 100,000/s", flush=True)
+        limit = p.config.limits.max_agents_in_memory
+        seen, cpu = 0, 0.0
+        for n in admit:
+            news = new_agents(fleet, seen, n - seen, offset)
+            offset += len(news)
+            gc.collect()
+            step = feed(p, news)
+            t0 = time.process_time()
+            p.checkpoint()
+            step += time.process_time() - t0
+            cpu += step
+            print(f"  admitting new agents, {seen:6,} -> {n:6,} {step / (n - seen) * 1e6:5.1f} us "
+                  f"CPU/agent ({(n - seen) / step:8,.0f}/s; {p.checkpoints.evictions:,} evicted)"
+                  f"   target >= 20,000/s", flush=True)
+            seen = n
+        del news
+        gc.collect()
+        rss_a, evicted_a = rss_bytes(), p.checkpoints.evictions
+        while seen < seen_total:
+            chunk = min(5_000, seen_total - seen)
+            feed(p, new_agents(fleet, seen, chunk, offset))
+            seen += chunk
+            offset += chunk
+        gc.collect()
+        rss = rss_bytes()
+        evicted = p.checkpoints.evictions - evicted_a
+        per_evicted = (f"+{(rss - rss_a) / evicted:,.0f} bytes per agent evicted" if evicted
+                       else "none evicted")
+        print(f"  memory, {seen:,} agents seen, limit {limit:,}: whole-process RSS "
+              f"{rss / 2**20:,.0f} MB, {len(p.registry):,} held, {p.checkpoints.evictions:,}"
+              f" evicted ({per_evicted})"
+              f"   target 100,000 in 512 MB", flush=True)
+        p.store.close()
+    if not memory:
+        return
+    child = run_memory_child(fleet_dir, seen_total, 1)
+    print(f"  memory, {child['held']:,} agents seen once, all held (fresh process): RSS "
+          f"{child['rss'] / 2**20:,.0f} MB (+{(child['rss'] - child['rss0']) / child['held']:,.0f}"
+          f" bytes per agent held)", flush=True)
+    child = run_memory_child(fleet_dir, idle_agents, 30)
+    print(f"  memory, {child['held']:,} agents that replayed 30 records each, idle, all held "
+          f"(fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f} bytes RSS "
+          f"per agent held   target <= 2 KB per idle agent", flush=True)
+
+
+def generate(names: list[str], transitions: int, into: Path) -> list[Path]:
+    """The generated fleets, written under ``into`` (one directory each)."""
+    out = []
+    for name in names:
+        t0 = time.process_time()
+        fleet = fleets.GENERATED[name](transitions)
+        out.append(fleets.write(fleet, into / name))
+        print(f"(generated {name} in {time.process_time() - t0:.0f} s CPU)", flush=True)
+    return out
