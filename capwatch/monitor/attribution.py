@@ -75,12 +75,27 @@ def attribute(op: GroundOperator, state: StateMask, next_state: StateMask) -> At
     return None
 
 
+_SINGLES: dict[int, tuple[Attribution, ...]] = {}
+"""k → the k unambiguous attributions among k outcomes: shared, as they are immutable."""
+
+
+def _singles(k: int) -> tuple[Attribution, ...]:
+    singles = _SINGLES.get(k)
+    if singles is None:
+        singles = _SINGLES[k] = tuple(Attribution.single(k, i) for i in range(k))
+    return singles
+
+
 def attribution_from_mask(op: GroundOperator, state: StateMask, matched: int
                           ) -> Attribution | None:
     """Build an attribution from ``consistency.check``'s bitmask of explaining outcomes."""
     if not matched:
         return None
     successors = [(state & keep) | add for keep, add in op.effects]
+    if len(set(successors)) == len(successors):
+        # Every outcome leads elsewhere (the usual case): the partition is the singletons
+        # in outcome order, and the one explaining outcome is its own block.
+        return _singles(len(successors))[(matched & -matched).bit_length() - 1]
     partition = partition_successors(successors)
     first = (matched & -matched).bit_length() - 1
     for b, group in enumerate(partition):

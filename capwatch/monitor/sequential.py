@@ -121,15 +121,34 @@ def threshold_for_rate(false_alarm_rate: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def _detector_tables(probabilities: tuple[float, ...], shifts: tuple[float, ...]
-                     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """p0, alternatives (G, k), weights (G,), llr (k, G) and lr (k, G), read-only."""
+                     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray,
+                                tuple[tuple[FloatArray, FloatArray], ...],
+                                tuple[tuple[float, ...], tuple[float, ...]]]:
+    """p0, alternatives (G, k), weights (G,), llr (k, G), lr (k, G), read-only; each
+    outcome's (llr, lr) rows (a row taken once here is not a new view at every update);
+    and the arguments, one tuple shared by every detector that holds them."""
     p0 = np.asarray(probabilities, dtype=np.float64)
     alternatives, logw = tilted_alternatives(p0, shifts)
     llr = np.ascontiguousarray(llr_table(p0, alternatives).T)
-    tables = (p0, alternatives, np.exp(logw), llr, np.exp(llr))
+    lr = np.exp(llr)
+    tables = (p0, alternatives, np.exp(logw), llr, lr)
     for t in tables:
         t.flags.writeable = False
-    return tables
+    rows = tuple((llr[i], lr[i]) for i in range(len(p0)))
+    return (*tables, rows, (probabilities, shifts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _block_rows(probabilities: tuple[float, ...], shifts: tuple[float, ...],
+                block: tuple[int, ...]) -> tuple[FloatArray, FloatArray]:
+    """(llr, lr) of an observation that tells only ``block`` from the other outcomes: the
+    same values :func:`block_llr` gives, computed once per group rather than per update
+    (a log, a sum and an exp over the alternatives cost ~10 µs)."""
+    p0, alternatives = _detector_tables(probabilities, shifts)[:2]
+    llr = block_llr(p0, alternatives, block)
+    lr = np.exp(llr)
+    llr.flags.writeable = lr.flags.writeable = False
+    return llr, lr
 
 
 class SequentialDetector:
@@ -144,8 +163,8 @@ class SequentialDetector:
     the restart at each alarm bounds every R_j by A · G · max(q/p), far from overflow.
     """
 
-    __slots__ = ("_alarmed", "_cusum", "_llr", "_lr", "_r", "_start", "_threshold", "_w",
-                 "alternatives", "log_threshold", "n", "p0")
+    __slots__ = ("_alarmed", "_cusum", "_key", "_llr", "_lr", "_r", "_rows", "_start",
+                 "_threshold", "_w", "alternatives", "log_threshold", "n", "p0")
 
     def __init__(self, probabilities: Sequence[float], *, false_alarm_rate: float = 1e-5,
                  shifts: Sequence[float] = DEFAULT_LOGIT_SHIFTS) -> None:
@@ -156,8 +175,8 @@ class SequentialDetector:
         # The tables depend only on the model's probabilities and the settings, so every
         # agent running the same action shares one read-only copy: building them costs
         # ~25 ms (hundreds of logsumexp calls) and a few KB, per agent and action before.
-        self.p0, self.alternatives, self._w, self._llr, self._lr = _detector_tables(
-            tuple(float(v) for v in probabilities), tuple(shifts))
+        (self.p0, self.alternatives, self._w, self._llr, self._lr, self._rows,
+         self._key) = _detector_tables(tuple(float(v) for v in probabilities), tuple(shifts))
         g = len(self.alternatives)
         self._r = np.zeros(g)
         self._cusum = np.zeros(g)
@@ -218,16 +237,15 @@ class SequentialDetector:
         if self._alarmed:
             self.restart()
         if isinstance(obs, int):
-            llr = self._llr[obs]
-            lr = self._lr[obs]
-        elif len(obs.explaining) == 1:
-            llr = self._llr[obs.explaining[0]]
-            lr = self._lr[obs.explaining[0]]
-        elif len(obs.explaining) == len(self.p0):
-            return False
+            llr, lr = self._rows[obs]
         else:
-            llr = block_llr(self.p0, self.alternatives, obs.explaining)
-            lr = np.exp(llr)
+            explaining = obs.explaining
+            if len(explaining) == 1:
+                llr, lr = self._rows[explaining[0]]
+            elif len(explaining) == len(self.p0):
+                return False
+            else:
+                llr, lr = _block_rows(*self._key, tuple(explaining))
         r = self._r
         r += 1.0
         r *= lr

@@ -1,0 +1,171 @@
+"""The drift path's shortcuts decide exactly as the plain arithmetic they replace.
+
+``SequentialDetector.update`` takes each outcome's rows and each ambiguous group's
+likelihood ratios from shared tables, ``OutcomeWindow`` counts in plain lists and
+``attribution_from_mask`` hands out shared attributions when every outcome leads
+elsewhere. The references below are the straightforward forms (the code before these
+shortcuts): every statistic must come out bit for bit the same, so every alarm, change
+point and count is the same.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from capwatch.model.domain import Action, LiftedAtom, Outcome
+from capwatch.model.grounding import GroundOperator
+from capwatch.monitor.attribution import Attribution, attribute, attribution_from_mask
+from capwatch.monitor.drift import ActionMonitor, DriftConfig
+from capwatch.monitor.sequential import SequentialDetector, block_llr, tilted_alternatives
+from capwatch.monitor.tables import OutcomeWindow
+
+
+@dataclass
+class ReferenceSR:
+    """Mixture Shiryaev–Roberts with per-alternative CUSUMs, every table computed anew."""
+
+    p0: np.ndarray
+    threshold: float
+    alternatives: np.ndarray = field(init=False)
+    w: np.ndarray = field(init=False)
+    r: np.ndarray = field(init=False)
+    c: np.ndarray = field(init=False)
+    start: np.ndarray = field(init=False)
+    n: int = 0
+    alarmed: bool = False
+
+    def __post_init__(self) -> None:
+        self.alternatives, logw = tilted_alternatives(self.p0)
+        self.w = np.exp(logw)
+        self.restart()
+
+    def restart(self) -> None:
+        g = len(self.alternatives)
+        self.r, self.c = np.zeros(g), np.zeros(g)
+        self.start = np.zeros(g, dtype=np.int64)
+        self.n, self.alarmed = 0, False
+
+    def update(self, explaining: tuple[int, ...]) -> bool:
+        if self.alarmed:
+            self.restart()
+        if len(explaining) == len(self.p0):
+            return False
+        llr = (np.log(self.alternatives[:, explaining[0]]) - np.log(self.p0[explaining[0]])
+               if len(explaining) == 1 else block_llr(self.p0, self.alternatives, explaining))
+        self.r = (1.0 + self.r) * np.exp(llr)
+        self.c = self.c + llr
+        fresh = self.c <= 0.0
+        self.c[fresh] = 0.0
+        self.start[fresh] = self.n + 1
+        self.n += 1
+        self.alarmed = float(self.r @ self.w) >= self.threshold
+        return self.alarmed
+
+
+def stream(rng: random.Random, p: list[float], q: list[float], n: int, change: int,
+           groups: list[tuple[tuple[int, ...], ...]]) -> list[Attribution]:
+    """Outcomes from p, then from q after ``change``; each seen through one of ``groups``
+    (partitions of the outcomes), as pre-states that hide some outcomes would."""
+    out = []
+    for i in range(n):
+        x = rng.choices(range(len(p)), p if i < change else q)[0]
+        partition = rng.choice(groups)
+        out.append(Attribution(partition, next(b for b, g in enumerate(partition) if x in g)))
+    return out
+
+
+CASES = [
+    ([0.8, 0.2], [0.55, 0.45], [((0,), (1,))]),
+    ([0.1, 0.9], [0.1, 0.9], [((0,), (1,)), ((0, 1),)]),
+    ([0.2, 0.3, 0.5], [0.45, 0.3, 0.25], [((0,), (1,), (2,)), ((0, 1), (2,)), ((0,), (1, 2))]),
+    ([0.05, 0.15, 0.3, 0.5], [0.25, 0.15, 0.3, 0.3],
+     [((0,), (1,), (2,), (3,)), ((0, 2), (1, 3)), ((0, 1, 2), (3,))]),
+]
+
+
+@pytest.mark.parametrize(("p", "q", "groups"), CASES)
+def test_sequential_detector_matches_the_reference_bit_for_bit(
+        p: list[float], q: list[float], groups: list[tuple[tuple[int, ...], ...]]) -> None:
+    rng = random.Random(len(p) * 7 + len(groups))
+    # A high false-alarm rate, so that alarms (and the restarts after them) happen often.
+    det = SequentialDetector(p, false_alarm_rate=1e-2)
+    ref = ReferenceSR(np.asarray(p), math.exp(det.log_threshold))
+    alarms = []
+    for i, obs in enumerate(stream(rng, p, q, 4_000, 2_000, groups)):
+        got = det.update(obs if rng.random() < 0.7 or obs.outcome is None else obs.outcome)
+        assert got == ref.update(obs.explaining), i
+        assert det.n == ref.n
+        if got:
+            alarms.append(i)
+            assert det.change_point == int(ref.start[int(np.argmax(ref.c))])
+            assert det.log_statistic == math.log(float(ref.r @ ref.w))
+        if got or i % 97 == 0:
+            state = det.export_state()
+            assert state["r"] == ref.r.tolist() and state["cusum"] == ref.c.tolist()
+            assert state["start"] == ref.start.tolist()
+    assert alarms, "the case should raise alarms, or it tests nothing"
+
+
+def test_outcome_window_counts_as_a_plain_record_does() -> None:
+    rng = random.Random(5)
+    for kind in ("sliding", "tumbling"):
+        w = OutcomeWindow(3, 50, kind)  # type: ignore[arg-type]
+        values: list[int] = []
+        for _ in range(400):
+            v = rng.choice([0, 1, 2, -1])
+            w.add(Attribution(((0, 1), (2,)), 0) if v == -1 else v)
+            values.append(v)
+            last = values[-50:] if kind == "sliding" else (
+                values[(len(values) // 50 - 1) * 50:(len(values) // 50) * 50]
+                if len(values) >= 50 else [])
+            want = [last.count(i) for i in range(3)]
+            assert w.counts().tolist() == want and w.counts().dtype == np.int64
+            assert w.ambiguous() == last.count(-1)
+        copy = OutcomeWindow(3, 50, kind)  # type: ignore[arg-type]
+        copy.load_state(w.export_state())
+        assert copy.export_state() == w.export_state()
+        for v in (0, 2, 1):
+            w.add(v)
+            copy.add(v)
+        assert copy.export_state() == w.export_state()
+        assert copy.counts().tolist() == w.counts().tolist()
+
+
+def _action(*probabilities: float) -> Action:
+    return Action("go", (), outcomes=tuple(
+        Outcome(add=frozenset({LiftedAtom(f"o{i}")}), probability=p)
+        for i, p in enumerate(probabilities)))
+
+
+def test_action_monitor_alarms_at_the_same_step_through_either_path() -> None:
+    action = _action(0.7, 0.3)
+    cfg = DriftConfig(false_alarm_rate=1e-3, confirm_half_width=None)
+    by_int, by_attr = ActionMonitor(action, cfg), ActionMonitor(action, cfg)
+    rng = random.Random(9)
+    fired = []
+    for i in range(4_000):
+        x = rng.choices([0, 1], [0.7, 0.3] if i < 1_500 else [0.4, 0.6])[0]
+        a, b = by_int.observe(x), by_attr.observe(Attribution(((0,), (1,)), x))
+        assert (a is None) == (b is None), i
+        if a is not None and b is not None:
+            fired.append(i)
+            assert a.evidence.gof.counts == b.evidence.gof.counts
+    assert fired
+
+
+def test_shared_attributions_equal_the_partitioned_ones() -> None:
+    action = _action(0.5, 0.3, 0.2)
+    rng = random.Random(2)
+    for _ in range(300):
+        effects = tuple((~rng.getrandbits(4), rng.getrandbits(4)) for _ in range(3))
+        op = GroundOperator(action, (), 0, 0, effects)
+        state = rng.getrandbits(6)
+        successors = [(state & keep) | add for keep, add in effects]
+        nxt = rng.choice(successors)
+        matched = sum(1 << i for i, s in enumerate(successors) if s == nxt)
+        assert attribution_from_mask(op, state, matched) == attribute(op, state, nxt)
