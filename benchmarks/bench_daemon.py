@@ -216,6 +216,7 @@ def main() -> int:
                              "KAFKA_BOOTSTRAP_SERVERS)")
     parser.add_argument("--memory-child", nargs=2, type=int, metavar=("AGENTS", "STEPS"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--memory-limited", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fleet", type=Path, action="append", default=[], metavar="DIR",
                         help="measure the in-process rows on this fleet instead: DIR holds "
                              "<family>.pddl (or <family>/domain.pddl) files and events.jsonl, "
@@ -237,7 +238,7 @@ def main() -> int:
         if args.fleet:
             from bench_fleet import memory_child as fleet_memory_child
 
-            return fleet_memory_child(args.fleet[0], *args.memory_child)
+            return fleet_memory_child(args.fleet[0], *args.memory_child, args.memory_limited)
         return memory_child(*args.memory_child, args.quick)
     if args.fleet or args.generated:
         return other_fleets(args)

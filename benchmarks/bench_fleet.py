@@ -20,6 +20,7 @@ CPU seconds of this process (``time.process_time``), the load average printed wi
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -57,10 +58,10 @@ class NoAgents:
         raise AgentUnavailable(f"{agent_id} ({family}): the benchmark queries no agent")
 
 
-def pipeline(tmp: str, fleet: fleets.Fleet, max_agents: int | None = None) -> Pipeline:
+def pipeline(tmp: str, families: dict[str, Path], max_agents: int | None = None) -> Pipeline:
     cfg = DaemonConfig(**{
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
-        "families": {f: {"domain": str(d)} for f, d in fleet.families.items()},
+        "families": {f: {"domain": str(d)} for f, d in families.items()},
         "output": {"kind": "log"}, "http": {"enabled": False},
         **({"limits": {"max_agents_in_memory": max_agents}} if max_agents else {}),
     })
@@ -84,12 +85,11 @@ def new_agents(fleet: fleets.Fleet, first: int, n: int, offset: int) -> list[Rec
     return records(values, ids, offset)
 
 
-def replays(fleet: fleets.Fleet, ks: range, steps: int, offset: int,
+def replays(agents: list[list[bytes]], ks: range, steps: int, offset: int,
             prefix: str = "idle-") -> list[Record]:
     """New agents ``prefix``k for k in ``ks``, agent k replaying the first ``steps`` records
-    of the fleet's agent k mod (its agents) (cycled if it has fewer), interleaved step by
-    step as a fleet's stream is."""
-    agents = list(fleet.by_agent().values())
+    of ``agents[k mod len(agents)]`` (cycled if it has fewer), interleaved step by step as
+    a fleet's stream is."""
     values, ids = [], []
     for s in range(steps):
         for k in ks:
@@ -121,13 +121,23 @@ def describe(fleet: fleets.Fleet) -> str:
             f"{atoms / n:.0f} atoms per state, {stoch / n:.0%} probabilistic actions")
 
 
-def memory_child(fleet_dir: Path, agents: int, steps: int) -> int:
+def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool) -> int:
+    """In a fresh process (no earlier phase's freed memory counts), holding only the first
+    ``steps`` records of each fleet agent (not the stream): admit ``agents`` new agents
+    that replay them, in chunks, each chunk going idle for two checkpoints before the
+    next; all held, or (``limited``) under the default ``limits.max_agents_in_memory``.
+    Prints the RSS before and after."""
     configure_logging("error", "json")
     fleet = fleets.load(fleet_dir)
+    families = fleet.families
+    own = [got[:max(steps, 2)] for got in fleet.by_agent().values()]
+    del fleet
+    gc.collect()
+    ctypes.CDLL(None).malloc_trim(0)  # the stream read above is the benchmark's, not the daemon's
     with tempfile.TemporaryDirectory() as tmp:
-        p = pipeline(tmp, fleet, max_agents=agents + 10_000)
+        p = pipeline(tmp, families, max_agents=None if limited else agents + 10_000)
         # Every code path and family model loaded before the first figure.
-        warm = replays(fleet, range(min(len(fleet.by_agent()), 200)), max(steps, 2), 0, "warm-")
+        warm = replays(own, range(min(len(own), 200)), max(steps, 2), 0, "warm-")
         feed(p, warm)
         offset = len(warm)
         del warm
@@ -135,21 +145,25 @@ def memory_child(fleet_dir: Path, agents: int, steps: int) -> int:
         rss0, held0 = rss_bytes(), len(p.registry)
         chunk = max(1, 5_000 // steps)
         for first in range(0, agents, chunk):
-            got = replays(fleet, range(first, min(agents, first + chunk)), steps, offset)
+            got = replays(own, range(first, min(agents, first + chunk)), steps, offset)
             offset += len(got)
             feed(p, got)
             p.checkpoint()
             p.checkpoint()
+        del got
         gc.collect()
         print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0,
-                          "dead": p.dead_letters}))
+                          "evicted": p.checkpoints.evictions, "dead": p.dead_letters,
+                          "limit": p.config.limits.max_agents_in_memory}))
         p.store.close()
     return 0
 
 
-def run_memory_child(fleet_dir: Path, agents: int, steps: int) -> dict[str, int]:
+def run_memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool = False
+                     ) -> dict[str, int]:
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("bench_daemon.py")),
-                          "--memory-child", str(agents), str(steps), "--fleet", str(fleet_dir)],
+                          "--memory-child", str(agents), str(steps), "--fleet", str(fleet_dir),
+                          *(["--memory-limited"] if limited else [])],
                          check=True, capture_output=True, text=True).stdout
     result: dict[str, int] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -172,7 +186,7 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True) -> No
         print(f"  decode, {name:19} {s * 1e6:7.1f} us CPU/message ({1 / s:10,.0f}/s)"
               f"{f'; {bad} refused' if bad else ''}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        p = pipeline(tmp, fleet)
+        p = pipeline(tmp, fleet.families)
         stream = records(fleet.events, fleet.agent_ids, 0)
         s = feed(p, stream) / len(stream)
         print(f"  pipeline, first pass      {s * 1e6:7.1f} us CPU/record "
@@ -200,29 +214,26 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True) -> No
             step += time.process_time() - t0
             cpu += step
             print(f"  admitting new agents, {seen:6,} -> {n:6,} {step / (n - seen) * 1e6:5.1f} us "
-                  f"CPU/agent ({(n - seen) / step:8,.0f}/s; {p.checkpoints.evictions:,} evicted)"
+                  f"CPU/agent ({(n - seen) / step:8,.0f}/s; {p.checkpoints.evictions:,} evicted"
+                  f" at limits.max_agents_in_memory {limit:,})"
                   f"   target >= 20,000/s", flush=True)
             seen = n
         del news
-        gc.collect()
-        rss_a, evicted_a = rss_bytes(), p.checkpoints.evictions
-        while seen < seen_total:
-            chunk = min(5_000, seen_total - seen)
-            feed(p, new_agents(fleet, seen, chunk, offset))
-            seen += chunk
-            offset += chunk
-        gc.collect()
-        rss = rss_bytes()
-        evicted = p.checkpoints.evictions - evicted_a
-        per_evicted = (f"+{(rss - rss_a) / evicted:,.0f} bytes per agent evicted" if evicted
-                       else "none evicted")
-        print(f"  memory, {seen:,} agents seen, limit {limit:,}: whole-process RSS "
-              f"{rss / 2**20:,.0f} MB, {len(p.registry):,} held, {p.checkpoints.evictions:,}"
-              f" evicted ({per_evicted})"
-              f"   target 100,000 in 512 MB", flush=True)
+        # The stream again with that many agents held: a cost per held agent paid at
+        # every turn of the loop shows here (the fleet's own agents may come back from
+        # eviction, as after any stretch of silence).
+        held = len(p.registry)
+        again = records(fleet.events, fleet.agent_ids, offset)
+        s = feed(p, again) / len(again)
+        print(f"  pipeline, the stream again, {held:,} agents held {s * 1e6:5.1f} us CPU/record "
+              f"({1 / s:10,.0f}/s; {p.checkpoints.restores:,} restored)", flush=True)
         p.store.close()
     if not memory:
         return
+    child = run_memory_child(fleet_dir, seen_total, 1, limited=True)
+    print(f"  memory, {seen_total:,} agents seen, limit {child['limit']:,} (fresh process): "
+          f"whole-process RSS {child['rss'] / 2**20:,.0f} MB, {child['held']:,} held, "
+          f"{child['evicted']:,} evicted   target 100,000 in 512 MB", flush=True)
     child = run_memory_child(fleet_dir, seen_total, 1)
     print(f"  memory, {child['held']:,} agents seen once, all held (fresh process): RSS "
           f"{child['rss'] / 2**20:,.0f} MB (+{(child['rss'] - child['rss0']) / child['held']:,.0f}"

@@ -199,9 +199,9 @@ class SequentialDetector:
             "p0": [float(v) for v in self.p0],
             "log_threshold": self.log_threshold,
             "alternatives": len(self.alternatives),
-            "r": [float(v) for v in self._r],
-            "cusum": [float(v) for v in self._cusum],
-            "start": [int(v) for v in self._start],
+            "r": self._r.tolist(),
+            "cusum": self._cusum.tolist(),
+            "start": self._start.tolist(),
             "n": self.n,
             "alarmed": self._alarmed,
         }

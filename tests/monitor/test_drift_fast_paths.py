@@ -3,15 +3,17 @@
 ``SequentialDetector.update`` takes each outcome's rows and each ambiguous group's
 likelihood ratios from shared tables, ``OutcomeWindow`` counts in plain lists and
 ``attribution_from_mask`` hands out shared attributions when every outcome leads
-elsewhere. The references below are the straightforward forms (the code before these
+elsewhere, and snapshots pack the window from an array at a faster deflate level. The references below are the straightforward forms (the code before these
 shortcuts): every statistic must come out bit for bit the same, so every alarm, change
 point and count is the same.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 import random
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,8 +22,9 @@ import pytest
 from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.grounding import GroundOperator
 from capwatch.monitor.attribution import Attribution, attribute, attribution_from_mask
-from capwatch.monitor.drift import ActionMonitor, DriftConfig
+from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor
 from capwatch.monitor.sequential import SequentialDetector, block_llr, tilted_alternatives
+from capwatch.monitor.snapshot import encode_action_state, restore_agent, snapshot_agent
 from capwatch.monitor.tables import OutcomeWindow
 
 
@@ -169,3 +172,29 @@ def test_shared_attributions_equal_the_partitioned_ones() -> None:
         nxt = rng.choice(successors)
         matched = sum(1 << i for i, s in enumerate(successors) if s == nxt)
         assert attribution_from_mask(op, state, matched) == attribute(op, state, nxt)
+
+
+def test_snapshots_pack_the_window_as_the_plain_export_does_and_read_any_level() -> None:
+    action = _action(0.6, 0.3, 0.1)
+    drift = DriftMonitor(DriftConfig(window=300))
+    rng = random.Random(4)
+    for i in range(1_000):
+        x = rng.choices([0, 1, 2], [0.6, 0.3, 0.1])[0]
+        drift.observe("a", action, x if i % 7 else Attribution(((0, 1), (2,)), 0 if x < 2 else 1))
+    snap = snapshot_agent(drift, "a")
+    plain = {name: encode_action_state(state)
+             for name, state in drift.agent_states("a").items()}
+    assert snap["actions"] == plain
+    # A snapshot deflated at another level (as written before) reads the same.
+    state = drift.agent_states("a")["go"]
+    packed = dict(plain["go"])
+    shifted = np.asarray(state["window"]["values"], dtype=np.int64) + 1
+    packed["values"] = base64.b64encode(
+        zlib.compress(shifted.astype(np.uint8).tobytes(), 9)).decode()
+    again = DriftMonitor(DriftConfig(window=300))
+    skipped = restore_agent(again, "a", {"go": action}, {**snap, "actions": {"go": packed}})
+    assert skipped == {}
+    assert again.agent_states("a") == drift.agent_states("a")
+    for x in (0, 1, 2, 0):
+        assert (drift.observe("a", action, x) is None) == (again.observe("a", action, x) is None)
+    assert again.agent_states("a") == drift.agent_states("a")
