@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-domains bench-console clean
+.PHONY: test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-fleets bench-daemon-domains bench-console clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,8 +52,13 @@ bench-drift: $(STAMP)
 bench-store: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py
 
+# FLEET=dir: the in-process rows on that fleet instead (docs/performance.md, "Other fleets").
 bench-daemon: $(STAMP)
-	$(BIN)/python benchmarks/bench_daemon.py
+	$(BIN)/python benchmarks/bench_daemon.py $(if $(FLEET),--fleet $(FLEET))
+
+# The in-process rows on the generated fleets unlike the simulated one (benchmarks/fleets.py).
+bench-daemon-fleets: $(STAMP)
+	$(BIN)/python benchmarks/bench_daemon.py --generated all
 
 bench-daemon-domains: $(STAMP)
 	$(BIN)/python benchmarks/bench_daemon_domains.py

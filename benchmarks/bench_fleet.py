@@ -151,6 +151,8 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool) -> int
             p.checkpoint()
             p.checkpoint()
         del got
+        assert isinstance(p.source, Replay)
+        p.source.records = []  # the benchmark's records, held by its source until replaced
         gc.collect()
         print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0,
                           "evicted": p.checkpoints.evictions, "dead": p.dead_letters,
