@@ -1,11 +1,12 @@
 """The drift path's shortcuts decide exactly as the plain arithmetic they replace.
 
 ``SequentialDetector.update`` takes each outcome's rows and each ambiguous group's
-likelihood ratios from shared tables, ``OutcomeWindow`` counts in plain lists and
+likelihood ratios from shared tables, ``OutcomeWindow`` counts in plain lists,
 ``attribution_from_mask`` hands out shared attributions when every outcome leads
-elsewhere, and snapshots pack the window from an array at a faster deflate level. The references below are the straightforward forms (the code before these
-shortcuts): every statistic must come out bit for bit the same, so every alarm, change
-point and count is the same.
+elsewhere, and snapshots pack the window from an array at a faster deflate level. The
+references below are the straightforward forms (the code before these shortcuts): every
+statistic must come out bit for bit the same, so every alarm, change point and count is
+the same.
 """
 
 from __future__ import annotations
