@@ -37,6 +37,7 @@ import structlog
 from capwatch.alerts.policy import AlertPolicy, merge_group
 from capwatch.alerts.sinks import AlertDeliveryError, AlertSink
 from capwatch.alerts.types import Alert
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.store import AlertDelivery, AlertOutboxStore, OutboxAlert, RoutingPlan
 
 log = structlog.get_logger("capwatch.alerts")
@@ -252,7 +253,7 @@ class AlertOutbox:
                     sink.send([alert])
                 except Exception as e:
                     error = e if isinstance(e, AlertDeliveryError) else AlertDeliveryError(
-                        f"{name}: {type(e).__name__}: {e}")
+                        f"{name}: {error_text(e)}")
                     errors.append(f"{name}: {error}")
                     report.failures.setdefault(name, []).append(str(error))
                     log.warning("alert delivery failed", sink=name, error=str(error),

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from capwatch.client.vocabulary import Vocabulary, VocabularyError
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.ingest import INGEST_PATH, NDJSON
 from capwatch.contracts.wire import AgentTransition, encode_transition
 from capwatch.model.domain import GroundAction, GroundAtom
@@ -128,7 +129,7 @@ class KafkaTransport:
             for f in futures:
                 f.get(timeout=timeout_s)
         except Exception as e:
-            raise TransportError(f"Kafka topic {self.topic}: {type(e).__name__}: {e}") from e
+            raise TransportError(f"Kafka topic {self.topic}: {error_text(e)}") from e
 
     def close(self) -> None:
         self._producer.close(timeout=10)

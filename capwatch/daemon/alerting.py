@@ -19,6 +19,7 @@ from capwatch.alerts.sinks import (
     alert_event,
 )
 from capwatch.alerts.types import Alert, AlertType, Severity, inconsistency_alert
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import Publisher
 from capwatch.contracts.store import AlertOutboxStore, OutboxAlert, PendingAssessment
 from capwatch.contracts.versions import ModelVersion
@@ -52,7 +53,7 @@ class PublisherAlertSink:
                 self.publisher.alert(alert_event(a))
             self.publisher.flush()
         except Exception as e:
-            raise AlertDeliveryError(f"output: {type(e).__name__}: {e}") from e
+            raise AlertDeliveryError(f"output: {error_text(e)}") from e
 
 
 log = structlog.get_logger("capwatch.daemon")

@@ -17,12 +17,13 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch, Finding
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.enqueue import EvidenceQueue
-from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, error_text
+from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import DeliveryError
 from capwatch.contracts.store import StoreError
 
@@ -60,15 +61,6 @@ def component_of(error: BaseException) -> str:
     if isinstance(error, OSError) and not module.startswith(("sqlite3", "psycopg")):
         return "disk or network"
     return "models store"
-
-
-def error_text(error: BaseException) -> str:
-    """``<class>: <message>``, the class named once: kafka-python's errors put their class
-    name in their own text (first, or after an error code: ``[Error 7]
-    RequestTimedOutError: ...``), which read "KafkaTimeoutError: KafkaTimeoutError: Unable
-    to bootstrap ..."."""
-    name, text = type(error).__name__, str(error)
-    return text if name in text.split(":", 1)[0] else f"{name}: {text}"
 
 
 def describe_outage(error: BaseException) -> str:

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from capwatch.assess.agent import AgentUnavailable
 from capwatch.contracts.agent_protocol import AgentProtocolError, AgentRejectedQuery
+from capwatch.contracts.errors import error_text
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
 
 
@@ -55,7 +56,7 @@ def describe_agent_failure(e: AgentUnavailable) -> Failure:
 
 
 def internal_failure(e: Exception) -> Failure:
-    return Failure(FailureKind.ERROR, f"{type(e).__name__}: {e}")
+    return Failure(FailureKind.ERROR, error_text(e))
 
 
 def backoff_s(cfg: AgentRetryConfig, attempts: int, key: str) -> float:

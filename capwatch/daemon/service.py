@@ -20,13 +20,14 @@ from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.agent_protocol import agent_url
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import AgentDirectory, GroupView, Publisher, Source
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 from capwatch.daemon.assessor import Assessor, EngineAssessor
 from capwatch.daemon.config import ConfigError, DaemonConfig, KafkaConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
-from capwatch.daemon.infra import Clock, error_text, utc_now
+from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.ingest import IngestEndpoints
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.pipeline import Pipeline
@@ -331,7 +332,7 @@ def open_store_waiting(config: DaemonConfig, startup: Startup | None = None,
             import psycopg
 
             if not isinstance(e, psycopg.OperationalError):
-                raise DependencyError(f"store at {shown}: {type(e).__name__}: {e}") from None
+                raise DependencyError(f"store at {shown}: {error_text(e)}") from None
             left = deadline - time.monotonic()
             cause = " ".join(str(e).split())
             if left <= 0:

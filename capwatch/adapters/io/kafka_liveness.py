@@ -30,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import GroupView
 
 log = structlog.get_logger("capwatch.kafka")
@@ -97,7 +98,7 @@ class BrokerLiveness:
         try:
             topics = self._probe()
         except Exception as e:
-            self._last_error = f"{type(e).__name__}: {e}"[:300]
+            self._last_error = error_text(e)[:300]
             # A client that met a dead broker may keep backing off its reconnects for
             # long after the broker is back: the next probe starts a fresh one.
             self._drop_admin()
@@ -126,7 +127,7 @@ class BrokerLiveness:
             answer = self._describe_group(group)
             view = _group(answer, group, partitions)
         except Exception as e:
-            error = f"{type(e).__name__}: {e}"[:300]
+            error = error_text(e)[:300]
             if error != self._group_error:
                 log.warning("the consumer group could not be described", group=group,
                             error=error)
