@@ -64,7 +64,8 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
         print(f"capwatch run: {e}", file=sys.stderr)
         return 2
     if connect:
-        from capwatch.daemon.service import DependencyError, redact_url, wait_for_kafka
+        from capwatch.daemon.redact import redact_url
+        from capwatch.daemon.service import DependencyError, wait_for_kafka
         from capwatch.models_store import open_store
 
         try:

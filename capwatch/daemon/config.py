@@ -39,6 +39,7 @@ from capwatch.daemon.config_connections import KafkaSaslConfig as KafkaSaslConfi
 from capwatch.daemon.config_connections import Section, one_of
 from capwatch.daemon.config_connections import TlsConfig as TlsConfig
 from capwatch.daemon.config_connections import read_secret as read_secret
+from capwatch.daemon.redact import redacted
 
 ENV_PREFIX = "CAPWATCH_"
 ENV_DELIMITER = "__"
@@ -531,18 +532,7 @@ def load_config(path: str | Path | None = None, *, text: str | None = None,
         raise ConfigError(_explain(e, name, positions, data)) from None
 
 
-_SECRET_WORDS = ("password", "token", "secret")
 _SHOWN_CHARS = 80
-
-
-def _redacted(value: Any, loc: tuple[str | int, ...] = ()) -> Any:
-    """The input as an error may show it: values under secret-looking keys replaced."""
-    if loc and any(w in str(loc[-1]).lower() for w in _SECRET_WORDS):
-        return "***"
-    if isinstance(value, dict):
-        return {k: "***" if any(w in str(k).lower() for w in _SECRET_WORDS) else _redacted(v)
-                for k, v in value.items()}
-    return value
 
 
 def _explain(error: ValidationError, name: str,
@@ -564,7 +554,7 @@ def _explain(error: ValidationError, name: str,
             where = f"{name}:{line}:{col}"
         value = ""
         if err["type"] not in ("missing",) and "input" in err:
-            shown = repr(_redacted(err["input"], loc))
+            shown = repr(redacted(err["input"], loc[-1] if loc else None))
             # A cut value says so: "(got {'kafka': {'bootstrap_servers': 'k:9093', 'se)"
             # read as if the file held a half-written mapping.
             if len(shown) > _SHOWN_CHARS:

@@ -31,6 +31,7 @@ from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.ingest import IngestEndpoints
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.redact import redact_url
 from capwatch.model.domain import Domain, GroundAtom, Problem
 from capwatch.model.pddl_reader import read_domain, read_problem
 from capwatch.models_store import open_store
@@ -202,17 +203,6 @@ class Startup:
 
     def status(self) -> str | None:
         return None if self.waiting_for is None else f"waiting for {self.waiting_for}"
-
-
-def redact_url(url: str) -> str:
-    """A store URL as logs may show it: no password."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 class _RefusalWatch(logging.Handler):

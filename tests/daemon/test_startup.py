@@ -16,7 +16,8 @@ import pytest
 
 from capwatch.cli import main
 from capwatch.daemon.logs import configure_logging, reset_logging
-from capwatch.daemon.service import DependencyError, build_service, redact_url
+from capwatch.daemon.redact import redact_url
+from capwatch.daemon.service import DependencyError, build_service
 from tests.daemon.helpers import EXAMPLES, config
 from tests.support._proc import free_port, wait_until
 
