@@ -41,6 +41,8 @@ class Intake:
         self.queue_evidence = queue_evidence
         """Queues a watch's buffered evidence now (the pipeline's ``queue``)."""
         self.registry = registry
+        self._lookup = registry.lookup
+        self._next_tick = registry.next_tick
         self.checkpoints = checkpoints
         self.publisher = publisher
         self.metrics = metrics
@@ -69,7 +71,7 @@ class Intake:
             # The key is the agent id (the decoder checks it): the agent's watch, if
             # loaded, holds its last next-state, which this record's state most likely
             # repeats.
-            prior = self.registry.get(key.decode("utf-8", "replace"))
+            prior = self._lookup(key.decode("utf-8", "replace"))
         memo = [None if prior is None else prior.state_memo]
         decoded = decode(record.value, self.limits, key=key,
                          partition=record.partition, offset=record.offset, size=record.size,
@@ -92,9 +94,11 @@ class Intake:
             if watch is None:
                 return None
         else:
-            # The agent's watch is loaded, for this family: Registry.load hands it out.
+            # The agent's watch is loaded, for this family: handed out as Registry.load
+            # does (without its call, on the per-record path).
             watch = prior
-            self.registry.load(prior.agent_id, family, record.partition)
+            watch.partition = record.partition
+            watch.seen = self._next_tick()
         watch.state_memo = memo[0]
         if not watch.restore_tried:
             self.checkpoints.restore(watch)

@@ -8,8 +8,9 @@ it later starts out awaiting that work instead of queuing it again.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 
 import structlog
@@ -58,8 +59,13 @@ class Registry:
         self._parked: dict[str, str] = {}
         self._baselines: dict[str, tuple[ModelVersion, Domain, SharedGrounding]] = {}
         self._checked: set[str] = set()
-        self._tick = 0
-        """Counts loads: a watch's ``seen`` orders watches by their last record."""
+        self.next_tick: Callable[[], int] = itertools.count(1).__next__
+        """Hands out the next ``seen``: counts loads, so a watch's ``seen`` orders watches
+        by their last record. A C call, for the per-record path (``Intake.read`` hands out
+        a loaded watch itself)."""
+        self.lookup: Callable[[str], AgentWatch | None] = self._agents.get
+        """The watch of a loaded agent, or None: :meth:`get` without a Python call, for the
+        per-record path."""
         self._backoff: dict[str, tuple[ModelRef, dict[str, tuple[float, int]]]] = {}
         """Dropped agent → the back-off its watch had (same process, same clock)."""
         self._held: dict[str, list[tuple[ModelRef, tuple[str, ...], float]]] = {}
@@ -67,9 +73,9 @@ class Registry:
         ended unexplained (from the store at start): its watch backs those kinds off."""
         self._own: set[tuple[str, str]] = set()
         self._compacted_at = 0
-        """``_tick`` at the last :meth:`compact_idle`."""
+        """The tick at the last :meth:`compact_idle`."""
         self._marks: deque[tuple[float, int]] = deque(maxlen=4096)
-        """(monotonic time, ``_tick``) at each :meth:`compact_idle`: a watch whose ``seen``
+        """(monotonic time, tick) at each :meth:`compact_idle`: a watch whose ``seen``
         is at most a mark's tick had no record since that mark's time."""
 
     def __len__(self) -> int:
@@ -80,8 +86,9 @@ class Registry:
 
     @property
     def tick(self) -> int:
-        """The newest ``seen`` a watch may have (see :meth:`seen_since`)."""
-        return self._tick
+        """A ``seen`` above every watch's so far, below every later one's (see
+        :meth:`seen_since`)."""
+        return self.next_tick()
 
     def seen_since(self, tick: int) -> list[AgentWatch]:
         """The watches handed out (by :meth:`load`) after ``tick``."""
@@ -138,11 +145,11 @@ class Registry:
 
     def load(self, agent_id: str, family: str, partition: int) -> AgentWatch | None:
         """The agent's watch, built from the store when first seen; None: unknown family."""
-        self._tick += 1
+        tick = self.next_tick()
         watch = self._agents.get(agent_id)
         if watch is not None and watch.family == family:
             watch.partition = partition
-            watch.seen = self._tick
+            watch.seen = tick
             return watch
         own = None
         if agent_id not in self._checked or (family, agent_id) in self._own:
@@ -158,7 +165,7 @@ class Registry:
         watch = AgentWatch(agent_id, family, partition, version, self.drift, self.settings,
                            domain=domain, shared=shared)
         watch.awaiting = self._parked.pop(agent_id, None)
-        watch.seen = self._tick
+        watch.seen = tick
         for ref, kinds, ago in self._held.pop(agent_id, ()):
             if ref == version.ref:
                 watch.back_off(kinds, ago)
@@ -193,9 +200,10 @@ class Registry:
         evidence buffered (``TransitionMonitor.compact``): an idle agent keeps its drift
         tables and the last execution of each action, not 64 of them. Returns how many
         watches were trimmed."""
-        since, self._compacted_at = self._compacted_at, self._tick
+        tick = self.next_tick()
+        since, self._compacted_at = self._compacted_at, tick
         if now is not None:
-            self._marks.append((now, self._tick))
+            self._marks.append((now, tick))
         n = 0
         for watch in self._agents.values():
             if watch.seen <= since and not watch.evidence:
