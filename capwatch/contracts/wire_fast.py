@@ -229,9 +229,9 @@ def _keys_unique(raw: bytes, fields: int) -> None:
 
 
 _WS = rb"[ \t\n\r]*"
-_SCAN_STATES = 2048
+_SCAN_STATES = 512
 """States' bytes up to which a message is scanned whole for repeated keys."""
-_SCAN_STATES = 2048
+_SCAN_STATES = 512
 """States' bytes up to which a message is scanned whole for repeated keys."""
 _STATE_KEY = re.compile(rb'"state"' + _WS + b":" + _WS)
 _NEXT_STATE_KEY = re.compile(rb'"next_state"' + _WS + b":" + _WS)
@@ -272,13 +272,25 @@ def _value_at(raw: bytes, key: re.Pattern[bytes], name: bytes, value: bytes, sta
               end: int | None = None) -> tuple[int, int] | None:
     """Where ``value`` (an array's text) is, as the value of the first ``name`` key in
     ``raw[start:end]``; None if it is not there."""
-    if value[:1] != b"[" or value[-1:] != b"]":
+    if not (value.startswith(b"[") and value.endswith(b"]")):
         return None
     i = raw.find(name, start) if end is None else raw.find(name, start, end)
-    found = key.match(raw, i) if i >= 0 else None
-    if found is None or not raw.startswith(value, found.end()):
+    if i < 0:
         return None
-    return found.end(), found.end() + len(value)
+    # The separators the usual writers put after a key, before the general pattern.
+    i += len(name)
+    if raw.startswith(b": ", i):
+        i += 2
+    elif raw.startswith(b":", i):
+        i += 1
+    else:
+        found = key.match(raw, i - len(name))
+        if found is None:
+            return None
+        i = found.end()
+    if not raw.startswith(value, i):
+        return None
+    return i, i + len(value)
 
 
 def decode(
