@@ -231,8 +231,6 @@ def _keys_unique(raw: bytes, fields: int) -> None:
 _WS = rb"[ \t\n\r]*"
 _SCAN_STATES = 512
 """States' bytes up to which a message is scanned whole for repeated keys."""
-_SCAN_STATES = 512
-"""States' bytes up to which a message is scanned whole for repeated keys."""
 _STATE_KEY = re.compile(rb'"state"' + _WS + b":" + _WS)
 _NEXT_STATE_KEY = re.compile(rb'"next_state"' + _WS + b":" + _WS)
 
@@ -322,8 +320,8 @@ _Read = tuple[int, frozenset[GroundAtom], frozenset[int] | None, int]
 generation."""
 
 
-_SMALL_STATE = 512
-"""A state's text up to this many bytes (about 15 atoms) is decoded whole: for so few
+_SMALL_STATE = 256
+"""A state's text up to this many bytes (about 8 atoms) is decoded whole: for so few
 atoms, cutting it into pieces costs more than msgspec's decoding."""
 
 
