@@ -283,9 +283,13 @@ class TransitionMonitor:
             # set has no repeated atom, so the sum of the bits is their union.
             if state is self._last_lists:
                 s = self._last_mask
-                s2 = s if next_state is state \
-                    else s - sum(map(valid.__getitem__, state - next_state)) \
-                    + sum(map(valid.__getitem__, next_state - state))
+                if next_state is state:
+                    s2 = s
+                elif len(next_state) < 10:  # two set differences cost more than 9 lookups
+                    s2 = sum(map(valid.__getitem__, next_state))
+                else:
+                    s2 = s - sum(map(valid.__getitem__, state - next_state)) \
+                        + sum(map(valid.__getitem__, next_state - state))
             else:
                 s = sum(map(valid.__getitem__, state))
                 s2 = s if next_state is state else sum(map(valid.__getitem__, next_state))

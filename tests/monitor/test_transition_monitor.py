@@ -268,3 +268,37 @@ def test_a_repeated_state_set_is_checked_as_a_new_one_would_be() -> None:
             with pytest.raises(ModelError):
                 shared.observe(previous, *trace[i + 1][1:], i + 1)
             shared.replace_model(gripper)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "grid"])
+def test_a_large_next_state_encoded_from_the_last_is_checked_as_a_new_one(name: str) -> None:
+    # A next state of 10 atoms or more is encoded from the previous state's encoding by
+    # the atoms that changed; verdicts and kept executions must be those of a monitor
+    # encoding every state whole, also for a next state that changes too much or too
+    # little (the step's effect dropped, or an atom added from nowhere).
+    from tests.paths import IPC
+
+    domain = read_domain(IPC / name / "domain.pddl")
+    problem = read_problem(IPC / name / "problem.pddl")
+    plan = parse_plan((IPC / name / "optimal-plan.txt").read_text())
+    g = Grounder(domain)
+    chained, fresh = TransitionMonitor(domain), TransitionMonitor(domain)
+    state = frozenset(problem.init)
+    stray = ("unheard-of", "x")
+    for i, action in enumerate(plan[:40]):
+        _, after = execute_plan(g, state, [action])
+        nxt = frozenset(after)
+        if i % 7 == 3:
+            nxt = state  # nothing happened: the step's effect is missing
+        elif i % 7 == 5:
+            nxt = nxt | {next(iter(state - nxt), stray)}  # a deleted atom stays
+        if stray in nxt:
+            nxt = frozenset(after)
+        got = chained.observe(state, tuple(action), nxt, i)
+        want = fresh.observe(frozenset(state), tuple(action), frozenset(nxt), i)
+        assert got.verdict is want.verdict and got.state == want.state, i
+        assert len(state) >= 10
+        state = nxt if got.verdict is not Verdict.INCONSISTENT else frozenset(after)
+    assert chained.counts == fresh.counts
+    assert chained.inconsistent_count > 0
+    assert chained.executed_since(0, 64) == fresh.executed_since(0, 64)
