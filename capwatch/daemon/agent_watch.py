@@ -255,7 +255,10 @@ class AgentWatch:
 
     def _note_optimal(self, t: AgentTransition) -> None:
         run = self._optimal_run
-        if run and (run[-1].episode_id != t.episode_id or run[-1].next_state != t.state
+        # The decoder hands the previous next state over as the very set (its memo): an
+        # identity test first, as comparing two sets looks at every atom (0.9 µs at 215).
+        if run and (run[-1].episode_id != t.episode_id
+                    or (run[-1].next_state is not t.state and run[-1].next_state != t.state)
                     or len(run) >= MAX_OPTIMAL_RUN):
             self._close_optimal_run()
             run = None
