@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-fleets bench-daemon-domains bench-console clean
+.PHONY: test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-fleets bench-daemon-domains bench-daemon-drifts bench-console clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,7 @@ demo: $(STAMP)
 demo-serve: $(STAMP)
 	$(BIN)/capwatch demo --serve
 
-bench: bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-domains bench-console
+bench: bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-domains bench-daemon-drifts bench-console
 
 bench-core: $(STAMP)
 	$(BIN)/python benchmarks/bench_consistency.py
@@ -62,6 +62,9 @@ bench-daemon-fleets: $(STAMP)
 
 bench-daemon-domains: $(STAMP)
 	$(BIN)/python benchmarks/bench_daemon_domains.py
+
+bench-daemon-drifts: $(STAMP)
+	$(BIN)/python benchmarks/bench_daemon_drifts.py --canary-s 0.1 --rounds 1000
 
 bench-console: $(STAMP)
 	$(BIN)/python benchmarks/bench_console.py

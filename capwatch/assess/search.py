@@ -189,7 +189,7 @@ def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: G
     if goal.reached(start, 0):
         return SearchResult([], start, 1)
     reached = goal.reached
-    successors = _SuccessorIndex(operators)
+    successors = SuccessorIndex(operators)
     tests = 0
     parent: dict[StateMask, tuple[StateMask, int]] = {start: (start, -1)}
     layer = [start]
@@ -221,7 +221,7 @@ def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: G
     return SearchResult(None, None, len(parent))
 
 
-class _SuccessorIndex:
+class SuccessorIndex:
     """Operators filed under one of their positive precondition atoms, the one fewest
     operators require (the most specific), so a state only tests the operators one of
     its true atoms triggers instead of every operator: the cost per state follows the

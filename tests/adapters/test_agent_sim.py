@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import threading
 
 import pytest
 
-from capwatch.adapters.sim.agent import QueryRecord, SimulatedAgent
+from capwatch.adapters.sim.agent import Episode, QueryRecord, SimulatedAgent
 from capwatch.assess.agent import AgentQuery
+from capwatch.assess.search import Goal, ground_operators
 from capwatch.contracts.agent_protocol import InvalidQuery
 from capwatch.model.consistency import Verdict, check
-from capwatch.model.domain import Domain, LiftedAtom, Outcome
+from capwatch.model.domain import Domain, LiftedAtom, Outcome, Problem
 from capwatch.model.grounding import Grounder
 from capwatch.model.pddl_reader import parse_domain, parse_plan, read_domain, read_problem
-from tests.paths import DOMAINS, STOCHASTIC
+from capwatch.model.simulate import step
+from tests.paths import DOMAINS, IPC, STOCHASTIC
 
 GRIPPER = DOMAINS / "gripper"
 
@@ -227,3 +230,49 @@ def test_emit_trace_yields_transitions_and_needs_a_problem() -> None:
     assert all(t[2] == u[0] for t, u in itertools.pairwise(transitions))
     with pytest.raises(ValueError, match="no problem"):
         SimulatedAgent(domain).random_walk(3)
+
+
+def _reference_walk(agent_domain: Domain, problem: Problem, seed: int, steps: int,
+                    p_inapplicable: float, episodes: int) -> list[Episode]:
+    """The random walk as first written: everything grounded afresh each episode and
+    each step's applicable operators found by testing all of them."""
+    rng = random.Random(seed)
+    grounder = Grounder(agent_domain)
+    out = []
+    for _ in range(episodes):
+        ops = ground_operators(grounder, problem.objects_by_type(agent_domain), problem.init)
+        mask = grounder.index.encode(problem.init)
+        states, actions, executed = [mask], [], []
+        for _ in range(steps):
+            applicable = [op for op in ops if op.applicable(mask)]
+            if p_inapplicable and rng.random() < p_inapplicable:
+                blocked = [op for op in ops if not op.applicable(mask)]
+                if blocked:
+                    op = rng.choice(blocked)
+                    actions.append((op.action.name, *op.args))
+                    executed.append(False)
+                    states.append(mask)
+                    continue
+            if not applicable:
+                break
+            op = rng.choice(applicable)
+            _, mask = step(op, mask, rng)
+            actions.append((op.action.name, *op.args))
+            executed.append(True)
+            states.append(mask)
+        goal = Goal.of(grounder, problem.goal_pos, problem.goal_neg)
+        out.append(Episode(tuple(grounder.index.decode(s) for s in states), tuple(actions),
+                           tuple(executed), optimal=False, goal_reached=goal.satisfied(mask)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["ferry", "hiking", "tpp", "grid"])
+def test_random_walks_are_what_the_seed_always_gave(name: str) -> None:
+    """The walk's speed-ups (operators grounded once per model, applicable ones found
+    through an index) change nothing a seed produces: pinned fleets stay as they were."""
+    domain = read_domain(IPC / name / "domain.pddl")
+    problem = read_problem(IPC / name / "problem.pddl")
+    for seed in (1, 2):
+        agent = SimulatedAgent(domain, seed=seed, problem=problem)
+        walks = [agent.random_walk(15, p_inapplicable=0.3) for _ in range(4)]
+        assert walks == _reference_walk(domain, problem, seed, 15, 0.3, 4)

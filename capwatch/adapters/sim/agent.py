@@ -22,7 +22,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from capwatch.assess.agent import QueryResult, State
-from capwatch.assess.search import DEFAULT_MAX_STATES, Goal, breadth_first, ground_operators
+from capwatch.assess.search import (
+    DEFAULT_MAX_STATES,
+    Goal,
+    SuccessorIndex,
+    breadth_first,
+    ground_operators,
+    static_predicates,
+)
 from capwatch.contracts.agent_protocol import InvalidQuery
 from capwatch.model.domain import Domain, GroundAction, GroundAtom, Problem
 from capwatch.model.grounding import Grounder, GroundOperator, StateMask
@@ -33,6 +40,10 @@ log = logging.getLogger(__name__)
 # The atom index interns every atom any query ever mentions; a long-running server fed
 # arbitrary object names would grow it without bound, so it is rebuilt past this size.
 MAX_INTERNED_ATOMS = 200_000
+
+# Ground operator lists kept per model (see SimulatedAgent._operators); episodes of one
+# agent almost always start from one problem, so a few entries cover them.
+MAX_OPERATOR_LISTS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +105,8 @@ class SimulatedAgent:
         self._samples = 0
         self._history: deque[QueryRecord] = deque(maxlen=history)
         self._on_query = on_query
+        self._ops: dict[tuple[int, frozenset[GroundAtom]],
+                        tuple[list[GroundOperator], SuccessorIndex]] = {}
         self.problem = problem
         """Default problem for :meth:`run_optimal` and :meth:`random_walk`."""
 
@@ -114,6 +127,7 @@ class SimulatedAgent:
             old = self._domain.name
             self._domain = domain
             self._grounder = grounder
+            self._ops = {}
             self._version += 1
             version = self._version
         log.info("agent model switched", extra={"from_domain": old, "to_domain": domain.name,
@@ -143,6 +157,7 @@ class SimulatedAgent:
             self._check_plan(domain, plan)
             if len(self._grounder.index) > MAX_INTERNED_ATOMS:
                 self._grounder = Grounder(domain)
+                self._ops = {}
             grounder = self._grounder
             ops = [grounder.operator(tuple(a)) for a in plan]
             start = grounder.index.encode(state)
@@ -209,6 +224,29 @@ class SimulatedAgent:
             raise ValueError("no problem given and the agent has no default problem")
         return p
 
+    def _operators(self, problem: Problem, start: Iterable[GroundAtom]
+                   ) -> tuple[list[GroundOperator], SuccessorIndex]:
+        """The operators of ``problem`` that static facts of ``start`` leave possible, and
+        an index finding those a state may trigger; made once per model and set of static
+        facts: grounding enumerates the bindings of every action (seconds on IPC domains
+        with many parameters), which every episode would otherwise pay again. The caller
+        holds the lock."""
+        static = static_predicates(self._domain)
+        statics = frozenset(a for a in start if a and a[0] in static)
+        # Keyed by the problem's identity: Problem is a value, but hashing its objects
+        # every episode would cost what the cache saves; the entry holds no reference, so
+        # an id could be reused by a later problem only after this one was freed, and the
+        # cache is bounded and cleared on every model switch.
+        key = (id(problem), statics)
+        found = self._ops.get(key)
+        if found is None:
+            if len(self._ops) >= MAX_OPERATOR_LISTS:
+                self._ops.clear()
+            ops = ground_operators(self._grounder, problem.objects_by_type(self._domain),
+                                   statics)
+            found = self._ops[key] = (ops, SuccessorIndex(ops))
+        return found
+
     def run_optimal(self, problem: Problem | None = None, *, max_steps: int = 200,
                     max_states: int = DEFAULT_MAX_STATES) -> Episode:
         """Execute an optimal plan for ``problem`` and return the trace.
@@ -222,7 +260,7 @@ class SimulatedAgent:
         p = self._problem(problem)
         with self._lock:
             domain, grounder = self._domain, self._grounder
-            ops = ground_operators(grounder, p.objects_by_type(domain), p.init)
+            ops, _ = self._operators(p, p.init)
             goal = Goal.of(grounder, p.goal_pos, p.goal_neg)
             state = grounder.index.encode(p.init)
             states = [state]
@@ -258,16 +296,19 @@ class SimulatedAgent:
         p = self._problem(problem)
         start = p.init if state is None else frozenset(state)
         with self._lock:
-            domain, grounder, rng = self._domain, self._grounder, self._rng
-            ops = ground_operators(grounder, p.objects_by_type(domain), start)
+            grounder, rng = self._grounder, self._rng
+            ops, index = self._operators(p, start)
             mask = grounder.index.encode(start)
             states = [mask]
             actions: list[GroundAction] = []
             executed: list[bool] = []
             for _ in range(steps):
-                applicable = [op for op in ops if op.applicable(mask)]
+                # In operator order, as a scan of all of them would list them: a seed
+                # gives the same walk however the operators are found.
+                positions = [i for i in index.candidates(mask) if ops[i].applicable(mask)]
+                applicable = [ops[i] for i in positions]
                 if p_inapplicable and rng.random() < p_inapplicable:
-                    blocked = [op for op in ops if not op.applicable(mask)]
+                    blocked = _Blocked(ops, positions)
                     if blocked:
                         op = rng.choice(blocked)
                         actions.append((op.action.name, *op.args))
@@ -294,6 +335,32 @@ class SimulatedAgent:
         trace = (self.run_optimal(problem, max_steps=steps) if optimal
                  else self.random_walk(steps, problem, p_inapplicable=p_inapplicable))
         return trace.transitions()
+
+
+class _Blocked(Sequence[GroundOperator]):
+    """The operators not at ``applicable`` (sorted positions), in operator order, without
+    listing them: ``random.choice`` needs only a length and the k-th one."""
+
+    def __init__(self, ops: Sequence[GroundOperator], applicable: Sequence[int]) -> None:
+        self._ops = ops
+        self._applicable = applicable
+
+    def __len__(self) -> int:
+        return len(self._ops) - len(self._applicable)
+
+    def __getitem__(self, k: int) -> GroundOperator:  # type: ignore[override]
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        # The k-th blocked operator is at position k + j, where j applicable ones come
+        # before it: the smallest j with k + j < applicable[j] (or all of them).
+        lo, hi = 0, len(self._applicable)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._applicable[mid] <= k + mid:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self._ops[k + lo]
 
 
 def _show(atom: Sequence[object]) -> str:
