@@ -125,6 +125,46 @@ def _binding_order(action: Action, static: frozenset[str]) -> list[int]:
     return order
 
 
+class _StaticLookup:
+    """The objects a parameter can take given one positive static literal that its binding
+    completes, e.g. the ``?to`` with ``(road ?from ?to)`` for the bound ``?from``: looked up
+    from the static facts instead of trying every object of its type. Candidates keep the
+    type's object order; the literal is still checked with the others."""
+
+    __slots__ = ("_by_key", "_domain", "_found", "_key")
+
+    def __init__(self, key: tuple[str, ...], by_key: dict[tuple[str, ...], set[str]],
+                 domain: Sequence[str]) -> None:
+        self._key = key
+        self._by_key = by_key
+        self._domain = domain
+        self._found: dict[tuple[str, ...], list[str]] = {}
+
+    @classmethod
+    def of(cls, name: str, checks: Sequence[tuple[LiftedAtom, bool]],
+           static_true: frozenset[GroundAtom], domain: Sequence[str]) -> _StaticLookup | None:
+        for atom, positive in checks:
+            if not positive or atom.args.count(name) != 1:
+                continue
+            at = atom.args.index(name)
+            others = tuple(a for k, a in enumerate(atom.args) if k != at)
+            by_key: dict[tuple[str, ...], set[str]] = {}
+            for fact in static_true:
+                if fact[0] == atom.predicate and len(fact) == len(atom.args) + 1:
+                    rest = fact[1:]
+                    by_key.setdefault(rest[:at] + rest[at + 1:], set()).add(rest[at])
+            return cls(others, by_key, domain)
+        return None
+
+    def candidates(self, binding: Mapping[str, str]) -> list[str]:
+        key = tuple(binding.get(a, a) for a in self._key)
+        found = self._found.get(key)
+        if found is None:
+            allowed = self._by_key.get(key, set())
+            found = self._found[key] = [o for o in self._domain if o in allowed]
+        return found
+
+
 def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
               static_true: frozenset[GroundAtom], static: frozenset[str],
               budget: list[int]) -> Iterator[tuple[str, ...]]:
@@ -151,6 +191,8 @@ def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
     domains = [objects.get(p.type, ()) for p in action.parameters]
     binding: dict[str, str] = {}
     leaf_cost = len(names) + len(action.all_atoms())
+    lookups = [_StaticLookup.of(names[order[depth]], checks[depth], static_true,
+                                domains[order[depth]]) for depth in range(len(names))]
 
     def extend(depth: int) -> Iterator[tuple[str, ...]]:
         if depth == len(names):
@@ -160,7 +202,8 @@ def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
                 yield args
             return
         i = order[depth]
-        for obj in domains[i]:
+        lookup = lookups[depth]
+        for obj in domains[i] if lookup is None else lookup.candidates(binding):
             budget[0] -= 1
             if budget[0] < 0:
                 raise GroundingLimitExceeded(
@@ -187,6 +230,22 @@ def _bindings(action: Action, objects: Mapping[str, Sequence[str]],
                                                                           strict=True)])
 
 
+def ground_actions(domain: Domain, objects: Mapping[str, Sequence[str]],
+                   init: Iterable[GroundAtom], *,
+                   max_groundings: int = DEFAULT_MAX_GROUNDINGS) -> list[GroundAction]:
+    """The ground actions :func:`ground_operators` makes operators of, in its order: they
+    depend on no atom index, so callers grounding one problem for many indexes (a fleet's
+    agents) can share them."""
+    static = static_predicates(domain)
+    static_true = frozenset(a for a in init if a and a[0] in static)
+    out: list[GroundAction] = []
+    budget = [max_groundings]
+    for action in domain.actions:
+        for args in _bindings(action, objects, static_true, static, budget):
+            out.append((action.name, *args))
+    return out
+
+
 def ground_operators(grounder: Grounder, objects: Mapping[str, Sequence[str]],
                      init: Iterable[GroundAtom], *,
                      max_groundings: int = DEFAULT_MAX_GROUNDINGS) -> list[GroundOperator]:
@@ -199,15 +258,8 @@ def ground_operators(grounder: Grounder, objects: Mapping[str, Sequence[str]],
     Order is the domain's action order, then arguments in the order of ``objects``: the
     same as the unpruned cross product, so pruning never changes which plan is found.
     """
-    domain = grounder.domain
-    static = static_predicates(domain)
-    static_true = frozenset(a for a in init if a and a[0] in static)
-    ops = []
-    budget = [max_groundings]
-    for action in domain.actions:
-        for args in _bindings(action, objects, static_true, static, budget):
-            ops.append(grounder.operator((action.name, *args)))
-    return ops
+    return [grounder.operator(a) for a in ground_actions(
+        grounder.domain, objects, init, max_groundings=max_groundings)]
 
 
 def breadth_first(operators: Sequence[GroundOperator], start: StateMask, goal: GoalTest, *,

@@ -7,7 +7,6 @@ s' = (s \\ del_i) ∪ add_i for some outcome i with p_i > 0.
 from __future__ import annotations
 
 import enum
-import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -129,15 +128,39 @@ def _entangled_possible(action: Action, atom: LiftedAtom, free: Sequence[LiftedA
                         fixed: Sequence[LiftedAtom], presence: Presence) -> frozenset[PaValue]:
     """Values of ``atom`` for which some values of the other free pa-tuples on the same
     ground atom (and the fixed atoms as modelled) explain the transition in some outcome."""
-    others = [a for a in free if a != atom]
-    if len(others) + 1 > MAX_ENTANGLED:
+    others = sum(1 for a in free if a != atom)
+    if others + 1 > MAX_ENTANGLED:
         return frozenset(LEGAL_PA_VALUES)
+    per_outcome = [[(pre_mode(action, f), _eff_in(o, f)) for f in fixed]
+                   for o in action.outcomes]
+    return entangled_values(per_outcome, others, presence)
+
+
+def entangled_values(fixed: Sequence[Sequence[PaValue]], others: int, presence: Presence
+                     ) -> frozenset[PaValue]:
+    """The values of one pa-tuple on a ground atom for which some values of ``others``
+    free pa-tuples on the same atom, with the ``fixed`` values of each outcome, explain
+    the transition (:func:`joint_explains`).
+
+    The free partners need not be enumerated (7^n combinations per value, on every
+    inconsistent transition): each may take ⟨∅,+⟩, ⟨∅,−⟩ or ⟨∅,∅⟩ whatever the state, so
+    together they can make the atom true, or leave it to the rest, or make it false
+    unless the rest adds it.
+    """
+    before, after = presence
     possible = set()
     for v in LEGAL_PA_VALUES:
-        for combo in itertools.product(LEGAL_PA_VALUES, repeat=len(others)):
-            if any(joint_explains([v, *combo, *((pre_mode(action, f), _eff_in(o, f))
-                                                 for f in fixed)], presence)
-                   for o in action.outcomes):
+        for values in fixed:
+            joint = [v, *values]
+            if not others:
+                if joint_explains(joint, presence):
+                    possible.add(v)
+                    break
+                continue
+            if any((pre is Mode.POS and not before) or (pre is Mode.NEG and before)
+                   for pre, _ in joint):
+                continue
+            if after or all(eff is not Mode.POS for _, eff in joint):
                 possible.add(v)
                 break
     return frozenset(possible)

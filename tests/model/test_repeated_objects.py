@@ -6,6 +6,8 @@ move_down(h1, h1) therefore keeps (at h1). move_up forbids ?hfrom = ?hto.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from capwatch.model import (
@@ -17,7 +19,15 @@ from capwatch.model import (
     joint_explains,
     shared_ground_atoms,
 )
-from capwatch.model.pal import LEGAL_PA_VALUES, Mode, PaTuple, pa_values_consistent_with
+from capwatch.model.consistency import entangled_values
+from capwatch.model.pal import (
+    LEGAL_PA_VALUES,
+    Mode,
+    PaTuple,
+    PaValue,
+    Presence,
+    pa_values_consistent_with,
+)
 from capwatch.model.pddl_reader import read_domain, read_problem
 from capwatch.model.simulate import execute_plan
 from tests.paths import DATA
@@ -119,3 +129,33 @@ def test_a_shared_grounding_gives_every_agent_the_same_operators() -> None:
         with pytest.raises(ModelError) as via_shared:
             Grounder(DOMAIN, shared=shared).operator(bad)
         assert str(via_shared.value) == str(plain.value)
+
+
+ALL_VALUES = [(pre, eff) for pre in (Mode.POS, Mode.NEG, Mode.ABSENT)
+              for eff in (Mode.POS, Mode.NEG, Mode.ABSENT)]
+
+
+def _enumerated(fixed: list[list[PaValue]], others: int, presence: Presence
+                ) -> frozenset[PaValue]:
+    """Every combination of the partners' values tried (what the closed form replaces)."""
+    return frozenset(
+        v for v in LEGAL_PA_VALUES
+        if any(joint_explains([v, *combo, *values], presence)
+               for combo in itertools.product(LEGAL_PA_VALUES, repeat=others)
+               for values in fixed))
+
+
+def test_entangled_values_agree_with_trying_every_combination_of_partners() -> None:
+    """Exhaustively over presences, up to three free partners and up to two fixed atoms
+    in one or two outcomes (fixed atoms take any modelled value, even ⟨+,+⟩)."""
+    fixed_lists: list[list[PaValue]] = [[]] + [[a] for a in ALL_VALUES] + [
+        [a, b] for a in ALL_VALUES for b in ALL_VALUES]
+    checked = 0
+    for presence in itertools.product((False, True), repeat=2):
+        for others in range(4):
+            for first in fixed_lists:
+                for outcomes in ([first], [first, [(Mode.ABSENT, Mode.NEG)] * len(first)]):
+                    assert entangled_values(outcomes, others, presence) == _enumerated(
+                        outcomes, others, presence), (outcomes, others, presence)
+                    checked += 1
+    assert checked == 4 * 4 * len(fixed_lists) * 2

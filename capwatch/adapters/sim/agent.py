@@ -21,13 +21,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from capwatch.adapters.sim.grounded import Blocked, SharedGroundings
 from capwatch.assess.agent import QueryResult, State
 from capwatch.assess.search import (
     DEFAULT_MAX_STATES,
     Goal,
     SuccessorIndex,
     breadth_first,
-    ground_operators,
     static_predicates,
 )
 from capwatch.contracts.agent_protocol import InvalidQuery
@@ -95,8 +95,11 @@ class SimulatedAgent:
 
     def __init__(self, domain: Domain, seed: int | None = None, *,
                  problem: Problem | None = None, history: int = 1000,
-                 on_query: Callable[[QueryRecord], None] | None = None) -> None:
+                 on_query: Callable[[QueryRecord], None] | None = None,
+                 groundings: SharedGroundings | None = None) -> None:
         self._lock = threading.Lock()
+        self._groundings = groundings if groundings is not None else SharedGroundings(
+            MAX_OPERATOR_LISTS)
         self._domain = domain
         self._grounder = Grounder(domain)
         self._rng = random.Random(seed)
@@ -106,7 +109,7 @@ class SimulatedAgent:
         self._history: deque[QueryRecord] = deque(maxlen=history)
         self._on_query = on_query
         self._ops: dict[tuple[int, frozenset[GroundAtom]],
-                        tuple[list[GroundOperator], SuccessorIndex]] = {}
+                        tuple[Problem, list[GroundOperator], SuccessorIndex]] = {}
         self.problem = problem
         """Default problem for :meth:`run_optimal` and :meth:`random_walk`."""
 
@@ -233,19 +236,18 @@ class SimulatedAgent:
         holds the lock."""
         static = static_predicates(self._domain)
         statics = frozenset(a for a in start if a and a[0] in static)
-        # Keyed by the problem's identity: Problem is a value, but hashing its objects
-        # every episode would cost what the cache saves; the entry holds no reference, so
-        # an id could be reused by a later problem only after this one was freed, and the
-        # cache is bounded and cleared on every model switch.
+        # Keyed by the problem's identity (see SharedGroundings); cleared on every model
+        # switch, so the model is the current one.
         key = (id(problem), statics)
         found = self._ops.get(key)
         if found is None:
             if len(self._ops) >= MAX_OPERATOR_LISTS:
                 self._ops.clear()
-            ops = ground_operators(self._grounder, problem.objects_by_type(self._domain),
-                                   statics)
-            found = self._ops[key] = (ops, SuccessorIndex(ops))
-        return found
+            grounder = self._grounder
+            ops = [grounder.operator(a)
+                   for a in self._groundings.get(self._domain, problem, statics)]
+            found = self._ops[key] = (problem, ops, SuccessorIndex(ops))
+        return found[1], found[2]
 
     def run_optimal(self, problem: Problem | None = None, *, max_steps: int = 200,
                     max_states: int = DEFAULT_MAX_STATES) -> Episode:
@@ -308,7 +310,7 @@ class SimulatedAgent:
                 positions = [i for i in index.candidates(mask) if ops[i].applicable(mask)]
                 applicable = [ops[i] for i in positions]
                 if p_inapplicable and rng.random() < p_inapplicable:
-                    blocked = _Blocked(ops, positions)
+                    blocked = Blocked(ops, positions)
                     if blocked:
                         op = rng.choice(blocked)
                         actions.append((op.action.name, *op.args))
@@ -335,32 +337,6 @@ class SimulatedAgent:
         trace = (self.run_optimal(problem, max_steps=steps) if optimal
                  else self.random_walk(steps, problem, p_inapplicable=p_inapplicable))
         return trace.transitions()
-
-
-class _Blocked(Sequence[GroundOperator]):
-    """The operators not at ``applicable`` (sorted positions), in operator order, without
-    listing them: ``random.choice`` needs only a length and the k-th one."""
-
-    def __init__(self, ops: Sequence[GroundOperator], applicable: Sequence[int]) -> None:
-        self._ops = ops
-        self._applicable = applicable
-
-    def __len__(self) -> int:
-        return len(self._ops) - len(self._applicable)
-
-    def __getitem__(self, k: int) -> GroundOperator:  # type: ignore[override]
-        if not 0 <= k < len(self):
-            raise IndexError(k)
-        # The k-th blocked operator is at position k + j, where j applicable ones come
-        # before it: the smallest j with k + j < applicable[j] (or all of them).
-        lo, hi = 0, len(self._applicable)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._applicable[mid] <= k + mid:
-                lo = mid + 1
-            else:
-                hi = mid
-        return self._ops[k + lo]
 
 
 def _show(atom: Sequence[object]) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.adapters.sim.grounded import SharedGroundings
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.wire import AgentTransition, encode_transition
 from capwatch.model.domain import Domain, Problem
@@ -79,9 +80,11 @@ class SimulatedFleet:
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
         self._members: dict[str, _Member] = {}
+        groundings = SharedGroundings()
         for i, (agent_id, family) in enumerate(sorted(agents.items())):
             spec = self.families[family]
-            agent = SimulatedAgent(spec.domain, seed=seed * 7919 + i, problem=spec.problem)
+            agent = SimulatedAgent(spec.domain, seed=seed * 7919 + i, problem=spec.problem,
+                                   groundings=groundings)
             self._members[agent_id] = _Member(agent_id, spec, agent)
         self.drifts = list(drifts or [])
         for d in self.drifts:
