@@ -44,7 +44,7 @@ from capwatch.contracts.agent_protocol import (
     QueryRequest,
     misdirected,
 )
-from capwatch.contracts.bounded_http import PooledHTTPServer
+from capwatch.contracts.bounded_http import BUSY, PooledHTTPServer
 from capwatch.contracts.http_body import BodyRefused, discard_body, read_json_body
 from capwatch.model.domain import GroundAction, GroundAtom
 
@@ -129,7 +129,7 @@ class _PooledServer(PooledHTTPServer):
         super().__init__(address, _Handler, workers=owner.workers, backlog=owner.backlog,
                          read_timeout_s=owner.request_timeout_s, name="capwatch-query")
 
-    def refuse(self, request: socket.socket) -> None:
+    def refuse(self, request: socket.socket, message: str = BUSY) -> None:
         self.owner._count("busy")
         # Read what already arrived of the request (briefly: this is the accepting
         # thread), so that closing does not reset the connection under the client before
@@ -137,8 +137,9 @@ class _PooledServer(PooledHTTPServer):
         request.settimeout(0.05)
         with contextlib.suppress(OSError):
             request.recv(65536)
-        request.sendall(_raw_response(HTTPStatus.SERVICE_UNAVAILABLE, "busy",
-                                      "all query workers are busy", retry_after=1))
+        request.sendall(_raw_response(
+            HTTPStatus.SERVICE_UNAVAILABLE, "busy",
+            "all query workers are busy" if message == BUSY else message, retry_after=1))
 
     def executor(self) -> Executor:
         """One executor per worker thread when the owner has a factory."""

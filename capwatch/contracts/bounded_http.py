@@ -12,23 +12,102 @@ also have deadlines: a request's head (request line and headers, or the wait for
 request on a kept-alive connection) within ``read_timeout_s``, the rest of the request
 (its body, the answer) within ``max_request_s``. Past a deadline the connection's read side
 is shut: an answer being written still goes out, the next read sees the end.
+
+One client (an address) holds at most ``per_client`` of the slots (default: half of them,
+never fewer than the workers), and a free worker takes the next connection of the client
+with the fewest connections being served, then of the one served longest ago (a new
+client first), rather than the oldest connection overall.
+A client reconnecting at every read timeout, or opening as many connections as it can,
+therefore cannot hold every slot nor keep the workers to itself: another client's request
+is answered within one read timeout at worst (session 4; before, it waited behind every
+one of the hog's connections or got a 503). Clients behind one proxy share an address and
+so the per-client share; the pool's own bounds still apply to all.
 Standard library only, so any layer may use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 
-_BUSY_BODY = b'{"error": {"code": "busy", "message": "all workers are busy"}}'
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-         b"Retry-After: 1\r\nConnection: close\r\n"
-         + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode() + _BUSY_BODY)
+
+def _busy(message: str) -> bytes:
+    body = json.dumps({"error": {"code": "busy", "message": message}}).encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            b"Retry-After: 1\r\nConnection: close\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+BUSY = "all workers are busy"
+BUSY_CLIENT = "too many connections from your address"
+
+
+class _Waiting(NamedTuple):
+    request: socket.socket
+    client_address: Any
+    accepted: float
+
+
+class _FairQueue:
+    """Accepted connections by client, handed to workers fairly (see the module)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.waiting: dict[str, deque[_Waiting]] = {}
+        self.serving: dict[str, int] = {}
+        self.last: dict[str, int] = {}
+        """When each client holding connections last got a worker (a take count): the
+        client served longest ago goes first, a new one before all."""
+        self.takes = 0
+        self.closed = False
+
+    def put(self, client: str, item: _Waiting) -> None:
+        with self.cond:
+            self.waiting.setdefault(client, deque()).append(item)
+            self.cond.notify()
+
+    def take(self) -> tuple[str, _Waiting] | None:
+        """The next connection to serve (blocks); None once closed."""
+        with self.cond:
+            while not self.waiting and not self.closed:
+                self.cond.wait()
+            if self.closed:
+                return None
+            client = min(self.waiting, key=lambda c: (self.serving.get(c, 0),
+                                                      self.last.get(c, -1),
+                                                      self.waiting[c][0].accepted))
+            line = self.waiting[client]
+            item = line.popleft()
+            if not line:
+                del self.waiting[client]
+            self.serving[client] = self.serving.get(client, 0) + 1
+            self.takes += 1
+            self.last[client] = self.takes
+            return client, item
+
+    def done(self, client: str) -> None:
+        with self.cond:
+            left = self.serving.get(client, 1) - 1
+            if left > 0:
+                self.serving[client] = left
+            else:
+                self.serving.pop(client, None)
+                if client not in self.waiting:
+                    self.last.pop(client, None)
+
+    def close(self) -> list[_Waiting]:
+        with self.cond:
+            self.closed = True
+            left = [item for line in self.waiting.values() for item in line]
+            self.waiting.clear()
+            self.cond.notify_all()
+            return left
 
 
 class PooledHTTPServer(HTTPServer):
@@ -39,10 +118,22 @@ class PooledHTTPServer(HTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
                  workers: int = 16, backlog: int = 64, read_timeout_s: float = 10.0,
-                 max_request_s: float = 60.0, name: str = "http") -> None:
+                 max_request_s: float = 60.0, name: str = "http",
+                 per_client: int | None = None) -> None:
         self.read_timeout_s = read_timeout_s
         self.max_request_s = max_request_s
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self.workers = workers
+        self.per_client = per_client if per_client is not None \
+            else max(workers, (workers + backlog) // 2)
+        self._name = name
+        self._queue = _FairQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._queued = 0
+        """Connections put in the queue and not yet taken by a worker."""
+        self._held: dict[str, int] = {}
+        """Slots (served or waiting) each client address holds."""
+        self._held_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(workers + backlog)
         self._deadlines: dict[socket.socket, float] = {}
         """Connections a worker serves → when their current read phase must be over."""
@@ -68,23 +159,74 @@ class PooledHTTPServer(HTTPServer):
                 with contextlib.suppress(OSError):
                     c.shutdown(socket.SHUT_RD)
 
-    def refuse(self, request: socket.socket) -> None:
-        """Answer a connection beyond the pool and its backlog, on the accepting thread
-        (so briefly); the connection is closed after it."""
+    def refuse(self, request: socket.socket, message: str = BUSY) -> None:
+        """Answer a connection beyond the pool and its backlog (``BUSY``) or beyond its
+        client's share (``BUSY_CLIENT``), on the accepting thread (so briefly); the
+        connection is closed after it."""
         request.settimeout(0.05)
-        request.sendall(_BUSY)
+        request.sendall(_busy(message))
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        client = str(client_address[0]) if isinstance(client_address, tuple) \
+            else str(client_address)
+        with self._held_lock:
+            over = self._held.get(client, 0) >= self.per_client
+            if not over:
+                self._held[client] = self._held.get(client, 0) + 1
+        if over or not self._slots.acquire(blocking=False):
+            if not over:
+                self._release_client(client)
             with contextlib.suppress(OSError):
-                self.refuse(request)
+                self.refuse(request, BUSY_CLIENT if over else BUSY)
             self.shutdown_request(request)
             return
-        try:
-            self._pool.submit(self._work, request, client_address, time.monotonic())
-        except RuntimeError:  # shutting down
+        if self._queue.closed:
             self._slots.release()
+            self._release_client(client)
             self.shutdown_request(request)
+            return
+        with self._held_lock:
+            self._queued += 1
+        self._queue.put(client, _Waiting(request, client_address, time.monotonic()))
+        self._add_worker()
+
+    def _add_worker(self) -> None:
+        """A worker thread more while connections outnumber the idle workers and the pool
+        is not full (started as needed: a server that answers a query now and then keeps
+        one or two)."""
+        with self._held_lock:
+            if self._queued <= self._idle or len(self._threads) >= self.workers:
+                return
+            t = threading.Thread(target=self._worker, daemon=True,
+                                 name=f"{self._name}_{len(self._threads)}")
+            self._threads.append(t)
+            self._idle += 1
+        t.start()
+
+    def _worker(self) -> None:
+        while True:
+            taken = self._queue.take()
+            if taken is None:
+                return
+            with self._held_lock:
+                self._idle -= 1
+                self._queued -= 1
+            client, item = taken
+            try:
+                self._work(*item)
+            finally:
+                self._queue.done(client)
+                self._release_client(client)
+                with self._held_lock:
+                    self._idle += 1
+
+    def _release_client(self, client: str) -> None:
+        with self._held_lock:
+            left = self._held.get(client, 1) - 1
+            if left > 0:
+                self._held[client] = left
+            else:
+                self._held.pop(client, None)
 
     def _work(self, request: socket.socket, client_address: Any, accepted: float) -> None:
         # The head's deadline counts from the accept: a connection that waited for a worker
@@ -114,7 +256,9 @@ class PooledHTTPServer(HTTPServer):
     def server_close(self) -> None:
         self._closed.set()
         super().server_close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for item in self._queue.close():
+            self._slots.release()
+            self.shutdown_request(item.request)
 
 
 def _with_deadlines(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:

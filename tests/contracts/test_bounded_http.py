@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
+from typing import ClassVar
 
 from capwatch.contracts.bounded_http import PooledHTTPServer
 
@@ -92,3 +94,74 @@ def test_a_client_trickling_its_request_head_is_cut_at_the_deadline() -> None:
             stop.set()
             t.join(5)
             slow.close()
+
+
+class _Gated(BaseHTTPRequestHandler):
+    """Records which address each request came from, then holds its worker until the
+    test lets one request through."""
+
+    protocol_version = "HTTP/1.1"
+    order: ClassVar[list[str]] = []
+    gate = threading.Semaphore(0)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).order.append(self.client_address[0])
+        type(self).gate.acquire(timeout=30)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+def _send_get(port: int, source: str) -> socket.socket:
+    c = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+    c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    return c
+
+
+def test_one_client_holds_at_most_its_share_and_another_is_served_next() -> None:
+    """A client reconnecting at every read timeout (or opening all it can) held every
+    slot: others got 503, or waited behind all its connections. Now it holds at most
+    ``per_client`` and a client not being served goes before its waiting connections.
+    Two loopback addresses stand for two clients."""
+    _Gated.order = []
+    _Gated.gate = threading.Semaphore(0)
+    server = PooledHTTPServer(("127.0.0.1", 0), _Gated, workers=1, backlog=7,
+                              read_timeout_s=30.0)
+    assert server.per_client == 4
+    t = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    t.start()
+    port = int(server.server_address[1])
+    held = [_send_get(port, "127.0.0.1") for _ in range(4)]
+    try:
+        _wait(lambda: _Gated.order == ["127.0.0.1"])  # one served, three waiting
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as fifth:
+            fifth.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = fifth.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many connections" in answer
+        other = _send_get(port, "127.0.0.2")
+        held.append(other)
+        _wait(lambda: server._held.get("127.0.0.2") == 1)
+        _Gated.gate.release()  # the first request ends; the worker takes the next
+        _wait(lambda: len(_Gated.order) == 2)
+        assert _Gated.order[1] == "127.0.0.2", _Gated.order  # not the hog's 3 waiting
+        _Gated.gate.release()
+        assert other.recv(100).startswith(b"HTTP/1.1 200")
+    finally:
+        for _ in range(10):
+            _Gated.gate.release()
+        for c in held:
+            c.close()
+        server.shutdown()
+        server.server_close()
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
