@@ -101,11 +101,14 @@ def plan_routing(pending: Sequence[OutboxAlert], last_sent: Mapping[str, datetim
     let_through: dict[str, datetime] = {}
     for _, members in sorted(groups.items()):
         opened = min(a.time for _, a in members)
-        # A group opened after ``now`` (the clock was set back, or the replica that wrote
-        # it runs ahead) has waited for an unknown time, and waiting until the clock
-        # reaches its stamp held even a group wait of 0 back for as long as the clock had
-        # jumped: it goes out now, ungrouped from what comes later rather than late.
-        if not force and opened <= now and now - opened < policy.wait_for(members[0][1].type):
+        wait = policy.wait_for(members[0][1].type)
+        # A group opened further after ``now`` than its wait (the clock was set back, or the
+        # replica that wrote it runs ahead) has waited for an unknown time, and waiting
+        # until the clock reached its stamp held even a group wait of 0 back for as long
+        # as the clock had jumped: it goes out now. A stamp a little ahead is the usual
+        # race with a writer (its alert committed after this pass read the clock): it
+        # waits as usual, at most twice its wait.
+        if not force and now - opened < wait and opened - now <= wait:
             continue
         rows = [r for r, _ in members]
         tag = _digest([r.dedup_key for r in rows], 8) if len(rows) > 1 else None
