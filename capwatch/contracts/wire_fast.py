@@ -230,7 +230,7 @@ def _keys_unique(raw: bytes, fields: int) -> None:
 
 
 _WS = rb"[ \t\n\r]*"
-_SCAN_STATES = 512
+_SCAN_STATES = 768
 """States' bytes up to which a message is scanned whole for repeated keys."""
 _STATE_KEY = re.compile(rb'"state"' + _WS + b":" + _WS)
 _NEXT_STATE_KEY = re.compile(rb'"next_state"' + _WS + b":" + _WS)
