@@ -30,6 +30,7 @@ from capwatch.contracts.wire import (
     DeadLetter,
     DecodeLimits,
 )
+from capwatch.contracts.wire_keys import keys_unique, transition_keys_unique
 from capwatch.model.domain import GroundAtom
 
 
@@ -210,86 +211,9 @@ def _common_fields(event: _Transition | _Trace) -> int:
             + (event.time is not _NO_TIME) + (event.optimal is not UNSET))
 
 
-_QUOTE_THEN_SPACE = re.compile(rb'"[ \t\n\r]')
-
-
-def _keys_unique(raw: bytes, fields: int) -> None:
-    """Refuse (to the schema's decoder, which says why) unless no key can be repeated.
-
-    msgspec keeps the last of repeated keys without a word. Every key ends with ``":`` when
-    no whitespace follows a closing quote, so then ``raw`` holds at least one ``":`` per
-    key; as many as the fields decoded means no key came twice. Anything else (whitespace
-    after a quote, ``\\":`` inside a string) takes the schema's decoder, which checks exactly.
-    """
-    # Searching for two-byte needles cost ~2 µs per message: the quote-then-whitespace
-    # search runs only if there is ASCII whitespace at all, which one split pass tells
-    # (it also stops at \v and \f, for which the search then finds nothing).
-    if raw.count(b'":') != fields or (
-            len(raw.split(None, 1)) > 1 and _QUOTE_THEN_SPACE.search(raw) is not None):
-        raise _Refused
-
-
-_WS = rb"[ \t\n\r]*"
 _SCAN_STATES = 768
-"""States' bytes up to which a message is scanned whole for repeated keys."""
-_STATE_KEY = re.compile(rb'"state"' + _WS + b":" + _WS)
-_NEXT_STATE_KEY = re.compile(rb'"next_state"' + _WS + b":" + _WS)
-
-
-def _transition_keys_unique(raw: bytes, fields: int, state: bytes, next_state: bytes
-                            ) -> None:
-    """:func:`_keys_unique` for a transition event, looking only at its bytes outside the
-    two states: scanning a whole message cost ~2.3 ns per byte, twice what decoding it
-    does, and a state's text holds no key of the event.
-
-    The states are found after the first ``"state":`` and ``"next_state":``; the bytes
-    there must be the decoded states' texts, the two places apart, each text an array.
-    A ``":`` can then not straddle a place's edge (``[`` and ``]``), so the count outside
-    both is the whole count less the states' own, wherever equal bytes were found; and
-    a place that starts at a key is exactly that key's value (a JSON array ends at its
-    closing bracket), so the keys outside both are all of the event's. Otherwise the
-    whole message is scanned."""
-    where = _value_at(raw, _STATE_KEY, b'"state"', state, 0)
-    there = None if where is None else _value_at(raw, _NEXT_STATE_KEY, b'"next_state"',
-                                                    next_state, where[1])
-    if there is None and where is not None:
-        there = _value_at(raw, _NEXT_STATE_KEY, b'"next_state"', next_state, 0, where[0])
-    if where is None or there is None:
-        _keys_unique(raw, fields)
-        return
-    (a, b), (c, d) = sorted((where, there))
-    if b > c:
-        _keys_unique(raw, fields)
-        return
-    search = _QUOTE_THEN_SPACE.search
-    if raw.count(b'":', 0, a) + raw.count(b'":', b, c) + raw.count(b'":', d) != fields \
-            or search(raw, 0, a) or search(raw, b, c) or search(raw, d):
-        raise _Refused
-
-
-def _value_at(raw: bytes, key: re.Pattern[bytes], name: bytes, value: bytes, start: int,
-              end: int | None = None) -> tuple[int, int] | None:
-    """Where ``value`` (an array's text) is, as the value of the first ``name`` key in
-    ``raw[start:end]``; None if it is not there."""
-    if not (value.startswith(b"[") and value.endswith(b"]")):
-        return None
-    i = raw.find(name, start) if end is None else raw.find(name, start, end)
-    if i < 0:
-        return None
-    # The separators the usual writers put after a key, before the general pattern.
-    i += len(name)
-    if raw.startswith(b": ", i):
-        i += 2
-    elif raw.startswith(b":", i):
-        i += 1
-    else:
-        found = key.match(raw, i - len(name))
-        if found is None:
-            return None
-        i = found.end()
-    if not raw.startswith(value, i):
-        return None
-    return i, i + len(value)
+"""States' bytes up to which a message is scanned whole for repeated keys (finding
+them costs more than scanning them)."""
 
 
 def decode(
@@ -390,11 +314,13 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         fields = 6 + (event.step is not UNSET) + (event.executed is not UNSET) \
             + _common_fields(event)
         if len(state) + len(next_state) < _SCAN_STATES:
-            _keys_unique(raw, fields)  # finding short states costs more than scanning them
+            if not keys_unique(raw, fields):
+                raise _Refused
         else:
             # Copied once to bytes (the helpers' bytes() calls then copy nothing).
             state, next_state = bytes(state), bytes(next_state)
-            _transition_keys_unique(raw, fields, state, next_state)
+            if not transition_keys_unique(raw, fields, state, next_state):
+                raise _Refused
         last = memo[0] if memo is not None else None
         seen = _fingerprint(state) if last is not None else None
         if last is not None and last[0] == seen:
@@ -422,8 +348,9 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             s, _action(event.action), s2, optimal,
             None if event.executed is UNSET else event.executed, partition, offset,
         )]
-    _keys_unique(raw, 5 + (event.start_step is not UNSET) + (event.executed is not UNSET)
-                 + _common_fields(event))
+    if not keys_unique(raw, 5 + (event.start_step is not UNSET)
+                       + (event.executed is not UNSET) + _common_fields(event)):
+        raise _Refused
     executed = None if event.executed is UNSET else event.executed
     n = len(event.actions)
     if not event.states or len(event.states) != n + 1 \
