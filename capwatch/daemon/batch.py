@@ -44,7 +44,8 @@ class Batches:
 
     def __init__(self, *, intake: Intake, registry: Registry, checkpoints: Checkpointer,
                  metrics: DaemonMetrics, enqueue: EvidenceQueue,
-                 queue_ripe: Callable[[AgentWatch], None]) -> None:
+                 queue_ripe: Callable[[AgentWatch], None],
+                 buffered: Callable[[AgentWatch], None] = lambda watch: None) -> None:
         self.intake = intake
         self.registry = registry
         self.checkpoints = checkpoints
@@ -52,6 +53,9 @@ class Batches:
         self.enqueue = enqueue
         self.queue_ripe = queue_ripe
         """Queues a watch whose evidence became ripe (a store failure keeps it buffered)."""
+        self.buffered = buffered
+        """Told of a watch left holding evidence or an alarm (not ripe yet, or its queuing
+        failed): the sweep queues it when it ripens by time."""
         self.processed = 0
         self.newest_stamp: dict[int, float] = {}
         """Per partition, when the newest handled record was written (time-based lag)."""
@@ -176,6 +180,8 @@ class Batches:
                     self.enqueue.opened(watch)  # a new buffer: alert at once
         if finding.ripe:
             self.queue_ripe(watch)
+        if watch.buffered:
+            self.buffered(watch)
 
     def flush_tally(self) -> None:
         """Add the batch's transition and drift-test counts to their counters."""

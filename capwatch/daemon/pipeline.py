@@ -144,8 +144,15 @@ class Pipeline:
                              publisher=publisher, metrics=self.metrics, clock=clock,
                              queue_evidence=self.queue,
                              require_key=config.source.kind == "kafka")
+        self._buffered: dict[str, AgentWatch] = {}
+        """Watches that buffered evidence or an alarm and may not be queued yet: all the
+        sweep for evidence ripe by time looks at, instead of every held watch (0.3 us
+        each, five times a second: 6% of a core with 40,000 held). Entries leave at the
+        sweep once their watch holds nothing (queued, or a new model installed) or is no
+        longer held."""
         self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue,
-                                     dropped=self.enqueue.dropped)
+                                     dropped=self.enqueue.dropped,
+                                     buffered=self.note_buffered)
         self._stop = threading.Event()
         self._consuming = False
         self._outage: str | None = None
@@ -156,7 +163,8 @@ class Pipeline:
         """Records polled but not handled because the store failed: handled first next."""
         self.batches = Batches(intake=self.intake, registry=self.registry,
                                checkpoints=self.checkpoints, metrics=self.metrics,
-                               enqueue=self.enqueue, queue_ripe=self._queue_or_keep)
+                               enqueue=self.enqueue, queue_ripe=self._queue_or_keep,
+                               buffered=self.note_buffered)
         self._lag_at = 0.0
         """When the lag gauges were last refreshed (time.time())."""
         self._swept_at = 0.0
@@ -430,11 +438,21 @@ class Pipeline:
                         "queued assessment", error=str(e)[:300])
             self._outage = describe_outage(e)
 
+    def note_buffered(self, watch: AgentWatch) -> None:
+        """``watch`` buffered evidence or an alarm: the sweep looks at it until it is
+        queued."""
+        self._buffered[watch.agent_id] = watch
+
     def sweep(self, force: bool = False) -> None:
         """Queue every watch whose evidence is ripe (``force``: whatever is buffered)."""
-        for watch in self.registry:
-            if watch.ripe(force):
+        held = self.registry.lookup
+        watches = [w for w in self.registry if w.buffered] if force \
+            else list(self._buffered.values())
+        for watch in watches:
+            if held(watch.agent_id) is watch and watch.ripe(force):
                 self.queue(watch)
+            if held(watch.agent_id) is not watch or not watch.buffered:
+                self._buffered.pop(watch.agent_id, None)
 
     def _queue_or_keep(self, watch: AgentWatch) -> None:
         """Queue ripe evidence; if the store fails, the evidence stays buffered (and holds
@@ -516,6 +534,7 @@ class Pipeline:
                 continue
             if watch.add_audit_alarm(finding.evidence, name) is None:
                 continue
+            self.note_buffered(watch)  # until queued: the store may fail below
             self.metrics.drift_alarms.labels(watch.family, name).inc()
             log.info("drift audit rejected", agent_id=watch.agent_id, action=name,
                      q=finding.q_value)

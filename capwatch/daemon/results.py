@@ -25,12 +25,15 @@ key, its first inconsistency's action, why)."""
 
 class ResultApplier:
     def __init__(self, *, registry: Registry, store: ModelStore,
-                 queue: Callable[[AgentWatch], None], dropped: Dropped | None = None) -> None:
+                 queue: Callable[[AgentWatch], None], dropped: Dropped | None = None,
+                 buffered: Callable[[AgentWatch], None] = lambda watch: None) -> None:
         self.registry = registry
         self.store = store
         self.queue = queue
         """Queues a watch's evidence (a canary finding can make it ripe)."""
         self.dropped = dropped
+        self.buffered = buffered
+        """Told of a watch a canary finding left holding evidence not ripe yet."""
 
     def _adopt(self, watch: AgentWatch, version: ModelVersion, domain: Domain | None = None,
                shared: SharedGrounding | None = None) -> None:
@@ -58,9 +61,11 @@ class ResultApplier:
                 self.registry.unpark(result.agent_id, result.key)
             else:
                 watch.settle(result.key)
-        elif isinstance(result, CanaryFinding) and watch is not None \
-                and watch.add_canary_finding(result.transition):
-            self.queue(watch)
+        elif isinstance(result, CanaryFinding) and watch is not None:
+            if watch.add_canary_finding(result.transition):
+                self.queue(watch)
+            if watch.buffered:
+                self.buffered(watch)
 
     def poll(self) -> None:
         """Pick up what other replicas' workers did for agents this one owns.
