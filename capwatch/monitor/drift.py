@@ -21,7 +21,10 @@ capwatch.monitor.stats and .sequential, the evidence and alarm records it return
 
 from __future__ import annotations
 
+import itertools
 import math
+import struct
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,6 +53,8 @@ from capwatch.monitor.stats import (
     tvd_interval,
 )
 from capwatch.monitor.tables import OutcomeWindow, WindowKind
+
+_CONFIRM = struct.Struct("<qq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +204,30 @@ class ActionMonitor:
             "confirm_start": self._confirm_start,
         }
 
+    def pack(self) -> bytes:
+        """Window, detector and confirmation progress as bytes, field for field (see
+        :meth:`unpack`): what an idle agent's table costs while it is held in memory."""
+        parts = [_CONFIRM.pack(self._confirm_left, self._confirm_start),
+                 self._confirm_counts.tobytes(), self.window.pack()]
+        if self.detector is not None:
+            parts.append(self.detector.pack())
+        return b"".join(parts)
+
+    @classmethod
+    def unpack(cls, action: Action, config: DriftConfig, data: bytes | memoryview,
+               at: int = 0) -> tuple[ActionMonitor, int]:
+        """The monitor :meth:`pack` described, for the very ``action`` and ``config`` it
+        was counting against; and where its bytes end."""
+        mon = cls(action, config)
+        mon._confirm_left, mon._confirm_start = _CONFIRM.unpack_from(data, at)
+        at += _CONFIRM.size
+        k = len(mon.probabilities)
+        mon._confirm_counts = np.frombuffer(data, np.int64, k, at).copy()
+        at = mon.window.unpack(data, at + 8 * k)
+        if mon.detector is not None:
+            at = mon.detector.unpack(data, at)
+        return mon, at
+
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue exactly where ``export_state`` left off; raises ValueError (and
         changes nothing) if the state belongs to another action, model or setting."""
@@ -277,9 +306,15 @@ class AuditFinding:
 
 
 class DriftMonitor:
-    """All of one replica's (agent, action) monitors; owned and driven by the daemon."""
+    """All of one replica's (agent, action) monitors; owned and driven by the daemon.
 
-    __slots__ = ("_by_agent", "_changed", "_monitors", "config")
+    An idle agent's tables may be *packed* (:meth:`pack`): held as one bytes object until
+    they are needed again, which unpacks them field for field, so they continue exactly
+    as if they had never been packed. Everything here sees packed tables as tables: the
+    audit tests them, :meth:`agent_states` exports them.
+    """
+
+    __slots__ = ("_by_agent", "_changed", "_monitors", "_packed", "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
@@ -288,6 +323,10 @@ class DriftMonitor:
         """Agent → the action names it has tables for: forgetting or saving one agent
         must not scan every agent's tables (100,000 agents hold several each)."""
         self._changed: set[str] = set()
+        self._packed: dict[str, tuple[Any, ...]] = {}
+        """Agent → (its tables' bytes, the most executions any of them has seen, the
+        actions they count, in the bytes' order): one tuple per idle agent instead of a
+        dozen objects and arrays per table."""
 
     def take_changed(self) -> set[str]:
         """Agents whose tables changed since the last call (observed, reset or forgotten):
@@ -303,11 +342,62 @@ class DriftMonitor:
         """Put agents back in the changed set (their state could not be saved)."""
         self._changed.update(agent_ids)
 
+    def pack(self, agent_id: str) -> bool:
+        """Hold the agent's tables as bytes until they are used again; True if packed.
+        Nothing about them changes (nor is marked changed)."""
+        names = self._by_agent.get(agent_id)
+        if not names:
+            return False
+        mons = [self._monitors[(agent_id, name)] for name in sorted(names)]
+        if any(m.config is not self.config for m in mons):
+            return False  # unpacked with this monitor's settings: only its own tables
+        raw = b"".join(m.pack() for m in mons)
+        # Level 1: the detector's statistics are mostly incompressible floats; zeros (a
+        # CUSUM at rest, small counts) shrink at a fraction of the default level's cost.
+        small = zlib.compress(raw, 1)
+        blob = b"\x01" + small if len(small) < len(raw) else b"\x00" + raw
+        for name in names:
+            del self._monitors[(agent_id, name)]
+        del self._by_agent[agent_id]
+        self._packed[agent_id] = (blob, max(m.window.seen for m in mons),
+                                  *(m.action for m in mons))
+        return True
+
+    def packed(self, agent_id: str) -> bool:
+        """Whether the agent's tables are packed (:meth:`pack`)."""
+        return agent_id in self._packed
+
+    def _unpacked(self, packed: tuple[Any, ...]) -> list[ActionMonitor]:
+        blob: bytes = packed[0]
+        data = zlib.decompress(memoryview(blob)[1:]) if blob[0] else memoryview(blob)[1:]
+        out = []
+        at = 0
+        for action in packed[2:]:
+            mon, at = ActionMonitor.unpack(action, self.config, data, at)
+            out.append(mon)
+        return out
+
+    def _unpack(self, agent_id: str) -> None:
+        packed = self._packed.pop(agent_id, None)
+        if packed is not None:
+            names = self._by_agent.setdefault(agent_id, set())
+            for mon in self._unpacked(packed):
+                self._monitors[(agent_id, mon.action.name)] = mon
+                names.add(mon.action.name)
+
+    def _tables(self, agent_id: str) -> dict[str, ActionMonitor]:
+        """Action name → the agent's table; packed ones are unpacked for the caller only."""
+        packed = self._packed.get(agent_id)
+        if packed is not None:
+            return {m.action.name: m for m in self._unpacked(packed)}
+        return {name: self._monitors[(agent_id, name)]
+                for name in self._by_agent.get(agent_id, ())}
+
     def agent_states(self, agent_id: str, *, values_array: bool = False
                      ) -> dict[str, dict[str, Any]]:
         """Action name → ``ActionMonitor.export_state()`` for one agent."""
-        return {name: self._monitors[(agent_id, name)].export_state(values_array=values_array)
-                for name in sorted(self._by_agent.get(agent_id, ()))}
+        return {name: mon.export_state(values_array=values_array)
+                for name, mon in sorted(self._tables(agent_id).items())}
 
     def load_agent_states(self, agent_id: str, actions: Mapping[str, Action],
                           states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
@@ -339,6 +429,9 @@ class DriftMonitor:
         key = (agent_id, action.name)
         mon = self._monitors.get(key)
         if mon is None:
+            if agent_id in self._packed:
+                self._unpack(agent_id)
+                return self.monitor(agent_id, action)
             mon = ActionMonitor(action, self.config)
             self.put(agent_id, mon)
         elif mon.action is not action and mon.action != action:
@@ -356,28 +449,40 @@ class DriftMonitor:
 
     def put(self, agent_id: str, mon: ActionMonitor) -> None:
         """Make ``mon`` the agent's table for its action."""
+        self._unpack(agent_id)
         self._monitors[(agent_id, mon.action.name)] = mon
         self._by_agent.setdefault(agent_id, set()).add(mon.action.name)
 
     def has(self, agent_id: str) -> bool:
         """Whether the agent has any table."""
-        return agent_id in self._by_agent
+        return agent_id in self._by_agent or agent_id in self._packed
 
     def forget(self, agent_id: str) -> None:
+        self._packed.pop(agent_id, None)
         for name in self._by_agent.pop(agent_id, ()):
             del self._monitors[(agent_id, name)]
         self._changed.add(agent_id)
 
     def __iter__(self) -> Iterator[tuple[tuple[str, str], ActionMonitor]]:
-        return iter(self._monitors.items())
+        """Every table, packed ones unpacked for the caller only (the live ones first)."""
+        yield from list(self._monitors.items())
+        for agent_id, packed in list(self._packed.items()):
+            for mon in self._unpacked(packed):
+                yield (agent_id, mon.action.name), mon
 
     def __len__(self) -> int:
-        return len(self._monitors)
+        return len(self._monitors) + sum(len(p) - 2 for p in self._packed.values())
 
     def audit(self) -> list[AuditFinding]:
         """Chi-square on every stochastic table with enough data, BH across all of them."""
         tested: list[tuple[str, ActionMonitor, GofResult]] = []
-        for (agent_id, _), mon in self._monitors.items():
+        # A table tests at most the executions its window has seen: packed ones with too
+        # few to be tested are not unpacked to find that out.
+        enough = self.config.min_samples
+        packed = ((agent_id, mon) for agent_id, p in self._packed.items() if p[1] >= enough
+                  for mon in self._unpacked(p))
+        live = ((agent_id, mon) for (agent_id, _), mon in self._monitors.items())
+        for agent_id, mon in itertools.chain(live, packed):
             if not mon.stochastic:
                 continue
             gof = mon.test()

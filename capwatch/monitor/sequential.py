@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,7 @@ per-step evidence to grid mismatch, and 24 alternatives per outcome cost log(24)
 nats of extra threshold."""
 
 PROBABILITY_CLIP = 1e-6
+_PACK_HEAD = struct.Struct("<q??")
 
 
 def tilted_alternatives(p0: Sequence[float] | npt.ArrayLike,
@@ -205,6 +207,32 @@ class SequentialDetector:
             "n": self.n,
             "alarmed": self._alarmed,
         }
+
+    def pack(self) -> bytes:
+        """The running statistics as bytes (see :meth:`unpack`); a detector at rest (just
+        started or restarted) is its header alone."""
+        rest = self.n == 0 and not (self._r.any() or self._cusum.any() or self._start.any())
+        head = _PACK_HEAD.pack(self.n, self._alarmed, rest)
+        if rest:
+            return head
+        return b"".join((head, self._r.tobytes(), self._cusum.tobytes(), self._start.tobytes()))
+
+    def unpack(self, data: bytes | memoryview, at: int = 0) -> int:
+        """Continue exactly where :meth:`pack` left off (a detector for the same
+        probabilities and settings); returns where its bytes end."""
+        n, alarmed, rest = _PACK_HEAD.unpack_from(data, at)
+        at += _PACK_HEAD.size
+        g = len(self.alternatives)
+        if rest:
+            self.restart()
+        else:
+            self._r = np.frombuffer(data, np.float64, g, at).copy()
+            self._cusum = np.frombuffer(data, np.float64, g, at + 8 * g).copy()
+            self._start = np.frombuffer(data, np.int64, g, at + 16 * g).copy()
+            at += 24 * g
+        self.n = n
+        self._alarmed = alarmed
+        return at
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from ``export_state``'s values; raises ValueError when they belong to a

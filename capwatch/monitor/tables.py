@@ -9,6 +9,7 @@ them does not bias the counts).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ _EMPTY = -2
 _FIRST_ROOM = 16
 """Slots a window starts with; it doubles as executions arrive, up to its size: most
 agents of a large fleet run an action far fewer times than the window holds."""
+_PACK_HEAD = struct.Struct("<qq?")
 
 
 class OutcomeWindow:
@@ -168,6 +170,36 @@ class OutcomeWindow:
         self._counts = [int(v) for v in np.roll(counts, -1)]
         self._block = [int(v) for v in block]
         self._completed = None if completed is None else [int(v) for v in completed]
+
+    def pack(self) -> bytes:
+        """Every field as bytes (see :meth:`unpack`): an idle agent's window held in memory
+        costs its bytes rather than an array and three lists of Python integers."""
+        kept = min(self.seen, len(self._buffer))
+        completed = self._completed
+        counts = [*self._counts, *self._block, *(completed or ())]
+        return b"".join((_PACK_HEAD.pack(self.seen, len(self._buffer), completed is not None),
+                         self._buffer[:kept].tobytes(),
+                         np.array(counts, dtype=np.int64).tobytes()))
+
+    def unpack(self, data: bytes | memoryview, at: int = 0) -> int:
+        """Become the window :meth:`pack` described (for this window's k, size and kind),
+        field for field, the buffer's room included; returns where its bytes end."""
+        seen, room, has_completed = _PACK_HEAD.unpack_from(data, at)
+        at += _PACK_HEAD.size
+        dtype = self._buffer.dtype
+        kept = min(seen, room)
+        buffer = np.full(room, _EMPTY, dtype=dtype)
+        buffer[:kept] = np.frombuffer(data, dtype, kept, at)
+        at += kept * dtype.itemsize
+        width = self._k + 1
+        n = width * (3 if has_completed else 2)
+        counts: list[int] = np.frombuffer(data, np.int64, n, at).tolist()
+        self._counts = counts[:width]
+        self._block = counts[width:2 * width]
+        self._completed = counts[2 * width:] if has_completed else None
+        self._buffer = buffer
+        self.seen = seen
+        return at + 8 * n
 
     def clear(self) -> None:
         self._buffer = np.full(min(self.size, _FIRST_ROOM), _EMPTY, dtype=self._buffer.dtype)
