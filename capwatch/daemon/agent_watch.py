@@ -16,10 +16,13 @@ makes that replay rebuild the evidence buffer exactly.
 
 from __future__ import annotations
 
+import pickle
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, cast
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
@@ -115,6 +118,13 @@ on the hot path."""
 _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 
 
+_FROZEN_TIMES: dict[str, float] = cast(dict[str, float], MappingProxyType({}))
+_FROZEN_EVIDENCE: list[Evidence] = cast(list[Evidence], ())
+_FROZEN_ALARMS: dict[str, DriftAlarm] = cast(dict[str, DriftAlarm], MappingProxyType({}))
+_FROZEN_BACKOFF: dict[str, tuple[float, int]] = cast(dict[str, tuple[float, int]],
+                                                     MappingProxyType({}))
+"""What a frozen watch holds instead of its own empty containers: read-only (a write by
+mistake fails loudly), and never written, because a watch thaws before it changes."""
 _NO_KINDS: frozenset[str] = frozenset()
 _NO_STATE: frozenset[GroundAtom] = frozenset()
 _NO_POSITIONS: Mapping[int, int] = MappingProxyType({})
@@ -129,13 +139,13 @@ class AgentWatch:
     is made when first needed.
     """
 
-    __slots__ = ("_drift", "_optimal_run", "_optimal_runs", "_optimal_seen", "_queued_kinds",
+    __slots__ = ("_drift", "_frozen", "_frozen_shared", "_last_executed", "_last_state",
+                 "_monitor", "_optimal_run", "_optimal_runs", "_optimal_seen", "_queued_kinds",
                  "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
-                 "held_back", "inconsistent", "last_executed", "last_offset", "last_state",
-                 "monitor", "partition", "restore_tried", "saved_inconsistent",
-                 "saved_transitions", "seen", "settings", "state_memo", "transitions",
-                 "version")
+                 "held_back", "inconsistent", "last_offset", "partition", "restore_tried",
+                 "saved_inconsistent", "saved_transitions", "seen", "settings", "state_memo",
+                 "transitions", "version")
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
@@ -151,7 +161,13 @@ class AgentWatch:
         # ``domain``: the version's model parsed once and shared (a family baseline's
         # agents all run one Domain object).
         self.domain: Domain = domain if domain is not None else version.domain()
-        self.monitor = TransitionMonitor(self.domain, self.settings.monitor, shared)
+        self._monitor: TransitionMonitor | None = TransitionMonitor(
+            self.domain, self.settings.monitor, shared)
+        self._frozen: bytes | None = None
+        """An idle watch's monitor, timers and last state as bytes (:meth:`freeze`);
+        ``_monitor`` is None meanwhile."""
+        self._frozen_shared: SharedGrounding | None = None
+        """The family grounding a frozen watch's monitor shares."""
         self._drift = drift
         """The replica's drift tables (shared: the audit controls FDR across agents);
         this watch reads and writes only its own agent's."""
@@ -169,11 +185,11 @@ class AgentWatch:
         self.seen = 0
         """When the registry last handed this watch out (its own counter, not a clock)."""
         self.last_offset = -1
-        self.last_state: frozenset[GroundAtom] = _NO_STATE
+        self._last_state: frozenset[GroundAtom] = _NO_STATE
         self.state_memo: StateMemo | None = None
         """The decoder's memo of the agent's last next-state (contracts.wire_fast): the
         next record's state, when it repeats it, is neither decoded nor encoded again."""
-        self.last_executed: dict[str, float] = {}
+        self._last_executed: dict[str, float] = {}
         """Action name → monotonic time it was last seen executing (canaries probe the rest)."""
         self.restore_tried = False
         """Whether the drift tables saved for the agent were looked for (at its first
@@ -204,13 +220,16 @@ class AgentWatch:
         Raises ModelError (unknown vocabulary) before anything changes, so a refused
         record leaves the watch as it was.
         """
-        obs = self.monitor.observe(t.state, t.action, t.next_state, t.offset)
+        monitor = self._monitor
+        if monitor is None:
+            monitor = self.thaw()
+        obs = monitor.observe(t.state, t.action, t.next_state, t.offset)
         verdict = obs.verdict
         self.transitions += 1
         self.last_offset = t.offset
-        self.last_state = t.next_state
+        self._last_state = t.next_state
         if verdict is _APPLIED:
-            self.last_executed[t.action[0]] = self.clock()
+            self._last_executed[t.action[0]] = self.clock()
             if t.optimal:
                 self._note_optimal(t)
             if len(obs.operator.effects) < 2:
@@ -221,7 +240,7 @@ class AgentWatch:
                 return _PLAIN_APPLIED
             if self._settled(t):
                 return _PLAIN_APPLIED  # the version's tables start after its evidence
-            counted = self.monitor.attribution(obs)
+            counted = monitor.attribution(obs)
             if counted is None:
                 return _PLAIN_APPLIED
             action, attribution = counted
@@ -236,7 +255,7 @@ class AgentWatch:
         self.inconsistent += 1
         if self.awaiting is not None or self._settled(t):
             return _PLAIN[verdict]  # the queued work will settle it; the new model re-checks
-        explanation = self.monitor.last_inconsistency().explanation
+        explanation = monitor.last_inconsistency().explanation
         if not self._buffer(Evidence(t, explanation)):
             return _PLAIN[verdict]
         return Finding(verdict, ripe=self.ripe())
@@ -252,6 +271,114 @@ class AgentWatch:
         """
         explained = self.explained.get(t.partition) if self.explained else None
         return explained is not None and 0 <= t.offset <= explained
+
+    # ------------------------------------------------------------------ held idle, as bytes
+
+    @property
+    def monitor(self) -> TransitionMonitor:
+        """The agent's consistency monitor (a frozen watch thaws for it)."""
+        monitor = self._monitor
+        return monitor if monitor is not None else self.thaw()
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the watch is held as bytes (:meth:`freeze`)."""
+        return self._frozen is not None
+
+    @property
+    def last_state(self) -> frozenset[GroundAtom]:
+        """The agent's last next-state (canaries start probes there); read from the bytes
+        of a frozen watch without thawing it."""
+        if self._frozen is None:
+            return self._last_state
+        return _last_state(self._idle_state()[2], self._frozen_shared)
+
+    @last_state.setter
+    def last_state(self, state: frozenset[GroundAtom]) -> None:
+        self.thaw()
+        self._last_state = state
+
+    @property
+    def last_executed(self) -> Mapping[str, float]:
+        """Action name → monotonic time it was last seen executing (canaries probe the
+        rest); a frozen watch's, read-only, without thawing it."""
+        if self._frozen is None:
+            return self._last_executed
+        return MappingProxyType(dict(self._idle_state()[1]))
+
+    @last_executed.setter
+    def last_executed(self, times: dict[str, float]) -> None:
+        self.thaw()
+        self._last_executed = times
+
+    def freeze(self) -> bool:
+        """Hold an idle watch's monitor (its counts and the executions kept), its
+        execution times and its last state as one bytes object until its next record or
+        any use of them (:meth:`thaw`): an idle agent held in memory then costs a few
+        hundred bytes instead of a dozen small objects and big integers. Only a watch
+        holding nothing for an assessment (no evidence, alarm, awaited work or optimal
+        run) whose monitor shares its family's grounding is frozen; True if it was.
+        The drift tables are packed by their owner (``DriftMonitor.pack``)."""
+        monitor = self._monitor
+        if monitor is None or self.awaiting is not None or self.evidence or self.alarms \
+                or self._optimal_run is not None or self._optimal_runs is not None \
+                or self.state_memo is not None or monitor.domain is not self.domain \
+                or monitor.limits is not self.settings.monitor:
+            return False
+        shared = monitor.shared
+        state = monitor.idle_state(self._last_state)
+        if state is None or shared is None:
+            return False
+        last: int | tuple[GroundAtom, ...] | None = None
+        if self._last_state is not _NO_STATE:
+            # Its atoms are in the shared index (checked against the model when seen): its
+            # bitset, decoded again, is an equal set of the index's own atoms. (known_bit:
+            # looking must not intern anything in an index other agents share.)
+            index = shared.index
+            last = state[3] if state[4] else sum(map(index.known_bit, self._last_state))
+            if index.decode(last) != self._last_state:
+                last = tuple(self._last_state)
+        # zlib level 1: a third smaller (names and bitsets repeat), ~2 µs to inflate.
+        self._frozen = zlib.compress(pickle.dumps(
+            (state, tuple(self._last_executed.items()), last), pickle.HIGHEST_PROTOCOL), 1)
+        self._frozen_shared = shared
+        self._monitor = None
+        self._last_executed = _FROZEN_TIMES
+        self._last_state = _NO_STATE
+        # Empty containers are shared, read-only, while frozen: every method that writes
+        # them thaws the watch first.
+        self.evidence = _FROZEN_EVIDENCE
+        self.alarms = _FROZEN_ALARMS
+        if not self.backoff:
+            self.backoff = _FROZEN_BACKOFF
+        return True
+
+    def _idle_state(self) -> tuple[Any, ...]:
+        assert self._frozen is not None
+        state: tuple[Any, ...] = pickle.loads(zlib.decompress(self._frozen))
+        return state
+
+    def thaw(self) -> TransitionMonitor:
+        """Rebuild what :meth:`freeze` held as bytes, exactly as it was; the monitor."""
+        if self._frozen is None:
+            assert self._monitor is not None
+            return self._monitor
+        shared = self._frozen_shared
+        assert shared is not None
+        state, times, last = self._idle_state()
+        last_state = _last_state(last, shared)
+        monitor = TransitionMonitor.from_idle_state(self.domain, self.settings.monitor, shared,
+                                                    state, last_state)
+        self._monitor = monitor
+        self._last_executed = dict(times)
+        self._last_state = last_state
+        self._frozen = None
+        self._frozen_shared = None
+        self.evidence = []
+        self.alarms = {}
+        if self.backoff is _FROZEN_BACKOFF:
+            self.backoff = {}
+        return monitor
 
     def _note_optimal(self, t: AgentTransition) -> None:
         run = self._optimal_run
@@ -292,6 +419,7 @@ class AgentWatch:
         """Evidence from a canary probe (no record, offset -1); True if taken."""
         if self.awaiting is not None:
             return False
+        self.thaw()
         return self._buffer(Evidence(t, explain(self.domain, t.action, t.state,
                                                  t.next_state)))
 
@@ -299,6 +427,7 @@ class AgentWatch:
         """A drift the fleet-wide audit found; None (ignored) while work is awaited."""
         if self.awaiting is not None:
             return None
+        self.thaw()
         mon = self._drift.monitor(self.agent_id, self.domain.action(action_name))
         alarm = DriftAlarm(evidence, mon.updated_action(evidence.estimate))
         self.alarms[action_name] = alarm
@@ -382,6 +511,7 @@ class AgentWatch:
         """The work item ``key`` is in the store: its evidence is durable, wait for it.
         ``awaiting`` False: the same work was queued and finished before (a replay after a
         crash), so there is nothing to wait for."""
+        self.thaw()
         self.awaiting = key if awaiting else None
         self._queued_kinds = frozenset(e.kind for e in self.evidence) or _NO_KINDS
         self.evidence.clear()
@@ -404,6 +534,7 @@ class AgentWatch:
     def install(self, version: ModelVersion, domain: Domain | None = None,
                 shared: SharedGrounding | None = None) -> None:
         """Switch to a new model version: evidence against the old one is moot."""
+        self.thaw()
         self.version = version
         self.domain = domain if domain is not None else version.domain()
         self.explained = explained_positions(version)
@@ -429,12 +560,20 @@ class AgentWatch:
     def back_off(self, kinds: Iterable[str], ago_s: float = 0.0) -> None:
         """Evidence of ``kinds`` ended an assessment unexplained ``ago_s`` seconds ago: hold
         it back, doubling the wait each time the same kind does so again."""
+        self.thaw()
         now = self.clock()
         cfg = self.settings
         for kind in kinds:
             n = self.backoff.get(kind, (0.0, 0))[1] + 1
             wait = min(cfg.unexplained_max_backoff_s, cfg.unexplained_backoff_s * 2 ** (n - 1))
             self.backoff[kind] = (now + wait - ago_s, n)
+
+
+def _last_state(last: int | tuple[GroundAtom, ...] | None, shared: SharedGrounding | None
+                ) -> frozenset[GroundAtom]:
+    if last is None or shared is None:
+        return _NO_STATE
+    return shared.index.decode(last) if isinstance(last, int) else frozenset(last)
 
 
 def explained_positions(version: ModelVersion) -> Mapping[int, int]:

@@ -180,6 +180,12 @@ class LimitsConfig(Section):
     at the next scheduled checkpoint, however many are held: an idle agent then costs
     ~0.2 KB, and its next record reads its drift tables back from the store. ``null``
     keeps agents until ``max_agents_in_memory`` is reached."""
+    freeze_idle_after_s: float | None = Field(default=60.0, ge=0)
+    """Agents held with no record for this long (and nothing buffered or awaited) are
+    kept in memory as bytes from the next scheduled checkpoint on: ~1 KB each instead of
+    3-5 KB, and their next record unpacks them (tens of µs), exactly as they were
+    (docs/performance.md). ``null`` keeps them unpacked; 0 packs them at the first
+    checkpoint that finds them idle."""
 
 
 class DetectionConfig(Section):

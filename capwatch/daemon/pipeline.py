@@ -509,7 +509,8 @@ class Pipeline:
         self.metrics.agents.set(len(self.registry))
         self.metrics.pending.set(len(self.registry.awaiting()))
         if partitions is None:  # the scheduled checkpoint, not a rebalance's
-            self.registry.compact_idle(time.monotonic())
+            self.registry.compact_idle(time.monotonic(),
+                                       self.config.limits.freeze_idle_after_s)
             self._evict_idle()
         if not self.checkpoints.checkpoint(partitions):
             return

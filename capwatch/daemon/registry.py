@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
@@ -162,8 +163,10 @@ class Registry:
             if base is None:
                 return None
             version, domain, shared = base
-        watch = AgentWatch(agent_id, family, partition, version, self.drift, self.settings,
-                           domain=domain, shared=shared)
+        # The family's name as the record's decoder made it is a string of its own per
+        # record: interned, every watch of the family holds the same one.
+        watch = AgentWatch(agent_id, sys.intern(family), partition, version, self.drift,
+                           self.settings, domain=domain, shared=shared)
         watch.awaiting = self._parked.pop(agent_id, None)
         watch.seen = tick
         for ref, kinds, ago in self._held.pop(agent_id, ()):
@@ -182,34 +185,52 @@ class Registry:
         quiet.sort(key=lambda w: w.seen)
         return quiet[:count]
 
-    def not_seen_for(self, age_s: float, now: float) -> list[AgentWatch]:
-        """Watches with no record for at least ``age_s`` seconds (to the resolution of the
-        :meth:`compact_idle` calls) that hold nothing: what idle eviction may drop."""
+    def _cutoff(self, age_s: float, now: float) -> int | None:
+        """The newest tick handed out at least ``age_s`` seconds before ``now`` (to the
+        resolution of the :meth:`compact_idle` calls); None if none is that old."""
         cutoff = None
         for at, tick in self._marks:
             if at > now - age_s:
                 break
             cutoff = tick
+        return cutoff
+
+    def not_seen_for(self, age_s: float, now: float) -> list[AgentWatch]:
+        """Watches with no record for at least ``age_s`` seconds (to the resolution of the
+        :meth:`compact_idle` calls) that hold nothing: what idle eviction may drop."""
+        cutoff = self._cutoff(age_s, now)
         if cutoff is None:
             return []
         return [w for w in self._agents.values()
                 if w.seen <= cutoff and w.awaiting is None and not w.buffered]
 
-    def compact_idle(self, now: float | None = None) -> int:
+    def compact_idle(self, now: float | None = None, freeze_after_s: float | None = None
+                     ) -> int:
         """Trim the monitors of watches not handed out since the last call and with no
         evidence buffered (``TransitionMonitor.compact``): an idle agent keeps its drift
         tables and the last execution of each action, not 64 of them. Returns how many
-        watches were trimmed."""
+        watches were trimmed.
+
+        With ``freeze_after_s`` (and ``now``), those also idle for that long are held as
+        bytes (``AgentWatch.freeze``, ``DriftMonitor.pack``) until their next record or
+        any other use: about 1 KB an agent, where a trimmed watch keeps a few KB.
+        Nothing they do changes; their next record pays the unpacking (tens of µs)."""
         tick = self.next_tick()
         since, self._compacted_at = self._compacted_at, tick
         if now is not None:
             self._marks.append((now, tick))
+        frozen = -1
+        if freeze_after_s is not None and now is not None:
+            cutoff = self._cutoff(freeze_after_s, now)
+            frozen = -1 if cutoff is None else min(cutoff, since)
         n = 0
         for watch in self._agents.values():
-            if watch.seen <= since and not watch.evidence:
+            if watch.seen <= since and not watch.evidence and not watch.frozen:
                 watch.state_memo = None  # the decoder's memo: a speed-up for active agents
                 if watch.monitor.compact():
                     n += 1
+                if watch.seen <= frozen and watch.freeze():
+                    self.drift.pack(watch.agent_id)
         return n
 
     def in_partitions(self, partitions: set[int]) -> list[AgentWatch]:

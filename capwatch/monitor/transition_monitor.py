@@ -145,23 +145,64 @@ class TransitionMonitor:
         was_shared = self.shares_index
         self._shared = shared
         if shared is not None and not shared.index.full:
-            if self.index is not shared.index:
-                self._last_lists = None  # its mask was in another index
-            self.index = shared.index
-            self.grounder = shared.grounder
-            self._shared_valid: set[GroundAtom] | None = None
-            self._valid: dict[GroundAtom, int] = shared.bits
-            """Atom → its bit, for the atoms checked against this model's vocabulary."""
+            self._use_shared(shared)
         else:
             if was_shared:
                 self._last_lists = None
                 self.index = AtomIndex(self.limits.own_index_atoms)
             self.grounder = Grounder(domain, self.index, shared)
-            self._shared_valid = shared.valid if shared is not None else None
-            self._valid = {}
+            self._shared_valid: set[GroundAtom] | None = shared.valid \
+                if shared is not None else None
+            self._valid: dict[GroundAtom, int] = {}
+            """Atom → its bit, for the atoms checked against this model's vocabulary."""
         self._ops = self.grounder.cache
         self._predicates = shared.predicates if shared is not None \
             else {p.name: p.arity for p in domain.predicates}
+
+    def _use_shared(self, shared: SharedGrounding) -> None:
+        if self.index is not shared.index:
+            self._last_lists = None  # its mask was in another index
+        self.index = shared.index
+        self.grounder = shared.grounder
+        self._shared_valid = None
+        self._valid = shared.bits
+
+    def idle_state(self, last: frozenset[GroundAtom]) -> tuple[Any, ...] | None:
+        """What the monitor holds beyond its model, as plain values, for an idle agent held
+        in memory as bytes; :meth:`from_idle_state` rebuilds the very same monitor. ``last``
+        is the caller's last next-state (the set :meth:`observe` was handed last). None
+        (nothing to gain, or not rebuilt exactly) while the monitor holds inconsistent
+        transitions, numbers atoms in an index of its own or last saw decoded lists."""
+        lists = self._last_lists
+        if self._inconsistencies is not None or not self.shares_index \
+                or (lists is not None and lists is not last):
+            return None
+        return (self.transitions, tuple((name, *c) for name, c in self._counts.items()),
+                tuple((name, tuple(map(tuple, buf))) for name, buf in self.executed.items()),
+                self._last_mask, lists is not None)
+
+    @classmethod
+    def from_idle_state(cls, domain: Domain, limits: MonitorLimits, shared: SharedGrounding,
+                        state: tuple[Any, ...], last: frozenset[GroundAtom]
+                        ) -> TransitionMonitor:
+        """The monitor :meth:`idle_state` described, over the same model, limits and shared
+        grounding; ``last`` is the caller's last next-state again."""
+        transitions, counts, executed, mask, had_last = state
+        if shared.domain is not domain:
+            raise ValueError("the shared grounding is for another model")
+        mon = cls(domain, limits, shared)
+        if not mon.shares_index:
+            # The shared index filled up meanwhile: the monitor had numbered its atoms in
+            # it before and keeps doing so until an atom does not fit (as it would have).
+            mon._use_shared(shared)
+            mon._ops = mon.grounder.cache
+        mon.transitions = transitions
+        mon._counts = {name: [a, n, i] for name, a, n, i in counts}
+        mon.executed = {name: [_new_tuple(ExecutedTransition, t) for t in buf]
+                        for name, buf in executed}
+        mon._last_lists = last if had_last else None
+        mon._last_mask = mask
+        return mon
 
     def _own_index(self) -> None:
         """Move to a new index of the agent's own: when the family's shared index is full,
@@ -189,6 +230,11 @@ class TransitionMonitor:
         self._ops = self.grounder.cache
         self._shared_valid = self._shared.valid if self._shared is not None else None
         self._valid = {}
+
+    @property
+    def shared(self) -> SharedGrounding | None:
+        """The family grounding the monitor was given (see :attr:`shares_index`)."""
+        return self._shared
 
     @property
     def shares_index(self) -> bool:

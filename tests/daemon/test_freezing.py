@@ -1,0 +1,183 @@
+"""Idle agents held in memory as bytes (AgentWatch.freeze, DriftMonitor.pack, from
+Registry.compact_idle with ``limits.freeze_idle_after_s``) continue exactly as agents
+never frozen: the same findings, work, drift statistics, alarms, versions and alerts."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.contracts.ports import Record
+from capwatch.contracts.versions import ModelRef, build_version
+from capwatch.daemon.agent_watch import AgentWatch
+from capwatch.daemon.registry import Registry, seed_baselines
+from capwatch.daemon.service import build_service
+from capwatch.model.grounding import SharedGrounding
+from capwatch.models_store import open_store
+from capwatch.monitor.drift import DriftMonitor
+from capwatch.monitor.snapshot import snapshot_agent
+from tests.daemon.helpers import EXAMPLES, example, simulated
+from tests.daemon.test_compaction import _stream
+from tests.daemon.test_drift_state import AGENT, _alarm
+
+
+def _watch_state(w: AgentWatch, drift: DriftMonitor) -> Any:
+    m = w.monitor
+    return (w.transitions, w.inconsistent, w.last_offset, w.last_state, dict(w.last_executed),
+            m.transitions, m.counts, {k: list(v) for k, v in m.executed.items()},
+            list(m.inconsistencies), w.evidence, w.alarms, w.backoff, w.held_back,
+            snapshot_agent(drift, w.agent_id))
+
+
+def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have() -> None:
+    domain = example("rover.pddl")
+    version = build_version(ModelRef("rover-v1", None, 1), domain,
+                            datetime(2026, 1, 1, tzinfo=UTC))
+    shared = SharedGrounding(domain)
+    plain_drift, frozen_drift = DriftMonitor(), DriftMonitor()
+    plain = AgentWatch("a", "rover-v1", 0, version, plain_drift, clock=lambda: 0.0,
+                       domain=domain, shared=shared)
+    frozen = AgentWatch("a", "rover-v1", 0, version, frozen_drift, clock=lambda: 0.0,
+                        domain=domain, shared=shared)
+    items = freezes = 0
+    for i, t in enumerate(_stream(600)):
+        want, got = plain.observe(t), frozen.observe(t)
+        assert got == want, i
+        if not frozen.evidence and not plain.evidence:
+            # Both trimmed (what freezing needs first), only one frozen.
+            plain.monitor.compact()
+            frozen.monitor.compact()
+            if frozen.freeze():
+                freezes += 1
+                assert frozen.frozen and frozen_drift.pack("a") in (True, False)
+                # What others read of a frozen watch, without thawing it.
+                assert frozen.last_state == plain.last_state
+                assert frozen.last_executed == plain.last_executed
+                assert frozen.frozen
+                if i % 5 == 0:
+                    assert _watch_state(frozen, frozen_drift) == \
+                        _watch_state(plain, plain_drift)
+                    assert not frozen.frozen  # reading its monitor thawed it
+        if plain.ripe():
+            a, b = plain.work_item(), frozen.work_item()
+            assert (b.key, b.inconsistent, b.executed, b.probes, b.drift, b.kinds) == \
+                (a.key, a.inconsistent, a.executed, a.probes, a.drift, a.kinds)
+            items += 1
+            plain.queued(a.key)
+            frozen.queued(b.key)
+            plain.settle(a.key)
+            frozen.settle(b.key)
+    assert items >= 1 and freezes > 100
+    assert _watch_state(frozen, frozen_drift) == _watch_state(plain, plain_drift)
+
+
+def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
+    domain = example("rover.pddl")
+    version = build_version(ModelRef("rover-v1", None, 1), domain,
+                            datetime(2026, 1, 1, tzinfo=UTC))
+    w = AgentWatch("a", "rover-v1", 0, version, DriftMonitor(), clock=lambda: 5.0,
+                   domain=domain, shared=SharedGrounding(domain))
+    for t in _stream(20):
+        w.observe(t)
+    assert not w.evidence
+    w.monitor.compact()
+    assert w.freeze() and not w.freeze()
+    with pytest.raises(AttributeError):
+        w.evidence.append(w.evidence)  # type: ignore[arg-type]  # shared and read-only
+    with pytest.raises(TypeError):
+        w.alarms["x"] = w.alarms  # type: ignore[assignment]
+    w.back_off(["kind"])
+    assert not w.frozen and w.backoff == {"kind": (605.0, 1)}
+    w.monitor.compact()
+    assert w.freeze() and w.backoff == {"kind": (605.0, 1)}  # its own, kept as it was
+    w.install(version, domain)
+    assert not w.frozen and w.evidence == [] and w.backoff == {}
+    assert type(w.evidence) is list and type(w.alarms) is dict  # its own again
+
+
+def test_the_registry_freezes_only_watches_idle_for_the_setting(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    seed_baselines(store, {"rover-v1": example("rover.pddl")}, datetime.now(UTC))
+    registry = Registry(store)
+    stream = _stream(100)
+    for agent in ("busy", "idle"):
+        w = registry.load(agent, "rover-v1", 0)
+        assert w is not None
+        for t in stream[:30]:
+            w.observe(t)
+    registry.compact_idle(100.0, 60.0)  # first round: both were handed out since
+    registry.load("busy", "rover-v1", 0)
+    registry.compact_idle(130.0, 60.0)
+    assert not any(w.frozen for w in registry)  # "idle": trimmed, idle for 30 s only
+    registry.load("busy", "rover-v1", 0)
+    registry.compact_idle(170.0, 60.0)  # "idle": no record since the mark at t=100
+    assert {w.agent_id for w in registry if w.frozen} == {"idle"}
+    assert registry.drift.packed("idle") == registry.drift.has("idle")
+    registry.compact_idle(171.0, None)  # nothing more without the setting
+    assert {w.agent_id for w in registry if w.frozen} == {"idle"}
+    store.close()
+
+
+def _chunked_run(tmp_path: Path, freeze: bool) -> tuple[Any, MemoryPublisher, int]:
+    """The drift fleet of test_drift_state in batches of 7 records; with ``freeze``, every
+    agent is frozen after every batch (two rounds: the second finds all idle)."""
+    drifts = [{"agent_id": AGENT, "at_step": 20,
+               "domain": str(EXAMPLES / "courier-pick-wear.pddl")}]
+    cfg = simulated(tmp_path, agents=3, rounds=300, drifts=drifts,
+                    scheduler={"checkpoint_s": 3600.0})
+    memory = MemoryPublisher()
+    service = build_service(cfg, publisher=memory)
+    p = service.pipeline
+    handle = p.handle_batch
+    thawed = 0
+
+    def chunked(records: list[Record]) -> None:
+        nonlocal thawed
+        for i in range(0, len(records), 7):
+            before = {w.agent_id for w in p.registry if w.frozen}
+            handle(records[i:i + 7])
+            thawed += len(before - {w.agent_id for w in p.registry if w.frozen})
+            if freeze:
+                p.registry.compact_idle(time.monotonic(), 0.0)
+                p.registry.compact_idle(time.monotonic(), 0.0)
+
+    p.handle_batch = chunked  # type: ignore[method-assign]
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    return service, memory, thawed
+
+
+def test_agents_frozen_after_every_batch_alarm_and_learn_as_if_never_frozen(
+        tmp_path: Path) -> None:
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    ref, ref_out, _ = _chunked_run(reference_dir, freeze=False)
+    ref_alarm = _alarm(reference_dir)
+    service, out, thawed = _chunked_run(tmp_path, freeze=True)
+    assert thawed > 1000  # six agents, ~250 batches
+    assert _alarm(tmp_path) == ref_alarm
+    assert [(m.agent_id, m.version, m.changes) for m in out.models] == \
+        [(m.agent_id, m.version, m.changes) for m in ref_out.models] != []
+    # (The alerts' re-estimated probabilities come from the simulated agent's answers to
+    # the assessment, which vary from run to run with or without freezing.)
+    assert [(a.agent_id, a.alert_type) for a in out.alerts] == \
+        [(a.agent_id, a.alert_type) for a in ref_out.alerts] != []
+    agents = sorted(w.agent_id for w in ref.pipeline.registry)
+    assert sorted(w.agent_id for w in service.pipeline.registry) == agents
+    # The drifted agent's tables after its new version depend on when the assessment's
+    # result arrived (worker threads), in the reference too: the others must be equal.
+    for agent in set(agents) - {AGENT}:
+        assert snapshot_agent(service.pipeline.drift, agent) == \
+            snapshot_agent(ref.pipeline.drift, agent)
+    stores = [open_store(f"sqlite:///{d / 'models.db'}") for d in (reference_dir, tmp_path)]
+    try:
+        activity = [sorted((a.agent_id, a.transitions, a.inconsistent)
+                           for a in s.activity()) for s in stores]
+        assert activity[0] == activity[1] != []
+    finally:
+        for s in stores:
+            s.close()
