@@ -33,7 +33,9 @@ import resource
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.fleet import FamilySpec, SimulatedFleet
@@ -93,13 +95,15 @@ class Replay:
 
 
 def service(tmp: str, f: SimulatedFleet, records: list[Record],
-            max_agents: int | None = None) -> Service:
+            max_agents: int | None = None, **limits: Any) -> Service:
+    if max_agents:
+        limits["max_agents_in_memory"] = max_agents
     cfg = DaemonConfig(**{
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
                      "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
         "output": {"kind": "log"}, "http": {"enabled": False},
-        **({"limits": {"max_agents_in_memory": max_agents}} if max_agents else {}),
+        **({"limits": limits} if limits else {}),
     })
     return build_service(cfg, publisher=MemoryPublisher(), source=Replay(records),
                          agents=FleetDirectory(f))
@@ -142,16 +146,23 @@ def renamed(events: list[bytes], first: int, n: int, offset0: int, steps: int = 
     return out
 
 
-def memory_child(agents: int, steps: int, quick: bool) -> int:
+def memory_child(agents: int, steps: int, quick: bool, frozen: bool, traced: bool) -> int:
     """In a fresh process (so no earlier phase's freed memory counts): admit ``agents``
     new agents with ``steps`` transitions each, all held, in chunks, each chunk going idle
-    for two checkpoints before the next arrives; print the RSS before and after."""
+    for two checkpoints before the next arrives; print the RSS before and after.
+
+    ``frozen``: with ``limits.freeze_idle_after_s`` 0, so that the second checkpoint holds
+    them as bytes (``Registry.compact_idle``), as the default 60 s does to agents idle that
+    long; otherwise never (agents idle for less than the setting). ``traced``: also the
+    bytes Python and numpy allocated and still hold (tracemalloc), for runs too short for
+    the RSS growth to show anything but memory freed by the run itself being reused."""
     configure_logging("error", "json")
     agents_per_family = 20 if quick else 100
     f = fleet(agents_per_family)
     events = [e.value for e in f.events(max(steps, 5))]
     with tempfile.TemporaryDirectory() as tmp:
-        svc = service(tmp, f, [], max_agents=agents + 10_000)
+        svc = service(tmp, f, [], max_agents=agents + 10_000,
+                      freeze_idle_after_s=0.0 if frozen else None)
         p = svc.pipeline
         settle_heap()  # as `capwatch run` does before its main loop
         p.open()
@@ -160,6 +171,8 @@ def memory_child(agents: int, steps: int, quick: bool) -> int:
         offset = len(warm)
         del warm
         gc.collect()
+        if traced:
+            tracemalloc.start()
         rss0, held0 = rss_bytes(), len(p.registry)
         chunk = max(1, 5_000 // steps)
         for first in range(0, agents, chunk):
@@ -174,17 +187,25 @@ def memory_child(agents: int, steps: int, quick: bool) -> int:
         del records
         gc.collect()
         assert p.dead_letters == 0 and p.checkpoints.evictions == 0
-        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0}))
+        traced_bytes = tracemalloc.get_traced_memory()[0] if traced else 0
+        n_frozen = sum(w.frozen for w in p.registry)
+        assert n_frozen >= len(p.registry) - held0 if frozen else n_frozen == 0
+        ran = [len(w.last_executed) for w in p.registry]
+        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0,
+                          "traced": traced_bytes, "actions": sum(ran) / len(ran),
+                          "tables": len(p.drift) / len(ran)}))
         p.store.close()
     return 0
 
 
-def run_memory_child(agents: int, steps: int, quick: bool) -> dict[str, int]:
+def run_memory_child(agents: int, steps: int, quick: bool, frozen: bool = False,
+                     traced: bool = False) -> dict[str, float]:
     import subprocess
     out = subprocess.run([sys.executable, __file__, "--memory-child", str(agents), str(steps),
-                          *(["--quick"] if quick else [])],
+                          *(["--quick"] if quick else []), *(["--frozen"] if frozen else []),
+                          *(["--traced"] if traced else [])],
                          check=True, capture_output=True, text=True).stdout
-    result: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
 
 
@@ -233,13 +254,15 @@ def main() -> int:
                         help="steady-state passes over a fleet's stream (default 3)")
     parser.add_argument("--no-memory", action="store_true",
                         help="with --fleet/--generated: skip the fresh-process memory rows")
+    parser.add_argument("--frozen", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         if args.fleet:
             from bench_fleet import memory_child as fleet_memory_child
 
             return fleet_memory_child(args.fleet[0], *args.memory_child, args.memory_limited)
-        return memory_child(*args.memory_child, args.quick)
+        return memory_child(*args.memory_child, args.quick, args.frozen, args.traced)
     if args.fleet or args.generated:
         return other_fleets(args)
     agents_per_family = 20 if args.quick else 100
@@ -247,6 +270,7 @@ def main() -> int:
     admit = (2_000, 5_000) if args.quick else (20_000, 50_000)
     seen_total = 10_000 if args.quick else 100_000
     idle_agents, idle_steps = (2_000, 30) if args.quick else (20_000, 30)
+    busy_agents, busy_steps = (300, 200) if args.quick else (2_000, 200)
 
     configure_logging("error", "json")
     f = fleet(agents_per_family)
@@ -336,10 +360,23 @@ def main() -> int:
           f"whole-process RSS {child['rss'] / 2**20:,.0f} MB "
           f"({child['rss0'] / 2**20:,.0f} MB before them: "
           f"+{(child['rss'] - child['rss0']) / child['held']:,.0f} bytes per agent held)")
-    child = run_memory_child(idle_agents, idle_steps, args.quick)
-    print(f"  memory, {child['held']:,} agents that ran {idle_steps} transitions each, now "
-          f"idle, all held (fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f}"
-          f" bytes RSS per agent held   target <= 2 KB per idle agent")
+    for agents, steps, frozen in ((idle_agents, idle_steps, False),
+                                  (idle_agents, idle_steps, True)):
+        child = run_memory_child(agents, steps, args.quick, frozen)
+        how = ("idle past limits.freeze_idle_after_s, held as bytes (60 s by default, 0 here)"
+               if frozen else "idle for less than limits.freeze_idle_after_s")
+        print(f"  memory, {child['held']:,.0f} agents that ran {steps} transitions each "
+              f"({child['actions']:.1f} actions, {child['tables']:.1f} drift tables), {how}, "
+              f"all held (fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f}"
+              f" bytes RSS per agent held" + ("   target <= 2 KB per idle agent" if frozen else ""))
+    # Longer histories: RSS growth would be memory the run freed being reused, so the bytes
+    # still allocated (tracemalloc) are what this row gives.
+    for frozen in (False, True):
+        child = run_memory_child(busy_agents, busy_steps, args.quick, frozen, traced=True)
+        print(f"  memory, {child['held']:,.0f} agents that ran {busy_steps} transitions each "
+              f"({child['actions']:.1f} actions, {child['tables']:.1f} drift tables), "
+              f"{'held as bytes' if frozen else 'idle, not yet held as bytes'}: "
+              f"{child['traced'] / child['held']:,.0f} bytes allocated per agent (tracemalloc)")
     if not args.no_kafka:
         from bench_kafka import kafka_rows  # the rows' own module: both Kafka clients
 
