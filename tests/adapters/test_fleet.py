@@ -79,3 +79,23 @@ def test_an_exhausted_simulated_source_waits_out_the_poll_timeout() -> None:
     source.start(lambda p: None, lambda p: None, {})
     assert len(source.poll(0.25)) == 6 and waits == []
     assert source.poll(0.25) == [] and waits == [0.25] and source.exhausted()
+
+
+def test_a_later_drift_supersedes_an_earlier_one_once() -> None:
+    """An agent's drifts apply in step order: past the second one's step the agent runs the
+    second model, switched to once (it flipped back to the first and on to the second
+    before every episode, and its drift step moved with every flip)."""
+    jam = read_domain(EXAMPLES / "courier-drop-jam.pddl")
+    wear = read_domain(EXAMPLES / "courier-pick-wear.pddl")
+    fleet = SimulatedFleet.build(families(), 1, [
+        DriftSpec(wear, 40, agent_id="courier-v1-000"),
+        DriftSpec(jam, 10, agent_id="courier-v1-000")], seed=1, episode_steps=10)
+    list(fleet.events(25))
+    assert fleet.true_model("courier-v1-000") == jam
+    list(fleet.events(30))
+    agent = fleet.simulated_agent("courier-v1-000")
+    assert fleet.true_model("courier-v1-000") == wear
+    switched = fleet.drift_step("courier-v1-000")
+    assert switched is not None and 40 <= switched < 55
+    list(fleet.events(50))
+    assert agent.model_version == 3 and fleet.drift_step("courier-v1-000") == switched

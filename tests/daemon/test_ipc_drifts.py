@@ -68,3 +68,34 @@ def test_each_hand_made_drift_gets_one_exact_version_and_an_alert_naming_it(
         assert a.summary == CASES[a.family][1]
     assert not [a for a in out.alerts if a.agent_id not in drifted]
     assert out.dead_letters == []
+
+
+def test_a_second_drift_of_the_same_agent_gets_a_second_version_on_the_first(
+        tmp_path: Path) -> None:
+    """hiking-001 first leaves its car behind, later also leaves tents down when putting
+    them up: version 1 (parent: the baseline) has the first change, version 2 (parent:
+    version 1) adds the second, and each alert names only its own change."""
+    first = DRIFTS / "hiking" / "drive-leaves-car.pddl"
+    second = DRIFTS / "hiking" / "drive-leaves-car-then-tent-stays-down.pddl"
+    cfg = config(
+        tmp_path,
+        families={"hiking": {"domain": str(IPC / "hiking" / "domain.pddl"),
+                             "problem": str(IPC / "hiking" / "problem.pddl")}},
+        source={"kind": "simulated", "simulated": {
+            "families": {"hiking": {"agents": 3}}, "rounds": 600, "seed": 1,
+            "drifts": [{"agent_id": "hiking-001", "at_step": 40, "domain": str(first)},
+                       {"agent_id": "hiking-001", "at_step": 250, "domain": str(second)}]}})
+    service, out = run(cfg)
+    fleet = service.pipeline.agents.fleet  # type: ignore[attr-defined]
+    assert fleet.simulated_agent("hiking-001").model_version == 3
+    v1, v2 = out.models
+    assert (v1.agent_id, v1.version, v1.parent_agent_id, v1.parent_version) == (
+        "hiking-001", 1, None, 1)
+    assert (v2.agent_id, v2.version, v2.parent_agent_id, v2.parent_version) == (
+        "hiking-001", 2, "hiking-001", 1)
+    assert delta(domain_from_json(v1.model.json_), read_domain(first)) == 0
+    assert delta(domain_from_json(v2.model.json_), read_domain(second)) == 0
+    assert v1.summary == [CASES["hiking"][1]]
+    assert v2.summary == ["put_up(?x1 ?x2 ?x3) no longer makes (down ?x3) false"]
+    capability = [a.summary for a in out.alerts if a.alert_type.startswith("capability_")]
+    assert capability == [v1.summary[0], v2.summary[0]]

@@ -131,12 +131,18 @@ class SimulatedFleet:
         return self._members[agent_id].steps
 
     def _apply_drifts(self, m: _Member) -> None:
-        for d in self.drifts:
-            targets = d.agent_id == m.agent_id or d.family == m.family.name
-            if targets and m.steps >= d.at_step and m.agent.domain != d.domain:
-                m.agent.switch_model(d.domain)
-                m.drifted = True
-                m.drifted_at = m.steps
+        # The latest drift due wins (the later one in the list on a tie): switching to
+        # each due drift in turn flipped an agent with two of them back and forth before
+        # every episode.
+        due = [d for d in self.drifts if (d.agent_id == m.agent_id or d.family == m.family.name)
+               and m.steps >= d.at_step]
+        if not due:
+            return
+        latest = max(enumerate(due), key=lambda x: (x[1].at_step, x[0]))[1]
+        if m.agent.domain != latest.domain:
+            m.agent.switch_model(latest.domain)
+            m.drifted = True
+            m.drifted_at = m.steps
 
     def _episode(self, m: _Member) -> list[bytes]:
         self._apply_drifts(m)
