@@ -101,6 +101,10 @@ class Designer:
     gave_up: set[str] = field(default_factory=set)
     """Actions for which no running state was found."""
     _previous: dict[object, Probe] = field(default_factory=dict)
+    _exploring: dict[str, tuple[int, Probe | None]] = field(default_factory=dict)
+    """Per action, the exploration probe designed at its evidence version: asked again
+    for the same evidence (daaisy designs each action twice a round, once for its targets
+    and once for riders), it is the same probe, not the next candidate."""
     _cache: dict[tuple[str, bool], tuple[tuple[int, bool], tuple[list[Probe], list[Probe],
                                                                   list[Probe]]]] = \
         field(default_factory=dict)
@@ -222,6 +226,15 @@ class Designer:
 
     def explore(self, action: str) -> Probe | None:
         """A state to try the action in while some atom has no known safe value."""
+        stamp = self.vs.version.get(action, 0)
+        last = self._exploring.get(action)
+        if last is not None and last[0] == stamp:
+            return last[1]
+        probe = self._explore(action)
+        self._exploring[action] = (stamp, probe)
+        return probe
+
+    def _explore(self, action: str) -> Probe | None:
         if action in self.gave_up:
             return None
         tried = self.explored.setdefault(action, [])

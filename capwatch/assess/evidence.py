@@ -15,7 +15,7 @@ from capwatch.assess.design import Designer
 from capwatch.assess.entangled import update_entangled
 from capwatch.assess.observations import Transition
 from capwatch.assess.result import Method, QueryLog
-from capwatch.assess.versionspace import VersionSpace, mask_of
+from capwatch.assess.versionspace import VersionSpace, mask_of, violating
 from capwatch.model.domain import Action, Domain, GroundAtom, LiftedAtom
 from capwatch.model.pal import (
     AbstractModel,
@@ -114,9 +114,23 @@ class Evidence:
                     self.notes.append(f"{where}: changed atoms no pal-tuple of the action can "
                                       f"mention: {sorted(outside)}")
             elif executed is False:
-                self.vs.failed(action.name, {pa: g in t.state for pa, g in ground.items()},
-                               where + " (refused)")
+                present = {pa: g in t.state for pa, g in ground.items()}
+                self.vs.failed(action.name, present, where + " (refused)")
+                self._flag_refusal(present, where)
         self._refresh_targets()
+
+    def _flag_refusal(self, present: dict[PaTuple, bool], where: str) -> None:
+        """A refusal the known model says cannot happen (every precondition it states held)
+        rules out no single known value: any of the preconditions that could have blocked
+        the step may be the new one. They are the pa-tuples in doubt, so daaisy resolves
+        them (it asked nothing and its model contradicted the refusal)."""
+        if any(mask_of([self.init_value[pa]]) & violating(v)
+               for pa, v in present.items() if pa in self.init_value):
+            return
+        for pa, v in present.items():
+            if self.vs.masks[pa] & violating(v):
+                self._flag(pa, f"{where} (refused although the known model says it applies): "
+                               f"it may be the precondition that blocked it")
 
     def _entangled(self, action: Action, binding: dict[str, str],
                    ground: dict[PaTuple, GroundAtom], t: Transition, where: str) -> None:
