@@ -32,7 +32,7 @@ from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.logs import configure_logging
 from capwatch.daemon.service import build_service
-from capwatch.model.pal import delta
+from capwatch.model.pal import AbstractModel
 from capwatch.model.pddl_reader import read_domain
 from capwatch.model.serialize import domain_from_json
 from tests.paths import DATA, IPC
@@ -95,16 +95,22 @@ def run_case(drift: Path, *, agents: int, rounds: int, at_step: int, seed: int,
             if m.agent_id != target:
                 continue
             learned = domain_from_json(m.model.json_)
-            d = delta(learned, truth)
-            unresolved = (m.coverage.unresolved if m.coverage is not None else 0)
-            if d == 0:
+            differ = AbstractModel.from_domain(learned).diff(AbstractModel.from_domain(truth))
+            # Pal-tuples of actions the version says it did not check (carried over from
+            # the parent, or unresolved) are open, not wrong: the version does not claim
+            # them (daaisy checks only the actions the evidence points at).
+            unchecked = set() if m.coverage is None else {
+                *m.coverage.carried_over_actions, *m.coverage.unresolved_actions}
+            if not differ:
                 right += 1
-            elif unresolved:
+            elif all(pal.action in unchecked for pal, _, _ in differ):
                 opened += 1
-                notes.append(f"v{m.version} Δ{d}, {unresolved} unresolved")
+                notes.append(f"v{m.version} Δ{len(differ)}, all in actions it did not check "
+                             f"({', '.join(sorted(unchecked))})")
             else:
                 wrong += 1
-                notes.append(f"v{m.version} Δ{d} to the drift: {' | '.join(m.summary)}")
+                notes.append(f"v{m.version} Δ{len(differ)} to the drift: "
+                             f"{' | '.join(m.summary)}")
         spurious = [m for m in out.models if m.agent_id != target]
         for m in spurious:
             notes.append(f"spurious {m.agent_id} v{m.version}: {' | '.join(m.summary)}")
