@@ -53,6 +53,8 @@ class Outcome:
     alerts: list[str]
     wall_s: float
     cpu_s: float
+    assess_s: float
+    """Wall seconds the daemon's assessments took (its histogram's sum), queries included."""
     note: str
 
 
@@ -121,8 +123,10 @@ def run_case(drift: Path, *, agents: int, rounds: int, at_step: int, seed: int,
         alerts += [f"[{a.agent_id}] {a.alert_type}: {a.summary}" for a in out.alerts
                    if a.agent_id != target]
         failed = sum(a.alert_type == "assessment_failed" for a in out.alerts)
+        assess_s = service.pipeline.metrics.registry.get_sample_value(
+            "capwatch_assessment_duration_seconds_sum", {"family": family}) or 0.0
         return Outcome(f"{name}/{drift.stem}", fleet.simulated_agent(target).stats.queries,
-                       right, wrong, opened, len(spurious), failed, alerts, wall, cpu,
+                       right, wrong, opened, len(spurious), failed, alerts, wall, cpu, assess_s,
                        "; ".join(notes))
 
 
@@ -144,13 +148,13 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}; {args.agents} agents x {args.rounds} "
           f"transitions, drift at step {args.at_step}, seed {args.seed}, {args.method}")
     print(f"{'drift':42} {'queries':>7} {'right':>5} {'wrong':>5} {'open':>4} "
-          f"{'spur.':>5} {'fail':>4} {'wall s':>7} {'cpu s':>7}")
+          f"{'spur.':>5} {'fail':>4} {'wall s':>7} {'cpu s':>7} {'assess s':>8}")
     for case in cases:
         o = run_case(case, agents=args.agents, rounds=args.rounds, at_step=args.at_step,
                      seed=args.seed, method=args.method,
                      canary_s=args.canary_s)
         print(f"{o.case:42} {o.queries:7} {o.right:5} {o.wrong:5} {o.open:4} {o.spurious:5} "
-              f"{o.failed:4} {o.wall_s:7.1f} {o.cpu_s:7.1f}", flush=True)
+              f"{o.failed:4} {o.wall_s:7.1f} {o.cpu_s:7.1f} {o.assess_s:8.2f}", flush=True)
         for a in o.alerts:
             print(f"    alert {a}")
         if o.note:

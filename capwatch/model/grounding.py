@@ -27,6 +27,12 @@ every atom the family's agents brought in; past this many (128-byte bitsets) an 
 that brings new atoms moves to an index of its own (see ``TransitionMonitor``)."""
 
 
+SMALL_STATE = 64
+"""Atoms up to which a set of known atoms is encoded by adding their bits."""
+WIDE_INDEX = 16_384
+"""Atoms in an index past which states are encoded by packing bytes (see encode)."""
+
+
 class IndexFull(Exception):
     """A bounded :class:`AtomIndex` has no room for another atom."""
 
@@ -68,7 +74,30 @@ class AtomIndex:
         return self._bits.get(atom, 0)
 
     def encode(self, atoms: Iterable[GroundAtom]) -> StateMask:
-        return reduce(or_, map(self.bit, atoms), 0)
+        bits = self._bits
+        if isinstance(atoms, (set, frozenset)) and len(atoms) <= SMALL_STATE:
+            # A set repeats no atom, so the sum of the bits is their union, looked up
+            # without a Python call per atom. A new atom falls through to interning.
+            try:
+                mask: int = sum(map(bits.__getitem__, atoms))
+                return mask
+            except KeyError:
+                pass
+        if len(self._atoms) <= WIDE_INDEX:
+            return reduce(or_, map(self.bit, atoms), 0)
+        # Or-ing one-bit ints as wide as the index copies the whole width per atom: an
+        # assessment's query states hold thousands of atoms in an index of 10^5, which
+        # made encoding quadratic. Setting the bits in a byte array is linear.
+        positions = []
+        for atom in atoms:
+            b = bits.get(atom)
+            positions.append((b if b is not None else self.bit(atom)).bit_length() - 1)
+        if not positions:
+            return 0
+        packed = bytearray((max(positions) >> 3) + 1)
+        for p in positions:
+            packed[p >> 3] |= 1 << (p & 7)
+        return int.from_bytes(packed, "little")
 
     def encode_lists(self, atoms: Sequence[Sequence[str]],
                      validate: Callable[[GroundAtom], None] | None = None) -> StateMask:

@@ -193,7 +193,12 @@ class SimulatedAgent:
     def _check_state(domain: Domain, state: Iterable[GroundAtom]) -> None:
         predicates = domain.predicate_map
         for atom in state:
-            if not atom or not all(isinstance(x, str) for x in atom):
+            try:
+                # str.join checks every element is a string without a Python call each.
+                "".join(atom)
+            except TypeError:
+                raise InvalidQuery(f"state atom {atom!r} is not a tuple of names") from None
+            if not atom or isinstance(atom, str):
                 raise InvalidQuery(f"state atom {atom!r} is not a tuple of names")
             pred = predicates.get(atom[0])
             if pred is None:
