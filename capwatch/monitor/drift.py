@@ -22,10 +22,9 @@ capwatch.monitor.stats and .sequential, the evidence and alarm records it return
 from __future__ import annotations
 
 import itertools
-import math
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,6 +42,7 @@ from capwatch.monitor.drift_evidence import describe_outcome as describe_outcome
 from capwatch.monitor.drift_evidence import planned_samples as planned_samples
 from capwatch.monitor.drift_evidence import with_probabilities as with_probabilities
 from capwatch.monitor.sequential import DEFAULT_LOGIT_SHIFTS, SequentialDetector
+from capwatch.monitor.sequential import expected_delay_hint as expected_delay_hint
 from capwatch.monitor.stats import (
     GofResult,
     IntervalMethod,
@@ -500,18 +500,3 @@ class DriftMonitor:
             findings.append(AuditFinding(agent_id, mon.action.header(), gof, float(q), bool(rej),
                                          evidence, mon.action.name))
         return findings
-
-
-def expected_delay_hint(p0: Sequence[float], p1: Sequence[float], false_alarm_rate: float,
-                        n_alternatives: int) -> float:
-    """Rough detection delay (executions) for a change p0 → p1: threshold / KL(p1 ‖ p0).
-
-    For capacity planning and docs; the benchmark measures the real thing.
-    """
-    a = np.asarray(p1, dtype=np.float64)
-    b = np.asarray(p0, dtype=np.float64)
-    mask = a > 0
-    kl = float((a[mask] * np.log(a[mask] / b[mask])).sum())
-    if kl <= 0:
-        return math.inf
-    return (-math.log(false_alarm_rate) + math.log(n_alternatives)) / kl

@@ -354,3 +354,18 @@ def cusum_threshold_for_arl(llr: npt.ArrayLike, probs: npt.ArrayLike, arl: float
         if hi - lo < 1e-4:
             break
     return hi
+
+
+def expected_delay_hint(p0: Sequence[float], p1: Sequence[float], false_alarm_rate: float,
+                        n_alternatives: int) -> float:
+    """Rough detection delay (executions) for a change p0 → p1: threshold / KL(p1 ‖ p0).
+
+    For capacity planning and docs; the benchmark measures the real thing.
+    """
+    a = np.asarray(p1, dtype=np.float64)
+    b = np.asarray(p0, dtype=np.float64)
+    mask = a > 0
+    kl = float((a[mask] * np.log(a[mask] / b[mask])).sum())
+    if kl <= 0:
+        return math.inf
+    return (-math.log(false_alarm_rate) + math.log(n_alternatives)) / kl

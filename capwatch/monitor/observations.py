@@ -1,0 +1,77 @@
+"""What the transition monitor reports and keeps, and its limits: the records of one
+observed transition, of an inconsistent one (with its Table 2 explanation) and of an
+executed one (as bitsets), the per-action counts, and :class:`MonitorLimits`.
+:mod:`capwatch.monitor.transition_monitor` re-exports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from capwatch.model.consistency import Inconsistency, Verdict
+from capwatch.model.domain import GroundAction, GroundAtom
+from capwatch.model.grounding import GroundOperator, StateMask
+
+
+class Observation(NamedTuple):
+    """What one transition told us. ``position`` is the caller's (e.g. a Kafka offset).
+
+    A NamedTuple rather than a dataclass: it is built for every transition and a
+    tuple costs a fraction of a frozen dataclass's construction.
+    """
+
+    verdict: Verdict
+    action: GroundAction
+    outcomes: int
+    """Bitmask of the model's outcomes that explain the transition (APPLIED only)."""
+    position: int
+    state: StateMask
+    """The pre-state as the monitor encoded it (for :meth:`TransitionMonitor.attribution`)."""
+    operator: GroundOperator
+    """The ground operator the transition was checked against."""
+
+
+@dataclass(frozen=True, slots=True)
+class InconsistentTransition:
+    position: int
+    state: frozenset[GroundAtom]
+    action: GroundAction
+    next_state: frozenset[GroundAtom]
+    explanation: Inconsistency
+
+
+class ExecutedTransition(NamedTuple):
+    """Kept as bitsets: decoding on the hot path would cost more than the check itself."""
+
+    position: int
+    state: StateMask
+    action: GroundAction
+    next_state: StateMask
+
+
+@dataclass(frozen=True, slots=True)
+class ActionCounts:
+    applied: int = 0
+    not_applicable: int = 0
+    inconsistent: int = 0
+
+
+@dataclass
+class MonitorLimits:
+    max_inconsistencies: int = 256
+    """Inconsistent transitions kept as evidence until an assessment consumes them."""
+    executed_per_action: int = 64
+    """Executed transitions kept per action for Table 2 inference and DAAISy."""
+    max_state_atoms: int = 10_000
+    own_index_room: int = 4_096
+    """Atoms an index of the agent's own keeps for what the monitor holds, beyond room for
+    one transition (two states) and as many atoms again for the operators grounded in it
+    (their preconditions and effects): a bitset costs as many bits as atoms were interned before
+    it, so an agent forever bringing new objects would grow its index, and memory with
+    the square of the atoms it ever showed (10 GB after 400,000). At the bound the index
+    is rebuilt from what is kept, newest first (:meth:`TransitionMonitor._own_index`)."""
+
+    @property
+    def own_index_atoms(self) -> int:
+        return 2 * self.max_state_atoms + 2 * self.own_index_room
