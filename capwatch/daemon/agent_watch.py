@@ -16,95 +16,36 @@ makes that replay rebuild the evidence buffer exactly.
 
 from __future__ import annotations
 
-import pickle
 import time
-import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.contracts.wire_fast import StateMemo
-from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.watch_freezing import (
+    NO_STATE,
+    freeze_bytes,
+    frozen_last_state,
+    idle_state,
+    thaw_bytes,
+)
+from capwatch.daemon.watch_records import Evidence as Evidence
+from capwatch.daemon.watch_records import Finding as Finding
+from capwatch.daemon.watch_records import WatchSettings as WatchSettings
+from capwatch.daemon.watch_records import evidence_kind as evidence_kind
+from capwatch.daemon.watch_records import explained_positions as explained_positions
 from capwatch.daemon.work import DriftProbe, WorkItem
-from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict, explain
+from capwatch.model.consistency import Verdict, explain
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.grounding import SharedGrounding
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
-from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
+from capwatch.monitor.transition_monitor import TransitionMonitor
 
 OPTIMAL_RUNS = 4
 MAX_OPTIMAL_RUN = 64
 """Optimal runs kept per agent, and the longest run kept (a longer one is cut)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WatchSettings:
-    """The detection settings every watch follows (from the daemon's configuration)."""
-
-    debounce_transitions: int = 3
-    """Inconsistent transitions that make the evidence ripe at once."""
-    debounce_s: float = 5.0
-    """Seconds after the first buffered inconsistency that make it ripe anyway."""
-    max_evidence: int = 256
-    max_executed_evidence: int = 64
-    monitor: MonitorLimits = field(default_factory=MonitorLimits)
-    unexplained_backoff_s: float = 600.0
-    unexplained_max_backoff_s: float = 6 * 3600.0
-
-    @classmethod
-    def from_config(cls, config: DaemonConfig) -> WatchSettings:
-        det = config.detection
-        return cls(det.debounce_transitions, det.debounce_s, det.max_evidence,
-                   det.max_executed_evidence,
-                   MonitorLimits(max_inconsistencies=det.max_evidence,
-                                 max_state_atoms=config.limits.max_state_atoms),
-                   det.unexplained_backoff_s, det.unexplained_max_backoff_s)
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """A transition the model cannot explain, with the monitor's explanation (Table 2)."""
-
-    transition: AgentTransition
-    explanation: Inconsistency
-
-    @property
-    def offset(self) -> int:
-        return self.transition.offset
-
-    @property
-    def kind(self) -> str:
-        return evidence_kind(self.explanation)
-
-
-def evidence_kind(e: Inconsistency) -> str:
-    """What an inconsistency says, without its objects: the action schema, whether it ran,
-    and which pa-tuple values it rules out or could block it. Two transitions of one kind
-    are the same evidence to an assessment, which is what the back-off compares."""
-    def pas(cs: tuple[PaContradiction, ...]) -> str:
-        return ",".join(sorted(f"{c.pa}:{sorted(v.value for v in c.current)}"
-                               for c in cs))
-
-    return "|".join((e.action[0], str(e.executed), pas(e.contradicted),
-                     pas(e.missing_precondition_candidates),
-                     str(len(e.unexplained_atoms) > 0), str(len(e.entangled) > 0),
-                     ",".join(e.violated_constraints)))
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """What one observed transition showed."""
-
-    verdict: Verdict
-    alarm: DriftAlarm | None = None
-    """A drift alarm this transition raised (only while nothing is awaited)."""
-    ripe: bool = False
-    """The agent's evidence should be assessed now: queue a work item."""
-    tested: bool = False
-    """The execution updated a sequential drift test (a stochastic action's outcome)."""
 
 
 _PLAIN = {v: Finding(v) for v in Verdict}
@@ -126,9 +67,6 @@ _FROZEN_BACKOFF: dict[str, tuple[float, int]] = cast(dict[str, tuple[float, int]
 """What a frozen watch holds instead of its own empty containers: read-only (a write by
 mistake fails loudly), and never written, because a watch thaws before it changes."""
 _NO_KINDS: frozenset[str] = frozenset()
-_NO_STATE: frozenset[GroundAtom] = frozenset()
-_NO_POSITIONS: Mapping[int, int] = MappingProxyType({})
-"""Shared by every watch whose version was learned from no record (a family baseline)."""
 
 
 class AgentWatch:
@@ -185,7 +123,7 @@ class AgentWatch:
         self.seen = 0
         """When the registry last handed this watch out (its own counter, not a clock)."""
         self.last_offset = -1
-        self._last_state: frozenset[GroundAtom] = _NO_STATE
+        self._last_state: frozenset[GroundAtom] = NO_STATE
         self.state_memo: StateMemo | None = None
         """The decoder's memo of the agent's last next-state (contracts.wire_fast): the
         next record's state, when it repeats it, is neither decoded nor encoded again."""
@@ -291,7 +229,7 @@ class AgentWatch:
         of a frozen watch without thawing it."""
         if self._frozen is None:
             return self._last_state
-        return _last_state(self._idle_state()[2], self._frozen_shared)
+        return frozen_last_state(self._idle_state()[2], self._frozen_shared)
 
     @last_state.setter
     def last_state(self, state: frozenset[GroundAtom]) -> None:
@@ -325,26 +263,13 @@ class AgentWatch:
                 or self.state_memo is not None or monitor.domain is not self.domain \
                 or monitor.limits is not self.settings.monitor:
             return False
-        shared = monitor.shared
-        state = monitor.idle_state(self._last_state)
-        if state is None or shared is None:
+        packed = freeze_bytes(monitor, self._last_state, self._last_executed)
+        if packed is None:
             return False
-        last: int | tuple[GroundAtom, ...] | None = None
-        if self._last_state is not _NO_STATE:
-            # Its atoms are in the shared index (checked against the model when seen): its
-            # bitset, decoded again, is an equal set of the index's own atoms. (known_bit:
-            # looking must not intern anything in an index other agents share.)
-            index = shared.index
-            last = state[3] if state[4] else sum(map(index.known_bit, self._last_state))
-            if index.decode(last) != self._last_state:
-                last = tuple(self._last_state)
-        # zlib level 1: a third smaller (names and bitsets repeat), ~2 µs to inflate.
-        self._frozen = zlib.compress(pickle.dumps(
-            (state, tuple(self._last_executed.items()), last), pickle.HIGHEST_PROTOCOL), 1)
-        self._frozen_shared = shared
+        self._frozen, self._frozen_shared = packed
         self._monitor = None
         self._last_executed = _FROZEN_TIMES
-        self._last_state = _NO_STATE
+        self._last_state = NO_STATE
         # Empty containers are shared, read-only, while frozen: every method that writes
         # them thaws the watch first.
         self.evidence = _FROZEN_EVIDENCE
@@ -355,8 +280,7 @@ class AgentWatch:
 
     def _idle_state(self) -> tuple[Any, ...]:
         assert self._frozen is not None
-        state: tuple[Any, ...] = pickle.loads(zlib.decompress(self._frozen))
-        return state
+        return idle_state(self._frozen)
 
     def thaw(self) -> TransitionMonitor:
         """Rebuild what :meth:`freeze` held as bytes, exactly as it was; the monitor."""
@@ -364,11 +288,9 @@ class AgentWatch:
             assert self._monitor is not None
             return self._monitor
         shared = self._frozen_shared
-        assert shared is not None
-        state, times, last = self._idle_state()
-        last_state = _last_state(last, shared)
-        monitor = TransitionMonitor.from_idle_state(self.domain, self.settings.monitor, shared,
-                                                    state, last_state)
+        assert shared is not None and self._frozen is not None
+        monitor, times, last_state = thaw_bytes(self._frozen, self.domain,
+                                                self.settings.monitor, shared)
         self._monitor = monitor
         self._last_executed = dict(times)
         self._last_state = last_state
@@ -567,26 +489,3 @@ class AgentWatch:
             n = self.backoff.get(kind, (0.0, 0))[1] + 1
             wait = min(cfg.unexplained_max_backoff_s, cfg.unexplained_backoff_s * 2 ** (n - 1))
             self.backoff[kind] = (now + wait - ago_s, n)
-
-
-def _last_state(last: int | tuple[GroundAtom, ...] | None, shared: SharedGrounding | None
-                ) -> frozenset[GroundAtom]:
-    if last is None or shared is None:
-        return _NO_STATE
-    return shared.index.decode(last) if isinstance(last, int) else frozenset(last)
-
-
-def explained_positions(version: ModelVersion) -> Mapping[int, int]:
-    """Partition → the highest record offset among the transitions ``version`` was learned
-    from (canary findings, offset -1, come from no record and do not count)."""
-    if not version.evidence.get("transitions"):
-        return _NO_POSITIONS
-    out: dict[int, int] = {}
-    for t in version.evidence.get("transitions", ()) or ():
-        try:
-            p, o = int(t["partition"]), int(t["offset"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if o >= 0:
-            out[p] = max(out.get(p, o), o)
-    return out

@@ -1,0 +1,105 @@
+"""The records an agent watch takes and gives: its settings (from the configuration), a
+piece of evidence (an inconsistent transition with its explanation), what one observed
+transition showed (:class:`Finding`), and the record offsets a model version was learned
+from. :mod:`capwatch.daemon.agent_watch` re-exports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from capwatch.contracts.versions import ModelVersion
+from capwatch.contracts.wire import AgentTransition
+from capwatch.daemon.config import DaemonConfig
+from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict
+from capwatch.monitor.drift import DriftAlarm
+from capwatch.monitor.transition_monitor import MonitorLimits
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    """The detection settings every watch follows (from the daemon's configuration)."""
+
+    debounce_transitions: int = 3
+    """Inconsistent transitions that make the evidence ripe at once."""
+    debounce_s: float = 5.0
+    """Seconds after the first buffered inconsistency that make it ripe anyway."""
+    max_evidence: int = 256
+    max_executed_evidence: int = 64
+    monitor: MonitorLimits = field(default_factory=MonitorLimits)
+    unexplained_backoff_s: float = 600.0
+    unexplained_max_backoff_s: float = 6 * 3600.0
+
+    @classmethod
+    def from_config(cls, config: DaemonConfig) -> WatchSettings:
+        det = config.detection
+        return cls(det.debounce_transitions, det.debounce_s, det.max_evidence,
+                   det.max_executed_evidence,
+                   MonitorLimits(max_inconsistencies=det.max_evidence,
+                                 max_state_atoms=config.limits.max_state_atoms),
+                   det.unexplained_backoff_s, det.unexplained_max_backoff_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A transition the model cannot explain, with the monitor's explanation (Table 2)."""
+
+    transition: AgentTransition
+    explanation: Inconsistency
+
+    @property
+    def offset(self) -> int:
+        return self.transition.offset
+
+    @property
+    def kind(self) -> str:
+        return evidence_kind(self.explanation)
+
+
+def evidence_kind(e: Inconsistency) -> str:
+    """What an inconsistency says, without its objects: the action schema, whether it ran,
+    and which pa-tuple values it rules out or could block it. Two transitions of one kind
+    are the same evidence to an assessment, which is what the back-off compares."""
+    def pas(cs: tuple[PaContradiction, ...]) -> str:
+        return ",".join(sorted(f"{c.pa}:{sorted(v.value for v in c.current)}"
+                               for c in cs))
+
+    return "|".join((e.action[0], str(e.executed), pas(e.contradicted),
+                     pas(e.missing_precondition_candidates),
+                     str(len(e.unexplained_atoms) > 0), str(len(e.entangled) > 0),
+                     ",".join(e.violated_constraints)))
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What one observed transition showed."""
+
+    verdict: Verdict
+    alarm: DriftAlarm | None = None
+    """A drift alarm this transition raised (only while nothing is awaited)."""
+    ripe: bool = False
+    """The agent's evidence should be assessed now: queue a work item."""
+    tested: bool = False
+    """The execution updated a sequential drift test (a stochastic action's outcome)."""
+
+
+_NO_POSITIONS: Mapping[int, int] = MappingProxyType({})
+"""Shared by every watch whose version was learned from no record (a family baseline)."""
+
+
+def explained_positions(version: ModelVersion) -> Mapping[int, int]:
+    """Partition → the highest record offset among the transitions ``version`` was learned
+    from (canary findings, offset -1, come from no record and do not count)."""
+    if not version.evidence.get("transitions"):
+        return _NO_POSITIONS
+    out: dict[int, int] = {}
+    for t in version.evidence.get("transitions", ()) or ():
+        try:
+            p, o = int(t["partition"]), int(t["offset"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if o >= 0:
+            out[p] = max(out.get(p, o), o)
+    return out
