@@ -18,9 +18,9 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-About 590 lines because this is the one module that knows every part: the wiring, the
+Over 400 lines because this is the one module that knows every part: the wiring, the
 loop with its outage retries, the rebalance callbacks, eviction and the scheduler's entry
-points. Each step's own logic is in the module named for it (intake, agent_watch,
+points. Each step's own logic is in the module named for it (batch, intake, agent_watch,
 checkpoint, enqueue, workers, canary, results, alerting).
 """
 
@@ -36,7 +36,6 @@ import structlog
 from capwatch.alerts.sinks import AlertSink
 from capwatch.contracts.ports import AgentDirectory, GroupView, Publisher, Record, Source
 from capwatch.contracts.store import ModelStore
-from capwatch.contracts.versions import ModelRef
 from capwatch.contracts.wire import DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.daemon.alerting import (
@@ -59,7 +58,7 @@ from capwatch.daemon.infra import (
 )
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.metrics import DaemonMetrics
-from capwatch.daemon.registry import Registry, seed_baselines
+from capwatch.daemon.registry import Registry, resume_queued, seed_baselines
 from capwatch.daemon.results import ResultApplier
 from capwatch.daemon.work import Result
 from capwatch.daemon.workers import AssessmentWorkers
@@ -237,26 +236,8 @@ class Pipeline:
     def _prepare(self) -> None:
         self.seed_families()
         self.workers.recover_claims()
-        for item in (*self.store.queue_items("pending"), *self.store.queue_items("claimed")):
-            self.registry.park(item.agent_id, item.key)
-        self._restore_back_off()
-
-    def _restore_back_off(self) -> None:
-        """Work that ended unexplained before this start still backs its evidence off
-        (watch.back_off), oldest first so repeated failures double the wait again."""
-        now = self.clock()
-        horizon = self.config.detection.unexplained_max_backoff_s
-        failed = sorted(self.store.queue_items("failed"), key=lambda i: i.enqueued_at)
-        for item in failed:
-            ago = (now - item.enqueued_at).total_seconds()
-            kinds = item.payload.get("evidence_kinds")
-            if ago > horizon or not kinds:
-                continue
-            try:
-                base = ModelRef.from_json(item.payload["base"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            self.registry.hold_back(item.agent_id, base, tuple(str(k) for k in kinds), ago)
+        resume_queued(self.registry, self.store, self.clock(),
+                      self.config.detection.unexplained_max_backoff_s)
 
     def open(self) -> None:
         """Everything :meth:`run` does before its loop but start the workers: for callers

@@ -16,7 +16,7 @@ from datetime import datetime
 
 import structlog
 
-from capwatch.contracts.store import ModelRegistry, VersionConflict
+from capwatch.contracts.store import ModelRegistry, VersionConflict, WorkQueue
 from capwatch.contracts.versions import ModelRef, ModelVersion, build_version
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.model.domain import Domain
@@ -48,6 +48,26 @@ def seed_baselines(store: ModelRegistry, families: Mapping[str, Domain], now: da
         with contextlib.suppress(VersionConflict):
             store.put(v)
         log.info("family baseline", family=family, version=ref.version)
+
+
+def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
+                  horizon_s: float) -> None:
+    """At a start, what the store's work queue means for watches not loaded yet: work
+    pending or claimed parks its agent (its watch starts out awaiting it), and work that
+    ended unexplained within ``horizon_s`` still backs its evidence off (watch.back_off),
+    oldest first so repeated failures double the wait again."""
+    for item in (*queue.queue_items("pending"), *queue.queue_items("claimed")):
+        registry.park(item.agent_id, item.key)
+    for item in sorted(queue.queue_items("failed"), key=lambda i: i.enqueued_at):
+        ago = (now - item.enqueued_at).total_seconds()
+        kinds = item.payload.get("evidence_kinds")
+        if ago > horizon_s or not kinds:
+            continue
+        try:
+            base = ModelRef.from_json(item.payload["base"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        registry.hold_back(item.agent_id, base, tuple(str(k) for k in kinds), ago)
 
 
 class Registry:
