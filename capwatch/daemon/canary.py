@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime
 
@@ -49,6 +50,35 @@ RECENT_STATES = 4
 watch's own, so at most three more states per agent are held here)."""
 
 
+class _Probes:
+    """One agent's canary bookkeeping, held for every agent watched (idle ones included),
+    so kept small: its last ``RECENT_STATES`` distinct states as tuples of atoms (a
+    frozenset costs ~3-5 times more) and its actions' last probe times in an array, in
+    the order of its model's actions (dict entries keyed by (agent, action) cost ~90
+    bytes each, for every action of the model)."""
+
+    __slots__ = ("domain", "recent", "times")
+
+    def __init__(self, domain: Domain, old: _Probes | None = None) -> None:
+        self.domain = domain
+        """The model ``times`` follows (a new version may have other actions)."""
+        self.recent: tuple[tuple[GroundAtom, ...], ...] = old.recent if old else ()
+        self.times = array("d", [_NEVER]) * len(domain.actions)
+        """Monotonic time (the watch's clock) each action was last probed."""
+        if old is not None:
+            before = {a.name: t for a, t in zip(old.domain.actions, old.times, strict=True)}
+            for i, action in enumerate(domain.actions):
+                self.times[i] = before.get(action.name, _NEVER)
+
+
+_NEVER = -1e18
+
+
+def _same(atoms: tuple[GroundAtom, ...], state: frozenset[GroundAtom]) -> bool:
+    """Whether a state kept as a tuple (of distinct atoms) is ``state``."""
+    return len(atoms) == len(state) and state.issuperset(atoms)
+
+
 class CanaryProber:
     def __init__(self, *, agents: AgentDirectory, metrics: DaemonMetrics, idle_s: float,
                  clock: Callable[[], datetime], post: Callable[[Result], None],
@@ -63,11 +93,8 @@ class CanaryProber:
         self.clock = clock
         self.post = post
         self._rng = random.Random(seed)
-        self._recent: dict[str, list[frozenset[GroundAtom]]] = {}
-        """Per agent, its last ``RECENT_STATES`` distinct states (lists, not bounded
-        deques: a deque allocates room for 64 at once, for each of 100,000 agents)."""
-        self._probed: dict[tuple[str, str], float] = {}
-        """(agent, action) → monotonic time of its last probe (the watch's clock)."""
+        self._agents: dict[str, _Probes] = {}
+        """Per agent watched, its recent states and when each action was last probed."""
         self._backlog = 0
         """Probes submitted and not yet answered (a slow agent must not grow the queue)."""
         self._lock = threading.Lock()
@@ -88,13 +115,18 @@ class CanaryProber:
             if watch.awaiting is not None or watch.family not in objects:
                 continue
             now = watch.clock()
-            recent = self._recent.setdefault(watch.agent_id, [])
-            if watch.last_state and (not recent or recent[-1] != watch.last_state):
-                recent.append(watch.last_state)
-                del recent[:-RECENT_STATES]
-            for action in watch.domain.actions:
-                last_run = watch.last_executed.get(action.name, -1e18)
-                last_probe = self._probed.get((watch.agent_id, action.name), -1e18)
+            probes = self._agents.get(watch.agent_id)
+            if probes is None or probes.domain is not watch.domain:
+                probes = self._agents[watch.agent_id] = _Probes(watch.domain, probes)
+            last = watch.last_state  # read once: a frozen watch reads it from its bytes
+            if last and (not probes.recent or not _same(probes.recent[-1], last)):
+                probes.recent = (*probes.recent, tuple(last))[-RECENT_STATES:]
+            recent = probes.recent
+            executed = watch.last_executed
+            times = probes.times
+            for i, action in enumerate(watch.domain.actions):
+                last_run = executed.get(action.name, -1e18)
+                last_probe = times[i]
                 idle = now - max(last_run, last_probe) >= self.idle_s
                 if not idle and now - last_probe < self.busy_s:
                     continue
@@ -112,7 +144,7 @@ class CanaryProber:
                                    designed_only=not idle)
                 state = (set(base) | {a.ground(binding) for a in action.pre_pos}) - {
                     a.ground(binding) for a in action.pre_neg}
-                self._probed[(watch.agent_id, action.name)] = now
+                times[i] = now
                 self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
                                   frozenset(state), ground)
         self._forget_departed(seen)
@@ -120,10 +152,8 @@ class CanaryProber:
     def _forget_departed(self, seen: set[str]) -> None:
         """Agents no longer watched here (evicted, moved away) keep nothing in the prober;
         a reloaded one starts its rounds afresh."""
-        for agent_id in [a for a in self._recent if a not in seen]:
-            del self._recent[agent_id]
-        for key in [k for k in self._probed if k[0] not in seen]:
-            del self._probed[key]
+        for agent_id in [a for a in self._agents if a not in seen]:
+            del self._agents[agent_id]
 
     def _grounding(self, action: Action, objects: Mapping[str, tuple[str, ...]]
                    ) -> tuple[str, ...] | None:
@@ -141,8 +171,8 @@ class CanaryProber:
                 return tuple(args)
         return None
 
-    def _start(self, recent: Sequence[frozenset[GroundAtom]], init: frozenset[GroundAtom], *,
-               designed_only: bool) -> frozenset[GroundAtom]:
+    def _start(self, recent: Sequence[Collection[GroundAtom]], init: frozenset[GroundAtom], *,
+               designed_only: bool) -> Collection[GroundAtom]:
         """Where a probe starts (its precondition is then made true there): a recent state
         of the agent, the family problem's initial state, or the empty state, in which only
         the precondition will hold, so any precondition the model lacks fails there. An

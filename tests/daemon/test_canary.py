@@ -241,3 +241,64 @@ def test_a_round_queued_before_shutdown_probes_nothing_after_close() -> None:
                             "waypoint": ("waypoint1", "waypoint2")}}
     prober.close()
     prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]
+
+
+class Recorder:
+    """Answers as the modelled rover and records every probe it is asked."""
+
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(read_domain(EXAMPLES / "rover.pddl"), seed=1)
+        self.asked: list[tuple[str, Any, Any]] = []
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        outer = self
+
+        class Query:
+            def query(self, state: Any, plan: Any, samples: int) -> Any:
+                outer.asked.append((agent_id, sorted(state), list(plan)))
+                return outer.sim.query(state, plan, samples)
+
+        return Query()  # type: ignore[return-value]
+
+
+def test_an_agent_held_as_bytes_is_probed_as_if_it_was_not(tmp_path: Path) -> None:
+    """Canaries read a frozen watch's last state and execution times without thawing it,
+    and ask the very same probes (same seed) as for the watch never frozen."""
+    from tests.daemon.test_compaction import _stream
+
+    asked = []
+    for freeze in (False, True):
+        (tmp_path / str(freeze)).mkdir()
+        path = tmp_path / f"in-{freeze}.jsonl"
+        path.write_text("")
+        cfg = config(tmp_path / str(freeze), source={"kind": "jsonl", "path": str(path)})
+        recorder = Recorder()
+        d = build_service(cfg, publisher=MemoryPublisher(), agents=recorder,
+                          source=JsonlSource(str(path))).pipeline
+        d.seed_families()
+        watches = []
+        for agent in ("rover-a", "rover-b"):
+            watch = d.registry.load(agent, "rover-v1", 0)
+            assert watch is not None
+            now = [0.0]
+            watch.clock = lambda now=now: now[0]
+            for t in _stream(40):
+                watch.observe(t)
+            watches.append((watch, now))
+        service_problems = read_problem(EXAMPLES / "rover-problem.pddl")
+        problems = {"rover-v1": service_problems.init}
+        objects = {"rover-v1": service_problems.objects_by_type(d.families["rover-v1"])}
+        prober = CanaryProber(agents=recorder, metrics=DaemonMetrics(), idle_s=120.0,
+                              busy_s=240.0, clock=d.clock, post=lambda r: None,
+                              executor=Inline(), seed=3)
+        for t in range(0, 1200, 60):
+            for watch, now in watches:
+                now[0] = float(t)
+                if freeze and not watch.frozen:
+                    watch.monitor.compact()
+                    assert watch.freeze()
+            prober.probe_idle([w for w, _ in watches], problems, objects)
+            assert all(w.frozen for w, _ in watches) == freeze
+        asked.append(recorder.asked)
+        d.store.close()
+    assert asked[0] == asked[1] and len(asked[0]) > 10
