@@ -12,6 +12,11 @@ What must outlive the replica is in the models store (model versions, queued wor
 offsets, drift snapshots); what lives here is soft and is rebuilt from the store plus a
 replay from the committed offset. The commit rule (never past a buffered transition)
 makes that replay rebuild the evidence buffer exactly.
+
+Longer than most modules (~600 lines, 29 KB) because a watch held idle as bytes
+(:meth:`AgentWatch.freeze`) must stay one object with one surface: every method that
+changes a watch thaws it first, and readers of its state read the bytes; kept apart,
+that rule would live in two places.
 """
 
 from __future__ import annotations
