@@ -7,7 +7,8 @@ vocabulary check, monitor, drift statistics, checkpoints; CPU seconds of this pr
 for each domain in tests/data/domains/ipc, with its state size and cost per atom.
 
 The traces are each domain's optimal plan, replayed by many agents (no simulator in the
-loop: its random walk grounds every action each step and is too slow on large problems).
+loop, so the figure is the pipeline's alone; the simulated fleet, which once grounded every
+action at every step, now costs 0.06-0.8 ms of CPU per event on these domains).
 Messages are written as Python's ``json.dumps`` writes them, with spaces after ``,`` and
 ``:``, which is what most producers send.
 """
