@@ -64,7 +64,7 @@ bench-daemon-domains: $(STAMP)
 	$(BIN)/python benchmarks/bench_daemon_domains.py
 
 bench-daemon-drifts: $(STAMP)
-	$(BIN)/python benchmarks/bench_daemon_drifts.py --canary-s 0.1 --rounds 1000
+	$(BIN)/python benchmarks/bench_daemon_drifts.py --canary-s 0.05 --rounds 5000
 
 bench-console: $(STAMP)
 	$(BIN)/python benchmarks/bench_console.py
