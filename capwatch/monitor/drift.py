@@ -17,7 +17,7 @@ An action's monitor is one state machine (online detector, confirmation, audit w
 persisted state) whose parts share its tables; the statistics it uses are in
 capwatch.monitor.stats and .sequential, the evidence and alarm records it returns in
 .drift_evidence (imported here too, where callers have always found them). Slightly
-over 24 KB (~520 lines) since the tables of idle agents are packed here
+over 24 KB (~500 lines) since the tables of idle agents are packed here
 (:meth:`DriftMonitor.pack`): every reader of the tables must see packed ones too.
 """
 
