@@ -18,10 +18,10 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-Over 400 lines because this is the one module that knows every part: the wiring, the
-loop with its outage retries, the rebalance callbacks, eviction and the scheduler's entry
-points. Each step's own logic is in the module named for it (batch, intake, agent_watch,
-checkpoint, enqueue, workers, canary, results, alerting).
+Over 400 lines and about 24 KB because this is the one module that knows every part: the
+wiring, the loop with its outage retries, the rebalance callbacks, eviction and the
+scheduler's entry points. Each step's own logic is in the module named for it (batch,
+intake, agent_watch, checkpoint, lag, enqueue, workers, canary, results, alerting).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from capwatch.daemon.infra import (
     utc_now,
 )
 from capwatch.daemon.intake import Intake
+from capwatch.daemon.lag import LagGauges
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry, resume_queued, seed_baselines
 from capwatch.daemon.results import ResultApplier
@@ -67,12 +68,6 @@ from capwatch.monitor.drift import DriftConfig, DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")
 
-
-LAG_EVERY_S = 15.0
-"""The lag gauges are refreshed at most this often: asking the broker for the partitions'
-ends is a round trip on the main loop that every record arriving meanwhile waits for
-(0.1-0.35 s under load, docs/performance.md), and a gauge scraped every 15-30 s gains
-nothing from a fresher value."""
 
 SWEEP_EVERY_S = 0.2
 """How often the main loop looks at every held watch for evidence ripe by time (the
@@ -164,8 +159,7 @@ class Pipeline:
                                checkpoints=self.checkpoints, metrics=self.metrics,
                                enqueue=self.enqueue, queue_ripe=self._queue_or_keep,
                                buffered=self.note_buffered)
-        self._lag_at = 0.0
-        """When the lag gauges were last refreshed (time.time())."""
+        self.lag = LagGauges(source, self.metrics, self.batches.newest_stamp)
         self._swept_at = 0.0
         """When :meth:`sweep` last looked at every watch (time.monotonic())."""
         self.assigned: set[int] = set()
@@ -493,18 +487,8 @@ class Pipeline:
             self.registry.compact_idle(time.monotonic(),
                                        self.config.limits.freeze_idle_after_s)
             self._evict_idle()
-        if not self.checkpoints.checkpoint(partitions):
-            return
-        now = time.time()
-        if now - self._lag_at < LAG_EVERY_S:
-            return
-        self._lag_at = now
-        for p, lag in self.source.lag().items():
-            self.metrics.lag.labels(str(p)).set(lag)
-            # Records wait behind the newest handled one: its age is how late we are.
-            stamp = self.batches.newest_stamp.get(p)
-            self.metrics.lag_seconds.labels(str(p)).set(
-                max(0.0, now - stamp) if lag > 0 and stamp is not None else 0.0)
+        if self.checkpoints.checkpoint(partitions):
+            self.lag.refresh()
 
     def audit(self) -> None:
         """The fleet-wide windowed chi-square with BH control."""

@@ -1,0 +1,41 @@
+"""The consumer-lag gauges: records behind the partitions' ends, and how late the newest
+handled record is (its age while records wait behind it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from capwatch.contracts.ports import Source
+from capwatch.daemon.metrics import DaemonMetrics
+
+LAG_EVERY_S = 15.0
+"""The lag gauges are refreshed at most this often: asking the broker for the partitions'
+ends is a round trip on the main loop that every record arriving meanwhile waits for
+(0.1-0.35 s under load, docs/performance.md), and a gauge scraped every 15-30 s gains
+nothing from a fresher value."""
+
+
+class LagGauges:
+    """Refreshes the lag gauges after a checkpoint, at most every :data:`LAG_EVERY_S`."""
+
+    def __init__(self, source: Source, metrics: DaemonMetrics,
+                 newest_stamp: Mapping[int, float]) -> None:
+        self.source = source
+        self.metrics = metrics
+        self.newest_stamp = newest_stamp
+        """Per partition, when the newest handled record was written (the batch loop's)."""
+        self._at = 0.0
+        """When the gauges were last refreshed (time.time())."""
+
+    def refresh(self) -> None:
+        now = time.time()
+        if now - self._at < LAG_EVERY_S:
+            return
+        self._at = now
+        for p, lag in self.source.lag().items():
+            self.metrics.lag.labels(str(p)).set(lag)
+            # Records wait behind the newest handled one: its age is how late we are.
+            stamp = self.newest_stamp.get(p)
+            self.metrics.lag_seconds.labels(str(p)).set(
+                max(0.0, now - stamp) if lag > 0 and stamp is not None else 0.0)
