@@ -14,6 +14,7 @@ from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.alerting import AlertRouting, ended_alert, prompt_alert, queued_alert
 from capwatch.daemon.infra import Clock
 from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.registry import Registry
 
 log = structlog.get_logger("capwatch.daemon")
 
@@ -35,6 +36,11 @@ class EvidenceQueue:
         alert announces an assessment, so evidence dropped unqueued must end it."""
         self._endings: list[OutboxAlert] = []
         """Endings of announced alerts whose evidence was dropped, not written yet."""
+        self._buffered: dict[str, AgentWatch] = {}
+        """Watches that buffered evidence or an alarm and may not be queued yet: all
+        :meth:`sweep` looks at, instead of every held watch (0.3 us each, five times a
+        second: 6% of a core with 40,000 held). Entries leave at the sweep once their
+        watch holds nothing (queued, or a new model installed) or is no longer held."""
 
     def opened(self, watch: AgentWatch) -> None:
         """The watch's evidence buffer was just opened: alert at the next call."""
@@ -80,6 +86,24 @@ class EvidenceQueue:
         for agent_id in agent_ids:
             self._announced.pop(agent_id, None)
             self._prompt.pop(agent_id, None)
+
+    def note_buffered(self, watch: AgentWatch) -> None:
+        """``watch`` buffered evidence or an alarm: :meth:`sweep` looks at it until it is
+        queued."""
+        self._buffered[watch.agent_id] = watch
+
+    def sweep(self, registry: Registry, force: bool = False) -> None:
+        """Queue every watch whose evidence is ripe (``force``: whatever is buffered, in
+        every watch ``registry`` holds). A store failure propagates; what it left
+        buffered is looked at again next time."""
+        held = registry.lookup
+        watches = [w for w in registry if w.buffered] if force \
+            else list(self._buffered.values())
+        for watch in watches:
+            if held(watch.agent_id) is watch and watch.ripe(force):
+                self.queue(watch)
+            if held(watch.agent_id) is not watch or not watch.buffered:
+                self._buffered.pop(watch.agent_id, None)
 
     def queue(self, watch: AgentWatch) -> None:
         """Queue the watch's buffered evidence as a work item, with its alert."""

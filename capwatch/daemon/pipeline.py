@@ -70,10 +70,9 @@ log = structlog.get_logger("capwatch.daemon")
 
 
 SWEEP_EVERY_S = 0.2
-"""How often the main loop looks at every held watch for evidence ripe by time (the
-debounce's ``debounce_s``, work a failed store write left buffered). Evidence ripe by
-count is queued as it arrives; a scan at every poll cost 15 us per transition with 40,000
-agents held (docs/performance.md), this one a fraction of a microsecond."""
+"""How often the main loop looks for evidence ripe by time (the debounce's
+``debounce_s``, work a failed store write left buffered) among the watches holding some
+(:meth:`EvidenceQueue.sweep`). Evidence ripe by count is queued as it arrives."""
 
 class Pipeline:
     """Wires a source, the agents' watches, the store, the workers and a publisher."""
@@ -138,15 +137,9 @@ class Pipeline:
                              publisher=publisher, metrics=self.metrics, clock=clock,
                              queue_evidence=self.queue,
                              require_key=config.source.kind == "kafka")
-        self._buffered: dict[str, AgentWatch] = {}
-        """Watches that buffered evidence or an alarm and may not be queued yet: all the
-        sweep for evidence ripe by time looks at, instead of every held watch (0.3 us
-        each, five times a second: 6% of a core with 40,000 held). Entries leave at the
-        sweep once their watch holds nothing (queued, or a new model installed) or is no
-        longer held."""
         self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue,
                                      dropped=self.enqueue.dropped,
-                                     buffered=self.note_buffered)
+                                     buffered=self.enqueue.note_buffered)
         self._stop = threading.Event()
         self._consuming = False
         self._outage: str | None = None
@@ -158,7 +151,7 @@ class Pipeline:
         self.batches = Batches(intake=self.intake, registry=self.registry,
                                checkpoints=self.checkpoints, metrics=self.metrics,
                                enqueue=self.enqueue, queue_ripe=self._queue_or_keep,
-                               buffered=self.note_buffered)
+                               buffered=self.enqueue.note_buffered)
         self.lag = LagGauges(source, self.metrics, self.batches.newest_stamp)
         self._swept_at = 0.0
         """When :meth:`sweep` last looked at every watch (time.monotonic())."""
@@ -413,21 +406,9 @@ class Pipeline:
                         "queued assessment", error=str(e)[:300])
             self._outage = describe_outage(e)
 
-    def note_buffered(self, watch: AgentWatch) -> None:
-        """``watch`` buffered evidence or an alarm: the sweep looks at it until it is
-        queued."""
-        self._buffered[watch.agent_id] = watch
-
     def sweep(self, force: bool = False) -> None:
         """Queue every watch whose evidence is ripe (``force``: whatever is buffered)."""
-        held = self.registry.lookup
-        watches = [w for w in self.registry if w.buffered] if force \
-            else list(self._buffered.values())
-        for watch in watches:
-            if held(watch.agent_id) is watch and watch.ripe(force):
-                self.queue(watch)
-            if held(watch.agent_id) is not watch or not watch.buffered:
-                self._buffered.pop(watch.agent_id, None)
+        self.enqueue.sweep(self.registry, force)
 
     def _queue_or_keep(self, watch: AgentWatch) -> None:
         """Queue ripe evidence; if the store fails, the evidence stays buffered (and holds
@@ -500,7 +481,7 @@ class Pipeline:
                 continue
             if watch.add_audit_alarm(finding.evidence, name) is None:
                 continue
-            self.note_buffered(watch)  # until queued: the store may fail below
+            self.enqueue.note_buffered(watch)  # until queued: the store may fail below
             self.metrics.drift_alarms.labels(watch.family, name).inc()
             log.info("drift audit rejected", agent_id=watch.agent_id, action=name,
                      q=finding.q_value)
