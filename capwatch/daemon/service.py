@@ -172,8 +172,8 @@ class Service:
     def run(self, exit_when_idle: bool = False, install_signals: bool = True) -> int:
         if install_signals and threading.current_thread() is threading.main_thread():
             def handle(signum: int, frame: FrameType | None) -> None:
-                log.info("signal received", signal=signal.Signals(signum).name)
-                self.pipeline.stop()
+                # Nothing that takes a lock (a log line, an Event): see Pipeline.signalled.
+                self.pipeline.signalled = signum
 
             signal.signal(signal.SIGTERM, handle)
             signal.signal(signal.SIGINT, handle)
