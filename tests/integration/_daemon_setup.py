@@ -265,10 +265,13 @@ class CapwatchProcess:
         return self.log_path.read_text(errors="replace")[-3000:]
 
     def stop(self, sig: int, timeout_s: float = 30.0) -> int:
+        """Signal and wait; a daemon that does not stop in time fails the caller (the
+        wait's TimeoutExpired) and is killed, not left running after the test."""
         self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout_s)
         finally:
+            self.kill_quietly()
             self.log.close()
 
     def kill_quietly(self) -> None:
