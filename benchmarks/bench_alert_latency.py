@@ -377,7 +377,15 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
             found[i][a] if a in found[i] else s[a]) for i, s in enumerate(sent) if i in found)
 
     kinds = sorted({found[i]["alert_type"] for i in found})
+    # An injection no alert names: where it was, and what the alerts said of its agent.
+    missed = [{**{k: s[k] for k in ("agent_id", "partition", "offset") if k in s},
+               "alerts_of_agent": [(a["alert_type"], sorted(_positions(a, s["agent_id"])))
+                                   for a in result["alerts"]
+                                   if a["agent_id"] == s["agent_id"]
+                                   or s["agent_id"] in (a["evidence"].get("agents") or {})]}
+              for i, s in enumerate(sent) if i not in found]
     return {"rate": result["produced"] / result["produced_s"], "injected": len(sent),
+            "missed": missed,
             "positioned": sum(1 for e in sent if "offset" in e),
             "alerts": len(result["alerts"]),
             "matched": len(lat), "latency": lat, "kinds": kinds,
@@ -446,6 +454,8 @@ def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple
               f"max {lat[-1]:.3f} s; daemon {r['daemon_cpu_s'] / r['seconds']:.2f} cores, "
               f"{r['behind']:,} records behind at the end, "
               f"load {r['load'][0]:.1f}-{r['load'][1]:.1f}")
+        for m in r["missed"]:
+            print(f"      not alerted: {m}")
         print("      stages (p50/p99 s): " + "; ".join(
             f"{k} {_q(v, .5):.3f}/{_q(v, .99):.3f}" for k, v in r["stages"].items()))
         print("      main loop, wall s per call (p99/max): " + "; ".join(
