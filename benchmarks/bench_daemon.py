@@ -263,7 +263,8 @@ def main() -> int:
         if args.fleet:
             from bench_fleet import memory_child as fleet_memory_child
 
-            return fleet_memory_child(args.fleet[0], *args.memory_child, args.memory_limited)
+            return fleet_memory_child(args.fleet[0], *args.memory_child, args.memory_limited,
+                                      args.frozen)
         return memory_child(*args.memory_child, args.quick, args.frozen, args.traced)
     if args.fleet or args.generated:
         return other_fleets(args)

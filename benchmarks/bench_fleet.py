@@ -58,12 +58,18 @@ class NoAgents:
         raise AgentUnavailable(f"{agent_id} ({family}): the benchmark queries no agent")
 
 
-def pipeline(tmp: str, families: dict[str, Path], max_agents: int | None = None) -> Pipeline:
+def pipeline(tmp: str, families: dict[str, Path], max_agents: int | None = None,
+             freeze_idle_after_s: float | None = None) -> Pipeline:
+    limits: dict[str, float] = {}
+    if max_agents:
+        limits["max_agents_in_memory"] = max_agents
+    if freeze_idle_after_s is not None:
+        limits["freeze_idle_after_s"] = freeze_idle_after_s
     cfg = DaemonConfig(**{
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {f: {"domain": str(d)} for f, d in families.items()},
         "output": {"kind": "log"}, "http": {"enabled": False},
-        **({"limits": {"max_agents_in_memory": max_agents}} if max_agents else {}),
+        **({"limits": limits} if limits else {}),
     })
     svc = build_service(cfg, publisher=MemoryPublisher(), source=Replay([]), agents=NoAgents())
     p = svc.pipeline
@@ -121,12 +127,15 @@ def describe(fleet: fleets.Fleet) -> str:
             f"{atoms / n:.0f} atoms per state, {stoch / n:.0%} probabilistic actions")
 
 
-def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool) -> int:
+def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool,
+                 frozen: bool = False) -> int:
     """In a fresh process (no earlier phase's freed memory counts), holding only the first
     ``steps`` records of each fleet agent (not the stream): admit ``agents`` new agents
     that replay them, in chunks, each chunk going idle for two checkpoints before the
     next; all held, or (``limited``) under the default ``limits.max_agents_in_memory``.
-    Prints the RSS before and after."""
+    Prints the RSS before and after. ``frozen``: with ``limits.freeze_idle_after_s`` 0,
+    so the idle agents are held as bytes, as the default 60 s does to agents idle that
+    long; otherwise never, however long the run takes."""
     configure_logging("error", "json")
     fleet = fleets.load(fleet_dir)
     families = fleet.families
@@ -135,7 +144,8 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool) -> int
     gc.collect()
     ctypes.CDLL(None).malloc_trim(0)  # the stream read above is the benchmark's, not the daemon's
     with tempfile.TemporaryDirectory() as tmp:
-        p = pipeline(tmp, families, max_agents=None if limited else agents + 10_000)
+        p = pipeline(tmp, families, max_agents=None if limited else agents + 10_000,
+                     freeze_idle_after_s=0.0 if frozen else 1e9)
         # Every code path and family model loaded before the first figure.
         warm = replays(own, range(min(len(own), 200)), max(steps, 2), 0, "warm-")
         feed(p, warm)
@@ -155,17 +165,19 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool) -> int
         p.source.records = []  # the benchmark's records, held by its source until replaced
         gc.collect()
         print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0,
+                          "frozen": sum(w.frozen for w in p.registry),
                           "evicted": p.checkpoints.evictions, "dead": p.dead_letters,
                           "limit": p.config.limits.max_agents_in_memory}))
         p.store.close()
     return 0
 
 
-def run_memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool = False
-                     ) -> dict[str, int]:
+def run_memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool = False,
+                     frozen: bool = False) -> dict[str, int]:
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("bench_daemon.py")),
                           "--memory-child", str(agents), str(steps), "--fleet", str(fleet_dir),
-                          *(["--memory-limited"] if limited else [])],
+                          *(["--memory-limited"] if limited else []),
+                          *(["--frozen"] if frozen else [])],
                          check=True, capture_output=True, text=True).stdout
     result: dict[str, int] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -240,10 +252,14 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True) -> No
     print(f"  memory, {child['held']:,} agents seen once, all held (fresh process): RSS "
           f"{child['rss'] / 2**20:,.0f} MB (+{(child['rss'] - child['rss0']) / child['held']:,.0f}"
           f" bytes per agent held)", flush=True)
-    child = run_memory_child(fleet_dir, idle_agents, 30)
-    print(f"  memory, {child['held']:,} agents that replayed 30 records each, idle, all held "
-          f"(fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f} bytes RSS "
-          f"per agent held   target <= 2 KB per idle agent", flush=True)
+    for frozen in (False, True):
+        child = run_memory_child(fleet_dir, idle_agents, 30, frozen=frozen)
+        how = (f"idle past limits.freeze_idle_after_s ({child['frozen']:,} held as bytes)"
+               if frozen else "idle for less than limits.freeze_idle_after_s")
+        print(f"  memory, {child['held']:,} agents that replayed 30 records each, {how}, all "
+              f"held (fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f}"
+              f" bytes RSS per agent held" + ("   target <= 2 KB per idle agent" if frozen
+                                              else ""), flush=True)
 
 
 def generate(names: list[str], transitions: int, into: Path) -> list[Path]:
