@@ -18,10 +18,10 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-Over 400 lines and about 24 KB because this is the one module that knows every part: the
-wiring, the loop with its outage retries, the rebalance callbacks, eviction and the
+About 24 KB because this is the one module that knows every part: the
+wiring, the loop with its outage retries, the rebalance callbacks and the
 scheduler's entry points. Each step's own logic is in the module named for it (batch,
-intake, agent_watch, checkpoint, lag, enqueue, workers, canary, results, alerting).
+intake, agent_watch, checkpoint, eviction, lag, enqueue, workers, canary, results, alerting).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.enqueue import EvidenceQueue
+from capwatch.daemon.eviction import Eviction
 from capwatch.daemon.health import Health
 from capwatch.daemon.infra import (
     INFRASTRUCTURE_ERRORS,
@@ -155,6 +156,8 @@ class Pipeline:
         self._outage_wait = 0.0
         self._backlog: list[Record] = []
         """Records polled but not handled because the store failed: handled first next."""
+        self.eviction = Eviction(limits=config.limits, registry=self.registry,
+                                 checkpoints=self.checkpoints, metrics=self.metrics)
         self.batches = Batches(intake=self.intake, registry=self.registry,
                                checkpoints=self.checkpoints, metrics=self.metrics,
                                enqueue=self.enqueue, queue_ripe=self._queue_or_keep,
@@ -394,28 +397,7 @@ class Pipeline:
         """:meth:`handle` each record in order (:class:`~capwatch.daemon.batch.Batches`)."""
         self.batches.handle(records)
         self.alert_promptly()
-        if len(self.registry) > self.config.limits.max_agents_in_memory:
-            self.evict()
-
-    def evict(self) -> int:
-        """Evict idle agents to the store down to 90% of ``limits.max_agents_in_memory``
-        (a margin, so that eviction runs now and then rather than at every new agent)."""
-        keep = self.config.limits.max_agents_in_memory * 9 // 10
-        n = self.checkpoints.evict(keep)
-        if n:
-            self.metrics.evictions.inc(n)
-            log.info("idle agents evicted", evicted=n, held=len(self.registry))
-        return n
-
-    def _evict_idle(self) -> None:
-        age = self.config.limits.evict_idle_after_s
-        if age is None:
-            return
-        n = self.checkpoints.evict_watches(self.registry.not_seen_for(age, time.monotonic()))
-        if n:
-            self.metrics.evictions.inc(n)
-            log.info("agents idle for limits.evict_idle_after_s evicted", evicted=n,
-                     idle_s=age, held=len(self.registry))
+        self.eviction.over_limit()
 
     # ------------------------------------------------------------------ queueing
 
@@ -488,9 +470,9 @@ class Pipeline:
         self.metrics.agents.set(len(self.registry))
         self.metrics.pending.set(len(self.registry.awaiting()))
         if partitions is None:  # the scheduled checkpoint, not a rebalance's
-            self.registry.compact_idle(time.monotonic(),
-                                       self.config.limits.freeze_idle_after_s)
-            self._evict_idle()
+            now = time.monotonic()
+            self.registry.compact_idle(now, self.config.limits.freeze_idle_after_s)
+            self.eviction.silent(now)
         if self.checkpoints.checkpoint(partitions):
             self.lag.refresh()
 
