@@ -6,7 +6,6 @@ import argparse
 import json
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -97,18 +96,16 @@ def _serve(args: argparse.Namespace) -> int:
                              allow_drift=not args.no_drift, agent_id=args.agent_id)
     except OSError as e:
         raise fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # The stop signals are blocked (the server's threads inherit the mask) and taken by
+    # sigwait: a handler that set an Event could deadlock on the Event's own lock when the
+    # signal landed while the main thread held it, inside Event.wait.
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     server.start()
     # One parseable line on stdout: scripts and tests read the real port from it.
     print(f"capwatch agent: serving domain {domain.name} on {server.url}", flush=True)
     try:
-        stop.wait()
+        signal.sigwait(stops)
     finally:
         server.close()
     print(f"capwatch agent: stopped after {agent.stats.queries} queries", flush=True)

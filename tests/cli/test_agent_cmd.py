@@ -56,6 +56,15 @@ def test_serve_answers_queries_and_stops_cleanly_on_sigterm(
     assert "stopped after 1 queries" in out
 
 
+def test_serve_stops_cleanly_on_sigint_too(
+        served: tuple[subprocess.Popen[str], str]) -> None:
+    proc, _ = served
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "stopped after 0 queries" in out
+
+
 def test_query_command_against_the_served_agent(
         served: tuple[subprocess.Popen[str], str], tmp_path: Path) -> None:
     _, url = served
