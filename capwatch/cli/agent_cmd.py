@@ -91,16 +91,17 @@ def _serve(args: argparse.Namespace) -> int:
         problem = load_problem(args.problem)
         _check_problem(domain, problem)
     agent = SimulatedAgent(domain, seed=args.seed, problem=problem)
+    # The stop signals are blocked before the server starts any thread (threads inherit
+    # the mask: one that did not block them would take them) and are taken by sigwait: a
+    # handler that set an Event could deadlock on the Event's own lock when the signal
+    # landed while the main thread held it, inside Event.wait.
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
         server = AgentServer(agent, args.host, args.port, max_body_bytes=args.max_body_bytes,
                              allow_drift=not args.no_drift, agent_id=args.agent_id)
     except OSError as e:
         raise fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
-    # The stop signals are blocked (the server's threads inherit the mask) and taken by
-    # sigwait: a handler that set an Event could deadlock on the Event's own lock when the
-    # signal landed while the main thread held it, inside Event.wait.
-    stops = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     server.start()
     # One parseable line on stdout: scripts and tests read the real port from it.
     print(f"capwatch agent: serving domain {domain.name} on {server.url}", flush=True)
