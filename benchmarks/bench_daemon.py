@@ -227,7 +227,7 @@ def other_fleets(args: argparse.Namespace) -> int:
                                          args.write_fleets or Path(tmp))
         for d in dirs:
             bench_fleet.run(d, quick=args.quick, repeat=args.repeat,
-                            memory=not args.no_memory)
+                            memory=not args.no_memory, kafka=not args.no_kafka)
     return 0
 
 
@@ -236,7 +236,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-kafka", action="store_true",
                         help="skip the rows over a real broker (needs java, or "
-                             "KAFKA_BOOTSTRAP_SERVERS)")
+                             "KAFKA_BOOTSTRAP_SERVERS); with --fleet/--generated too")
     parser.add_argument("--memory-child", nargs=2, type=int, metavar=("AGENTS", "STEPS"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--memory-limited", action="store_true", help=argparse.SUPPRESS)
@@ -381,9 +381,9 @@ def main() -> int:
               f"{'held as bytes' if frozen else 'idle, not yet held as bytes'}: "
               f"{child['traced'] / child['held']:,.0f} bytes allocated per agent (tracemalloc)")
     if not args.no_kafka:
-        from bench_kafka import kafka_rows  # the rows' own module: both Kafka clients
+        from bench_kafka import kafka_rows, simulated  # the rows' own module: both clients
 
-        kafka_rows(f, 2 * agents_per_family, 20 if args.quick else 500)
+        kafka_rows(simulated(f, 20 if args.quick else 500), 2 * agents_per_family)
         from bench_alert_latency import latency_row  # the row's own module (issue 13)
 
         latency_row(f, events, quick=args.quick)

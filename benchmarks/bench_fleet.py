@@ -11,6 +11,8 @@ source's lines (keyed by agent id, as a Kafka producer keys them). Rows:
   ``--repeat`` times (min and median);
 - admission: records of agents never seen before (record k of the stream re-keyed to a
   new id, every other byte unchanged), the first ``admit[0]`` and on to ``admit[1]``;
+- over Kafka (unless ``--no-kafka``): the stream on a real broker, ``capwatch run`` against
+  bare consumers of the same topic, both clients (``bench_kafka.kafka_rows``);
 - memory: 100,000 agents seen under the default limit; in fresh processes, agents seen
   once, all held, and agents that replayed the first 30 records of a fleet agent each,
   then went idle, all held.
@@ -183,7 +185,8 @@ def run_memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool = F
     return result
 
 
-def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True) -> None:
+def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True,
+        kafka: bool = False) -> None:
     configure_logging("error", "json")
     fleet = fleets.load(fleet_dir)
     admit = (2_000, 5_000) if quick else (20_000, 50_000)
@@ -242,6 +245,13 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True) -> No
         print(f"  pipeline, the stream again, {held:,} agents held {s * 1e6:5.1f} us CPU/record "
               f"({1 / s:10,.0f}/s; {p.checkpoints.restores:,} restored)", flush=True)
         p.store.close()
+    if kafka:
+        from bench_kafka import kafka_rows  # the rows' own module: both Kafka clients
+
+        n = 20_000 if quick else len(fleet.events)
+        kafka_rows(([(a.encode(), v) for a, v in zip(fleet.agent_ids[:n], fleet.events[:n],
+                                                        strict=True)],
+                    fleet.families, NoAgents()), len(set(fleet.agent_ids[:n])))
     if not memory:
         return
     child = run_memory_child(fleet_dir, seen_total, 1, limited=True)

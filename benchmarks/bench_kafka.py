@@ -29,10 +29,11 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from capwatch.adapters.sim.fleet import SimulatedFleet
+from capwatch.contracts.ports import AgentDirectory
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.service import FleetDirectory, build_service
 
@@ -52,16 +53,28 @@ class Rate:
         return f"{self.per_s:,.0f}/s ({self.cpu_us:.1f} us CPU)"
 
 
-def fill(bootstrap: str, topic: str, f: SimulatedFleet, rounds: int) -> tuple[int, int]:
-    """The fleet's transitions on ``topic``; returns (messages, bytes)."""
+Workload = tuple[Iterable[tuple[bytes, bytes]], dict[str, Path], AgentDirectory]
+"""What a Kafka run reads: (key, value) messages, its families' domain files and who
+answers queries."""
+
+
+def simulated(f: SimulatedFleet, rounds: int) -> Workload:
+    return (((e.agent_id.encode(), e.value) for e in f.events(rounds)),
+            {"rover-v1": EXAMPLES / "rover.pddl", "courier-v1": EXAMPLES / "courier.pddl"},
+            FleetDirectory(f))
+
+
+def fill(bootstrap: str, topic: str, messages: Iterable[tuple[bytes, bytes]]
+         ) -> tuple[int, int]:
+    """The messages on ``topic``, keyed as given; returns (messages, bytes)."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20)
     n = size = 0
-    for e in f.events(rounds):
-        producer.send(topic, key=e.agent_id.encode(), value=e.value)
+    for key, value in messages:
+        producer.send(topic, key=key, value=value)
         n += 1
-        size += len(e.value)
+        size += len(value)
     producer.flush(120)
     producer.close()
     return n, size
@@ -127,11 +140,13 @@ def source_only(bootstrap: str, topic: str, n: int, client: str) -> Rate:
     return rate
 
 
-def daemon_config(bootstrap: str, topic: str, store: Path, client: str) -> DaemonConfig:
+def daemon_config(bootstrap: str, topic: str, store: Path, client: str,
+                  families: dict[str, Path] | None = None) -> DaemonConfig:
+    if families is None:
+        families = {"rover-v1": EXAMPLES / "rover.pddl", "courier-v1": EXAMPLES / "courier.pddl"}
     return DaemonConfig(**{
         "replica_id": "bench", "store": {"url": f"sqlite:///{store}"},
-        "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
-                     "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
+        "families": {name: {"domain": str(d)} for name, d in families.items()},
         "source": {"kind": "kafka"}, "output": {"kind": "log"},
         "http": {"enabled": False},
         "kafka": {"client": client, "bootstrap_servers": bootstrap,
@@ -140,13 +155,14 @@ def daemon_config(bootstrap: str, topic: str, store: Path, client: str) -> Daemo
     })
 
 
-def capwatch_run(bootstrap: str, topic: str, n: int, f: SimulatedFleet, client: str,
+def capwatch_run(bootstrap: str, topic: str, n: int, families: dict[str, Path],
+                 agents: AgentDirectory, client: str,
                  profile: Callable[[Callable[[], object]], None] | None = None) -> Rate:
     """The daemon's service in a thread (as ``capwatch run`` runs it), until it has
     handled all ``n`` records."""
     with tempfile.TemporaryDirectory() as tmp:
-        svc = build_service(daemon_config(bootstrap, topic, Path(tmp) / "m.db", client),
-                            agents=FleetDirectory(f))
+        svc = build_service(daemon_config(bootstrap, topic, Path(tmp) / "m.db", client,
+                                          families), agents=agents)
 
         def run() -> None:
             if profile is None:
@@ -169,9 +185,10 @@ def capwatch_run(bootstrap: str, topic: str, n: int, f: SimulatedFleet, client: 
     return rate
 
 
-def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int, repeats: int = 2) -> None:
+def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
     """Print the Kafka rows of issue 13's table (a broker from tests/support, or
     ``KAFKA_BOOTSTRAP_SERVERS``)."""
+    messages, families, agents = work
     sys.path.insert(0, str(ROOT))
     from capwatch.adapters.io.kafka import ensure_topics
     from tests.support.kafka_broker import start_kafka_broker
@@ -181,7 +198,7 @@ def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int, repeats: int = 2) 
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         ensure_topics(broker.bootstrap, transitions=topic, models=f"{topic}-m",
                       alerts=f"{topic}-a", dead_letter=f"{topic}-d", partitions=3)
-        n, size = fill(broker.bootstrap, topic, f, rounds)
+        n, size = fill(broker.bootstrap, topic, messages)
         print(f"  over Kafka: {n:,} transitions of {size // n} bytes, {n_agents} agents, "
               f"3 partitions; load {os.getloadavg()[0]:.1f} before")
         bare = {"kafka-python": bare_kafka_python, "confluent-kafka": bare_confluent}
@@ -194,7 +211,7 @@ def kafka_rows(f: SimulatedFleet, n_agents: int, rounds: int, repeats: int = 2) 
                 runs.setdefault(("source", client), []).append(
                     source_only(broker.bootstrap, topic, n, client))
                 runs.setdefault(("capwatch", client), []).append(
-                    capwatch_run(broker.bootstrap, topic, n, f, client))
+                    capwatch_run(broker.bootstrap, topic, n, families, agents, client))
 
         def mean(kind: str, client: str) -> float:
             rates = runs[(kind, client)]
@@ -236,13 +253,15 @@ def profile_confluent(f: SimulatedFleet, rounds: int) -> None:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         ensure_topics(broker.bootstrap, transitions=topic, models=f"{topic}-m",
                       alerts=f"{topic}-a", dead_letter=f"{topic}-d", partitions=3)
-        n, _ = fill(broker.bootstrap, topic, f, rounds)
+        messages, families, agents = simulated(f, rounds)
+        n, _ = fill(broker.bootstrap, topic, messages)
         prof = cProfile.Profile()
 
         def profiled(call: Callable[[], object]) -> None:
             prof.runcall(call)
 
-        rate = capwatch_run(broker.bootstrap, topic, n, f, "confluent-kafka", profiled)
+        rate = capwatch_run(broker.bootstrap, topic, n, families, agents, "confluent-kafka",
+                            profiled)
         print(f"  profiled: {rate}")
         stats = pstats.Stats(prof)
         stats.sort_stats("tottime").print_stats(15)
@@ -272,7 +291,7 @@ def main() -> int:
     if args.profile:
         profile_confluent(f, rounds)
     else:
-        kafka_rows(f, 2 * agents, rounds)
+        kafka_rows(simulated(f, rounds), 2 * agents)
     return 0
 
 
