@@ -213,6 +213,9 @@ def run_memory_child(agents: int, steps: int, quick: bool, frozen: bool = False,
 
 GENERATED_FLEETS = ("ipc-mixed", "own-objects-bursty", "stochastic")
 """benchmarks/fleets.py's generated fleets (named here so that --help needs no import)."""
+PRODUCER_FLEETS = ("dumps", "compact", "jackson", "irregular", "keys-late", "traces",
+                   "unsorted", "shuffled", "interleaved", "tiny-many", "long-names")
+"""benchmarks/producers.py's: one fleet written the ways other producers write."""
 
 
 def other_fleets(args: argparse.Namespace) -> int:
@@ -222,7 +225,8 @@ def other_fleets(args: argparse.Namespace) -> int:
     dirs: list[Path] = list(args.fleet)
     with tempfile.TemporaryDirectory() as tmp:
         if args.generated:
-            names = list(GENERATED_FLEETS) if "all" in args.generated else args.generated
+            names = [n for g in args.generated
+                     for n in {"all": GENERATED_FLEETS, "producers": PRODUCER_FLEETS}.get(g, (g,))]
             dirs += bench_fleet.generate(names, args.transitions,
                                          args.write_fleets or Path(tmp))
         for d in dirs:
@@ -245,9 +249,11 @@ def main() -> int:
                              "<family>.pddl (or <family>/domain.pddl) files and events.jsonl, "
                              "wire events as `capwatch run` reads them (repeatable)")
     parser.add_argument("--generated", nargs="+", metavar="NAME",
-                        choices=["all", *GENERATED_FLEETS],
+                        choices=["all", "producers", *GENERATED_FLEETS, *PRODUCER_FLEETS],
                         help="measure the in-process rows on generated fleets unlike the "
-                             f"simulated one: {', '.join(GENERATED_FLEETS)} or all")
+                             f"simulated one: {', '.join(GENERATED_FLEETS)} or all of them; "
+                             "one fleet written as other producers write "
+                             f"({', '.join(PRODUCER_FLEETS)}) or all of those (producers)")
     parser.add_argument("--transitions", type=int, default=100_000,
                         help="records per generated fleet (default 100,000)")
     parser.add_argument("--write-fleets", type=Path, metavar="DIR",

@@ -32,17 +32,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fleets
+import producers
 from bench_daemon import Replay, feed, rss_bytes
 
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.assess.agent import AgentQuery, AgentUnavailable
-from capwatch.contracts import wire, wire_fast
+from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import DeadLetter
 from capwatch.daemon.config import DaemonConfig
@@ -129,6 +132,37 @@ def describe(fleet: fleets.Fleet) -> str:
             f"{atoms / n:.0f} atoms per state, {stoch / n:.0%} probabilistic actions")
 
 
+def decode_paths(fleet: fleets.Fleet) -> str:
+    """Where the hot path's decoder went over the stream in order, each agent's memo kept
+    as the pipeline keeps it: messages handed to the schema's decoder (the fast path
+    refused them), and states over wire_fast's small-state size parsed whole (not
+    recognised from the memo nor cut into known pieces; a trace event's states are
+    always parsed with the event). A fleet that falls off a fast path shows here."""
+    counts = {"schema": 0, "whole": 0, "steps": 0}
+    small = getattr(wire_fast, "_SMALL_STATE", 0)
+    schema, whole = wire.decode, wire_fast._STATE
+
+    def to_schema(*args: Any, **kwargs: Any) -> Any:
+        counts["schema"] += 1
+        return schema(*args, **kwargs)
+
+    def parse(text: Any) -> Any:
+        counts["whole"] += len(text) > small
+        return whole(text)
+
+    memos: dict[str, list[wire_fast.StateMemo | None]] = {}
+    wire_atoms.forget()
+    with mock.patch.object(wire, "decode", to_schema), \
+            mock.patch.object(wire_fast, "_STATE", parse):
+        for a, v in zip(fleet.agent_ids, fleet.events, strict=True):
+            got = wire_fast.decode(v, key=a.encode(), memo=memos.setdefault(a, [None]))
+            counts["steps"] += len(got) if isinstance(got, list) else 1
+    n = len(fleet.events)
+    return (f"  decode paths, in order with each agent's memo: {counts['schema'] / n:.1%} of "
+            f"messages to the schema's decoder, {counts['whole'] / (2 * counts['steps']):.1%}"
+            f" of states parsed whole ({counts['steps'] / n:.1f} transitions per message)")
+
+
 def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool,
                  frozen: bool = False) -> int:
     """In a fresh process (no earlier phase's freed memory counts), holding only the first
@@ -202,6 +236,7 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True,
         s = (time.process_time() - t0) / len(sample)
         print(f"  decode, {name:19} {s * 1e6:7.1f} us CPU/message ({1 / s:10,.0f}/s)"
               f"{f'; {bad} refused' if bad else ''}", flush=True)
+    print(decode_paths(fleet), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         p = pipeline(tmp, fleet.families)
         stream = records(fleet.events, fleet.agent_ids, 0)
@@ -277,7 +312,7 @@ def generate(names: list[str], transitions: int, into: Path) -> list[Path]:
     out = []
     for name in names:
         t0 = time.process_time()
-        fleet = fleets.GENERATED[name](transitions)
+        fleet = {**fleets.GENERATED, **producers.PRODUCED}[name](transitions)
         out.append(fleets.write(fleet, into / name))
         print(f"(generated {name} in {time.process_time() - t0:.0f} s CPU)", flush=True)
     return out
