@@ -16,14 +16,30 @@ def keys_unique(raw: bytes, fields: int) -> bool:
 
     msgspec keeps the last of repeated keys without a word. Every key ends with ``":`` when
     no whitespace follows a closing quote, so then ``raw`` holds at least one ``":`` per
-    key; as many as the fields decoded means no key came twice. Anything else (whitespace
-    after a quote, ``\\":`` inside a string) takes the schema's decoder, which checks exactly.
+    key; as many as the fields decoded means no key came twice. With whitespace after a
+    quote the keys are counted by :func:`_spaced_keys` instead. A count too high (``\\":``
+    inside a string) takes the schema's decoder, which checks exactly.
     """
     # Searching for two-byte needles cost ~2 µs per message: the quote-then-whitespace
     # search runs only if there is ASCII whitespace at all, which one split pass tells
     # (it also stops at \v and \f, for which the search then finds nothing).
-    return raw.count(b'":') == fields and (
-        len(raw.split(None, 1)) < 2 or _QUOTE_THEN_SPACE.search(raw) is None)
+    if len(raw.split(None, 1)) < 2 or _QUOTE_THEN_SPACE.search(raw) is None:
+        return raw.count(b'":') == fields
+    return _spaced_keys(raw, 0, len(raw)) == fields
+
+
+_KEY_END = re.compile(rb'"[ \t\n\r]*:')
+
+
+def _spaced_keys(raw: bytes, start: int, end: int) -> int:
+    """The keys in ``raw[start:end]``, or more, when whitespace may follow a key's closing
+    quote (``"key" : value``, as Jackson's pretty printer and hand-spaced writers put it).
+
+    Every key ends with a quote, JSON whitespace and a colon, so each key's closing quote
+    starts one match of :data:`_KEY_END`; a match holds only one quote, so no two keys
+    share one. Matches that are no key's end (inside a string) only make the count too
+    high, never too low: as many as the fields decoded still means no key came twice."""
+    return len(_KEY_END.findall(raw, start, end))
 
 
 _WS = rb"[ \t\n\r]*"
@@ -55,8 +71,11 @@ def transition_keys_unique(raw: bytes, fields: int, state: bytes, next_state: by
     if b > c:
         return keys_unique(raw, fields)
     search = _QUOTE_THEN_SPACE.search
-    return raw.count(b'":', 0, a) + raw.count(b'":', b, c) + raw.count(b'":', d) == fields \
-        and not (search(raw, 0, a) or search(raw, b, c) or search(raw, d))
+    if search(raw, 0, a) or search(raw, b, c) or search(raw, d):
+        # A match of _KEY_END straddles no place's edge either (it holds no bracket).
+        return _spaced_keys(raw, 0, a) + _spaced_keys(raw, b, c) \
+            + _spaced_keys(raw, d, len(raw)) == fields
+    return raw.count(b'":', 0, a) + raw.count(b'":', b, c) + raw.count(b'":', d) == fields
 
 
 def _value_at(raw: bytes, key: re.Pattern[bytes], name: bytes, value: bytes, start: int,
