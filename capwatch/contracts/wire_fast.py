@@ -149,7 +149,7 @@ class _Refused(Exception):
     """The fast path does not take this message; the pydantic path says why."""
 
 
-def _time(raw: msgspec.Raw) -> datetime | None:
+def _time(raw: msgspec.Raw | bytes) -> datetime | None:
     if raw is _NO_TIME:
         return None
     try:
@@ -209,11 +209,6 @@ def _action(atom: GroundAtom) -> GroundAtom:
 def _common_fields(event: _Transition | _Trace) -> int:
     return ((event.v is not UNSET) + (event.episode_id is not UNSET)
             + (event.time is not _NO_TIME) + (event.optimal is not UNSET))
-
-
-_SCAN_STATES = 768
-"""States' bytes up to which a message is scanned whole for repeated keys (finding
-them costs more than scanning them)."""
 
 
 def decode(
@@ -309,18 +304,13 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         _ids(agent_id, family, episode_id)
     max_atoms = limits.max_state_atoms
     if type(event) is _Transition:
-        state: msgspec.Raw | bytes = event.state
-        next_state: msgspec.Raw | bytes = event.next_state
+        # Copied once to bytes (~0.1 µs each): what the helpers search, count and hash.
+        state, next_state = bytes(event.state), bytes(event.next_state)
+        time = b"" if event.time is _NO_TIME else bytes(event.time)
         fields = 6 + (event.step is not UNSET) + (event.executed is not UNSET) \
             + _common_fields(event)
-        if len(state) + len(next_state) < _SCAN_STATES:
-            if not keys_unique(raw, fields):
-                raise _Refused
-        else:
-            # Copied once to bytes (the helpers' bytes() calls then copy nothing).
-            state, next_state = bytes(state), bytes(next_state)
-            if not transition_keys_unique(raw, fields, state, next_state):
-                raise _Refused
+        if not transition_keys_unique(raw, fields, state, next_state, time):
+            raise _Refused
         last = memo[0] if memo is not None else None
         seen = _fingerprint(state) if last is not None else None
         if last is not None and last[0] == seen:
@@ -344,7 +334,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
                        s2, ids2, generation2)
         return [AgentTransition(
             agent_id, family, episode_id, None if event.step is UNSET else event.step,
-            None if event.time is _NO_TIME else _time(event.time),
+            None if event.time is _NO_TIME else _time(time),
             s, _action(event.action), s2, optimal,
             None if event.executed is UNSET else event.executed, partition, offset,
         )]

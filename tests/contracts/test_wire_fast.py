@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capwatch.contracts import wire, wire_atoms, wire_fast
+from capwatch.contracts import wire, wire_atoms, wire_fast, wire_keys
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 
 LIMITS = DecodeLimits(max_message_bytes=4000, max_state_atoms=3, max_trace_steps=2)
@@ -162,23 +162,70 @@ DUPLICATED = [
 ]
 
 
-@pytest.mark.parametrize("raw", DUPLICATED, ids=repr)
-def test_a_key_given_twice_is_a_dead_letter_not_read_one_way(raw: bytes) -> None:
+# The keys are counted as colons, less those of the states' and the time's texts (see
+# wire_keys): values that would balance the count of a key given twice.
+_ESCAPED_COLON = variant(TRANSITION).replace(b'"rover-v1"', b'"rover\\u003av1"')
+COLONS = [
+    # a colon the decoded family holds but the message's bytes do not
+    _ESCAPED_COLON[:-1] + b', "optimal": false}',
+    # the first of two times holds more colons than the one kept
+    variant(TRANSITION)[:-1] + b', "time": "2026-01-02T03:04Z"}',
+    b'{"time": "2026-01-02T03:04:05.1+01:00", ' + variant(TRANSITION, time="2026-01-02T03:04Z")[1:],
+    # colons inside the states, a key given twice outside them
+    variant(TRANSITION, state=[["at", "r:1", "w:2"]])[:-1] + b', "step": 4}',
+    variant(TRANSITION, next_state=[["at", ":", "::"]])[:-1] + b', "family": "f"}',
+    # the first of two states holds colons, the kept one none
+    b'{"state": [["a:b:c"]], ' + variant(TRANSITION)[1:],
+    # a time written with escaped colons: none in its text, the kept key given twice
+    variant(TRANSITION, time=...)[:-1]
+    + b', "time": "2026-01-02T03\\u003a04\\u003a05Z", "v": 1}',
+]
+
+
+@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
+@pytest.mark.parametrize("raw", DUPLICATED + COLONS, ids=repr)
+def test_a_key_given_twice_is_a_dead_letter_not_read_one_way(
+        raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # find_states: as a large message is checked, the keys counted outside the states
+    if find_states:
+        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
     result = agree(raw)
     assert isinstance(result, DeadLetter), raw
     assert "appears twice" in result.reason, result.reason
+
+
+@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
+@pytest.mark.parametrize("raw", DUPLICATED + COLONS, ids=repr)
+def test_the_colon_count_alone_never_takes_a_key_given_twice(
+        raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The count of '":' decides only when the colons do not match: here it never lets a
+    # message through, so whatever passes passed the colon count.
+    monkeypatch.setattr(wire_keys, "keys_unique", lambda *args: False)
+    monkeypatch.setattr(wire_keys, "_keys_outside", lambda *args: False)
+    if find_states:
+        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
+    result = agree(raw)
+    assert isinstance(result, DeadLetter) and "appears twice" in result.reason, raw
 
 
 @pytest.mark.parametrize("raw", [
     variant(TRANSITION), variant(TRACE),
     json.dumps(TRANSITION, separators=(",", ":")).encode(),
     variant(TRANSITION, episode_id=..., step=..., time=..., optimal=..., executed=..., v=...),
+    # colons in names: the colon count is too high, the second count decides
+    variant(TRANSITION, family="fam:1", episode_id="e:1", action=["move:", "r", "w:1"],
+            state=[["at", "r:", "w1"]], next_state=[["at:", "r", "w2"]]),
+    json.dumps({**TRANSITION, "family": "fam:1"}, separators=(",", ":")).encode(),
+    _ESCAPED_COLON,
 ], ids=repr)
-def test_valid_events_stay_on_the_fast_path(raw: bytes, monkeypatch: pytest.MonkeyPatch
-                                            ) -> None:
+@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
+def test_valid_events_stay_on_the_fast_path(raw: bytes, find_states: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The duplicate-key guard must not send ordinary events to the slower schema decoder."""
     def slow(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("took the schema's decoder")
+    if find_states:
+        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
     monkeypatch.setattr(wire_fast.wire, "decode", slow)
     assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
 
@@ -320,3 +367,20 @@ def test_spaced_events_and_repeated_keys_agree(
         assert isinstance(result, DeadLetter) and "appears twice" in result.reason, raw
     else:
         assert not isinstance(result, DeadLetter), raw
+
+
+@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
+@pytest.mark.parametrize("raw", [
+    variant(TRANSITION), json.dumps(TRANSITION, separators=(",", ":")).encode(),
+    json.dumps(TRANSITION, indent=2).encode(), variant(TRANSITION, time=None),
+    variant(TRANSITION, episode_id=..., step=..., time=..., optimal=..., executed=..., v=...),
+], ids=repr)
+def test_the_colon_count_takes_events_with_colons_only_in_states_and_time(
+        raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever the spacing around the keys' colons, the count alone decides.
+    monkeypatch.setattr(wire_keys, "keys_unique", lambda *args: False)
+    monkeypatch.setattr(wire_keys, "_keys_outside", lambda *args: False)
+    monkeypatch.setattr(wire_fast.wire, "decode", lambda *args, **kwargs: 1 / 0)
+    if find_states:
+        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
+    assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
