@@ -48,7 +48,7 @@ class DriftStateSql(SqlBase):
                     "OR drift_state.next_offset <= excluded.next_offset",
                     (group, s.agent_id, s.model.family, s.model.agent_id or "",
                      s.model.version, s.source, s.partition, s.next_offset,
-                     self._json_in(s.state), self._ts_in(as_utc(s.updated_at))))
+                     self._json_in_finite(s.state), self._ts_in(as_utc(s.updated_at))))
         return written
 
     def load_drift_snapshots(self, group: str, source: str,

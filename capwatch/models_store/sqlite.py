@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from capwatch.models_store.sql import Row, SqlModelStore, Tx, dumps
+from capwatch.models_store.sql import Row, SqlModelStore, Tx, dumps, dumps_finite
 
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 """Fixed width, so text order is time order and ``created_at <= ?`` compares correctly."""
@@ -82,6 +82,9 @@ class SqliteModelStore(SqlModelStore):
 
     def _json_in(self, obj: Any) -> Any:
         return dumps(obj)
+
+    def _json_in_finite(self, obj: Any) -> Any:
+        return dumps_finite(obj)
 
     def _json_out(self, v: Any) -> Any:
         return json.loads(v)

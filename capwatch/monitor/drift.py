@@ -201,7 +201,7 @@ class ActionMonitor:
             "fingerprint": fingerprint,
             "window": self.window.export_state(values_array=values_array),
             "detector": None if self.detector is None else self.detector.export_state(),
-            "confirm_counts": [int(v) for v in self._confirm_counts],
+            "confirm_counts": self._confirm_counts.tolist(),
             "confirm_left": self._confirm_left,
             "confirm_start": self._confirm_start,
         }

@@ -127,6 +127,9 @@ class OutcomeWindow:
 
     def retained(self) -> IntArray:
         """The retained outcome indices, oldest first (-1 = ambiguous)."""
+        if self.seen <= self.size:
+            # Not wrapped yet (every agent admitted lately): the first ``seen`` slots.
+            return self._buffer[:self.seen].astype(np.int64)
         kept = min(self.seen, self.size)
         idx = np.arange(self.seen - kept, self.seen) % self.size
         return self._buffer[idx].astype(np.int64)

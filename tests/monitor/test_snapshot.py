@@ -199,3 +199,27 @@ def test_changed_agents_are_tracked_for_checkpoints(move_car: Action) -> None:
     restore_agent(drift, "c", {"move-car": move_car}, saved)
     assert drift.take_changed() == set()  # a restore is already saved state
     assert drift.monitor("c", move_car).window.seen == 1
+
+
+def test_short_windows_pack_as_long_ones_do_and_round_trip(move_car: Action) -> None:
+    # Windows up to _SMALL_WINDOW are packed without numpy and their deflated bytes
+    # remembered: the text must be what the numpy path writes, and read back the same.
+    import zlib
+
+    from capwatch.monitor import snapshot
+    for values in ([], [0], [1, -1, 0], [1] * snapshot._SMALL_WINDOW, list(range(-1, 40))):
+        arr = np.asarray(values, dtype=np.int64)
+        expected = snapshot._b64(zlib.compress((arr + 1).astype(np.uint8).tobytes(), 1))
+        assert snapshot._pack_outcomes(arr) == expected
+        assert snapshot._pack_outcomes(values) == expected  # remembered, and from a list
+        assert snapshot._unpack_outcomes(expected) == values
+    with pytest.raises(ValueError):
+        snapshot._pack_outcomes([255])
+    with pytest.raises(ValueError):
+        snapshot._pack_outcomes(np.asarray([-2], dtype=np.int64))
+    mon = ActionMonitor(move_car)
+    for x in (0, 1, 1):
+        mon.observe(x)
+    state = mon.export_state()
+    assert state["window"]["values"] == [0, 1, 1] and state["confirm_counts"] == [0, 0]
+    assert decode_action_state(_through_json(encode_action_state(state))) == state
