@@ -327,13 +327,16 @@ class TransitionMonitor:
         """Encode states holding atoms not yet checked against the current model: every
         one is checked before any is interned, so a refused transition changes nothing."""
         valid = self._valid
-        new = [a for a in state | next_state if a not in valid]
+        # Set operations on the frozensets reuse the hashes they hold (hashing an atom's
+        # tuple again costs about as much as the lookup): a new agent on an index of its
+        # own brings its whole first state here, often a hundred atoms or more.
+        new = (state | next_state).difference(valid)
         checked = self._shared_valid
-        for atom in new:
-            if checked is None or atom not in checked:
-                self.validate_atom(atom)
-        if checked is not None and len(checked) < 1_000_000:
-            checked.update(new)
+        unchecked = new if checked is None else new.difference(checked)
+        for atom in unchecked:
+            self.validate_atom(atom)
+        if checked is not None and unchecked and len(checked) < 1_000_000:
+            checked.update(unchecked)
         bit = self.index.bit
         try:
             for atom in new:
@@ -343,7 +346,12 @@ class TransitionMonitor:
             # valid, and other agents may use them.
             self._own_index()
             return self._encode_new(state, next_state)
-        return sum(map(valid.__getitem__, state)), sum(map(valid.__getitem__, next_state))
+        get = valid.__getitem__
+        s = sum(map(get, state))
+        if next_state is state:
+            return s, s
+        # A step changes few atoms: the next state's mask from the state's (see observe).
+        return s, s - sum(map(get, state - next_state)) + sum(map(get, next_state - state))
 
     def _record(self, op: GroundOperator, action: GroundAction, s: StateMask, s2: StateMask,
                 result: tuple[Verdict, int], position: int) -> Observation:
