@@ -29,26 +29,31 @@ class DriftStateSql(SqlBase):
                                  f"{s.source!r}[{s.partition}] @ {s.next_offset}")
             if not isinstance(s.state, dict):
                 raise ValueError(f"drift snapshot of {s.agent_id!r} is not a JSON object")
-        written = 0
+        stamps: dict[Any, Any] = {}
+        rows = []
+        for s in sorted(snapshots, key=lambda s: s.agent_id):
+            # A checkpoint stamps all its snapshots with one time: converted once.
+            stamp = stamps.get(s.updated_at)
+            if stamp is None:
+                stamp = stamps[s.updated_at] = self._ts_in(as_utc(s.updated_at))
+            rows.append((group, s.agent_id, s.model.family, s.model.agent_id or "",
+                         s.model.version, s.source, s.partition, s.next_offset,
+                         self._json_in_finite(s.state), stamp))
         with self._tx() as tx:
-            for s in sorted(snapshots, key=lambda s: s.agent_id):
-                written += tx.run(
-                    f"INSERT INTO drift_state (consumer_group, {_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (consumer_group, agent_id) DO UPDATE SET "
-                    "family = excluded.family, model_agent_id = excluded.model_agent_id, "
-                    "model_version = excluded.model_version, source = excluded.source, "
-                    "source_partition = excluded.source_partition, "
-                    "next_offset = excluded.next_offset, snapshot = excluded.snapshot, "
-                    "updated_at = excluded.updated_at "
-                    # A late write by a replica that lost the partition must not take the
-                    # position back: it would make a replay count records twice.
-                    "WHERE drift_state.source <> excluded.source "
-                    "OR drift_state.source_partition <> excluded.source_partition "
-                    "OR drift_state.next_offset <= excluded.next_offset",
-                    (group, s.agent_id, s.model.family, s.model.agent_id or "",
-                     s.model.version, s.source, s.partition, s.next_offset,
-                     self._json_in_finite(s.state), self._ts_in(as_utc(s.updated_at))))
+            written = tx.run_many(
+                f"INSERT INTO drift_state (consumer_group, {_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (consumer_group, agent_id) DO UPDATE SET "
+                "family = excluded.family, model_agent_id = excluded.model_agent_id, "
+                "model_version = excluded.model_version, source = excluded.source, "
+                "source_partition = excluded.source_partition, "
+                "next_offset = excluded.next_offset, snapshot = excluded.snapshot, "
+                "updated_at = excluded.updated_at "
+                # A late write by a replica that lost the partition must not take the
+                # position back: it would make a replay count records twice.
+                "WHERE drift_state.source <> excluded.source "
+                "OR drift_state.source_partition <> excluded.source_partition "
+                "OR drift_state.next_offset <= excluded.next_offset", rows)
         return written
 
     def load_drift_snapshots(self, group: str, source: str,

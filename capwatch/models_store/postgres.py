@@ -43,9 +43,11 @@ class _PgTx(Tx):
             cur.execute(_pg(sql), tuple(params))
             return cur.rowcount
 
-    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         with self._conn.cursor() as cur:
             cur.executemany(_pg(sql), [tuple(r) for r in rows])
+            # psycopg 3 sums the rows affected over an executemany without RETURNING.
+            return cur.rowcount
 
 
 class PostgresModelStore(SqlModelStore):

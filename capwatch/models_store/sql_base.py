@@ -31,11 +31,10 @@ class Tx(abc.ABC):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Execute and return the number of rows affected."""
 
-    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """Execute ``sql`` once per row of parameters (the driver's batch where it has
-        one: a checkpoint writes a row per agent seen)."""
-        for params in rows:
-            self.run(sql, params)
+        one: a checkpoint writes a row per agent seen); the rows affected, in all."""
+        return sum(self.run(sql, params) for params in rows)
 
 
 class SqlBase(abc.ABC):

@@ -30,8 +30,9 @@ class _SqliteTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self._conn.execute(sql, tuple(params)).rowcount
 
-    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows)
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        # The cursor's rowcount after executemany is the sum over the rows (sqlite3).
+        return self._conn.executemany(sql, rows).rowcount
 
 
 class SqliteModelStore(SqlModelStore):
