@@ -120,8 +120,7 @@ fingerprinted by its length and its hash, so a watch does not hold a copy of a l
 state (15 KB for 200 atoms)."""
 
 
-def _fingerprint(text: msgspec.Raw | bytes) -> Fingerprint:
-    raw = bytes(text)
+def _fingerprint(raw: bytes) -> Fingerprint:
     if len(raw) <= _MEMO_TEXT:
         return raw
     # Python's keyed 64-bit SipHash: two different texts of one length match by chance
@@ -272,7 +271,10 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
                 state_ids: list[int], state_generation: int) -> _Read:
     """:func:`_state`, from the state's set when the next state's atoms are all known:
     a step changes few atoms, and the set is then made from the state's by the
-    difference of their ids (the atoms' tuples are not hashed again)."""
+    difference of their ids (the atoms' tuples are not hashed again). One symmetric
+    difference, one copy of the state's set: an id only the state has is one of its
+    atoms, an id only the next state has is none of them (ids and atoms correspond one
+    to one within a generation)."""
     generation = wire_atoms.generation
     if state_generation != generation:
         return _state(text, max_atoms)
@@ -281,12 +283,10 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
         return _state(text, max_atoms)
     if len(known) > max_atoms:
         raise _Refused
-    ids, old = frozenset(known), frozenset(state_ids)
-    gone, came = old - ids, ids - old
-    if not gone and not came:
+    changed = frozenset(known).symmetric_difference(state_ids)
+    if not changed:
         return len(known), state, state_ids, generation
-    return len(known), state.difference(map(_ATOM_OF, gone)).union(map(_ATOM_OF, came)), \
-        known, generation
+    return len(known), state.symmetric_difference(map(_ATOM_OF, changed)), known, generation
 
 
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
@@ -325,8 +325,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         elif ids is None or len(next_state) <= _SMALL_STATE:
             n2, s2, ids2, generation2 = _state(next_state, max_atoms)
         else:
-            n2, s2, ids2, generation2 = _next_state(bytes(next_state), max_atoms, s, ids,
-                                                    generation)
+            n2, s2, ids2, generation2 = _next_state(next_state, max_atoms, s, ids, generation)
         if n > max_atoms:
             raise _Refused  # a memo made under other limits
         if memo is not None:
