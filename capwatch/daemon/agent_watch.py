@@ -45,6 +45,7 @@ from capwatch.daemon.work import DriftProbe, WorkItem
 from capwatch.model.consistency import Verdict, explain
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.grounding import SharedGrounding
+from capwatch.monitor.attribution import attribution_from_mask
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
 from capwatch.monitor.transition_monitor import TransitionMonitor
 
@@ -56,6 +57,7 @@ MAX_OPTIMAL_RUN = 64
 _PLAIN = {v: Finding(v) for v in Verdict}
 _TESTED = {v: Finding(v, tested=True) for v in Verdict}
 _PLAIN_APPLIED = _PLAIN[Verdict.APPLIED]
+_TESTED_APPLIED = _TESTED[Verdict.APPLIED]
 """The findings with nothing but a verdict (and whether a drift test counted it), made
 once: most transitions end in one, and a new object per transition would be measurable
 on the hot path."""
@@ -175,24 +177,27 @@ class AgentWatch:
             self._last_executed[t.action[0]] = self.clock()
             if t.optimal:
                 self._note_optimal(t)
-            if len(obs.operator.effects) < 2:
+            op = obs.operator
+            if len(op.effects) < 2:
                 return _PLAIN_APPLIED  # one outcome: no drift table counts it
             restored = self.drift_restored
             # A replayed record the restored tables already counted is not counted again.
             if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
                 return _PLAIN_APPLIED
-            if self._settled(t):
+            if self.explained and self._settled(t):
                 return _PLAIN_APPLIED  # the version's tables start after its evidence
-            counted = monitor.attribution(obs)
-            if counted is None:
+            # TransitionMonitor.attribution, without its checks: applied, two outcomes.
+            attribution = attribution_from_mask(op, obs.state, obs.outcomes)
+            if attribution is None:
                 return _PLAIN_APPLIED
-            action, attribution = counted
+            action = op.action
             alarm = self._drift.observe(self.agent_id, action, attribution)
-            tested = self._drift.monitor(self.agent_id, action).detector is not None
+            # An action of two outcomes or more: its table runs the sequential detector
+            # (ActionMonitor), so the transition counted as drift-tested.
             if alarm is None or self.awaiting is not None:
-                return (_TESTED if tested else _PLAIN)[verdict]
+                return _TESTED_APPLIED
             self.alarms[action.name] = alarm
-            return Finding(verdict, alarm, ripe=True, tested=tested)
+            return Finding(verdict, alarm, ripe=True, tested=True)
         if verdict is not _INCONSISTENT:
             return _PLAIN[verdict]
         self.inconsistent += 1

@@ -164,10 +164,12 @@ class ActionMonitor:
         return DriftAlarm(evidence, self.updated_action(evidence.estimate), True, planned)
 
     def _confirm(self, attribution: Attribution | int) -> DriftAlarm | None:
-        outcome = attribution if isinstance(attribution, int) else (
-            attribution.outcome if attribution.distinguishable else None)
-        if outcome is None:
-            return None  # ambiguous executions neither count nor use up the plan
+        if isinstance(attribution, int):
+            outcome = attribution
+        else:
+            outcome = attribution.counted
+            if outcome < 0:
+                return None  # ambiguous executions neither count nor use up the plan
         self._confirm_counts[outcome] += 1
         self._confirm_left -= 1
         if self._confirm_left > 0:

@@ -266,6 +266,8 @@ class SequentialDetector:
             self.restart()
         if isinstance(obs, int):
             llr, lr = self._rows[obs]
+        elif obs.counted >= 0:  # every outcome told apart: the usual case
+            llr, lr = self._rows[obs.counted]
         else:
             explaining = obs.explaining
             if len(explaining) == 1:
@@ -284,7 +286,9 @@ class SequentialDetector:
         c[fresh] = 0.0
         self._start[fresh] = self.n + 1
         self.n += 1
-        self._alarmed = float(r @ self._w) >= self._threshold
+        # ndarray.dot: the same BLAS product as ``@`` (the same bits), without the
+        # matmul ufunc's dispatch (~0.25 µs of a ~2.5 µs update).
+        self._alarmed = float(r.dot(self._w)) >= self._threshold
         return self._alarmed
 
     @property

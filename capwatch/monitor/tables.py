@@ -65,11 +65,9 @@ class OutcomeWindow:
         return self._k
 
     def add(self, attribution: Attribution | int) -> None:
-        if isinstance(attribution, int):
-            value = attribution
-        else:
-            outcome = attribution.outcome if attribution.distinguishable else None
-            value = _AMBIGUOUS if outcome is None else outcome
+        # Attribution.counted is _AMBIGUOUS for an observation that does not tell every
+        # outcome apart, else its outcome.
+        value = attribution if isinstance(attribution, int) else attribution.counted
         if not (value == _AMBIGUOUS or 0 <= value < self._k):
             raise ValueError(f"outcome {value} out of range for {self._k} outcomes")
         slot = self.seen % self.size

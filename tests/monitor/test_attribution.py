@@ -83,3 +83,27 @@ def test_from_consistency_mask_agrees_with_attribute() -> None:
 def test_single() -> None:
     a = Attribution.single(3, 1)
     assert a.distinguishable and a.outcome == 1 and a.explaining == (1,)
+
+
+def _partitions(items: list[int]) -> list[list[list[int]]]:
+    if not items:
+        return [[]]
+    first, rest = items[0], items[1:]
+    out = []
+    for p in _partitions(rest):
+        out.append([[first], *p])
+        for i in range(len(p)):
+            out.append([*p[:i], [first, *p[i]], *p[i + 1:]])
+    return out
+
+
+def test_counted_is_the_outcome_of_a_distinguishable_observation_else_ambiguous() -> None:
+    # What the tables and the detector read instead of the two properties.
+    for k in range(1, 5):
+        for groups in _partitions(list(range(k))):
+            partition = tuple(sorted(tuple(g) for g in groups))
+            for block in range(len(partition)):
+                a = Attribution(partition, block)
+                expected = a.outcome if a.distinguishable else -1
+                assert a.counted == (-1 if expected is None else expected)
+                assert a == Attribution(partition, block) and "counted" not in repr(a)
