@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from operator import or_
 
@@ -156,6 +156,11 @@ class GroundOperator:
     admitted: bool = True
     """The action's equality constraints hold for these objects (``Action.admits``);
     when False the operator is never applicable, whatever the state."""
+    distinct_outcomes: bool | None = field(default=None, init=False, compare=False,
+                                           repr=False)
+    """Whether every two outcomes lead to different successors in every state the
+    operator applies in; None until capwatch.monitor.attribution first works it out
+    (a property of the operator alone, kept here so that it is worked out once)."""
 
     @property
     def probabilities(self) -> tuple[float, ...]:

@@ -98,11 +98,32 @@ def _singles(k: int) -> tuple[Attribution, ...]:
     return singles
 
 
+def always_distinct(op: GroundOperator) -> bool:
+    """Whether every two outcomes of ``op`` lead to different successors in every state
+    the operator applies in: some atom is true after one and false after the other
+    whatever the state, given the preconditions (an atom it adds, or keeps and requires
+    true; and one it does not add and deletes, or requires false). Sufficient, not
+    necessary: when False, the successors of the state at hand tell."""
+    forced = [(add | (keep & op.pre_pos), (~keep | op.pre_neg) & ~add)
+              for keep, add in op.effects]
+    return all(true_i & false_j or true_j & false_i
+               for i, (true_i, false_i) in enumerate(forced)
+               for true_j, false_j in forced[i + 1:])
+
+
 def attribution_from_mask(op: GroundOperator, state: StateMask, matched: int
                           ) -> Attribution | None:
     """Build an attribution from ``consistency.check``'s bitmask of explaining outcomes."""
     if not matched:
         return None
+    distinct = op.distinct_outcomes
+    if distinct is None:
+        distinct = always_distinct(op)
+        object.__setattr__(op, "distinct_outcomes", distinct)
+    if distinct:
+        # Every outcome leads elsewhere in any state (the usual case): the partition is
+        # the singletons, whatever this state is, without building its successors.
+        return _singles(len(op.effects))[(matched & -matched).bit_length() - 1]
     successors = [(state & keep) | add for keep, add in op.effects]
     if len(set(successors)) == len(successors):
         # Every outcome leads elsewhere (the usual case): the partition is the singletons
