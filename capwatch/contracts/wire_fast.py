@@ -315,8 +315,17 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         seen = _fingerprint(state) if last is not None else None
         if last is not None and last[0] == seen:
             n, s, ids, generation = last[1], last[2], last[3], last[4]
+        elif last is not None and last[3] is not None and len(state) > _SMALL_STATE:
+            # Another text: the same atoms in another order or spacing (a producer
+            # iterating a hash set), or another of the agent's states (a reset, episodes
+            # interleaved). Made from the memo's set by the atoms that differ, it is the
+            # memo's very set when none do, whose encoding the monitor then reuses.
+            n, s, ids, generation = _next_state(bytes(state), max_atoms, last[2], last[3],
+                                                last[4])
         else:
             n, s, ids, generation = _state(state, max_atoms)
+            if last is not None and s == last[2]:
+                s = last[2]  # as above; sets of other sizes compare in no time
         # A refused or idle action repeats the state: one set for both (the monitor then
         # encodes it once).
         same = next_state == state
@@ -324,6 +333,8 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             n2, s2, ids2, generation2 = n, s, ids, generation
         elif ids is None or len(next_state) <= _SMALL_STATE:
             n2, s2, ids2, generation2 = _state(next_state, max_atoms)
+            if s2 == s:
+                s2 = s  # (_next_state does so when the ids are known)
         else:
             n2, s2, ids2, generation2 = _next_state(next_state, max_atoms, s, ids, generation)
         if n > max_atoms:

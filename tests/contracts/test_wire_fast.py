@@ -384,3 +384,30 @@ def test_the_colon_count_takes_events_with_colons_only_in_states_and_time(
     if find_states:
         monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
     assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
+
+
+_POOL = [["at", "rover", f"waypoint-{i}"] for i in range(14)]  # 12 of them: past 256 bytes
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.permutations(range(len(_POOL))), st.integers(8, 14),
+                          st.permutations(range(len(_POOL))), st.integers(8, 14),
+                          st.booleans()),
+                min_size=1, max_size=6))
+def test_states_in_another_order_than_the_memo_change_nothing(
+        steps: list[tuple[list[int], int, list[int], int, bool]]) -> None:
+    # A state whose text differs from the memo's (atoms reordered, some others, a state
+    # over the limit) is made from the memo's set by the atoms that differ: the result is
+    # still the schema's, and the memo's very set when the atoms are the same.
+    limits = DecodeLimits(max_message_bytes=100_000, max_state_atoms=12)
+    memo: list[wire_fast.StateMemo | None] = [None]
+    for order, k, order2, k2, jackson in steps:
+        event = {**TRANSITION, "state": [_POOL[i] for i in order[:k]],
+                 "next_state": [_POOL[i] for i in order2[:k2]]}
+        raw = spaced(event, JACKSON) if jackson else variant(event)
+        last = memo[0]
+        got = wire_fast.decode(raw, limits, memo=memo)
+        assert got == wire.decode(raw, limits), raw
+        if last is not None and not isinstance(got, DeadLetter) \
+                and got[0].state == last[2]:
+            assert got[0].state is last[2]
