@@ -282,8 +282,16 @@ class TransitionMonitor:
                     s2 = s - sum(map(valid.__getitem__, state - next_state)) \
                         + sum(map(valid.__getitem__, next_state - state))
             else:
+                # A new agent's first record (or one after a gap): the state encoded
+                # whole, the next state from it as above.
                 s = sum(map(valid.__getitem__, state))
-                s2 = s if next_state is state else sum(map(valid.__getitem__, next_state))
+                if next_state is state:
+                    s2 = s
+                elif len(next_state) < 10:
+                    s2 = sum(map(valid.__getitem__, next_state))
+                else:
+                    s2 = s - sum(map(valid.__getitem__, state - next_state)) \
+                        + sum(map(valid.__getitem__, next_state - state))
         except KeyError:
             s, s2 = self._encode_new(state, next_state)
             if self._ops.get(action) is not op:
