@@ -302,3 +302,29 @@ def test_a_large_next_state_encoded_from_the_last_is_checked_as_a_new_one(name: 
     assert chained.counts == fresh.counts
     assert chained.inconsistent_count > 0
     assert chained.executed_since(0, 64) == fresh.executed_since(0, 64)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "grid"])
+def test_a_new_agents_first_transition_is_encoded_as_its_states_are(name: str) -> None:
+    # A new agent's first transition (and its first atoms, interned then) encodes its next
+    # state from its state's mask by the atoms that changed: what it keeps must decode to
+    # the very states it was given, on a shared index and on an index of its own.
+    from capwatch.model.grounding import SharedGrounding
+    from tests.paths import IPC
+
+    domain = read_domain(IPC / name / "domain.pddl")
+    problem = read_problem(IPC / name / "problem.pddl")
+    plan = parse_plan((IPC / name / "optimal-plan.txt").read_text())
+    g = Grounder(domain)
+    shared = SharedGrounding(domain)
+    state = frozenset(problem.init)
+    for i, action in enumerate(plan[:30]):
+        _, after = execute_plan(g, state, [action])
+        nxt = frozenset(after)
+        for m in (TransitionMonitor(domain, shared=shared), TransitionMonitor(domain)):
+            obs = m.observe(state, tuple(action), nxt, i)
+            assert obs.verdict is Verdict.APPLIED, i
+            kept = m.executed_since(0, 1)
+            assert kept == [(state, tuple(action), nxt)], i
+        assert len(state) >= 10 and state != nxt
+        state = nxt
