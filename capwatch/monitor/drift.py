@@ -196,13 +196,15 @@ class ActionMonitor:
     def export_state(self, *, values_array: bool = False) -> dict[str, Any]:
         """Window, detector and confirmation progress as plain values (see
         capwatch.monitor.snapshot for the versioned, compact form); ``values_array``: the
-        window's outcomes as an array (``OutcomeWindow.export_state``)."""
+        window's outcomes and the detector's statistics as arrays, which the snapshot
+        packs as such (``OutcomeWindow.export_state``, ``SequentialDetector.export_state``)."""
         header, fingerprint = action_identity(self.action)
         return {
             "action": header,
             "fingerprint": fingerprint,
             "window": self.window.export_state(values_array=values_array),
-            "detector": None if self.detector is None else self.detector.export_state(),
+            "detector": None if self.detector is None
+            else self.detector.export_state(arrays=values_array),
             "confirm_counts": self._confirm_counts.tolist(),
             "confirm_left": self._confirm_left,
             "confirm_start": self._confirm_start,

@@ -194,16 +194,18 @@ class SequentialDetector:
         self._start.fill(0)
         self.n = 0
 
-    def export_state(self) -> dict[str, Any]:
+    def export_state(self, *, arrays: bool = False) -> dict[str, Any]:
         """The running statistics as plain values; the alternatives and threshold are
-        recomputed from the probabilities and settings, so only their identity is kept."""
+        recomputed from the probabilities and settings, so only their identity is kept.
+        ``arrays``: ``r``, ``cusum`` and ``start`` as copies of the arrays rather than
+        lists (for the packed snapshot, which packs them as arrays)."""
         return {
-            "p0": [float(v) for v in self.p0],
+            "p0": self.p0.tolist(),
             "log_threshold": self.log_threshold,
             "alternatives": len(self.alternatives),
-            "r": self._r.tolist(),
-            "cusum": self._cusum.tolist(),
-            "start": self._start.tolist(),
+            "r": self._r.copy() if arrays else self._r.tolist(),
+            "cusum": self._cusum.copy() if arrays else self._cusum.tolist(),
+            "start": self._start.copy() if arrays else self._start.tolist(),
             "n": self.n,
             "alarmed": self._alarmed,
         }

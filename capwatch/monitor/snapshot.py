@@ -65,7 +65,9 @@ def _unb64(text: Any) -> bytes:
 # most of them (agents admitted since the last one, above all) hold a few values per
 # array: struct packs those in a fraction of numpy's fixed cost per call, to the same bytes.
 
-def _pack_floats(values: list[float]) -> str:
+def _pack_floats(values: list[float] | npt.NDArray[np.float64]) -> str:
+    if isinstance(values, np.ndarray):
+        return _b64(values.astype("<f8", copy=False).tobytes())
     return _b64(struct.pack(f"<{len(values)}d", *values))
 
 
@@ -76,7 +78,9 @@ def _unpack_floats(text: Any) -> list[float]:
     return [float(v) for v in np.frombuffer(raw, dtype="<f8")]
 
 
-def _pack_ints(values: list[int]) -> str:
+def _pack_ints(values: list[int] | npt.NDArray[np.int64]) -> str:
+    if isinstance(values, np.ndarray):
+        return _b64(values.astype("<i8", copy=False).tobytes())
     return _b64(struct.pack(f"<{len(values)}q", *values))
 
 

@@ -223,3 +223,15 @@ def test_short_windows_pack_as_long_ones_do_and_round_trip(move_car: Action) -> 
     state = mon.export_state()
     assert state["window"]["values"] == [0, 1, 1] and state["confirm_counts"] == [0, 0]
     assert decode_action_state(_through_json(encode_action_state(state))) == state
+
+
+def test_a_snapshot_packs_arrays_as_it_packs_the_lists_they_export(move_car: Action) -> None:
+    # snapshot_agent packs the window and detector statistics from their arrays; the
+    # text must be what packing the plain lists gives, and read back to them.
+    drift = DriftMonitor()
+    for x in _stream(3, [0.8, 0.2], [0.8, 0.2], 300, 300):
+        drift.observe("a", move_car, x)
+    snap = snapshot_agent(drift, "a")
+    plain = drift.monitor("a", move_car).export_state()
+    assert snap["actions"]["move-car"] == encode_action_state(plain)
+    assert decode_action_state(_through_json(snap["actions"]["move-car"])) == plain
