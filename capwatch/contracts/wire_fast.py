@@ -213,14 +213,17 @@ def _common_fields(event: _Transition | _Trace) -> int:
 def decode(
     raw: bytes, limits: DecodeLimits = _DEFAULT_LIMITS, key: bytes | None = None,
     *, partition: int = -1, offset: int = -1, size: int | None = None,
-    sha256: str | None = None, memo: list[StateMemo | None] | None = None,
+    sha256: str | None = None, memo: list[Any] | None = None,
 ) -> list[AgentTransition] | DeadLetter:
     """:func:`capwatch.contracts.wire.decode`, faster for valid events.
 
-    ``memo``: a one-item list holding the agent's :data:`StateMemo` (or None), replaced
-    by the one of this message's next-state when it is a valid transition event. A state
-    whose text equals the memo's is not decoded again: the memo's set is used, the very
-    object, which the monitor recognises to reuse its encoding too.
+    ``memo``: a list holding the agent's :data:`StateMemo` (or None), replaced by the one
+    of this message's next-state when it is a valid transition event. A state whose text
+    equals the memo's is not decoded again: the memo's set is used, the very object,
+    which the monitor recognises to reuse its encoding too. If the list has a second
+    item, it is set to the atoms in exactly one of the event's state and next state when
+    the next state was made from the state by them (a list, no atom twice), else None:
+    the monitor then encodes the next state by those few atoms.
     """
     full = size if size is not None else len(raw)
     if full <= limits.max_message_bytes:
@@ -268,29 +271,32 @@ def _state(text: msgspec.Raw | bytes, max_atoms: int) -> _Read:
 
 
 def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
-                state_ids: list[int], state_generation: int) -> _Read:
+                state_ids: list[int], state_generation: int
+                ) -> tuple[_Read, list[GroundAtom] | None]:
     """:func:`_state`, from the state's set when the next state's atoms are all known:
     a step changes few atoms, and the set is then made from the state's by the
     difference of their ids (the atoms' tuples are not hashed again). One symmetric
     difference, one copy of the state's set: an id only the state has is one of its
     atoms, an id only the next state has is none of them (ids and atoms correspond one
-    to one within a generation)."""
+    to one within a generation). With the read, the atoms that differ (None: not
+    known), which the monitor encodes the next state from."""
     generation = wire_atoms.generation
     if state_generation != generation:
-        return _state(text, max_atoms)
+        return _state(text, max_atoms), None
     known = wire_atoms.ids(text)
     if known is None:
-        return _state(text, max_atoms)
+        return _state(text, max_atoms), None
     if len(known) > max_atoms:
         raise _Refused
     changed = frozenset(known).symmetric_difference(state_ids)
     if not changed:
-        return len(known), state, state_ids, generation
-    return len(known), state.symmetric_difference(map(_ATOM_OF, changed)), known, generation
+        return (len(known), state, state_ids, generation), None
+    flipped = list(map(_ATOM_OF, changed))
+    return (len(known), state.symmetric_difference(flipped), known, generation), flipped
 
 
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
-          offset: int, memo: list[StateMemo | None] | None = None) -> list[AgentTransition]:
+          offset: int, memo: list[Any] | None = None) -> list[AgentTransition]:
     event = _event(raw)
     # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
     if (event.v is not UNSET and type(event.v) is not int) \
@@ -320,8 +326,8 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             # iterating a hash set), or another of the agent's states (a reset, episodes
             # interleaved). Made from the memo's set by the atoms that differ, it is the
             # memo's very set when none do, whose encoding the monitor then reuses.
-            n, s, ids, generation = _next_state(bytes(state), max_atoms, last[2], last[3],
-                                                last[4])
+            (n, s, ids, generation), _ = _next_state(bytes(state), max_atoms, last[2],
+                                                     last[3], last[4])
         else:
             n, s, ids, generation = _state(state, max_atoms)
             if last is not None and s == last[2]:
@@ -329,6 +335,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         # A refused or idle action repeats the state: one set for both (the monitor then
         # encodes it once).
         same = next_state == state
+        flipped = None
         if same:
             n2, s2, ids2, generation2 = n, s, ids, generation
         elif ids is None or len(next_state) <= _SMALL_STATE:
@@ -336,12 +343,15 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             if s2 == s:
                 s2 = s  # (_next_state does so when the ids are known)
         else:
-            n2, s2, ids2, generation2 = _next_state(next_state, max_atoms, s, ids, generation)
+            (n2, s2, ids2, generation2), flipped = _next_state(next_state, max_atoms, s, ids,
+                                                               generation)
         if n > max_atoms:
             raise _Refused  # a memo made under other limits
         if memo is not None:
             memo[0] = (seen if same and seen is not None else _fingerprint(next_state), n2,
                        s2, ids2, generation2)
+            if len(memo) > 1:
+                memo[1] = flipped
         return [AgentTransition(
             agent_id, family, episode_id, None if event.step is UNSET else event.step,
             None if event.time is _NO_TIME else _time(time),

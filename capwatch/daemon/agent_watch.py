@@ -22,7 +22,7 @@ that rule would live in two places.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -159,8 +159,10 @@ class AgentWatch:
 
     # ------------------------------------------------------------------ the surface
 
-    def observe(self, t: AgentTransition) -> Finding:
-        """Check ``t`` against the model and keep what it shows.
+    def observe(self, t: AgentTransition, flipped: Collection[GroundAtom] | None = None
+                ) -> Finding:
+        """Check ``t`` against the model and keep what it shows; ``flipped``: the atoms
+        the decoder made its next state from its state by (``TransitionMonitor.observe``).
 
         Raises ModelError (unknown vocabulary) before anything changes, so a refused
         record leaves the watch as it was.
@@ -168,7 +170,7 @@ class AgentWatch:
         monitor = self._monitor
         if monitor is None:
             monitor = self.thaw()
-        obs = monitor.observe(t.state, t.action, t.next_state, t.offset)
+        obs = monitor.observe(t.state, t.action, t.next_state, t.offset, flipped)
         verdict = obs.verdict
         self.transitions += 1
         self.last_offset = t.offset

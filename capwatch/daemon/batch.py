@@ -98,7 +98,7 @@ class Batches:
                             # a trace's steps first).
                             t = transitions[0]
                             try:
-                                finding = watch.observe(t)
+                                finding = watch.observe(t, self.intake.flipped)
                             except ModelError as e:
                                 self.intake.dead_letter(record, str(e), "vocabulary")
                             else:

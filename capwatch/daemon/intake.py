@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import structlog
 
@@ -23,6 +24,7 @@ from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
+from capwatch.model.domain import GroundAtom
 
 log = structlog.get_logger("capwatch.daemon")
 
@@ -50,6 +52,9 @@ class Intake:
         self.dead_letters = 0
         self.slot = record_context.slot
         """The log context of the thread reading (the main loop sets it per batch)."""
+        self.flipped: list[GroundAtom] | None = None
+        """The atoms the last record read's transition changed, when the decoder made its
+        next state from its state by them (for ``AgentWatch.observe``); else None."""
 
     def read(self, record: Record) -> tuple[AgentWatch, list[AgentTransition]] | None:
         """The record's transitions and their agent's watch; None when there are none
@@ -72,10 +77,11 @@ class Intake:
             # loaded, holds its last next-state, which this record's state most likely
             # repeats.
             prior = self._lookup(key.decode("utf-8", "replace"))
-        memo = [None if prior is None else prior.state_memo]
+        memo: list[Any] = [None if prior is None else prior.state_memo, None]
         decoded = decode(record.value, self.limits, key=key,
                          partition=record.partition, offset=record.offset, size=record.size,
                          sha256=record.sha256, memo=memo)
+        self.flipped = memo[1]
         if isinstance(decoded, DeadLetter):
             self.dead_letter(record, decoded.reason, "decode")
             return None

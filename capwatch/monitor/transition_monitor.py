@@ -14,7 +14,7 @@ keeps, so they live with it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from capwatch.model.consistency import Verdict, check, explain
@@ -258,7 +258,16 @@ class TransitionMonitor:
         return s, s if next_state == state else self._encode(next_state)
 
     def observe(self, state: frozenset[GroundAtom], action: GroundAction,
-                next_state: frozenset[GroundAtom], position: int = -1) -> Observation:
+                next_state: frozenset[GroundAtom], position: int = -1,
+                flipped: Collection[GroundAtom] | None = None) -> Observation:
+        """Check a transition given as sets of atoms (see :meth:`observe_lists`).
+
+        ``flipped``: the atoms in exactly one of ``state`` and ``next_state``, no atom
+        twice, when the caller knows them (the decoder made the next state from the
+        state by them): the next state is then encoded from the state's mask by those
+        few atoms alone. Wrong ones would make a wrong verdict: only a caller that built
+        ``next_state`` from them passes them.
+        """
         # The operator first: grounding a new one may move the agent to an index of its
         # own, which the states must then be encoded in.
         op = self._ops.get(action)
@@ -276,6 +285,10 @@ class TransitionMonitor:
                 s = self._last_mask
                 if next_state is state:
                     s2 = s
+                elif flipped is not None:
+                    # Each atom's bit is its own: toggling the flipped ones' bits removes
+                    # those the state had and adds the others.
+                    s2 = s ^ sum(map(valid.__getitem__, flipped))
                 elif len(next_state) < 10:  # two set differences cost more than 9 lookups
                     s2 = sum(map(valid.__getitem__, next_state))
                 else:
@@ -287,6 +300,8 @@ class TransitionMonitor:
                 s = sum(map(valid.__getitem__, state))
                 if next_state is state:
                     s2 = s
+                elif flipped is not None:
+                    s2 = s ^ sum(map(valid.__getitem__, flipped))
                 elif len(next_state) < 10:
                     s2 = sum(map(valid.__getitem__, next_state))
                 else:

@@ -3,6 +3,7 @@ transitions for a valid event, the same dead-letter reason for an invalid one.""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -411,3 +412,37 @@ def test_states_in_another_order_than_the_memo_change_nothing(
         if last is not None and not isinstance(got, DeadLetter) \
                 and got[0].state == last[2]:
             assert got[0].state is last[2]
+
+
+_WIDE = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
+_ATOMS = [["at", "rover", f"waypoint{i}"] for i in range(24)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sets(st.sampled_from(range(len(_ATOMS))), min_size=12), min_size=2,
+                max_size=10))
+def test_the_atoms_a_next_state_was_made_by_are_exactly_those_that_differ(
+        states: list[set[int]]) -> None:
+    # With a second item in the memo, the decoder says which atoms it made the next
+    # state from the state by; the monitor encodes the next state by them alone, so they
+    # must be exactly the atoms in one of the two states, none twice.
+    # Every atom's text known first, also as a state's first atom (any agent teaches
+    # them): a state holding an atom's text never seen is parsed whole, and no atoms are
+    # told then.
+    for i in range(len(_ATOMS)):
+        turned = _ATOMS[i:] + _ATOMS[:i]
+        wire_fast.decode(variant(TRANSITION, state=turned, next_state=turned), _WIDE)
+    memo: list[Any] = [None, None]
+    told = 0
+    for before, after in itertools.pairwise(states):
+        raw = variant(TRANSITION, state=[_ATOMS[i] for i in sorted(before)],
+                      next_state=[_ATOMS[i] for i in sorted(after)])
+        got = wire_fast.decode(raw, _WIDE, memo=memo)
+        assert got == wire.decode(raw, _WIDE) and not isinstance(got, DeadLetter)
+        flipped = memo[1]
+        if flipped is not None:
+            told += 1
+            assert len(set(flipped)) == len(flipped)
+            assert set(flipped) == got[0].state ^ got[0].next_state
+    # Over 256 bytes, a next state other than the state is made from it (atoms known).
+    assert told == sum(a != b for a, b in itertools.pairwise(states))

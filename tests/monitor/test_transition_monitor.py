@@ -283,6 +283,9 @@ def test_a_large_next_state_encoded_from_the_last_is_checked_as_a_new_one(name: 
     plan = parse_plan((IPC / name / "optimal-plan.txt").read_text())
     g = Grounder(domain)
     chained, fresh = TransitionMonitor(domain), TransitionMonitor(domain)
+    # Told the atoms that differ, as the decoder tells them: with the previous next
+    # state's very set, and with a copy (the state then encoded whole, the next by them).
+    told, told_copy = TransitionMonitor(domain), TransitionMonitor(domain)
     state = frozenset(problem.init)
     stray = ("unheard-of", "x")
     for i, action in enumerate(plan[:40]):
@@ -297,11 +300,15 @@ def test_a_large_next_state_encoded_from_the_last_is_checked_as_a_new_one(name: 
         got = chained.observe(state, tuple(action), nxt, i)
         want = fresh.observe(frozenset(state), tuple(action), frozenset(nxt), i)
         assert got.verdict is want.verdict and got.state == want.state, i
+        flipped = None if nxt is state else list(state ^ nxt)
+        assert told.observe(state, tuple(action), nxt, i, flipped) == got, i
+        assert told_copy.observe(frozenset(state), tuple(action), nxt, i, flipped) == got, i
         assert len(state) >= 10
         state = nxt if got.verdict is not Verdict.INCONSISTENT else frozenset(after)
-    assert chained.counts == fresh.counts
+    assert chained.counts == fresh.counts == told.counts == told_copy.counts
     assert chained.inconsistent_count > 0
-    assert chained.executed_since(0, 64) == fresh.executed_since(0, 64)
+    assert chained.executed_since(0, 64) == fresh.executed_since(0, 64) \
+        == told.executed_since(0, 64) == told_copy.executed_since(0, 64)
 
 
 @pytest.mark.parametrize("name", ["sokoban", "grid"])
