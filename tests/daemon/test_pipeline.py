@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -285,10 +286,10 @@ def test_a_message_that_trips_a_bug_is_dead_lettered_not_fatal(
                            good_sample(step=2)])
     real = AgentWatch.observe
 
-    def observe(watch: AgentWatch, t: AgentTransition) -> Finding:
+    def observe(watch: AgentWatch, t: AgentTransition, *told: Any) -> Finding:
         if t.agent_id == "rover-boom":
             raise RuntimeError("boom")
-        return real(watch, t)
+        return real(watch, t, *told)
 
     monkeypatch.setattr(AgentWatch, "observe", observe)
     for r in d.source.poll(1.0):
