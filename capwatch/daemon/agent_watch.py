@@ -241,7 +241,7 @@ class AgentWatch:
         of a frozen watch without thawing it."""
         if self._frozen is None:
             return self._last_state
-        return frozen_last_state(self._idle_state()[2], self._frozen_shared)
+        return frozen_last_state(self._idle_state(), self._frozen_shared)
 
     @last_state.setter
     def last_state(self, state: frozenset[GroundAtom]) -> None:
@@ -265,9 +265,9 @@ class AgentWatch:
         """Hold an idle watch's monitor (its counts and the executions kept), its
         execution times and its last state as one bytes object until its next record or
         any use of them (:meth:`thaw`): an idle agent held in memory then costs a few
-        hundred bytes instead of a dozen small objects and big integers. Only a watch
-        holding nothing for an assessment (no evidence, alarm, awaited work or optimal
-        run) whose monitor shares its family's grounding is frozen; True if it was.
+        hundred bytes instead of a dozen small objects and big integers (an index of the
+        agent's own, as its atoms). Only a watch holding nothing for an assessment (no
+        evidence, alarm, awaited work or optimal run) is frozen; True if it was.
         The drift tables are packed by their owner (``DriftMonitor.pack``)."""
         monitor = self._monitor
         if monitor is None or self.awaiting is not None or self.evidence or self.alarms \
@@ -299,10 +299,8 @@ class AgentWatch:
         if self._frozen is None:
             assert self._monitor is not None
             return self._monitor
-        shared = self._frozen_shared
-        assert shared is not None and self._frozen is not None
         monitor, times, last_state = thaw_bytes(self._frozen, self.domain,
-                                                self.settings.monitor, shared)
+                                                self.settings.monitor, self._frozen_shared)
         self._monitor = monitor
         self._last_executed = dict(times)
         self._last_state = last_state

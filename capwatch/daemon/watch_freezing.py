@@ -10,32 +10,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from capwatch.model.domain import Domain, GroundAtom
-from capwatch.model.grounding import SharedGrounding
+from capwatch.model.grounding import SharedGrounding, decode_bits
 from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
 
 NO_STATE: frozenset[GroundAtom] = frozenset()
 
 
 def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
-                 last_executed: Mapping[str, float]) -> tuple[bytes, SharedGrounding] | None:
-    """The bytes of an idle watch and the grounding they refer to; None for a monitor
-    that does not share its family's grounding (nothing compact to refer to)."""
-    shared = monitor.shared
+                 last_executed: Mapping[str, float]
+                 ) -> tuple[bytes, SharedGrounding | None] | None:
+    """The bytes of an idle watch and the family grounding they refer to (None for a
+    monitor given none); None for a monitor not held as bytes (``idle_state``)."""
     state = monitor.idle_state(last_state)
-    if state is None or shared is None:
+    if state is None:
         return None
     last: int | tuple[GroundAtom, ...] | None = None
     if last_state:
-        # Its atoms are in the shared index (checked against the model when seen): its
+        # Its atoms are in the index in use (checked against the model when seen): its
         # bitset, decoded again, is an equal set of the index's own atoms. (known_bit:
         # looking must not intern anything in an index other agents share.)
-        index = shared.index
+        index = monitor.index
         last = state[3] if state[4] else sum(map(index.known_bit, last_state))
         if index.decode(last) != last_state:
             last = tuple(last_state)
     # zlib level 1: a third smaller (names and bitsets repeat), ~2 µs to inflate.
     return zlib.compress(pickle.dumps((state, tuple(last_executed.items()), last),
-                                      pickle.HIGHEST_PROTOCOL), 1), shared
+                                      pickle.HIGHEST_PROTOCOL), 1), monitor.shared
 
 
 def idle_state(frozen: bytes) -> tuple[Any, ...]:
@@ -44,17 +44,28 @@ def idle_state(frozen: bytes) -> tuple[Any, ...]:
     return state
 
 
-def frozen_last_state(last: int | tuple[GroundAtom, ...] | None,
-                      shared: SharedGrounding | None) -> frozenset[GroundAtom]:
-    if last is None or shared is None:
+def frozen_last_state(frozen: tuple[Any, ...], shared: SharedGrounding | None
+                      ) -> frozenset[GroundAtom]:
+    """The last state in :func:`idle_state`'s ``frozen``: bits of the index the monitor
+    used (its own, held in the bytes, or the family's), or atoms."""
+    last = frozen[2]
+    if last is None:
         return NO_STATE
-    return shared.index.decode(last) if isinstance(last, int) else frozenset(last)
+    if not isinstance(last, int):
+        return frozenset(last)
+    own = frozen[0][5]
+    if own is not None:
+        return decode_bits(own[0], last)
+    assert shared is not None
+    return shared.index.decode(last)
 
 
-def thaw_bytes(frozen: bytes, domain: Domain, limits: MonitorLimits, shared: SharedGrounding
+def thaw_bytes(frozen: bytes, domain: Domain, limits: MonitorLimits,
+               shared: SharedGrounding | None
                ) -> tuple[TransitionMonitor, dict[str, float], frozenset[GroundAtom]]:
     """The monitor, execution times and last state :func:`freeze_bytes` held."""
-    state, times, last = idle_state(frozen)
-    last_state = frozen_last_state(last, shared)
+    held = idle_state(frozen)
+    state, times = held[0], held[1]
+    last_state = frozen_last_state(held, shared)
     monitor = TransitionMonitor.from_idle_state(domain, limits, shared, state, last_state)
     return monitor, dict(times), last_state

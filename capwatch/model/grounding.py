@@ -33,6 +33,12 @@ WIDE_INDEX = 16_384
 """Atoms in an index past which states are encoded by packing bytes (see encode)."""
 
 
+_BITS = tuple(1 << k for k in range(8_192))
+"""The bits of the first atoms of an index, made once: every index numbers its atoms from
+0, so agents on indexes of their own hold the same int objects rather than one per atom
+each (an int past 2**60 costs 36 bytes and more)."""
+
+
 class IndexFull(Exception):
     """A bounded :class:`AtomIndex` has no room for another atom."""
 
@@ -59,10 +65,30 @@ class AtomIndex:
         if b is None:
             if len(self._atoms) >= self._limit:
                 raise IndexFull(f"atom index full ({self._limit} atoms)")
-            b = 1 << len(self._atoms)
+            n = len(self._atoms)
+            b = _BITS[n] if n < 8_192 else 1 << n
             self._bits[atom] = b
             self._atoms.append(atom)
         return b
+
+    @classmethod
+    def of(cls, atoms: Iterable[GroundAtom], limit: int | None = None) -> AtomIndex:
+        """An index numbering ``atoms`` (distinct) in this order, as interning them one by
+        one would have."""
+        index = cls(limit)
+        for atom in atoms:
+            index.bit(atom)
+        return index
+
+    @property
+    def atoms(self) -> tuple[GroundAtom, ...]:
+        """The atoms interned, in bit order (:meth:`of` numbers them alike again)."""
+        return tuple(self._atoms)
+
+    @property
+    def bits(self) -> dict[GroundAtom, int]:
+        """Atom → its bit: the index's own map (read-only for callers)."""
+        return self._bits
 
     @property
     def full(self) -> bool:
@@ -126,18 +152,22 @@ class AtomIndex:
         return mask
 
     def decode(self, mask: StateMask) -> frozenset[GroundAtom]:
-        atoms = self._atoms
-        result = []
-        i = 0
-        while mask:
-            low = mask & 0xFFFFFFFFFFFFFFFF
-            while low:
-                lsb = low & -low
-                result.append(atoms[i + lsb.bit_length() - 1])
-                low ^= lsb
-            mask >>= 64
-            i += 64
-        return frozenset(result)
+        return decode_bits(self._atoms, mask)
+
+
+def decode_bits(atoms: Sequence[GroundAtom], mask: StateMask) -> frozenset[GroundAtom]:
+    """The atoms whose positions in ``atoms`` are the bits set in ``mask``."""
+    result = []
+    i = 0
+    while mask:
+        low = mask & 0xFFFFFFFFFFFFFFFF
+        while low:
+            lsb = low & -low
+            result.append(atoms[i + lsb.bit_length() - 1])
+            low ^= lsb
+        mask >>= 64
+        i += 64
+    return frozenset(result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +265,19 @@ class Grounder:
 GroundAtoms = tuple[GroundAtom, ...]
 
 
+def closed_vocabulary(domain: Domain) -> bool:
+    """Whether every atom the domain's actions mention is of a declared predicate, with
+    its arity: then every atom a grounding interns would pass the vocabulary check, and an
+    index that only ever interns grounded or checked atoms holds checked atoms only."""
+    arity = {p.name: p.arity for p in domain.predicates}
+    return all(arity.get(atom.predicate) == len(atom.args)
+               for action in domain.actions
+               for group in (action.pre_pos, action.pre_neg,
+                             *(o.add for o in action.outcomes),
+                             *(o.delete for o in action.outcomes))
+               for atom in group)
+
+
 class SharedGrounding:
     """What every agent running one domain (a family's baseline) can share: the ground
     atoms of each ground action, the atoms checked against its vocabulary, and one atom
@@ -247,8 +290,8 @@ class SharedGrounding:
     own vocabulary. Owned by the main loop (not thread-safe).
     """
 
-    __slots__ = ("_ground", "actions", "bits", "domain", "grounder", "index", "predicates",
-                 "valid")
+    __slots__ = ("_ground", "actions", "bits", "closed", "domain", "grounder", "index",
+                 "predicates", "valid")
 
     def __init__(self, domain: Domain, index_atoms: int = SHARED_INDEX_ATOMS) -> None:
         self.domain = domain
@@ -267,6 +310,8 @@ class SharedGrounding:
         """Operators over :attr:`index`, grounded once for every agent sharing it."""
         self.bits: dict[GroundAtom, int] = {}
         """Atom → its bit in :attr:`index`, for atoms checked against the vocabulary."""
+        self.closed = closed_vocabulary(domain)
+        """:func:`closed_vocabulary` of the domain, found once."""
 
     def ground(self, ground_action: GroundAction) -> tuple[
             Action, tuple[str, ...], GroundAtoms, GroundAtoms,

@@ -27,6 +27,7 @@ from capwatch.model.grounding import (
     IndexFull,
     SharedGrounding,
     StateMask,
+    closed_vocabulary,
 )
 from capwatch.model.pal import (
     LEGAL_PA_VALUES,
@@ -98,11 +99,24 @@ class TransitionMonitor:
             self.grounder = Grounder(domain, self.index, shared)
             self._shared_valid: set[GroundAtom] | None = shared.valid \
                 if shared is not None else None
-            self._valid: dict[GroundAtom, int] = {}
+            self._valid: dict[GroundAtom, int] = self._own_valid()
             """Atom → its bit, for the atoms checked against this model's vocabulary."""
         self._ops = self.grounder.cache
         self._predicates = shared.predicates if shared is not None \
             else {p.name: p.arity for p in domain.predicates}
+
+    def _own_valid(self, checked: bool = False) -> dict[GroundAtom, int]:
+        """The checked atoms' map of an index of the agent's own: the index's own map
+        while every atom it holds is checked (a new index, or one ``checked`` holds only
+        checked atoms, over a model whose actions mention only its vocabulary: grounded
+        atoms pass the check, and the rest are checked before they are interned); an
+        agent on its own index then holds one map, not two. An index kept from an earlier
+        model is checked again, atom by atom."""
+        shared = self._shared
+        if (checked or len(self.index) == 0) and (
+                shared.closed if shared is not None else closed_vocabulary(self.domain)):
+            return self.index.bits
+        return {}
 
     def _use_shared(self, shared: SharedGrounding) -> None:
         if self.index is not shared.index:
@@ -117,26 +131,44 @@ class TransitionMonitor:
         in memory as bytes; :meth:`from_idle_state` rebuilds the very same monitor. ``last``
         is the caller's last next-state (the set :meth:`observe` was handed last). None
         (nothing to gain, or not rebuilt exactly) while the monitor holds inconsistent
-        transitions, numbers atoms in an index of its own or last saw decoded lists."""
+        transitions or last saw decoded lists.
+
+        An index of the agent's own is held as its atoms in bit order (numbered alike
+        again), with the bits of those checked against the model (None: all of them, the
+        index's own map); its operators are grounded again when next used, to the same
+        bits, since every atom they intern already is in the index."""
         lists = self._last_lists
-        if self._inconsistencies is not None or not self.shares_index \
-                or (lists is not None and lists is not last):
+        if self._inconsistencies is not None or (lists is not None and lists is not last):
             return None
+        own: tuple[tuple[GroundAtom, ...], int | None] | None = None
+        if not self.shares_index:
+            index = self.index
+            valid = self._valid
+            own = (index.atoms, None if valid is index.bits else sum(valid.values()))
         return (self.transitions, tuple((name, *c) for name, c in self._counts.items()),
                 tuple((name, tuple(map(tuple, buf))) for name, buf in self.executed.items()),
-                self._last_mask, lists is not None)
+                self._last_mask, lists is not None, own)
 
     @classmethod
-    def from_idle_state(cls, domain: Domain, limits: MonitorLimits, shared: SharedGrounding,
-                        state: tuple[Any, ...], last: frozenset[GroundAtom]
-                        ) -> TransitionMonitor:
+    def from_idle_state(cls, domain: Domain, limits: MonitorLimits,
+                        shared: SharedGrounding | None, state: tuple[Any, ...],
+                        last: frozenset[GroundAtom]) -> TransitionMonitor:
         """The monitor :meth:`idle_state` described, over the same model, limits and shared
         grounding; ``last`` is the caller's last next-state again."""
-        transitions, counts, executed, mask, had_last = state
-        if shared.domain is not domain:
+        transitions, counts, executed, mask, had_last, own = state
+        if shared is not None and shared.domain is not domain:
             raise ValueError("the shared grounding is for another model")
         mon = cls(domain, limits, shared)
-        if not mon.shares_index:
+        if own is not None:
+            atoms, valid = own
+            index = mon.index = AtomIndex.of(atoms, limits.own_index_atoms)
+            mon.grounder = Grounder(domain, index, shared)
+            mon._ops = mon.grounder.cache
+            mon._shared_valid = shared.valid if shared is not None else None
+            mon._valid = index.bits if valid is None \
+                else {a: b for a, b in index.bits.items() if valid & b}
+        elif not mon.shares_index:
+            assert shared is not None
             # The shared index filled up meanwhile: the monitor had numbered its atoms in
             # it before and keeps doing so until an atom does not fit (as it would have).
             mon._use_shared(shared)
@@ -156,6 +188,9 @@ class TransitionMonitor:
         ``limits.own_index_room``; older ones are dropped (a recency buffer: losing some
         costs queries, never a verdict), so the transition being observed always fits."""
         old = self.index
+        # The executions re-encoded below hold atoms of the old index: checked ones if
+        # every atom there was (the family's index is checked as this one would be).
+        checked = self._valid is old.bits or self.shares_index
         index = AtomIndex(self.limits.own_index_atoms)
         room = self.limits.own_index_room
         kept = sorted(((t.position, i, name, t) for name, buf in self.executed.items()
@@ -174,7 +209,7 @@ class TransitionMonitor:
         self.grounder = Grounder(self.domain, index, self._shared)
         self._ops = self.grounder.cache
         self._shared_valid = self._shared.valid if self._shared is not None else None
-        self._valid = {}
+        self._valid = self._own_valid(checked)
 
     @property
     def shared(self) -> SharedGrounding | None:

@@ -14,13 +14,15 @@ import pytest
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.contracts.ports import Record
 from capwatch.contracts.versions import ModelRef, build_version
-from capwatch.daemon.agent_watch import AgentWatch
+from capwatch.daemon import registry as registry_module
+from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
 from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
 from capwatch.model.grounding import SharedGrounding
 from capwatch.models_store import open_store
 from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import snapshot_agent
+from capwatch.monitor.transition_monitor import MonitorLimits
 from tests.daemon.helpers import EXAMPLES, example, simulated
 from tests.daemon.test_compaction import _stream
 from tests.daemon.test_drift_state import AGENT, _alarm
@@ -31,20 +33,35 @@ def _watch_state(w: AgentWatch, drift: DriftMonitor) -> Any:
     return (w.transitions, w.inconsistent, w.last_offset, w.last_state, dict(w.last_executed),
             m.transitions, m.counts, {k: list(v) for k, v in m.executed.items()},
             list(m.inconsistencies), w.evidence, w.alarms, w.backoff, w.held_back,
-            snapshot_agent(drift, w.agent_id))
+            snapshot_agent(drift, w.agent_id), m.shares_index,
+            None if m.shares_index else (m.index.atoms, m.index.full))
 
 
-def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have() -> None:
+# The family's index as usual; full from the start (every agent on an index of its own);
+# filling up midway; none at all (an agent on a lineage of its own); and an own index so
+# small that the agent moves to a new one again and again (keeping no execution).
+_INDEXES = {"shared": (1024, None), "own": (0, None), "fills": (5, None),
+            "no-family": (None, None), "own-moves": (0, MonitorLimits(max_state_atoms=4,
+                                                                      own_index_room=0))}
+
+
+@pytest.mark.parametrize("kind", list(_INDEXES))
+def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
+        kind: str) -> None:
     domain = example("rover.pddl")
     version = build_version(ModelRef("rover-v1", None, 1), domain,
                             datetime(2026, 1, 1, tzinfo=UTC))
-    shared = SharedGrounding(domain)
+    atoms, limits = _INDEXES[kind]
+    settings = WatchSettings(monitor=limits or MonitorLimits())
     plain_drift, frozen_drift = DriftMonitor(), DriftMonitor()
-    plain = AgentWatch("a", "rover-v1", 0, version, plain_drift, clock=lambda: 0.0,
-                       domain=domain, shared=shared)
-    frozen = AgentWatch("a", "rover-v1", 0, version, frozen_drift, clock=lambda: 0.0,
-                        domain=domain, shared=shared)
-    items = freezes = 0
+    # Each its own family grounding, so that neither interns atoms for the other.
+    plain = AgentWatch("a", "rover-v1", 0, version, plain_drift, settings, lambda: 0.0,
+                       domain=domain,
+                       shared=None if atoms is None else SharedGrounding(domain, atoms))
+    frozen = AgentWatch("a", "rover-v1", 0, version, frozen_drift, settings, lambda: 0.0,
+                        domain=domain,
+                        shared=None if atoms is None else SharedGrounding(domain, atoms))
+    items = freezes = own = 0
     for i, t in enumerate(_stream(600)):
         want, got = plain.observe(t), frozen.observe(t)
         assert got == want, i
@@ -52,8 +69,10 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have() ->
             # Both trimmed (what freezing needs first), only one frozen.
             plain.monitor.compact()
             frozen.monitor.compact()
+            on_own = not frozen.monitor.shares_index
             if frozen.freeze():
                 freezes += 1
+                own += on_own
                 assert frozen.frozen and frozen_drift.pack("a") in (True, False)
                 # What others read of a frozen watch, without thawing it.
                 assert frozen.last_state == plain.last_state
@@ -73,6 +92,7 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have() ->
             plain.settle(a.key)
             frozen.settle(b.key)
     assert items >= 1 and freezes > 100
+    assert (own > 100) == (kind != "shared")
     assert _watch_state(frozen, frozen_drift) == _watch_state(plain, plain_drift)
 
 
@@ -151,14 +171,22 @@ def _chunked_run(tmp_path: Path, freeze: bool) -> tuple[Any, MemoryPublisher, in
     return service, memory, thawed
 
 
+@pytest.mark.parametrize("family_index", [True, False], ids=["family-index", "own-index"])
 def test_agents_frozen_after_every_batch_alarm_and_learn_as_if_never_frozen(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family_index: bool) -> None:
+    if not family_index:
+        # A family index with no room: every agent numbers its atoms in an index of its
+        # own, as agents that each name objects of their own end up doing.
+        monkeypatch.setattr(registry_module, "SharedGrounding",
+                            lambda domain: SharedGrounding(domain, 0))
     reference_dir = tmp_path / "reference"
     reference_dir.mkdir()
     ref, ref_out, _ = _chunked_run(reference_dir, freeze=False)
     ref_alarm = _alarm(reference_dir)
     service, out, thawed = _chunked_run(tmp_path, freeze=True)
     assert thawed > 1000  # six agents, ~250 batches
+    if not family_index:
+        assert not any(w.monitor.shares_index for w in service.pipeline.registry)
     assert _alarm(tmp_path) == ref_alarm
     assert [(m.agent_id, m.version, m.changes) for m in out.models] == \
         [(m.agent_id, m.version, m.changes) for m in ref_out.models] != []
