@@ -9,6 +9,7 @@ import structlog
 
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import LimitsConfig
+from capwatch.daemon.heap import release_freed
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
 
@@ -30,6 +31,7 @@ class Eviction:
             return 0
         n = self.checkpoints.evict(limit * 9 // 10)
         if n:
+            release_freed()  # what they held, amid the agents admitted since (daemon.heap)
             self.metrics.evictions.inc(n)
             log.info("idle agents evicted", evicted=n, held=len(self.registry))
         return n
@@ -42,6 +44,7 @@ class Eviction:
             return 0
         n = self.checkpoints.evict_watches(self.registry.not_seen_for(age, now))
         if n:
+            release_freed()
             self.metrics.evictions.inc(n)
             log.info("agents idle for limits.evict_idle_after_s evicted", evicted=n,
                      idle_s=age, held=len(self.registry))

@@ -17,11 +17,21 @@ and the startup heap (modules, schemas, family models), none of which is garbage
 
 Not done by ``build_service`` or ``Pipeline`` themselves: a process that runs many
 daemons in turn (the test suite) would keep each one's reference cycles forever.
+
+:func:`release_freed` hands memory freed in the middle of the heap back to the system
+(glibc's ``malloc_trim``), which glibc does by itself only at the heap's top: an agent
+held as bytes or evicted frees its monitor, index and sets, tens of KB for an agent on
+an index of its own, amid the long-lived watches admitted meanwhile, and the process
+kept it resident (3.6 KB of RSS per idle agent held as bytes where the agent holds 1 KB).
+The pipeline calls it after a checkpoint or an eviction that made agents smaller:
+~10-20 ms for a heap of 300 MB.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
+from collections.abc import Callable
 
 FULL_COLLECTION_AFTER = 100
 """Middle-generation collections before a full one (CPython's default is 10)."""
@@ -33,3 +43,23 @@ def settle_heap() -> None:
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc: nothing to call (its allocator returns memory its way)
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def release_freed() -> bool:
+    """Return the heap's free pages to the system (see the module doc); False where the
+    C library has no ``malloc_trim``."""
+    if _TRIM is None:
+        return False
+    _TRIM(0)
+    return True

@@ -52,6 +52,7 @@ from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.enqueue import EvidenceQueue
 from capwatch.daemon.eviction import Eviction
 from capwatch.daemon.health import Health
+from capwatch.daemon.heap import release_freed
 from capwatch.daemon.infra import (
     INFRASTRUCTURE_ERRORS,
     Clock,
@@ -471,7 +472,8 @@ class Pipeline:
         self.metrics.pending.set(len(self.registry.awaiting()))
         if partitions is None:  # the scheduled checkpoint, not a rebalance's
             now = time.monotonic()
-            self.registry.compact_idle(now, self.config.limits.freeze_idle_after_s)
+            if self.registry.compact_idle(now, self.config.limits.freeze_idle_after_s):
+                release_freed()  # what the agents held before (daemon.heap)
             self.eviction.silent(now)
         if self.checkpoints.checkpoint(partitions):
             self.lag.refresh()

@@ -229,7 +229,7 @@ class Registry:
         """Trim the monitors of watches not handed out since the last call and with no
         evidence buffered (``TransitionMonitor.compact``): an idle agent keeps its drift
         tables and the last execution of each action, not 64 of them. Returns how many
-        watches were trimmed.
+        watches were trimmed or frozen.
 
         With ``freeze_after_s`` (and ``now``), those also idle for that long are held as
         bytes (``AgentWatch.freeze``, ``DriftMonitor.pack``) until their next record or
@@ -247,10 +247,11 @@ class Registry:
         for watch in self._agents.values():
             if watch.seen <= since and not watch.evidence and not watch.frozen:
                 watch.state_memo = None  # the decoder's memo: a speed-up for active agents
-                if watch.monitor.compact():
-                    n += 1
+                trimmed = watch.monitor.compact()
                 if watch.seen <= frozen and watch.freeze():
                     self.drift.pack(watch.agent_id)
+                    trimmed = True
+                n += trimmed
         return n
 
     def in_partitions(self, partitions: set[int]) -> list[AgentWatch]:
