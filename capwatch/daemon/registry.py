@@ -247,7 +247,7 @@ class Registry:
         for watch in self._agents.values():
             if watch.seen <= since and not watch.evidence and not watch.frozen:
                 watch.state_memo = None  # the decoder's memo: a speed-up for active agents
-                trimmed = watch.monitor.compact()
+                trimmed = watch.compact()
                 if watch.seen <= frozen and watch.freeze():
                     self.drift.pack(watch.agent_id)
                     trimmed = True

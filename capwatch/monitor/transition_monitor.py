@@ -235,7 +235,10 @@ class TransitionMonitor:
         inconsistent transitions kept so far are dropped: an assessment gets executions
         from its first buffered inconsistency on, so a caller compacts only an agent with
         none buffered; :meth:`pinned_pa_values` and :meth:`contradicted` then see only
-        what was observed since. True if anything was dropped."""
+        what was observed since. True if anything was dropped (the last next-state's
+        set is let go too: an idle agent's next record comes with a set decoded anew,
+        whose encoding is made again)."""
+        self._last_lists = None
         dropped = self._inconsistencies is not None
         self._inconsistencies = None
         executed = self.executed

@@ -295,7 +295,7 @@ def test_an_agent_held_as_bytes_is_probed_as_if_it_was_not(tmp_path: Path) -> No
             for watch, now in watches:
                 now[0] = float(t)
                 if freeze and not watch.frozen:
-                    watch.monitor.compact()
+                    watch.compact()
                     assert watch.freeze()
             prober.probe_idle([w for w, _ in watches], problems, objects)
             assert all(w.frozen for w, _ in watches) == freeze

@@ -41,7 +41,7 @@ def test_a_watch_trimmed_whenever_it_holds_no_evidence_makes_the_same_work() -> 
         want, got = plain.observe(t), trimmed.observe(t)
         assert got == want
         if not trimmed.evidence:
-            trimmed.monitor.compact()
+            trimmed.compact()
             assert all(len(buf) <= 1 for buf in trimmed.monitor.executed.values())
         if plain.ripe():
             a, b = plain.work_item(), trimmed.work_item()

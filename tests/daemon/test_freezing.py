@@ -67,8 +67,8 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
         assert got == want, i
         if not frozen.evidence and not plain.evidence:
             # Both trimmed (what freezing needs first), only one frozen.
-            plain.monitor.compact()
-            frozen.monitor.compact()
+            plain.compact()
+            frozen.compact()
             on_own = not frozen.monitor.shares_index
             if frozen.freeze():
                 freezes += 1
@@ -105,7 +105,7 @@ def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
     for t in _stream(20):
         w.observe(t)
     assert not w.evidence
-    w.monitor.compact()
+    w.compact()
     assert w.freeze() and not w.freeze()
     with pytest.raises(AttributeError):
         w.evidence.append(w.evidence)  # type: ignore[arg-type]  # shared and read-only
@@ -113,7 +113,7 @@ def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
         w.alarms["x"] = w.alarms  # type: ignore[assignment]
     w.back_off(["kind"])
     assert not w.frozen and w.backoff == {"kind": (605.0, 1)}
-    w.monitor.compact()
+    w.compact()
     assert w.freeze() and w.backoff == {"kind": (605.0, 1)}  # its own, kept as it was
     w.install(version, domain)
     assert not w.frozen and w.evidence == [] and w.backoff == {}
