@@ -165,7 +165,9 @@ class LimitsConfig(Section):
     kept in memory as bytes from the next scheduled checkpoint on: ~1 KB each instead of
     3-5 KB, and their next record unpacks them (tens of µs), exactly as they were
     (docs/performance.md). ``null`` keeps them unpacked; 0 packs them at the first
-    checkpoint that finds them idle."""
+    checkpoint that finds them idle, as is done anyway while more than half of
+    ``max_agents_in_memory`` are held (agents differ in size, a count alone does not
+    bound memory)."""
 
 
 class DetectionConfig(Section):

@@ -472,7 +472,7 @@ class Pipeline:
         self.metrics.pending.set(len(self.registry.awaiting()))
         if partitions is None:  # the scheduled checkpoint, not a rebalance's
             now = time.monotonic()
-            if self.registry.compact_idle(now, self.config.limits.freeze_idle_after_s):
+            if self.registry.compact_idle(now, self.eviction.freeze_after_s()):
                 release_freed()  # what the agents held before (daemon.heap)
             self.eviction.silent(now)
         if self.checkpoints.checkpoint(partitions):

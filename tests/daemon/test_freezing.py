@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -16,6 +16,10 @@ from capwatch.contracts.ports import Record
 from capwatch.contracts.versions import ModelRef, build_version
 from capwatch.daemon import registry as registry_module
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
+from capwatch.daemon.checkpoint import Checkpointer
+from capwatch.daemon.config import LimitsConfig
+from capwatch.daemon.eviction import Eviction
+from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
 from capwatch.model.grounding import SharedGrounding
@@ -209,3 +213,39 @@ def test_agents_frozen_after_every_batch_alarm_and_learn_as_if_never_frozen(
     finally:
         for s in stores:
             s.close()
+
+
+def test_past_half_the_agent_limit_idle_agents_are_held_as_bytes_at_once(
+        tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    seed_baselines(store, {"rover-v1": example("rover.pddl")}, datetime.now(UTC))
+    registry = Registry(store)
+    limits = LimitsConfig(max_agents_in_memory=6, freeze_idle_after_s=3600.0)
+    # Only the registry and the limits decide when (the rest is the eviction's).
+    eviction = Eviction(limits=limits, registry=registry,
+                        checkpoints=cast(Checkpointer, None), metrics=DaemonMetrics())
+    stream = _stream(30)
+
+    def admit(agents: list[str]) -> None:
+        for agent in agents:
+            w = registry.load(agent, "rover-v1", 0)
+            assert w is not None
+            for t in stream:
+                w.observe(t)
+
+    admit(["a", "b", "c"])  # half the limit: frozen after the setting's hour only
+    assert eviction.freeze_after_s() == 3600.0
+    registry.compact_idle(100.0, eviction.freeze_after_s())
+    registry.compact_idle(200.0, eviction.freeze_after_s())
+    assert not any(w.frozen for w in registry)
+    admit(["d"])  # past half: idle since the last checkpoint is enough
+    assert eviction.freeze_after_s() == 0.0
+    registry.compact_idle(300.0, eviction.freeze_after_s())
+    assert {w.agent_id for w in registry if w.frozen} == {"a", "b", "c"}
+    registry.compact_idle(400.0, eviction.freeze_after_s())
+    assert all(w.frozen for w in registry)
+    never = Eviction(limits=LimitsConfig(max_agents_in_memory=6, freeze_idle_after_s=None),
+                     registry=registry, checkpoints=cast(Checkpointer, None),
+                     metrics=DaemonMetrics())
+    assert never.freeze_after_s() is None  # never held as bytes means never
+    store.close()
