@@ -359,7 +359,8 @@ def main() -> int:
         rss = rss_bytes()
         per_evicted = (rss - rss_a) / max(1, p.checkpoints.evictions - evicted_a)
         print(f"  memory, {seen:,} agents seen, limits.max_agents_in_memory {limit:,}: "
-              f"whole-process RSS {rss / 2**20:,.0f} MB, {len(p.registry):,} held, "
+              f"whole-process RSS {rss / 2**20:,.0f} MB, {len(p.registry):,} held "
+              f"({sum(w.frozen for w in p.registry):,} as bytes), "
               f"{p.checkpoints.evictions:,} evicted (+{per_evicted:,.0f} bytes RSS per agent "
               f"evicted)   target 100,000 in 512 MB")
         p.source.close()

@@ -171,7 +171,9 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool,
     next; all held, or (``limited``) under the default ``limits.max_agents_in_memory``.
     Prints the RSS before and after. ``frozen``: with ``limits.freeze_idle_after_s`` 0,
     so the idle agents are held as bytes, as the default 60 s does to agents idle that
-    long; otherwise never, however long the run takes."""
+    long; otherwise not however long the run takes, except (``limited``) past half the
+    limit, where the daemon holds idle agents as bytes at once (daemon/eviction.py). All
+    held: under a limit twice the agents, which never presses."""
     configure_logging("error", "json")
     fleet = fleets.load(fleet_dir)
     families = fleet.families
@@ -180,7 +182,7 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool,
     gc.collect()
     ctypes.CDLL(None).malloc_trim(0)  # the stream read above is the benchmark's, not the daemon's
     with tempfile.TemporaryDirectory() as tmp:
-        p = pipeline(tmp, families, max_agents=None if limited else agents + 10_000,
+        p = pipeline(tmp, families, max_agents=None if limited else 2 * agents + 10_000,
                      freeze_idle_after_s=0.0 if frozen else 1e9)
         # Every code path and family model loaded before the first figure.
         warm = replays(own, range(min(len(own), 200)), max(steps, 2), 0, "warm-")
@@ -291,7 +293,8 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True,
         return
     child = run_memory_child(fleet_dir, seen_total, 1, limited=True)
     print(f"  memory, {seen_total:,} agents seen, limit {child['limit']:,} (fresh process): "
-          f"whole-process RSS {child['rss'] / 2**20:,.0f} MB, {child['held']:,} held, "
+          f"whole-process RSS {child['rss'] / 2**20:,.0f} MB, {child['held']:,} held "
+          f"({child['frozen']:,} as bytes), "
           f"{child['evicted']:,} evicted   target 100,000 in 512 MB", flush=True)
     child = run_memory_child(fleet_dir, seen_total, 1)
     print(f"  memory, {child['held']:,} agents seen once, all held (fresh process): RSS "
