@@ -30,7 +30,7 @@ from capwatch.contracts.wire import (
     DeadLetter,
     DecodeLimits,
 )
-from capwatch.contracts.wire_keys import keys_unique, transition_keys_unique
+from capwatch.contracts.wire_keys import FIND_STATES, keys_unique, transition_keys_unique
 from capwatch.model.domain import GroundAtom
 
 
@@ -120,7 +120,8 @@ fingerprinted by its length and its hash, so a watch does not hold a copy of a l
 state (15 KB for 200 atoms)."""
 
 
-def _fingerprint(raw: bytes) -> Fingerprint:
+def _fingerprint(text: msgspec.Raw | bytes) -> Fingerprint:
+    raw = bytes(text)
     if len(raw) <= _MEMO_TEXT:
         return raw
     # Python's keyed 64-bit SipHash: two different texts of one length match by chance
@@ -310,8 +311,11 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         _ids(agent_id, family, episode_id)
     max_atoms = limits.max_state_atoms
     if type(event) is _Transition:
-        # Copied once to bytes (~0.1 µs each): what the helpers search, count and hash.
-        state, next_state = bytes(event.state), bytes(event.next_state)
+        state: msgspec.Raw | bytes = event.state
+        next_state: msgspec.Raw | bytes = event.next_state
+        if len(state) + len(next_state) >= FIND_STATES:
+            # Copied once to bytes (the helpers' bytes() calls then copy nothing).
+            state, next_state = bytes(state), bytes(next_state)
         time = b"" if event.time is _NO_TIME else bytes(event.time)
         fields = 6 + (event.step is not UNSET) + (event.executed is not UNSET) \
             + _common_fields(event)
@@ -343,8 +347,8 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             if s2 == s:
                 s2 = s  # (_next_state does so when the ids are known)
         else:
-            (n2, s2, ids2, generation2), flipped = _next_state(next_state, max_atoms, s, ids,
-                                                               generation)
+            (n2, s2, ids2, generation2), flipped = _next_state(
+                bytes(next_state), max_atoms, s, ids, generation)
         if n > max_atoms:
             raise _Refused  # a memo made under other limits
         if memo is not None:

@@ -43,7 +43,7 @@ def test_states_read_from_known_texts_are_the_schemas(steps: list[tuple[Any, Any
     # their messages scanned whole for repeated keys).
     memo: list[wire_fast.StateMemo | None] = [None]
     with patch.object(wire_fast, "_SMALL_STATE", 0 if short else wire_fast._SMALL_STATE), \
-            patch.object(wire_keys, "_FIND_STATES", 0 if short else wire_keys._FIND_STATES):
+            patch.object(wire_keys, "FIND_STATES", 0 if short else wire_keys.FIND_STATES):
         for (state, style), (after, _) in pairwise(steps):
             raw = event(state, after, style)
             for _ in range(2):  # the second time, what the first taught is used

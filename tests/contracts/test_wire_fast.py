@@ -189,7 +189,7 @@ def test_a_key_given_twice_is_a_dead_letter_not_read_one_way(
         raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # find_states: as a large message is checked, the keys counted outside the states
     if find_states:
-        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
+        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
     result = agree(raw)
     assert isinstance(result, DeadLetter), raw
     assert "appears twice" in result.reason, result.reason
@@ -204,7 +204,7 @@ def test_the_colon_count_alone_never_takes_a_key_given_twice(
     monkeypatch.setattr(wire_keys, "keys_unique", lambda *args: False)
     monkeypatch.setattr(wire_keys, "_keys_outside", lambda *args: False)
     if find_states:
-        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
+        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
     result = agree(raw)
     assert isinstance(result, DeadLetter) and "appears twice" in result.reason, raw
 
@@ -226,7 +226,7 @@ def test_valid_events_stay_on_the_fast_path(raw: bytes, find_states: bool,
     def slow(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("took the schema's decoder")
     if find_states:
-        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
+        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
     monkeypatch.setattr(wire_fast.wire, "decode", slow)
     assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
 
@@ -383,7 +383,7 @@ def test_the_colon_count_takes_events_with_colons_only_in_states_and_time(
     monkeypatch.setattr(wire_keys, "_keys_outside", lambda *args: False)
     monkeypatch.setattr(wire_fast.wire, "decode", lambda *args, **kwargs: 1 / 0)
     if find_states:
-        monkeypatch.setattr(wire_keys, "_FIND_STATES", 0)
+        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
     assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
 
 
