@@ -30,7 +30,7 @@ from capwatch.contracts.wire import (
     DeadLetter,
     DecodeLimits,
 )
-from capwatch.contracts.wire_keys import FIND_STATES, keys_unique, transition_keys_unique
+from capwatch.contracts.wire_keys import FIND_STATES, trace_keys_unique, transition_keys_unique
 from capwatch.model.domain import GroundAtom
 
 
@@ -362,8 +362,9 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             s, _action(event.action), s2, optimal,
             None if event.executed is UNSET else event.executed, partition, offset,
         )]
-    if not keys_unique(raw, 5 + (event.start_step is not UNSET)
-                       + (event.executed is not UNSET) + _common_fields(event)):
+    time = b"" if event.time is _NO_TIME else bytes(event.time)
+    if not trace_keys_unique(raw, 5 + (event.start_step is not UNSET)
+                             + (event.executed is not UNSET) + _common_fields(event), time):
         raise _Refused
     executed = None if event.executed is UNSET else event.executed
     n = len(event.actions)
@@ -371,7 +372,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             or (executed is not None and len(executed) != n) \
             or n > limits.max_trace_steps or any(len(s) > max_atoms for s in event.states):
         raise _Refused
-    when = _time(event.time)
+    when = None if event.time is _NO_TIME else _time(time)
     states = [_atoms(s) for s in event.states]
     start = 0 if event.start_step is UNSET else event.start_step
     return [

@@ -62,6 +62,13 @@ def _spaced_keys(raw: bytes, start: int, end: int) -> int:
     return len(_KEY_END.findall(raw, start, end))
 
 
+def trace_keys_unique(raw: bytes, fields: int, time: bytes) -> bool:
+    """:func:`keys_unique` for a trace event whose time's text is ``time`` (empty if
+    none): its other values are arrays of strings, strings, numbers, booleans or null, so
+    its colons less the time's are its keys plus colons inside strings."""
+    return raw.count(b":") - time.count(b":") == fields or keys_unique(raw, fields)
+
+
 FIND_STATES = 768
 """States' bytes from which the states are found in a message, and the keys counted
 outside them only (below, finding them costs more than counting them)."""

@@ -177,6 +177,10 @@ COLONS = [
     variant(TRANSITION, next_state=[["at", ":", "::"]])[:-1] + b', "family": "f"}',
     # the first of two states holds colons, the kept one none
     b'{"state": [["a:b:c"]], ' + variant(TRANSITION)[1:],
+    b'{"states": [[["a:b:c"]]], ' + variant(TRACE)[1:],
+    variant(TRACE, states=[[["at", "r:", "w1"]], [["at", "r", "w2"]], [["at", "r", "w1"]]])[:-1]
+    + b', "start_step": 1}',
+    b'{"time": "2026-01-02T03:04:05.1+01:00", ' + variant(TRACE, time="2026-01-02T03:04Z")[1:],
     # a time written with escaped colons: none in its text, the kept key given twice
     variant(TRANSITION, time=...)[:-1]
     + b', "time": "2026-01-02T03\\u003a04\\u003a05Z", "v": 1}',
@@ -375,6 +379,7 @@ def test_spaced_events_and_repeated_keys_agree(
     variant(TRANSITION), json.dumps(TRANSITION, separators=(",", ":")).encode(),
     json.dumps(TRANSITION, indent=2).encode(), variant(TRANSITION, time=None),
     variant(TRANSITION, episode_id=..., step=..., time=..., optimal=..., executed=..., v=...),
+    variant(TRACE), json.dumps(TRACE, indent=1).encode(), variant(TRACE, time=...),
 ], ids=repr)
 def test_the_colon_count_takes_events_with_colons_only_in_states_and_time(
         raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
