@@ -1,0 +1,56 @@
+"""An agent on an atom index of its own checks its states' atoms as one on its family's
+index does, whether its index's map doubles as the map of checked atoms or not."""
+
+from __future__ import annotations
+
+import pytest
+
+from capwatch.model import ModelError
+from capwatch.model.domain import (
+    Action,
+    Domain,
+    LiftedAtom,
+    Outcome,
+    Parameter,
+    Predicate,
+)
+from capwatch.model.grounding import SharedGrounding, closed_vocabulary
+from capwatch.monitor.transition_monitor import TransitionMonitor
+
+
+def _domain(declare_q: bool) -> Domain:
+    """``mark(?x)`` makes ``(q ?x)`` true; ``q`` declared or not (a model built in code
+    rather than parsed, where nothing checks the actions' atoms)."""
+    x = Parameter("?x")
+    predicates = (Predicate("p", (x,)),) + ((Predicate("q", (x,)),) if declare_q else ())
+    mark = Action("mark", (x,), pre_pos=frozenset({LiftedAtom("p", ("?x",))}),
+                  outcomes=(Outcome(add=frozenset({LiftedAtom("q", ("?x",))})),))
+    return Domain("d", predicates, (mark,))
+
+
+def test_a_vocabulary_is_closed_when_every_atom_its_actions_mention_is_declared() -> None:
+    assert closed_vocabulary(_domain(True))
+    assert not closed_vocabulary(_domain(False))
+    assert SharedGrounding(_domain(True)).closed
+    assert not SharedGrounding(_domain(False)).closed
+
+
+@pytest.mark.parametrize("declare_q", [True, False])
+@pytest.mark.parametrize("family", ["full", "none"])
+def test_an_atom_grounding_interned_is_still_checked_in_a_state(declare_q: bool,
+                                                                family: str) -> None:
+    domain = _domain(declare_q)
+    # A family index with no room (every agent on an index of its own), or no family.
+    shared = SharedGrounding(domain, 0) if family == "full" else None
+    monitor = TransitionMonitor(domain, shared=shared)
+    assert not monitor.shares_index
+    before, after = frozenset({("p", "o")}), frozenset({("p", "o"), ("q", "o")})
+    if declare_q:
+        assert monitor.observe(before, ("mark", "o"), after).verdict.name == "APPLIED"
+        return
+    # Grounding mark(o) interns (q o) in the agent's index; the state holding it is
+    # refused all the same, and nothing is counted.
+    with pytest.raises(ModelError, match="unknown predicate 'q'"):
+        monitor.observe(before, ("mark", "o"), after)
+    assert ("q", "o") in monitor.index
+    assert monitor.transitions == 0
