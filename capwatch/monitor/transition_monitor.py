@@ -8,7 +8,7 @@ observations pin down are inferred without asking the agent anything.
 
 Over ~400 lines and 24 KB (~490 lines, 25 KB): :meth:`TransitionMonitor.idle_state` and
 :meth:`TransitionMonitor.from_idle_state` must see every private field the monitor
-keeps, so they live with it.
+keeps (an index of the agent's own included), so they live with it.
 """
 
 from __future__ import annotations
