@@ -6,7 +6,7 @@ engine needs: the inconsistent transitions with their Table 2 explanation, and a
 bounded sample of executed transitions per action, from which the pa-values that the
 observations pin down are inferred without asking the agent anything.
 
-Over ~400 lines and 24 KB (~490 lines, 25 KB): :meth:`TransitionMonitor.idle_state` and
+Over ~400 lines and 24 KB (~520 lines, 27 KB): :meth:`TransitionMonitor.idle_state` and
 :meth:`TransitionMonitor.from_idle_state` must see every private field the monitor
 keeps (an index of the agent's own included), so they live with it.
 """
