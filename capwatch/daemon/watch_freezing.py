@@ -29,10 +29,17 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
         # Its atoms are in the index in use (checked against the model when seen): its
         # bitset, decoded again, is an equal set of the index's own atoms. (known_bit:
         # looking must not intern anything in an index other agents share.)
-        index = monitor.index
-        last = state[3] if state[4] else sum(map(index.known_bit, last_state))
-        if index.decode(last) != last_state:
-            last = tuple(last_state)
+        if state[4]:
+            # The monitor's own encoding of this very set (idle_state checked it is the
+            # one the monitor saw last): exact, nothing to check. Past half of
+            # limits.max_agents_in_memory every agent admitted is frozen at the next
+            # checkpoint, so this is on the admission path.
+            last = state[3]
+        else:
+            index = monitor.index
+            last = sum(map(index.known_bit, last_state))
+            if index.decode(last) != last_state:
+                last = tuple(last_state)
     # zlib level 1: a third smaller (names and bitsets repeat), ~2 µs to inflate.
     return zlib.compress(pickle.dumps((state, tuple(last_executed.items()), last),
                                       pickle.HIGHEST_PROTOCOL), 1), monitor.shared
