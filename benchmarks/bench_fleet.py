@@ -114,22 +114,32 @@ class _Shape(msgspec.Struct):
     family: str
     action: list[str] | None = None
     state: list[list[str]] | None = None
+    actions: list[list[str]] | None = None
+    """A trace event's (its states' atoms are not counted: a few of them are)."""
 
 
 def describe(fleet: fleets.Fleet) -> str:
-    """Agents, families, message size, atoms per state, share of probabilistic actions."""
+    """Agents, families, message size, transitions per message, atoms per state, share of
+    probabilistic actions."""
     dec = msgspec.json.Decoder(_Shape)
     probabilistic = {f: {a.name for a in read_domain(d).actions if len(a.outcomes) > 1}
                      for f, d in fleet.families.items()}
-    atoms = stoch = 0
+    atoms = stoch = steps = states = 0
     for v in fleet.events:
         s = dec.decode(v)
-        atoms += len(s.state or ())
-        stoch += bool(s.action and s.action[0] in probabilistic.get(s.family, ()))
+        actions = s.actions if s.actions is not None else [s.action] if s.action else []
+        steps += len(actions)
+        if s.state is not None:
+            atoms += len(s.state)
+            states += 1
+        risky = probabilistic.get(s.family, ())
+        stoch += sum(a[0] in risky for a in actions if a)
     n = len(fleet.events)
     return (f"{len(set(fleet.agent_ids)):,} agents, {len(fleet.families)} families, "
             f"{n:,} messages of {sum(map(len, fleet.events)) // n:,} bytes, "
-            f"{atoms / n:.0f} atoms per state, {stoch / n:.0%} probabilistic actions")
+            + (f"{steps / n:.1f} transitions per message, " if steps != n else "")
+            + (f"{atoms / states:.0f} atoms per state, " if states else "")
+            + f"{stoch / max(1, steps):.0%} probabilistic actions")
 
 
 def decode_paths(fleet: fleets.Fleet) -> str:

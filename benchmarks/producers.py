@@ -22,7 +22,9 @@ that a row that moves names what moved it.
   them, so a record's state is seldom its previous record's next state;
 - ``tiny-many``: the domains with the smallest states (2-8 atoms), one agent per three
   records;
-- ``long-names``: every object named with 100-250 characters (URNs).
+- ``long-names``: every object named with 100-250 characters (URNs);
+- ``mixed``: each agent writes in one of the ways above but the last two (a fleet of
+  several producers' agents).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -123,22 +125,24 @@ class _Producer:
     agent_id: str
     family: str
     cursors: list[_Agent]
+    style: Style
     spacing: Spacing | None
     time: Callable[[datetime], str]
     order: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     """Insertion order: each episode's last state as written."""
 
-    def write(self, event: Event, style: Style) -> bytes:
-        out = {k: event[k] for k in style.keys if k in event}
+    def write(self, event: Event) -> bytes:
+        out = {k: event[k] for k in self.style.keys if k in event}
         out.update((k, v) for k, v in event.items() if k not in out)
         if self.spacing is None:
             return json.dumps(out).encode()
         return self.spacing.dump(out).encode()
 
 
-def _ordered(p: _Producer, style: Style, episode: str, rng: random.Random,
+def _ordered(p: _Producer, episode: str, rng: random.Random,
              before: list[list[str]], after: list[list[str]]) -> tuple[list[object], ...]:
     """The two states as the producer writes them."""
+    style = p.style
     if style.atoms == "shuffled":
         return rng.sample(before, len(before)), rng.sample(after, len(after))
     if style.atoms == "sorted":
@@ -166,7 +170,8 @@ def _steps(cursor: _Agent, rng: random.Random, most: int) -> tuple[int, str, lis
     return pos, episode, steps
 
 
-def _event(p: _Producer, style: Style, rng: random.Random, when: datetime | None) -> Event:
+def _event(p: _Producer, rng: random.Random, when: datetime | None) -> Event:
+    style = p.style
     cursor = rng.choice(p.cursors)
     pos, episode, steps = _steps(cursor, rng, style.trace)
     head: Event = {"agent_id": p.agent_id, "family": p.family, "episode_id": episode}
@@ -179,17 +184,18 @@ def _event(p: _Producer, style: Style, rng: random.Random, when: datetime | None
         return {"type": "trace", **head, "start_step": pos, "states": states,
                 "actions": [s[1] for s in steps], "executed": [s[3] for s in steps]}
     before, action, after, executed = steps[0]
-    state, next_state = _ordered(p, style, episode, rng, before, after)
+    state, next_state = _ordered(p, episode, rng, before, after)
     return {"type": "transition", **head, "step": pos, "state": state, "action": action,
             "next_state": next_state, "executed": executed}
 
 
-def produce(name: str, style: Style, sources: dict[str, tuple[Path, list[list[Step]],
-                                                              set[str]]],
+def produce(name: str, styles: list[Style], sources: dict[str, tuple[Path, list[list[Step]],
+                                                                    set[str]]],
             agents: int, transitions: int, seed: int,
             rename: Callable[[str, set[str]], Callable[[list[str]], list[str]] | None]
             = lambda family, objects: None) -> Fleet:
-    """``transitions`` events of ``agents`` producers, each record from a random one."""
+    """``transitions`` events of ``agents`` producers, each record from a random one, each
+    producer writing in one of ``styles``."""
     rng = random.Random(seed)
     families = {n: s[0] for n, s in sources.items()}
     fams = sorted(families)
@@ -198,17 +204,18 @@ def produce(name: str, style: Style, sources: dict[str, tuple[Path, list[list[St
     for k in range(agents):
         fam = fams[k % len(fams)]
         aid = f"{fam}-{rng.getrandbits(48):012x}-{k}"
+        style = styles[k % len(styles)]
         cursors = [_Agent(f"{aid}.{c}" if style.episodes > 1 else aid, fam,
                           sources[fam][1], renames[fam]) for c in range(style.episodes)]
-        producers.append(_Producer(aid, fam, cursors, style.spacing(rng),
+        producers.append(_Producer(aid, fam, cursors, style, style.spacing(rng),
                                    rng.choice(style.times)))
     t0 = datetime(2026, 3, 1, tzinfo=UTC)
     events, ids = [], []
     for n in range(transitions):
         p = producers[rng.randrange(agents)]
         when = t0 + timedelta(microseconds=n * 997 + rng.randrange(997)) \
-            if "time" in style.keys else None
-        events.append(p.write(_event(p, style, rng, when), style))
+            if "time" in p.style.keys else None
+        events.append(p.write(_event(p, rng, when)))
         ids.append(p.agent_id)
     return Fleet(name, families, events, ids)
 
@@ -254,19 +261,24 @@ def _kind(name: str) -> Callable[[int], Fleet]:
     def make(transitions: int, seed: int = 17) -> Fleet:
         rng = random.Random(seed)
         if name == "tiny-many":
-            return produce(name, Style(), _tiny(rng), max(50, transitions // 3),
+            return produce(name, [Style()], _tiny(rng), max(50, transitions // 3),
                            transitions, seed)
         sources = _mixed(rng)
         agents = max(100, transitions // 50)
         if name == "long-names":
-            return produce(name, Style(), sources, agents, transitions, seed, _urn(rng))
+            return produce(name, [Style()], sources, agents, transitions, seed, _urn(rng))
+        if name == "mixed":
+            # Every way at once, one per agent; traces shorter, so that their steps are
+            # not most of the fleet's.
+            styles = [replace(s, trace=min(s.trace, 6)) for s in STYLES.values()]
+            return produce(name, styles, sources, agents, transitions, seed)
         style = STYLES[name]
         # A trace event holds ~20 steps: about as many steps as the other fleets.
         n = transitions // (style.trace // 2) if style.trace else transitions
-        return produce(name, style, sources, agents, n, seed)
+        return produce(name, [style], sources, agents, n, seed)
     make.__doc__ = f"The {name!r} fleet (benchmarks/producers.py)."
     return make
 
 
 PRODUCED: dict[str, Callable[[int], Fleet]] = {
-    n: _kind(n) for n in (*STYLES, "tiny-many", "long-names")}
+    n: _kind(n) for n in (*STYLES, "tiny-many", "long-names", "mixed")}
