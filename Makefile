@@ -56,9 +56,11 @@ bench-store: $(STAMP)
 bench-daemon: $(STAMP)
 	$(BIN)/python benchmarks/bench_daemon.py $(if $(FLEET),--fleet $(FLEET))
 
-# The in-process rows on the generated fleets unlike the simulated one (benchmarks/fleets.py).
+# The in-process rows on the generated fleets unlike the simulated one (benchmarks/fleets.py),
+# and on one fleet whose agents write as nine other producers would (benchmarks/producers.py;
+# `--generated producers` for each way alone). mixed adds ~6 min at load 7 (no Kafka rows).
 bench-daemon-fleets: $(STAMP)
-	$(BIN)/python benchmarks/bench_daemon.py --generated all
+	$(BIN)/python benchmarks/bench_daemon.py --generated all mixed
 
 bench-daemon-domains: $(STAMP)
 	$(BIN)/python benchmarks/bench_daemon_domains.py
