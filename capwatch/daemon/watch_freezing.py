@@ -26,9 +26,9 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
         return None
     last: int | tuple[GroundAtom, ...] | None = None
     if last_state:
-        # Its atoms are in the index in use (checked against the model when seen): its
-        # bitset, decoded again, is an equal set of the index's own atoms. (known_bit:
-        # looking must not intern anything in an index other agents share.)
+        # Its atoms are in the index in use (checked against the model when seen), so
+        # its bitset there holds it exactly. (known_bit: looking must not intern
+        # anything in an index other agents share.)
         if state[4]:
             # The monitor's own encoding of this very set (idle_state checked it is the
             # one the monitor saw last): exact, nothing to check. Past half of
@@ -38,7 +38,10 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
         else:
             index = monitor.index
             last = sum(map(index.known_bit, last_state))
-            if index.decode(last) != last_state:
+            # A set's atoms are distinct, and so are their bits in the index, unless one
+            # is not in it (bit 0): all are in it iff the bitset has as many bits as the
+            # set.
+            if last.bit_count() != len(last_state):
                 last = tuple(last_state)
     # zlib level 1: a third smaller (names and bitsets repeat), ~2 µs to inflate.
     return zlib.compress(pickle.dumps((state, tuple(last_executed.items()), last),

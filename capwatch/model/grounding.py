@@ -76,8 +76,13 @@ class AtomIndex:
         """An index numbering ``atoms`` (distinct) in this order, as interning them one by
         one would have."""
         index = cls(limit)
-        for atom in atoms:
-            index.bit(atom)
+        listed = list(atoms)
+        if len(listed) > min(index._limit, len(_BITS)):
+            for atom in listed:
+                index.bit(atom)  # raises IndexFull past the limit, as interning would
+            return index
+        index._atoms = listed
+        index._bits = dict(zip(listed, _BITS[:len(listed)], strict=True))
         return index
 
     @property
