@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom, Problem
-from capwatch.model.grounding import Grounder, GroundOperator, StateMask
+from capwatch.model.grounding import Grounder, GroundOperator, StateMask, bit_positions
 
 DEFAULT_MAX_STATES = 500_000
 
@@ -338,7 +338,7 @@ class SuccessorIndex:
         uses: dict[int, int] = {}
         bits_of: list[list[int]] = []
         for op in operators:
-            bits = _bits(op.pre_pos & self.dynamic)
+            bits = bit_positions(op.pre_pos & self.dynamic)
             bits_of.append(bits)
             for b in bits:
                 uses[b] = uses.get(b, 0) + 1
@@ -367,20 +367,6 @@ class SuccessorIndex:
             offset += 64
         found.sort()
         return found
-
-
-def _bits(mask: StateMask) -> list[int]:
-    out = []
-    offset = 0
-    while mask:
-        word = mask & 0xFFFFFFFFFFFFFFFF
-        while word:
-            low = word & -word
-            out.append(offset + low.bit_length() - 1)
-            word ^= low
-        mask >>= 64
-        offset += 64
-    return out
 
 
 def _path(parent: Mapping[StateMask, tuple[StateMask, int]],

@@ -160,19 +160,25 @@ class AtomIndex:
         return decode_bits(self._atoms, mask)
 
 
+def bit_positions(mask: StateMask) -> list[int]:
+    """The positions of the bits set in ``mask``, lowest first (a 64-bit word at a time:
+    shifting a big integer by one bit per step would copy it at every bit)."""
+    out = []
+    offset = 0
+    while mask:
+        word = mask & 0xFFFFFFFFFFFFFFFF
+        while word:
+            low = word & -word
+            out.append(offset + low.bit_length() - 1)
+            word ^= low
+        mask >>= 64
+        offset += 64
+    return out
+
+
 def decode_bits(atoms: Sequence[GroundAtom], mask: StateMask) -> frozenset[GroundAtom]:
     """The atoms whose positions in ``atoms`` are the bits set in ``mask``."""
-    result = []
-    i = 0
-    while mask:
-        low = mask & 0xFFFFFFFFFFFFFFFF
-        while low:
-            lsb = low & -low
-            result.append(atoms[i + lsb.bit_length() - 1])
-            low ^= lsb
-        mask >>= 64
-        i += 64
-    return frozenset(result)
+    return frozenset(map(atoms.__getitem__, bit_positions(mask)))
 
 
 @dataclass(frozen=True, slots=True)
