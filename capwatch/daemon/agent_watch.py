@@ -189,7 +189,7 @@ class AgentWatch:
                 return _PLAIN_APPLIED
             if self.explained and self._settled(t):
                 return _PLAIN_APPLIED  # the version's tables start after its evidence
-            # TransitionMonitor.attribution, without its checks: applied, two outcomes.
+            # observation_attribution, without its checks: applied, two outcomes.
             attribution = attribution_from_mask(op, obs.state, obs.outcomes)
             if attribution is None:
                 return _PLAIN_APPLIED

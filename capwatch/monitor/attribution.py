@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from capwatch.model.consistency import Verdict
+from capwatch.model.domain import Action
 from capwatch.model.grounding import GroundOperator, StateMask
+from capwatch.monitor.observations import Observation
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +138,14 @@ def attribution_from_mask(op: GroundOperator, state: StateMask, matched: int
         if first in group:
             return Attribution(partition, b)
     return None  # pragma: no cover - every outcome index is in some group
+
+
+def observation_attribution(obs: Observation) -> tuple[Action, Attribution] | None:
+    """The outcome group an APPLIED observation of a probabilistic action realised, for
+    the outcome-frequency tables; None when there is nothing to count (a deterministic
+    action, or a verdict other than APPLIED)."""
+    op = obs.operator
+    if obs.verdict is not Verdict.APPLIED or len(op.effects) < 2:
+        return None  # one outcome: nothing to count
+    attribution = attribution_from_mask(op, obs.state, obs.outcomes)
+    return None if attribution is None else (op.action, attribution)

@@ -27,7 +27,7 @@ class Observation(NamedTuple):
     """Bitmask of the model's outcomes that explain the transition (APPLIED only)."""
     position: int
     state: StateMask
-    """The pre-state as the monitor encoded it (for :meth:`TransitionMonitor.attribution`)."""
+    """The pre-state as the monitor encoded it (for capwatch.monitor.attribution)."""
     operator: GroundOperator
     """The ground operator the transition was checked against."""
 

@@ -4,9 +4,10 @@ One ``TransitionMonitor`` per agent holds the agent's current model grounded ove
 atom index, checks each transition (Def. 35), and keeps the evidence the assessment
 engine needs: the inconsistent transitions with their Table 2 explanation, and a
 bounded sample of executed transitions per action, from which the pa-values that the
-observations pin down are inferred without asking the agent anything.
+observations pin down are inferred without asking the agent anything
+(capwatch.monitor.executions reads them).
 
-Over ~400 lines and 24 KB (~520 lines, 27 KB): :meth:`TransitionMonitor.idle_state` and
+Over ~400 lines (~460): :meth:`TransitionMonitor.idle_state` and
 :meth:`TransitionMonitor.from_idle_state` must see every private field the monitor
 keeps (an index of the agent's own included), so they live with it.
 """
@@ -18,7 +19,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from capwatch.model.consistency import Verdict, check, explain
-from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
+from capwatch.model.domain import Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
 from capwatch.model.grounding import (
     AtomIndex,
@@ -29,15 +30,8 @@ from capwatch.model.grounding import (
     StateMask,
     closed_vocabulary,
 )
-from capwatch.model.pal import (
-    LEGAL_PA_VALUES,
-    AbstractModel,
-    PaTuple,
-    PaValue,
-    lifted_instantiations,
-    pa_values_consistent_with,
-)
-from capwatch.monitor.attribution import Attribution, attribution_from_mask
+from capwatch.model.pal import AbstractModel, PaTuple, PaValue
+from capwatch.monitor import executions
 from capwatch.monitor.observations import ActionCounts as ActionCounts
 from capwatch.monitor.observations import ExecutedTransition as ExecutedTransition
 from capwatch.monitor.observations import InconsistentTransition as InconsistentTransition
@@ -192,18 +186,8 @@ class TransitionMonitor:
         # every atom there was (the family's index is checked as this one would be).
         checked = self._valid is old.bits or self.shares_index
         index = AtomIndex(self.limits.own_index_atoms)
-        room = self.limits.own_index_room
-        kept = sorted(((t.position, i, name, t) for name, buf in self.executed.items()
-                       for i, t in enumerate(buf)), key=lambda k: (k[0], k[1]), reverse=True)
-        recoded: dict[str, list[ExecutedTransition]] = {name: [] for name in self.executed}
-        for _, _, name, t in kept:
-            state, after = old.decode(t.state), old.decode(t.next_state)
-            if len(index) + sum(a not in index for a in state | after) > room:
-                break
-            recoded[name].append(_new_tuple(ExecutedTransition, (
-                t.position, index.encode(sorted(state)), t.action,
-                index.encode(sorted(after)))))
-        self.executed = {name: buf[::-1] for name, buf in recoded.items() if buf}
+        self.executed = executions.recoded(self.executed, old, index,
+                                           self.limits.own_index_room)
         self._last_lists = None  # its mask was in the old index
         self.index = index
         self.grounder = Grounder(self.domain, index, self._shared)
@@ -319,32 +303,20 @@ class TransitionMonitor:
             # the few atoms a step changes (the set differences reuse the hashes the sets
             # hold; looking every atom up hashed its tuple again, ~0.05 µs an atom). A
             # set has no repeated atom, so the sum of the bits is their union.
-            if state is self._last_lists:
-                s = self._last_mask
-                if next_state is state:
-                    s2 = s
-                elif flipped is not None:
-                    # Each atom's bit is its own: toggling the flipped ones' bits removes
-                    # those the state had and adds the others.
-                    s2 = s ^ sum(map(valid.__getitem__, flipped))
-                elif len(next_state) < 10:  # two set differences cost more than 9 lookups
-                    s2 = sum(map(valid.__getitem__, next_state))
-                else:
-                    s2 = s - sum(map(valid.__getitem__, state - next_state)) \
-                        + sum(map(valid.__getitem__, next_state - state))
+            # A new agent's first record (or one after a gap): the state encoded whole.
+            s = self._last_mask if state is self._last_lists \
+                else sum(map(valid.__getitem__, state))
+            if next_state is state:
+                s2 = s
+            elif flipped is not None:
+                # Each atom's bit is its own: toggling the flipped ones' bits removes
+                # those the state had and adds the others.
+                s2 = s ^ sum(map(valid.__getitem__, flipped))
+            elif len(next_state) < 10:  # two set differences cost more than 9 lookups
+                s2 = sum(map(valid.__getitem__, next_state))
             else:
-                # A new agent's first record (or one after a gap): the state encoded
-                # whole, the next state from it as above.
-                s = sum(map(valid.__getitem__, state))
-                if next_state is state:
-                    s2 = s
-                elif flipped is not None:
-                    s2 = s ^ sum(map(valid.__getitem__, flipped))
-                elif len(next_state) < 10:
-                    s2 = sum(map(valid.__getitem__, next_state))
-                else:
-                    s2 = s - sum(map(valid.__getitem__, state - next_state)) \
-                        + sum(map(valid.__getitem__, next_state - state))
+                s2 = s - sum(map(valid.__getitem__, state - next_state)) \
+                    + sum(map(valid.__getitem__, next_state - state))
         except KeyError:
             s, s2 = self._encode_new(state, next_state)
             if self._ops.get(action) is not op:
@@ -438,37 +410,19 @@ class TransitionMonitor:
         obs: Observation = _new_tuple(Observation, (verdict, action, outcomes, position, s, op))
         return obs
 
-    def attribution(self, obs: Observation) -> tuple[Action, Attribution] | None:
-        """The outcome group an APPLIED observation of a probabilistic action realised, for
-        the outcome-frequency tables; None when there is nothing to count (a deterministic
-        action, or a verdict other than APPLIED)."""
-        op = obs.operator
-        if obs.verdict is not _APPLIED or len(op.effects) < 2:
-            return None  # one outcome: nothing to count
-        attribution = attribution_from_mask(op, obs.state, obs.outcomes)
-        return None if attribution is None else (op.action, attribution)
-
     def last_inconsistency(self) -> InconsistentTransition:
         """The inconsistent transition recorded last, with its Table 2 explanation."""
         return self.inconsistencies[-1]
 
-    def executed_since(self, position: int, keep: int
-                       ) -> list[tuple[frozenset[GroundAtom], GroundAction, frozenset[GroundAtom]]]:
+    def executed_since(self, position: int, keep: int) -> list[executions.Decoded]:
         """The last ``keep`` executed transitions at or after ``position``, oldest first,
         decoded: the evidence an assessment gets alongside the inconsistent ones."""
-        decode = self.index.decode
-        recent = sorted((t for buf in self.executed.values() for t in buf
-                         if t.position >= position), key=lambda t: t.position)[-keep:]
-        return [(decode(t.state), t.action, decode(t.next_state)) for t in recent]
+        return executions.executed_since(self.index, self.executed, position, keep)
 
     def last_executed(self, name: str) -> tuple[frozenset[GroundAtom], GroundAction] | None:
         """The state action ``name`` last executed in, with its grounding (drift probes ask
         the agent to run it there again)."""
-        buf = self.executed.get(name)
-        if not buf:
-            return None
-        last = buf[-1]
-        return self.index.decode(last.state), last.action
+        return executions.last_executed(self.index, self.executed, name)
 
     @property
     def counts(self) -> dict[str, ActionCounts]:
@@ -487,27 +441,7 @@ class TransitionMonitor:
     def pinned_pa_values(self) -> dict[PaTuple, frozenset[PaValue]]:
         """Pa-values still possible after every executed transition seen (Table 2),
         for the pa-tuples some observation constrains."""
-        result: dict[PaTuple, frozenset[PaValue]] = {}
-        actions = self.domain.action_map
-        # An atom never interned is in no state kept here (its bit is 0): no need to
-        # intern it, which could fill a shared index.
-        bit = self.index.known_bit
-        for name, buf in self.executed.items():
-            action = actions[name]
-            if not action.is_deterministic:
-                # Table 2 describes one effect; branches of a probabilistic action
-                # would rule each other out.
-                continue
-            atoms = list(lifted_instantiations(self.domain, action))
-            for t in buf:
-                binding = dict(zip(action.parameter_names, t.action[1:], strict=True))
-                for atom in atoms:
-                    b = bit(atom.ground(binding))
-                    pa = PaTuple(name, atom)
-                    allowed = pa_values_consistent_with((bool(t.state & b),
-                                                         bool(t.next_state & b)))
-                    result[pa] = result.get(pa, frozenset(LEGAL_PA_VALUES)) & allowed
-        return result
+        return executions.pinned_pa_values(self.domain, self.index, self.executed)
 
     def contradicted(self) -> set[PaTuple]:
         """Pa-tuples whose current value the observations rule out."""
