@@ -13,7 +13,7 @@ offsets, drift snapshots); what lives here is soft and is rebuilt from the store
 replay from the committed offset. The commit rule (never past a buffered transition)
 makes that replay rebuild the evidence buffer exactly.
 
-Longer than most modules (~515 lines, 26 KB) because a watch held idle as bytes
+Longer than most modules (~480 lines) because a watch held idle as bytes
 (:meth:`AgentWatch.freeze`) must stay one object with one surface: every method that
 changes a watch thaws it first, and readers of its state read the bytes; kept apart,
 that rule would live in two places.
@@ -24,12 +24,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.contracts.wire_fast import StateMemo
+from capwatch.daemon.optimal_runs import OptimalRuns
 from capwatch.daemon.watch_freezing import (
+    FROZEN_ALARMS,
+    FROZEN_BACKOFF,
+    FROZEN_EVIDENCE,
+    FROZEN_TIMES,
     NO_STATE,
     freeze_bytes,
     frozen_last_state,
@@ -49,11 +54,6 @@ from capwatch.monitor.attribution import attribution_from_mask
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
 from capwatch.monitor.transition_monitor import TransitionMonitor
 
-OPTIMAL_RUNS = 4
-MAX_OPTIMAL_RUN = 64
-"""Optimal runs kept per agent, and the longest run kept (a longer one is cut)."""
-
-
 _PLAIN = {v: Finding(v) for v in Verdict}
 _TESTED = {v: Finding(v, tested=True) for v in Verdict}
 _PLAIN_APPLIED = _PLAIN[Verdict.APPLIED]
@@ -66,13 +66,6 @@ on the hot path."""
 _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 
 
-_FROZEN_TIMES: dict[str, float] = cast(dict[str, float], MappingProxyType({}))
-_FROZEN_EVIDENCE: list[Evidence] = cast(list[Evidence], ())
-_FROZEN_ALARMS: dict[str, DriftAlarm] = cast(dict[str, DriftAlarm], MappingProxyType({}))
-_FROZEN_BACKOFF: dict[str, tuple[float, int]] = cast(dict[str, tuple[float, int]],
-                                                     MappingProxyType({}))
-"""What a frozen watch holds instead of its own empty containers: read-only (a write by
-mistake fails loudly), and never written, because a watch thaws before it changes."""
 _NO_KINDS: frozenset[str] = frozenset()
 
 
@@ -85,7 +78,7 @@ class AgentWatch:
     """
 
     __slots__ = ("_drift", "_frozen", "_frozen_shared", "_last_executed", "_last_state",
-                 "_monitor", "_optimal_run", "_optimal_runs", "_optimal_seen", "_queued_kinds",
+                 "_monitor", "_optimal", "_queued_kinds",
                  "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
                  "held_back", "inconsistent", "last_offset", "partition", "restore_tried",
@@ -151,12 +144,8 @@ class AgentWatch:
         self.held_back = 0
         """Inconsistencies not buffered because an assessment already failed on their kind."""
         self._queued_kinds = _NO_KINDS
-        self._optimal_runs: list[tuple[AgentTransition, ...]] | None = None
-        """Finished runs of consecutive steps the agent marked optimal (the last
-        ``OPTIMAL_RUNS``), for the reduced-functionality check (canaries): the known model
-        may reach their end sooner than the agent could."""
-        self._optimal_run: list[AgentTransition] | None = None
-        self._optimal_seen = 0
+        self._optimal: OptimalRuns | None = None
+        """Runs of steps the agent marked optimal (made at its first such step)."""
 
     # ------------------------------------------------------------------ the surface
 
@@ -179,7 +168,10 @@ class AgentWatch:
         if verdict is _APPLIED:
             self._last_executed[t.action[0]] = self.clock()
             if t.optimal:
-                self._note_optimal(t)
+                optimal = self._optimal
+                if optimal is None:
+                    optimal = self._optimal = OptimalRuns()
+                optimal.note(t)
             op = obs.operator
             if len(op.effects) < 2:
                 return _PLAIN_APPLIED  # one outcome: no drift table counts it
@@ -285,7 +277,7 @@ class AgentWatch:
         The drift tables are packed by their owner (``DriftMonitor.pack``)."""
         monitor = self._monitor
         if monitor is None or self.awaiting is not None or self.evidence or self.alarms \
-                or self._optimal_run is not None or self._optimal_runs is not None \
+                or (self._optimal is not None and self._optimal.holding) \
                 or self.state_memo is not None or monitor.domain is not self.domain \
                 or monitor.limits is not self.settings.monitor:
             return False
@@ -294,14 +286,14 @@ class AgentWatch:
             return False
         self._frozen, self._frozen_shared = packed
         self._monitor = None
-        self._last_executed = _FROZEN_TIMES
+        self._last_executed = FROZEN_TIMES
         self._last_state = NO_STATE
         # Empty containers are shared, read-only, while frozen: every method that writes
         # them thaws the watch first.
-        self.evidence = _FROZEN_EVIDENCE
-        self.alarms = _FROZEN_ALARMS
+        self.evidence = FROZEN_EVIDENCE
+        self.alarms = FROZEN_ALARMS
         if not self.backoff:
-            self.backoff = _FROZEN_BACKOFF
+            self.backoff = FROZEN_BACKOFF
         return True
 
     def _idle_state(self) -> tuple[Any, ...]:
@@ -322,42 +314,13 @@ class AgentWatch:
         self._frozen_shared = None
         self.evidence = []
         self.alarms = {}
-        if self.backoff is _FROZEN_BACKOFF:
+        if self.backoff is FROZEN_BACKOFF:
             self.backoff = {}
         return monitor
 
-    def _note_optimal(self, t: AgentTransition) -> None:
-        run = self._optimal_run
-        # The decoder hands the previous next state over as the very set (its memo): an
-        # identity test first, as comparing two sets looks at every atom (0.9 µs at 215).
-        if run and (run[-1].episode_id != t.episode_id
-                    or (run[-1].next_state is not t.state and run[-1].next_state != t.state)
-                    or len(run) >= MAX_OPTIMAL_RUN):
-            self._close_optimal_run()
-            run = None
-        if run is None:
-            run = self._optimal_run = []
-        run.append(t)
-
-    def _close_optimal_run(self) -> None:
-        run = self._optimal_run
-        if run is not None and len(run) >= 2:
-            runs = self._optimal_runs
-            if runs is None:
-                runs = self._optimal_runs = []
-            runs.append(tuple(run))
-            del runs[:-OPTIMAL_RUNS]
-        self._optimal_run = None
-        self._optimal_seen = 0
-
     def take_optimal_runs(self) -> list[tuple[AgentTransition, ...]]:
-        """The finished optimal runs, and the open one if it did not grow since the last
-        call (its episode is likely over); each run is handed out once."""
-        if self._optimal_run and len(self._optimal_run) == self._optimal_seen:
-            self._close_optimal_run()
-        self._optimal_seen = len(self._optimal_run or ())
-        runs, self._optimal_runs = self._optimal_runs or [], None
-        return runs
+        """The agent's optimal runs not handed out yet (``OptimalRuns.take``)."""
+        return [] if self._optimal is None else self._optimal.take()
 
     # ------------------------------------------------------------------ evidence from elsewhere
 

@@ -7,13 +7,23 @@ from __future__ import annotations
 import pickle
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
+from capwatch.daemon.watch_records import Evidence
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.grounding import SharedGrounding, decode_bits
+from capwatch.monitor.drift import DriftAlarm
 from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
 
 NO_STATE: frozenset[GroundAtom] = frozenset()
+FROZEN_TIMES: dict[str, float] = cast(dict[str, float], MappingProxyType({}))
+FROZEN_EVIDENCE: list[Evidence] = cast(list[Evidence], ())
+FROZEN_ALARMS: dict[str, DriftAlarm] = cast(dict[str, DriftAlarm], MappingProxyType({}))
+FROZEN_BACKOFF: dict[str, tuple[float, int]] = cast(dict[str, tuple[float, int]],
+                                                    MappingProxyType({}))
+"""What a frozen watch holds instead of its own empty containers: read-only (a write by
+mistake fails loudly), and never written, because a watch thaws before it changes."""
 
 
 def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
