@@ -80,13 +80,42 @@ def test_a_piece_is_taught_only_as_the_atom_it_holds() -> None:
 
 
 def test_the_pieces_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    wire_atoms.forget()  # the process-wide table, as earlier tests left it, past the bound
     monkeypatch.setattr(wire_atoms, "MAX_PIECES", 30)
     for m in range(40):
         state = [["at", f"o{m}-{i}", "w" * 50] for i in range(8)]
         raw = event(state, state[1:], {})
         got = wire_fast.decode(raw, LIMITS)
         assert got == wire.decode(raw, LIMITS)
-        assert len(wire_atoms.PIECES) <= 30
+        assert len(wire_atoms.PIECES) <= 30 and len(wire_atoms._OLDER) <= 30
+
+
+def test_pieces_in_use_survive_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Writers' own spacings make their own pieces: past the bound, the pieces of a state
+    # still in use are kept (they were cleared with all the others, and every state was
+    # parsed again after each overflow), while the bound still holds.
+    wire_atoms.forget()
+    monkeypatch.setattr(wire_atoms, "MAX_PIECES", 30)
+    hot = [["at", f"h{i}", "w" * 40] for i in range(8)]
+    hot_text = json.dumps(hot).encode()
+    assert len(hot_text) > wire_fast._SMALL_STATE
+    hot_raw = event(hot, hot, {})
+    assert wire_fast.decode(hot_raw, LIMITS) == wire.decode(hot_raw, LIMITS)
+    hot_ids = wire_atoms.ids(hot_text)
+    assert hot_ids is not None
+    turns = 0
+    for m in range(40):
+        cold = [["at", f"o{m}-{i}", "w" * 40] for i in range(8)]
+        raw = event(cold, cold[1:], {"separators": (",", ":")} if m % 2 else {})
+        older = wire_atoms._OLDER
+        assert wire_fast.decode(raw, LIMITS) == wire.decode(raw, LIMITS)
+        turns += wire_atoms._OLDER is not older
+        assert len(wire_atoms.PIECES) <= 30 and len(wire_atoms._OLDER) <= 30
+        # The hot state is read from its pieces, never parsed again.
+        assert wire_atoms.ids(hot_text) == hot_ids
+        with patch.object(wire_fast, "_STATE", side_effect=AssertionError("parsed")):
+            assert wire_fast.decode(hot_raw, LIMITS) == wire.decode(hot_raw, LIMITS)
+    assert turns >= 10  # the bound was passed over and over
 
 
 def test_repeated_atoms_and_repeated_pieces_diff_as_the_schema_reads_them() -> None:
