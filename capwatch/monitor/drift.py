@@ -13,26 +13,26 @@ confidence interval, counts, expected counts, MLE with per-outcome intervals) an
 re-estimated ``Action`` for the next model version. docs/drift-detection.md explains
 why the online detector is sequential rather than a windowed chi-square.
 
-An action's monitor is one state machine (online detector, confirmation, audit window,
-persisted state) whose parts share its tables; the statistics it uses are in
-capwatch.monitor.stats and .sequential, the evidence and alarm records it returns in
-.drift_evidence (imported here too, where callers have always found them). Slightly
-over 24 KB (~500 lines) since the tables of idle agents are packed here
-(:meth:`DriftMonitor.pack`): every reader of the tables must see packed ones too.
+An action's monitor (capwatch.monitor.action_drift) is one state machine (online
+detector, confirmation, audit window, persisted state) whose parts share its tables;
+this module holds a replica's tables, packs those of idle agents
+(:meth:`DriftMonitor.pack`: every reader of the tables sees packed ones too) and runs
+the fleet audit. The statistics are in capwatch.monitor.stats and .sequential, the
+evidence and alarm records in .drift_evidence (imported here too, where callers have
+always found them, as are ActionMonitor and DriftConfig).
 """
 
 from __future__ import annotations
 
 import itertools
-import struct
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from capwatch.model.domain import Action
+from capwatch.monitor.action_drift import ActionMonitor as ActionMonitor
+from capwatch.monitor.action_drift import DriftConfig as DriftConfig
 from capwatch.monitor.attribution import Attribution
 from capwatch.monitor.drift_evidence import CONFIRM_ALPHA as CONFIRM_ALPHA
 from capwatch.monitor.drift_evidence import Detector as Detector
@@ -43,259 +43,11 @@ from capwatch.monitor.drift_evidence import action_identity as action_identity
 from capwatch.monitor.drift_evidence import describe_outcome as describe_outcome
 from capwatch.monitor.drift_evidence import planned_samples as planned_samples
 from capwatch.monitor.drift_evidence import with_probabilities as with_probabilities
-from capwatch.monitor.sequential import DEFAULT_LOGIT_SHIFTS, SequentialDetector
 from capwatch.monitor.sequential import expected_delay_hint as expected_delay_hint
 from capwatch.monitor.stats import (
     GofResult,
-    IntervalMethod,
-    MultinomialEstimate,
     benjamini_hochberg,
-    chi_square_gof,
-    multinomial_mle,
-    tvd_interval,
 )
-from capwatch.monitor.tables import OutcomeWindow, WindowKind
-
-_CONFIRM = struct.Struct("<qq")
-
-
-@dataclass(frozen=True, slots=True)
-class DriftConfig:
-    false_alarm_rate: float = 1e-5
-    """Online detector: at most this many false alarms per transition, per action."""
-    shifts: tuple[float, ...] = DEFAULT_LOGIT_SHIFTS
-    window: int = 2000
-    """Executions per frequency table (the audit's window, the re-estimation horizon)."""
-    window_kind: WindowKind = "sliding"
-    min_samples: int = 100
-    """Audit: a table is tested only once its window holds this many usable executions."""
-    min_expected: float = 5.0
-    fdr: float = 0.05
-    """Audit: Benjamini–Hochberg level across all tables tested in one audit."""
-    confidence: float = 0.95
-    interval: IntervalMethod = "wilson"
-    min_estimate_samples: int = 30
-    """Re-estimation looks back at least this far even if the change point is more recent."""
-    confirm_half_width: float | None = 0.05
-    """After an alarm, collect this many fresh executions that every outcome probability
-    is then known within ± this half-width (simultaneous Clopper–Pearson at
-    ``confidence``), and report a confirmed estimate; None disables confirmation."""
-
-    def __post_init__(self) -> None:
-        if self.window < self.min_samples:
-            raise ValueError("window must hold at least min_samples executions")
-        if not 0 < self.fdr < 1 or not 0 < self.confidence < 1:
-            raise ValueError("fdr and confidence must be in (0, 1)")
-
-
-class ActionMonitor:
-    """Frequency table, online detector and tests for one (agent, lifted action)."""
-
-    __slots__ = ("_confirm_counts", "_confirm_left", "_confirm_start", "action", "config",
-                 "detector", "probabilities", "window")
-
-    def __init__(self, action: Action, config: DriftConfig | None = None) -> None:
-        self.config = config or DriftConfig()
-        self._setup(action)
-
-    def _setup(self, action: Action) -> None:
-        self.action = action
-        self.probabilities = tuple(o.probability for o in action.outcomes)
-        self.window = OutcomeWindow(len(action.outcomes), self.config.window,
-                                    self.config.window_kind)
-        self._confirm_counts = np.zeros(len(action.outcomes), dtype=np.int64)
-        self._confirm_left = 0
-        self._confirm_start = 0
-        self.detector: SequentialDetector | None = None
-        if len(action.outcomes) >= 2:
-            self.detector = SequentialDetector(self.probabilities,
-                                               false_alarm_rate=self.config.false_alarm_rate,
-                                               shifts=self.config.shifts)
-
-    @property
-    def stochastic(self) -> bool:
-        return self.detector is not None
-
-    def reset(self, action: Action | None = None) -> None:
-        """Start afresh against ``action`` (a new model version) or the current one."""
-        if action is not None and action != self.action:
-            self._setup(action)
-            return
-        self.window.clear()
-        self._confirm_left = 0
-        if self.detector is not None:
-            self.detector.restart()
-
-    @property
-    def confirming(self) -> bool:
-        """Collecting fresh executions after an alarm (the detector is paused meanwhile)."""
-        return self._confirm_left > 0
-
-    def observe(self, attribution: Attribution | int) -> DriftAlarm | None:
-        """Count one consistent execution; returns an alarm or a confirmation, or None.
-
-        After an alarm the detector pauses while the planned fresh executions arrive
-        (further alarms about the same change would only repeat it); then the
-        confirmation is returned and the detector resumes against the current model,
-        until the owner passes the new model version to ``reset``.
-        """
-        self.window.add(attribution)
-        if self.detector is None:
-            return None
-        if self._confirm_left > 0:
-            return self._confirm(attribution)
-        if not self.detector.update(attribution):
-            return None
-        # The detector skips observations that tell no outcomes apart, so count back
-        # the post-change evidence from the newest execution rather than forward.
-        change = self.window.seen - (self.detector.n - self.detector.change_point)
-        evidence = self.evidence(since=change, detector="sequential")
-        evidence = replace(evidence, log_statistic=self.detector.log_statistic,
-                           log_threshold=self.detector.log_threshold, change_point=change)
-        planned = None
-        if self.config.confirm_half_width is not None:
-            planned = planned_samples(
-                multinomial_mle(evidence.gof.counts, self.config.confidence, "clopper-pearson",
-                                simultaneous=True),
-                self.config.confirm_half_width, self.config.confidence)
-            self._confirm_left = planned
-            self._confirm_start = self.window.seen
-            self._confirm_counts.fill(0)
-        return DriftAlarm(evidence, self.updated_action(evidence.estimate), True, planned)
-
-    def _confirm(self, attribution: Attribution | int) -> DriftAlarm | None:
-        if isinstance(attribution, int):
-            outcome = attribution
-        else:
-            outcome = attribution.counted
-            if outcome < 0:
-                return None  # ambiguous executions neither count nor use up the plan
-        self._confirm_counts[outcome] += 1
-        self._confirm_left -= 1
-        if self._confirm_left > 0:
-            return None
-        assert self.detector is not None
-        self.detector.restart()
-        cfg = self.config
-        counts = self._confirm_counts.copy()
-        estimate = multinomial_mle(counts, cfg.confidence, "clopper-pearson", simultaneous=True)
-        evidence = DriftEvidence(
-            action=self.action.header(),
-            detector="confirmation",
-            gof=chi_square_gof(counts, self.probabilities, min_samples=1,
-                               min_expected=cfg.min_expected),
-            tvd=tvd_interval(counts, self.probabilities, cfg.confidence),
-            estimate=estimate,
-            model_probabilities=self.probabilities,
-            outcomes=tuple(describe_outcome(o) for o in self.action.outcomes),
-            window=(self._confirm_start, self.window.seen),
-            ambiguous=0,
-        )
-        return DriftAlarm(evidence, self.updated_action(estimate), provisional=False)
-
-    def export_state(self, *, values_array: bool = False) -> dict[str, Any]:
-        """Window, detector and confirmation progress as plain values (see
-        capwatch.monitor.snapshot for the versioned, compact form); ``values_array``: the
-        window's outcomes and the detector's statistics as arrays, which the snapshot
-        packs as such (``OutcomeWindow.export_state``, ``SequentialDetector.export_state``)."""
-        header, fingerprint = action_identity(self.action)
-        return {
-            "action": header,
-            "fingerprint": fingerprint,
-            "window": self.window.export_state(values_array=values_array),
-            "detector": None if self.detector is None
-            else self.detector.export_state(arrays=values_array),
-            "confirm_counts": self._confirm_counts.tolist(),
-            "confirm_left": self._confirm_left,
-            "confirm_start": self._confirm_start,
-        }
-
-    def pack(self) -> bytes:
-        """Window, detector and confirmation progress as bytes, field for field (see
-        :meth:`unpack`): what an idle agent's table costs while it is held in memory."""
-        parts = [_CONFIRM.pack(self._confirm_left, self._confirm_start),
-                 self._confirm_counts.tobytes(), self.window.pack()]
-        if self.detector is not None:
-            parts.append(self.detector.pack())
-        return b"".join(parts)
-
-    @classmethod
-    def unpack(cls, action: Action, config: DriftConfig, data: bytes | memoryview,
-               at: int = 0) -> tuple[ActionMonitor, int]:
-        """The monitor :meth:`pack` described, for the very ``action`` and ``config`` it
-        was counting against; and where its bytes end."""
-        mon = cls(action, config)
-        mon._confirm_left, mon._confirm_start = _CONFIRM.unpack_from(data, at)
-        at += _CONFIRM.size
-        k = len(mon.probabilities)
-        mon._confirm_counts = np.frombuffer(data, np.int64, k, at).copy()
-        at = mon.window.unpack(data, at + 8 * k)
-        if mon.detector is not None:
-            at = mon.detector.unpack(data, at)
-        return mon, at
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        """Continue exactly where ``export_state`` left off; raises ValueError (and
-        changes nothing) if the state belongs to another action, model or setting."""
-        if state["fingerprint"] != action_fingerprint(self.action):
-            raise ValueError(f"state is for another version of {state['action']}")
-        if (state["detector"] is None) != (self.detector is None):
-            raise ValueError("state and action disagree on whether the action is stochastic")
-        confirm = np.asarray(state["confirm_counts"], dtype=np.int64)
-        if confirm.shape != self._confirm_counts.shape:
-            raise ValueError("confirmation counts have the wrong length")
-        # Load into fresh parts first so a bad state leaves this monitor untouched.
-        window = OutcomeWindow(len(self.action.outcomes), self.config.window,
-                               self.config.window_kind)
-        window.load_state(state["window"])
-        detector = None
-        if self.detector is not None:
-            detector = SequentialDetector(self.probabilities,
-                                          false_alarm_rate=self.config.false_alarm_rate,
-                                          shifts=self.config.shifts)
-            detector.load_state(state["detector"])
-        self.window = window
-        self.detector = detector
-        self._confirm_counts = confirm
-        self._confirm_left = int(state["confirm_left"])
-        self._confirm_start = int(state["confirm_start"])
-
-    def test(self) -> GofResult:
-        """The windowed chi-square goodness of fit the audit uses."""
-        return chi_square_gof(self.window.counts(), self.probabilities,
-                              min_samples=self.config.min_samples,
-                              min_expected=self.config.min_expected)
-
-    def evidence(self, since: int | None = None, detector: Detector = "audit") -> DriftEvidence:
-        """Figures over the executions since ``since`` (default: the test window)."""
-        cfg = self.config
-        if since is None:
-            counts, ambiguous, span = self.window.counts(), self.window.ambiguous(), \
-                self.window.span()
-        else:
-            start = min(since, self.window.seen - cfg.min_estimate_samples)
-            counts, ambiguous, first = self.window.counts_since(start)
-            span = (first, self.window.seen)
-        # The evidence describes whatever data there is; the minimum-sample rule gates
-        # the audit's decision, not the description of an alarm already raised.
-        gof = chi_square_gof(counts, self.probabilities, min_samples=1,
-                             min_expected=cfg.min_expected)
-        return DriftEvidence(
-            action=self.action.header(),
-            detector=detector,
-            gof=gof,
-            tvd=tvd_interval(counts, self.probabilities, cfg.confidence),
-            estimate=multinomial_mle(counts, cfg.confidence, cfg.interval),
-            model_probabilities=self.probabilities,
-            outcomes=tuple(describe_outcome(o) for o in self.action.outcomes),
-            window=span,
-            ambiguous=ambiguous,
-        )
-
-    def updated_action(self, estimate: MultinomialEstimate) -> Action:
-        if estimate.n == 0:
-            return self.action
-        return with_probabilities(self.action, estimate.probabilities, estimate.n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,7 +199,12 @@ class DriftMonitor:
 
     def observe(self, agent_id: str, action: Action, attribution: Attribution | int
                 ) -> DriftAlarm | None:
-        alarm = self.monitor(agent_id, action).observe(attribution)
+        # The agent's table for this very action, as :meth:`monitor` would hand it out,
+        # without its call (every execution of a probabilistic action comes here).
+        mon = self._monitors.get((agent_id, action.name))
+        if mon is None or mon.action is not action:
+            mon = self.monitor(agent_id, action)
+        alarm = mon.observe(attribution)
         self._changed.add(agent_id)
         if alarm is None:
             return None
