@@ -255,12 +255,15 @@ class AgentWatch:
         self.thaw()
         self._last_executed = times
 
-    def compact(self) -> bool:
+    def compact(self, keep_last: bool = False) -> bool:
         """Keep only what an idle watch still needs (``TransitionMonitor.compact``), its
         last state as a tuple: a set of 60 atoms costs 4 KB, a tuple 0.5 KB, and it is
         read again only by a canary (as a set made anew) or replaced by the next record.
-        True if anything was dropped."""
-        trimmed = self.monitor.compact()
+        True if anything was dropped. ``keep_last``: the last state as it is, for a
+        caller freezing the watch next (:meth:`freeze` holds it as the monitor's mask)."""
+        trimmed = self.monitor.compact(keep_last)
+        if keep_last:
+            return trimmed
         last = self._last_state
         if type(last) is frozenset and last:
             self._last_state = tuple(last)

@@ -247,10 +247,17 @@ class Registry:
         for watch in self._agents.values():
             if watch.seen <= since and not watch.evidence and not watch.frozen:
                 watch.state_memo = None  # the decoder's memo: a speed-up for active agents
-                trimmed = watch.compact()
-                if watch.seen <= frozen and watch.freeze():
+                if watch.seen > frozen:
+                    n += watch.compact()
+                    continue
+                # The last state's encoding kept for the bytes (freeze_bytes): encoding
+                # the set again cost more than the rest of freezing a shared-index agent.
+                trimmed = watch.compact(keep_last=True)
+                if watch.freeze():
                     self.drift.pack(watch.agent_id)
                     trimmed = True
+                else:
+                    trimmed = watch.compact() or trimmed
                 n += trimmed
         return n
 

@@ -1,12 +1,14 @@
 """An idle agent watch held as bytes (:meth:`AgentWatch.freeze
 <capwatch.daemon.agent_watch.AgentWatch.freeze>`): its monitor's idle state, its execution
-times and its last state in one zlib'd pickle, and back, exactly as they were."""
+times and its last state in one pickle, zlib'd when that pays, and back, exactly as they
+were."""
 
 from __future__ import annotations
 
 import pickle
 import zlib
 from collections.abc import Mapping
+from itertools import repeat
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -25,6 +27,14 @@ FROZEN_BACKOFF: dict[str, tuple[float, int]] = cast(dict[str, tuple[float, int]]
 """What a frozen watch holds instead of its own empty containers: read-only (a write by
 mistake fails loudly), and never written, because a watch thaws before it changes."""
 
+RAW_PICKLE = 256
+"""A pickle up to this many bytes is held as it is: zlib costs ~8 µs a call whatever the
+size (it sets up its whole state each time), a tenth of admitting an agent, to save
+~30 bytes of a small one. A pickle starts with its protocol's 0x80, a zlib stream with
+0x78: the first byte tells them apart."""
+_LAST_MASK = True
+"""The last state is the monitor's last mask (its idle state holds it already)."""
+
 
 def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
                  last_executed: Mapping[str, float]
@@ -34,33 +44,36 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
     state = monitor.idle_state(last_state)
     if state is None:
         return None
-    last: int | tuple[GroundAtom, ...] | None = None
+    last: int | bool | tuple[GroundAtom, ...] | None = None
     if last_state:
         # Its atoms are in the index in use (checked against the model when seen), so
-        # its bitset there holds it exactly. (known_bit: looking must not intern
-        # anything in an index other agents share.)
+        # its bitset there holds it exactly.
         if state[4]:
             # The monitor's own encoding of this very set (idle_state checked it is the
-            # one the monitor saw last): exact, nothing to check. Past half of
-            # limits.max_agents_in_memory every agent admitted is frozen at the next
-            # checkpoint, so this is on the admission path.
-            last = state[3]
+            # one the monitor saw last): exact, nothing to check, and not held twice.
+            # Past half of limits.max_agents_in_memory every agent admitted is frozen at
+            # the next checkpoint (Registry.compact_idle keeps the mask for it), so this
+            # is on the admission path.
+            last = _LAST_MASK
         else:
-            index = monitor.index
-            last = sum(map(index.known_bit, last_state))
+            # Looked up, not interned: looking must not intern anything in an index
+            # other agents share (0 for an atom not in it).
+            last = sum(map(monitor.index.bits.get, last_state, repeat(0)))
             # A set's atoms are distinct, and so are their bits in the index, unless one
             # is not in it (bit 0): all are in it iff the bitset has as many bits as the
             # set.
             if last.bit_count() != len(last_state):
                 last = tuple(last_state)
-    # zlib level 1: a third smaller (names and bitsets repeat), ~2 µs to inflate.
-    return zlib.compress(pickle.dumps((state, tuple(last_executed.items()), last),
-                                      pickle.HIGHEST_PROTOCOL), 1), monitor.shared
+    raw = pickle.dumps((state, tuple(last_executed.items()), last), pickle.HIGHEST_PROTOCOL)
+    # zlib level 1 on a larger one (an index of the agent's own: a fifth of the size,
+    # names repeat), ~2 µs to inflate.
+    return raw if len(raw) <= RAW_PICKLE else zlib.compress(raw, 1), monitor.shared
 
 
 def idle_state(frozen: bytes) -> tuple[Any, ...]:
     """(monitor idle state, execution times, last state as bits or atoms)."""
-    state: tuple[Any, ...] = pickle.loads(zlib.decompress(frozen))
+    raw = frozen if frozen[0] == 0x80 else zlib.decompress(frozen)
+    state: tuple[Any, ...] = pickle.loads(raw)
     return state
 
 
@@ -71,6 +84,8 @@ def frozen_last_state(frozen: tuple[Any, ...], shared: SharedGrounding | None
     last = frozen[2]
     if last is None:
         return NO_STATE
+    if last is _LAST_MASK:
+        last = frozen[0][3]
     if not isinstance(last, int):
         return frozenset(last)
     own = frozen[0][5]

@@ -213,7 +213,7 @@ class TransitionMonitor:
         self._inconsistencies = None
         self._set_domain(domain, shared)
 
-    def compact(self) -> bool:
+    def compact(self, keep_last: bool = False) -> bool:
         """Keep only what an idle agent still needs: the last execution of each action
         (drift probes ask the agent to run it there again). Older executions and the
         inconsistent transitions kept so far are dropped: an assessment gets executions
@@ -221,8 +221,11 @@ class TransitionMonitor:
         none buffered; :meth:`pinned_pa_values` and :meth:`contradicted` then see only
         what was observed since. True if anything was dropped (the last next-state's
         set is let go too: an idle agent's next record comes with a set decoded anew,
-        whose encoding is made again)."""
-        self._last_lists = None
+        whose encoding is made again). ``keep_last``: not the last next-state, for a
+        caller holding the monitor as bytes next (:meth:`idle_state` then keeps its mask
+        as the state's encoding instead of encoding the set again)."""
+        if not keep_last:
+            self._last_lists = None
         dropped = self._inconsistencies is not None
         self._inconsistencies = None
         executed = self.executed

@@ -66,16 +66,20 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
                         domain=domain,
                         shared=None if atoms is None else SharedGrounding(domain, atoms))
     items = freezes = own = 0
+    raw = [0, 0]  # frozen as zlib'd, as a plain pickle
     for i, t in enumerate(_stream(600)):
         want, got = plain.observe(t), frozen.observe(t)
         assert got == want, i
         if not frozen.evidence and not plain.evidence:
-            # Both trimmed (what freezing needs first), only one frozen.
+            # Both trimmed (what freezing needs first), only one frozen: trimmed as
+            # compact does alone (the last state's set let go, encoded again for the
+            # bytes) or as the registry does before freezing (its mask kept for them).
             plain.compact()
-            frozen.compact()
+            frozen.compact(keep_last=i % 2 == 0)
             on_own = not frozen.monitor.shares_index
             if frozen.freeze():
                 freezes += 1
+                raw[frozen._frozen is not None and frozen._frozen[0] == 0x80] += 1
                 own += on_own
                 assert frozen.frozen and frozen_drift.pack("a") in (True, False)
                 # What others read of a frozen watch, without thawing it.
@@ -97,7 +101,37 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
             frozen.settle(b.key)
     assert items >= 1 and freezes > 100
     assert (own > 100) == (kind != "shared")
+    # Both forms of the bytes were thawed (see the next test).
+    assert raw[0] > 100 and (raw[1] > 0 or kind != "shared")
     assert _watch_state(frozen, frozen_drift) == _watch_state(plain, plain_drift)
+
+
+@pytest.mark.parametrize("keep_last", [True, False])
+def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_zlibd(keep_last: bool) -> None:
+    domain = example("rover.pddl")
+    version = build_version(ModelRef("rover-v1", None, 1), domain,
+                            datetime(2026, 1, 1, tzinfo=UTC))
+    held = {}
+    # One transition on the family's index; an index of the agent's own, with every atom
+    # of a few dozen transitions.
+    for kind, atoms, n in (("shared", 1024, 1), ("own", 0, 40)):
+        w = AgentWatch("a", "rover-v1", 0, version, DriftMonitor(), clock=lambda: 5.0,
+                       domain=domain, shared=SharedGrounding(domain, atoms))
+        for t in _stream(n):
+            w.observe(t)
+        assert not w.evidence
+        w.compact(keep_last=keep_last)
+        before = _watch_state(w, DriftMonitor())
+        assert w.freeze()
+        assert w._frozen is not None
+        held[kind] = w._frozen[0]
+        assert w.last_state == t.next_state  # read from the bytes
+        assert _watch_state(w, DriftMonitor()) == before
+        assert w.observe(t) == AgentWatch(
+            "b", "rover-v1", 0, version, DriftMonitor(), domain=domain,
+            shared=SharedGrounding(domain, atoms)).observe(t)
+    # A pickle's first byte is its protocol's 0x80, a zlib stream's 0x78.
+    assert held == {"shared": 0x80, "own": 0x78}
 
 
 def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
