@@ -71,6 +71,26 @@ class AtomIndex:
             self._atoms.append(atom)
         return b
 
+    def add(self, atoms: Iterable[GroundAtom]) -> None:
+        """Intern those of ``atoms`` not interned yet, in their order, as :meth:`bit` on
+        each would: past the limit, those that fit are interned and :class:`IndexFull`
+        is raised. In bulk, without a Python call per atom: an agent naming objects of
+        its own brings its whole first state (often a hundred atoms or more) to a new
+        index of its own."""
+        bits = self._bits
+        fresh = list(dict.fromkeys(a for a in atoms if a not in bits))
+        n = len(self._atoms)
+        room = self._limit - n
+        take = fresh if len(fresh) <= room else fresh[:max(0, room)]
+        if n + len(take) <= len(_BITS):
+            self._atoms.extend(take)
+            bits.update(zip(take, _BITS[n:n + len(take)], strict=True))
+        else:
+            for atom in take:
+                self.bit(atom)
+        if len(take) < len(fresh):
+            raise IndexFull(f"atom index full ({self._limit} atoms)")
+
     @classmethod
     def of(cls, atoms: Iterable[GroundAtom], limit: int | None = None) -> AtomIndex:
         """An index numbering ``atoms`` (distinct) in this order, as interning them one by

@@ -373,15 +373,20 @@ class TransitionMonitor:
             self.validate_atom(atom)
         if checked is not None and unchecked and len(checked) < 1_000_000:
             checked.update(unchecked)
-        bit = self.index.bit
+        index = self.index
         try:
-            for atom in new:
-                valid[atom] = bit(atom)
+            index.add(new)
         except IndexFull:
             # Atoms interned before the shared index filled up stay there: they are
             # valid, and other agents may use them.
+            bits = index.bits
+            if valid is not bits:
+                valid.update((a, bits[a]) for a in new if a in bits)
             self._own_index()
             return self._encode_new(state, next_state)
+        bits = index.bits
+        if valid is not bits:
+            valid.update(zip(new, map(bits.__getitem__, new), strict=True))
         get = valid.__getitem__
         s = sum(map(get, state))
         if next_state is state:

@@ -9,7 +9,7 @@ from operator import or_
 
 import pytest
 
-from capwatch.model.grounding import SMALL_STATE, WIDE_INDEX, AtomIndex
+from capwatch.model.grounding import SMALL_STATE, WIDE_INDEX, AtomIndex, IndexFull
 
 
 def _plain(index: AtomIndex, atoms: list[tuple[str, ...]]) -> int:
@@ -34,3 +34,31 @@ def test_encoding_matches_or_ing_every_bit(width: int, size: int) -> None:
             == _plain(b, listed)
     # New atoms were interned in the same order, at the same bits.
     assert len(a) == len(b) and all(a.bit(atom) == b.bit(atom) for atom in new)
+
+
+@pytest.mark.parametrize("before", [0, 5, 8_190])
+@pytest.mark.parametrize("limit", [None, 3, 12, 8_200])
+def test_adding_in_bulk_interns_as_bit_does_one_by_one(before: int, limit: int | None
+                                                       ) -> None:
+    known = [("p", str(i)) for i in range(before)]
+    # Repeats, atoms already in the index, new ones: the new ones in their first order.
+    atoms = [("q", "1"), ("q", "0"), ("q", "1"), *known[:3], *(("r", str(i)) for i in range(9))]
+    a, b = AtomIndex(limit), AtomIndex(limit)
+    full = []
+    for index in (a, b):
+        try:
+            for atom in known:
+                index.bit(atom)
+        except IndexFull:
+            pass
+    try:
+        a.add(atoms)
+    except IndexFull:
+        full.append("a")
+    try:
+        for atom in atoms:
+            b.bit(atom)
+    except IndexFull:
+        full.append("b")
+    assert full in ([], ["a", "b"])
+    assert a.atoms == b.atoms and a.bits == b.bits and a.full == b.full
