@@ -221,9 +221,8 @@ class TransitionMonitor:
         none buffered; :meth:`pinned_pa_values` and :meth:`contradicted` then see only
         what was observed since. True if anything was dropped (the last next-state's
         set is let go too: an idle agent's next record comes with a set decoded anew,
-        whose encoding is made again). ``keep_last``: not the last next-state, for a
-        caller holding the monitor as bytes next (:meth:`idle_state` then keeps its mask
-        as the state's encoding instead of encoding the set again)."""
+        whose encoding is made again), unless ``keep_last`` (the monitor is held as
+        bytes next: :meth:`idle_state` then gives its mask for it)."""
         if not keep_last:
             self._last_lists = None
         dropped = self._inconsistencies is not None
