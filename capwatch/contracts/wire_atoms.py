@@ -57,18 +57,56 @@ _OLDER: dict[bytes, int] = {}
 generation = 0
 """Moves on at every :func:`forget`; ids are meaningful only within one generation."""
 
+State = tuple[int, frozenset[GroundAtom], list[int]]
+"""A state read from its text: its atoms as sent, its set and its atoms' ids (in order,
+with repeats). A pure function of the text, shared by every agent that sends that text."""
+STATES: dict[bytes, State] = {}
+"""A state's whole text → its read, for texts read before (:func:`known_state`)."""
+_OLDER_STATES: dict[bytes, State] = {}
+_states_bytes = 0
+MAX_STATE_BYTES = 4_000_000
+"""The texts' bytes a generation of :data:`STATES` holds (two generations, as the
+pieces'): with the sets and ids, about 3.5 times as much memory (~28 MB at most)."""
+
 
 class Invalid(Exception):
     """An atom the wire schema refuses (its decoder says why)."""
 
 
 def forget() -> None:
-    global generation
+    global generation, _states_bytes
     ID.clear()
     ATOM.clear()
     PIECES.clear()
     _OLDER.clear()
+    STATES.clear()
+    _OLDER_STATES.clear()
+    _states_bytes = 0
     generation += 1
+
+
+def known_state(text: bytes) -> State | None:
+    """The read of a state's text seen before (its ids of this generation), or None.
+
+    Agents of one family share states (their problems' scenery, the states a policy
+    visits), and a state's text, hashed anyway to fingerprint it, is then read in one
+    lookup instead of piece by piece."""
+    found = STATES.get(text)
+    if found is None and _OLDER_STATES:
+        found = _OLDER_STATES.get(text)
+        if found is not None:
+            remember_state(text, found)
+    return found
+
+
+def remember_state(text: bytes, state: State) -> None:
+    global STATES, _OLDER_STATES, _states_bytes
+    if _states_bytes + len(text) > MAX_STATE_BYTES:
+        _OLDER_STATES, STATES = STATES, _OLDER_STATES
+        STATES.clear()
+        _states_bytes = 0
+    STATES[text] = state
+    _states_bytes += len(text)
 
 
 def _turn() -> None:

@@ -255,20 +255,26 @@ def _state(text: msgspec.Raw | bytes, max_atoms: int) -> _Read:
             raise _Refused  # before its atoms are learnt
         return len(atoms), _atoms(atoms), None, 0
     raw = bytes(text)
+    seen = wire_atoms.known_state(raw)
+    if seen is not None:
+        if seen[0] > max_atoms:
+            raise _Refused
+        return (*seen, wire_atoms.generation)
     known = wire_atoms.ids(raw)
     if known is not None:
         if len(known) > max_atoms:
             raise _Refused
-        return len(known), frozenset(map(_ATOM_OF, known)), known, \
-            wire_atoms.generation
-    atoms = _STATE(raw)
-    if len(atoms) > max_atoms:
-        raise _Refused  # before its atoms are learnt
-    _learn(atoms)
-    wire_atoms.teach(raw, atoms)
-    ids = list(map(_ID_OF, atoms))
-    return len(atoms), frozenset(map(_ATOM_OF, ids)), ids, \
-        wire_atoms.generation
+        read = len(known), frozenset(map(_ATOM_OF, known)), known
+    else:
+        atoms = _STATE(raw)
+        if len(atoms) > max_atoms:
+            raise _Refused  # before its atoms are learnt
+        _learn(atoms)
+        wire_atoms.teach(raw, atoms)
+        ids = list(map(_ID_OF, atoms))
+        read = len(atoms), frozenset(map(_ATOM_OF, ids)), ids
+    wire_atoms.remember_state(raw, read)
+    return (*read, wire_atoms.generation)
 
 
 def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
@@ -279,21 +285,33 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
     difference of their ids (the atoms' tuples are not hashed again). One symmetric
     difference, one copy of the state's set: an id only the state has is one of its
     atoms, an id only the next state has is none of them (ids and atoms correspond one
-    to one within a generation). With the read, the atoms that differ (None: not
-    known), which the monitor encodes the next state from."""
+    to one within a generation). A text read before, by any agent, is its earlier read
+    (wire_atoms.known_state: 20 -> 15 us a record on 46-atom states). With the read,
+    the atoms that differ (None: not known), which the monitor encodes the next state
+    from."""
     generation = wire_atoms.generation
     if state_generation != generation:
         return _state(text, max_atoms), None
+    seen = wire_atoms.known_state(text)
+    if seen is not None:
+        # The atoms that differ found by the two sets' own hashes.
+        n, after, seen_ids = seen
+        if n > max_atoms:
+            raise _Refused
+        if after is state:
+            return (n, state, seen_ids, generation), None
+        told = list(state.symmetric_difference(after))
+        return (n, after if told else state, seen_ids, generation), told or None
     known = wire_atoms.ids(text)
     if known is None:
         return _state(text, max_atoms), None
     if len(known) > max_atoms:
         raise _Refused
     changed = frozenset(known).symmetric_difference(state_ids)
-    if not changed:
-        return (len(known), state, state_ids, generation), None
-    flipped = list(map(_ATOM_OF, changed))
-    return (len(known), state.symmetric_difference(flipped), known, generation), flipped
+    flipped = list(map(_ATOM_OF, changed)) if changed else None
+    read = len(known), state.symmetric_difference(flipped) if flipped else state, known
+    wire_atoms.remember_state(text, read)
+    return (*read, generation), flipped
 
 
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
