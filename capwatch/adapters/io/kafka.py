@@ -27,6 +27,7 @@ from kafka.future import Future as KafkaFuture
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from capwatch.adapters.io.kafka_common import (
+    FETCH_MAX_WAIT_MS,
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
@@ -143,7 +144,8 @@ class KafkaSource:
     """A consumer-group member reading the transitions topic; commits only when told."""
 
     def __init__(self, bootstrap: str, topic: str, group_id: str, *,
-                 client_id: str = "capwatch", max_poll_records: int = 500,
+                 client_id: str = "capwatch", max_poll_records: int = 2000,
+                 fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
                  security: Mapping[str, Any] | None = None) -> None:
         self.name = topic
@@ -152,6 +154,7 @@ class KafkaSource:
             bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
             max_poll_records=max_poll_records, session_timeout_ms=session_timeout_ms,
+            fetch_max_wait_ms=fetch_max_wait_ms,
             heartbeat_interval_ms=heartbeat_ms(session_timeout_ms),
             max_partition_fetch_bytes=fetch_bytes(max_message_bytes),
             # The group leader assigns only the partitions its metadata lists; a leader

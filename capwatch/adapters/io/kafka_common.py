@@ -26,6 +26,15 @@ cut far below it (contracts.wire.MAX_DEAD_LETTER_RAW)."""
 
 LINGER_MS = 5
 
+FETCH_MAX_WAIT_MS = 100
+"""How long the broker may hold a fetch for partitions with nothing new (kafka.
+fetch_max_wait_ms; both clients default to 500). A consumer has one fetch per broker in
+flight, and kafka-python (like the Java client) leaves out of it the partitions whose
+fetched records are not yet all handed out: a fetch held for the partitions that are
+caught up stalls the one still behind. Reading a topic whose partitions end at different
+offsets, capwatch over kafka-python spent half its time in such waits (docs/
+performance.md); an idle replica pays 10 fetches a second per broker instead of 2."""
+
 METADATA_MAX_AGE_MS = 30_000
 """How often a consumer refreshes the cluster's metadata (both clients default to 5
 minutes). The group leader assigns only the partitions its metadata lists: a topic grown,

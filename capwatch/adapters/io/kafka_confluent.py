@@ -30,6 +30,7 @@ from confluent_kafka import (
 )
 
 from capwatch.adapters.io.kafka_common import (
+    FETCH_MAX_WAIT_MS,
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
@@ -125,7 +126,8 @@ class ConfluentKafkaSource:
     """A consumer-group member reading the transitions topic; commits only when told."""
 
     def __init__(self, bootstrap: str, topic: str, group_id: str, *,
-                 client_id: str = "capwatch", max_poll_records: int = 500,
+                 client_id: str = "capwatch", max_poll_records: int = 2000,
+                 fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
                  security: Mapping[str, Any] | None = None) -> None:
         self.name = topic
@@ -142,6 +144,7 @@ class ConfluentKafkaSource:
             "heartbeat.interval.ms": heartbeat_ms(session_timeout_ms),
             "max.partition.fetch.bytes": partition_fetch,
             "fetch.max.bytes": fetch_max,
+            "fetch.wait.max.ms": fetch_max_wait_ms,
             "receive.message.max.bytes": max(100_000_000, fetch_max + 65_536),
             # As kafka-python's source: partitions the leader's metadata does not list yet
             # are assigned within 30 s, not after librdkafka's default 5 minutes.
