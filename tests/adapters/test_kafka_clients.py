@@ -149,3 +149,26 @@ def test_both_sources_refresh_metadata_every_30_s_not_every_5_minutes() -> None:
     confluent_config = ConfluentKafkaSource("127.0.0.1:1", "t", "g")._config
     assert python_config["metadata_max_age_ms"] == 30_000
     assert confluent_config["topic.metadata.refresh.interval.ms"] == 30_000
+
+
+def test_both_sources_take_the_fetch_wait_and_batch_from_the_config() -> None:
+    """kafka.fetch_max_wait_ms reaches both clients under their own names, and the
+    sources' defaults are the config's (a held fetch stalls partitions still behind:
+    docs/performance.md)."""
+    from capwatch.adapters.io.kafka import KafkaSource
+    from capwatch.daemon.config_connections import KafkaConfig
+
+    defaults = KafkaConfig()
+    assert defaults.fetch_max_wait_ms < 500  # below both clients' own default
+    python_default = KafkaSource("127.0.0.1:1", "t", "g")
+    confluent_default = ConfluentKafkaSource("127.0.0.1:1", "t", "g")
+    assert python_default._config["fetch_max_wait_ms"] == defaults.fetch_max_wait_ms
+    assert confluent_default._config["fetch.wait.max.ms"] == defaults.fetch_max_wait_ms
+    assert python_default._config["max_poll_records"] == defaults.max_poll_records
+    assert confluent_default._batch == defaults.max_poll_records
+    python = KafkaSource("127.0.0.1:1", "t", "g", fetch_max_wait_ms=250, max_poll_records=7)
+    confluent = ConfluentKafkaSource("127.0.0.1:1", "t", "g", fetch_max_wait_ms=250,
+                                     max_poll_records=7)
+    assert python._config["fetch_max_wait_ms"] == 250
+    assert confluent._config["fetch.wait.max.ms"] == 250
+    assert python._config["max_poll_records"] == 7 and confluent._batch == 7
