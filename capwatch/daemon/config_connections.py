@@ -102,9 +102,10 @@ class KafkaConfig(Section):
     dead_letter_topic: str = "capwatch.deadletter"
     group_id: str = "capwatch"
     client_id: str = "capwatch"
-    max_poll_records: int = Field(default=2000, ge=1)
-    """Most records one poll hands the main loop (one batch). Each kafka-python poll costs
-    a few hand-offs to the client's IO thread, paid per batch (docs/performance.md)."""
+    max_poll_records: int = Field(default=500, ge=1)
+    """Most records one poll hands the main loop (one batch). Larger batches did not help
+    over kafka-python: a poll that takes every fetched record leaves no fetch overlapping
+    the batch's work (docs/performance.md)."""
     fetch_max_wait_ms: int = Field(default=100, ge=0, le=60_000)
     """How long the broker may hold a fetch for partitions with nothing new (both
     clients' default is 500). A consumer has one fetch per broker in flight: while it is

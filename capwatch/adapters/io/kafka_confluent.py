@@ -126,7 +126,7 @@ class ConfluentKafkaSource:
     """A consumer-group member reading the transitions topic; commits only when told."""
 
     def __init__(self, bootstrap: str, topic: str, group_id: str, *,
-                 client_id: str = "capwatch", max_poll_records: int = 2000,
+                 client_id: str = "capwatch", max_poll_records: int = 500,
                  fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
                  security: Mapping[str, Any] | None = None) -> None:
