@@ -46,8 +46,9 @@ CLIENTS = ("kafka-python", "confluent-kafka")
 _KAFKA_DEFAULTS = KafkaConfig()
 TUNED = {"max_poll_records": _KAFKA_DEFAULTS.max_poll_records,
          "fetch_max_wait_ms": _KAFKA_DEFAULTS.fetch_max_wait_ms}
-"""The fetch settings capwatch's config gives its source by default, where they differ
-from the clients' own (kafka.max_poll_records, kafka.fetch_max_wait_ms): the bare
+"""The fetch settings capwatch's config gives its source by default (kafka.
+max_poll_records, which the bare consumers use anyway, and kafka.fetch_max_wait_ms, which
+differs from both clients' 500 ms): the bare
 consumers are run both with the clients' defaults and with these, so the ratio says how
 much of capwatch's figure is the settings and how much is capwatch."""
 
