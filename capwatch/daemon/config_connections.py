@@ -110,7 +110,9 @@ class KafkaConfig(Section):
     """How long the broker may hold a fetch for partitions with nothing new (both
     clients' default is 500). A consumer has one fetch per broker in flight: while it is
     held for partitions that are caught up, a partition still behind is not fetched, so a
-    replica catching up on uneven partitions read ~1 MB per partition every 500 ms."""
+    replica catching up on uneven partitions read ~1 MB per partition every 500 ms. With
+    confluent-kafka it also bounds how long librdkafka pauses a partition's fetching once
+    its prefetch queue is full (``fetch.queue.backoff.ms``, 1000 by default)."""
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     create_topics: bool = True
     """Create missing topics at start (the model topic compacted)."""

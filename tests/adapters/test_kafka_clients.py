@@ -171,4 +171,5 @@ def test_both_sources_take_the_fetch_wait_and_batch_from_the_config() -> None:
                                      max_poll_records=7)
     assert python._config["fetch_max_wait_ms"] == 250
     assert confluent._config["fetch.wait.max.ms"] == 250
+    assert confluent._config["fetch.queue.backoff.ms"] == 250
     assert python._config["max_poll_records"] == 7 and confluent._batch == 7

@@ -145,6 +145,11 @@ class ConfluentKafkaSource:
             "max.partition.fetch.bytes": partition_fetch,
             "fetch.max.bytes": fetch_max,
             "fetch.wait.max.ms": fetch_max_wait_ms,
+            # librdkafka stops fetching a partition for this long once its prefetch queue
+            # is full (queued.max.messages.kbytes, 64 MB: ~12,000 messages of 5.6 KB);
+            # by its default 1000 ms the daemon had emptied the queue and waited: 300-500
+            # ms stalls every 1-1.5 s on 5.6 KB messages (docs/performance.md).
+            "fetch.queue.backoff.ms": fetch_max_wait_ms,
             "receive.message.max.bytes": max(100_000_000, fetch_max + 65_536),
             # As kafka-python's source: partitions the leader's metadata does not list yet
             # are assigned within 30 s, not after librdkafka's default 5 minutes.
