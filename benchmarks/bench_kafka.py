@@ -120,7 +120,9 @@ def bare_confluent(bootstrap: str, topic: str, n: int, tuned: bool = False) -> R
     from confluent_kafka import Consumer
 
     batch = TUNED["max_poll_records"] if tuned else 500
-    settings = {"fetch.wait.max.ms": TUNED["fetch_max_wait_ms"]} if tuned else {}
+    # As capwatch's confluent-kafka source sets them from kafka.fetch_max_wait_ms.
+    settings = {"fetch.wait.max.ms": TUNED["fetch_max_wait_ms"],
+                "fetch.queue.backoff.ms": TUNED["fetch_max_wait_ms"]} if tuned else {}
     consumer = Consumer({"bootstrap.servers": bootstrap,
                          "group.id": f"bare-{uuid.uuid4().hex[:6]}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
