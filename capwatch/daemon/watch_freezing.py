@@ -16,7 +16,13 @@ from capwatch.daemon.watch_records import Evidence
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.grounding import SharedGrounding, decode_bits
 from capwatch.monitor.drift import DriftAlarm
-from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
+from capwatch.monitor.transition_monitor import (
+    IDLE_HAD_LAST,
+    IDLE_MASK,
+    IDLE_OWN,
+    MonitorLimits,
+    TransitionMonitor,
+)
 
 NO_STATE: frozenset[GroundAtom] = frozenset()
 FROZEN_TIMES: dict[str, float] = cast(dict[str, float], MappingProxyType({}))
@@ -48,7 +54,7 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
     if last_state:
         # Its atoms are in the index in use (checked against the model when seen), so
         # its bitset there holds it exactly.
-        if state[4]:
+        if state[IDLE_HAD_LAST]:
             # The monitor's own encoding of this very set (idle_state checked it is the
             # one the monitor saw last): exact, nothing to check, and not held twice.
             # Past half of limits.max_agents_in_memory every agent admitted is frozen at
@@ -85,10 +91,10 @@ def frozen_last_state(frozen: tuple[Any, ...], shared: SharedGrounding | None
     if last is None:
         return NO_STATE
     if last is _LAST_MASK:
-        last = frozen[0][3]
+        last = frozen[0][IDLE_MASK]
     if not isinstance(last, int):
         return frozenset(last)
-    own = frozen[0][5]
+    own = frozen[0][IDLE_OWN]
     if own is not None:
         return decode_bits(own[0], last)
     assert shared is not None

@@ -1,6 +1,6 @@
 """What the transition monitor reports and keeps, and its limits: the records of one
 observed transition, of an inconsistent one (with its Table 2 explanation) and of an
-executed one (as bitsets), the per-action counts, and :class:`MonitorLimits`.
+executed one (as bitsets), and :class:`MonitorLimits`.
 :mod:`capwatch.monitor.transition_monitor` re-exports them.
 """
 
@@ -48,13 +48,6 @@ class ExecutedTransition(NamedTuple):
     state: StateMask
     action: GroundAction
     next_state: StateMask
-
-
-@dataclass(frozen=True, slots=True)
-class ActionCounts:
-    applied: int = 0
-    not_applicable: int = 0
-    inconsistent: int = 0
 
 
 @dataclass

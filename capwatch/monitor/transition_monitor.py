@@ -32,7 +32,6 @@ from capwatch.model.grounding import (
 )
 from capwatch.model.pal import AbstractModel, PaTuple, PaValue
 from capwatch.monitor import executions
-from capwatch.monitor.observations import ActionCounts as ActionCounts
 from capwatch.monitor.observations import ExecutedTransition as ExecutedTransition
 from capwatch.monitor.observations import InconsistentTransition as InconsistentTransition
 from capwatch.monitor.observations import MonitorLimits as MonitorLimits
@@ -42,7 +41,9 @@ AtomLists = Sequence[Sequence[str]]
 _new_tuple: Any = tuple.__new__
 # Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11.
 _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
-_APPLIED_AT = int(_APPLIED)  # its index in a counts list, as a plain int
+IDLE_MASK, IDLE_HAD_LAST, IDLE_OWN = 2, 3, 4
+"""Where :meth:`TransitionMonitor.idle_state` holds the last next-state's mask, whether
+it is the caller's last state's, and an index of the agent's own."""
 
 
 class TransitionMonitor:
@@ -56,7 +57,7 @@ class TransitionMonitor:
     slots and its evidence buffers are made when first needed.
     """
 
-    __slots__ = ("_counts", "_inconsistencies", "_last_lists", "_last_mask", "_ops",
+    __slots__ = ("_inconsistencies", "_last_lists", "_last_mask", "_ops",
                  "_predicates", "_shared", "_shared_valid", "_valid", "domain", "executed",
                  "grounder", "index", "limits", "transitions")
 
@@ -70,7 +71,6 @@ class TransitionMonitor:
         :meth:`observe`) and its encoding, reused when the next transition starts there."""
         self._last_mask: StateMask = 0
         self._set_domain(domain, shared)
-        self._counts: dict[str, list[int]] = {}
         self._inconsistencies: deque[InconsistentTransition] | None = None
         self.executed: dict[str, list[ExecutedTransition]] = {}
         """Action name → its last executions (at most ``limits.executed_per_action``),
@@ -139,7 +139,7 @@ class TransitionMonitor:
             index = self.index
             valid = self._valid
             own = (index.atoms, None if valid is index.bits else sum(valid.values()))
-        return (self.transitions, tuple((name, *c) for name, c in self._counts.items()),
+        return (self.transitions,
                 tuple((name, tuple(map(tuple, buf))) for name, buf in self.executed.items()),
                 self._last_mask, lists is not None, own)
 
@@ -149,7 +149,7 @@ class TransitionMonitor:
                         last: frozenset[GroundAtom]) -> TransitionMonitor:
         """The monitor :meth:`idle_state` described, over the same model, limits and shared
         grounding; ``last`` is the caller's last next-state again."""
-        transitions, counts, executed, mask, had_last, own = state
+        transitions, executed, mask, had_last, own = state
         if shared is not None and shared.domain is not domain:
             raise ValueError("the shared grounding is for another model")
         mon = cls(domain, limits, shared)
@@ -168,7 +168,6 @@ class TransitionMonitor:
             mon._use_shared(shared)
             mon._ops = mon.grounder.cache
         mon.transitions = transitions
-        mon._counts = {name: [a, n, i] for name, a, n, i in counts}
         mon.executed = {name: [_new_tuple(ExecutedTransition, t) for t in buf]
                         for name, buf in executed}
         mon._last_lists = last if had_last else None
@@ -332,10 +331,6 @@ class TransitionMonitor:
         # argument tuple cost a tenth of the whole check on this path).
         name = op.action.name
         self.transitions += 1
-        counts = self._counts.get(name)
-        if counts is None:
-            counts = self._counts[name] = [0, 0, 0]
-        counts[_APPLIED_AT] += 1
         buf = self.executed.get(name)
         if buf is None:
             buf = self.executed[name] = []
@@ -398,10 +393,6 @@ class TransitionMonitor:
         verdict, outcomes = result
         name = op.action.name
         self.transitions += 1
-        counts = self._counts.get(name)
-        if counts is None:
-            counts = self._counts[name] = [0, 0, 0]
-        counts[verdict] += 1
         if verdict is _APPLIED:
             self._keep_executed(name, position, s, action, s2)
         elif verdict is _INCONSISTENT:
@@ -431,11 +422,6 @@ class TransitionMonitor:
         the agent to run it there again)."""
         return executions.last_executed(self.index, self.executed, name)
 
-    @property
-    def counts(self) -> dict[str, ActionCounts]:
-        """Verdict counts per action name since the monitor started."""
-        return {name: ActionCounts(*c) for name, c in self._counts.items()}
-
     def _keep_executed(self, name: str, position: int, s: StateMask, action: GroundAction,
                        s2: StateMask) -> None:
         buf = self.executed.get(name)
@@ -459,6 +445,3 @@ class TransitionMonitor:
             out.update(c.pa for c in inc.explanation.contradicted)
         return out
 
-    @property
-    def inconsistent_count(self) -> int:
-        return sum(c[Verdict.INCONSISTENT] for c in self._counts.values())

@@ -35,7 +35,7 @@ from tests.daemon.test_drift_state import AGENT, _alarm
 def _watch_state(w: AgentWatch, drift: DriftMonitor) -> Any:
     m = w.monitor
     return (w.transitions, w.inconsistent, w.last_offset, w.last_state, dict(w.last_executed),
-            m.transitions, m.counts, {k: list(v) for k, v in m.executed.items()},
+            m.transitions, {k: list(v) for k, v in m.executed.items()},
             list(m.inconsistencies), w.evidence, w.alarms, w.backoff, w.held_back,
             snapshot_agent(drift, w.agent_id), m.shares_index,
             None if m.shares_index else (m.index.atoms, m.index.full))

@@ -32,12 +32,13 @@ def _trace(truth_name: str = "gripper") -> list[tuple[list[list[str]], list[str]
 
 def test_true_model_sees_only_consistent_transitions() -> None:
     monitor = TransitionMonitor(read_domain(DOMAINS / "gripper" / "domain.pddl"))
-    for i, (s, a, s2) in enumerate(_trace()):
+    trace = _trace()
+    for i, (s, a, s2) in enumerate(trace):
         obs = monitor.observe_lists(s, a, s2, position=i)
         assert obs.verdict is Verdict.APPLIED
         assert obs.outcomes == 1
-    assert monitor.inconsistent_count == 0
-    assert monitor.counts["pick"].applied == 4
+    assert not monitor.inconsistencies and monitor.transitions == len(trace)
+    assert len(monitor.executed["pick"]) == 4
     assert monitor.contradicted() == set()
 
 
@@ -305,8 +306,12 @@ def test_a_large_next_state_encoded_from_the_last_is_checked_as_a_new_one(name: 
         assert told_copy.observe(frozenset(state), tuple(action), nxt, i, flipped) == got, i
         assert len(state) >= 10
         state = nxt if got.verdict is not Verdict.INCONSISTENT else frozenset(after)
-    assert chained.counts == fresh.counts == told.counts == told_copy.counts
-    assert chained.inconsistent_count > 0
+    assert chained.transitions == fresh.transitions == told.transitions \
+        == told_copy.transitions
+    assert [t.position for t in chained.inconsistencies] \
+        == [t.position for t in fresh.inconsistencies] \
+        == [t.position for t in told.inconsistencies] \
+        == [t.position for t in told_copy.inconsistencies] != []
     assert chained.executed_since(0, 64) == fresh.executed_since(0, 64) \
         == told.executed_since(0, 64) == told_copy.executed_since(0, 64)
 
