@@ -211,8 +211,9 @@ def run_memory_child(agents: int, steps: int, quick: bool, frozen: bool = False,
     return result
 
 
-GENERATED_FLEETS = ("ipc-mixed", "own-objects-bursty", "stochastic")
-"""benchmarks/fleets.py's generated fleets (named here so that --help needs no import)."""
+GENERATED_FLEETS = ("ipc-mixed", "own-objects-bursty", "stochastic", "planned")
+"""benchmarks/fleets.py's generated fleets and benchmarks/planned.py's (named here so that
+--help needs no import)."""
 PRODUCER_FLEETS = ("dumps", "compact", "jackson", "irregular", "keys-late", "traces",
                    "unsorted", "shuffled", "interleaved", "tiny-many", "long-names", "mixed")
 """benchmarks/producers.py's: one fleet written the ways other producers write."""

@@ -40,6 +40,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fleets
+import planned
 import producers
 from bench_daemon import Replay, feed, rss_bytes
 
@@ -325,7 +326,8 @@ def generate(names: list[str], transitions: int, into: Path) -> list[Path]:
     out = []
     for name in names:
         t0 = time.process_time()
-        fleet = {**fleets.GENERATED, **producers.PRODUCED}[name](transitions)
+        fleet = {**fleets.GENERATED, "planned": planned.planned,
+                 **producers.PRODUCED}[name](transitions)
         out.append(fleets.write(fleet, into / name))
         print(f"(generated {name} in {time.process_time() - t0:.0f} s CPU)", flush=True)
     return out
