@@ -181,6 +181,49 @@ def shared_ground_atoms(domain: Domain, ground_action: GroundAction
     return {g: tuple(sorted(atoms)) for g, atoms in groups.items() if len(atoms) > 1}
 
 
+@dataclass(frozen=True, slots=True)
+class _ActionFacts:
+    """What :func:`explain` needs of an action whatever the grounding: worked out once per
+    model and action (for a wide action, P* holds hundreds of atoms, and working it out
+    again on every inconsistent transition cost up to milliseconds each)."""
+
+    action: Action
+    gamma: tuple[tuple[LiftedAtom, PaTuple, PaValue, frozenset[PaValue]], ...]
+    """Per atom of P*, in its order: the atom, its pa-tuple, its current value and the
+    values its outcomes give it."""
+    fixed: tuple[LiftedAtom, ...]
+    """The action's atoms outside P* (constants, repeated parameters)."""
+    equal: tuple[tuple[str, str], ...]
+    distinct: tuple[tuple[str, str], ...]
+
+
+_FACTS: dict[int, tuple[Domain, dict[str, _ActionFacts]]] = {}
+"""id(domain) → (the domain, its actions' facts); the domain is held so that its id
+cannot name another one. Bounded by :data:`_MAX_DOMAINS` (model versions come and go)."""
+_MAX_DOMAINS = 256
+_PRESENCES: dict[Presence, frozenset[PaValue]] = {
+    (b, a): pa_values_consistent_with((b, a)) for b in (False, True) for a in (False, True)}
+
+
+def _facts(domain: Domain, name: str) -> _ActionFacts:
+    held = _FACTS.get(id(domain))
+    if held is None or held[0] is not domain:
+        if len(_FACTS) >= _MAX_DOMAINS:
+            _FACTS.clear()
+        held = _FACTS[id(domain)] = (domain, {})
+    facts = held[1].get(name)
+    if facts is None:
+        action = domain.action(name)
+        gamma = list(lifted_instantiations(domain, action))
+        facts = held[1][name] = _ActionFacts(
+            action, tuple((atom, pa := PaTuple(action.name, atom),
+                   (pre_mode(action, atom), eff_mode(action, atom)),
+                   frozenset(_outcome_values(action, pa))) for atom in gamma),
+            tuple(action.all_atoms() - set(gamma)),
+            tuple(sorted(action.equal)), tuple(sorted(action.distinct)))
+    return facts
+
+
 def explain(domain: Domain, ground_action: GroundAction, state: frozenset[GroundAtom],
             next_state: frozenset[GroundAtom]) -> Inconsistency:
     """Apply Table 2 to every pa-tuple of the action (slow path, for inconsistencies only).
@@ -190,39 +233,38 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
     contradicted only if no values of its partners explain the transition, and the ground
     atom is listed in ``entangled``.
     """
-    action = domain.action(ground_action[0])
+    facts = _facts(domain, ground_action[0])
+    action = facts.action
     binding = dict(zip(action.parameter_names, ground_action[1:], strict=True))
-    violated = tuple(f"(= {a} {b})" for a, b in sorted(action.equal)
+    violated = tuple(f"(= {a} {b})" for a, b in facts.equal
                      if binding.get(a, a) != binding.get(b, b)) + tuple(
-        f"(not (= {a} {b}))" for a, b in sorted(action.distinct)
+        f"(not (= {a} {b}))" for a, b in facts.distinct
         if binding.get(a, a) == binding.get(b, b))
     applicable = not violated and all(a.ground(binding) in state for a in action.pre_pos) and (
         not any(a.ground(binding) in state for a in action.pre_neg))
     changed = state ^ next_state
     executed: bool | None = True if changed else (None if applicable else False)
-    gamma = list(lifted_instantiations(domain, action))
+    grounded = [(atom, pa, current, outcomes, atom.ground(binding))
+                for atom, pa, current, outcomes in facts.gamma]
     by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
-    for atom in gamma:
-        by_ground.setdefault(atom.ground(binding), []).append(atom)
+    for atom, _, _, _, g in grounded:
+        by_ground.setdefault(g, []).append(atom)
     fixed_by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
-    for atom in action.all_atoms() - set(gamma):
+    for atom in facts.fixed:
         fixed_by_ground.setdefault(atom.ground(binding), []).append(atom)
     entangled = frozenset(g for g, atoms in by_ground.items()
                           if len(atoms) + len(fixed_by_ground.get(g, ())) > 1)
     contradicted: list[PaContradiction] = []
     candidates: list[PaContradiction] = []
-    for atom in gamma:
-        pa = PaTuple(action.name, atom)
-        g = atom.ground(binding)
+    for atom, pa, current, outcomes, g in grounded:
         presence = (g in state, g in next_state)
-        current = (pre_mode(action, atom), eff_mode(action, atom))
         if g in entangled:
             possible = _entangled_possible(action, atom, by_ground[g],
                                            fixed_by_ground.get(g, ()), presence)
             ruled_out = current not in possible
         else:
-            possible = pa_values_consistent_with(presence)
-            ruled_out = not (_outcome_values(action, pa) & possible)
+            possible = _PRESENCES[presence]
+            ruled_out = not (outcomes & possible)
         if executed is not False and ruled_out:
             contradicted.append(PaContradiction(pa, g, current, possible))
         if executed is None and current[0] is Mode.ABSENT:
