@@ -8,7 +8,8 @@ tuple. Names (predicates, actions, objects) are padded to ``name_len`` character
 family has a domain file of its own (same actions, its own domain name). Agents walk at
 random, their records in random order.
 
-Dimensions: ``atoms`` (state size 10 → 300), ``families`` (1 → 2,000), ``agents``
+Dimensions: ``atoms`` (state size 10 → 1,000), ``vocabulary`` (atoms a family's agents
+name between them, each agent 40 of them: 80 → 8,000), ``families`` (1 → 2,000), ``agents``
 (1,000 → 200,000, three records each), ``arity`` (1 → 6), ``names`` (name length 4 → 64),
 ``trace`` (transitions per message: 1, ``trace`` events of 10 and 50 steps).
 
@@ -52,16 +53,21 @@ class Point:
     name_len: int = 8
     trace: int = 1
     """Steps per message; 1: ``transition`` events."""
+    vocabulary: int = 0
+    """Tuples the family's agents use between them (0: ``atoms``): each agent's state
+    holds ``atoms`` of them, its own draw, so a family names up to twice as many atoms."""
 
     def label(self) -> str:
         return (f"atoms={self.atoms} families={self.families} agents={self.agents:,} "
                 f"records={self.records:,} arity={self.arity} name_len={self.name_len} "
-                f"trace={self.trace}")
+                f"trace={self.trace}"
+                + (f" vocabulary={self.vocabulary}" if self.vocabulary else ""))
 
 
 BASE = Point()
 SWEEPS: dict[str, list[Point]] = {
-    "atoms": [replace(BASE, atoms=n) for n in (10, 40, 100, 300)],
+    "atoms": [replace(BASE, atoms=n) for n in (10, 40, 100, 300, 1_000)],
+    "vocabulary": [replace(BASE, vocabulary=n) for n in (40, 400, 4_000)],
     "families": [replace(BASE, families=n, agents=max(1_000, 2 * n)) for n in (1, 20, 200, 2_000)],
     "agents": [replace(BASE, agents=n, records=3 * n) for n in (1_000, 10_000, 50_000, 200_000)],
     "arity": [replace(BASE, arity=n) for n in (1, 3, 6)],
@@ -100,25 +106,27 @@ def generate(p: Point, into: Path, seed: int = 5) -> Path:
         path.write_text(domain_text(f"sweep-{f}", p))
         families[f"sweep-{f}"] = path
     m = 2
-    while m ** p.arity < p.atoms:
+    pool = max(p.atoms, p.vocabulary)
+    while m ** p.arity < pool:
         m += 1
     objects = [_pad(f"o{i}", p.name_len) for i in range(m)]
-    tuples = [[objects[(i // m ** j) % m] for j in range(p.arity)] for i in range(p.atoms)]
+    every = [[objects[(i // m ** j) % m] for j in range(p.arity)] for i in range(pool)]
     lo, hi = _pad("lo", p.name_len), _pad("hi", p.name_len)
     up, down = _pad("raise", p.name_len), _pad("lower", p.name_len)
     fams = sorted(families)
-    states = [[rng.random() < 0.5 for _ in tuples] for _ in range(p.agents)]
+    own = [rng.sample(every, p.atoms) for _ in range(p.agents)]
+    states = [[rng.random() < 0.5 for _ in range(p.atoms)] for _ in range(p.agents)]
 
-    def atoms(bits: list[bool]) -> list[list[str]]:
-        return sorted([hi if b else lo, *t] for b, t in zip(bits, tuples, strict=True))
+    def atoms(k: int) -> list[list[str]]:
+        return sorted([hi if b else lo, *t] for b, t in zip(states[k], own[k], strict=True))
 
     def walk(k: int) -> tuple[list[list[str]], list[str], list[list[str]]]:
-        bits = states[k]
-        before = atoms(bits)
+        bits, tuples = states[k], own[k]
+        before = atoms(k)
         i = rng.randrange(len(tuples))
         action = [down if bits[i] else up, *tuples[i]]
         bits[i] = not bits[i]
-        return before, action, atoms(bits)
+        return before, action, atoms(k)
 
     order = [k for k in range(p.agents) for _ in range(-(-p.records // p.agents))]
     rng.shuffle(order)
