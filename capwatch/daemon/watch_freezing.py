@@ -78,9 +78,9 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
             # set.
             if last.bit_count() != len(last_state):
                 last = tuple(last_state)
-    own = state[5]
+    own = state[IDLE_OWN]
     if own is not None:
-        state = (*state[:5], (_ATOMS_OUT(own[0]), own[1]))
+        state = (*state[:IDLE_OWN], (_ATOMS_OUT(own[0]), own[1]), *state[IDLE_OWN + 1:])
     raw = pickle.dumps((state, tuple(last_executed.items()), last), pickle.HIGHEST_PROTOCOL)
     # zlib level 1 on a larger one (an index of the agent's own: a fifth of the size,
     # names repeat), ~2 µs to inflate.
@@ -92,10 +92,11 @@ def idle_state(frozen: bytes) -> tuple[Any, ...]:
     raw = frozen if frozen[0] == 0x80 else zlib.decompress(frozen)
     state: tuple[Any, ...] = pickle.loads(raw)
     monitor = state[0]
-    own = monitor[5]
+    own = monitor[IDLE_OWN]
     if own is None:
         return state
-    return (*monitor[:5], (_ATOMS_IN(own[0]), own[1])), *state[1:]
+    monitor = (*monitor[:IDLE_OWN], (_ATOMS_IN(own[0]), own[1]), *monitor[IDLE_OWN + 1:])
+    return monitor, *state[1:]
 
 
 def frozen_last_state(frozen: tuple[Any, ...], shared: SharedGrounding | None
