@@ -64,7 +64,10 @@ class TransitionMonitor:
     def __init__(self, domain: Domain, limits: MonitorLimits | None = None,
                  shared: SharedGrounding | None = None) -> None:
         self.limits = limits or MonitorLimits()
-        self.index = AtomIndex(self.limits.own_index_atoms)
+        # An agent of a family sharing its index makes no index of its own (three objects
+        # less to allocate, and for the collector to scan, per agent admitted).
+        self.index = shared.index if shared is not None and shared.domain is domain \
+            and not shared.index.full else AtomIndex(self.limits.own_index_atoms)
         self._shared: SharedGrounding | None = None
         self._last_lists: AtomLists | frozenset[GroundAtom] | None = None
         """The last next-state seen (lists from :meth:`observe_lists`, the very set from
