@@ -149,3 +149,18 @@ def test_activity_adds_up_across_saves_and_keeps_the_newest_time(store: ModelSto
     assert one.last_seen == hours(2)
     assert (two.agent_id, two.transitions) == ("rover-2", 3)
     assert s.known_agents() == [("rover-v3", "rover-1"), ("rover-v3", "rover-2")]
+
+
+def test_activity_rows_are_indexed_by_their_key_alone(store: ModelStore) -> None:
+    # Every checkpoint upserts a row per agent that ran: an index on last_seen, which no
+    # query reads, cost a third of that (migration 0005 drops it).
+    s = action_store(store)
+    s.save_activity([AgentActivity("rover-v3", "rover-1", 1, 0, hours(1), "r1")])
+    sql = ("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
+           if store.dialect == "sqlite" else
+           "SELECT indexname FROM pg_indexes WHERE tablename = ? "
+           "AND schemaname = current_schema()")
+    with store._tx(write=False) as tx:  # type: ignore[attr-defined]
+        names = {str(r[0]) for r in tx.rows(sql, ("agent_activity",))}
+    assert "agent_activity_seen" not in names
+    assert len(names) == 1  # the primary key's
