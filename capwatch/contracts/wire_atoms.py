@@ -57,16 +57,23 @@ _OLDER: dict[bytes, int] = {}
 generation = 0
 """Moves on at every :func:`forget`; ids are meaningful only within one generation."""
 
-State = tuple[int, frozenset[GroundAtom], list[int]]
+State = tuple[int, frozenset[GroundAtom], list[int] | None]
 """A state read from its text: its atoms as sent, its set and its atoms' ids (in order,
-with repeats). A pure function of the text, shared by every agent that sends that text."""
+with repeats; None for a short text, decoded whole). A pure function of the text,
+shared by every agent that sends that text."""
 STATES: dict[bytes, State] = {}
 """A state's whole text → its read, for texts read before (:func:`known_state`)."""
 _OLDER_STATES: dict[bytes, State] = {}
 _states_bytes = 0
-MAX_STATE_BYTES = 4_000_000
-"""The texts' bytes a generation of :data:`STATES` holds (two generations, as the
-pieces'): with the sets and ids, about 3.5 times as much memory (~28 MB at most)."""
+MAX_STATE_BYTES = 12_000_000
+"""The memory a generation of :data:`STATES` may take (two generations, as the
+pieces'), counted as :func:`_state_cost` per state."""
+
+
+def _state_cost(text: bytes) -> int:
+    # Its text, its set and ids (about twice the text's bytes: ~27 bytes of text, a
+    # 16-byte set slot or two and an 8-byte id per atom) and the objects around them.
+    return 3 * len(text) + 300
 
 
 class Invalid(Exception):
@@ -101,12 +108,13 @@ def known_state(text: bytes) -> State | None:
 
 def remember_state(text: bytes, state: State) -> None:
     global STATES, _OLDER_STATES, _states_bytes
-    if _states_bytes + len(text) > MAX_STATE_BYTES:
+    cost = _state_cost(text)
+    if _states_bytes + cost > MAX_STATE_BYTES:
         _OLDER_STATES, STATES = STATES, _OLDER_STATES
         STATES.clear()
         _states_bytes = 0
     STATES[text] = state
-    _states_bytes += len(text)
+    _states_bytes += cost
 
 
 def _turn() -> None:

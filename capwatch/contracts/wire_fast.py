@@ -249,17 +249,20 @@ atoms, cutting it into pieces costs more than msgspec's decoding."""
 
 
 def _state(text: msgspec.Raw | bytes, max_atoms: int) -> _Read:
-    if len(text) <= _SMALL_STATE:
-        atoms = _STATE(text)
-        if len(atoms) > max_atoms:
-            raise _Refused  # before its atoms are learnt
-        return len(atoms), _atoms(atoms), None, 0
     raw = bytes(text)
     seen = wire_atoms.known_state(raw)
     if seen is not None:
         if seen[0] > max_atoms:
             raise _Refused
         return (*seen, wire_atoms.generation)
+    read: wire_atoms.State
+    if len(raw) <= _SMALL_STATE:
+        atoms = _STATE(raw)
+        if len(atoms) > max_atoms:
+            raise _Refused  # before its atoms are learnt
+        read = len(atoms), _atoms(atoms), None
+        wire_atoms.remember_state(raw, read)
+        return (*read, wire_atoms.generation)
     known = wire_atoms.ids(raw)
     if known is not None:
         if len(known) > max_atoms:
