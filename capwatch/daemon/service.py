@@ -402,6 +402,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             source = kafka_source(k.bootstrap_servers, k.transitions_topic, k.group_id,
                                   client_id=k.client_id, max_poll_records=k.max_poll_records,
                                   fetch_max_wait_ms=k.fetch_max_wait_ms,
+                                  partition_fetch_bytes=k.partition_fetch_bytes,
                                   session_timeout_ms=k.session_timeout_ms,
                                   max_message_bytes=config.limits.max_message_bytes,
                                   security=k.client_options())

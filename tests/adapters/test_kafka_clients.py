@@ -173,3 +173,25 @@ def test_both_sources_take_the_fetch_wait_and_batch_from_the_config() -> None:
     assert confluent._config["fetch.wait.max.ms"] == 250
     assert confluent._config["fetch.queue.backoff.ms"] == 250
     assert python._config["max_poll_records"] == 7 and confluent._batch == 7
+
+
+def test_a_partition_fetch_is_the_setting_or_more_than_the_message_limit() -> None:
+    """kafka.partition_fetch_bytes reaches both clients; an oversized message must still
+    fit one fetch (it goes to the dead-letter topic rather than stall its partition)."""
+    from capwatch.adapters.io.kafka import KafkaSource
+    from capwatch.daemon.config_connections import KafkaConfig
+
+    default = KafkaConfig().partition_fetch_bytes
+    assert default > 1_048_576  # above both clients' own default
+    assert KafkaSource("127.0.0.1:1", "t", "g")._config["max_partition_fetch_bytes"] \
+        == default
+    assert ConfluentKafkaSource("127.0.0.1:1", "t", "g")._config[
+        "max.partition.fetch.bytes"] == default
+    for limit, expected in ((1_000, 100_000), (8_000_000, 8_000_000 + 65_536)):
+        python = KafkaSource("127.0.0.1:1", "t", "g", partition_fetch_bytes=100_000,
+                             max_message_bytes=limit)
+        confluent = ConfluentKafkaSource("127.0.0.1:1", "t", "g",
+                                         partition_fetch_bytes=100_000,
+                                         max_message_bytes=limit)
+        assert python._config["max_partition_fetch_bytes"] == expected
+        assert confluent._config["max.partition.fetch.bytes"] == expected

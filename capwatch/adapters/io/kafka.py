@@ -31,6 +31,7 @@ from capwatch.adapters.io.kafka_common import (
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
+    PARTITION_FETCH_BYTES,
     PendingPublisher,
     PublishError,
     fetch_bytes,
@@ -146,6 +147,7 @@ class KafkaSource:
     def __init__(self, bootstrap: str, topic: str, group_id: str, *,
                  client_id: str = "capwatch", max_poll_records: int = 500,
                  fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
+                 partition_fetch_bytes: int = PARTITION_FETCH_BYTES,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
                  security: Mapping[str, Any] | None = None) -> None:
         self.name = topic
@@ -156,7 +158,7 @@ class KafkaSource:
             max_poll_records=max_poll_records, session_timeout_ms=session_timeout_ms,
             fetch_max_wait_ms=fetch_max_wait_ms,
             heartbeat_interval_ms=heartbeat_ms(session_timeout_ms),
-            max_partition_fetch_bytes=fetch_bytes(max_message_bytes),
+            max_partition_fetch_bytes=fetch_bytes(max_message_bytes, partition_fetch_bytes),
             # The group leader assigns only the partitions its metadata lists; a leader
             # that joined before it knew the topic (just created, or by another replica)
             # gives every member nothing until its next refresh: 5 minutes by default.

@@ -34,6 +34,7 @@ from capwatch.adapters.io.kafka_common import (
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
+    PARTITION_FETCH_BYTES,
     PendingPublisher,
     PublishError,
     fetch_bytes,
@@ -128,12 +129,13 @@ class ConfluentKafkaSource:
     def __init__(self, bootstrap: str, topic: str, group_id: str, *,
                  client_id: str = "capwatch", max_poll_records: int = 500,
                  fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
+                 partition_fetch_bytes: int = PARTITION_FETCH_BYTES,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
                  security: Mapping[str, Any] | None = None) -> None:
         self.name = topic
         self.topic = topic
         self._batch = max_poll_records
-        partition_fetch = fetch_bytes(max_message_bytes)
+        partition_fetch = fetch_bytes(max_message_bytes, partition_fetch_bytes)
         fetch_max = max(_DEFAULT_FETCH_MAX, partition_fetch)
         self._errors = _Errors("consumer")
         self._config: dict[str, Any] = {
