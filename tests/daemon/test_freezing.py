@@ -4,7 +4,9 @@ never frozen: the same findings, work, drift statistics, alarms, versions and al
 
 from __future__ import annotations
 
+import pickle
 import time
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -282,4 +284,33 @@ def test_past_half_the_agent_limit_idle_agents_are_held_as_bytes_at_once(
                      registry=registry, checkpoints=cast(Checkpointer, None),
                      metrics=DaemonMetrics())
     assert never.freeze_after_s() is None  # never held as bytes means never
+    store.close()
+
+
+def test_at_a_checkpoint_a_watch_not_frozen_is_trimmed_as_before(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    seed_baselines(store, {"rover-v1": example("rover.pddl")}, datetime.now(UTC))
+    registry = Registry(store)
+    stream = _stream(30)
+    for agent in ("free", "awaiting"):
+        w = registry.load(agent, "rover-v1", 0)
+        assert w is not None
+        for t in stream:
+            w.observe(t)
+    held = registry.get("awaiting")
+    assert held is not None
+    held.awaiting = "work-key"  # holds queued work: never frozen
+    last = {w.agent_id: w.last_state for w in registry}
+    registry.compact_idle(100.0, 0.0)
+    registry.compact_idle(200.0, 0.0)
+    free = registry.get("free")
+    assert free is not None and free.frozen and not held.frozen
+    # The frozen one's last state was held as the monitor's own bitset of that very set
+    # (kept through the trim for it); the other let its set and the monitor's go, as a
+    # trim alone does.
+    assert free._frozen is not None and pickle.loads(
+        free._frozen if free._frozen[0] == 0x80 else zlib.decompress(free._frozen))[2] is True
+    assert type(held._last_state) is tuple and held.monitor._last_lists is None
+    assert {w.agent_id: w.last_state for w in registry} == last
+    assert free.observe(stream[0]) == held.observe(stream[0])
     store.close()
