@@ -111,9 +111,8 @@ StateMemo = tuple[Fingerprint, int, frozenset[GroundAtom], list[int] | None, int
 """An agent's last next-state: the fingerprint of its JSON text (:func:`_fingerprint`),
 its number of atoms as sent, the set decoded from it, and its atoms' ids (wire_atoms: a
 list, 8 bytes an atom where a set of them took 40) with their generation (None: not
-known). A pure function of the text, so it is right
-whatever else happens to the message it came in; the caller keeps one per agent and
-hands it to :func:`decode`."""
+known). A pure function of the text, so it is right whatever else happens to the
+message it came in; the caller keeps one per agent and hands it to :func:`decode`."""
 _MEMO_TEXT = 512
 """A state's text up to this many bytes is its own fingerprint; a longer one is
 fingerprinted by its length and its hash, so a watch does not hold a copy of a large
@@ -242,7 +241,6 @@ _Read = tuple[int, frozenset[GroundAtom], list[int] | None, int]
 """A state read: its atoms as sent, its set, its atoms' ids (None: not known) and their
 generation."""
 
-
 _SMALL_STATE = 256
 """A state's text up to this many bytes (about 8 atoms) is decoded whole: for so few
 atoms, cutting it into pieces costs more than msgspec's decoding."""
@@ -256,14 +254,7 @@ def _state(text: msgspec.Raw | bytes, max_atoms: int) -> _Read:
             raise _Refused
         return (*seen, wire_atoms.generation)
     read: wire_atoms.State
-    if len(raw) <= _SMALL_STATE:
-        atoms = _STATE(raw)
-        if len(atoms) > max_atoms:
-            raise _Refused  # before its atoms are learnt
-        read = len(atoms), _atoms(atoms), None
-        wire_atoms.remember_state(raw, read)
-        return (*read, wire_atoms.generation)
-    known = wire_atoms.ids(raw)
+    known = wire_atoms.ids(raw) if len(raw) > _SMALL_STATE else None
     if known is not None:
         if len(known) > max_atoms:
             raise _Refused
@@ -272,10 +263,13 @@ def _state(text: msgspec.Raw | bytes, max_atoms: int) -> _Read:
         atoms = _STATE(raw)
         if len(atoms) > max_atoms:
             raise _Refused  # before its atoms are learnt
-        _learn(atoms)
-        wire_atoms.teach(raw, atoms)
-        ids = list(map(_ID_OF, atoms))
-        read = len(atoms), frozenset(map(_ATOM_OF, ids)), ids
+        if len(raw) <= _SMALL_STATE:
+            read = len(atoms), _atoms(atoms), None
+        else:
+            _learn(atoms)
+            wire_atoms.teach(raw, atoms)
+            ids = list(map(_ID_OF, atoms))
+            read = len(atoms), frozenset(map(_ATOM_OF, ids)), ids
     wire_atoms.remember_state(raw, read)
     return (*read, wire_atoms.generation)
 
