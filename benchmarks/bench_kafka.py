@@ -45,10 +45,11 @@ EXAMPLES = ROOT / "capwatch" / "examples"
 CLIENTS = ("kafka-python", "confluent-kafka")
 _KAFKA_DEFAULTS = KafkaConfig()
 TUNED = {"max_poll_records": _KAFKA_DEFAULTS.max_poll_records,
-         "fetch_max_wait_ms": _KAFKA_DEFAULTS.fetch_max_wait_ms}
+         "fetch_max_wait_ms": _KAFKA_DEFAULTS.fetch_max_wait_ms,
+         "partition_fetch_bytes": _KAFKA_DEFAULTS.partition_fetch_bytes}
 """The fetch settings capwatch's config gives its source by default (kafka.
-max_poll_records, which the bare consumers use anyway, and kafka.fetch_max_wait_ms, which
-differs from both clients' 500 ms): the bare
+max_poll_records, which the bare consumers use anyway; kafka.fetch_max_wait_ms and
+kafka.partition_fetch_bytes, which differ from both clients' 500 ms and 1 MiB): the bare
 consumers are run both with the clients' defaults and with these, so the ratio says how
 much of capwatch's figure is the settings and how much is capwatch."""
 
@@ -97,7 +98,8 @@ def bare_kafka_python(bootstrap: str, topic: str, n: int, tuned: bool = False) -
     from kafka import KafkaConsumer
 
     settings = ({"max_poll_records": TUNED["max_poll_records"],
-                 "fetch_max_wait_ms": TUNED["fetch_max_wait_ms"]} if tuned
+                 "fetch_max_wait_ms": TUNED["fetch_max_wait_ms"],
+                 "max_partition_fetch_bytes": TUNED["partition_fetch_bytes"]} if tuned
                 else {"max_poll_records": 500})
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap,
                              group_id=f"bare-{uuid.uuid4().hex[:6]}",
@@ -122,7 +124,8 @@ def bare_confluent(bootstrap: str, topic: str, n: int, tuned: bool = False) -> R
     batch = TUNED["max_poll_records"] if tuned else 500
     # As capwatch's confluent-kafka source sets them from kafka.fetch_max_wait_ms.
     settings = {"fetch.wait.max.ms": TUNED["fetch_max_wait_ms"],
-                "fetch.queue.backoff.ms": TUNED["fetch_max_wait_ms"]} if tuned else {}
+                "fetch.queue.backoff.ms": TUNED["fetch_max_wait_ms"],
+                "max.partition.fetch.bytes": TUNED["partition_fetch_bytes"]} if tuned else {}
     consumer = Consumer({"bootstrap.servers": bootstrap,
                          "group.id": f"bare-{uuid.uuid4().hex[:6]}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -249,8 +252,8 @@ def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
         def line(kind: str, client: str) -> str:
             return "; ".join(str(r) for r in runs[(kind, client)])
 
-        settings = (f"max_poll_records {TUNED['max_poll_records']}, fetch_max_wait_ms "
-                    f"{TUNED['fetch_max_wait_ms']}")
+        settings = (f"fetch_max_wait_ms {TUNED['fetch_max_wait_ms']}, partition fetch "
+                    f"{TUNED['partition_fetch_bytes'] >> 20} MiB")
         for client in CLIENTS:
             print(f"  bare {client} consumer, the client's defaults          "
                   f"{line('bare', client)}")
