@@ -17,16 +17,19 @@ Rows per point: pipeline first pass (every agent admitted as it appears), steady
 (the stream again, every agent held or restored), admission of new agents (the stream's
 records re-keyed to new ids), whole-process RSS at the end, and in a fresh process bytes
 per idle agent held as bytes (agents that replayed up to 10 records each). CPU seconds of
-this process; the load average is printed with each point.
+the point's process (each point runs in a fresh one); the load average is printed with
+each point.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -193,7 +196,18 @@ def main() -> int:
     parser.add_argument("dimensions", nargs="*", metavar="DIMENSION",
                         help=f"any of {', '.join(SWEEPS)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes")
+    parser.add_argument("--point", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.point:
+        # One point in a process of its own: no earlier point's caches, heap or
+        # process-wide vocabulary count in its figures.
+        configure_logging("error", "json")
+        given = json.loads(args.point)
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.process_time()
+            r = measure(Point(**given["point"]), Path(tmp), given["admit"], given["memory"])
+        print(json.dumps({**r, "cpu": time.process_time() - t0}))
+        return 0
     unknown = set(args.dimensions) - set(SWEEPS)
     if unknown:
         parser.error(f"unknown dimension(s) {', '.join(sorted(unknown))}")
@@ -205,15 +219,16 @@ def main() -> int:
             if args.quick:
                 p = replace(p, agents=max(1, p.agents // 10), records=max(1, p.records // 10),
                             families=max(1, min(p.families, p.agents // 10)))
-            with tempfile.TemporaryDirectory() as tmp:
-                t0 = time.process_time()
-                r = measure(p, Path(tmp), admit, memory_agents)
+            point = {"point": dataclasses.asdict(p), "admit": admit, "memory": memory_agents}
+            out = subprocess.run([sys.executable, __file__, "--point", json.dumps(point)],
+                                 check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
             print(f"{dim:8} {p.label()}: first pass {r['first_us']:6.1f} us/record, steady "
                   f"{r['steady_us']:6.1f} us/record ({r['steady_us_step']:.1f} per step), "
                   f"admission {r['admit_per_s']:7,.0f}/s, RSS {r['rss_mb']:,.0f} MB "
                   f"(+{r['rss_growth_mb']:,.0f}, {r['held']:,.0f} held), idle agent as bytes "
                   f"{r['idle_bytes']:,.0f} B, {r['dead']:.0f} dead letters; load "
-                  f"{r['load']:.1f} ({time.process_time() - t0:.0f} s CPU)", flush=True)
+                  f"{r['load']:.1f} ({r['cpu']:.0f} s CPU)", flush=True)
     return 0
 
 
