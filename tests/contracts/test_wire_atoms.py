@@ -133,3 +133,29 @@ def test_repeated_atoms_and_repeated_pieces_diff_as_the_schema_reads_them() -> N
                                                     b'[ "at","r", "w1"]]', 1)):
             assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
     assert memo[0] is not None and memo[0][3] is not None  # read from pieces, diffed
+
+
+def test_the_state_texts_are_bounded_and_those_in_use_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cache of whole state texts holds two generations of at most MAX_STATE_BYTES
+    # (by its estimate of their memory); a text read again in every generation stays.
+    wire_atoms.forget()
+    hot = [["at", f"h{i}", "w" * 40] for i in range(8)]
+    hot_text = json.dumps(hot).encode()
+    bound = 3 * wire_atoms._state_cost(hot_text)
+    monkeypatch.setattr(wire_atoms, "MAX_STATE_BYTES", bound)
+    hot_raw = event(hot, hot, {})
+    assert wire_fast.decode(hot_raw, LIMITS) == wire.decode(hot_raw, LIMITS)
+    kept = wire_atoms.known_state(hot_text)
+    assert kept is not None
+    for m in range(30):
+        cold = [["at", f"o{m}-{i}", "w" * 40] for i in range(8)]
+        raw = event(cold, cold[1:], {})
+        assert wire_fast.decode(raw, LIMITS) == wire.decode(raw, LIMITS)
+        for table in (wire_atoms.STATES, wire_atoms._OLDER_STATES):
+            assert sum(map(wire_atoms._state_cost, table)) <= bound
+        assert wire_atoms.known_state(hot_text) is kept
+    # The first one-off texts were dropped, the last one is kept.
+    first = json.dumps([["at", f"o0-{i}", "w" * 40] for i in range(8)]).encode()
+    assert first not in wire_atoms.STATES and first not in wire_atoms._OLDER_STATES
+    assert json.dumps(cold).encode() in wire_atoms.STATES
