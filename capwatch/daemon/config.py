@@ -100,6 +100,13 @@ class DaemonConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> DaemonConfig:
+        if self.limits.max_message_bytes + 65_536 > 1_000_000_000:
+            # A partition fetch must hold the largest message and a little more
+            # (kafka_common.fetch_bytes); librdkafka refuses a fetch over 1e9 bytes only
+            # when the consumer is made, long after these checks.
+            raise ValueError("limits.max_message_bytes must be at most 999934464 (a"
+                             " partition fetch holds the largest message plus 64 KiB,"
+                             " and Kafka clients fetch at most 1e9 bytes)")
         if self.source.kind == "ingest":
             if not self.http.enabled:
                 raise ValueError("source.kind ingest is served by the HTTP server: set"

@@ -113,12 +113,13 @@ class KafkaConfig(Section):
     replica catching up on uneven partitions read ~1 MB per partition every 500 ms. With
     confluent-kafka it also bounds how long librdkafka pauses a partition's fetching once
     its prefetch queue is full (``fetch.queue.backoff.ms``, 1000 by default)."""
-    partition_fetch_bytes: int = Field(default=4_194_304, ge=65_536)
+    partition_fetch_bytes: int = Field(default=4_194_304, ge=65_536, le=1_000_000_000)
     """How much one fetch may bring of one partition (both clients' default is 1 MiB);
     raised to ``limits.max_message_bytes`` + 64 KiB if that is more. kafka-python fetches a
     partition again only once its records are all handed out, so with large messages a
     small fetch left the main loop waiting every few batches. Up to this much per
-    assigned partition may be held in memory ahead of the daemon."""
+    assigned partition may be held in memory ahead of the daemon. At most 1e9 bytes:
+    librdkafka refuses more when the consumer is made, past the configuration's checks."""
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     create_topics: bool = True
     """Create missing topics at start (the model topic compacted)."""

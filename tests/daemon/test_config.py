@@ -84,6 +84,17 @@ def test_cross_checks_catch_a_simulated_family_without_a_model() -> None:
                          "      - {domain: x.pddl, at_step: 3}\n")
 
 
+def test_fetch_sizes_a_kafka_client_would_refuse_are_configuration_errors() -> None:
+    # librdkafka refuses a partition fetch over 1e9 bytes only when the consumer is made,
+    # after the daemon has started; the configuration says so at load, naming the key.
+    with pytest.raises(ConfigError, match=r"kafka\.partition_fetch_bytes"):
+        load_config(text="kafka:\n  partition_fetch_bytes: 2000000000\n")
+    with pytest.raises(ConfigError, match=r"limits\.max_message_bytes must be at most"):
+        load_config(text="limits:\n  max_message_bytes: 999999999\n")
+    assert load_config(text="limits:\n  max_message_bytes: 999934464\n"
+                       ).limits.max_message_bytes == 999_934_464
+
+
 @pytest.mark.parametrize("config_text", ["", None])
 def test_relative_store_urls_land_in_the_working_directory(
         config_text: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
