@@ -3,7 +3,6 @@ transitions for a valid event, the same dead-letter reason for an invalid one.""
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -422,100 +421,3 @@ def test_states_in_another_order_than_the_memo_change_nothing(
         if last is not None and not isinstance(got, DeadLetter) \
                 and got[0].state == last[2]:
             assert got[0].state is last[2]
-
-
-_WIDE = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
-_ATOMS = [["at", "rover", f"waypoint{i}"] for i in range(24)]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.sets(st.sampled_from(range(len(_ATOMS))), min_size=12), min_size=2,
-                max_size=10))
-def test_the_atoms_a_next_state_was_made_by_are_exactly_those_that_differ(
-        states: list[set[int]]) -> None:
-    # With a second item in the memo, the decoder says which atoms it made the next
-    # state from the state by; the monitor encodes the next state by them alone, so they
-    # must be exactly the atoms in one of the two states, none twice.
-    # Every atom's text known first, also as a state's first atom (any agent teaches
-    # them): a state holding an atom's text never seen is parsed whole, and no atoms are
-    # told then.
-    for i in range(len(_ATOMS)):
-        turned = _ATOMS[i:] + _ATOMS[:i]
-        wire_fast.decode(variant(TRANSITION, state=turned, next_state=turned), _WIDE)
-    memo: list[Any] = [None, None]
-    told = 0
-    for before, after in itertools.pairwise(states):
-        raw = variant(TRANSITION, state=[_ATOMS[i] for i in sorted(before)],
-                      next_state=[_ATOMS[i] for i in sorted(after)])
-        got = wire_fast.decode(raw, _WIDE, memo=memo)
-        assert got == wire.decode(raw, _WIDE) and not isinstance(got, DeadLetter)
-        flipped = memo[1]
-        if flipped is not None:
-            told += 1
-            assert len(set(flipped)) == len(flipped)
-            assert set(flipped) == got[0].state ^ got[0].next_state
-    # Over 256 bytes, a next state other than the state is made from it (atoms known).
-    assert told == sum(a != b for a, b in itertools.pairwise(states))
-
-
-def test_a_state_text_read_before_is_its_read_for_any_agent(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # A state's whole text read before (by any agent) is read again in one lookup: the
-    # same set, and the atoms that differ from the agent's state told by the two sets.
-    # Under limits its atoms exceed, it is refused as the schema refuses it.
-    wire_atoms.forget()
-    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(16)]
-    shared = [["at", "r", "w3"], *scenery]
-    first = variant(TRANSITION, agent_id="rover-1", state=[["at", "r", "w1"], *scenery],
-                    next_state=shared)
-    second = variant(TRANSITION, agent_id="rover-2", state=[["at", "r", "w2"], *scenery],
-                     next_state=shared)
-    memos: list[list[Any]] = [[None, None], [None, None]]
-    for memo, raw in zip(memos, (first, second), strict=True):
-        for _ in range(2):  # the second time, the next state from the agent's memo
-            assert wire_fast.decode(raw, _WIDE, memo=memo) == wire.decode(raw, _WIDE)
-    a = wire_fast.decode(first, _WIDE)
-    def unexpected(*args: Any) -> Any:
-        raise AssertionError("read by pieces or parsed")
-    with monkeypatch.context() as m:
-        m.setattr(wire_atoms, "ids", unexpected)
-        m.setattr(wire_fast, "_STATE", unexpected)
-        # rover-2's memo is its next state: its state, another text, is read whole too.
-        memo = memos[1]
-        b = wire_fast.decode(second, _WIDE, memo=memo)
-        assert b == wire.decode(second, _WIDE)
-        assert not isinstance(a, DeadLetter) and not isinstance(b, DeadLetter)
-        assert b[0].next_state is a[0].next_state
-        assert memo[1] is not None and len(set(memo[1])) == len(memo[1])
-        assert set(memo[1]) == b[0].state ^ b[0].next_state == {("at", "r", "w2"),
-                                                                ("at", "r", "w3")}
-        narrow = DecodeLimits(max_message_bytes=100_000, max_state_atoms=16)
-        refused = wire.decode(second, narrow)
-        assert isinstance(refused, DeadLetter)
-        assert wire_fast.decode(second, narrow, memo=[memo[0], None]) == refused
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.sets(st.sampled_from(range(len(_ATOMS))),
-                                                      min_size=12),
-                          st.sets(st.sampled_from(range(len(_ATOMS))), min_size=12),
-                          st.integers(12, 24)),
-                min_size=2, max_size=12))
-def test_agents_sharing_state_texts_read_what_the_schema_reads(
-        steps: list[tuple[int, set[int], set[int], int]]) -> None:
-    # Three agents, each with its memo, send states from one pool: a text one of them
-    # sent is read whole for the others (wire_atoms.known_state), under limits its atoms
-    # may exceed; the result is the schema's and the atoms told are exactly those that
-    # differ.
-    memos: list[list[Any]] = [[None, None] for _ in range(3)]
-    for agent, before, after, most in steps:
-        limits = DecodeLimits(max_message_bytes=100_000, max_state_atoms=most)
-        raw = variant(TRANSITION, agent_id=f"rover-{agent}",
-                      state=[_ATOMS[i] for i in sorted(before)],
-                      next_state=[_ATOMS[i] for i in sorted(after)])
-        memo = memos[agent]
-        got = wire_fast.decode(raw, limits, memo=memo)
-        assert got == wire.decode(raw, limits), raw
-        if memo[1] is not None and not isinstance(got, DeadLetter):
-            assert len(set(memo[1])) == len(memo[1])
-            assert set(memo[1]) == got[0].state ^ got[0].next_state
