@@ -46,7 +46,7 @@ def _watch_state(w: AgentWatch, drift: DriftMonitor) -> Any:
 # The family's index as usual; full from the start (every agent on an index of its own);
 # filling up midway; none at all (an agent on a lineage of its own); and an own index so
 # small that the agent moves to a new one again and again (keeping no execution).
-_INDEXES = {"shared": (1024, None), "own": (0, None), "fills": (5, None),
+_INDEXES = {"family": (1024, None), "own": (0, None), "fills": (5, None),
             "no-family": (None, None), "own-moves": (0, MonitorLimits(max_state_atoms=4,
                                                                       own_index_room=0))}
 
@@ -102,9 +102,9 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
             plain.settle(a.key)
             frozen.settle(b.key)
     assert items >= 1 and freezes > 100
-    assert (own > 100) == (kind != "shared")
+    assert (own > 100) == (kind != "family")
     # Both forms of the bytes were thawed (see the next test).
-    assert raw[0] > 100 and (raw[1] > 0 or kind != "shared")
+    assert raw[0] > 100 and (raw[1] > 0 or kind != "family")
     assert _watch_state(frozen, frozen_drift) == _watch_state(plain, plain_drift)
 
 
@@ -116,7 +116,7 @@ def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_zlibd(keep_last: boo
     held = {}
     # One transition on the family's index; an index of the agent's own, with every atom
     # of a few dozen transitions.
-    for kind, atoms, n in (("shared", 1024, 1), ("own", 0, 40)):
+    for kind, atoms, n in (("family", 1024, 1), ("own", 0, 40)):
         w = AgentWatch("a", "rover-v1", 0, version, DriftMonitor(), clock=lambda: 5.0,
                        domain=domain, shared=SharedGrounding(domain, atoms))
         for t in _stream(n):
@@ -133,7 +133,7 @@ def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_zlibd(keep_last: boo
             "b", "rover-v1", 0, version, DriftMonitor(), domain=domain,
             shared=SharedGrounding(domain, atoms)).observe(t)
     # A pickle's first byte is its protocol's 0x80, a zlib stream's 0x78.
-    assert held == {"shared": 0x80, "own": 0x78}
+    assert held == {"family": 0x80, "own": 0x78}
 
 
 def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
