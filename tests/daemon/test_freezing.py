@@ -160,16 +160,22 @@ def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
     assert type(w.evidence) is list and type(w.alarms) is dict  # its own again
 
 
-def test_the_registry_freezes_only_watches_idle_for_the_setting(tmp_path: Path) -> None:
+def _registry_of(tmp_path: Path, agents: tuple[str, ...], stream: list[Any]
+                 ) -> tuple[Any, Registry]:
+    """A store with rover's baseline and a registry whose ``agents`` each ran ``stream``."""
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     seed_baselines(store, {"rover-v1": example("rover.pddl")}, datetime.now(UTC))
     registry = Registry(store)
-    stream = _stream(100)
-    for agent in ("busy", "idle"):
+    for agent in agents:
         w = registry.load(agent, "rover-v1", 0)
         assert w is not None
-        for t in stream[:30]:
+        for t in stream:
             w.observe(t)
+    return store, registry
+
+
+def test_the_registry_freezes_only_watches_idle_for_the_setting(tmp_path: Path) -> None:
+    store, registry = _registry_of(tmp_path, ("busy", "idle"), _stream(100)[:30])
     registry.compact_idle(100.0, 60.0)  # first round: both were handed out since
     registry.load("busy", "rover-v1", 0)
     registry.compact_idle(130.0, 60.0)
@@ -288,15 +294,8 @@ def test_past_half_the_agent_limit_idle_agents_are_held_as_bytes_at_once(
 
 
 def test_at_a_checkpoint_a_watch_not_frozen_is_trimmed_as_before(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
-    seed_baselines(store, {"rover-v1": example("rover.pddl")}, datetime.now(UTC))
-    registry = Registry(store)
     stream = _stream(30)
-    for agent in ("free", "awaiting"):
-        w = registry.load(agent, "rover-v1", 0)
-        assert w is not None
-        for t in stream:
-            w.observe(t)
+    store, registry = _registry_of(tmp_path, ("free", "awaiting"), stream)
     held = registry.get("awaiting")
     assert held is not None
     held.awaiting = "work-key"  # holds queued work: never frozen
