@@ -13,8 +13,16 @@ its context). Anything else (a piece never seen, a name holding ``]``, other spa
 goes to the full decoder, which validates as before (:func:`learn`) and teaches the
 pieces it can (:func:`teach`).
 
-Bounded: past :data:`MAX_ATOMS` atoms everything is forgotten at once and
-:data:`generation` moves on (ids handed out before then mean nothing after). The pieces
+Bounded: the vocabulary is kept in two generations of up to ``MAX_ATOMS // 2`` atoms
+learnt each (:func:`_turn_vocabulary`). When the current one is full, the atoms of the
+older one go, except those a remembered piece or state text of the current generations
+still holds (in use there: forgetting them, as the whole vocabulary once was, made every
+large state of a fleet parsed whole again, the cliff the piece table had), and the
+current one becomes the older one. The forgotten atoms' ids are given to new atoms
+later, so :data:`generation` moves on at each turn: ids are meaningful only within one
+generation (a holder of ids from an earlier one, an agent's memo, reads its text again),
+and the older tables' entries naming a forgotten atom are dropped at the turn (every id
+those tables hold is then of an atom known now, as before). The pieces
 are kept in two generations of up to :data:`MAX_PIECES` each: when the current one is
 full it becomes the older one and the older one is dropped, and a piece found in the
 older one is moved back into the current one. A piece in use is so never forgotten
@@ -46,16 +54,27 @@ _WS = b" \t\n\r"
 _ATOM_TEXT = msgspec.json.Decoder(tuple[str, ...]).decode
 
 ID: dict[GroundAtom, int] = {}
-"""Atom → its id, for every atom seen valid since the last :func:`forget`."""
+"""Atom → its id, for every atom known (seen valid, and not forgotten since)."""
 ATOM: list[GroundAtom] = []
-"""Id → the atom (one tuple object per atom: every agent's states share them)."""
+"""Id → the atom, the inverse of :data:`ID` (one tuple object per atom: every agent's
+states share them); a forgotten atom's slot holds :data:`_GONE` until it is given again.
+Both are changed in place, never rebound (the decoder binds their methods once)."""
+_GONE: GroundAtom = ()
+"""No atom (an atom has a name): a forgotten atom's slot in :data:`ATOM`."""
+_FREE: list[int] = []
+"""The ids of forgotten atoms, given to the next new ones."""
+_FRESH: set[int] = set()
+"""The ids learnt since the last turn: the current generation of the vocabulary."""
+turns = 0
+"""Vocabulary turns so far (:func:`_turn_vocabulary`)."""
 PIECES: dict[bytes, int] = {}
 """A piece of state text (see the module docstring) → the id of the atom it holds: the
 current generation (a module global rebound at each turn, :func:`_turn`)."""
 _OLDER: dict[bytes, int] = {}
 """The previous generation of :data:`PIECES`, whose pieces are moved back when used."""
 generation = 0
-"""Moves on at every :func:`forget`; ids are meaningful only within one generation."""
+"""Moves on at every :func:`forget` and vocabulary turn; ids are meaningful only within
+one generation."""
 
 State = tuple[int, frozenset[GroundAtom], list[int] | None]
 """A state read from its text: its atoms as sent, its set and its atoms' ids (in order,
@@ -84,6 +103,8 @@ def forget() -> None:
     global generation, _states_bytes
     ID.clear()
     ATOM.clear()
+    _FREE.clear()
+    _FRESH.clear()
     PIECES.clear()
     _OLDER.clear()
     STATES.clear()
@@ -133,19 +154,53 @@ def _keep(piece: bytes, known: int) -> None:
 def learn(atoms: Iterable[GroundAtom]) -> None:
     """Number the atoms not known yet. Raises :class:`Invalid`, learning nothing, if one
     of them is not a valid atom. Afterwards every one of ``atoms`` has an id (a full
-    vocabulary is forgotten first: the caller looks all of them up next, known or not)."""
+    generation turns first: the caller looks all of them up next, known or not)."""
     every = list(atoms)
     new = [a for a in every if a not in ID]
     for atom in new:
         if not 0 < len(atom) <= MAX_ATOM_LENGTH or not all(_NAME.match(n) for n in atom):
             raise Invalid
-    if len(ID) + len(new) > MAX_ATOMS:
-        forget()
-        new = every
+    if len(_FRESH) + len(new) > MAX_ATOMS // 2:
+        _turn_vocabulary()
+        new = [a for a in every if a not in ID]  # the turn may have forgotten some
     for atom in new:
         if atom not in ID:  # an atom may come twice in one state
-            ID[atom] = len(ATOM)
-            ATOM.append(atom)
+            if _FREE:
+                known = ID[atom] = _FREE.pop()
+                ATOM[known] = atom
+            else:
+                known = ID[atom] = len(ATOM)
+                ATOM.append(atom)
+            _FRESH.add(known)
+
+
+def _turn_vocabulary() -> None:
+    """The current generation of the vocabulary becomes the older one. The older one's
+    atoms are forgotten, but for those the current pieces and state texts hold (read by
+    those, an atom in use is never learnt again, so learning alone would not keep it).
+    The older pieces and state texts naming a forgotten atom go with it, and ids from
+    before mean nothing after (:data:`generation`)."""
+    global generation, turns
+    held = set(PIECES.values())
+    held.update(_FRESH)
+    for read in STATES.values():
+        if read[2] is not None:
+            held.update(read[2])
+    gone = set()
+    for known, atom in enumerate(ATOM):
+        if known not in held and atom is not _GONE:
+            del ID[atom]
+            ATOM[known] = _GONE
+            gone.add(known)
+    _FREE.extend(gone)
+    for piece in [p for p, i in _OLDER.items() if i in gone]:
+        del _OLDER[piece]
+    for text in [t for t, read in _OLDER_STATES.items()
+                 if read[2] is not None and not gone.isdisjoint(read[2])]:
+        del _OLDER_STATES[text]
+    _FRESH.clear()
+    generation += 1
+    turns += 1
 
 
 def ids(text: bytes) -> list[int] | None:

@@ -2,7 +2,7 @@
 that sends a text the very set another agent's text made), and the monitor reuses an
 encoding when it is handed the very set it saw last. Across agents of two families (one
 whose agents move to indexes of their own), through the decoder's
-generation turns and vocabulary resets and through freezing and thawing, every verdict,
+generation turns (the vocabulary's too) and through freezing and thawing, every verdict,
 state and kept execution is the one a monitor given freshly decoded sets finds."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _executed(mon: TransitionMonitor) -> dict[str, list[Any]]:
 def test_shared_sets_give_every_agent_its_own_verdicts(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
-    # Bounds small enough that the vocabulary is forgotten, and the pieces and state
+    # Bounds small enough that the vocabulary, the pieces and the state
     # texts turn generations, many times over.
     monkeypatch.setattr(wire_atoms, "MAX_ATOMS", 40)
     monkeypatch.setattr(wire_atoms, "MAX_PIECES", 12)
@@ -63,7 +63,7 @@ def test_shared_sets_give_every_agent_its_own_verdicts(
                   "mon": TransitionMonitor(DOMAIN, LIMITS, families[fam]),
                   "ref": TransitionMonitor(DOMAIN, LIMITS, families[fam])}
         for i, fam in enumerate("fgfgfg")}
-    start = wire_atoms.generation
+    start = wire_atoms.turns
     frozen = 0
     for _ in range(1_500):
         name = rng.choice(list(agents))
@@ -120,7 +120,7 @@ def test_shared_sets_give_every_agent_its_own_verdicts(
             a["mon"], _, last = thaw_bytes(packed[0], DOMAIN, LIMITS, packed[1])
             assert last == t.next_state
             frozen += 1
-    assert wire_atoms.generation - start > 5 and frozen > 50
+    assert wire_atoms.turns - start > 5 and frozen > 50
     assert any(not a["mon"].shares_index for a in agents.values())
     assert any(a["mon"].shares_index for a in agents.values())
     wire_atoms.forget()
