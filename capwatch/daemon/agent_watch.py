@@ -6,7 +6,10 @@ in, a :class:`Finding` out, saying what the transition showed and whether the ag
 evidence is now ripe for an assessment. The pipeline turns a ripe watch into a
 :class:`~capwatch.daemon.work.WorkItem` (:meth:`AgentWatch.work_item`), queues it in the
 store, and tells the watch (:meth:`AgentWatch.queued`); until the work ends the watch is
-*awaiting* and buffers nothing, because the new model will re-check what follows.
+*awaiting*: drift alarms and inconsistencies of the kinds the work assesses are counted
+only (the new model re-checks what follows), and any other hard inconsistency is buffered
+(and alerted at once) but not queued until the work ends; a version it installs keeps
+what it still cannot explain (:meth:`AgentWatch.install`).
 
 What must outlive the replica is in the models store (model versions, queued work,
 offsets, drift snapshots); what lives here is soft and is rebuilt from the store plus a
@@ -46,6 +49,7 @@ from capwatch.daemon.watch_records import Finding as Finding
 from capwatch.daemon.watch_records import WatchSettings as WatchSettings
 from capwatch.daemon.watch_records import evidence_kind as evidence_kind
 from capwatch.daemon.watch_records import explained_positions as explained_positions
+from capwatch.daemon.watch_records import still_inconsistent
 from capwatch.daemon.work import DriftProbe, WorkItem
 from capwatch.model.consistency import Verdict, explain
 from capwatch.model.domain import Domain, GroundAtom
@@ -77,8 +81,8 @@ class AgentWatch:
     is made when first needed.
     """
 
-    __slots__ = ("_drift", "_frozen", "_frozen_shared", "_last_executed", "_last_state",
-                 "_monitor", "_optimal", "_queued_kinds",
+    __slots__ = ("_drift", "_evidence_key", "_frozen", "_frozen_shared", "_last_executed",
+                 "_last_state", "_monitor", "_optimal", "_queued_kinds",
                  "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
                  "held_back", "inconsistent", "last_offset", "partition", "restore_tried",
@@ -112,6 +116,11 @@ class AgentWatch:
         self.evidence: list[Evidence] = []
         self.evidence_since: float | None = None
         """Monotonic time the oldest buffered inconsistency arrived (debounce clock)."""
+        self._evidence_key: str | None = None
+        """The work key of the buffered evidence, fixed at its first inconsistency from a
+        record (:meth:`work_key`): a newer version installed under evidence it still
+        contradicts, or evidence it explains dropped, leaves the key its prompt alert
+        went out under."""
         self.alarms: dict[str, DriftAlarm] = {}
         self.awaiting: str | None = None
         """Key of the queued work; set until a new version (or the work's end) arrives."""
@@ -196,10 +205,18 @@ class AgentWatch:
         if verdict is not _INCONSISTENT:
             return _PLAIN[verdict]
         self.inconsistent += 1
-        if self.awaiting is not None or self._settled(t):
-            return _PLAIN[verdict]  # the queued work will settle it; the new model re-checks
+        if self._settled(t):
+            return _PLAIN[verdict]
         explanation = monitor.last_inconsistency().explanation
-        if not self._buffer(Evidence(t, explanation)):
+        evidence = Evidence(t, explanation)
+        # While work is awaited, evidence of a kind it already assesses is what that work
+        # is about (the new model re-checks what follows); any other hard inconsistency
+        # is buffered, and so alerted at once, as an on-call engineer expects whatever
+        # else is pending (ripe() keeps it unqueued until the work ends, and the buffer
+        # holds the commit meanwhile).
+        if self.awaiting is not None and evidence.kind in self._queued_kinds:
+            return _PLAIN[verdict]
+        if not self._buffer(evidence):
             return _PLAIN[verdict]
         return Finding(verdict, ripe=self.ripe())
 
@@ -354,6 +371,8 @@ class AgentWatch:
             return False
         if len(self.evidence) < self.settings.max_evidence:
             self.evidence.append(evidence)
+        if self._evidence_key is None and evidence.offset >= 0:
+            self._evidence_key = self._key_at(evidence.offset)
         if self.evidence_since is None:
             self.evidence_since = self.clock()
         return True
@@ -381,8 +400,12 @@ class AgentWatch:
         """The key :meth:`work_item` gives the buffered evidence: it names the model
         version in use and the first buffered record, so it is known from the first
         inconsistency on (the prompt alert is written under it)."""
+        if self._evidence_key is not None:
+            return self._evidence_key
         first = self.first_buffered_offset()
-        since = first if first is not None else self.last_offset
+        return self._key_at(first if first is not None else self.last_offset)
+
+    def _key_at(self, since: int) -> str:
         return f"{self.family}/{self.agent_id}@{self.version.ref}#{since}"
 
     def work_item(self) -> WorkItem:
@@ -428,6 +451,7 @@ class AgentWatch:
         self._queued_kinds = frozenset(e.kind for e in self.evidence) or _NO_KINDS
         self.evidence.clear()
         self.evidence_since = None
+        self._evidence_key = None
         self.alarms.clear()
 
     # ------------------------------------------------------------------ results
@@ -445,14 +469,22 @@ class AgentWatch:
 
     def install(self, version: ModelVersion, domain: Domain | None = None,
                 shared: SharedGrounding | None = None) -> None:
-        """Switch to a new model version: evidence against the old one is moot."""
+        """Switch to a new model version. Buffered evidence the new model explains is
+        moot and dropped; what it still contradicts (a hard inconsistency seen while the
+        version's assessment ran, on another action) stays buffered, explained against
+        the new model, under the same work key: it is queued against the new version,
+        and the alert that announced it is neither ended nor written again."""
         self.thaw()
         self.version = version
         self.domain = domain if domain is not None else version.domain()
         self.explained = explained_positions(version)
         self.monitor.replace_model(self.domain, shared)
+        kept = still_inconsistent(self.domain, self.evidence) if self.evidence else []
         self.evidence.clear()
-        self.evidence_since = None
+        self.evidence.extend(kept)
+        if not kept:
+            self.evidence_since = None
+            self._evidence_key = None
         self.alarms.clear()
         self.awaiting = None
         self.backoff.clear()  # kinds are relative to the model they contradicted
@@ -462,7 +494,8 @@ class AgentWatch:
     def settle(self, key: str) -> None:
         """The work ``key`` ended without a new version, so its evidence is still
         unexplained: the same kinds of evidence are backed off (doubling each time), new
-        kinds may queue again at once."""
+        kinds may queue again at once: evidence buffered while the work was awaited (of
+        other kinds, :meth:`observe`) is queued when ripe."""
         if self.awaiting == key:
             self.awaiting = None
             self._drift.forget(self.agent_id)

@@ -222,9 +222,11 @@ def prompt_alert(watch: AgentWatch, now: datetime,
     """The same alert as :func:`queued_alert`, written as soon as the first inconsistency
     of a watch's evidence is buffered rather than when the debounce lets the evidence be
     queued: its outbox key names the work item the evidence will become, so the queued
-    work's own write adds nothing and the alert goes out once. None if the watch has no
+    work's own write adds nothing and the alert goes out once. Written also while the
+    watch awaits other work: the evidence then waits for that work to end, under the
+    version in use, which the key and ``model_version`` name. None if the watch has no
     evidence from a record (nothing to name it by)."""
-    if watch.awaiting is not None or watch.first_buffered_offset() is None:
+    if watch.first_buffered_offset() is None:
         return None
     return awaiting_alert(watch.work_key(), watch.family, watch.agent_id,
                           watch.version.ref.version, watch.evidence, watch.domain, now,

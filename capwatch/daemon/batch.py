@@ -171,13 +171,13 @@ class Batches:
             log.info("drift alarm", summary=finding.alarm.evidence.summary())
         elif finding.verdict is _INCONSISTENT:
             self.metrics.inconsistencies.labels(watch.family, name).inc()
-            if watch.awaiting is None:
-                log.info("inconsistent transition", action=list(t.action),
-                         model=watch.version.ref.version)
-                evidence = watch.evidence
-                if evidence and evidence[-1].transition is t \
-                        and watch.first_buffered_offset() == t.offset:
-                    self.enqueue.opened(watch)  # a new buffer: alert at once
+            log.info("inconsistent transition", action=list(t.action),
+                     model=watch.version.ref.version, awaiting=watch.awaiting)
+            evidence = watch.evidence
+            # A new buffer, even while other work is awaited: alert at once.
+            if evidence and evidence[-1].transition is t \
+                    and watch.first_buffered_offset() == t.offset:
+                self.enqueue.opened(watch)
         if finding.ripe:
             self.queue_ripe(watch)
         if watch.buffered:

@@ -37,9 +37,7 @@ class ResultApplier:
 
     def _adopt(self, watch: AgentWatch, version: ModelVersion, domain: Domain | None = None,
                shared: SharedGrounding | None = None) -> None:
-        announced = None
-        if watch.awaiting is None and watch.first_buffered_offset() is not None:
-            announced = (watch.work_key(), watch.evidence[0].transition.action[0])
+        announced = _announced(watch)
         watch.adopt(version, domain, shared)
         if announced is not None and not watch.evidence and self.dropped is not None:
             self.dropped(watch, *announced, f"superseded by version {version.ref.version}")
@@ -107,6 +105,15 @@ class ResultApplier:
             latest = newest.get(watch.family)
             if latest is not None and latest[0].version > watch.version.version:
                 self._adopt(watch, *latest)
+
+
+def _announced(watch: AgentWatch) -> tuple[str, str] | None:
+    """(work key, first inconsistency's action) of the evidence the watch buffered from
+    records, not queued yet, whose prompt alert may have gone out (awaiting other work or
+    not); None if it holds none."""
+    if watch.first_buffered_offset() is None:
+        return None
+    return watch.work_key(), watch.evidence[0].transition.action[0]
 
 
 def _family_of(result: Result) -> str | None:

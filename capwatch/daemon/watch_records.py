@@ -6,14 +6,17 @@ from. :mod:`capwatch.daemon.agent_watch` re-exports them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.config import DaemonConfig
-from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict
+from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict, check, explain
+from capwatch.model.domain import Domain
+from capwatch.model.errors import ModelError
+from capwatch.model.grounding import Grounder
 from capwatch.monitor.drift import DriftAlarm
 from capwatch.monitor.transition_monitor import MonitorLimits
 
@@ -103,3 +106,22 @@ def explained_positions(version: ModelVersion) -> Mapping[int, int]:
         if o >= 0:
             out[p] = max(out.get(p, o), o)
     return out
+
+
+def still_inconsistent(domain: Domain, evidence: Sequence[Evidence]) -> list[Evidence]:
+    """The evidence ``domain`` (a newly installed model) still cannot explain, each
+    explained against it; what it explains is left out. A transition whose action the
+    model no longer has stays as it was: nothing explains it."""
+    grounder = Grounder(domain)
+    encode = grounder.index.encode
+    kept = []
+    for e in evidence:
+        t = e.transition
+        try:
+            op = grounder.operator(t.action)
+        except ModelError:
+            kept.append(e)
+            continue
+        if check(op, encode(t.state), encode(t.next_state))[0] is Verdict.INCONSISTENT:
+            kept.append(Evidence(t, explain(domain, t.action, t.state, t.next_state)))
+    return kept
