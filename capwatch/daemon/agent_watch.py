@@ -195,7 +195,9 @@ class AgentWatch:
             if attribution is None:
                 return _PLAIN_APPLIED
             action = op.action
-            alarm = self._drift.observe(self.agent_id, action, attribution)
+            # An alarm while work is awaited would be ignored: none is made.
+            alarm = self._drift.observe(self.agent_id, action, attribution,
+                                        self.awaiting is None)
             # An action of two outcomes or more: its table runs the sequential detector
             # (ActionMonitor), so the transition counted as drift-tested.
             if alarm is None or self.awaiting is not None:

@@ -111,39 +111,62 @@ class ActionMonitor:
         """Collecting fresh executions after an alarm (the detector is paused meanwhile)."""
         return self._confirm_left > 0
 
-    def observe(self, attribution: Attribution | int) -> DriftAlarm | None:
+    def observe(self, attribution: Attribution | int, wanted: bool = True
+                ) -> DriftAlarm | None:
         """Count one consistent execution; returns an alarm or a confirmation, or None.
 
         After an alarm the detector pauses while the planned fresh executions arrive
         (further alarms about the same change would only repeat it); then the
         confirmation is returned and the detector resumes against the current model,
         until the owner passes the new model version to ``reset``.
+
+        ``wanted`` False: the caller would discard an alarm (its agent awaits an
+        assessment already), so none is made; the table changes exactly as it would
+        have (the confirmation is still planned), only the alarm's evidence (a test, an
+        interval by linear programming: milliseconds) is not worked out.
         """
         self.window.add(attribution)
         if self.detector is None:
             return None
         if self._confirm_left > 0:
-            return self._confirm(attribution)
+            return self._confirm(attribution, wanted)
         if not self.detector.update(attribution):
             return None
         # The detector skips observations that tell no outcomes apart, so count back
         # the post-change evidence from the newest execution rather than forward.
         change = self.window.seen - (self.detector.n - self.detector.change_point)
+        if not wanted:
+            if self.config.confirm_half_width is not None:
+                self._plan_confirmation(self._counts_since(change)[0])
+            return None
         evidence = self.evidence(since=change, detector="sequential")
         evidence = replace(evidence, log_statistic=self.detector.log_statistic,
                            log_threshold=self.detector.log_threshold, change_point=change)
         planned = None
         if self.config.confirm_half_width is not None:
-            planned = planned_samples(
-                multinomial_mle(evidence.gof.counts, self.config.confidence, "clopper-pearson",
-                                simultaneous=True),
-                self.config.confirm_half_width, self.config.confidence)
-            self._confirm_left = planned
-            self._confirm_start = self.window.seen
-            self._confirm_counts.fill(0)
+            planned = self._plan_confirmation(evidence.gof.counts)
         return DriftAlarm(evidence, self.updated_action(evidence.estimate), True, planned)
 
-    def _confirm(self, attribution: Attribution | int) -> DriftAlarm | None:
+    def _plan_confirmation(self, counts: Any) -> int:
+        """Plan the fresh executions that confirm an alarm over ``counts``."""
+        cfg = self.config
+        assert cfg.confirm_half_width is not None
+        planned = planned_samples(
+            multinomial_mle(counts, cfg.confidence, "clopper-pearson", simultaneous=True),
+            cfg.confirm_half_width, cfg.confidence)
+        self._confirm_left = planned
+        self._confirm_start = self.window.seen
+        self._confirm_counts.fill(0)
+        return planned
+
+    def _counts_since(self, since: int) -> tuple[Any, int, int]:
+        """(counts, ambiguous, first) over the executions an alarm's evidence since
+        ``since`` covers (at least ``min_estimate_samples`` back)."""
+        start = min(since, self.window.seen - self.config.min_estimate_samples)
+        return self.window.counts_since(start)
+
+    def _confirm(self, attribution: Attribution | int, wanted: bool = True
+                 ) -> DriftAlarm | None:
         if isinstance(attribution, int):
             outcome = attribution
         else:
@@ -156,6 +179,8 @@ class ActionMonitor:
             return None
         assert self.detector is not None
         self.detector.restart()
+        if not wanted:
+            return None
         cfg = self.config
         counts = self._confirm_counts.copy()
         estimate = multinomial_mle(counts, cfg.confidence, "clopper-pearson", simultaneous=True)
@@ -253,8 +278,7 @@ class ActionMonitor:
             counts, ambiguous, span = self.window.counts(), self.window.ambiguous(), \
                 self.window.span()
         else:
-            start = min(since, self.window.seen - cfg.min_estimate_samples)
-            counts, ambiguous, first = self.window.counts_since(start)
+            counts, ambiguous, first = self._counts_since(since)
             span = (first, self.window.seen)
         # The evidence describes whatever data there is; the minimum-sample rule gates
         # the audit's decision, not the description of an alarm already raised.

@@ -197,14 +197,16 @@ class DriftMonitor:
             self._changed.add(agent_id)
         return mon
 
-    def observe(self, agent_id: str, action: Action, attribution: Attribution | int
-                ) -> DriftAlarm | None:
+    def observe(self, agent_id: str, action: Action, attribution: Attribution | int,
+                wanted: bool = True) -> DriftAlarm | None:
+        """Count an execution in the agent's table; ``wanted`` False: no alarm is made,
+        the caller would discard it (``ActionMonitor.observe``)."""
         # The agent's table for this very action, as :meth:`monitor` would hand it out,
         # without its call (every execution of a probabilistic action comes here).
         mon = self._monitors.get((agent_id, action.name))
         if mon is None or mon.action is not action:
             mon = self.monitor(agent_id, action)
-        alarm = mon.observe(attribution)
+        alarm = mon.observe(attribution, wanted)
         self._changed.add(agent_id)
         if alarm is None:
             return None

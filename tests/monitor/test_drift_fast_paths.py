@@ -199,3 +199,23 @@ def test_snapshots_pack_the_window_as_the_plain_export_does_and_read_any_level()
     for x in (0, 1, 2, 0):
         assert (drift.observe("a", action, x) is None) == (again.observe("a", action, x) is None)
     assert again.agent_states("a") == drift.agent_states("a")
+
+
+def test_an_unwanted_alarm_leaves_the_table_exactly_as_a_wanted_one_does() -> None:
+    """An agent awaiting an assessment ignores alarms, so none is made for it (its
+    evidence costs milliseconds); the table, its detector and the confirmation's plan
+    must still move exactly as they would have, alarm after alarm."""
+    action = _action(0.7, 0.2, 0.1)
+    cfg = DriftConfig(false_alarm_rate=1e-3)
+    wanted, unwanted = ActionMonitor(action, cfg), ActionMonitor(action, cfg)
+    rng = random.Random(4)
+    kinds = []
+    for i in range(6_000):
+        x = rng.choices([0, 1, 2], [0.7, 0.2, 0.1] if i < 1_000 else [0.4, 0.3, 0.3])[0]
+        alarm = wanted.observe(x)
+        assert unwanted.observe(x, wanted=False) is None
+        if alarm is not None:
+            kinds.append(alarm.provisional)
+        assert unwanted.export_state() == wanted.export_state(), i
+        assert unwanted.confirming == wanted.confirming
+    assert kinds.count(True) >= 2 and kinds.count(False) >= 2  # alarms and confirmations
