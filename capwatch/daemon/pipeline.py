@@ -466,6 +466,7 @@ class Pipeline:
     # ------------------------------------------------------------------ scheduled jobs
 
     def checkpoint(self, partitions: set[int] | None = None) -> None:
+        self.batches.flush_tally()  # counted in batches, added at most once a second
         # The fleet gauges move with assessments too, not only with offsets: a quiet stream
         # must not leave an assessed agent reported as awaiting one.
         self.metrics.agents.set(len(self.registry))
