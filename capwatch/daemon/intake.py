@@ -34,6 +34,7 @@ class Intake:
                  publisher: Publisher, metrics: DaemonMetrics,
                  clock: Callable[[], datetime],
                  queue_evidence: Callable[[AgentWatch], None] = lambda watch: None,
+                 dropped: Callable[[AgentWatch, str, str, str], None] | None = None,
                  require_key: bool = False) -> None:
         self.limits = limits
         self.require_key = require_key
@@ -42,6 +43,9 @@ class Intake:
         and two replicas could each watch (and assess, and publish for) the same agent."""
         self.queue_evidence = queue_evidence
         """Queues a watch's buffered evidence now (the pipeline's ``queue``)."""
+        self.dropped = dropped
+        """Told of evidence dropped unqueued (watch, its work key, its first action, why):
+        its prompt alert gets an ending (``EvidenceQueue.dropped``)."""
         self.registry = registry
         self._lookup = registry.lookup
         self._next_tick = registry.next_tick
@@ -137,7 +141,15 @@ class Intake:
         alerted on) instead of vanishing with the watch. A store failure propagates: the
         record stays unhandled and the main loop retries it."""
         old = self.registry.get(agent_id)
-        if old is None or old.family == family or not old.buffered or old.awaiting:
+        if old is None or old.family == family or not old.buffered:
+            return
+        if old.awaiting:
+            # Its awaited work goes on under the old family; evidence buffered meanwhile
+            # cannot be queued beside it, so it goes with the watch, and the alert that
+            # announced an assessment of it is ended.
+            if old.first_buffered_offset() is not None and self.dropped is not None:
+                self.dropped(old, old.work_key(), old.evidence[0].transition.action[0],
+                             f"the agent moved to family {family}")
             return
         log.info("agent moved to another family; its buffered evidence is queued under "
                  "the old one", old_family=old.family, family=family)

@@ -138,7 +138,7 @@ class Pipeline:
                                                  lim.max_trace_steps),
                              registry=self.registry, checkpoints=self.checkpoints,
                              publisher=publisher, metrics=self.metrics, clock=clock,
-                             queue_evidence=self.queue,
+                             queue_evidence=self.queue, dropped=self.enqueue.dropped,
                              require_key=config.source.kind == "kafka")
         self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue,
                                      dropped=self.enqueue.dropped,

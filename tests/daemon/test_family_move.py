@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from capwatch.adapters.io.streams import JsonlSource
+from capwatch.alerts.outbox import ending_key
 from capwatch.contracts.store import WorkQueue
+from capwatch.daemon.alerting import queued_alert_key
 from capwatch.daemon.service import build_service
 from tests.daemon.helpers import (
     EXAMPLES,
@@ -62,5 +64,42 @@ def test_an_agent_staying_in_its_family_is_not_queued_early(tmp_path: Path) -> N
     for r in d.source.poll(1.0):
         d.handle(r)
     assert _pending(d.store) == []
+    d.source.close()
+    d.store.close()
+
+
+def test_evidence_buffered_while_work_is_awaited_ends_its_alert_when_the_agent_moves(
+        tmp_path: Path) -> None:
+    """The awaited work goes on under the old family; the evidence seen meanwhile (a new
+    fault, alerted at once) cannot be queued beside it and goes with the old watch, so
+    the alert that announced an assessment of it is ended rather than left open."""
+    navigate = ["navigate", "rover1", "waypoint1", "waypoint2"]
+    lines = [refused_sample(step=0),
+             transition("rover-a", "rover-v1", HALF, navigate, HALF, step=1, executed=False),
+             transition("rover-a", "rover-v2", HALF, SAMPLE, SAMPLED, step=2, executed=True)]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    families = {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
+                "rover-v2": {"domain": str(EXAMPLES / "rover.pddl")}}
+    cfg = config(tmp_path, families=families, source={"kind": "jsonl", "path": str(path)},
+                 detection={"debounce_transitions": 3, "debounce_s": 3600})
+    d = build_service(cfg, source=JsonlSource(str(path))).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    records = list(d.source.poll(1.0))
+    d.handle(records[0])
+    d.sweep(force=True)  # the refused sample is queued: the watch awaits it
+    d.handle(records[1])  # a new fault meanwhile: alerted at once
+    (old,) = [w for w in d.registry if w.agent_id == "rover-a"]
+    assert old.awaiting is not None and [e.offset for e in old.evidence] == [1]
+    announced = queued_alert_key(old.work_key())
+    assert announced in {r.key for r in d.store.outbox()}
+    d.handle(records[2])
+    (watch,) = [w for w in d.registry if w.agent_id == "rover-a"]
+    assert watch.family == "rover-v2" and not watch.buffered
+    assert _pending(d.store) == [("rover-a", "rover-v1")]  # the awaited work only
+    d.alert_promptly()
+    ended = {r.key: r for r in d.store.outbox()}[ending_key(announced)]
+    assert ended.alert["evidence"]["ended"] == "the agent moved to family rover-v2"
     d.source.close()
     d.store.close()
