@@ -111,3 +111,40 @@ def test_agents_sharing_state_texts_read_what_the_schema_reads(
         if memo[1] is not None and not isinstance(got, DeadLetter):
             assert len(set(memo[1])) == len(memo[1])
             assert set(memo[1]) == got[0].state ^ got[0].next_state
+
+
+def test_a_step_between_shared_states_is_diffed_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Agents of a family step between the states they share: the atoms that differ
+    # between two reads are found once (wire_fast._told) and handed to every agent
+    # making that step; the table of them holds two generations within its bound.
+    wire_atoms.forget()
+    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(16)]
+    at = [[["at", "r", f"w{k}"], *scenery] for k in range(40)]
+    for state in at:  # every text read before, by some agent
+        wire_fast.decode(variant(TRANSITION, agent_id="scout", state=state,
+                                 next_state=state), _WIDE)
+    told: list[Any] = []
+    for agent in ("rover-1", "rover-2"):
+        memo: list[Any] = [None, None]
+        for k in range(2):
+            raw = variant(TRANSITION, agent_id=agent, state=at[k], next_state=at[k + 1])
+            assert wire_fast.decode(raw, _WIDE, memo=memo) == wire.decode(raw, _WIDE)
+        assert set(memo[1]) == {("at", "r", "w1"), ("at", "r", "w2")}
+        told.append(memo[1])
+    assert told[0] is told[1]  # rover-1's, found again for rover-2
+    cost = 300 + 8 * (2 * 17 + 2)
+    monkeypatch.setattr(wire_fast, "MAX_DIFF_BYTES", 3 * cost)
+    monkeypatch.setattr(wire_fast, "_diffs_bytes", 0)
+    wire_fast._DIFFS.clear()  # earlier tests' steps
+    wire_fast._OLDER_DIFFS.clear()
+    memo = [None, None]
+    for k in range(39):
+        raw = variant(TRANSITION, state=at[k], next_state=at[k + 1])
+        assert wire_fast.decode(raw, _WIDE, memo=memo) == wire.decode(raw, _WIDE)
+        assert set(memo[1]) == {("at", "r", f"w{k}"), ("at", "r", f"w{k + 1}")}
+        for table in (wire_fast._DIFFS, wire_fast._OLDER_DIFFS):
+            assert len(table) <= 3
+            for before, after, atoms in table.values():
+                assert set(atoms) == {wire_atoms.ATOM[i] for i in before} \
+                    ^ {wire_atoms.ATOM[i] for i in after}
