@@ -95,6 +95,13 @@ class KafkaConfig(Section):
     """The Kafka client the daemon consumes and publishes with: ``kafka-python`` (pure
     Python, always installed) or ``confluent-kafka`` (librdkafka, an order of magnitude
     more messages per core; install the ``confluent`` extra). See docs/performance.md."""
+    consumer_process: bool = False
+    """With ``kafka-python``: run the consumer (fetching and parsing records) in a child
+    process of its own, so that it uses a second core while the main loop runs the
+    pipeline; the main loop then spends ~1 us a record on the consumer instead of 6-22.
+    Worth it with two or more cores to spare; the commit rule and rebalances are as
+    without it. Ignored by ``confluent-kafka``, which fetches on native threads anyway.
+    See docs/performance.md."""
     bootstrap_servers: str = "127.0.0.1:9092"
     transitions_topic: str = "capwatch.transitions"
     models_topic: str = "capwatch.models"

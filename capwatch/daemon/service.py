@@ -399,8 +399,15 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                               dead_letter=k.dead_letter_topic, partitions=k.partitions,
                               replication_factor=k.replication_factor,
                               security=k.client_options())
+            extra = {}
+            if k.consumer_process and k.client == "kafka-python":
+                from capwatch.adapters.io.kafka_process import ProcessKafkaSource
+
+                kafka_source = ProcessKafkaSource
+                extra["log_setup"] = ("capwatch.daemon.logs", "configure_logging",
+                                      (config.log.level, config.log.format))
             source = kafka_source(k.bootstrap_servers, k.transitions_topic, k.group_id,
-                                  client_id=k.client_id, max_poll_records=k.max_poll_records,
+                                  **extra, client_id=k.client_id, max_poll_records=k.max_poll_records,
                                   fetch_max_wait_ms=k.fetch_max_wait_ms,
                                   partition_fetch_bytes=k.partition_fetch_bytes,
                                   session_timeout_ms=k.session_timeout_ms,

@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from tests.integration.test_kafka_backends import BACKENDS, source_class
+from tests.integration.test_kafka_backends import SOURCES, source_class
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,7 @@ def _wait(condition: object, timeout_s: float = 60.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SOURCES)
 def test_a_replica_joining_lets_the_other_commit_and_hand_partitions_over(
         kafka_bootstrap: str, backend: str) -> None:
     topic = f"rebalance-{uuid.uuid4().hex[:8]}"

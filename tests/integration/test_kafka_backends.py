@@ -25,6 +25,10 @@ from tests.integration._daemon_setup import wait
 pytestmark = pytest.mark.integration
 
 BACKENDS = ["kafka-python", "confluent-kafka"]
+PROCESS = "kafka-python-process"
+"""kafka-python in a process of its own (kafka.consumer_process): a source, not a backend
+of its own (the publisher is kafka-python's)."""
+SOURCES = [*BACKENDS, PROCESS]
 
 
 def source_class(backend: str) -> Callable[..., Source]:
@@ -32,6 +36,10 @@ def source_class(backend: str) -> Callable[..., Source]:
         from capwatch.adapters.io.kafka_confluent import ConfluentKafkaSource
 
         return ConfluentKafkaSource
+    if backend == PROCESS:
+        from capwatch.adapters.io.kafka_process import ProcessKafkaSource
+
+        return ProcessKafkaSource
     from capwatch.adapters.io.kafka import KafkaSource
 
     return KafkaSource
@@ -47,8 +55,13 @@ def publisher_class(backend: str) -> Callable[..., Publisher]:
     return KafkaPublisher
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=SOURCES)
 def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=BACKENDS)
+def publisher_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
@@ -280,8 +293,8 @@ def out_topics(kafka_bootstrap: str, kafka_topic: str) -> Iterator[dict[str, str
 
 
 def test_the_publisher_keys_events_and_flush_confirms_them(
-        backend: str, kafka_bootstrap: str, out_topics: dict[str, str]) -> None:
-    pub = publisher_class(backend)(kafka_bootstrap, **out_topics)
+        publisher_backend: str, kafka_bootstrap: str, out_topics: dict[str, str]) -> None:
+    pub = publisher_class(publisher_backend)(kafka_bootstrap, **out_topics)
     try:
         pub.alert(_alert("rover-1", "rover"))
         pub.alert(_alert("*", "rover"))  # a grouped alert: keyed by its family
@@ -296,10 +309,10 @@ def test_the_publisher_keys_events_and_flush_confirms_them(
 
 
 def test_a_record_the_broker_refuses_fails_every_flush_until_it_is_written(
-        backend: str, kafka_bootstrap: str, out_topics: dict[str, str]) -> None:
+        publisher_backend: str, kafka_bootstrap: str, out_topics: dict[str, str]) -> None:
     """The commit rule's publisher half: flush raises (so the daemon commits nothing)
     while any record is refused, keeps the record, and sends it again."""
-    pub = publisher_class(backend)(kafka_bootstrap, **out_topics)
+    pub = publisher_class(publisher_backend)(kafka_bootstrap, **out_topics)
     dlq = out_topics["dead_letter_topic"]
     try:
         pub.dead_letter(_letter(100))

@@ -225,17 +225,21 @@ class KafkaSource:
         return False
 
     def lag(self) -> dict[int, int]:
+        try:
+            return {p: max(0, end - position) for p, (end, position) in self.ends().items()}
+        except Exception:  # lag is a metric: never let it break a checkpoint
+            return {}
+
+    def ends(self) -> dict[int, tuple[int, int]]:
+        """Per assigned partition, its end offset and this consumer's position (a round
+        trip to the broker)."""
         if self._consumer is None:
             return {}
         assigned = list(self._consumer.assignment())
         if not assigned:
             return {}
-        try:
-            ends = self._consumer.end_offsets(assigned)
-            return {tp.partition: max(0, ends[tp] - self._consumer.position(tp))
-                    for tp in assigned}
-        except Exception:  # lag is a metric: never let it break a checkpoint
-            return {}
+        ends = self._consumer.end_offsets(assigned)
+        return {tp.partition: (ends[tp], self._consumer.position(tp)) for tp in assigned}
 
     def close(self) -> None:
         if self._consumer is not None:

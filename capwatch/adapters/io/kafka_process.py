@@ -1,0 +1,392 @@
+"""kafka-python in a process of its own (``kafka.fetch_process: true``): the consumer's
+fetching and record parsing run on another core while the daemon's pipeline runs.
+
+kafka-python parses fetched record batches in pure Python on the thread that calls
+``poll()``: 6-22 us of CPU per record on 0.5-6 KB messages, on the same core (and under
+the same GIL) as the pipeline. Here a child process runs :class:`~capwatch.adapters.io.
+kafka.KafkaSource` unchanged (the same settings, group membership, listener and commit
+code) and hands each polled batch to the daemon as one msgpack message over a socket
+pair; the daemon only decodes it (~1 us a record).
+
+The rules do not change, because everything crosses one ordered channel:
+
+- **Commit rule.** The daemon commits only offsets it names, as before; a commit is a
+  request the child carries out and answers, and a failure is raised in the daemon.
+- **Rebalances.** The child's listener sends the revoke (assign) to the daemon and waits
+  for it to be handled before kafka-python goes on. Every batch the child sent before it
+  precedes it on the channel, and the daemon takes events strictly in order, so by the
+  time it runs its revoke callback (the checkpoint) it has handled exactly what the child
+  handed out, as when the consumer ran in the daemon's own process. The commits that
+  checkpoint makes are served by the waiting listener (as kafka.py's listener does, off
+  kafka-python's IO thread). kafka-python may also finish a group round on its IO thread
+  between two polls, so a batch polled before a revoke can reach the daemon after it: the
+  daemon drops records of partitions it does not own and records below the offset it has
+  already handled (the same records, fetched again from the commit), so nothing is
+  handled by two members nor twice by one.
+- **Flow control.** The child blocks sending while the socket is full: it is at most a
+  batch or two ahead of the daemon, on top of kafka-python's own fetch buffer.
+- **Death.** The child exits when its end of the channel closes (the daemon exited or was
+  killed) without committing anything; the daemon raises if the child died.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgspec
+import structlog
+
+from capwatch.contracts.ports import Rebalance, Record
+
+log = structlog.get_logger("capwatch.kafka")
+
+__all__ = ["ProcessKafkaSource", "SourceProcessError"]
+
+# What crosses the channel: one tag byte, then the payload.
+_RECORDS = b"R"  # child -> daemon: a msgpack _Batch
+_REVOKE = b"V"  # child -> daemon: pickled partitions; the child waits for _DONE
+_ASSIGN = b"A"  # child -> daemon: likewise
+_FAILED = b"E"  # child -> daemon: a pickled exception poll() raised
+_REPLY = b"K"  # child -> daemon: pickled (ok, result or exception) for a _CALL
+_STARTED = b"S"  # child -> daemon: start() returned
+_CALL = b"C"  # daemon -> child: pickled (method, argument)
+_DONE = b"D"  # daemon -> child: a rebalance was handled
+
+_Batch = tuple[list[Record], dict[int, tuple[int, int]]]
+"""A poll's records and, per partition, the first offset among them and the one after
+the last (kafka-python returns each partition's records in order, unbroken)."""
+_ENCODE = msgspec.msgpack.Encoder().encode
+_DECODE = msgspec.msgpack.Decoder(_Batch).decode
+
+_CLOSE_WAIT_S = 30.0
+
+_POLL_S = 0.05
+"""The child's poll timeout: how long a call from the daemon (a commit) may wait while
+the stream is quiet."""
+
+
+class SourceProcessError(RuntimeError):
+    """The consumer's process died or broke the channel's protocol."""
+
+
+def _dumps_error(error: BaseException) -> bytes:
+    try:
+        return pickle.dumps(error)
+    except Exception:  # an exception that does not pickle still says what it was
+        return pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+
+
+def _loads_error(payload: bytes) -> BaseException:
+    try:
+        error = pickle.loads(payload)
+    except Exception as e:  # an exception class that cannot be rebuilt from its args
+        return SourceProcessError(f"the Kafka consumer's process failed ({e})")
+    return error if isinstance(error, BaseException) else SourceProcessError(repr(error))
+
+
+def _loads_reply(payload: bytes) -> tuple[bool, Any]:
+    try:
+        ok, result = pickle.loads(payload)
+    except Exception as e:
+        return False, SourceProcessError(f"the Kafka consumer's process failed ({e})")
+    return bool(ok), result
+
+
+def _dumps_reply(ok: bool, result: Any) -> bytes:
+    if ok:
+        return pickle.dumps((True, result))
+    try:
+        return pickle.dumps((False, result))
+    except Exception:
+        return pickle.dumps((False, RuntimeError(f"{type(result).__name__}: {result}")))
+
+
+class ProcessKafkaSource:
+    """The transitions topic read by kafka-python in a child process; commits only when
+    told. The same arguments as :class:`~capwatch.adapters.io.kafka.KafkaSource`."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str, *,
+                 log_setup: tuple[str, str, tuple[Any, ...]] | None = None,
+                 **options: Any) -> None:
+        self.name = topic
+        self.topic = topic
+        self._args = (bootstrap, topic, group_id, options, log_setup)
+        """``log_setup``: (module, function, arguments) the child calls first, so that its
+        log lines look like the daemon's (the adapter does not import the daemon's
+        logging)."""
+        self._conn: Connection | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._events: collections.deque[tuple[bytes, bytes]] = collections.deque()
+        """What the child sent while the daemon waited for an answer, in order."""
+        self._lock = threading.RLock()
+        self._on_assign: Rebalance | None = None
+        self._on_revoke: Rebalance | None = None
+        self._owned: set[int] = set()
+        """The partitions assigned to this member, as the daemon was told."""
+        self._next: dict[int, int] = {}
+        """Per owned partition, the offset after the last record handed to the daemon."""
+
+    # ------------------------------------------------------------------ the contract
+
+    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
+              resume: Mapping[int, int]) -> None:
+        del resume  # the group's committed offsets are the checkpoint
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "capwatch.adapters.io.kafka_process",
+                 str(theirs.fileno())], pass_fds=(theirs.fileno(),))
+            self._conn = Connection(os.dup(ours.fileno()))
+        self._conn.send_bytes(pickle.dumps(self._args))
+        while True:  # rebalances may come before start() returns, as in-process
+            tag, payload = self._receive()
+            if tag == _STARTED:
+                return
+            self._handle(tag, payload)
+
+    def poll(self, timeout_s: float) -> list[Record]:
+        with self._lock:
+            while True:
+                if self._events:
+                    tag, payload = self._events.popleft()
+                else:
+                    conn = self._connection()
+                    if not conn.poll(timeout_s):
+                        return []
+                    tag, payload = self._receive()
+                if tag == _RECORDS:
+                    return self._accept(*_DECODE(payload))
+                self._handle(tag, payload)
+                timeout_s = 0.0  # a rebalance handled: return what is there, if anything
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        if self._conn is None or not offsets:
+            return
+        self._call("commit", dict(offsets))
+
+    def member_id(self) -> str | None:
+        """This member's id in the group (None before it joined)."""
+        if self._conn is None:
+            return None
+        result = self._call("member_id", None)
+        return str(result) if result is not None else None
+
+    def exhausted(self) -> bool:
+        return False
+
+    def lag(self) -> dict[int, int]:
+        if self._conn is None:
+            return {}
+        try:
+            ends: dict[int, tuple[int, int]] = self._call("ends", None)
+        except Exception:  # lag is a metric: never let it break a checkpoint
+            return {}
+        # The child's position runs ahead of the daemon by what it has sent.
+        return {p: max(0, end - self._next.get(p, position))
+                for p, (end, position) in ends.items()}
+
+    def close(self) -> None:
+        if self._conn is None:
+            return
+        with contextlib.suppress(Exception):
+            self._call("close", None)
+        self._conn.close()
+        self._conn = None
+        if self._child is not None:
+            try:
+                self._child.wait(_CLOSE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self._child.kill()
+                self._child.wait()
+            self._child = None
+
+    def _accept(self, records: list[Record], ranges: dict[int, tuple[int, int]]
+                ) -> list[Record]:
+        """The batch's records this member may hand out: of owned partitions, from the
+        offset it has reached on (see the module's docstring)."""
+        owned, upto = self._owned, self._next
+        if all(p in owned and first >= upto.get(p, first)
+               for p, (first, _) in ranges.items()):
+            for p, (_, after) in ranges.items():
+                upto[p] = after
+            return records
+        kept = []
+        for r in records:
+            p = r.partition
+            if p in owned and r.offset >= upto.get(p, r.offset):
+                kept.append(r)
+                upto[p] = r.offset + 1
+        log.info("dropped records fetched across a rebalance",
+                 records=len(records) - len(kept), owned=sorted(owned))
+        return kept
+
+    # ------------------------------------------------------------------ the channel
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            raise SourceProcessError("the Kafka consumer's process is not started")
+        return self._conn
+
+    def _receive(self) -> tuple[bytes, bytes]:
+        try:
+            message = self._connection().recv_bytes()
+        except (EOFError, OSError) as e:
+            code = self._child.poll() if self._child is not None else None
+            raise SourceProcessError(f"the Kafka consumer's process ended (exit code "
+                                     f"{code})") from e
+        return message[:1], message[1:]
+
+    def _call(self, method: str, argument: Any) -> Any:
+        with self._lock:
+            self._connection().send_bytes(_CALL + pickle.dumps((method, argument)))
+            while True:
+                tag, payload = self._receive()
+                if tag == _REPLY:
+                    ok, result = _loads_reply(payload)
+                    if not ok:
+                        raise result
+                    return result
+                # Sent before the child read the call: kept, in order, for poll().
+                self._events.append((tag, payload))
+
+    def _handle(self, tag: bytes, payload: bytes) -> None:
+        if tag == _FAILED:
+            raise _loads_error(payload)
+        if tag not in (_REVOKE, _ASSIGN):
+            raise SourceProcessError(f"unexpected message {tag!r} from the consumer")
+        parts: set[int] = pickle.loads(payload)
+        callback = self._on_revoke if tag == _REVOKE else self._on_assign
+        if tag == _REVOKE:
+            self._owned -= parts
+        else:
+            self._owned |= parts
+        for p in parts:
+            self._next.pop(p, None)
+        try:
+            assert callback is not None
+            callback(parts)
+        except Exception:
+            # As kafka-python does with a listener's exception: said, not raised.
+            log.exception("rebalance callback failed", partitions=sorted(parts),
+                          callback="revoke" if tag == _REVOKE else "assign")
+        finally:
+            self._connection().send_bytes(_DONE)
+
+
+# ---------------------------------------------------------------------- the child process
+
+
+class _Child:
+    """The child's side: a KafkaSource polled in a loop, serving the daemon's calls."""
+
+    def __init__(self, conn: Connection) -> None:
+        from capwatch.adapters.io.kafka import KafkaSource
+
+        self.conn = conn
+        self.lock = threading.Lock()
+        """Held while the channel is read or written: by the poll loop between polls, by a
+        rebalance callback (on its own thread) while it waits for the daemon."""
+        bootstrap, topic, group_id, options, log_setup = pickle.loads(conn.recv_bytes())
+        if log_setup is not None:
+            module, function, arguments = log_setup
+            getattr(importlib.import_module(module), function)(*arguments)
+        self.source = KafkaSource(bootstrap, topic, group_id, **options)
+        self.closing = False
+
+    def run(self) -> None:
+        self.source.start(self._forward(_ASSIGN), self._forward(_REVOKE), {})
+        with self.lock:
+            self.conn.send_bytes(_STARTED)
+        while not self.closing:
+            with self.lock:
+                while not self.closing and self.conn.poll(0):
+                    self._serve(self.conn.recv_bytes())
+            if self.closing:
+                break
+            try:
+                records = self.source.poll(_POLL_S)
+            except Exception as e:
+                with self.lock:
+                    self.conn.send_bytes(_FAILED + _dumps_error(e))
+                continue
+            if records:
+                ranges: dict[int, tuple[int, int]] = {}
+                for r in records:
+                    first = ranges.get(r.partition)
+                    ranges[r.partition] = (r.offset if first is None else first[0],
+                                           r.offset + 1)
+                with self.lock:
+                    self.conn.send_bytes(_RECORDS + _ENCODE((records, ranges)))
+
+    def _forward(self, tag: bytes) -> Rebalance:
+        def call(parts: set[int]) -> None:
+            if self.closing:
+                return
+            with self.lock:
+                self.conn.send_bytes(tag + pickle.dumps(parts))
+                while True:  # the daemon's commits come while it handles the rebalance
+                    message = self.conn.recv_bytes()
+                    if message == _DONE:
+                        return
+                    self._serve(message)
+        return call
+
+    def _serve(self, message: bytes) -> None:
+        if message[:1] != _CALL:
+            raise SourceProcessError(f"unexpected message {message[:1]!r} from the daemon")
+        method, argument = pickle.loads(message[1:])
+        try:
+            result: Any = None
+            if method == "commit":
+                self.source.commit(argument)
+            elif method == "member_id":
+                result = self.source.member_id()
+            elif method == "ends":
+                result = self.source.ends()
+            elif method == "close":
+                self.closing = True
+                self.source.close()
+            else:
+                raise SourceProcessError(f"no such call {method!r}")
+        except Exception as e:
+            self.conn.send_bytes(_REPLY + _dumps_reply(False, e))
+            return
+        self.conn.send_bytes(_REPLY + _dumps_reply(True, result))
+
+
+def main(fd: int) -> int:
+    # The daemon ends this process through the channel (or by going away): a terminal's
+    # Ctrl-C, sent to the whole process group, must not kill it before the daemon's
+    # last commit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn = Connection(fd)
+    child: _Child | None = None
+    try:
+        child = _Child(conn)
+        child.run()
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        # The daemon is gone: leave the group at once, committing nothing.
+        if child is not None:
+            child.closing = True
+            with contextlib.suppress(Exception):
+                child.source.close()
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))

@@ -1,0 +1,176 @@
+"""The daemon's side of kafka_process.ProcessKafkaSource against a scripted child on a
+socket pair (no broker; the real child is tested against a broker in tests/integration):
+events in order, a revoke's commits answered while the child waits, records fetched
+across a rebalance dropped, the child's failures and death raised."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+
+import pytest
+from kafka.errors import KafkaConnectionError
+
+from capwatch.adapters.io import kafka_process as kp
+from capwatch.contracts.ports import Record
+
+
+def batch(partition: int, first: int, n: int) -> bytes:
+    records = [Record("t", partition, o, b"k", b"v%d" % o, 1.0)
+               for o in range(first, first + n)]
+    return kp._RECORDS + kp._ENCODE((records, {partition: (first, first + n)}))
+
+
+class Script:
+    """A source whose child is this test: ``child`` is the child's end of the channel."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        self.source = kp.ProcessKafkaSource("unused:9092", "t", "g")
+        self.source._conn = Connection(ours.detach())
+        self.child = Connection(theirs.detach())
+        self.assigned: list[set[int]] = []
+        self.revoked: list[set[int]] = []
+        self.on_revoke: Callable[[set[int]], None] = lambda parts: None
+        self.source._on_assign = self.assigned.append
+        self.source._on_revoke = self._revoke
+
+    def _revoke(self, parts: set[int]) -> None:
+        self.revoked.append(parts)
+        self.on_revoke(parts)
+
+    def send(self, *messages: bytes) -> None:
+        for m in messages:
+            self.child.send_bytes(m)
+
+    def assign(self, *parts: int) -> None:
+        """An assignment the daemon has handled."""
+        self.send(kp._ASSIGN + pickle.dumps(set(parts)))
+        assert self.source.poll(1.0) == []
+        assert self.child.recv_bytes() == kp._DONE
+
+
+@pytest.fixture
+def script() -> Iterator[Script]:
+    s = Script()
+    yield s
+    s.child.close()
+    assert s.source._conn is not None
+    s.source._conn.close()
+
+
+def offsets(records: list[Record]) -> list[tuple[int, int]]:
+    return [(r.partition, r.offset) for r in records]
+
+
+def test_batches_arrive_whole_and_in_order(script: Script) -> None:
+    script.assign(0, 1)
+    script.send(batch(0, 0, 3), batch(1, 0, 2))
+    assert offsets(script.source.poll(1.0)) == [(0, 0), (0, 1), (0, 2)]
+    assert offsets(script.source.poll(1.0)) == [(1, 0), (1, 1)]
+    assert script.source.poll(0.01) == []
+
+
+def test_a_revoke_runs_after_every_earlier_batch_and_its_commit_reaches_the_child(
+        script: Script) -> None:
+    script.assign(0)
+    handled: list[tuple[int, int]] = []
+    script.on_revoke = lambda parts: script.source.commit({0: handled[-1][1] + 1})
+    script.send(batch(0, 0, 3), kp._REVOKE + pickle.dumps({0}))
+    handled += offsets(script.source.poll(1.0))
+    assert script.revoked == []
+
+    def child() -> None:  # the child's listener: serves the daemon's calls until done
+        call = script.child.recv_bytes()
+        assert call[:1] == kp._CALL
+        assert pickle.loads(call[1:]) == ("commit", {0: 3})
+        script.send(kp._REPLY + pickle.dumps((True, None)))
+        assert script.child.recv_bytes() == kp._DONE
+
+    listener = threading.Thread(target=child)
+    listener.start()
+    assert script.source.poll(1.0) == []
+    listener.join(5)
+    assert not listener.is_alive()
+    assert script.revoked == [{0}]
+
+
+def test_records_fetched_before_a_revoke_and_sent_after_it_are_dropped(
+        script: Script) -> None:
+    script.assign(0, 1)
+    script.send(batch(0, 0, 2))
+    assert offsets(script.source.poll(1.0)) == [(0, 0), (0, 1)]
+    script.send(kp._REVOKE + pickle.dumps({0, 1}))
+    assert script.source.poll(1.0) == []
+    assert script.child.recv_bytes() == kp._DONE
+    # kafka-python finished the round on its IO thread while the child was sending a
+    # batch it had polled before: partition 0 is no longer this member's.
+    script.send(batch(0, 2, 2))
+    assert script.source.poll(1.0) == []
+    script.assign(1)
+    script.send(batch(1, 0, 2))
+    assert offsets(script.source.poll(1.0)) == [(1, 0), (1, 1)]
+
+
+def test_a_partition_fetched_again_from_its_commit_is_not_handed_out_twice(
+        script: Script) -> None:
+    script.assign(0)
+    script.send(kp._REVOKE + pickle.dumps({0}))
+    assert script.source.poll(1.0) == []
+    assert script.child.recv_bytes() == kp._DONE
+    script.assign(0)
+    # A batch polled before the revoke (from the commit on), then the same records
+    # fetched again from the commit after the assignment, and what follows them.
+    script.send(batch(0, 5, 3), batch(0, 5, 4))
+    assert offsets(script.source.poll(1.0)) == [(0, 5), (0, 6), (0, 7)]
+    assert offsets(script.source.poll(1.0)) == [(0, 8)]
+
+
+def test_what_the_child_sends_while_a_call_waits_is_kept_for_poll(script: Script) -> None:
+    script.assign(0)
+
+    def child() -> None:
+        call = script.child.recv_bytes()
+        script.send(batch(0, 0, 2))  # polled before it read the call
+        assert pickle.loads(call[1:]) == ("member_id", None)
+        script.send(kp._REPLY + pickle.dumps((True, "m-1")))
+
+    t = threading.Thread(target=child)
+    t.start()
+    assert script.source.member_id() == "m-1"
+    t.join(5)
+    assert offsets(script.source.poll(0.01)) == [(0, 0), (0, 1)]
+
+
+def test_a_failed_poll_or_call_in_the_child_is_raised_by_the_daemon(script: Script) -> None:
+    script.send(kp._FAILED + kp._dumps_error(KafkaConnectionError("broker gone")))
+    with pytest.raises(KafkaConnectionError, match="broker gone"):
+        script.source.poll(1.0)
+
+    def child() -> None:
+        script.child.recv_bytes()
+        script.send(kp._REPLY + kp._dumps_reply(False, KafkaConnectionError("no commit")))
+
+    t = threading.Thread(target=child)
+    t.start()
+    with pytest.raises(KafkaConnectionError, match="no commit"):
+        script.source.commit({0: 1})
+    t.join(5)
+
+
+def test_an_exception_that_does_not_pickle_still_says_what_it_was() -> None:
+    class Odd(Exception):
+        def __reduce__(self) -> str | tuple[object, ...]:
+            raise TypeError("not picklable")
+
+    error = kp._loads_error(kp._dumps_error(Odd("lost the socket")))
+    assert "Odd: lost the socket" in str(error)
+
+
+def test_the_child_gone_is_an_error_not_an_empty_poll(script: Script) -> None:
+    script.child.close()
+    with pytest.raises(kp.SourceProcessError, match="process ended"):
+        script.source.poll(1.0)
