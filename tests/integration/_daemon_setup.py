@@ -94,7 +94,10 @@ CLIENTS = ["kafka-python", "confluent-kafka"]
 
 
 def kafka_config(s: Setup, client: str = "kafka-python") -> dict[str, Any]:
-    """The daemon's ``kafka`` configuration section for these topics."""
+    """The daemon's ``kafka`` configuration section for these topics. ``client``
+    kafka-python-process: kafka-python with ``consumer_process``."""
+    if client == "kafka-python-process":
+        return {**kafka_config(s), "consumer_process": True}
     return {"client": client, "bootstrap_servers": s.bootstrap,
             "transitions_topic": s.topics.transitions,
             "models_topic": s.topics.models, "alerts_topic": s.topics.alerts,
@@ -273,6 +276,17 @@ class CapwatchProcess:
         finally:
             self.kill_quietly()
             self.log.close()
+
+    def children(self, running: str) -> set[int]:
+        """The daemon's child processes whose command line has ``running`` in it (Linux
+        /proc), while it runs."""
+        out = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid \
+                        and running in (stat.parent / "cmdline").read_text():
+                    out.add(int(stat.parent.name))
+        return out
 
     def kill_quietly(self) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -145,8 +145,8 @@ def test_fleet_drift_end_to_end_over_kafka_and_http(setup: Setup, client: str) -
 
 @pytest.mark.parametrize(("sig", "client"), [
     (signal.SIGTERM, "kafka-python"), (signal.SIGKILL, "kafka-python"),
-    (signal.SIGKILL, "confluent-kafka")],
-    ids=["sigterm", "sigkill", "sigkill-confluent-kafka"])
+    (signal.SIGKILL, "confluent-kafka"), (signal.SIGTERM, "kafka-python-process")],
+    ids=["sigterm", "sigkill", "sigkill-confluent-kafka", "sigterm-consumer-process"])
 def test_restart_mid_stream_loses_and_duplicates_nothing(
         setup: Setup, sig: int, client: str) -> None:
     """``capwatch run`` stopped while the stream arrives, then started again."""
@@ -330,13 +330,15 @@ def setup6(kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> Iterator[S
         yield Setup(kafka_bootstrap, topics, 6, fleet, urls, tmp_path)
 
 
+@pytest.mark.parametrize("client", ["kafka-python", "kafka-python-process"])
 def test_three_replica_processes_one_killed_mid_stream(
-        setup6: Setup, postgres_dsn: str) -> None:
+        setup6: Setup, postgres_dsn: str, client: str) -> None:
     """Scale-out: three ``capwatch run`` processes in one consumer group share a
     PostgreSQL store and a 6-partition topic; one is SIGKILLed while the stream arrives.
     Its partitions move to the others, which replay from its last commit: every record is
     committed, each drifted agent gets one correct version and one change alert, and
-    nothing is published twice."""
+    nothing is published twice. With kafka.consumer_process, the victim's consumer
+    process goes with it."""
     import threading
     import uuid
     from urllib.parse import quote
@@ -354,7 +356,7 @@ def test_three_replica_processes_one_killed_mid_stream(
     try:
         for i in range(3):
             replicas.append(DaemonProcess(
-                s, f"replica-{i}", replica_id=f"replica-{i}", store={"url": dsn},
+                s, f"replica-{i}", client, replica_id=f"replica-{i}", store={"url": dsn},
                 scheduler={"checkpoint_s": 0.5, "results_poll_s": 0.5}))
         for daemon in replicas:
             wait(daemon.ready, 90, f"{daemon.name} to be ready")
@@ -374,7 +376,11 @@ def test_three_replica_processes_one_killed_mid_stream(
         victim = replicas[0]
         wait(lambda: victim.alive() and lag(s) < sys.maxsize and _committed(s) > 0, 90,
              "the first commits")
+        consumers = victim.children("capwatch.adapters.io.kafka_process")
+        assert bool(consumers) == (client == "kafka-python-process")
         victim.stop(signal.SIGKILL)
+        wait(lambda: not any(Path(f"/proc/{pid}").exists() for pid in consumers), 30,
+             "the victim's consumer process to exit")
         producer.join(120)
         produced.append(produce(s, rounds=150))
         survivors = replicas[1:]
