@@ -11,9 +11,12 @@ each client (kafka-python, then confluent-kafka)
   both;
 - capwatch's own source for that client alone (``poll`` into Records, no pipeline);
 - ``capwatch run`` (the service, in this process, output to the log) with that
-  ``kafka.client``.
+  ``kafka.client``;
+- for kafka-python, also capwatch's source and ``capwatch run`` with
+  ``kafka.consumer_process`` (the consumer in a child process), ratioed against the same
+  bare kafka-python consumers, the child's CPU printed beside the daemon's.
 
-Rounds alternate the six, so other load on the machine hits them alike. Rates are
+Rounds alternate the readers, so other load on the machine hits them alike. Rates are
 records per wall second from the first record read to the last (the group's join is not
 counted); the process's CPU seconds over the same span (``time.process_time``, every
 thread: librdkafka's included) are printed per record beside them, as is the machine's
@@ -33,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from capwatch.adapters.sim.fleet import SimulatedFleet
 from capwatch.contracts.ports import AgentDirectory
@@ -55,14 +59,34 @@ much of capwatch's figure is the settings and how much is capwatch."""
 
 
 class Rate:
-    """Records per wall second and CPU microseconds per record over one read."""
+    """Records per wall second and CPU microseconds per record over one read; with
+    ``child_cpu``, the consumer process's beside the daemon's."""
 
-    def __init__(self, n: int, wall: float, cpu: float) -> None:
+    def __init__(self, n: int, wall: float, cpu: float, child_cpu: float | None = None
+                 ) -> None:
         self.per_s = n / wall
         self.cpu_us = cpu / n * 1e6
+        self.child_us = child_cpu / n * 1e6 if child_cpu is not None else None
 
     def __str__(self) -> str:
-        return f"{self.per_s:,.0f}/s ({self.cpu_us:.1f} us CPU)"
+        child = f" + {self.child_us:.1f} in the consumer process" \
+            if self.child_us is not None else ""
+        return f"{self.per_s:,.0f}/s ({self.cpu_us:.1f} us CPU{child})"
+
+
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) a process has used so far, from /proc (0 without)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+PROCESS = "kafka-python-process"
+"""capwatch over kafka-python with kafka.consumer_process: its rows' name."""
 
 
 Workload = tuple[Iterable[tuple[bytes, bytes]], dict[str, Path], AgentDirectory]
@@ -150,22 +174,34 @@ def source_only(bootstrap: str, topic: str, n: int, client: str) -> Rate:
     adds to the bare client, apart from the pipeline."""
     from capwatch.daemon.service import kafka_clients
 
-    cls, _ = kafka_clients(daemon_config(bootstrap, topic, Path("unused.db"), client).kafka)
+    if client == PROCESS:
+        from capwatch.adapters.io.kafka_process import ProcessKafkaSource
+
+        cls: Callable[..., Any] = ProcessKafkaSource
+    else:
+        cls, _ = kafka_clients(daemon_config(bootstrap, topic, Path("unused.db"),
+                                             client).kafka)
     source = cls(bootstrap, topic, f"src-{uuid.uuid4().hex[:6]}")
     source.start(lambda parts: None, lambda parts: None, {})
-    seen, first, cpu0 = 0, 0.0, 0.0
+    child = getattr(source, "child_pid", None)
+    seen, first, cpu0, child0 = 0, 0.0, 0.0, 0.0
     while seen < n:
         records = source.poll(0.5)
         if not first and records:
-            first, cpu0 = time.perf_counter(), time.process_time()
+            first, cpu0, child0 = time.perf_counter(), time.process_time(), process_cpu(child)
         seen += len(records)
-    rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0)
+    rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0,
+                process_cpu(child) - child0 if child is not None else None)
     source.close()
     return rate
 
 
 def daemon_config(bootstrap: str, topic: str, store: Path, client: str,
                   families: dict[str, Path] | None = None) -> DaemonConfig:
+    """``client`` kafka-python-process: kafka-python with kafka.consumer_process."""
+    process = client == PROCESS
+    if process:
+        client = "kafka-python"
     if families is None:
         families = {"rover-v1": EXAMPLES / "rover.pddl", "courier-v1": EXAMPLES / "courier.pddl"}
     return DaemonConfig(**{
@@ -175,7 +211,7 @@ def daemon_config(bootstrap: str, topic: str, store: Path, client: str,
         "http": {"enabled": False},
         "kafka": {"client": client, "bootstrap_servers": bootstrap,
                   "transitions_topic": topic, "group_id": f"capwatch-{uuid.uuid4().hex[:6]}",
-                  "partitions": 3, "create_topics": False},
+                  "partitions": 3, "create_topics": False, "consumer_process": process},
     })
 
 
@@ -205,10 +241,12 @@ def capwatch_run(bootstrap: str, topic: str, n: int, families: dict[str, Path],
         # polled every 20 ms; `capwatch run` has no such thread.
         while p.processed == 0:
             time.sleep(0.01)
-        first, cpu0 = time.perf_counter(), time.process_time()
+        child = getattr(p.source, "child_pid", None)
+        first, cpu0, child0 = time.perf_counter(), time.process_time(), process_cpu(child)
         while p.processed < n:
             time.sleep(0.01)
-        rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0)
+        rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0,
+                    process_cpu(child) - child0 if child is not None else None)
         p.stop()
         runner.join(60)
         assert p.dead_letters == 0
@@ -240,10 +278,11 @@ def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
                     bare[client](broker.bootstrap, topic, n))
                 runs.setdefault(("tuned", client), []).append(
                     bare[client](broker.bootstrap, topic, n, True))
-                runs.setdefault(("source", client), []).append(
-                    source_only(broker.bootstrap, topic, n, client))
-                runs.setdefault(("capwatch", client), []).append(
-                    capwatch_run(broker.bootstrap, topic, n, families, agents, client))
+                for reader in (client, PROCESS) if client == "kafka-python" else (client,):
+                    runs.setdefault(("source", reader), []).append(
+                        source_only(broker.bootstrap, topic, n, reader))
+                    runs.setdefault(("capwatch", reader), []).append(
+                        capwatch_run(broker.bootstrap, topic, n, families, agents, reader))
 
         def mean(kind: str, client: str) -> float:
             rates = runs[(kind, client)]
@@ -259,16 +298,18 @@ def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
                   f"{line('bare', client)}")
             print(f"  bare {client} consumer, capwatch's settings ({settings}) "
                   f"{line('tuned', client)}")
-            print(f"  capwatch's {client} source alone (poll)                  "
-                  f"{line('source', client)}")
-            capwatch = mean("capwatch", client)
-            ratios = (f"ratio {capwatch / mean('bare', client):.2f} against the bare "
-                      f"consumer with the client's defaults, "
-                      f"{capwatch / mean('tuned', client):.2f} with capwatch's settings")
-            target = ("(target >= 0.9)" if client == "kafka-python"
-                      else "(target >= 100,000/s)")
-            print(f"  capwatch run, {client}  {line('capwatch', client)}   {ratios} "
-                  f"{target}")
+            for reader in (client, PROCESS) if client == "kafka-python" else (client,):
+                name = ("kafka-python, consumer_process" if reader == PROCESS else reader)
+                print(f"  capwatch's {name} source alone (poll)                  "
+                      f"{line('source', reader)}")
+                capwatch = mean("capwatch", reader)
+                ratios = (f"ratio {capwatch / mean('bare', client):.2f} against the bare "
+                          f"consumer with the client's defaults, "
+                          f"{capwatch / mean('tuned', client):.2f} with capwatch's settings")
+                target = ("(target >= 0.9)" if client == "kafka-python"
+                          else "(target >= 100,000/s)")
+                print(f"  capwatch run, {name}  {line('capwatch', reader)}   {ratios} "
+                      f"{target}")
         print(f"  load {os.getloadavg()[0]:.1f} after")
     finally:
         broker.stop()

@@ -184,6 +184,11 @@ class ProcessKafkaSource:
         result = self._call("member_id", None)
         return str(result) if result is not None else None
 
+    @property
+    def child_pid(self) -> int | None:
+        """The consumer's process (benchmarks add its CPU time to the daemon's)."""
+        return self._child.pid if self._child is not None else None
+
     def exhausted(self) -> bool:
         return False
 
