@@ -23,8 +23,8 @@ The rules do not change, because everything crosses one ordered channel:
   daemon drops records of partitions it does not own and records below the offset it has
   already handled (the same records, fetched again from the commit), so nothing is
   handled by two members nor twice by one.
-- **Flow control.** The child blocks sending while the socket is full: it is at most a
-  batch or two ahead of the daemon, on top of kafka-python's own fetch buffer.
+- **Flow control.** The child stops polling once 16 MiB of batches wait to be written
+  to the daemon (on top of the socket's buffer and kafka-python's own fetch buffer).
 - **Death.** The child exits when its end of the channel closes (the daemon exited or was
   killed) without committing anything; the daemon raises if the child died.
 """
@@ -36,6 +36,7 @@ import contextlib
 import importlib
 import os
 import pickle
+import queue
 import signal
 import socket
 import subprocess
@@ -71,6 +72,11 @@ _ENCODE = msgspec.msgpack.Encoder().encode
 _DECODE = msgspec.msgpack.Decoder(_Batch).decode
 
 _CLOSE_WAIT_S = 30.0
+
+_AHEAD_BYTES = 16 * 2**20
+"""How far (bytes of batches not yet written to the socket) the child may run ahead of
+the daemon, beyond the socket's buffer and kafka-python's fetched records (up to
+``kafka.partition_fetch_bytes`` per partition). At least one batch, whatever its size."""
 
 _POLL_S = 0.05
 """The child's poll timeout: how long a call from the daemon (a commit) may wait while
@@ -295,28 +301,48 @@ class ProcessKafkaSource:
 
 
 class _Child:
-    """The child's side: a KafkaSource polled in a loop, serving the daemon's calls."""
+    """The child's side: a KafkaSource polled in a loop, serving the daemon's calls.
+
+    Everything it sends goes through one writer thread, in the order it was handed over,
+    up to :data:`_AHEAD_BYTES` ahead of the daemon: the poll loop goes on fetching while
+    the daemon's main loop is busy with a batch (or waits for a CPU on a busy machine),
+    instead of stopping at each socket-buffer's worth."""
 
     def __init__(self, conn: Connection) -> None:
         from capwatch.adapters.io.kafka import KafkaSource
 
         self.conn = conn
-        self.lock = threading.Lock()
-        """Held while the channel is read or written: by the poll loop between polls, by a
-        rebalance callback (on its own thread) while it waits for the daemon."""
+        self.reading = threading.Lock()
+        """Held while the channel is read: by the poll loop between polls, by a rebalance
+        callback (on its own thread) while it waits for the daemon."""
+        self.out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.room = threading.Condition()
+        self.queued = 0
+        """Bytes handed to the writer and not yet written."""
+        self.gone = False
+        """The channel broke: the daemon is gone."""
         bootstrap, topic, group_id, options, log_setup = pickle.loads(conn.recv_bytes())
         if log_setup is not None:
             module, function, arguments = log_setup
             getattr(importlib.import_module(module), function)(*arguments)
         self.source = KafkaSource(bootstrap, topic, group_id, **options)
         self.closing = False
+        self.writer = threading.Thread(target=self._write, name="capwatch-consumer-writer",
+                                       daemon=True)
 
     def run(self) -> None:
+        self.writer.start()
+        try:
+            self._run()
+        finally:
+            self.out.put(None)  # what is queued (the close's answer) goes out first
+            self.writer.join(_CLOSE_WAIT_S)
+
+    def _run(self) -> None:
         self.source.start(self._forward(_ASSIGN), self._forward(_REVOKE), {})
-        with self.lock:
-            self.conn.send_bytes(_STARTED)
+        self._send(_STARTED)
         while not self.closing:
-            with self.lock:
+            with self.reading:
                 while not self.closing and self.conn.poll(0):
                     self._serve(self.conn.recv_bytes())
             if self.closing:
@@ -324,8 +350,7 @@ class _Child:
             try:
                 records = self.source.poll(_POLL_S)
             except Exception as e:
-                with self.lock:
-                    self.conn.send_bytes(_FAILED + _dumps_error(e))
+                self._send(_FAILED + _dumps_error(e))
                 continue
             if records:
                 ranges: dict[int, tuple[int, int]] = {}
@@ -333,15 +358,38 @@ class _Child:
                     first = ranges.get(r.partition)
                     ranges[r.partition] = (r.offset if first is None else first[0],
                                            r.offset + 1)
-                with self.lock:
-                    self.conn.send_bytes(_RECORDS + _ENCODE((records, ranges)))
+                self._send(_RECORDS + _ENCODE((records, ranges)))
+
+    def _send(self, message: bytes) -> None:
+        with self.room:
+            while self.queued and self.queued + len(message) > _AHEAD_BYTES:
+                if self.gone:
+                    raise BrokenPipeError("the daemon is gone")
+                self.room.wait(0.5)
+            if self.gone:
+                raise BrokenPipeError("the daemon is gone")
+            self.queued += len(message)
+        self.out.put(message)
+
+    def _write(self) -> None:
+        while (message := self.out.get()) is not None:
+            try:
+                self.conn.send_bytes(message)
+            except OSError:
+                with self.room:
+                    self.gone = True
+                    self.room.notify_all()
+                return
+            with self.room:
+                self.queued -= len(message)
+                self.room.notify_all()
 
     def _forward(self, tag: bytes) -> Rebalance:
         def call(parts: set[int]) -> None:
             if self.closing:
                 return
-            with self.lock:
-                self.conn.send_bytes(tag + pickle.dumps(parts))
+            self._send(tag + pickle.dumps(parts))
+            with self.reading:
                 while True:  # the daemon's commits come while it handles the rebalance
                     message = self.conn.recv_bytes()
                     if message == _DONE:
@@ -367,9 +415,9 @@ class _Child:
             else:
                 raise SourceProcessError(f"no such call {method!r}")
         except Exception as e:
-            self.conn.send_bytes(_REPLY + _dumps_reply(False, e))
+            self._send(_REPLY + _dumps_reply(False, e))
             return
-        self.conn.send_bytes(_REPLY + _dumps_reply(True, result))
+        self._send(_REPLY + _dumps_reply(True, result))
 
 
 def main(fd: int) -> int:
