@@ -30,7 +30,7 @@ class Script:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
         self.source = kp.ProcessKafkaSource("unused:9092", "t", "g")
-        self.source._conn = Connection(ours.detach())
+        self.source._conn = kp._Channel(ours)
         self.child = Connection(theirs.detach())
         self.assigned: list[set[int]] = []
         self.revoked: list[set[int]] = []
