@@ -187,6 +187,26 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(
     _check_outputs(setup)
 
 
+def test_a_consumer_process_that_dies_stops_the_daemon_with_its_reason(
+        setup: Setup) -> None:
+    """kafka.consumer_process: the consumer's process killed under a running daemon is not
+    a quiet stream. The daemon says so and exits (its supervisor restarts it, resuming
+    from the last commit), rather than polling a dead channel forever as "ready"."""
+    import os
+
+    daemon = DaemonProcess(setup, "orphaned", "kafka-python-process")
+    try:
+        wait(daemon.ready, 60, "the daemon to be ready")
+        consumers = daemon.children("capwatch.adapters.io.kafka_process")
+        assert len(consumers) == 1
+        os.kill(consumers.pop(), signal.SIGKILL)
+        code = daemon.proc.wait(60)
+    finally:
+        daemon.kill_quietly()
+    assert code != 0
+    assert "the Kafka consumer's process ended" in daemon.tail()
+
+
 @pytest.mark.parametrize("client", CLIENTS)
 def test_hostile_messages_land_in_the_dead_letter_topic(setup: Setup, client: str) -> None:
     import base64
