@@ -1,13 +1,13 @@
 """The hot path's decoder: msgspec for the events that are valid, pydantic for the rest.
 
 :func:`decode` returns exactly what :func:`capwatch.contracts.wire.decode` returns. The
-msgspec structs below accept a subset of what the pydantic models accept (the same
-strict types, lengths and patterns); whenever they refuse a message, or a check after
-parsing fails (message key, size limits, a trace's lengths), the message goes through
-:func:`capwatch.contracts.wire.decode`, so a dead letter always carries the pydantic
-schema's reason. Only the common case, a valid event, takes the fast way (the pydantic
-path costs 3-4 times more per message). ``tests/contracts/test_wire_fast.py`` checks that
-both decoders agree on valid and invalid inputs.
+msgspec structs (contracts/wire_structs.py) accept a subset of what the pydantic models
+accept (the same strict types, lengths and patterns); whenever they refuse a message, or a
+check after parsing fails (message key, size limits, a trace's lengths), the message goes
+through :func:`capwatch.contracts.wire.decode`, so a dead letter always carries the
+pydantic schema's reason. Only the common case, a valid event, takes the fast way (the
+pydantic path costs 3-4 times more per message). ``tests/contracts/test_wire_fast.py``
+checks that both decoders agree on valid and invalid inputs.
 """
 
 from __future__ import annotations
@@ -15,22 +15,24 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from capwatch.contracts import wire, wire_atoms
 from capwatch.contracts.wire import (
     AGENT_ID_PATTERN,
     MAX_AGENT_ID,
-    MAX_STEP,
     AgentTransition,
     DeadLetter,
     DecodeLimits,
 )
 from capwatch.contracts.wire_keys import FIND_STATES, trace_keys_unique, transition_keys_unique
+from capwatch.contracts.wire_structs import NO_TIME as _NO_TIME
+from capwatch.contracts.wire_structs import Trace as _Trace
+from capwatch.contracts.wire_structs import Transition as _Transition
 from capwatch.model.domain import GroundAtom
 
 
@@ -40,58 +42,12 @@ def _anchored(pattern: str) -> str:
     return pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
 
 
-# Ids are plain strings here and checked after decoding, like atoms below: the same few
-# agent ids and families come in every message.
-_Identifier = str
-_AgentId = str
+# Ids are plain strings in the structs and checked after decoding, like atoms: the same
+# few agent ids and families come in every message.
 _IDENTIFIER = re.compile(r"[^\x00-\x1f]{1,256}\Z")
 _AGENT_ID = re.compile(_anchored(AGENT_ID_PATTERN))
 _VALID_IDS: set[str] = set()
 _VALID_AGENT_IDS: set[str] = set()
-# Atoms are plain string lists here and checked after decoding against the atoms seen
-# valid before (wire_atoms), which also interns them: a fleet's vocabulary is small and
-# repeats in every message, and a regex per name cost more than the rest of the decode.
-# Tuples straight from the decoder: an atom is a tuple in the model's types, and
-# converting lists afterwards cost a tenth of the decode.
-_Atom = tuple[str, ...]
-_Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
-
-_NO_TIME = msgspec.Raw(b"null")
-
-
-# Optional fields default to UNSET so that the fields a message gave can be counted: with
-# the keys counted in its bytes, that shows a key given twice (see _keys_unique).
-class _Transition(msgspec.Struct, tag_field="type", tag="transition", forbid_unknown_fields=True):
-    agent_id: _AgentId
-    family: _Identifier
-    # The states are kept as their JSON text and decoded by _state: a state equal to the
-    # agent's previous next-state (every step of an episode after the first) is then
-    # recognised by its bytes and not decoded again (see StateMemo).
-    state: msgspec.Raw
-    action: _Atom
-    next_state: msgspec.Raw
-    v: Literal[1] | UnsetType = UNSET
-    episode_id: _Identifier | UnsetType | None = UNSET
-    # The time is handed to pydantic's own datetime parser (strict), so both decoders
-    # read the same instants from the same strings.
-    time: msgspec.Raw = _NO_TIME
-    optimal: bool | UnsetType = UNSET
-    step: _Step | UnsetType | None = UNSET
-    executed: bool | UnsetType | None = UNSET
-
-
-class _Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_fields=True):
-    agent_id: _AgentId
-    family: _Identifier
-    states: list[list[_Atom]]
-    actions: list[_Atom]
-    v: Literal[1] | UnsetType = UNSET
-    episode_id: _Identifier | UnsetType | None = UNSET
-    time: msgspec.Raw = _NO_TIME
-    optimal: bool | UnsetType = UNSET
-    start_step: _Step | UnsetType = UNSET
-    executed: list[bool] | UnsetType | None = UNSET
-
 
 _DECODER = msgspec.json.Decoder(_Transition | _Trace)
 _TRANSITION = msgspec.json.Decoder(_Transition).decode
@@ -104,7 +60,7 @@ def _event(raw: bytes) -> Any:  # _Transition | _Trace, told apart by type(), as
         return _TRANSITION(raw)
     except msgspec.ValidationError:
         return _DECODER.decode(raw)  # a trace, or a message the union refuses too
-_STATE = msgspec.json.Decoder(list[_Atom]).decode
+_STATE = msgspec.json.Decoder(list[GroundAtom]).decode
 
 Fingerprint = bytes | tuple[int, int]
 StateMemo = tuple[Fingerprint, int, frozenset[GroundAtom], list[int] | None, int]
