@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-fleets bench-daemon-domains bench-daemon-drifts bench-console clean
+.PHONY: compiled test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-fleets bench-daemon-domains bench-daemon-drifts bench-console clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,16 +12,40 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# COMPILE=1: the hot path compiled with mypyc (capwatch/native.py, docs/performance.md
+# "Compiled modules"), rebuilt whenever one of its sources changes; opt-in until the test
+# suite passes compiled. COMPILE=0 (the default) runs everything as pure Python, as does a
+# machine without a C compiler. A build older than its sources is never run: the package
+# then loads them from source, with a warning.
+COMPILE ?= 0
+NATIVE := capwatch/native.json
+NATIVE_SRC := $(addprefix capwatch/,$(addsuffix .py,$(subst .,/,$(shell \
+	sed -n 's/^    "capwatch\.\([a-z_.]*\)",$$/\1/p' capwatch/native.py))))
+ifeq ($(COMPILE),0)
+export CAPWATCH_PURE_PYTHON := 1
+endif
+
+compiled: $(if $(filter 0,$(COMPILE)),$(STAMP),$(NATIVE))
+
+$(NATIVE): $(STAMP) setup.py capwatch/native.py $(NATIVE_SRC)
+	@if ! command -v $${CC:-cc} >/dev/null 2>&1; then \
+	  echo "no C compiler ($${CC:-cc}): the hot path runs as pure Python"; \
+	else \
+	  $(BIN)/pip install -q "setuptools>=77" && \
+	  CAPWATCH_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace >.native-build.log 2>&1 \
+	  || { tail -40 .native-build.log; exit 1; }; \
+	fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check capwatch tests benchmarks helm deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict capwatch
 
-test: lint typecheck
+test: lint typecheck compiled
 	$(BIN)/pytest -q
 
-unit: $(STAMP)
+unit: compiled
 	$(BIN)/pytest -q -m "not integration"
 
 # The long chaos run of issue 12 (docs/reliability.md): the reproductions of its table,
@@ -40,35 +64,35 @@ demo-serve: $(STAMP)
 
 bench: bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-domains bench-daemon-drifts bench-console
 
-bench-core: $(STAMP)
+bench-core: compiled
 	$(BIN)/python benchmarks/bench_consistency.py
 
-bench-assess: $(STAMP)
+bench-assess: compiled
 	$(BIN)/python benchmarks/bench_assess.py
 
-bench-drift: $(STAMP)
+bench-drift: compiled
 	$(BIN)/python benchmarks/bench_drift.py
 
-bench-store: $(STAMP)
+bench-store: compiled
 	$(BIN)/python benchmarks/bench_store.py
 
 # FLEET=dir: the in-process rows on that fleet instead (docs/performance.md, "Other fleets").
-bench-daemon: $(STAMP)
+bench-daemon: compiled
 	$(BIN)/python benchmarks/bench_daemon.py $(if $(FLEET),--fleet $(FLEET))
 
 # The in-process rows on the generated fleets unlike the simulated one (benchmarks/fleets.py),
 # and on one fleet whose agents write as nine other producers would (benchmarks/producers.py;
 # `--generated producers` for each way alone). mixed adds ~6 min at load 7 (no Kafka rows).
-bench-daemon-fleets: $(STAMP)
+bench-daemon-fleets: compiled
 	$(BIN)/python benchmarks/bench_daemon.py --generated all mixed
 
-bench-daemon-domains: $(STAMP)
+bench-daemon-domains: compiled
 	$(BIN)/python benchmarks/bench_daemon_domains.py
 
-bench-daemon-drifts: $(STAMP)
+bench-daemon-drifts: compiled
 	$(BIN)/python benchmarks/bench_daemon_drifts.py --canary-s 0.05 --rounds 5000
 
-bench-console: $(STAMP)
+bench-console: compiled
 	$(BIN)/python benchmarks/bench_console.py
 
 # The container image (deploy/image/build.sh: a Debian base made with mmdebstrap, a host-built
@@ -77,4 +101,5 @@ image: $(STAMP)
 	PYTHON=$(abspath $(BIN)/python) deploy/image/build.sh
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build .native-build.log $(NATIVE)
+	find capwatch -name '*.so' -delete

@@ -37,6 +37,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from capwatch import native
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.fleet import FamilySpec, SimulatedFleet
 from capwatch.contracts import wire, wire_fast
@@ -287,7 +288,8 @@ def main() -> int:
     events = list(f.events(rounds))
     raw = [e.value for e in events]
     cores = os.cpu_count()
-    print(f"daemon benchmark: {cores} cores, load {os.getloadavg()[0]:.1f}; "
+    print(f"daemon benchmark: {cores} cores, load {os.getloadavg()[0]:.1f}, "
+          f"{native.describe()}; "
           f"{2 * agents_per_family} simulated agents (rover + PPDDL courier), no drift, "
           f"messages of {sum(map(len, raw)) // len(raw)} bytes")
 

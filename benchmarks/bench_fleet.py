@@ -45,6 +45,7 @@ import planned
 import producers
 from bench_daemon import Replay, feed, rss_bytes
 
+from capwatch import native
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.assess.agent import AgentQuery, AgentUnavailable
 from capwatch.contracts import wire, wire_atoms, wire_fast
@@ -249,7 +250,8 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True,
     admit = (2_000, 5_000) if quick else (20_000, 50_000)
     seen_total = 10_000 if quick else 100_000
     idle_agents = 2_000 if quick else 20_000
-    print(f"fleet {fleet.name}: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
+    print(f"fleet {fleet.name}: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+          f"{native.describe()}; "
           f"{describe(fleet)}", flush=True)
     sample = fleet.events[:20_000]
     for name, decode in (("msgspec (hot path)", wire_fast.decode),

@@ -1,0 +1,60 @@
+"""The optional compiled build of the hot path (docs/performance.md, "Compiled modules").
+
+Everything else is in pyproject.toml. ``CAPWATCH_COMPILE=1 python setup.py build_ext
+--inplace`` (``make compiled``) compiles the modules of ``capwatch/native.py`` with mypyc
+next to their sources and records their source hashes; without ``CAPWATCH_COMPILE=1``
+(``pip install -e .`` in an isolated build environment, where mypy cannot see the
+dependencies' types) nothing is compiled and the package is pure Python.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _native() -> Any:
+    # Loaded by path: importing the capwatch package would import its dependencies.
+    spec = importlib.util.spec_from_file_location("_capwatch_native",
+                                                  ROOT / "capwatch" / "native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _BuildExt(build_ext):  # type: ignore[misc]
+    """build_ext, then the manifest of the sources the modules were built from."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.extensions:
+            return  # a pure build: a manifest now would vouch for an older build's files
+        native = _native()
+        hashes = json.dumps(native.source_hashes(), indent=1, sort_keys=True) + "\n"
+        native.MANIFEST.write_text(hashes, encoding="utf-8")
+        if not self.inplace:
+            out = Path(self.build_lib) / "capwatch" / native.MANIFEST.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(hashes, encoding="utf-8")
+
+
+def _ext_modules() -> list[Any]:
+    if os.environ.get("CAPWATCH_COMPILE", "") in ("", "0"):
+        return []
+    from mypyc.build import mypycify
+
+    native = _native()
+    return list(mypycify([str(native.source(m).relative_to(ROOT)) for m in native.MODULES],
+                         opt_level="3", group_name=native.GROUP))
+
+
+setup(ext_modules=_ext_modules(), cmdclass={"build_ext": _BuildExt})
