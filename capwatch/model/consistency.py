@@ -277,7 +277,9 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
         executed=executed,
         contradicted=tuple(contradicted),
         missing_precondition_candidates=tuple(candidates),
-        unexplained_atoms=frozenset(changed - by_ground.keys()),
+        # difference(), not "-": frozenset - dict_keys is a set (dict_keys.__rsub__), which
+        # mypyc, trusting the declared frozenset, refuses at run time.
+        unexplained_atoms=frozenset(changed).difference(by_ground),
         entangled=entangled,
         violated_constraints=violated,
     )
