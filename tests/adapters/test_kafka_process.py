@@ -174,3 +174,19 @@ def test_the_child_gone_is_an_error_not_an_empty_poll(script: Script) -> None:
     script.child.close()
     with pytest.raises(kp.SourceProcessError, match="process ended"):
         script.source.poll(1.0)
+
+
+def test_a_consumer_the_child_cannot_make_fails_start_with_the_clients_own_error() -> None:
+    """A real child: what kafka-python raises while the consumer is made or joins (here a
+    setting it does not know, before any connection) is what the daemon's start() raises,
+    as with the consumer in process; the child is gone afterwards."""
+    from kafka.errors import KafkaConfigurationError
+
+    source = kp.ProcessKafkaSource("127.0.0.1:1", "t", "g",
+                                   security={"no_such_setting": True})
+    with pytest.raises(KafkaConfigurationError, match="no_such_setting"):
+        source.start(lambda parts: None, lambda parts: None, {})
+    child = source._child
+    assert child is not None
+    source.close()
+    assert child.poll() is not None

@@ -46,12 +46,15 @@ import sys
 import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
 
 from capwatch.contracts.ports import Rebalance, Record
+
+if TYPE_CHECKING:
+    from capwatch.adapters.io.kafka import KafkaSource
 
 log = structlog.get_logger("capwatch.kafka")
 
@@ -350,8 +353,6 @@ class _Child:
     instead of stopping at each socket-buffer's worth."""
 
     def __init__(self, conn: Connection) -> None:
-        from capwatch.adapters.io.kafka import KafkaSource
-
         self.conn = conn
         self.reading = threading.Lock()
         """Held while the channel is read: by the poll loop between polls, by a rebalance
@@ -362,11 +363,8 @@ class _Child:
         """Bytes handed to the writer and not yet written."""
         self.gone = False
         """The channel broke: the daemon is gone."""
-        bootstrap, topic, group_id, options, log_setup = pickle.loads(conn.recv_bytes())
-        if log_setup is not None:
-            module, function, arguments = log_setup
-            getattr(importlib.import_module(module), function)(*arguments)
-        self.source = KafkaSource(bootstrap, topic, group_id, **options)
+        self.args = pickle.loads(conn.recv_bytes())
+        self.source: KafkaSource | None = None
         self.closing = False
         self.writer = threading.Thread(target=self._write, name="capwatch-consumer-writer",
                                        daemon=True)
@@ -379,8 +377,23 @@ class _Child:
             self.out.put(None)  # what is queued (the close's answer) goes out first
             self.writer.join(_CLOSE_WAIT_S)
 
+    def _start(self) -> KafkaSource:
+        from capwatch.adapters.io.kafka import KafkaSource
+
+        bootstrap, topic, group_id, options, log_setup = self.args
+        if log_setup is not None:
+            module, function, arguments = log_setup
+            getattr(importlib.import_module(module), function)(*arguments)
+        source = self.source = KafkaSource(bootstrap, topic, group_id, **options)
+        source.start(self._forward(_ASSIGN), self._forward(_REVOKE), {})
+        return source
+
     def _run(self) -> None:
-        self.source.start(self._forward(_ASSIGN), self._forward(_REVOKE), {})
+        try:
+            source = self._start()
+        except Exception as e:  # the daemon's start() raises it, as in process
+            self._send(_FAILED + _dumps_error(e))
+            return
         self._send(_STARTED)
         while not self.closing:
             with self.reading:
@@ -389,7 +402,7 @@ class _Child:
             if self.closing:
                 break
             try:
-                records = self.source.poll(_POLL_S)
+                records = source.poll(_POLL_S)
             except Exception as e:
                 self._send(_FAILED + _dumps_error(e))
                 continue
@@ -444,15 +457,18 @@ class _Child:
         method, argument = pickle.loads(message[1:])
         try:
             result: Any = None
+            source = self.source
+            if source is None:
+                raise SourceProcessError("the consumer is not made yet")
             if method == "commit":
-                self.source.commit(argument)
+                source.commit(argument)
             elif method == "member_id":
-                result = self.source.member_id()
+                result = source.member_id()
             elif method == "ends":
-                result = self.source.ends()
+                result = source.ends()
             elif method == "close":
                 self.closing = True
-                self.source.close()
+                source.close()
             else:
                 raise SourceProcessError(f"no such call {method!r}")
         except Exception as e:
@@ -474,7 +490,7 @@ def main(fd: int) -> int:
         child.run()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         # The daemon is gone: leave the group at once, committing nothing.
-        if child is not None:
+        if child is not None and child.source is not None:
             child.closing = True
             with contextlib.suppress(Exception):
                 child.source.close()
