@@ -179,12 +179,15 @@ class Batches:
             log.info("drift alarm", summary=finding.alarm.evidence.summary())
         elif finding.verdict is _INCONSISTENT:
             self.metrics.inconsistencies.labels(watch.family, name).inc()
-            log.info("inconsistent transition", action=list(t.action),
-                     model=watch.version.ref.version, awaiting=watch.awaiting)
             evidence = watch.evidence
+            buffered = bool(evidence) and evidence[-1].transition is t
+            # While work is awaited, only what was buffered is logged: the rest is what
+            # that work assesses, and a drifted agent can show it at every record.
+            if watch.awaiting is None or buffered:
+                log.info("inconsistent transition", action=list(t.action),
+                         model=watch.version.ref.version, awaiting=watch.awaiting)
             # A new buffer, even while other work is awaited: alert at once.
-            if evidence and evidence[-1].transition is t \
-                    and watch.first_buffered_offset() == t.offset:
+            if buffered and watch.first_buffered_offset() == t.offset:
                 self.enqueue.opened(watch)
         if finding.ripe:
             self.queue_ripe(watch)
