@@ -9,8 +9,7 @@ import pickle
 import zlib
 from collections.abc import Mapping
 from itertools import repeat
-from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -27,11 +26,33 @@ from capwatch.monitor.transition_monitor import (
 )
 
 NO_STATE: frozenset[GroundAtom] = frozenset()
-FROZEN_TIMES: dict[str, float] = cast(dict[str, float], MappingProxyType({}))
-FROZEN_EVIDENCE: list[Evidence] = cast(list[Evidence], ())
-FROZEN_ALARMS: dict[str, DriftAlarm] = cast(dict[str, DriftAlarm], MappingProxyType({}))
-FROZEN_BACKOFF: dict[str, tuple[float, int]] = cast(dict[str, tuple[float, int]],
-                                                    MappingProxyType({}))
+
+
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError("a frozen watch's containers are read-only: thaw the watch first")
+
+
+class _ReadOnlyDict(dict[Any, Any]):
+    """An empty dict that refuses every write. A dict, not a mapping proxy cast to one:
+    compiled modules (capwatch/native.py) check a value's declared type at run time."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+
+class _ReadOnlyList(list[Any]):
+    """An empty list that refuses every write (a list, as :class:`_ReadOnlyDict`)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+
+
+FROZEN_TIMES: dict[str, float] = _ReadOnlyDict()
+FROZEN_EVIDENCE: list[Evidence] = _ReadOnlyList()
+FROZEN_ALARMS: dict[str, DriftAlarm] = _ReadOnlyDict()
+FROZEN_BACKOFF: dict[str, tuple[float, int]] = _ReadOnlyDict()
 """What a frozen watch holds instead of its own empty containers: read-only (a write by
 mistake fails loudly), and never written, because a watch thaws before it changes."""
 
