@@ -29,6 +29,8 @@ from capwatch.model.grounding import (
     SharedGrounding,
     StateMask,
     closed_vocabulary,
+    in_vocabulary,
+    predicate_shapes,
 )
 from capwatch.model.pal import AbstractModel, PaTuple, PaValue
 from capwatch.monitor import executions
@@ -366,8 +368,12 @@ class TransitionMonitor:
         new = (state | next_state).difference(valid)
         checked = self._shared_valid
         unchecked = new if checked is None else new.difference(checked)
-        for atom in unchecked:
-            self.validate_atom(atom)
+        if unchecked:
+            shared = self._shared
+            if not in_vocabulary(shared.shapes if shared is not None
+                                 else predicate_shapes(self._predicates), unchecked):
+                for atom in unchecked:
+                    self.validate_atom(atom)  # names what is wrong
         if checked is not None and unchecked and len(checked) < 1_000_000:
             checked.update(unchecked)
         index = self.index

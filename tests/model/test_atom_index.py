@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from functools import reduce
 from operator import or_
@@ -62,3 +63,26 @@ def test_adding_in_bulk_interns_as_bit_does_one_by_one(before: int, limit: int |
         full.append("b")
     assert full in ([], ["a", "b"])
     assert a.atoms == b.atoms and a.bits == b.bits and a.full == b.full
+
+
+@pytest.mark.parametrize("before", [0, 5])
+@pytest.mark.parametrize("limit", [None, 3, 12])
+def test_adding_a_set_interns_its_new_atoms_once_each_up_to_the_limit(
+        before: int, limit: int | None) -> None:
+    known = [("p", str(i)) for i in range(before)]
+    index = AtomIndex(limit)
+    with contextlib.suppress(IndexFull):
+        index.add(known)
+    kept = dict(index.bits)
+    new = {("r", str(i)) for i in range(9)}
+    room = (limit if limit is not None else 10**9) - len(index)
+    try:
+        index.add(frozenset({*known[:3], *new}))
+        assert len(new) <= room
+    except IndexFull:
+        assert len(new) > room
+    assert {a: index.bits[a] for a in kept} == kept  # atoms interned before keep their bits
+    added = [a for a in index.atoms if a not in kept]
+    assert set(added) <= new and len(added) == min(len(new), max(0, room))
+    # Numbered as interning one by one numbers them: bit k for the k-th atom.
+    assert index.bits == {a: 1 << k for k, a in enumerate(index.atoms)}

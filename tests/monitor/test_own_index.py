@@ -54,3 +54,26 @@ def test_an_atom_grounding_interned_is_still_checked_in_a_state(declare_q: bool,
         monitor.observe(before, ("mark", "o"), after)
     assert ("q", "o") in monitor.index
     assert monitor.transitions == 0
+
+
+@pytest.mark.parametrize("bad", [("p", "o", "extra"), ("r", "o"), ()])
+@pytest.mark.parametrize("family", ["full", "shared", "none"])
+def test_one_bad_atom_among_many_new_ones_refuses_the_state_and_interns_nothing(
+        bad: tuple[str, ...], family: str) -> None:
+    domain = _domain(True)
+    shared = {"full": SharedGrounding(domain, 0), "shared": SharedGrounding(domain),
+              "none": None}[family]
+    monitor = TransitionMonitor(domain, shared=shared)
+    state = frozenset({("p", f"o{i}") for i in range(200)} | {("p", "o")})
+    index = monitor.index
+    atoms = len(index)
+    message = "empty atom" if not bad else "unknown predicate 'r'" if bad[0] == "r" \
+        else "predicate 'p' takes 1 arguments, found 2"
+    with pytest.raises(ModelError, match=message):
+        monitor.observe(state | {bad}, ("mark", "o"), state | {bad, ("q", "o")})
+    # Grounding mark(o) may have interned its own atoms; no atom of the state was.
+    assert monitor.index is index and len(index) <= atoms + 2
+    assert not any(a in index for a in state if a != ("p", "o"))
+    assert monitor.transitions == 0
+    assert monitor.observe(state, ("mark", "o"), state | {("q", "o")}).verdict.name == \
+        "APPLIED"
