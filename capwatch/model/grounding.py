@@ -25,7 +25,18 @@ SHARED_INDEX_ATOMS = 1024
 """Atoms a family's shared index takes (:class:`SharedGrounding`). A bitset is as long
 as the highest bit it uses, so agents numbering their atoms in one shared index pay for
 every atom the family's agents brought in; past this many (128-byte bitsets) an agent
-that brings new atoms moves to an index of its own (see ``TransitionMonitor``)."""
+that brings new atoms moves to an index of its own (see ``TransitionMonitor``), unless
+its states are large (:data:`SHARED_INDEX_STATES`)."""
+
+SHARED_INDEX_STATES = 8
+"""A family's shared index takes the atoms of an agent whose state holds ``n`` atoms up to
+this many times ``n`` atoms, past :data:`SHARED_INDEX_ATOMS` (:meth:`SharedGrounding.widen`):
+its bitsets there are then at most this many times as wide as its state, where an index
+of its own would cost it every atom's name, held and frozen (~9 bytes an atom even
+compressed, tens of µs to build and to freeze per agent). Without it, a family whose
+states hold more than half of SHARED_INDEX_ATOMS put every agent after the first few on
+an index of its own (1,000-atom states: 1,000 agents/s and 18 KB per idle agent). Small
+states keep the bound: many agents' bitsets in a wide index cost more than it saves."""
 
 
 SMALL_STATE = 64
@@ -124,6 +135,13 @@ class AtomIndex:
     @property
     def full(self) -> bool:
         return len(self._atoms) >= self._limit
+
+    def widen(self, limit: int) -> bool:
+        """Take up to ``limit`` atoms, if that is more than now; whether it is."""
+        if limit <= self._limit:
+            return False
+        self._limit = limit
+        return True
 
     def known_bit(self, atom: GroundAtom) -> int:
         """The atom's bit, 0 if it was never interned (then no state encoded here holds
@@ -370,6 +388,12 @@ class SharedGrounding:
         """Atom → its bit in :attr:`index`, for atoms checked against the vocabulary."""
         self.closed = closed_vocabulary(domain)
         """:func:`closed_vocabulary` of the domain, found once."""
+
+    def widen(self, state_atoms: int, most: int) -> bool:
+        """Make room in :attr:`index` for an agent whose states hold ``state_atoms``
+        atoms, up to :data:`SHARED_INDEX_STATES` times that and at most ``most`` atoms;
+        whether there is more room than before."""
+        return self.index.widen(min(SHARED_INDEX_STATES * state_atoms, most))
 
     def ground(self, ground_action: GroundAction) -> tuple[
             Action, tuple[str, ...], GroundAtoms, GroundAtoms,

@@ -385,7 +385,10 @@ class TransitionMonitor:
             bits = index.bits
             if valid is not bits:
                 valid.update((a, bits[a]) for a in new if a in bits)
-            self._own_index()
+            shared = self._shared
+            if shared is None or index is not shared.index or not shared.widen(
+                    max(len(state), len(next_state)), self.limits.own_index_atoms):
+                self._own_index()
             return self._encode_new(state, next_state)
         bits = index.bits
         if valid is not bits:

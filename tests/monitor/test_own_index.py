@@ -14,7 +14,12 @@ from capwatch.model.domain import (
     Parameter,
     Predicate,
 )
-from capwatch.model.grounding import SharedGrounding, closed_vocabulary
+from capwatch.model.grounding import (
+    SHARED_INDEX_ATOMS,
+    SHARED_INDEX_STATES,
+    SharedGrounding,
+    closed_vocabulary,
+)
 from capwatch.monitor.transition_monitor import TransitionMonitor
 
 
@@ -77,3 +82,37 @@ def test_one_bad_atom_among_many_new_ones_refuses_the_state_and_interns_nothing(
     assert monitor.transitions == 0
     assert monitor.observe(state, ("mark", "o"), state | {("q", "o")}).verdict.name == \
         "APPLIED"
+
+
+def _agent_state(first: int, n: int) -> frozenset[tuple[str, ...]]:
+    return frozenset(("p", f"o{i}") for i in range(first, first + n))
+
+
+def test_agents_with_large_states_widen_their_familys_index_small_ones_do_not() -> None:
+    domain = _domain(True)
+    half = SHARED_INDEX_ATOMS // 2 + 100
+    shared = SharedGrounding(domain)
+    large = []
+    for k in range(3):  # three states of fresh atoms: more than the index's bound
+        monitor = TransitionMonitor(domain, shared=shared)
+        state = _agent_state(k * half, half)
+        after = state | {("q", f"o{k * half}")}
+        assert monitor.observe(state, ("mark", f"o{k * half}"), after).verdict.name == "APPLIED"
+        assert monitor.shares_index
+        large.append((monitor, after))
+    assert len(shared.index) > SHARED_INDEX_ATOMS
+    assert len(shared.index) <= SHARED_INDEX_STATES * half
+    # Each one's last state is its own atoms, whatever bits the others took.
+    assert all(m.index.decode(m.idle_state(a)[2]) == a for m, a in large)
+
+    small = SharedGrounding(domain)
+    k, monitor = 0, TransitionMonitor(domain, shared=small)
+    while monitor.shares_index:
+        monitor = TransitionMonitor(domain, shared=small)
+        state = _agent_state(k * 40, 40)
+        monitor.observe(state, ("mark", f"o{k * 40}"), state | {("q", f"o{k * 40}")})
+        k += 1
+    # Forty-atom states fill the index to its bound and no further: the agent that did
+    # not fit is on an index of its own.
+    assert len(small.index) <= SHARED_INDEX_ATOMS and k * 40 > SHARED_INDEX_ATOMS - 80
+    assert not monitor.shares_index and len(monitor.index) >= 40
