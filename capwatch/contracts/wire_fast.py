@@ -86,6 +86,17 @@ def _fingerprint(text: msgspec.Raw | bytes) -> Fingerprint:
     return len(raw), hash(raw)
 
 
+def hashed(fingerprint: Fingerprint) -> tuple[int, int]:
+    """The fingerprint as its text's length and hash, whatever the text's size: what a
+    memo is kept by while its agent is held as bytes (daemon.watch_freezing), where a
+    text of up to :data:`_MEMO_TEXT` bytes would cost as much as the rest of the agent.
+    A memo so kept still recognises its text (:func:`decode`)."""
+    if type(fingerprint) is bytes:
+        return len(fingerprint), hash(fingerprint)
+    assert type(fingerprint) is tuple
+    return fingerprint
+
+
 _TIME_FIELD = wire.TransitionEvent.model_fields["time"]
 # The schema's own type for the field (whatever it becomes), validated as the model does.
 _TIME: TypeAdapter[datetime | None] = TypeAdapter(
@@ -335,7 +346,10 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             raise _Refused
         last = memo[0] if memo is not None else None
         seen = _fingerprint(state) if last is not None else None
-        if last is not None and last[0] == seen:
+        if last is not None and (last[0] == seen or (
+                type(seen) is bytes and type(last[0]) is tuple
+                and last[0] == (len(seen), hash(seen)))):
+            # The second test: a memo kept by its hashed fingerprint (hashed()).
             n, s, ids, generation = last[1], last[2], last[3], last[4]
         elif last is not None and last[3] is not None and len(state) > _SMALL_STATE:
             # Another text: the same atoms in another order or spacing (a producer

@@ -289,21 +289,22 @@ class AgentWatch:
             trimmed = True
         return trimmed
 
-    def freeze(self) -> bool:
+    def freeze(self, memo: StateMemo | None = None) -> bool:
         """Hold an idle watch's monitor (its counts and the executions kept), its
         execution times and its last state as one bytes object until its next record or
         any use of them (:meth:`thaw`): an idle agent held in memory then costs a few
         hundred bytes instead of a dozen small objects and big integers (an index of the
         agent's own, as its atoms). Only a watch holding nothing for an assessment (no
         evidence, alarm, awaited work or optimal run) is frozen; True if it was.
-        The drift tables are packed by their owner (``DriftMonitor.pack``)."""
+        The drift tables are packed by their owner (``DriftMonitor.pack``). ``memo``:
+        the decoder's memo the caller took off the watch (``freeze_bytes``)."""
         monitor = self._monitor
         if monitor is None or self.awaiting is not None or self.evidence or self.alarms \
                 or (self._optimal is not None and self._optimal.holding) \
                 or self.state_memo is not None or monitor.domain is not self.domain \
                 or monitor.limits is not self.settings.monitor:
             return False
-        packed = freeze_bytes(monitor, self.last_state, self._last_executed)
+        packed = freeze_bytes(monitor, self.last_state, self._last_executed, memo)
         if packed is None:
             return False
         self._frozen, self._frozen_shared = packed
@@ -327,8 +328,10 @@ class AgentWatch:
         if self._frozen is None:
             assert self._monitor is not None
             return self._monitor
-        monitor, times, last_state = thaw_bytes(self._frozen, self.domain,
-                                                self.settings.monitor, self._frozen_shared)
+        monitor, times, last_state, memo = thaw_bytes(
+            self._frozen, self.domain, self.settings.monitor, self._frozen_shared)
+        if self.state_memo is None:
+            self.state_memo = memo
         self._monitor = monitor
         self._last_executed = dict(times)
         self._last_state = last_state

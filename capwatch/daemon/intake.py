@@ -81,6 +81,10 @@ class Intake:
             # loaded, holds its last next-state, which this record's state most likely
             # repeats.
             prior = self._lookup(key.decode("utf-8", "replace"))
+            if prior is not None and prior.state_memo is None and prior.frozen:
+                # Its bytes keep the memo's fingerprint (AgentWatch.freeze): thawed now
+                # rather than by the observation, so that the decoder gets the memo.
+                prior.thaw()
         memo: list[Any] = [None if prior is None else prior.state_memo, None]
         decoded = decode(record.value, self.limits, key=key,
                          partition=record.partition, offset=record.offset, size=record.size,

@@ -246,14 +246,16 @@ class Registry:
         n = 0
         for watch in self._agents.values():
             if watch.seen <= since and not watch.evidence and not watch.frozen:
-                watch.state_memo = None  # the decoder's memo: a speed-up for active agents
+                # The decoder's memo: a speed-up for active agents, kept in brief in the
+                # bytes of a frozen one (AgentWatch.freeze).
+                memo, watch.state_memo = watch.state_memo, None
                 if watch.seen > frozen:
                     n += watch.compact()
                     continue
                 # The last state's encoding kept for the bytes (freeze_bytes): encoding
                 # the set again cost more than the rest of freezing a shared-index agent.
                 trimmed = watch.compact(keep_last=True)
-                if watch.freeze():
+                if watch.freeze(memo):
                     self.drift.pack(watch.agent_id)
                     trimmed = True
                 else:

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from capwatch.contracts.wire_fast import StateMemo, hashed
 from capwatch.daemon.watch_records import Evidence
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.grounding import SharedGrounding, decode_bits
@@ -72,10 +73,18 @@ path)."""
 
 
 def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
-                 last_executed: Mapping[str, float]
+                 last_executed: Mapping[str, float], memo: StateMemo | None = None
                  ) -> tuple[bytes, SharedGrounding | None] | None:
     """The bytes of an idle watch and the family grounding they refer to (None for a
-    monitor given none); None for a monitor not held as bytes (``idle_state``)."""
+    monitor given none); None for a monitor not held as bytes (``idle_state``).
+
+    ``memo``: the decoder's memo of the watch's last state (wire_fast.StateMemo). Its
+    fingerprint, atom count and generation are kept (~20 bytes) when its set is
+    ``last_state``: the memo is made again at the thaw from the last state the bytes
+    hold (:func:`thaw_bytes`), so that the agent's next record, whose state most likely
+    repeats its last next-state, is neither parsed nor encoded again. Past half of
+    limits.max_agents_in_memory every agent idle at a checkpoint is frozen, and a fleet
+    of many agents each sending now and then paid that parse on nearly every record."""
     state = monitor.idle_state(last_state)
     if state is None:
         return None
@@ -102,14 +111,19 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
     own = state[IDLE_OWN]
     if own is not None:
         state = (*state[:IDLE_OWN], (_ATOMS_OUT(own[0]), own[1]), *state[IDLE_OWN + 1:])
-    raw = pickle.dumps((state, tuple(last_executed.items()), last), pickle.HIGHEST_PROTOCOL)
+    kept = None
+    if memo is not None and memo[2] is last_state and last_state:
+        kept = (hashed(memo[0]), memo[1], memo[4])
+    raw = pickle.dumps((state, tuple(last_executed.items()), last, kept),
+                       pickle.HIGHEST_PROTOCOL)
     # zlib level 1 on a larger one (an index of the agent's own: a fifth of the size,
     # names repeat), ~2 µs to inflate.
     return raw if len(raw) <= RAW_PICKLE else zlib.compress(raw, 1), monitor.shared
 
 
 def idle_state(frozen: bytes) -> tuple[Any, ...]:
-    """(monitor idle state, execution times, last state as bits or atoms)."""
+    """(monitor idle state, execution times, last state as bits or atoms, the decoder
+    memo's (fingerprint, atom count, generation) or None)."""
     raw = frozen if frozen[0] == 0x80 else zlib.decompress(frozen)
     state: tuple[Any, ...] = pickle.loads(raw)
     monitor = state[0]
@@ -140,10 +154,15 @@ def frozen_last_state(frozen: tuple[Any, ...], shared: SharedGrounding | None
 
 def thaw_bytes(frozen: bytes, domain: Domain, limits: MonitorLimits,
                shared: SharedGrounding | None
-               ) -> tuple[TransitionMonitor, dict[str, float], frozenset[GroundAtom]]:
-    """The monitor, execution times and last state :func:`freeze_bytes` held."""
+               ) -> tuple[TransitionMonitor, dict[str, float], frozenset[GroundAtom],
+                          StateMemo | None]:
+    """The monitor, execution times, last state and decoder memo (None: none kept)
+    :func:`freeze_bytes` held. The memo's set is the last state itself, the set the
+    monitor holds the encoding of; its atoms' ids are not kept (the decoder reads the
+    next state whole, as it does for a memo without them)."""
     held = idle_state(frozen)
-    state, times = held[0], held[1]
+    state, times, kept = held[0], held[1], held[3]
     last_state = frozen_last_state(held, shared)
     monitor = TransitionMonitor.from_idle_state(domain, limits, shared, state, last_state)
-    return monitor, dict(times), last_state
+    memo = None if kept is None else (kept[0], kept[1], last_state, None, kept[2])
+    return monitor, dict(times), last_state, memo
