@@ -111,14 +111,15 @@ def test_shared_sets_give_every_agent_its_own_verdicts(
         assert _executed(mon) == _executed(ref)
         if rng.random() < .1:
             # Held as bytes at a checkpoint and thawed by its next record, as the
-            # registry does (the decoder's memo is let go first).
-            a["memo"][0] = None
+            # registry does (the decoder's memo is held by its fingerprint meanwhile).
+            memo, a["memo"][0] = a["memo"][0], None
             mon.compact(keep_last=True)
             ref.compact()
-            packed = freeze_bytes(mon, t.next_state, {})
+            packed = freeze_bytes(mon, t.next_state, {}, memo)
             assert packed is not None
-            a["mon"], _, last = thaw_bytes(packed[0], DOMAIN, LIMITS, packed[1])
+            a["mon"], _, last, a["memo"][0] = thaw_bytes(packed[0], DOMAIN, LIMITS, packed[1])
             assert last == t.next_state
+            assert a["memo"][0] is None or a["memo"][0][2] is last
             frozen += 1
     assert wire_atoms.turns - start > 5 and frozen > 50
     assert any(not a["mon"].shares_index for a in agents.values())
