@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import reduce
 from operator import itemgetter, or_
 
+import numpy as np
+
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
 
@@ -220,9 +222,22 @@ def bit_positions(mask: StateMask) -> list[int]:
     return out
 
 
+_MANY_BITS = 32
+"""From this many bits on, :func:`decode_bits` finds them with numpy: a few µs whatever
+their number, where :func:`bit_positions` takes ~0.15 µs a bit (a state of 200 atoms:
+~4 times faster; a few bits: slower, so masks of few bits, such as operators'
+preconditions, stay on the loop)."""
+_UNPACK, _FROM, _NONZERO, _BYTE = np.unpackbits, np.frombuffer, np.flatnonzero, np.uint8
+
+
 def decode_bits(atoms: Sequence[GroundAtom], mask: StateMask) -> frozenset[GroundAtom]:
-    """The atoms whose positions in ``atoms`` are the bits set in ``mask``."""
-    return frozenset(map(atoms.__getitem__, bit_positions(mask)))
+    """The atoms whose positions in ``atoms`` are the bits set in ``mask``. A state held
+    as bits is decoded this way whenever its agent is thawed (daemon.watch_freezing)."""
+    if mask.bit_count() < _MANY_BITS:
+        return frozenset(map(atoms.__getitem__, bit_positions(mask)))
+    packed = _FROM(mask.to_bytes((mask.bit_length() + 7) >> 3, "little"), _BYTE)
+    positions: list[int] = _NONZERO(_UNPACK(packed, bitorder="little")).tolist()
+    return frozenset(map(atoms.__getitem__, positions))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,14 @@ from operator import or_
 
 import pytest
 
-from capwatch.model.grounding import SMALL_STATE, WIDE_INDEX, AtomIndex, IndexFull
+from capwatch.model.grounding import (
+    SMALL_STATE,
+    WIDE_INDEX,
+    AtomIndex,
+    IndexFull,
+    bit_positions,
+    decode_bits,
+)
 
 
 def _plain(index: AtomIndex, atoms: list[tuple[str, ...]]) -> int:
@@ -86,3 +93,15 @@ def test_adding_a_set_interns_its_new_atoms_once_each_up_to_the_limit(
     assert set(added) <= new and len(added) == min(len(new), max(0, room))
     # Numbered as interning one by one numbers them: bit k for the k-th atom.
     assert index.bits == {a: 1 << k for k, a in enumerate(index.atoms)}
+
+
+@pytest.mark.parametrize("width", [1, 8, 64, 65, 300, 4096])
+def test_decode_bits_finds_every_bit_set_whichever_way_it_counts_them(width: int) -> None:
+    # Few bits are found by bit_positions' loop, many (past _MANY_BITS) by numpy.
+    rng = random.Random(width)
+    atoms = [("p", f"o{i}") for i in range(width)]
+    for k in sorted({0, 1, width // 3, width // 2, width - 1, width}):
+        bits = rng.sample(range(width), k)
+        mask = sum(1 << b for b in bits)
+        assert decode_bits(atoms, mask) == frozenset(atoms[b] for b in bits)
+        assert sorted(bit_positions(mask)) == sorted(bits)
