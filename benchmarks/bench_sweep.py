@@ -10,8 +10,11 @@ random, their records in random order.
 
 Dimensions: ``atoms`` (state size 10 → 1,000), ``vocabulary`` (atoms a family's agents
 name between them, each agent 40 of them: 80 → 8,000), ``families`` (1 → 2,000), ``agents``
-(1,000 → 200,000, three records each), ``arity`` (1 → 6), ``names`` (name length 4 → 64),
-``trace`` (transitions per message: 1, ``trace`` events of 10 and 50 steps).
+(1,000 → 200,000, three records each; past 25,000, half the default
+limits.max_agents_in_memory, every agent idle at a checkpoint is held as bytes, and past
+50,000 evicted: 30,000 and 50,000 show the first alone), ``arity`` (1 → 6), ``names``
+(name length 4 → 64), ``trace`` (transitions per message: 1, ``trace`` events of 10 and 50
+steps).
 
 Rows per point: pipeline first pass (every agent admitted as it appears), steady state
 (the stream again, every agent held or restored), admission of new agents (the stream's
@@ -72,7 +75,8 @@ SWEEPS: dict[str, list[Point]] = {
     "atoms": [replace(BASE, atoms=n) for n in (10, 40, 100, 300, 1_000)],
     "vocabulary": [replace(BASE, vocabulary=n) for n in (40, 400, 4_000)],
     "families": [replace(BASE, families=n, agents=max(1_000, 2 * n)) for n in (1, 20, 200, 2_000)],
-    "agents": [replace(BASE, agents=n, records=3 * n) for n in (1_000, 10_000, 50_000, 200_000)],
+    "agents": [replace(BASE, agents=n, records=3 * n)
+               for n in (1_000, 10_000, 30_000, 50_000, 200_000)],
     "arity": [replace(BASE, arity=n) for n in (1, 3, 6)],
     "names": [replace(BASE, name_len=n) for n in (4, 16, 64)],
     "trace": [replace(BASE, trace=n, records=BASE.records // n) for n in (1, 10, 50)],
