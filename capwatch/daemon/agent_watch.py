@@ -459,6 +459,19 @@ class AgentWatch:
         self._evidence_key = None
         self.alarms.clear()
 
+    @property
+    def queued_kinds(self) -> frozenset[str]:
+        """The evidence kinds of the awaited work (what it assesses)."""
+        return self._queued_kinds
+
+    def await_work(self, key: str, kinds: Collection[str] = ()) -> None:
+        """Work ``key``, queued before this watch was loaded (a restart, a partition moved
+        back, a reload), assesses evidence of ``kinds``: await it as if this watch had
+        queued it, so such evidence is not buffered and alerted again meanwhile and is
+        backed off should the work end unexplained."""
+        self.awaiting = key
+        self._queued_kinds = frozenset(kinds) or _NO_KINDS
+
     # ------------------------------------------------------------------ results
 
     def adopt(self, version: ModelVersion, domain: Domain | None = None,

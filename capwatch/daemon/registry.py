@@ -57,7 +57,8 @@ def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
     ended unexplained within ``horizon_s`` still backs its evidence off (watch.back_off),
     oldest first so repeated failures double the wait again."""
     for item in (*queue.queue_items("pending"), *queue.queue_items("claimed")):
-        registry.park(item.agent_id, item.key)
+        kinds = item.payload.get("evidence_kinds") or ()
+        registry.park(item.agent_id, item.key, tuple(str(k) for k in kinds))
     for item in sorted(queue.queue_items("failed"), key=lambda i: i.enqueued_at):
         ago = (now - item.enqueued_at).total_seconds()
         kinds = item.payload.get("evidence_kinds")
@@ -78,6 +79,8 @@ class Registry:
         self.drift = drift if drift is not None else DriftMonitor()
         self._agents: dict[str, AgentWatch] = {}
         self._parked: dict[str, str] = {}
+        self._parked_kinds: dict[str, frozenset[str]] = {}
+        """Agent id → the evidence kinds its parked work assesses (AgentWatch.await_work)."""
         self._baselines: dict[str, tuple[ModelVersion, Domain, SharedGrounding]] = {}
         self._checked: set[str] = set()
         self.next_tick: Callable[[], int] = itertools.count(1).__next__
@@ -187,7 +190,10 @@ class Registry:
         # record: interned, every watch of the family holds the same one.
         watch = AgentWatch(agent_id, sys.intern(family), partition, version, self.drift,
                            self.settings, domain=domain, shared=shared)
-        watch.awaiting = self._parked.pop(agent_id, None)
+        parked = self._parked.pop(agent_id, None)
+        kinds = self._parked_kinds.pop(agent_id, frozenset())
+        if parked is not None:
+            watch.await_work(parked, kinds)
         watch.seen = tick
         for ref, kinds, ago in self._held.pop(agent_id, ()):
             if ref == version.ref:
@@ -271,19 +277,22 @@ class Registry:
             watch = self._agents.pop(agent_id, None)
             if watch is not None and watch.awaiting is not None:
                 self._parked[agent_id] = watch.awaiting
+                self._parked_kinds[agent_id] = watch.queued_kinds
             if watch is not None and watch.backoff:
                 # Evicted or moved away: a reload must not assess held-back evidence again.
                 self._backoff[agent_id] = (watch.version.ref, dict(watch.backoff))
 
     # ------------------------------------------------------------------ awaited work
 
-    def park(self, agent_id: str, key: str) -> None:
-        """Work ``key`` is queued for ``agent_id`` (found in the store at start)."""
+    def park(self, agent_id: str, key: str, kinds: tuple[str, ...] = ()) -> None:
+        """Work ``key``, assessing evidence of ``kinds``, is queued for ``agent_id`` (found
+        in the store at start)."""
         watch = self._agents.get(agent_id)
         if watch is not None:
-            watch.awaiting = key
+            watch.await_work(key, kinds)
         else:
             self._parked[agent_id] = key
+            self._parked_kinds[agent_id] = frozenset(kinds)
 
     def hold_back(self, agent_id: str, base: ModelRef, kinds: tuple[str, ...],
                   ago_s: float) -> None:
@@ -300,6 +309,7 @@ class Registry:
         """The parked work of an unloaded agent ended (any work, or only ``key``)."""
         if key is None or self._parked.get(agent_id) == key:
             self._parked.pop(agent_id, None)
+            self._parked_kinds.pop(agent_id, None)
 
     def awaiting(self) -> dict[str, str]:
         """Agent id → key of the work it awaits, loaded or not."""

@@ -1,0 +1,87 @@
+"""An agent whose assessment is still queued when the replica restarts (or its partition
+moves, or it is reloaded) starts out awaiting that work: evidence of the kinds the work
+assesses, replayed or new, is still what that work is about, so it is neither buffered
+again nor alerted a second time, and the work ending unexplained still backs it off.
+Through the pipeline and the store; no servers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.daemon.alerting import queued_alert_key
+from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.registry import Registry, seed_baselines
+from capwatch.daemon.service import build_service
+from capwatch.models_store import open_store
+from tests.daemon.helpers import config, example, refused_sample
+from tests.daemon.test_prompt_alert_awaiting import DriftedRover, refused_navigate
+
+
+def _start(tmp_path: Path, path: Path) -> Pipeline:
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 detection={"debounce_transitions": 50, "debounce_s": 3600.0})
+    d = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
+                      source=JsonlSource(str(path))).pipeline
+    d.open()
+    return d
+
+
+def test_the_awaited_works_kinds_survive_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in [
+        refused_sample(step=0), refused_sample(step=1), refused_navigate(step=2)]))
+    d = _start(tmp_path, path)
+    try:
+        d.handle_batch(d.source.poll(1.0)[:1])
+        d.sweep(force=True)
+        watch = d.registry.get("rover-a")
+        assert watch is not None and watch.awaiting is not None
+        first = watch.awaiting
+        assert d.checkpoints.checkpoint()
+    finally:
+        d.source.close()
+        d.store.close()
+
+    d = _start(tmp_path, path)  # the replica restarts; its work is still queued
+    try:
+        records = d.source.poll(1.0)
+        assert [r.offset for r in records] == [1, 2]
+        d.handle_batch(records)
+        watch = d.registry.get("rover-a")
+        assert watch is not None and watch.awaiting == first
+        # The refused sample is what the queued work assesses; only the navigate is new.
+        assert [e.offset for e in watch.evidence] == [2]
+        assert {r.key for r in d.store.outbox()} == {queued_alert_key(first),
+                                                    queued_alert_key(watch.work_key())}
+        assert d.checkpoints.commit_offsets() == {0: 2}
+        # The work ends unexplained: the refused sample's kind is backed off again.
+        (claimed,) = d.store.claim("other/w0", d.clock(), 60.0, 1)
+        assert claimed.key == first
+        d.store.complete(first, "other/w0")
+        d.poll_results()
+        assert watch.awaiting is None
+        assert any(k.startswith("sample_rock") for k in watch.backoff), watch.backoff
+    finally:
+        d.source.close()
+        d.store.close()
+
+
+def test_a_dropped_watch_awaits_the_same_kinds_when_loaded_again(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        seed_baselines(store, {"rover-v1": example("rover.pddl")}, datetime.now(UTC))
+        registry = Registry(store)
+        registry.park("parked", "k1", ("sample_rock:x",))
+        w = registry.load("parked", "rover-v1", 0)
+        assert w is not None and w.awaiting == "k1" and w.queued_kinds == {"sample_rock:x"}
+        registry.drop(["parked"])  # its partition moves away, and back
+        w = registry.load("parked", "rover-v1", 0)
+        assert w is not None and w.awaiting == "k1" and w.queued_kinds == {"sample_rock:x"}
+        registry.drop(["parked"])
+        registry.unpark("parked")
+        w = registry.load("parked", "rover-v1", 0)
+        assert w is not None and w.awaiting is None and w.queued_kinds == frozenset()
+    finally:
+        store.close()
