@@ -191,9 +191,9 @@ class Registry:
         watch = AgentWatch(agent_id, sys.intern(family), partition, version, self.drift,
                            self.settings, domain=domain, shared=shared)
         parked = self._parked.pop(agent_id, None)
-        kinds = self._parked_kinds.pop(agent_id, frozenset())
+        queued_kinds = self._parked_kinds.pop(agent_id, frozenset())
         if parked is not None:
-            watch.await_work(parked, kinds)
+            watch.await_work(parked, queued_kinds)
         watch.seen = tick
         for ref, kinds, ago in self._held.pop(agent_id, ()):
             if ref == version.ref:
