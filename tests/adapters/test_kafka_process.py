@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 
@@ -190,3 +191,36 @@ def test_a_consumer_the_child_cannot_make_fails_start_with_the_clients_own_error
     assert child is not None
     source.close()
     assert child.poll() is not None
+
+
+def test_the_child_hands_messages_over_in_the_order_they_came_while_waiting_for_room(
+        ) -> None:
+    """A rebalance's message (small) sent while a batch polled before it waits for room
+    (the daemon is 16 MiB behind) goes out after that batch: had it passed it, the batch
+    would reach the daemon after the partitions were assigned again and be taken as
+    fresh, and the records fetched again from the commit dropped as already handled."""
+    ours, theirs = socket.socketpair()
+    with ours:
+        Connection(ours.detach()).send_bytes(pickle.dumps(("b", "t", "g", {}, None)))
+        child = kp._Child(Connection(theirs.detach()))
+    waiting = child.room._waiters  # type: ignore[attr-defined]
+    child.queued = kp._AHEAD_BYTES - 50  # written to the channel, not yet read
+    big = kp._RECORDS + b"x" * 100
+    revoke = kp._REVOKE + pickle.dumps({0})
+    assert len(revoke) < 50 < len(big)
+    first = threading.Thread(target=child._send, args=(big,))
+    first.start()
+    deadline = time.monotonic() + 10
+    while len(waiting) < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    second = threading.Thread(target=child._send, args=(revoke,))
+    second.start()
+    while len(waiting) < 2 and second.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with child.room:  # the daemon reads what was written: room for both
+        child.queued = 0
+        child.room.notify_all()
+    first.join(10)
+    second.join(10)
+    assert [child.out.get_nowait(), child.out.get_nowait()] == [big, revoke]
+    child.conn.close()

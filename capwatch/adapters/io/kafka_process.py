@@ -25,6 +25,9 @@ The rules do not change, because everything crosses one ordered channel:
   handled by two members nor twice by one.
 - **Flow control.** The child stops polling once 16 MiB of batches wait to be written
   to the daemon (on top of the socket's buffer and kafka-python's own fetch buffer).
+  What it sends goes out in the order it was handed over: a rebalance's message never
+  passes a batch polled before it that waits for room (that batch, reaching the daemon
+  after the partitions were assigned again, would be taken as fresh records).
 - **Death.** The child exits when its end of the channel closes (the daemon exited or was
   killed) without committing anything; the daemon raises if the child died.
 """
@@ -361,6 +364,10 @@ class _Child:
         self.room = threading.Condition()
         self.queued = 0
         """Bytes handed to the writer and not yet written."""
+        self.tickets = 0
+        """Messages that came to :meth:`_send` so far: each is handed over in that order."""
+        self.turn = 0
+        """The ticket of the next message to hand over."""
         self.gone = False
         """The channel broke: the daemon is gone."""
         self.args = pickle.loads(conn.recv_bytes())
@@ -415,15 +422,24 @@ class _Child:
                 self._send(_RECORDS + _ENCODE((records, ranges)))
 
     def _send(self, message: bytes) -> None:
+        # First come, first handed over: a rebalance's small message must not pass a
+        # batch polled before it that waits for room, or that batch would reach the
+        # daemon after the partitions were assigned again and be taken for fresh records
+        # (the records fetched again from the commit dropped as already handled).
         with self.room:
-            while self.queued and self.queued + len(message) > _AHEAD_BYTES:
+            ticket = self.tickets
+            self.tickets += 1
+            while self.turn != ticket \
+                    or (self.queued and self.queued + len(message) > _AHEAD_BYTES):
                 if self.gone:
                     raise BrokenPipeError("the daemon is gone")
                 self.room.wait(0.5)
             if self.gone:
                 raise BrokenPipeError("the daemon is gone")
             self.queued += len(message)
-        self.out.put(message)
+            self.out.put(message)
+            self.turn += 1
+            self.room.notify_all()
 
     def _write(self) -> None:
         while (message := self.out.get()) is not None:
