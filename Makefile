@@ -13,10 +13,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # COMPILE=1: the hot path compiled with mypyc (capwatch/native.py, docs/performance.md
-# "Compiled modules"), rebuilt whenever one of its sources changes; opt-in until the test
-# suite passes compiled. COMPILE=0 (the default) runs everything as pure Python, as does a
-# machine without a C compiler. A build older than its sources is never run: the package
-# then loads them from source, with a warning.
+# "Compiled modules"), rebuilt whenever one of its sources changes; opt-in until it has
+# been through the whole suite and quiet benchmarks. COMPILE=0 (the default) runs
+# everything as pure Python, as does a machine without a C compiler or Python headers.
+# A build older than its sources is never run: the package then loads them from source,
+# with a warning.
 COMPILE ?= 0
 NATIVE := capwatch/native.json
 NATIVE_SRC := $(addprefix capwatch/,$(addsuffix .py,$(subst .,/,$(shell \
@@ -30,6 +31,8 @@ compiled: $(if $(filter 0,$(COMPILE)),$(STAMP),$(NATIVE))
 $(NATIVE): $(STAMP) setup.py capwatch/native.py $(NATIVE_SRC)
 	@if ! command -v $${CC:-cc} >/dev/null 2>&1; then \
 	  echo "no C compiler ($${CC:-cc}): the hot path runs as pure Python"; \
+	elif ! $(BIN)/python -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
+	  echo "no Python headers (Debian: python3-dev): the hot path runs as pure Python"; \
 	else \
 	  $(BIN)/pip install -q "setuptools>=77" && \
 	  CAPWATCH_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace >.native-build.log 2>&1 \

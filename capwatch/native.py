@@ -1,16 +1,16 @@
 """Which of the hot path's modules run compiled (mypyc), and the guard that keeps a
 compiled module from shadowing an edited source (docs/performance.md, "Compiled modules").
 
-Opt-in for now (the test suite does not pass compiled yet; docs/performance.md lists
-why). ``make compiled COMPILE=1`` (``setup.py build_ext --inplace`` with
-``CAPWATCH_COMPILE=1``) builds :data:`MODULES` into extension modules next to their
-sources and writes :data:`MANIFEST`, each module's source hash at build time. Python
-imports an extension module before a source of the same name, so after an edit the old
-build would run silently; :func:`install` (called by ``capwatch/__init__.py`` before
-anything else is imported) therefore loads every one of them from source when any source
-differs from the build (with a warning), or when ``CAPWATCH_PURE_PYTHON=1`` (a benchmark's
-A/B, a debugger). All of them or none: compiled modules call each other directly in C,
-not through the module objects. Never compiled itself: it decides what is.
+Opt-in for now (docs/performance.md says what is left before it is the default).
+``make compiled COMPILE=1`` (``setup.py build_ext --inplace`` with ``CAPWATCH_COMPILE=1``)
+builds :data:`MODULES` into extension modules next to their sources and writes
+:data:`MANIFEST`, each module's source hash at build time. Python imports an extension
+module before a source of the same name, so after an edit the old build would run
+silently; :func:`install` (called by ``capwatch/__init__.py`` before anything else is
+imported) therefore loads every one of them from source when any source differs from the
+build (with a warning), or when ``CAPWATCH_PURE_PYTHON=1`` (a benchmark's A/B, a
+debugger). All of them or none: compiled modules call each other directly in C, not
+through the module objects. Never compiled itself: it decides what is.
 """
 
 from __future__ import annotations
