@@ -54,7 +54,8 @@ class Transition(msgspec.Struct, tag_field="type", tag="transition", forbid_unkn
 class Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_fields=True):
     agent_id: _AgentId
     family: _Identifier
-    states: list[list[_Atom]]
+    # Kept as their JSON texts and read as a transition's states are (wire_fast).
+    states: list[msgspec.Raw]
     actions: list[_Atom]
     v: Literal[1] | UnsetType = UNSET
     episode_id: _Identifier | UnsetType | None = UNSET

@@ -6,6 +6,7 @@ Split from test_wire_fast.py, whose events and helpers it uses."""
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
-from tests.contracts.test_wire_fast import TRANSITION, variant
+from tests.contracts.test_wire_fast import TRACE, TRANSITION, variant
 
 _WIDE = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
 _ATOMS = [["at", "rover", f"waypoint{i}"] for i in range(24)]
@@ -148,3 +149,35 @@ def test_a_step_between_shared_states_is_diffed_once(
             for before, after, atoms in table.values():
                 assert set(atoms) == {wire_atoms.ATOM[i] for i in before} \
                     ^ {wire_atoms.ATOM[i] for i in after}
+
+
+def test_a_trace_reads_its_states_as_a_transition_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trace's states are read from their texts: once their atoms' texts are known, none
+    # is parsed, each is made from the one before by the atoms that differ, and the
+    # transitions are the schema's; its passing states are not remembered whole.
+    wire_atoms.forget()
+    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(16)]
+    states = [[["at", "r", f"w{k % 7}"], *scenery] for k in range(30)]
+    states[9] = states[9] + [states[9][0]]  # an atom given twice
+    states[12] = [["at", "r", "w1"]]  # a short one, parsed whole
+    actions = [["move", "r", f"w{k % 7}", f"w{(k + 1) % 7}"] for k in range(29)]
+    raw = variant(TRACE, states=states, actions=actions, executed=[True] * 29)
+    first = wire_fast.decode(raw, _WIDE)
+    assert first == wire.decode(raw, _WIDE) and len(first) == 29
+    assert not any(json.dumps(s).encode() in wire_atoms.STATES for s in states)
+    parsed: list[bytes] = []
+    whole = wire_fast._STATE
+
+    def parse(text: bytes) -> Any:
+        parsed.append(bytes(text))
+        return whole(text)
+    monkeypatch.setattr(wire_fast, "_STATE", parse)
+    again = variant(TRACE, agent_id="rover-2", states=states, actions=actions,
+                    executed=[True] * 29)
+    assert wire_fast.decode(again, _WIDE) == wire.decode(again, _WIDE)
+    assert parsed == [json.dumps(states[12]).encode()]
+    # Over the limit on atoms: refused as the schema refuses it, wherever the state is.
+    narrow = DecodeLimits(max_message_bytes=100_000, max_state_atoms=17)
+    refused = wire.decode(raw, narrow)
+    assert isinstance(refused, DeadLetter) and wire_fast.decode(raw, narrow) == refused
