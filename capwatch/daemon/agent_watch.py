@@ -16,7 +16,7 @@ offsets, drift snapshots); what lives here is soft and is rebuilt from the store
 replay from the committed offset. The commit rule (never past a buffered transition)
 makes that replay rebuild the evidence buffer exactly.
 
-Longer than most modules (~480 lines) because a watch held idle as bytes
+Longer than most modules (~550 lines, 25 KB) because a watch held idle as bytes
 (:meth:`AgentWatch.freeze`) must stay one object with one surface: every method that
 changes a watch thaws it first, and readers of its state read the bytes; kept apart,
 that rule would live in two places.
@@ -412,6 +412,24 @@ class AgentWatch:
 
     def _key_at(self, since: int) -> str:
         return f"{self.family}/{self.agent_id}@{self.version.ref}#{since}"
+
+    def parent_work_key(self) -> str | None:
+        """The work key the buffered evidence had under the version's parent, if it was
+        first buffered then and kept when this version was installed (:meth:`install`):
+        a replay after a restart or a rebalance buffers it again under this version, and
+        its prompt alert went out under that key. None: no parent, or no evidence from a
+        record buffered."""
+        parent = self.version.parent
+        first = self.first_buffered_offset()
+        if parent is None or first is None:
+            return None
+        return f"{self.family}/{self.agent_id}@{parent}#{first}"
+
+    def resume_work_key(self, key: str) -> None:
+        """The buffered evidence is the one announced under ``key`` (:meth:`parent_work_key`
+        found its alert open): keep that key, so that its alert is neither written again
+        under another key nor left without an ending."""
+        self._evidence_key = key
 
     def work_item(self) -> WorkItem:
         """The buffered evidence as queued work (the buffer is kept until :meth:`queued`)."""

@@ -11,7 +11,14 @@ import structlog
 from capwatch.alerts.policy import AlertPolicy
 from capwatch.contracts.store import ModelStore, OutboxAlert, PendingAssessment
 from capwatch.daemon.agent_watch import AgentWatch
-from capwatch.daemon.alerting import AlertRouting, ended_alert, prompt_alert, queued_alert
+from capwatch.daemon.alerting import (
+    AlertRouting,
+    ended_alert,
+    ended_alert_key,
+    prompt_alert,
+    queued_alert,
+    queued_alert_key,
+)
 from capwatch.daemon.infra import Clock
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
@@ -54,6 +61,7 @@ class EvidenceQueue:
         commit until its queued work writes the same alert anyway."""
         if not self._prompt and not self._endings:
             return
+        self._resume_announced()
         now = self.clock()
         written = [(w, a) for w, a in ((w, prompt_alert(w, now, self.policy.severities))
                                        for w in self._prompt.values()) if a is not None]
@@ -66,6 +74,23 @@ class EvidenceQueue:
             self._announced[w.agent_id] = w.work_key()
         if alerts:
             self.alerts.wake()
+
+    def _resume_announced(self) -> None:
+        """Evidence buffered while the agent awaited an assessment that then installed a
+        version is kept under its first key, which names the parent version (see
+        ``AgentWatch.install``). Replayed from the commit it held (a restart, another
+        replica after a rebalance), it is buffered again under the new version: where the
+        alert written under the parent's key is open, that key is taken again, so that
+        the alert goes out once and gets its ending."""
+        candidates = {w.agent_id: k for w in self._prompt.values()
+                      if (k := w.parent_work_key()) is not None}
+        if not candidates:
+            return
+        found = self.store.outbox_keys([key for k in candidates.values()
+                                        for key in (queued_alert_key(k), ended_alert_key(k))])
+        for agent_id, k in candidates.items():
+            if queued_alert_key(k) in found and ended_alert_key(k) not in found:
+                self._prompt[agent_id].resume_work_key(k)
 
     def dropped(self, watch: AgentWatch, key: str, action: str, how: str) -> None:
         """The evidence buffered under work key ``key`` was dropped before it was queued

@@ -16,7 +16,7 @@ from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
 from tests.daemon.helpers import config, example, refused_sample
-from tests.daemon.test_prompt_alert_awaiting import DriftedRover, refused_navigate
+from tests.daemon.test_prompt_alert_awaiting import DriftedRover, _assess_queued, refused_navigate
 
 
 def _start(tmp_path: Path, path: Path) -> Pipeline:
@@ -85,3 +85,48 @@ def test_a_dropped_watch_awaits_the_same_kinds_when_loaded_again(tmp_path: Path)
         assert w is not None and w.awaiting is None and w.queued_kinds == frozenset()
     finally:
         store.close()
+
+
+def test_evidence_kept_across_a_version_keeps_its_alert_across_a_restart(
+        tmp_path: Path) -> None:
+    """A new fault seen while an assessment ran, still unexplained by the version it
+    installed, is kept under the key its alert went out under (naming the version in
+    use then). A restart before it is queued replays it from the commit it held, under
+    the new version: the same key again, so no second alert and none left open."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in [
+        refused_sample(step=0), refused_navigate(step=1)]))
+    d = _start(tmp_path, path)
+    try:
+        records = d.source.poll(1.0)
+        d.handle_batch(records[:1])
+        d.sweep(force=True)
+        d.handle_batch(records[1:])
+        watch = d.registry.get("rover-a")
+        assert watch is not None
+        kept = watch.work_key()
+        assert _assess_queued(d) == 1
+        assert watch.version.ref.agent_id == "rover-a" and watch.work_key() == kept
+        d.checkpoints.checkpoint()
+        assert d.checkpoints.commit_offsets() == {0: 1}
+        before = {r.key for r in d.store.outbox()}
+    finally:
+        d.source.close()
+        d.store.close()
+
+    d = _start(tmp_path, path)
+    try:
+        records = d.source.poll(1.0)
+        assert [r.offset for r in records] == [1]
+        d.handle_batch(records)
+        watch = d.registry.get("rover-a")
+        assert watch is not None and [e.offset for e in watch.evidence] == [1]
+        assert watch.work_key() == kept
+        assert {r.key for r in d.store.outbox()} == before
+        d.sweep(force=True)
+        (item,) = d.store.queue_items("pending")
+        assert item.key == kept
+        assert {r.key for r in d.store.outbox()} == before
+    finally:
+        d.source.close()
+        d.store.close()
