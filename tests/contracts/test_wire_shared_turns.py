@@ -1,0 +1,98 @@
+"""The fast decoder's caches together, under bounds small enough to turn over constantly:
+agents stepping between state texts they share (wire_atoms.STATES, the atoms that differ
+between two reads kept by wire_fast._told) while the vocabulary turns (ids forgotten and
+given again), the pieces and texts overflow, traces and refused messages come in between
+and one agent runs under tighter limits. Every result is what the schema's decoder reads,
+and every atom said to differ does."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from capwatch.contracts import wire, wire_atoms, wire_fast
+from capwatch.contracts.wire import DeadLetter, DecodeLimits
+from tests.contracts.test_wire_vocabulary import _check_tables
+
+_LIMITS = (DecodeLimits(max_message_bytes=100_000, max_state_atoms=60),
+           DecodeLimits(max_message_bytes=100_000, max_state_atoms=14))
+
+
+def _text(state: list[list[str]], style: int) -> str:
+    if style == 1:
+        return json.dumps(state, separators=(",", ":"))
+    if style == 2:
+        return "[ " + " ,  ".join(map(json.dumps, state)) + " ]"
+    return json.dumps(state)
+
+
+def _transition(agent: str, state: list[list[str]], next_state: list[list[str]],
+                styles: tuple[int, int]) -> bytes:
+    # The states' texts as given (their spacing is what the test varies).
+    return (f'{{"type": "transition", "agent_id": {json.dumps(agent)}, "family": "f", '
+            f'"state": {_text(state, styles[0])}, "action": ["move", "r"], '
+            f'"next_state": {_text(next_state, styles[1])}}}').encode()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_shared_steps_read_right_while_the_vocabulary_turns(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    monkeypatch.setattr(wire_atoms, "MAX_ATOMS", 60)
+    monkeypatch.setattr(wire_atoms, "MAX_PIECES", 40)
+    monkeypatch.setattr(wire_atoms, "MAX_STATE_BYTES", 5_000)
+    monkeypatch.setattr(wire_fast, "MAX_DIFF_BYTES", 3_000)
+    monkeypatch.setattr(wire_fast, "_DIFFS", {})
+    monkeypatch.setattr(wire_fast, "_OLDER_DIFFS", {})
+    monkeypatch.setattr(wire_fast, "_diffs_bytes", 0)
+    wire_atoms.forget()
+    scenery = [["road", f"w{i}", f"w{i + 1}"] for i in range(12)]
+    scenes = [[["at", "r", f"w{k}"], *scenery] for k in range(8)]
+    memos: dict[str, list[Any]] = {f"a{i}": [None, None] for i in range(6)}
+    last: dict[str, list[list[str]]] = {}
+    turns, told, fresh = wire_atoms.turns, 0, 0
+    for step in range(1_200):
+        memo: list[Any] | None = None
+        limits = _LIMITS[0]
+        r = rng.random()
+        if r < 0.25:  # ever-new objects: the vocabulary turns over
+            fresh += 1
+            noise = [["at", f"x{fresh}-{j}", "y" * 20] for j in range(rng.randint(1, 12))]
+            raw = _transition("noise", noise, noise[1:], (0, 0))
+        elif r < 0.28:  # a trace over the scenes
+            states = [rng.choice(scenes) for _ in range(rng.randint(2, 4))]
+            raw = json.dumps({"type": "trace", "agent_id": "tracer", "family": "f",
+                              "states": states,
+                              "actions": [["move", "r"]] * (len(states) - 1)}).encode()
+        elif r < 0.3:  # refused by the schema (a name with a space)
+            raw = _transition("bad", scenes[0], [*scenes[1], ["at", "x y"]], (0, 0))
+        else:
+            if rng.random() < 0.01:  # a scene changes: its texts are new
+                fresh += 1
+                k = rng.randrange(len(scenes))
+                scenes[k] = [*scenes[k][:-1], ["road", f"z{fresh}", "w0"]]
+            agent = rng.choice(list(memos))
+            state = last.get(agent) or rng.choice(scenes)
+            after = rng.choice(scenes) if rng.random() < 0.85 else state
+            if rng.random() < 0.05:
+                after = [*after, ["at", "r", f"extra{rng.randrange(5)}"], *scenery[:3]]
+            styles = (0, 0) if rng.random() < 0.85 else (rng.randrange(3), rng.randrange(3))
+            raw = _transition(agent, state, after, styles)
+            memo = memos[agent]
+            memo[1] = None  # a new list per record, as Intake hands it
+            limits = _LIMITS[agent == "a0"]
+        got = wire_fast.decode(raw, limits, memo=memo)
+        assert got == wire.decode(raw, limits), (seed, step)
+        if memo is not None and not isinstance(got, DeadLetter):
+            last[agent] = after
+            if memo[1] is not None:
+                told += 1
+                assert len(set(memo[1])) == len(memo[1])
+                assert set(memo[1]) == got[0].state ^ got[0].next_state, (seed, step)
+        if step % 10 == 0:
+            _check_tables()
+    assert wire_atoms.turns - turns > 30 and told > 100
+    wire_atoms.forget()
