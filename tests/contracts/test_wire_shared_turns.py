@@ -16,6 +16,7 @@ import pytest
 from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 from tests.contracts.test_wire_vocabulary import _check_tables
+from tests.support.decoder_bounds import shrink_decoder
 
 _LIMITS = (DecodeLimits(max_message_bytes=100_000, max_state_atoms=60),
            DecodeLimits(max_message_bytes=100_000, max_state_atoms=14))
@@ -41,14 +42,11 @@ def _transition(agent: str, state: list[list[str]], next_state: list[list[str]],
 def test_shared_steps_read_right_while_the_vocabulary_turns(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
-    monkeypatch.setattr(wire_atoms, "MAX_ATOMS", 60)
-    monkeypatch.setattr(wire_atoms, "MAX_PIECES", 40)
-    monkeypatch.setattr(wire_atoms, "MAX_STATE_BYTES", 5_000)
     monkeypatch.setattr(wire_fast, "MAX_DIFF_BYTES", 3_000)
     monkeypatch.setattr(wire_fast, "_DIFFS", {})
     monkeypatch.setattr(wire_fast, "_OLDER_DIFFS", {})
     monkeypatch.setattr(wire_fast, "_diffs_bytes", 0)
-    wire_atoms.forget()
+    shrink_decoder(monkeypatch, atoms=60, pieces=40, state_bytes=5_000)
     scenery = [["road", f"w{i}", f"w{i + 1}"] for i in range(12)]
     scenes = [[["at", "r", f"w{k}"], *scenery] for k in range(8)]
     memos: dict[str, list[Any]] = {f"a{i}": [None, None] for i in range(6)}

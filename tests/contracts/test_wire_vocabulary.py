@@ -14,6 +14,7 @@ import pytest
 
 from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
+from tests.support.decoder_bounds import shrink_decoder
 
 LIMITS = DecodeLimits(max_message_bytes=100_000, max_state_atoms=60)
 
@@ -46,10 +47,7 @@ def test_sets_stay_right_across_vocabulary_turns(
     # that forget some of those atoms and learn them again under new ids. A set built
     # from a stale id, or an atom said to differ that does not, fails here.
     rng = random.Random(seed)
-    monkeypatch.setattr(wire_atoms, "MAX_ATOMS", 60)
-    monkeypatch.setattr(wire_atoms, "MAX_PIECES", 40)
-    monkeypatch.setattr(wire_atoms, "MAX_STATE_BYTES", 20_000)
-    wire_atoms.forget()
+    shrink_decoder(monkeypatch, atoms=60, pieces=40, state_bytes=20_000)
     pool = [["at", f"obj{i}", "w" * 12] for i in range(120)]
     fresh = (["at", f"new{k}", "w" * 12] for k in range(10**6))
     memos: dict[str, list[Any]] = {f"a{i}": [None, None] for i in range(5)}
@@ -138,10 +136,7 @@ def test_a_memo_from_before_its_atoms_were_forgotten_is_not_diffed(
     # (nothing else held them through the turns) and learnt again under new ids from
     # another agent's texts. The agent's next state, read from those pieces, must not be
     # made from its state by the ids that differ: every one of its atoms differs by id.
-    monkeypatch.setattr(wire_atoms, "MAX_ATOMS", 40)
-    monkeypatch.setattr(wire_atoms, "MAX_PIECES", 20)
-    monkeypatch.setattr(wire_atoms, "MAX_STATE_BYTES", 3_000)
-    wire_atoms.forget()
+    shrink_decoder(monkeypatch, atoms=40, pieces=20, state_bytes=3_000)
     state = [["at", f"s{i}", "w" * 30] for i in range(10)]
     memo: list[Any] = [None, None]
     raw = _event("sleeper", state, state)

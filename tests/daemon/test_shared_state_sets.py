@@ -20,6 +20,7 @@ from capwatch.model.grounding import SharedGrounding
 from capwatch.model.pddl_reader import read_domain
 from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
 from tests.paths import DOMAINS
+from tests.support.decoder_bounds import shrink_decoder
 
 DOMAIN = read_domain(DOMAINS / "blocksworld" / "domain.pddl")
 LIMITS = MonitorLimits(max_state_atoms=35, own_index_room=4)
@@ -44,10 +45,7 @@ def test_shared_sets_give_every_agent_its_own_verdicts(
     rng = random.Random(seed)
     # Bounds small enough that the vocabulary, the pieces and the state
     # texts turn generations, many times over.
-    monkeypatch.setattr(wire_atoms, "MAX_ATOMS", 40)
-    monkeypatch.setattr(wire_atoms, "MAX_PIECES", 12)
-    monkeypatch.setattr(wire_atoms, "MAX_STATE_BYTES", 4_000)
-    wire_atoms.forget()
+    shrink_decoder(monkeypatch, atoms=40, pieces=12, state_bytes=4_000)
     blocks = [f"b{i}" for i in range(8)]
 
     def atom() -> list[str]:

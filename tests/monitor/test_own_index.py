@@ -62,11 +62,11 @@ def test_an_atom_grounding_interned_is_still_checked_in_a_state(declare_q: bool,
 
 
 @pytest.mark.parametrize("bad", [("p", "o", "extra"), ("r", "o"), ()])
-@pytest.mark.parametrize("family", ["full", "shared", "none"])
+@pytest.mark.parametrize("family", ["full", "open", "none"])
 def test_one_bad_atom_among_many_new_ones_refuses_the_state_and_interns_nothing(
         bad: tuple[str, ...], family: str) -> None:
     domain = _domain(True)
-    shared = {"full": SharedGrounding(domain, 0), "shared": SharedGrounding(domain),
+    shared = {"full": SharedGrounding(domain, 0), "open": SharedGrounding(domain),
               "none": None}[family]
     monitor = TransitionMonitor(domain, shared=shared)
     state = frozenset({("p", f"o{i}") for i in range(200)} | {("p", "o")})
