@@ -73,6 +73,13 @@ _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 _NO_KINDS: frozenset[str] = frozenset()
 
 
+def _assessed(kind: str, queued: frozenset[str]) -> bool:
+    """Whether evidence of ``kind`` is of an action the queued evidence ``queued`` is of
+    (a kind starts with its action's name, :func:`evidence_kind`)."""
+    action = kind.partition("|")[0] + "|"
+    return any(k.startswith(action) for k in queued)
+
+
 class AgentWatch:
     """One agent's live state; see the module docstring.
 
@@ -211,12 +218,16 @@ class AgentWatch:
             return _PLAIN[verdict]
         explanation = monitor.last_inconsistency().explanation
         evidence = Evidence(t, explanation)
-        # While work is awaited, evidence of a kind it already assesses is what that work
-        # is about (the new model re-checks what follows); any other hard inconsistency
-        # is buffered, and so alerted at once, as an on-call engineer expects whatever
-        # else is pending (ripe() keeps it unqueued until the work ends, and the buffer
-        # holds the commit meanwhile).
-        if self.awaiting is not None and evidence.kind in self._queued_kinds:
+        # While work is awaited, an inconsistency of an action whose inconsistencies it
+        # already assesses is what that work is about (the new model re-checks what
+        # follows): one drift of an action shows as several kinds, as its transitions
+        # contradict different pa-tuples, and which of them arrive before the work ends
+        # is a matter of timing, which must not decide what is alerted. A hard
+        # inconsistency of any other action is buffered, and so alerted at once, as an
+        # on-call engineer expects whatever else is pending (ripe() keeps it unqueued
+        # until the work ends, and the buffer holds the commit meanwhile).
+        if self.awaiting is not None and self._queued_kinds \
+                and _assessed(evidence.kind, self._queued_kinds):
             return _PLAIN[verdict]
         if not self._buffer(evidence):
             return _PLAIN[verdict]
