@@ -8,6 +8,7 @@ from typing import Any
 
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import Service, build_service
 from capwatch.model.domain import Domain
 from capwatch.model.pddl_reader import read_domain
@@ -81,3 +82,14 @@ def refused_sample(agent: str = "rover-a", step: int = 0) -> str:
 
 def good_sample(agent: str = "rover-a", step: int = 0) -> str:
     return transition(agent, "rover-v1", HALF, SAMPLE, SAMPLED, step, executed=True)
+
+
+def run_queued(d: Pipeline) -> int:
+    """Run every claimable work item on this thread (the workers' own code), then apply
+    the results on the main loop; the number of items run."""
+    n = 0
+    while items := d.store.claim("test/w0", d.clock(), 60.0, 1):
+        d.workers.run_claimed("test/w0", items[0])
+        n += 1
+    d.drain()
+    return n

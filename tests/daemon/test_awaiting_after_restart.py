@@ -15,8 +15,8 @@ from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
-from tests.daemon.helpers import config, example, refused_sample
-from tests.daemon.test_prompt_alert_awaiting import DriftedRover, _assess_queued, refused_navigate
+from tests.daemon.helpers import config, example, refused_sample, run_queued
+from tests.daemon.test_prompt_alert_awaiting import DriftedRover, refused_navigate
 
 
 def _start(tmp_path: Path, path: Path) -> Pipeline:
@@ -105,7 +105,7 @@ def test_evidence_kept_across_a_version_keeps_its_alert_across_a_restart(
         watch = d.registry.get("rover-a")
         assert watch is not None
         kept = watch.work_key()
-        assert _assess_queued(d) == 1
+        assert run_queued(d) == 1
         assert watch.version.ref.agent_id == "rover-a" and watch.work_key() == kept
         d.checkpoints.checkpoint()
         assert d.checkpoints.commit_offsets() == {0: 1}

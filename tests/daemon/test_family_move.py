@@ -8,8 +8,10 @@ from pathlib import Path
 
 from capwatch.adapters.io.streams import JsonlSource
 from capwatch.alerts.outbox import ending_key
+from capwatch.contracts.ports import Record
 from capwatch.contracts.store import WorkQueue
 from capwatch.daemon.alerting import queued_alert_key
+from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
 from tests.daemon.helpers import (
     EXAMPLES,
@@ -23,14 +25,9 @@ from tests.daemon.helpers import (
 )
 
 
-def _pending(store: WorkQueue) -> list[tuple[str, str]]:
-    return [(i.agent_id, i.family) for i in store.queue_items("pending")]
-
-
-def test_buffered_evidence_is_queued_under_the_old_family_when_the_agent_moves(
-        tmp_path: Path) -> None:
-    lines = [refused_sample(step=0), refused_sample(step=1),  # under the debounce of three
-             transition("rover-a", "rover-v2", HALF, SAMPLE, SAMPLED, step=2, executed=True)]
+def _two_families(tmp_path: Path, lines: list[str]) -> tuple[Pipeline, list[Record]]:
+    """A pipeline over ``lines`` with the families rover-v1 and rover-v2 (one model), a
+    debounce of three inconsistencies, and the records polled."""
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines) + "\n")
     families = {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
@@ -40,7 +37,18 @@ def test_buffered_evidence_is_queued_under_the_old_family_when_the_agent_moves(
     d = build_service(cfg, source=JsonlSource(str(path))).pipeline
     d.seed_families()
     d.source.start(d.assign, d.revoke, {})
-    records = list(d.source.poll(1.0))
+    return d, list(d.source.poll(1.0))
+
+
+def _pending(store: WorkQueue) -> list[tuple[str, str]]:
+    return [(i.agent_id, i.family) for i in store.queue_items("pending")]
+
+
+def test_buffered_evidence_is_queued_under_the_old_family_when_the_agent_moves(
+        tmp_path: Path) -> None:
+    lines = [refused_sample(step=0), refused_sample(step=1),  # under the debounce of three
+             transition("rover-a", "rover-v2", HALF, SAMPLE, SAMPLED, step=2, executed=True)]
+    d, records = _two_families(tmp_path, lines)
     for r in records[:2]:
         d.handle(r)
     assert _pending(d.store) == []  # two inconsistencies: still buffered
@@ -77,16 +85,7 @@ def test_evidence_buffered_while_work_is_awaited_ends_its_alert_when_the_agent_m
     lines = [refused_sample(step=0),
              transition("rover-a", "rover-v1", HALF, navigate, HALF, step=1, executed=False),
              transition("rover-a", "rover-v2", HALF, SAMPLE, SAMPLED, step=2, executed=True)]
-    path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    families = {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
-                "rover-v2": {"domain": str(EXAMPLES / "rover.pddl")}}
-    cfg = config(tmp_path, families=families, source={"kind": "jsonl", "path": str(path)},
-                 detection={"debounce_transitions": 3, "debounce_s": 3600})
-    d = build_service(cfg, source=JsonlSource(str(path))).pipeline
-    d.seed_families()
-    d.source.start(d.assign, d.revoke, {})
-    records = list(d.source.poll(1.0))
+    d, records = _two_families(tmp_path, lines)
     d.handle(records[0])
     d.sweep(force=True)  # the refused sample is queued: the watch awaits it
     d.handle(records[1])  # a new fault meanwhile: alerted at once

@@ -19,7 +19,8 @@ from capwatch.console.html import version_section
 from capwatch.contracts.versions import ModelRef, build_version
 from capwatch.daemon.events import model_event
 from capwatch.model.pddl_reader import read_domain
-from tests.daemon.test_no_loops import HOIST, Directory, _pipeline, _repeated, _run_queued
+from tests.daemon.helpers import run_queued
+from tests.daemon.test_no_loops import HOIST, Directory, _pipeline, _repeated
 
 
 class Broken(Directory):
@@ -34,7 +35,7 @@ def test_an_action_no_state_runs_is_reported_and_its_old_modes_are_not_published
     d.workers.agents = Broken()
     for r in d.source.poll(1.0):
         d.handle(r)
-    assert _run_queued(d) == 1
+    assert run_queued(d) == 1
     (alert,) = [a.alert for a in d.store.outbox() if a.alert_type == "assessment_failed"]
     assert alert["detail"]["reason"] == "unexplained"
     assert "12 capabilities could not be checked (move_up)" in alert["detail"]["message"]

@@ -13,7 +13,7 @@ from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
 from capwatch.model.pddl_reader import read_domain
-from tests.daemon.helpers import config
+from tests.daemon.helpers import config, run_queued
 from tests.paths import DATA
 
 HOIST = DATA / "own" / "hoist"
@@ -61,16 +61,6 @@ def _pipeline(tmp_path: Path, lines: list[str]) -> tuple[Pipeline, Directory, Me
     return d, agents, memory
 
 
-def _run_queued(d: Pipeline) -> int:
-    """Run every claimable work item on this thread, then apply the results."""
-    n = 0
-    while items := d.store.claim("test/w0", d.clock(), 60.0, 1):
-        d.workers.run_claimed("test/w0", items[0])
-        n += 1
-    d.drain()
-    return n
-
-
 def test_unexplainable_evidence_is_assessed_once_and_reported(tmp_path: Path) -> None:
     lines = [_repeated(i) for i in range(60)]
     # A different kind of evidence afterwards: move_up refused where the model allows it.
@@ -81,7 +71,7 @@ def test_unexplainable_evidence_is_assessed_once_and_reported(tmp_path: Path) ->
     assessments = 0
     for r in records[:60]:
         d.handle(r)
-        assessments += _run_queued(d)
+        assessments += run_queued(d)
     # Before issue 11: a 500-query assessment per batch of three, each "no change".
     assert assessments == 1
     assert len(d.store.queue_items("failed")) == 1
@@ -95,7 +85,7 @@ def test_unexplainable_evidence_is_assessed_once_and_reported(tmp_path: Path) ->
     # New, different evidence reopens the assessment.
     d.handle(records[60])
     d.sweep(force=True)
-    assert _run_queued(d) == 1
+    assert run_queued(d) == 1
     d.source.close()
     d.store.close()
 
@@ -109,13 +99,13 @@ def test_the_back_off_ends_and_grows(tmp_path: Path) -> None:
     watch = d.registry.get("hoist-a")
     assert watch is not None
     watch.clock = lambda: now[0]
-    assert _run_queued(d) == 1
+    assert run_queued(d) == 1
     ((until, n),) = watch.backoff.values()
     assert n == 1 and until == 1000.0 + 600.0
     now[0] = until + 1  # the back-off is over: the same evidence may be assessed again
     for r in records[3:6]:
         d.handle(r)
-    assert _run_queued(d) == 1
+    assert run_queued(d) == 1
     ((until2, n2),) = watch.backoff.values()
     assert n2 == 2 and until2 == now[0] + 1200.0
     d.source.close()
@@ -126,7 +116,7 @@ def test_the_back_off_outlives_a_restart(tmp_path: Path) -> None:
     d, _, _ = _pipeline(tmp_path, [_repeated(i) for i in range(3)])
     for r in d.source.poll(1.0):
         d.handle(r)
-    assert _run_queued(d) == 1
+    assert run_queued(d) == 1
     d.source.close()
     d.store.close()
     # The restarted daemon reads the same kind of evidence again (new records).
@@ -136,7 +126,7 @@ def test_the_back_off_outlives_a_restart(tmp_path: Path) -> None:
     for r in again.source.poll(1.0):
         again.handle(r)
     again.sweep(force=True)
-    assert _run_queued(again) == 0
+    assert run_queued(again) == 0
     watch = again.registry.get("hoist-a")
     assert watch is not None and watch.held_back == 9
     again.source.close()
@@ -148,12 +138,12 @@ def test_the_back_off_outlives_an_eviction(tmp_path: Path) -> None:
     records = d.source.poll(1.0)
     for r in records[:3]:
         d.handle(r)
-    assert _run_queued(d) == 1
+    assert run_queued(d) == 1
     d.registry.drop(["hoist-a"])  # evicted while idle, or its partition moved away
     for r in records[3:]:
         d.handle(r)
     d.sweep(force=True)
-    assert _run_queued(d) == 0
+    assert run_queued(d) == 0
     watch = d.registry.get("hoist-a")
     assert watch is not None and watch.held_back == 6
     d.source.close()

@@ -26,6 +26,7 @@ from tests.daemon.helpers import (
     config,
     example,
     refused_sample,
+    run_queued,
     transition,
 )
 
@@ -73,17 +74,6 @@ def _pipeline(tmp_path: Path, lines: list[str]) -> tuple[Pipeline, MemoryPublish
     return d, memory, d.source.poll(1.0)
 
 
-def _assess_queued(d: Pipeline) -> int:
-    """Run every claimable work item on this thread (the workers' own code), then apply
-    the results on the main loop."""
-    n = 0
-    while items := d.store.claim("test/w0", d.clock(), 60.0, 1):
-        d.workers.run_claimed("test/w0", items[0])
-        n += 1
-    d.drain()
-    return n
-
-
 def _alerted_offsets(memory: MemoryPublisher) -> list[list[int]]:
     return [[t["offset"] for t in a.evidence["transitions"]] for a in memory.alerts
             if a.alert_type == "unexplained_inconsistency"]
@@ -129,7 +119,7 @@ def test_a_new_fault_is_alerted_at_once_while_an_assessment_runs_and_queued_afte
 
         # The assessment publishes the drifted sample_rock; the refused navigate is still
         # unexplained by that version, so it stays, queued against it under its own key.
-        assert _assess_queued(d) == 1
+        assert run_queued(d) == 1
         version = d.store.latest("rover-v1", "rover-a")
         assert version is not None and watch.version == version and watch.awaiting is None
         assert [e.offset for e in watch.evidence] == [2, 3]
