@@ -1,4 +1,4 @@
-"""kafka-python in a process of its own (``kafka.fetch_process: true``): the consumer's
+"""kafka-python in a process of its own (``kafka.consumer_process: true``): the consumer's
 fetching and record parsing run on another core while the daemon's pipeline runs.
 
 kafka-python parses fetched record batches in pure Python on the thread that calls
