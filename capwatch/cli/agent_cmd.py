@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,10 @@ def _check_problem(domain: Domain, problem: Problem) -> None:
                        f"predicate of domain {domain.name}")
 
 
+def _noted(signum: int, frame: object) -> None:
+    """The stop signals' Python-level handler: the wakeup socket already carries them."""
+
+
 def _serve(args: argparse.Namespace) -> int:
     # The daemon's log set-up: with a plain basicConfig format the records' extra fields
     # (which model the drift switched to, each query's number and plan length) were dropped.
@@ -91,24 +96,39 @@ def _serve(args: argparse.Namespace) -> int:
         problem = load_problem(args.problem)
         _check_problem(domain, problem)
     agent = SimulatedAgent(domain, seed=args.seed, problem=problem)
-    # The stop signals are blocked before the server starts any thread (threads inherit
-    # the mask: one that did not block them would take them) and are taken by sigwait: a
-    # handler that set an Event could deadlock on the Event's own lock when the signal
-    # landed while the main thread held it, inside Event.wait.
+    # A stop signal may land on any thread whose mask lets it in, and not every thread is
+    # ours: numpy's OpenBLAS pool is started at import, before any mask could be set, so
+    # blocking the signals and taking them with sigwait lost a SIGINT that landed there
+    # (KeyboardInterrupt, status -2) or on a blocked thread (never stopped). Whichever
+    # thread takes it, the C-level handler writes its number to the wakeup socket the main
+    # thread reads; the Python-level handlers do nothing, so none takes a lock (one that set
+    # an Event could deadlock on the Event's own lock held by the interrupted main thread).
     stops = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    woken, wakeup = socket.socketpair()
+    wakeup.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False)
+    previous = {s: signal.signal(s, _noted) for s in stops}
     try:
-        server = AgentServer(agent, args.host, args.port, max_body_bytes=args.max_body_bytes,
-                             allow_drift=not args.no_drift, agent_id=args.agent_id)
-    except OSError as e:
-        raise fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
-    server.start()
-    # One parseable line on stdout: scripts and tests read the real port from it.
-    print(f"capwatch agent: serving domain {domain.name} on {server.url}", flush=True)
-    try:
-        signal.sigwait(stops)
+        try:
+            server = AgentServer(agent, args.host, args.port,
+                                 max_body_bytes=args.max_body_bytes,
+                                 allow_drift=not args.no_drift, agent_id=args.agent_id)
+        except OSError as e:
+            raise fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
+        server.start()
+        # One parseable line on stdout: scripts and tests read the real port from it.
+        print(f"capwatch agent: serving domain {domain.name} on {server.url}", flush=True)
+        try:
+            while woken.recv(1)[0] not in stops:
+                pass
+        finally:
+            server.close()
     finally:
-        server.close()
+        signal.set_wakeup_fd(previous_fd)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        woken.close()
+        wakeup.close()
     print(f"capwatch agent: stopped after {agent.stats.queries} queries", flush=True)
     return 0
 
