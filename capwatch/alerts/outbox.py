@@ -156,7 +156,8 @@ class AlertOutbox:
                  on_routed: Callable[[Alert], None] | None = None,
                  on_suppressed: Callable[[OutboxAlert], None] | None = None,
                  on_failure: Callable[[str, AlertDeliveryError], None] | None = None,
-                 on_delivered: Callable[[Alert], None] | None = None) -> None:
+                 on_delivered: Callable[[Alert], None] | None = None,
+                 on_backlog: Callable[[int], None] | None = None) -> None:
         if not sinks:
             raise ValueError("an alert outbox needs at least one sink")
         names = [s.name for s in sinks]
@@ -172,6 +173,7 @@ class AlertOutbox:
         self._on_suppressed = on_suppressed
         self._on_failure = on_failure
         self._on_delivered = on_delivered
+        self._on_backlog = on_backlog
 
     def route(self, now: datetime, force: bool = False,
               report: DeliveryReport | None = None) -> RoutingPlan:
@@ -290,6 +292,8 @@ class AlertOutbox:
                 break
             plan = self.route(now, force, report)
             self.deliver(now, report=report)
+        if self._on_backlog is not None:
+            self._on_backlog(sum(self.store.undelivered()))
         return report
 
     def prune(self, now: datetime, keep: timedelta) -> int:
@@ -300,4 +304,4 @@ class AlertOutbox:
 
     def backlog(self) -> tuple[int, int]:
         """(alerts waiting to be routed, deliveries not yet taken by every sink)."""
-        return len(self.store.outbox("pending")), len(self.store.deliveries("pending"))
+        return self.store.undelivered()

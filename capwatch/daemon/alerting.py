@@ -157,10 +157,15 @@ def build_outbox(config: AlertsConfig, store: AlertOutboxStore, sinks: Sequence[
     def failed(sink: str, error: AlertDeliveryError) -> None:
         metrics.alert_delivery_failures.labels(sink).inc()
 
+    def backlog(undelivered: int) -> None:
+        metrics.alerts_undelivered.set(undelivered)
+
     return AlertOutbox(store, sinks, config.policy(),
                        retry_after=timedelta(seconds=config.retry_after_s),
                        max_retry_after=timedelta(seconds=config.max_retry_after_s),
-                       on_routed=routed, on_suppressed=suppressed, on_failure=failed)
+                       lease=timedelta(seconds=config.delivery_lease_s),
+                       on_routed=routed, on_suppressed=suppressed, on_failure=failed,
+                       on_backlog=backlog)
 
 
 # Outbox keys: one cause, one key, so a retried or replayed write adds nothing.

@@ -295,6 +295,11 @@ class AlertsConfig(Section):
     retry_after_s: float = Field(default=5.0, gt=0)
     """First retry of a failed sink; doubled per failure up to max_retry_after_s."""
     max_retry_after_s: float = Field(default=300.0, gt=0)
+    delivery_lease_s: float = Field(default=60.0, gt=0)
+    """A replica sending a delivery holds it this long; if it dies meanwhile, another
+    replica (or this one, restarted) sends it once the hold runs out. So it is the longest
+    a crash delays an alert; keep it above the slowest sink's timeout, or a slow send is
+    repeated by a second replica."""
     keep_s: float = Field(default=7 * 86400.0, gt=0)
     """Routed alerts are kept this long for inspection (at least the longest window)."""
 

@@ -144,6 +144,11 @@ class DaemonMetrics:
         self.alert_delivery_failures = counter(
             "capwatch_alert_delivery_failures_total",
             "Alert batches a sink failed to deliver.", ("sink",))
+        self.alerts_undelivered = Gauge(
+            "capwatch_alerts_undelivered",
+            "Alerts in the store that some sink has not taken yet (every replica's, as of "
+            "this replica's last routing pass): waiting to be routed, grouped, retried, or "
+            "held by a replica sending them.", registry=r)
         self.model_delta = gauge("capwatch_model_delta_from_baseline",
                                  "Pal-tuples differing from the family baseline (max).",
                                  ("family",))

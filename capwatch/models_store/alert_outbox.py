@@ -152,6 +152,12 @@ class AlertOutboxSql(SqlBase):
         return tx.rows(f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE key = ?",
                        (key,))
 
+    def undelivered(self) -> tuple[int, int]:
+        with self._tx(write=False) as tx:
+            waiting = tx.rows("SELECT COUNT(*) FROM alert_outbox WHERE status = 'pending'")
+            owed = tx.rows("SELECT COUNT(*) FROM alert_deliveries WHERE status = 'pending'")
+        return int(waiting[0][0]), int(owed[0][0])
+
     def outbox(self, status: str | None = None) -> list[OutboxAlert]:
         return self._by_status(f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox", "created_at",
                                OUTBOX_STATUSES, status, self._outbox_from_row)

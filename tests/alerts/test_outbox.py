@@ -257,6 +257,21 @@ def test_a_crash_after_sending_redelivers_the_same_alert(store: ModelStore) -> N
     assert sink.sent[0].summary == f"2 agents of rover-v3: {SUMMARY}"
 
 
+def test_each_run_reports_the_alerts_still_owed_including_a_dead_holders(
+        store: ModelStore) -> None:
+    sink = Sink("kafka")
+    backlog: list[int] = []
+    outbox = AlertOutbox(store, [sink], AlertPolicy(group_wait=timedelta(0)),
+                         lease=timedelta(seconds=10), on_backlog=backlog.append)
+    store.add_alerts([outbox_record(reduced("r1", at(0)), "v1")])
+    outbox.route(at(1))
+    store.claim_deliveries(at(1), 10)  # another replica claims it, then dies
+    outbox.run_once(at(5))
+    assert (sink.sent, backlog) == ([], [1])
+    outbox.run_once(at(12))  # its hold ran out: this replica sends it
+    assert (len(sink.sent), backlog) == (1, [1, 0])
+
+
 def test_a_sink_bug_is_a_delivery_failure_not_a_crash(store: ModelStore) -> None:
     good, bad = Sink("log"), Crashing("kafka")
     outbox = AlertOutbox(store, [good, bad], AlertPolicy(group_wait=timedelta(0)))

@@ -121,8 +121,9 @@ def daemon_config(s: Setup, http_port: int, client: str = "kafka-python") -> dic
         "scheduler": {"checkpoint_s": 0.5},
         "http": {"enabled": True, "port": http_port},
         # Different drifts never share a group in test_daemon_kafka, so a short wait keeps
-        # it fast; test_alert_grouping_kafka sets its own.
-        "alerts": {"group_wait_seconds": 0.5, "route_s": 0.2},
+        # it fast; test_alert_grouping_kafka sets its own. A killed daemon's deliveries are
+        # sent by the others (or its successor) once its hold runs out: 10 s, not 60.
+        "alerts": {"group_wait_seconds": 0.5, "route_s": 0.2, "delivery_lease_s": 10.0},
         "log": {"level": "info", "format": "json"},
         "shutdown_grace_s": 10.0,
     }
@@ -253,13 +254,15 @@ class CapwatchProcess:
 
     def settled(self, lag: Callable[[], int]) -> bool:
         """Nothing left that could still publish: every record committed (so no evidence
-        is buffered: the commit never passes it) and no assessment queued or running.
+        is buffered: the commit never passes it), no assessment queued or running, and
+        every alert in the store delivered (a killed replica may have held some).
 
         The lag is read first: the gauge is refreshed before each commit, so a commit
         that follows a newly queued assessment is seen with that assessment counted.
         """
         self.alive()
-        return lag() == 0 and self.metric("capwatch_agents_awaiting_assessment") == 0
+        return lag() == 0 and self.metric("capwatch_agents_awaiting_assessment") == 0 \
+            and self.metric("capwatch_alerts_undelivered") == 0
 
     def tail(self) -> str:
         # Also asked for after stop(), which closes the log, to explain a bad exit code.

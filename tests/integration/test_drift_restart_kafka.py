@@ -156,7 +156,7 @@ def test_a_drift_under_way_at_a_hard_kill_alarms_as_without_the_restart(
             "detection": {"debounce_transitions": 1000, "debounce_s": 3600},
             "http": {"enabled": True, "port": free_port()},
             "log": {"level": "info", "format": "json"},
-            "alerts": {"group_wait_seconds": 0},
+            "alerts": {"group_wait_seconds": 0, "delivery_lease_s": 10.0},
         }
         held = _partition(AGENT)
         _send_ghost(kafka_bootstrap, tr)

@@ -206,6 +206,20 @@ def test_a_dead_deliverers_lease_runs_out(open_new: StoreFactory) -> None:
     assert d.attempts == 2
 
 
+def test_undelivered_counts_what_waits_and_what_is_owed_whoever_holds_it(
+        store: ModelStore) -> None:
+    assert store.undelivered() == (0, 0)
+    store.add_alerts([row("a1"), row("a2")])
+    assert store.undelivered() == (2, 0)
+    store.route_alerts(deliver_each(), T0)
+    assert store.undelivered() == (0, 2)
+    # A claimed delivery is still owed: its holder may die before sending it.
+    claimed = store.claim_deliveries(at(1), lease_seconds=30)
+    assert store.undelivered() == (0, 2)
+    store.finish_delivery(claimed[0].key, ["kafka"], at(2))
+    assert store.undelivered() == (0, 1)
+
+
 def test_outbox_survives_reopening(open_new: StoreFactory) -> None:
     first = open_new()
     first.add_alerts([row("a1", "a", at(0))])
