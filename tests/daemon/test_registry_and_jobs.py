@@ -86,8 +86,13 @@ def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: P
     objects = {n: p.objects_by_type(d.families[n]) for n, p in service.problems.items()}
     time.sleep(0.01)
     d.canary(inits, objects)
-    deadline = time.monotonic() + 10
-    while not d.store.queue_items() and time.monotonic() < deadline:
+    # Each agent's probes answer on the pool's threads in their own time: wait for both
+    # findings (waiting for the first one, the other could still be out).
+    def queued() -> set[str]:
+        return {i.agent_id for i in d.store.queue_items()}
+
+    deadline = time.monotonic() + 60
+    while queued() < {"rover-a", "rover-b"} and time.monotonic() < deadline:
         time.sleep(0.05)
         d.drain()
     items = d.store.queue_items()
