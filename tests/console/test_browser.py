@@ -36,6 +36,9 @@ pytestmark = pytest.mark.integration
 
 SCREENSHOTS = REPO_ROOT / "build" / "screenshots"
 TOKEN = "browser-test-token-0123456789"
+PAGE_WAIT_S = 60
+"""How long a page may take to come after a click: generous, a loaded 2-core machine runs
+the console, its daemon and Chromium at once (a page that comes goes on at once)."""
 
 CONTRAST_JS = """
 function lum(c) {
@@ -158,7 +161,7 @@ def submit(form: Any, b: Any) -> str:
         found = driver.find_elements(By.CSS_SELECTOR, '[role="status"], [role="alert"]')
         return found[0] if found else False
 
-    shown = WebDriverWait(b, 10).until(message)
+    shown = WebDriverWait(b, PAGE_WAIT_S).until(message)
     assert shown.get_attribute("role") == "status", shown.text
     return str(shown.text)
 
@@ -191,15 +194,16 @@ def test_find_the_drift_approve_roll_back_and_assess(console_url: str, browser: 
     # Find the drifted agents with the filter form.
     Select(b.find_element(By.ID, "state")).select_by_value("drifted")
     b.find_element(By.CSS_SELECTOR, 'form[role="search"] button').click()
-    WebDriverWait(b, 10).until(lambda d: "state=drifted" in d.current_url and d.find_elements(
-        By.CSS_SELECTOR, 'option[value="drifted"][selected]'))
+    WebDriverWait(b, PAGE_WAIT_S).until(
+        lambda d: "state=drifted" in d.current_url and d.find_elements(
+            By.CSS_SELECTOR, 'option[value="drifted"][selected]'))
     agents = [a.text for a in b.find_elements(By.CSS_SELECTOR, 'a[href*="/agents/"]')]
     assert sorted(agents) == ["courier-v1-002", "courier-v1-007", "rover-v3-004"]
     page_ok(b, "02-fleet-drifted")
 
     # What changed and why: the rover's new precondition, the courier's probabilities.
     b.find_element(By.LINK_TEXT, "rover-v3-004").click()
-    WebDriverWait(b, 10).until(lambda d: d.title == "capwatch: rover-v3-004")
+    WebDriverWait(b, PAGE_WAIT_S).until(lambda d: d.title == "capwatch: rover-v3-004")
     text = b.find_element(By.TAG_NAME, "body").text
     assert "now requires (battery_full ?r)" in text and "Sign in to act" in text
     assert b.find_elements(By.CSS_SELECTOR, "form.action") == []  # not signed in
@@ -214,7 +218,7 @@ def test_find_the_drift_approve_roll_back_and_assess(console_url: str, browser: 
     page_ok(b, None)
     b.find_element(By.ID, "name").send_keys("alice")
     b.find_element(By.ID, "token").send_keys(TOKEN, Keys.ENTER)
-    WebDriverWait(b, 10).until(lambda d: "signed in as alice" in d.page_source)
+    WebDriverWait(b, PAGE_WAIT_S).until(lambda d: "signed in as alice" in d.page_source)
 
     # Approve courier-v1-002's learned version.
     b.get(f"{console_url}agents/courier-v1/courier-v1-002")
