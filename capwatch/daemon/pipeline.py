@@ -369,11 +369,15 @@ class Pipeline:
         self.health.holding(self.assigned)
         try:
             self.checkpoints.load_drift_state(partitions)
+            # Work the partitions' previous owner queued is awaited, not queued again.
+            self.registry.park_queued(self.store)
         except INFRASTRUCTURE_ERRORS:
             # Soft state: without it the tables refill from the stream (a longer detection
-            # delay, never a wrong count), so an unreachable store must not fail the
-            # rebalance; the main loop reports and retries the outage when it meets it.
-            log.exception("loading drift state failed; drift tables start empty")
+            # delay, never a wrong count) and replayed evidence may be assessed twice (the
+            # workers' supersession check keeps a second version out), so an unreachable
+            # store must not fail the rebalance; the main loop reports and retries the
+            # outage when it meets it.
+            log.exception("loading drift state or queued work failed; starting without")
 
     def revoke(self, partitions: set[int]) -> None:
         """Rebalance callback: flush what the partitions' agents hold and give them up."""

@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 
 import structlog
@@ -81,6 +81,8 @@ class Registry:
         self._parked: dict[str, str] = {}
         self._parked_kinds: dict[str, frozenset[str]] = {}
         """Agent id → the evidence kinds its parked work assesses (AgentWatch.await_work)."""
+        self._hinted: set[str] = set()
+        """Parked agents that :meth:`park_queued` parked as hints."""
         self._baselines: dict[str, tuple[ModelVersion, Domain, SharedGrounding]] = {}
         self._checked: set[str] = set()
         self.next_tick: Callable[[], int] = itertools.count(1).__next__
@@ -192,6 +194,7 @@ class Registry:
                            self.settings, domain=domain, shared=shared)
         parked = self._parked.pop(agent_id, None)
         queued_kinds = self._parked_kinds.pop(agent_id, frozenset())
+        self._hinted.discard(agent_id)
         if parked is not None:
             watch.await_work(parked, queued_kinds)
         watch.seen = tick
@@ -294,6 +297,29 @@ class Registry:
             self._parked[agent_id] = key
             self._parked_kinds[agent_id] = frozenset(kinds)
 
+    def park_queued(self, queue: WorkQueue) -> None:
+        """Partitions moved here: park the agent of every pending or claimed work item
+        that is neither loaded nor parked, because the partitions' previous owner may have
+        queued it before it died or gave them up; awaited, it is not queued a second time
+        when the evidence is replayed here. Which agent is in which partition is known only
+        from its records, so agents of other replicas' partitions are parked too, as
+        hints: :meth:`unpark_ended` releases a hint once its work left the queue."""
+        for item in (*queue.queue_items("pending"), *queue.queue_items("claimed")):
+            if item.agent_id not in self._agents and item.agent_id not in self._parked:
+                kinds = item.payload.get("evidence_kinds") or ()
+                self.park(item.agent_id, item.key, tuple(str(k) for k in kinds))
+                self._hinted.add(item.agent_id)
+
+    def unpark_ended(self, live: Collection[str]) -> None:
+        """Release the hints (:meth:`park_queued`) whose work is no longer among the
+        ``live`` keys: done by some replica. Loaded later, the agent's watch reads the
+        outcome from the store (a version), though it does not back off evidence the work
+        left unexplained the way a watch that awaited it does."""
+        for agent_id in list(self._hinted):
+            key = self._parked.get(agent_id)
+            if key is None or key not in live:
+                self.unpark(agent_id)
+
     def hold_back(self, agent_id: str, base: ModelRef, kinds: tuple[str, ...],
                   ago_s: float) -> None:
         """An assessment of ``agent_id``'s evidence against ``base`` ended unexplained
@@ -310,6 +336,7 @@ class Registry:
         if key is None or self._parked.get(agent_id) == key:
             self._parked.pop(agent_id, None)
             self._parked_kinds.pop(agent_id, None)
+            self._hinted.discard(agent_id)
 
     def awaiting(self) -> dict[str, str]:
         """Agent id → key of the work it awaits, loaded or not."""

@@ -82,10 +82,11 @@ class ResultApplier:
                     and watch.awaiting is None:
                 watch.awaiting = item.key
         self._adopt_baselines()
+        live = {i.key for i in items}
+        self.registry.unpark_ended(live)
         waiting = [w for w in self.registry if w.awaiting is not None]
         if not waiting:
             return
-        live = {i.key for i in items}
         for watch in waiting:
             latest = self.store.latest(watch.family, watch.agent_id)
             if latest is not None and (watch.version.agent_id is None

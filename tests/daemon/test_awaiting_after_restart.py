@@ -130,3 +130,64 @@ def test_evidence_kept_across_a_version_keeps_its_alert_across_a_restart(
     finally:
         d.source.close()
         d.store.close()
+
+
+def test_a_partition_that_moves_here_brings_the_work_its_last_owner_queued(
+        tmp_path: Path) -> None:
+    """Two replicas share the store. The partition's owner queues an assessment, commits
+    past its evidence and dies; the other, running all along, gets the partition and
+    reads on from the commit, where the same fault shows again: it awaits the queued work
+    instead of queuing (and alerting) it a second time, and adopts what that work ends
+    with."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in [
+        refused_sample(step=0), refused_sample(step=1)]))
+    survivor = _start(tmp_path, path)
+    owner = _start(tmp_path, path)
+    try:
+        survivor.revoke({0})  # the group gives partition 0 to the owner
+        owner.handle_batch(owner.source.poll(1.0)[:1])
+        owner.sweep(force=True)
+        (queued,) = owner.store.queue_items("pending")
+        assert owner.checkpoints.checkpoint()
+        assert owner.checkpoints.commit_offsets() == {0: 1}
+        alerts = {r.key for r in owner.store.outbox()}
+        # The owner dies here; the partition comes back, read on from the commit.
+        survivor.assign({0})
+        survivor.handle_batch(survivor.source.poll(1.0)[1:])
+        survivor.sweep(force=True)
+        watch = survivor.registry.get("rover-a")
+        assert watch is not None and watch.awaiting == queued.key
+        assert [i.key for i in survivor.store.queue_items("pending")] == [queued.key]
+        assert {r.key for r in survivor.store.outbox()} == alerts
+        assert survivor.awaiting() == {"rover-a": queued.key}
+        assert run_queued(survivor) == 1
+        assert watch.awaiting is None and watch.version.ref.agent_id == "rover-a"
+    finally:
+        for d in (owner, survivor):
+            d.source.close()
+            d.store.close()
+
+
+def test_a_hint_of_another_replicas_work_is_released_when_that_work_ends(
+        tmp_path: Path) -> None:
+    """Work queued for an agent this replica never sees parks it as a hint at an
+    assignment; once the work leaves the queue the hint goes, so the replica does not
+    report the agent as awaiting an assessment forever."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(refused_sample(step=0) + "\n")
+    bystander = _start(tmp_path, path)
+    owner = _start(tmp_path, path)
+    try:
+        owner.handle_batch(owner.source.poll(1.0))
+        owner.sweep(force=True)
+        (queued,) = owner.store.queue_items("pending")
+        bystander.assign({1})
+        assert bystander.awaiting() == {"rover-a": queued.key}
+        assert run_queued(owner) == 1
+        bystander.poll_results()
+        assert bystander.awaiting() == {}
+    finally:
+        for d in (owner, bystander):
+            d.source.close()
+            d.store.close()
