@@ -219,9 +219,17 @@ class Checkpointer:
             return 0
         self.save_activity()
         snaps = []
+        had: set[str] = set()
         now = self.clock()
         for watch in watches:
             if not self.drift.has(watch.agent_id):
+                continue
+            had.add(watch.agent_id)
+            if not self.drift.changed(watch.agent_id):
+                # Saved since they last changed (a checkpoint, or an earlier eviction),
+                # as a checkpoint leaves them: the store holds them already. Most agents
+                # evicted are the least recently seen, whose tables a checkpoint saved
+                # long ago; writing them again unpacked and encoded every one of them.
                 continue
             nxt = self._next.get(watch.partition, 0)
             restored = watch.drift_restored
@@ -237,8 +245,7 @@ class Checkpointer:
             self.drift.forget(agent_id)
         self.drift.take_changed_of(ids)
         self.registry.drop(ids)
-        saved = {s.agent_id for s in snaps}
-        self.evicted.update((a, a in saved) for a in ids)
+        self.evicted.update((a, a in had) for a in ids)
         self.evictions += len(ids)
         return len(ids)
 

@@ -96,6 +96,12 @@ class DriftMonitor:
         """Take ``agent_ids`` out of the changed set (their state was saved)."""
         self._changed.difference_update(agent_ids)
 
+    def changed(self, agent_id: str) -> bool:
+        """Whether the agent's tables changed since :meth:`take_changed` last handed it
+        out (or :meth:`take_changed_of` took it out): whether its saved state is out of
+        date."""
+        return agent_id in self._changed
+
     def mark_changed(self, agent_ids: Iterable[str]) -> None:
         """Put agents back in the changed set (their state could not be saved)."""
         self._changed.update(agent_ids)

@@ -202,3 +202,45 @@ def test_a_record_without_a_key_still_gets_its_agents_saved_tables(tmp_path: Pat
     assert agent is not None and agent.drift_restored == (0, 500)
     d.source.close()
     d.store.close()
+
+
+def test_eviction_writes_only_the_tables_changed_since_they_were_saved(tmp_path: Path) -> None:
+    """Tables a checkpoint saved and that did not change since are in the store already:
+    eviction writes the others only, and every agent evicted comes back with exactly the
+    tables it had, counting on as an agent never evicted does."""
+    def started(path: Path) -> Any:
+        path.mkdir()
+        d = build_service(_fleet(path, 100), publisher=MemoryPublisher()).pipeline
+        d.seed_families()
+        d.source.start(d.assign, d.revoke, {})
+        return d
+
+    d, ref = started(tmp_path / "evicted"), started(tmp_path / "reference")
+    records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
+    d.handle_batch(records[:400])
+    ref.handle_batch(records[:400])
+    d.checkpoints.checkpoint()  # every agent's tables saved
+    # A few records more: some agents' tables change since, the others' do not.
+    d.handle_batch(records[400:410])
+    ref.handle_batch(records[400:410])
+    agents = sorted(w.agent_id for w in d.registry if d.drift.has(w.agent_id))
+    changed = {a for a in agents if d.drift.changed(a)}
+    assert changed and changed != set(agents)
+    written: list[str] = []
+    save = d.store.save_drift_snapshots
+
+    def counted(group: str, snaps: Any) -> Any:
+        written.extend(s.agent_id for s in snaps)
+        return save(group, snaps)
+
+    d.store.save_drift_snapshots = counted  # type: ignore[method-assign]
+    d.checkpoints.evict(0)
+    assert len(d.registry) == 0
+    assert sorted(written) == sorted(changed)
+    d.handle_batch(records[410:])
+    ref.handle_batch(records[410:])
+    for a in agents:
+        assert snapshot_agent(d.drift, a) == snapshot_agent(ref.drift, a)
+    for p in (d, ref):
+        p.source.close()
+        p.store.close()
