@@ -49,6 +49,11 @@ from capwatch.monitor.stats import (
     benjamini_hochberg,
 )
 
+SHARED_BLOBS = 1024
+"""Packed tables kept by their bytes (:meth:`DriftMonitor.pack`): compressing a typical
+agent's tables costs ~10 us, the lookup of tables already seen well under 1 us, and the
+bound keeps the map to ~1 MB."""
+
 
 @dataclass(frozen=True, slots=True)
 class AuditFinding:
@@ -72,7 +77,7 @@ class DriftMonitor:
     audit tests them, :meth:`agent_states` exports them.
     """
 
-    __slots__ = ("_by_agent", "_changed", "_monitors", "_packed", "config")
+    __slots__ = ("_blobs", "_by_agent", "_changed", "_monitors", "_packed", "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
@@ -85,6 +90,10 @@ class DriftMonitor:
         """Agent → (its tables' bytes, the most executions any of them has seen, the
         actions they count, in the bytes' order): one tuple per idle agent instead of a
         dozen objects and arrays per table."""
+        self._blobs: dict[bytes, bytes] = {}
+        """Tables' bytes → their packed blob, for the last :data:`SHARED_BLOBS` distinct ones:
+        agents whose tables went through the same executions (agents admitted with a
+        record or two above all) hold the same bytes, compressed once and held once."""
 
     def take_changed(self) -> set[str]:
         """Agents whose tables changed since the last call (observed, reset or forgotten):
@@ -116,10 +125,17 @@ class DriftMonitor:
         if any(m.config is not self.config for m in mons):
             return False  # unpacked with this monitor's settings: only its own tables
         raw = b"".join(m.pack() for m in mons)
-        # Level 1: the detector's statistics are mostly incompressible floats; zeros (a
-        # CUSUM at rest, small counts) shrink at a fraction of the default level's cost.
-        small = zlib.compress(raw, 1)
-        blob = b"\x01" + small if len(small) < len(raw) else b"\x00" + raw
+        blob = self._blobs.get(raw)
+        if blob is None:
+            # Level 1: the detector's statistics are mostly incompressible floats; zeros
+            # (a CUSUM at rest, small counts) shrink at a fraction of the default level's
+            # cost.
+            small = zlib.compress(raw, 1)
+            blob = b"\x01" + small if len(small) < len(raw) else b"\x00" + raw
+            blobs = self._blobs
+            if len(blobs) >= SHARED_BLOBS:
+                del blobs[next(iter(blobs))]  # the oldest
+            blobs[raw] = blob
         for name in names:
             del self._monitors[(agent_id, name)]
         del self._by_agent[agent_id]

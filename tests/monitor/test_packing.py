@@ -12,6 +12,7 @@ import pytest
 
 from capwatch.model.domain import Action
 from capwatch.model.pddl_reader import read_domain
+from capwatch.monitor import drift as drift_module
 from capwatch.monitor.attribution import Attribution
 from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor
 from capwatch.monitor.snapshot import snapshot_agent
@@ -111,3 +112,26 @@ def test_forgetting_or_loading_an_agent_drops_its_packed_tables(move_car: Action
     assert drift.pack("a")
     drift.load_agent_states("a", {move_car.name: move_car}, {})
     assert not drift.has("a")
+
+
+def test_agents_with_the_same_tables_hold_one_packed_blob(
+        move_car: Action, three_way: Action, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents whose tables went through the same executions hold one blob; past the
+    bound on blobs kept, tables are packed anew; either way each agent's tables
+    continue exactly as tables never packed."""
+    monkeypatch.setattr(drift_module, "SHARED_BLOBS", 3)
+    plain, packed = DriftMonitor(), DriftMonitor()
+    histories = [[0], [1], [0, 1], [1, 1, 0], [0, 0]]  # five kinds of agent, three kept
+    agents = [(f"a{kind}-{n}", kind) for kind in range(len(histories)) for n in range(6)]
+    for step in range(3):
+        for agent, kind in agents:
+            action = move_car if (kind + step) % 2 else three_way
+            for x in histories[kind]:
+                assert _dump(plain.observe(agent, action, x)) == \
+                    _dump(packed.observe(agent, action, x))
+            assert packed.pack(agent)
+        for (agent, kind), (before, kind_before) in zip(agents[1:], agents, strict=False):
+            same = packed._packed[agent][0] is packed._packed[before][0]
+            assert same == (kind == kind_before)
+        for agent, _ in agents:
+            assert snapshot_agent(packed, agent) == snapshot_agent(plain, agent)
