@@ -173,6 +173,11 @@ class DriftMonitor:
         return {name: self._monitors[(agent_id, name)]
                 for name in self._by_agent.get(agent_id, ())}
 
+    def tables(self, agent_id: str) -> dict[str, ActionMonitor]:
+        """Action name → the agent's table, for reading only (packed ones are unpacked
+        for the caller, and stay packed)."""
+        return self._tables(agent_id)
+
     def agent_states(self, agent_id: str, *, values_array: bool = False
                      ) -> dict[str, dict[str, Any]]:
         """Action name → ``ActionMonitor.export_state()`` for one agent."""

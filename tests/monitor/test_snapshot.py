@@ -235,3 +235,36 @@ def test_a_snapshot_packs_arrays_as_it_packs_the_lists_they_export(move_car: Act
     plain = drift.monitor("a", move_car).export_state()
     assert snap["actions"]["move-car"] == encode_action_state(plain)
     assert decode_action_state(_through_json(snap["actions"]["move-car"])) == plain
+
+
+def test_snapshots_of_tables_alike_are_those_encoded_afresh(
+        move_car: Action, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables that pack to the same bytes share one encoding (snapshot._encoded): every
+    snapshot is the one encoding the agent's exported state gives, for agents alike and
+    not, past the bound on encodings kept, with tables packed or not, and under other
+    settings for the same bytes."""
+    from capwatch.monitor import snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "ENCODED_KEPT", 3)
+    short = DriftMonitor(DriftConfig(window=100, min_samples=50))
+    long = DriftMonitor(DriftConfig(window=300, min_samples=50))
+    histories = [[0], [1], [0, 1], [1, 1, 0], [0, 0]]
+
+    def afresh(drift: DriftMonitor, agent: str) -> dict[str, Any]:
+        return {name: encode_action_state(state)
+                for name, state in drift.agent_states(agent, values_array=True).items()}
+
+    for step in range(3):
+        for n in range(20):
+            agent = f"a{n}"
+            for drift in (short, long):
+                for x in histories[n % len(histories)]:
+                    drift.observe(agent, move_car, x)
+                if (n + step) % 3 == 0:
+                    assert drift.pack(agent)
+                snap = snapshot_agent(drift, agent, {"v": 1})
+                assert json.loads(json.dumps(snap)) == snap
+                assert snap["actions"] == afresh(drift, agent)
+                assert snap["model"] == {"v": 1}
+                snap["actions"][move_car.name]["seen"] = -1  # a caller's own copy
+                assert snapshot_agent(drift, agent)["actions"] == afresh(drift, agent)
