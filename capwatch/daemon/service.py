@@ -402,7 +402,9 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             extra = {}
             if k.consumer_process and k.client == "kafka-python":
                 from capwatch.adapters.io.kafka_process import ProcessKafkaSource
+                from capwatch.daemon.cpus import warn_without_second_cpu
 
+                warn_without_second_cpu()
                 kafka_source = ProcessKafkaSource
                 extra["log_setup"] = ("capwatch.daemon.logs", "configure_logging",
                                       (config.log.level, config.log.format))
