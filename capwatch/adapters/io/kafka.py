@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -91,9 +91,50 @@ def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
                 created.append(topic.name)
             except TopicAlreadyExistsError:
                 pass
+        await_leaders(admin, {t: partitions for t in created})
     finally:
         admin.close()
     return created
+
+
+TOPICS_READY_S = 30.0
+"""How long :func:`ensure_topics` waits for the topics it created to show their leaders."""
+
+
+def await_leaders(admin: Any, topics: Mapping[str, int], timeout_s: float = TOPICS_READY_S,
+                  sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Wait until the broker's metadata shows each of ``topics`` (name → partitions) with
+    a leader for every partition; False (and a warning) if that takes over ``timeout_s``.
+
+    CreateTopics answers once the controller took the topic; a broker can answer metadata
+    requests with the new topic and no partitions for a moment after (KRaft). A consumer
+    that joined its group then was assigned nothing, and learnt of the partitions only at
+    its next metadata refresh: minutes with a client's defaults, 30 s with the daemon's.
+    """
+    pending = dict(topics)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        try:
+            described = admin.describe_topics(sorted(pending))
+        except Exception as e:  # a metadata answer lost on a busy broker: ask again
+            log.debug("describing new topics failed", error=str(e)[:300])
+            described = []
+        for t in described:
+            parts = t.get("partitions") or []
+            if t.get("name") in pending and not t.get("error_code") \
+                    and len(parts) >= pending[t["name"]] \
+                    and all(not p.get("error_code") and p.get("leader_id", -1) >= 0
+                            for p in parts):
+                del pending[t["name"]]
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            log.warning("new topics have no leader yet; consumers see their partitions at "
+                        "their next metadata refresh", topics=sorted(pending),
+                        waited_s=timeout_s)
+            return False
+        sleep(0.1)
+    return True
 
 
 class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
