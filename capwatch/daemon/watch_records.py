@@ -51,14 +51,17 @@ class Evidence:
 
     transition: AgentTransition
     explanation: Inconsistency
+    kind: str = field(init=False, compare=False, repr=False)
+    """:func:`evidence_kind` of the explanation, made once: a buffered inconsistency's
+    kind is read when it is buffered (the back-off), queued (the work item's kinds) and
+    awaited (what the work assesses), ~10 us each time."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", evidence_kind(self.explanation))
 
     @property
     def offset(self) -> int:
         return self.transition.offset
-
-    @property
-    def kind(self) -> str:
-        return evidence_kind(self.explanation)
 
 
 def evidence_kind(e: Inconsistency) -> str:
