@@ -198,7 +198,11 @@ def _encoded(mon: ActionMonitor) -> dict[str, Any]:
     admitted since the last one mostly ran an action or two once, to the same tables
     (~10 us to export and encode, ~2 us to pack). The action and settings are held with
     the entry, so the ids in its key stay theirs. A copy of the top level is returned;
-    what it holds is shared, read-only, as a snapshot's values are."""
+    what it holds is shared, read-only, as a snapshot's values are. Tables past
+    :data:`_SMALL_WINDOW` executions are encoded directly: few agents' are alike, and
+    their bytes are long to hash and to keep."""
+    if mon.window.seen > _SMALL_WINDOW:
+        return encode_action_state(mon.export_state(values_array=True))
     raw = mon.pack()
     action, config = mon.action, mon.config
     key = (id(action), id(config), raw)

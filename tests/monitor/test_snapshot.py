@@ -268,3 +268,6 @@ def test_snapshots_of_tables_alike_are_those_encoded_afresh(
                 assert snap["model"] == {"v": 1}
                 snap["actions"][move_car.name]["seen"] = -1  # a caller's own copy
                 assert snapshot_agent(drift, agent)["actions"] == afresh(drift, agent)
+    for x in range(100):  # a table past the short windows encodes directly
+        long.observe("busy", move_car, x % 2)
+        assert snapshot_agent(long, "busy")["actions"] == afresh(long, "busy")
