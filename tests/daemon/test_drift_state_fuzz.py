@@ -53,7 +53,8 @@ def test_random_checkpoints_evictions_and_moves_change_nothing(tmp_path: Path,
     while len(records) < 1800:
         records += d.source.poll(1.0)
     at = 0
-    evicted = moved = 0
+    evicted = moved = packed = 0
+    now = 0.0
     while at < len(records):
         n = rng.randrange(1, 60)
         d.handle_batch(records[at:at + n])
@@ -71,11 +72,17 @@ def test_random_checkpoints_evictions_and_moves_change_nothing(tmp_path: Path,
             committed = d.checkpoints._committed.get(0, 0)
             d.handle_batch([r for r in records[:at] if r.offset >= committed])
             moved += 1
+        elif what < 0.9:
+            # Idle agents trimmed, then frozen: their tables packed (shared when alike).
+            now += 1.0
+            d.registry.compact_idle(now, 0.0)
+            d.registry.compact_idle(now, 0.0)
+            packed += sum(d.drift.packed(w.agent_id) for w in d.registry)
         # Agents still held count exactly as the reference's.
         ref_tables = _tables(ref)
         for agent, tables in _tables(d).items():
             assert tables == ref_tables[agent], (seed, at, agent)
-    assert evicted > 10 and moved
+    assert evicted > 10 and moved and packed
     # Every idle agent evicted: the store holds each one's tables exactly as the
     # reference's (an agent awaiting work stays, and was compared above).
     d.checkpoints.evict(0)
