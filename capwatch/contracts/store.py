@@ -33,6 +33,11 @@ class VersionConflict(StoreError):
     """A different model already holds this (family, agent, version)."""
 
 
+class LeaseLost(StoreError):
+    """Claimed work is no longer held by the worker that claimed it: its lease ran out and
+    another worker holds (or finished) it."""
+
+
 class UnknownVersion(StoreError):
     """No such model version (or the parent named by a write does not exist)."""
 
@@ -184,6 +189,11 @@ class WorkQueue(Protocol):
     def claim(self, worker: str, now: datetime, lease_seconds: float,
               limit: int = 1) -> list[PendingAssessment]:
         """Take up to ``limit`` pending items, or items whose lease ran out, oldest first."""
+        ...
+
+    def renew(self, key: str, worker: str, now: datetime, lease_seconds: float) -> None:
+        """Extend the lease of claimed work ``worker`` holds to ``now + lease_seconds``;
+        :class:`LeaseLost` when it no longer holds it."""
         ...
 
     def complete(self, key: str, worker: str) -> None:

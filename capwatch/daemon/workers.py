@@ -6,6 +6,12 @@ in one transaction, publishes it, and posts the result (:mod:`capwatch.daemon.wo
 the main loop, which alone touches the per-agent state. A failed attempt goes back to the
 queue with a wait that depends on why it failed (:mod:`capwatch.daemon.retry`); the last
 allowed failure writes the ``assessment_failed`` alert in the same transaction.
+
+A claim's lease is renewed while its work runs (every third of ``assessment.lease_s``), so
+an assessment that takes longer than the lease is not claimed and run a second time by
+another worker (which would publish its version again); a worker whose lease did run out
+meanwhile (its replica frozen, or cut off from the store) stores and publishes nothing and
+leaves the work to its new holder.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from capwatch.assess.agent import AgentUnavailable
 from capwatch.contracts.ports import AgentDirectory, Publisher
 from capwatch.contracts.store import (
     AlertOutboxStore,
+    LeaseLost,
     ModelRegistry,
     OutboxAlert,
     PendingAssessment,
@@ -75,6 +82,8 @@ class AssessmentWorkers:
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._wake = threading.Event()
+        self._finished = threading.Event()
+        """Set once the workers have ended: the leases of running work are renewed until."""
         self._inflight: dict[str, str] = {}
         """Worker name → key of the item it is running."""
         self._lock = threading.Lock()
@@ -88,6 +97,7 @@ class AssessmentWorkers:
                                  daemon=True)
             t.start()
             self._threads.append(t)
+        threading.Thread(target=self._renew_leases, name="assess-leases", daemon=True).start()
 
     def wake(self) -> None:
         """New work is queued: claim it now rather than at the next poll."""
@@ -112,10 +122,26 @@ class AssessmentWorkers:
             t.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             unfinished = dict(self._inflight)
+        self._finished.set()
         for worker, key in unfinished.items():
             with contextlib.suppress(StoreError):
                 self.store.release(key, worker, "replica shutting down", self.clock(),
                                    self.config.assessment.max_attempts + 1)
+
+    def _renew_leases(self) -> None:
+        lease_s = self.config.assessment.lease_s
+        while not self._finished.wait(lease_s / 3):
+            with self._lock:
+                running = dict(self._inflight)
+            for worker, key in running.items():
+                try:
+                    self.store.renew(key, worker, self.clock(), lease_s)
+                except LeaseLost:
+                    pass  # its worker finds out before storing anything
+                except INFRASTRUCTURE_ERRORS:
+                    pass  # tried again at the next turn; the outage is logged elsewhere
+                except Exception:
+                    log.exception("renewing an assessment's lease failed", key=key)
 
     def _loop(self, name: str) -> None:
         cfg = self.config.assessment
@@ -154,6 +180,9 @@ class AssessmentWorkers:
         """Run work ``worker`` holds the lease of; a failure gives it back to the queue."""
         try:
             self._run(worker, item)
+        except LeaseLost as e:
+            log.warning("assessment's lease lost; its new holder finishes it, nothing was "
+                        "stored or published by this worker", key=item.key, problem=str(e))
         except AgentUnavailable as e:
             self.give_back(worker, item, describe_agent_failure(e))
         except OUTAGE_ERRORS as e:
@@ -298,6 +327,9 @@ class AssessmentWorkers:
             }
             candidate = build_version(ref, outcome.model, self.clock(), parent=base,
                                       baseline=baseline.domain(), evidence=evidence)
+            # The assessment took long enough for this replica to have been frozen or cut
+            # off past its lease: the work's new holder stores and publishes it instead.
+            self.store.renew(item.key, worker, self.clock(), self.config.assessment.lease_s)
             try:
                 # The version's alerts enter the outbox in the version's own transaction.
                 version = self.store.put(candidate, self._version_alerts(base, candidate,

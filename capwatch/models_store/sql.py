@@ -17,6 +17,7 @@ import msgspec
 
 from capwatch.contracts.store import (
     QUEUE_STATUSES,
+    LeaseLost,
     OutboxAlert,
     PendingAssessment,
     StoreError,
@@ -302,6 +303,15 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                 claimed.append(self._item_from_row(rows[0]))
         return claimed
 
+    def renew(self, key: str, worker: str, now: datetime, lease_seconds: float) -> None:
+        lease = self._ts_in(lease_until(now, lease_seconds, 1))
+        with self._tx() as tx:
+            n = tx.run("UPDATE pending_assessments SET lease_until = ? "
+                       "WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
+                       (lease, key, worker))
+            if n == 0:
+                self._explain_not_held(tx, key, worker)
+
     def complete(self, key: str, worker: str) -> None:
         with self._tx() as tx:
             n = tx.run("UPDATE pending_assessments SET status = 'done', lease_until = NULL "
@@ -332,7 +342,7 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                        (key,))
         if not rows:
             raise StoreError(f"no pending assessment {key!r}")
-        raise StoreError(f"pending assessment {key!r} is {rows[0][0]} and held by "
+        raise LeaseLost(f"pending assessment {key!r} is {rows[0][0]} and held by "
                          f"{rows[0][1]!r}, not {worker!r}: its lease was lost")
 
     def queue_items(self, status: str | None = None) -> list[PendingAssessment]:

@@ -1,0 +1,128 @@
+"""An assessment's lease: renewed while it runs, and a worker that lost it publishes nothing.
+
+Found by the failover review of session 8: with agents answering 0.3 s late, an assessment
+outlived its lease (no renewal), a second replica's worker claimed and ran it as well,
+found the version stored by the first and published it again (the models topic had the
+agent's version 1 twice). The same happens to a replica frozen (SIGSTOP, a long GC pause,
+a stalled VM) past the lease in the middle of an assessment.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import AgentQuery, QueryResult
+from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.service import build_service
+from capwatch.model.domain import GroundAction, GroundAtom
+from tests.daemon.helpers import config, example, refused_sample
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+
+class Hooked:
+    """The drifted rover; ``on_first_query`` runs once, inside the assessment."""
+
+    def __init__(self, on_first_query: Callable[[], None]) -> None:
+        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=1)
+        self.hook: Callable[[], None] | None = on_first_query
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return self.sim.query(state, plan, samples)
+
+
+class Directory:
+    def __init__(self, agent: Hooked) -> None:
+        self.hooked = agent
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.hooked
+
+
+def _daemon(tmp_path: Path, agent: Hooked, now: list[datetime], lease_s: float
+            ) -> tuple[Pipeline, MemoryPublisher]:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 assessment={"lease_s": lease_s, "workers": 1})
+    out = MemoryPublisher()
+    d = build_service(cfg, publisher=out, agents=Directory(agent),
+                      source=JsonlSource(str(path)), clock=lambda: now[0]).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    for r in d.source.poll(1.0):
+        d.handle(r)
+    assert len(d.store.queue_items("pending")) == 1
+    return d, out
+
+
+def test_a_worker_whose_lease_ran_out_mid_assessment_stores_and_publishes_nothing(
+        tmp_path: Path) -> None:
+    """Frozen past its lease while it asks the agent, the worker wakes up to find the work
+    claimed by another: the other publishes the version, once."""
+    now = [T0]
+    taken: list[str] = []
+
+    def frozen_past_the_lease() -> None:
+        now[0] = T0 + timedelta(seconds=61)
+        taken.extend(i.key for i in d.store.claim("other/w0", now[0], 60.0, 1))
+
+    d, out = _daemon(tmp_path, Hooked(frozen_past_the_lease), now, 60.0)
+    (item,) = d.store.claim("zombie/w0", T0, 60.0, 1)
+    d.workers.run_claimed("zombie/w0", item)
+    assert taken == [item.key], "the lease had run out: another worker claimed the work"
+    assert out.models == [], "a worker that lost its lease published a version"
+    assert d.store.history("rover-v1", "rover-a") == []
+    (again,) = [i for i in d.store.queue_items("claimed") if i.key == item.key]
+    d.workers.run_claimed("other/w0", again)
+    assert [(m.agent_id, m.version) for m in out.models] == [("rover-a", 1)]
+    assert [i.key for i in d.store.queue_items("done")] == [item.key]
+    d.source.close()
+    d.store.close()
+
+
+def test_the_lease_of_running_work_is_renewed_so_no_other_worker_claims_it(
+        tmp_path: Path) -> None:
+    """An assessment that takes longer than its lease keeps it: the workers renew the
+    leases of what they run every third of ``assessment.lease_s``."""
+    now = [T0]
+    lease_s = 0.6
+    later = T0 + timedelta(seconds=100)
+    renewed = threading.Event()
+    stolen: list[str] = []
+
+    def slow_agent() -> None:
+        now[0] = later  # the assessment has taken far longer than its lease
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            (held,) = d.store.queue_items("claimed")
+            if held.lease_until is not None and held.lease_until > later:
+                renewed.set()
+                break
+            time.sleep(0.02)
+        stolen.extend(i.key for i in d.store.claim(
+            "other/w0", later + timedelta(seconds=lease_s / 2), lease_s, 1))
+
+    d, out = _daemon(tmp_path, Hooked(slow_agent), now, lease_s)
+    d.workers.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not out.models and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        d.workers.stop(10.0)
+    assert renewed.is_set(), "the running work's lease was not renewed"
+    assert stolen == [], "another worker claimed work that was still running"
+    assert [(m.agent_id, m.version) for m in out.models] == [("rover-a", 1)]
+    d.source.close()
+    d.store.close()
