@@ -82,7 +82,8 @@ class Registry:
         self._parked_kinds: dict[str, frozenset[str]] = {}
         """Agent id → the evidence kinds its parked work assesses (AgentWatch.await_work)."""
         self._hinted: set[str] = set()
-        """Parked agents that :meth:`park_queued` parked as hints."""
+        """Parked agents released once their work leaves the queue (:meth:`unpark_ended`):
+        those :meth:`park_queued` parked as hints, and those :meth:`drop` parked."""
         self._baselines: dict[str, tuple[ModelVersion, Domain, SharedGrounding]] = {}
         self._checked: set[str] = set()
         self.next_tick: Callable[[], int] = itertools.count(1).__next__
@@ -281,6 +282,10 @@ class Registry:
             if watch is not None and watch.awaiting is not None:
                 self._parked[agent_id] = watch.awaiting
                 self._parked_kinds[agent_id] = watch.queued_kinds
+                # Its partition may have moved away (a rebalance), and the work be ended by
+                # another replica's worker, which tells this one nothing: released like a
+                # hint once the work leaves the queue, or it stays awaited here forever.
+                self._hinted.add(agent_id)
             if watch is not None and watch.backoff:
                 # Evicted or moved away: a reload must not assess held-back evidence again.
                 self._backoff[agent_id] = (watch.version.ref, dict(watch.backoff))

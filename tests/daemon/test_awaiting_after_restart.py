@@ -191,3 +191,29 @@ def test_a_hint_of_another_replicas_work_is_released_when_that_work_ends(
         for d in (owner, bystander):
             d.source.close()
             d.store.close()
+
+
+def test_an_agent_whose_partition_moved_away_is_released_when_another_replica_ends_its_work(
+        tmp_path: Path) -> None:
+    """The owner queues an assessment and loses the partition in a rebalance before it
+    ends; another replica's worker runs it. The former owner must not report the agent
+    as awaiting an assessment forever (found by the failover review: a survivor's
+    capwatch_agents_awaiting_assessment stayed at 1 after every item was done, so it never
+    settled and a run with --exit-when-idle never ended)."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(refused_sample(step=0) + "\n")
+    owner = _start(tmp_path, path)
+    other = _start(tmp_path, path)
+    try:
+        owner.handle_batch(owner.source.poll(1.0))
+        owner.sweep(force=True)
+        (queued,) = owner.store.queue_items("pending")
+        assert owner.awaiting() == {"rover-a": queued.key}
+        owner.revoke({0})  # the rebalance moves partition 0 away
+        assert run_queued(other) == 1
+        owner.poll_results()
+        assert owner.awaiting() == {}
+    finally:
+        for d in (owner, other):
+            d.source.close()
+            d.store.close()
