@@ -77,6 +77,7 @@ def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
     path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
                  assessment={"max_attempts": max_attempts, "retry_after_s": 7,
+                             "lease_s": 60,  # as _attempt claims: the renewal keeps it
                              "agent_retry": {"backoff_s": 10, "multiplier": 2,
                                              "jitter": 0, **retry}})
     out = MemoryPublisher()
