@@ -164,7 +164,10 @@ def jsonl_config(workdir: Path, inp: FleetInput, input_path: Path, store_url: st
         # as much unfinished work as it would in production.
         "assessment": {"workers": 2, "lease_s": 10.0, "retry_after_s": 0.5},
         "http": {"enabled": http_port is not None, "port": http_port or 0},
-        "alerts": {"group_wait_seconds": 0.2, "route_s": 0.1},
+        # A delivery the killed run held (claimed, not yet sent) goes out once its hold runs
+        # out; a finite run does not wait for it. 1 s is less than any restart takes (a new
+        # process reading the rest of the input), so the restarted run sends it.
+        "alerts": {"group_wait_seconds": 0.2, "route_s": 0.1, "delivery_lease_s": 1.0},
         "log": {"level": "info", "format": "json"},
         "shutdown_grace_s": 10.0,
     }
