@@ -7,10 +7,11 @@ import sys
 
 CHECK = """
 import gc, weakref
-from capwatch.daemon.heap import FULL_COLLECTION_AFTER, settle_heap
+from capwatch.daemon.heap import FULL_COLLECTION_AFTER, YOUNG_COLLECTION_AFTER, settle_heap
 assert gc.get_freeze_count() == 0
 settle_heap()
 assert gc.get_freeze_count() > 1000, gc.get_freeze_count()
+assert gc.get_threshold()[0] == YOUNG_COLLECTION_AFTER
 assert gc.get_threshold()[2] == FULL_COLLECTION_AFTER
 
 class Node:
