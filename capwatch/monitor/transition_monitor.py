@@ -7,7 +7,7 @@ bounded sample of executed transitions per action, from which the pa-values that
 observations pin down are inferred without asking the agent anything
 (capwatch.monitor.executions reads them).
 
-Over ~400 lines (~460): :meth:`TransitionMonitor.idle_state` and
+Over ~400 lines and 24 KB (~470, 24.8 KB): :meth:`TransitionMonitor.idle_state` and
 :meth:`TransitionMonitor.from_idle_state` must see every private field the monitor
 keeps (an index of the agent's own included), so they live with it.
 """
@@ -331,7 +331,7 @@ class TransitionMonitor:
         result = check(op, s, s2)
         verdict = result[0]
         if verdict is not _APPLIED:
-            return self._record(op, action, s, s2, result, position)
+            return self._record(op, action, s, s2, result, position, state, next_state)
         # An execution, most transitions: _record's bookkeeping inline (a call and its
         # argument tuple cost a tenth of the whole check on this path).
         name = op.action.name
@@ -401,14 +401,19 @@ class TransitionMonitor:
         return s, s - sum(map(get, state - next_state)) + sum(map(get, next_state - state))
 
     def _record(self, op: GroundOperator, action: GroundAction, s: StateMask, s2: StateMask,
-                result: tuple[Verdict, int], position: int) -> Observation:
+                result: tuple[Verdict, int], position: int,
+                state: frozenset[GroundAtom] | None = None,
+                next_state: frozenset[GroundAtom] | None = None) -> Observation:
+        """``state``, ``next_state``: the sets ``s``, ``s2`` encode, if the caller has them
+        (decoding them again cost more than the check on large states)."""
         verdict, outcomes = result
         name = op.action.name
         self.transitions += 1
         if verdict is _APPLIED:
             self._keep_executed(name, position, s, action, s2)
         elif verdict is _INCONSISTENT:
-            fs, fs2 = self.index.decode(s), self.index.decode(s2)
+            fs = state if state is not None else self.index.decode(s)
+            fs2 = next_state if next_state is not None else self.index.decode(s2)
             kept = self._inconsistencies
             if kept is None:
                 kept = self._inconsistencies = deque(maxlen=self.limits.max_inconsistencies)
