@@ -195,6 +195,71 @@ class _ActionFacts:
     """The action's atoms outside P* (constants, repeated parameters)."""
     equal: tuple[tuple[str, str], ...]
     distinct: tuple[tuple[str, str], ...]
+    groundings: dict[GroundAction, _Grounding]
+    """Its groundings met so far (:func:`_grounding`), up to :data:`_MAX_GROUNDINGS`."""
+
+
+_GroundAtomFacts = tuple[LiftedAtom, PaTuple, PaValue, frozenset[PaValue], GroundAtom,
+                         tuple[LiftedAtom, ...] | None, tuple[LiftedAtom, ...]]
+"""An atom of P*, its pa-tuple, current value, values its outcomes give it, the ground
+atom it names and, if that ground atom is entangled, the atoms of P* and outside it that
+name it too (else None, ())."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Grounding:
+    """What :func:`explain` needs of one grounding of an action whatever the states:
+    worked out once per grounding. A drifted agent awaiting its assessment makes the
+    same inconsistent steps at every record, and grounding P* again was half of each
+    explanation."""
+
+    violated: tuple[str, ...]
+    pre_pos: tuple[GroundAtom, ...]
+    pre_neg: tuple[GroundAtom, ...]
+    atoms: tuple[_GroundAtomFacts, ...]
+    named: frozenset[GroundAtom]
+    """The ground atoms P* names."""
+    entangled: frozenset[GroundAtom]
+    possible: dict[tuple[int, Presence], frozenset[PaValue]]
+    """(index in ``atoms``, presence) → the values possible for an entangled atom
+    (:func:`_entangled_possible`, a function of those alone), as met."""
+
+
+_MAX_GROUNDINGS = 4096
+
+
+def _grounding(facts: _ActionFacts, ground_action: GroundAction) -> _Grounding:
+    held = facts.groundings.get(ground_action)
+    if held is not None:
+        return held
+    action = facts.action
+    binding = dict(zip(action.parameter_names, ground_action[1:], strict=True))
+    violated = tuple(f"(= {a} {b})" for a, b in facts.equal
+                     if binding.get(a, a) != binding.get(b, b)) + tuple(
+        f"(not (= {a} {b}))" for a, b in facts.distinct
+        if binding.get(a, a) == binding.get(b, b))
+    grounded = [(atom, pa, current, outcomes, atom.ground(binding))
+                for atom, pa, current, outcomes in facts.gamma]
+    by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
+    for atom, _, _, _, g in grounded:
+        by_ground.setdefault(g, []).append(atom)
+    fixed_by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
+    for atom in facts.fixed:
+        fixed_by_ground.setdefault(atom.ground(binding), []).append(atom)
+    entangled = frozenset(g for g, atoms in by_ground.items()
+                          if len(atoms) + len(fixed_by_ground.get(g, ())) > 1)
+    held = _Grounding(
+        violated, tuple(a.ground(binding) for a in action.pre_pos),
+        tuple(a.ground(binding) for a in action.pre_neg),
+        tuple((atom, pa, current, outcomes, g,
+               tuple(by_ground[g]) if g in entangled else None,
+               tuple(fixed_by_ground.get(g, ())) if g in entangled else ())
+              for atom, pa, current, outcomes, g in grounded),
+        frozenset(by_ground), entangled, {})
+    if len(facts.groundings) >= _MAX_GROUNDINGS:
+        facts.groundings.clear()
+    facts.groundings[ground_action] = held
+    return held
 
 
 _FACTS: dict[int, tuple[Domain, dict[str, _ActionFacts]]] = {}
@@ -220,7 +285,7 @@ def _facts(domain: Domain, name: str) -> _ActionFacts:
                    (pre_mode(action, atom), eff_mode(action, atom)),
                    frozenset(_outcome_values(action, pa))) for atom in gamma),
             tuple(action.all_atoms() - set(gamma)),
-            tuple(sorted(action.equal)), tuple(sorted(action.distinct)))
+            tuple(sorted(action.equal)), tuple(sorted(action.distinct)), {})
     return facts
 
 
@@ -235,32 +300,23 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
     """
     facts = _facts(domain, ground_action[0])
     action = facts.action
-    binding = dict(zip(action.parameter_names, ground_action[1:], strict=True))
-    violated = tuple(f"(= {a} {b})" for a, b in facts.equal
-                     if binding.get(a, a) != binding.get(b, b)) + tuple(
-        f"(not (= {a} {b}))" for a, b in facts.distinct
-        if binding.get(a, a) == binding.get(b, b))
-    applicable = not violated and all(a.ground(binding) in state for a in action.pre_pos) and (
-        not any(a.ground(binding) in state for a in action.pre_neg))
+    grounding = _grounding(facts, ground_action)
+    violated = grounding.violated
+    applicable = not violated and all(g in state for g in grounding.pre_pos) and (
+        not any(g in state for g in grounding.pre_neg))
     changed = state ^ next_state
     executed: bool | None = True if changed else (None if applicable else False)
-    grounded = [(atom, pa, current, outcomes, atom.ground(binding))
-                for atom, pa, current, outcomes in facts.gamma]
-    by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
-    for atom, _, _, _, g in grounded:
-        by_ground.setdefault(g, []).append(atom)
-    fixed_by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
-    for atom in facts.fixed:
-        fixed_by_ground.setdefault(atom.ground(binding), []).append(atom)
-    entangled = frozenset(g for g, atoms in by_ground.items()
-                          if len(atoms) + len(fixed_by_ground.get(g, ())) > 1)
+    entangled = grounding.entangled
+    known = grounding.possible
     contradicted: list[PaContradiction] = []
     candidates: list[PaContradiction] = []
-    for atom, pa, current, outcomes, g in grounded:
+    for i, (atom, pa, current, outcomes, g, free, fixed) in enumerate(grounding.atoms):
         presence = (g in state, g in next_state)
-        if g in entangled:
-            possible = _entangled_possible(action, atom, by_ground[g],
-                                           fixed_by_ground.get(g, ()), presence)
+        if free is not None:
+            possible = known.get((i, presence))
+            if possible is None:
+                possible = known[i, presence] = _entangled_possible(
+                    action, atom, free, fixed, presence)
             ruled_out = current not in possible
         else:
             possible = _PRESENCES[presence]
@@ -279,7 +335,7 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
         missing_precondition_candidates=tuple(candidates),
         # difference(), not "-": frozenset - dict_keys is a set (dict_keys.__rsub__), which
         # mypyc, trusting the declared frozenset, refuses at run time.
-        unexplained_atoms=frozenset(changed).difference(by_ground),
+        unexplained_atoms=frozenset(changed).difference(grounding.named),
         entangled=entangled,
         violated_constraints=violated,
     )
