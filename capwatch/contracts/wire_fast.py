@@ -29,7 +29,7 @@ from capwatch.contracts.wire import (
     DeadLetter,
     DecodeLimits,
 )
-from capwatch.contracts.wire_keys import FIND_STATES, trace_keys_unique, transition_keys_unique
+from capwatch.contracts.wire_keys import trace_keys_unique, transition_keys_unique
 from capwatch.contracts.wire_structs import NO_TIME as _NO_TIME
 from capwatch.contracts.wire_structs import Trace as _Trace
 from capwatch.contracts.wire_structs import Transition as _Transition
@@ -355,18 +355,20 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         _ids(agent_id, family, episode_id)
     max_atoms = limits.max_state_atoms
     if type(event) is _Transition:
-        state: msgspec.Raw | bytes = event.state
-        next_state: msgspec.Raw | bytes = event.next_state
-        if len(state) + len(next_state) >= FIND_STATES:
-            # Copied once to bytes (the helpers' bytes() calls then copy nothing).
-            state, next_state = bytes(state), bytes(next_state)
+        # Copied once to bytes (the helpers' bytes() calls then copy nothing), and the
+        # helpers the hot path called once a record written out here (~0.1 us a call).
+        state = bytes(event.state)
+        next_state = bytes(event.next_state)
         time = b"" if event.time is _NO_TIME else bytes(event.time)
         fields = 6 + (event.step is not UNSET) + (event.executed is not UNSET) \
-            + _common_fields(event)
+            + (event.v is not UNSET) + (event.episode_id is not UNSET) \
+            + (event.time is not _NO_TIME) + (event.optimal is not UNSET)
         if not transition_keys_unique(raw, fields, state, next_state, time):
             raise _Refused
         last = memo[0] if memo is not None else None
-        seen = _fingerprint(state) if last is not None else None
+        seen: Fingerprint | None = None
+        if last is not None:  # _fingerprint(state)
+            seen = state if len(state) <= _MEMO_TEXT else (len(state), hash(state))
         if last is not None and (last[0] == seen or (
                 type(seen) is bytes and type(last[0]) is tuple
                 and last[0] == (len(seen), hash(seen)))):
@@ -377,8 +379,8 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             # iterating a hash set), or another of the agent's states (a reset, episodes
             # interleaved). Made from the memo's set by the atoms that differ, it is the
             # memo's very set when none do, whose encoding the monitor then reuses.
-            (n, s, ids, generation), _ = _next_state(bytes(state), max_atoms, last[2],
-                                                     last[3], last[4])
+            (n, s, ids, generation), _ = _next_state(state, max_atoms, last[2], last[3],
+                                                     last[4])
         else:
             n, s, ids, generation = _state(state, max_atoms)
             if last is not None and s == last[2]:
@@ -395,12 +397,13 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
                 s2 = s  # (_next_state does so when the ids are known)
         else:
             (n2, s2, ids2, generation2), flipped = _next_state(
-                bytes(next_state), max_atoms, s, ids, generation)
+                next_state, max_atoms, s, ids, generation)
         if n > max_atoms:
             raise _Refused  # a memo made under other limits
         if memo is not None:
-            memo[0] = (seen if same and seen is not None else _fingerprint(next_state), n2,
-                       s2, ids2, generation2)
+            memo[0] = (seen if same and seen is not None else next_state
+                       if len(next_state) <= _MEMO_TEXT else (len(next_state), hash(next_state)),
+                       n2, s2, ids2, generation2)
             if len(memo) > 1:
                 memo[1] = flipped
         return [AgentTransition(
