@@ -338,7 +338,16 @@ class Pipeline:
         # A finite run ends with its alerts out: groups close now instead of after
         # group_wait. Deliveries a sink refused stay in the store for the next start.
         self.route_alerts(force=True)
-        return True
+        return not self._held_deliveries()
+
+    def _held_deliveries(self) -> bool:
+        """A delivery claimed and never finished: the replica sending it died (a killed
+        earlier run of this one, say). It goes out once its hold
+        (alerts.delivery_lease_s) runs out, so a finite run waits for it; one a sink
+        refused (it has an error) waits for the next start instead."""
+        now = self.clock()
+        return any(d.attempts > 0 and d.last_error is None and d.not_before is not None
+                   and d.not_before > now for d in self.store.deliveries("pending"))
 
     def _shutdown(self) -> None:
         """Stop fetching, give in-flight work a bounded time, then commit and close."""

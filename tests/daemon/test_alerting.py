@@ -4,6 +4,7 @@ suppressed across restarts, re-delivered after a sink failure. No servers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
@@ -235,3 +236,33 @@ def test_a_grouped_awaiting_alert_is_ended_when_every_agent_was_assessed(
     assert group_end.ends_at == max(m.time for m in memory.models)
     firing, ending = AlertmanagerSink("http://am:9093").payload([group, group_end])
     assert firing["labels"] == ending["labels"]
+
+
+def test_a_finite_run_sends_the_delivery_a_killed_run_held_before_it_exits(
+        tmp_path: Path) -> None:
+    """A run killed after claiming a delivery and before sending it leaves the delivery
+    held for alerts.delivery_lease_s. The next finite run waits the hold out and sends it,
+    instead of ending with the alert still in the store."""
+    from datetime import UTC, datetime
+
+    from capwatch.alerts.outbox import AlertOutbox, outbox_record
+    from capwatch.alerts.policy import AlertPolicy
+    from capwatch.alerts.types import inconsistency_alert
+    from capwatch.daemon.alerting import PublisherAlertSink
+    from tests.daemon.helpers import good_sample
+
+    cfg = _jsonl(tmp_path, "in.jsonl", [good_sample()], alerts={"delivery_lease_s": 1.0})
+    now = datetime.now(UTC)
+    alert = inconsistency_alert(family="rover-v1", agent_id="rover-a", action="navigate",
+                                time=now, contradicted=[])
+    store = open_store(str(cfg.store.url))
+    try:
+        store.add_alerts([outbox_record(alert, "held")])
+        killed_run = AlertOutbox(store, [PublisherAlertSink(MemoryPublisher())],
+                                 AlertPolicy(group_wait=timedelta(0)))
+        killed_run.route(now)
+        assert len(store.claim_deliveries(now, 1.0)) == 1  # and then it was killed
+    finally:
+        store.close()
+    _, memory = _run(cfg)
+    assert [a.dedup_key for a in memory.alerts] == [alert.dedup_key]
