@@ -210,6 +210,11 @@ class WorkQueue(Protocol):
 
     def queue_items(self, status: str | None = None) -> list[PendingAssessment]: ...
 
+    def live_queue_items(self) -> list[PendingAssessment]:
+        """Pending and claimed work, read at once: work given back for a retry (claimed
+        to pending) between a read of each status would be in neither."""
+        ...
+
 
 
 class Checkpoints(Protocol):

@@ -151,7 +151,6 @@ class EvidenceQueue:
         else:
             # A replay of evidence whose work is queued already, or even finished (then
             # there is nothing to wait for).
-            live = {i.key for i in (*self.store.queue_items("pending"),
-                                    *self.store.queue_items("claimed"))}
+            live = {i.key for i in self.store.live_queue_items()}
             watch.queued(item.key, awaiting=item.key in live)
         self.wake_workers()

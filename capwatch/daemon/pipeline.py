@@ -332,7 +332,7 @@ class Pipeline:
         if any(w.buffered for w in self.registry):
             self.sweep(force=True)
             return False
-        pending = self.store.queue_items("pending") + self.store.queue_items("claimed")
+        pending = self.store.live_queue_items()
         if pending or self.registry.awaiting():
             return False
         # A finite run ends with its alerts out: groups close now instead of after

@@ -56,7 +56,7 @@ def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
     pending or claimed parks its agent (its watch starts out awaiting it), and work that
     ended unexplained within ``horizon_s`` still backs its evidence off (watch.back_off),
     oldest first so repeated failures double the wait again."""
-    for item in (*queue.queue_items("pending"), *queue.queue_items("claimed")):
+    for item in queue.live_queue_items():
         kinds = item.payload.get("evidence_kinds") or ()
         registry.park(item.agent_id, item.key, tuple(str(k) for k in kinds))
     for item in sorted(queue.queue_items("failed"), key=lambda i: i.enqueued_at):
@@ -309,7 +309,7 @@ class Registry:
         when the evidence is replayed here. Which agent is in which partition is known only
         from its records, so agents of other replicas' partitions are parked too, as
         hints: :meth:`unpark_ended` releases a hint once its work left the queue."""
-        for item in (*queue.queue_items("pending"), *queue.queue_items("claimed")):
+        for item in queue.live_queue_items():
             if item.agent_id not in self._agents and item.agent_id not in self._parked:
                 kinds = item.payload.get("evidence_kinds") or ()
                 self.park(item.agent_id, item.key, tuple(str(k) for k in kinds))

@@ -72,7 +72,10 @@ class ResultApplier:
         left it was either stored as a newer version, which is installed, or ended without
         one (no change found, or failed), which releases the agent.
         """
-        items = [*self.store.queue_items("pending"), *self.store.queue_items("claimed")]
+        # One read: a retried item goes from claimed back to pending, and read status by
+        # status it could be in neither, taken for ended (its agent released, its evidence
+        # queued again beside it).
+        items = self.store.live_queue_items()
         for item in items:
             # Work an operator queued (capwatch.models_store.actions: assess now, the
             # installation of a rollback) for an agent this replica holds: any replica

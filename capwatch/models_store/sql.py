@@ -349,6 +349,12 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
         return self._by_status(f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments",
                                "enqueued_at", QUEUE_STATUSES, status, self._item_from_row)
 
+    def live_queue_items(self) -> list[PendingAssessment]:
+        with self._tx(write=False) as tx:
+            rows = tx.rows(f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments "
+                           "WHERE status IN ('pending', 'claimed') ORDER BY enqueued_at, key")
+        return [self._item_from_row(r) for r in rows]
+
     # -- consumer checkpoints --------------------------------------------------------------
     def save_offsets(self, group: str, offsets: Mapping[tuple[str, int], int],
                      at: datetime) -> None:
