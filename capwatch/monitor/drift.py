@@ -54,6 +54,12 @@ SHARED_BLOBS = 1024
 agent's tables costs ~10 us, the lookup of tables already seen well under 1 us, and the
 bound keeps the map to ~1 MB."""
 
+SHARED_UP_TO_SEEN = 64
+"""Only tables of at most this many executions are looked up and kept by their bytes:
+agents alike are those admitted with a few records, and longer tables (kilobytes each,
+some tens of MB over :data:`SHARED_BLOBS` with many probabilistic actions) are rarely
+alike. As the snapshot's cache of encodings does."""
+
 
 @dataclass(frozen=True, slots=True)
 class AuditFinding:
@@ -125,22 +131,24 @@ class DriftMonitor:
         if any(m.config is not self.config for m in mons):
             return False  # unpacked with this monitor's settings: only its own tables
         raw = b"".join(m.pack() for m in mons)
-        blob = self._blobs.get(raw)
+        seen = max(m.window.seen for m in mons)
+        shared = seen <= SHARED_UP_TO_SEEN
+        blob = self._blobs.get(raw) if shared else None
         if blob is None:
             # Level 1: the detector's statistics are mostly incompressible floats; zeros
             # (a CUSUM at rest, small counts) shrink at a fraction of the default level's
             # cost.
             small = zlib.compress(raw, 1)
             blob = b"\x01" + small if len(small) < len(raw) else b"\x00" + raw
-            blobs = self._blobs
-            if len(blobs) >= SHARED_BLOBS:
-                del blobs[next(iter(blobs))]  # the oldest
-            blobs[raw] = blob
+            if shared:
+                blobs = self._blobs
+                if len(blobs) >= SHARED_BLOBS:
+                    del blobs[next(iter(blobs))]  # the oldest
+                blobs[raw] = blob
         for name in names:
             del self._monitors[(agent_id, name)]
         del self._by_agent[agent_id]
-        self._packed[agent_id] = (blob, max(m.window.seen for m in mons),
-                                  *(m.action for m in mons))
+        self._packed[agent_id] = (blob, seen, *(m.action for m in mons))
         return True
 
     def packed(self, agent_id: str) -> bool:

@@ -135,3 +135,23 @@ def test_agents_with_the_same_tables_hold_one_packed_blob(
             assert same == (kind == kind_before)
         for agent, _ in agents:
             assert snapshot_agent(packed, agent) == snapshot_agent(plain, agent)
+
+
+def test_long_tables_are_packed_without_being_kept_by_their_bytes(move_car: Action) -> None:
+    """Only short tables are kept for agents alike: a long one (kilobytes) would hold its
+    bytes in the map long after its agent unpacked it. Packed either way, it continues
+    exactly as a table never packed."""
+    plain, packed = DriftMonitor(), DriftMonitor()
+    for agent, n in (("short", drift_module.SHARED_UP_TO_SEEN),
+                     ("long", drift_module.SHARED_UP_TO_SEEN + 1)):
+        for x in range(n):
+            assert _dump(plain.observe(agent, move_car, x % 2)) == \
+                _dump(packed.observe(agent, move_car, x % 2))
+        assert packed.pack(agent)
+    assert [packed._packed["short"][0]] == list(packed._blobs.values())
+    for x in range(5):
+        for agent in ("short", "long"):
+            assert _dump(plain.observe(agent, move_car, x % 2)) == \
+                _dump(packed.observe(agent, move_car, x % 2))
+    for agent in ("short", "long"):
+        assert snapshot_agent(packed, agent) == snapshot_agent(plain, agent)
