@@ -398,3 +398,36 @@ def test_a_clock_set_back_does_not_hold_alerts_back_until_it_catches_up() -> Non
     for stamp in (at(0), at(1)):
         assert plan_routing([outbox_record(reduced("r3", stamp), "w")], {}, policy, at(0.5),
                             ["am"]).deliveries == ()
+
+
+def test_deliveries_behind_a_slow_sink_are_not_sent_again_by_another_replica(
+        store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each send takes 40 s (an Alertmanager answering slowly) against a 60 s hold: the
+    deliveries still waiting are not sent by another replica meanwhile as well. Before,
+    the whole batch was held from its start, the other replica took what was left once
+    that ran out, and both sent it."""
+    from capwatch.alerts import outbox as outbox_module
+
+    elapsed = [0.0]
+    monkeypatch.setattr(outbox_module, "_monotonic", lambda: elapsed[0])
+    policy = AlertPolicy(group_wait=timedelta(0))
+    other_sink = Sink("kafka")
+    other = AlertOutbox(store, [other_sink], policy, lease=timedelta(seconds=60))
+
+    class Slow(Sink):
+        def send(self, alerts: Sequence[Alert]) -> None:
+            elapsed[0] += 40
+            if len(self.sent) == 1:  # while the second is being sent: the other's turn
+                other.deliver(at(elapsed[0]))
+            super().send(alerts)
+
+    slow = Slow("kafka")
+    outbox = AlertOutbox(store, [slow], policy, lease=timedelta(seconds=60))
+    store.add_alerts([outbox_record(reduced(f"r{i}", at(0), fp=f"f{i}"), f"v{i}")
+                      for i in range(3)])
+    outbox.route(at(0))
+    outbox.deliver(at(0))
+    sent = [a.dedup_key for a in (*slow.sent, *other_sink.sent)]
+    assert len(sent) == 3 and len(set(sent)) == 3, sent
+    assert len(other_sink.sent) == 1
+    assert outbox.backlog() == (0, 0)
