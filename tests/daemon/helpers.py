@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import Service, build_service
@@ -93,3 +94,13 @@ def run_queued(d: Pipeline) -> int:
         n += 1
     d.drain()
     return n
+
+
+class OneAgent:
+    """An agent directory that answers for every agent id with the one ``agent``."""
+
+    def __init__(self, agent: AgentQuery) -> None:
+        self.only = agent
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.only

@@ -6,6 +6,8 @@ Through the pipeline and the store; no servers."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,6 +28,19 @@ def _start(tmp_path: Path, path: Path) -> Pipeline:
                       source=JsonlSource(str(path))).pipeline
     d.open()
     return d
+
+
+@contextlib.contextmanager
+def _replicas(tmp_path: Path, path: Path) -> Iterator[tuple[Pipeline, Pipeline]]:
+    """Two replicas of :func:`_start` sharing one store, both reading ``path``."""
+    first = _start(tmp_path, path)
+    second = _start(tmp_path, path)
+    try:
+        yield first, second
+    finally:
+        for d in (first, second):
+            d.source.close()
+            d.store.close()
 
 
 def test_the_awaited_works_kinds_survive_a_restart(tmp_path: Path) -> None:
@@ -142,9 +157,7 @@ def test_a_partition_that_moves_here_brings_the_work_its_last_owner_queued(
     path = tmp_path / "in.jsonl"
     path.write_text("".join(line + "\n" for line in [
         refused_sample(step=0), refused_sample(step=1)]))
-    survivor = _start(tmp_path, path)
-    owner = _start(tmp_path, path)
-    try:
+    with _replicas(tmp_path, path) as (survivor, owner):
         survivor.revoke({0})  # the group gives partition 0 to the owner
         owner.handle_batch(owner.source.poll(1.0)[:1])
         owner.sweep(force=True)
@@ -163,10 +176,6 @@ def test_a_partition_that_moves_here_brings_the_work_its_last_owner_queued(
         assert survivor.awaiting() == {"rover-a": queued.key}
         assert run_queued(survivor) == 1
         assert watch.awaiting is None and watch.version.ref.agent_id == "rover-a"
-    finally:
-        for d in (owner, survivor):
-            d.source.close()
-            d.store.close()
 
 
 def test_a_hint_of_another_replicas_work_is_released_when_that_work_ends(
@@ -176,9 +185,7 @@ def test_a_hint_of_another_replicas_work_is_released_when_that_work_ends(
     report the agent as awaiting an assessment forever."""
     path = tmp_path / "in.jsonl"
     path.write_text(refused_sample(step=0) + "\n")
-    bystander = _start(tmp_path, path)
-    owner = _start(tmp_path, path)
-    try:
+    with _replicas(tmp_path, path) as (bystander, owner):
         owner.handle_batch(owner.source.poll(1.0))
         owner.sweep(force=True)
         (queued,) = owner.store.queue_items("pending")
@@ -187,10 +194,6 @@ def test_a_hint_of_another_replicas_work_is_released_when_that_work_ends(
         assert run_queued(owner) == 1
         bystander.poll_results()
         assert bystander.awaiting() == {}
-    finally:
-        for d in (owner, bystander):
-            d.source.close()
-            d.store.close()
 
 
 def test_an_agent_whose_partition_moved_away_is_released_when_another_replica_ends_its_work(
@@ -202,9 +205,7 @@ def test_an_agent_whose_partition_moved_away_is_released_when_another_replica_en
     settled and a run with --exit-when-idle never ended)."""
     path = tmp_path / "in.jsonl"
     path.write_text(refused_sample(step=0) + "\n")
-    owner = _start(tmp_path, path)
-    other = _start(tmp_path, path)
-    try:
+    with _replicas(tmp_path, path) as (owner, other):
         owner.handle_batch(owner.source.poll(1.0))
         owner.sweep(force=True)
         (queued,) = owner.store.queue_items("pending")
@@ -213,7 +214,3 @@ def test_an_agent_whose_partition_moved_away_is_released_when_another_replica_en
         assert run_queued(other) == 1
         owner.poll_results()
         assert owner.awaiting() == {}
-    finally:
-        for d in (owner, other):
-            d.source.close()
-            d.store.close()

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import AgentQuery, QueryResult
+from capwatch.assess.agent import QueryResult
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
 from capwatch.model.domain import GroundAction, GroundAtom
-from tests.daemon.helpers import config, example, refused_sample
+from tests.daemon.helpers import OneAgent, config, example, refused_sample
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -41,13 +41,6 @@ class Hooked:
         return self.sim.query(state, plan, samples)
 
 
-class Directory:
-    def __init__(self, agent: Hooked) -> None:
-        self.hooked = agent
-
-    def agent(self, agent_id: str, family: str) -> AgentQuery:
-        return self.hooked
-
 
 def _daemon(tmp_path: Path, agent: Hooked, now: list[datetime], lease_s: float
             ) -> tuple[Pipeline, MemoryPublisher]:
@@ -56,7 +49,7 @@ def _daemon(tmp_path: Path, agent: Hooked, now: list[datetime], lease_s: float
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
                  assessment={"lease_s": lease_s, "workers": 1})
     out = MemoryPublisher()
-    d = build_service(cfg, publisher=out, agents=Directory(agent),
+    d = build_service(cfg, publisher=out, agents=OneAgent(agent),
                       source=JsonlSource(str(path)), clock=lambda: now[0]).pipeline
     d.seed_families()
     d.source.start(d.assign, d.revoke, {})

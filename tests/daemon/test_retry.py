@@ -11,14 +11,14 @@ import pytest
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult
+from capwatch.assess.agent import AgentUnavailable, QueryResult
 from capwatch.contracts.agent_protocol import AgentRejectedQuery
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.retry import backoff_s, retry_plan
 from capwatch.daemon.service import build_service
 from capwatch.model.domain import GroundAction, GroundAtom
-from tests.daemon.helpers import config, example, refused_sample
+from tests.daemon.helpers import OneAgent, config, example, refused_sample
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 WORKER = "test/w0"
@@ -63,13 +63,6 @@ class Flaky:
         return self.sim.query(state, plan, samples)
 
 
-class Directory:
-    def __init__(self, agent: Flaky) -> None:
-        self.flaky = agent
-
-    def agent(self, agent_id: str, family: str) -> AgentQuery:
-        return self.flaky
-
 
 def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
             ) -> tuple[Pipeline, list[datetime], MemoryPublisher]:
@@ -82,7 +75,7 @@ def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
                                              "jitter": 0, **retry}})
     out = MemoryPublisher()
     now = [T0]
-    d = build_service(cfg, publisher=out, agents=Directory(agent),
+    d = build_service(cfg, publisher=out, agents=OneAgent(agent),
                       source=JsonlSource(str(path)), clock=lambda: now[0]).pipeline
     d.seed_families()
     d.source.start(d.assign, d.revoke, {})
