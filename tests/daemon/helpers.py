@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.pipeline import Pipeline
@@ -104,3 +106,23 @@ class OneAgent:
 
     def agent(self, agent_id: str, family: str) -> AgentQuery:
         return self.only
+
+
+def queued_refusal(tmp_path: Path, agent: AgentQuery, clock: Callable[[], datetime],
+                   assessment: dict[str, Any]) -> tuple[Pipeline, MemoryPublisher]:
+    """A pipeline whose workers are not started, fed three refused samples by hand: one
+    assessment of them pending, to be run under ``assessment`` settings with ``agent``
+    answering every agent id and time given by ``clock``."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 assessment=assessment)
+    out = MemoryPublisher()
+    d = build_service(cfg, publisher=out, agents=OneAgent(agent),
+                      source=JsonlSource(str(path)), clock=clock).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    for r in d.source.poll(1.0):
+        d.handle(r)
+    assert len(d.store.queue_items("pending")) == 1
+    return d, out

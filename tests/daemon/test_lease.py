@@ -15,13 +15,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
 from capwatch.daemon.pipeline import Pipeline
-from capwatch.daemon.service import build_service
 from capwatch.model.domain import GroundAction, GroundAtom
-from tests.daemon.helpers import OneAgent, config, example, refused_sample
+from tests.daemon.helpers import example, queued_refusal
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -44,19 +43,8 @@ class Hooked:
 
 def _daemon(tmp_path: Path, agent: Hooked, now: list[datetime], lease_s: float
             ) -> tuple[Pipeline, MemoryPublisher]:
-    path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
-    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
-                 assessment={"lease_s": lease_s, "workers": 1})
-    out = MemoryPublisher()
-    d = build_service(cfg, publisher=out, agents=OneAgent(agent),
-                      source=JsonlSource(str(path)), clock=lambda: now[0]).pipeline
-    d.seed_families()
-    d.source.start(d.assign, d.revoke, {})
-    for r in d.source.poll(1.0):
-        d.handle(r)
-    assert len(d.store.queue_items("pending")) == 1
-    return d, out
+    return queued_refusal(tmp_path, agent, lambda: now[0],
+                          {"lease_s": lease_s, "workers": 1})
 
 
 def test_a_worker_whose_lease_ran_out_mid_assessment_stores_and_publishes_nothing(

@@ -9,16 +9,15 @@ from typing import Any
 
 import pytest
 
-from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentUnavailable, QueryResult
 from capwatch.contracts.agent_protocol import AgentRejectedQuery
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.retry import backoff_s, retry_plan
-from capwatch.daemon.service import build_service
 from capwatch.model.domain import GroundAction, GroundAtom
-from tests.daemon.helpers import OneAgent, config, example, refused_sample
+from tests.daemon.helpers import example, queued_refusal
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 WORKER = "test/w0"
@@ -66,22 +65,11 @@ class Flaky:
 
 def _daemon(tmp_path: Path, agent: Flaky, max_attempts: int = 5, **retry: float
             ) -> tuple[Pipeline, list[datetime], MemoryPublisher]:
-    path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
-    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
-                 assessment={"max_attempts": max_attempts, "retry_after_s": 7,
-                             "lease_s": 60,  # as _attempt claims: the renewal keeps it
-                             "agent_retry": {"backoff_s": 10, "multiplier": 2,
-                                             "jitter": 0, **retry}})
-    out = MemoryPublisher()
     now = [T0]
-    d = build_service(cfg, publisher=out, agents=OneAgent(agent),
-                      source=JsonlSource(str(path)), clock=lambda: now[0]).pipeline
-    d.seed_families()
-    d.source.start(d.assign, d.revoke, {})
-    for r in d.source.poll(1.0):
-        d.handle(r)
-    assert len(d.store.queue_items("pending")) == 1
+    d, out = queued_refusal(tmp_path, agent, lambda: now[0], {
+        "max_attempts": max_attempts, "retry_after_s": 7,
+        "lease_s": 60,  # as _attempt claims: the renewal keeps it
+        "agent_retry": {"backoff_s": 10, "multiplier": 2, "jitter": 0, **retry}})
     return d, now, out
 
 
