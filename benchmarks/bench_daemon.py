@@ -128,6 +128,19 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
+def anon_bytes() -> int:
+    """The anonymous part of the RSS (the heap, ``RssAnon``; 0 where the kernel does not
+    say). The rest is pages of mapped files, mostly the shared libraries' code: shared,
+    clean, and as many as the page cache happens to map per fault (a freshly installed
+    venv's libraries counted ~14 MB more on the same kernel than an older venv's with the
+    same versions), so only this part compares across machines and venvs."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def renamed(events: list[bytes], first: int, n: int, offset0: int, steps: int = 1,
             fleet_size: int = 1) -> list[Record]:
     """Records of ``n`` distinct new agents (the simulated events, re-keyed). With
@@ -194,9 +207,9 @@ def memory_child(agents: int, steps: int, quick: bool, frozen: bool, traced: boo
         n_frozen = sum(w.frozen for w in p.registry)
         assert n_frozen >= len(p.registry) - held0 if frozen else n_frozen == 0
         ran = [len(w.last_executed) for w in p.registry]
-        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0,
-                          "traced": traced_bytes, "actions": sum(ran) / len(ran),
-                          "tables": len(p.drift) / len(ran)}))
+        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "anon": anon_bytes(),
+                          "held": len(p.registry) - held0, "traced": traced_bytes,
+                          "actions": sum(ran) / len(ran), "tables": len(p.drift) / len(ran)}))
         p.store.close()
     return 0
 
@@ -362,7 +375,8 @@ def main() -> int:
         rss = rss_bytes()
         per_evicted = (rss - rss_a) / max(1, p.checkpoints.evictions - evicted_a)
         print(f"  memory, {seen:,} agents seen, limits.max_agents_in_memory {limit:,}: "
-              f"whole-process RSS {rss / 2**20:,.0f} MB, {len(p.registry):,} held "
+              f"whole-process RSS {rss / 2**20:,.0f} MB (anonymous {anon_bytes() / 2**20:,.0f}"
+              f" MB), {len(p.registry):,} held "
               f"({sum(w.frozen for w in p.registry):,} as bytes), "
               f"{p.checkpoints.evictions:,} evicted (+{per_evicted:,.0f} bytes RSS per agent "
               f"evicted)   target 100,000 in 512 MB")
@@ -371,7 +385,8 @@ def main() -> int:
     child = run_memory_child(seen_total, 1, args.quick)
     print(f"  memory, {child['held']:,} agents seen once, all held (fresh process): "
           f"whole-process RSS {child['rss'] / 2**20:,.0f} MB "
-          f"({child['rss0'] / 2**20:,.0f} MB before them: "
+          f"(anonymous {child['anon'] / 2**20:,.0f} MB; {child['rss0'] / 2**20:,.0f} MB before "
+          f"them: "
           f"+{(child['rss'] - child['rss0']) / child['held']:,.0f} bytes per agent held)")
     for agents, steps, frozen in ((idle_agents, idle_steps, False),
                                   (idle_agents, idle_steps, True)):

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fleets
 import planned
 import producers
-from bench_daemon import Replay, feed, rss_bytes
+from bench_daemon import Replay, anon_bytes, feed, rss_bytes
 
 from capwatch import native
 from capwatch.adapters.io.streams import MemoryPublisher
@@ -224,7 +224,8 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool,
         assert isinstance(p.source, Replay)
         p.source.records = []  # the benchmark's records, held by its source until replaced
         gc.collect()
-        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "held": len(p.registry) - held0,
+        print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "anon": anon_bytes(),
+                          "held": len(p.registry) - held0,
                           "frozen": sum(w.frozen for w in p.registry),
                           "evicted": p.checkpoints.evictions, "dead": p.dead_letters,
                           "limit": p.config.limits.max_agents_in_memory}))
@@ -316,12 +317,14 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True,
         return
     child = run_memory_child(fleet_dir, seen_total, 1, limited=True)
     print(f"  memory, {seen_total:,} agents seen, limit {child['limit']:,} (fresh process): "
-          f"whole-process RSS {child['rss'] / 2**20:,.0f} MB, {child['held']:,} held "
+          f"whole-process RSS {child['rss'] / 2**20:,.0f} MB (anonymous "
+          f"{child['anon'] / 2**20:,.0f} MB), {child['held']:,} held "
           f"({child['frozen']:,} as bytes), "
           f"{child['evicted']:,} evicted   target 100,000 in 512 MB", flush=True)
     child = run_memory_child(fleet_dir, seen_total, 1)
     print(f"  memory, {child['held']:,} agents seen once, all held (fresh process): RSS "
-          f"{child['rss'] / 2**20:,.0f} MB (+{(child['rss'] - child['rss0']) / child['held']:,.0f}"
+          f"{child['rss'] / 2**20:,.0f} MB (anonymous {child['anon'] / 2**20:,.0f} MB; "
+          f"+{(child['rss'] - child['rss0']) / child['held']:,.0f}"
           f" bytes per agent held)", flush=True)
     for frozen in (False, True):
         child = run_memory_child(fleet_dir, idle_agents, 30, frozen=frozen)
