@@ -8,6 +8,10 @@ through :func:`capwatch.contracts.wire.decode`, so a dead letter always carries 
 pydantic schema's reason. Only the common case, a valid event, takes the fast way (the
 pydantic path costs 3-4 times more per message). ``tests/contracts/test_wire_fast.py``
 checks that both decoders agree on valid and invalid inputs.
+
+One module (~460 lines, 21 KB, over the ~400-line guideline): the transition path is
+written out in :func:`_fast` rather than split into helpers on purpose (a call costs
+~0.1 us on a path of ~10 us), and the state reads it shares with traces belong with it.
 """
 
 from __future__ import annotations
@@ -53,13 +57,7 @@ _DECODER = msgspec.json.Decoder(_Transition | _Trace)
 _TRANSITION = msgspec.json.Decoder(_Transition).decode
 """Transition events alone, tried first: a union's decoder must find the tag before it
 knows the struct, and "type" is seldom a message's first key (0.12 µs of 0.8 µs)."""
-
-
-def _event(raw: bytes) -> Any:  # _Transition | _Trace, told apart by type(), as before
-    try:
-        return _TRANSITION(raw)
-    except msgspec.ValidationError:
-        return _DECODER.decode(raw)  # a trace, or a message the union refuses too
+_FIELDS = msgspec.structs.astuple
 _STATE = msgspec.json.Decoder(list[GroundAtom]).decode
 
 Fingerprint = bytes | tuple[int, int]
@@ -342,7 +340,99 @@ def _trace_states(texts: list[msgspec.Raw], max_atoms: int) -> list[frozenset[Gr
 
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
           offset: int, memo: list[Any] | None = None) -> list[AgentTransition]:
-    event = _event(raw)
+    event: Any  # _Transition | _Trace, told apart by type()
+    try:
+        event = _TRANSITION(raw)
+    except msgspec.ValidationError:
+        event = _DECODER.decode(raw)  # a trace, or a message the union refuses too
+    if type(event) is not _Transition:
+        return _trace(event, raw, limits, key, partition, offset)
+    # The fields read once (astuple, one C call; a Struct's attribute costs a lookup each
+    # time, and the hot path read some three times).
+    (agent_id, family, state_raw, action, next_state_raw, v, episode_id, time_raw, optimal,
+     step, executed) = _FIELDS(event)
+    # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
+    if (v is not UNSET and type(v) is not int) \
+            or (key is not None and key != agent_id.encode()):
+        raise _Refused
+    fields = 6
+    if episode_id is UNSET:
+        episode_id = None
+    else:
+        fields += 1
+    if agent_id not in _VALID_AGENT_IDS or family not in _VALID_IDS \
+            or (episode_id is not None and episode_id not in _VALID_IDS):
+        _ids(agent_id, family, episode_id)
+    max_atoms = limits.max_state_atoms
+    # Copied once to bytes (the helpers' bytes() calls then copy nothing), and the
+    # helpers the hot path called once a record written out here (~0.1 us a call).
+    state = bytes(state_raw)
+    next_state = bytes(next_state_raw)
+    if time_raw is _NO_TIME:
+        time = b""
+    else:
+        time = bytes(time_raw)
+        fields += 1
+    fields += (step is not UNSET) + (executed is not UNSET) + (v is not UNSET) \
+        + (optimal is not UNSET)
+    if not transition_keys_unique(raw, fields, state, next_state, time):
+        raise _Refused
+    last = memo[0] if memo is not None else None
+    seen: Fingerprint | None = None
+    if last is not None:  # _fingerprint(state)
+        seen = state if len(state) <= _MEMO_TEXT else (len(state), hash(state))
+    if last is not None and (last[0] == seen or (
+            type(seen) is bytes and type(last[0]) is tuple
+            and last[0] == (len(seen), hash(seen)))):
+        # The second test: a memo kept by its hashed fingerprint (hashed()).
+        n, s, ids, generation = last[1], last[2], last[3], last[4]
+    elif last is not None and last[3] is not None and len(state) > _SMALL_STATE:
+        # Another text: the same atoms in another order or spacing (a producer
+        # iterating a hash set), or another of the agent's states (a reset, episodes
+        # interleaved). Made from the memo's set by the atoms that differ, it is the
+        # memo's very set when none do, whose encoding the monitor then reuses.
+        (n, s, ids, generation), _ = _next_state(state, max_atoms, last[2], last[3],
+                                                 last[4])
+    else:
+        n, s, ids, generation = _state(state, max_atoms)
+        if last is not None and s == last[2]:
+            s = last[2]  # as above; sets of other sizes compare in no time
+    # A refused or idle action repeats the state: one set for both (the monitor then
+    # encodes it once).
+    same = next_state == state
+    flipped = None
+    if same:
+        n2, s2, ids2, generation2 = n, s, ids, generation
+    elif ids is None or len(next_state) <= _SMALL_STATE:
+        n2, s2, ids2, generation2 = _state(next_state, max_atoms)
+        if s2 == s:
+            s2 = s  # (_next_state does so when the ids are known)
+    else:
+        (n2, s2, ids2, generation2), flipped = _next_state(
+            next_state, max_atoms, s, ids, generation)
+    if n > max_atoms:
+        raise _Refused  # a memo made under other limits
+    if memo is not None:
+        memo[0] = (seen if same and seen is not None else next_state
+                   if len(next_state) <= _MEMO_TEXT else (len(next_state), hash(next_state)),
+                   n2, s2, ids2, generation2)
+        if len(memo) > 1:
+            memo[1] = flipped
+    when = None if time_raw is _NO_TIME else _time(time)
+    known = _ID_GET(action)  # _action(action)
+    if known is None:
+        _learn((action,))
+    else:
+        action = _ATOM_OF(known)
+    return [AgentTransition(
+        agent_id, family, episode_id, None if step is UNSET else step, when,
+        s, action, s2, optimal is True,
+        None if executed is UNSET else executed, partition, offset,
+    )]
+
+
+def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
+           partition: int, offset: int) -> list[AgentTransition]:
     # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
     if (event.v is not UNSET and type(event.v) is not int) \
             or (key is not None and key != event.agent_id.encode()):
@@ -354,64 +444,6 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             or (episode_id is not None and episode_id not in _VALID_IDS):
         _ids(agent_id, family, episode_id)
     max_atoms = limits.max_state_atoms
-    if type(event) is _Transition:
-        # Copied once to bytes (the helpers' bytes() calls then copy nothing), and the
-        # helpers the hot path called once a record written out here (~0.1 us a call).
-        state = bytes(event.state)
-        next_state = bytes(event.next_state)
-        time = b"" if event.time is _NO_TIME else bytes(event.time)
-        fields = 6 + (event.step is not UNSET) + (event.executed is not UNSET) \
-            + (event.v is not UNSET) + (event.episode_id is not UNSET) \
-            + (event.time is not _NO_TIME) + (event.optimal is not UNSET)
-        if not transition_keys_unique(raw, fields, state, next_state, time):
-            raise _Refused
-        last = memo[0] if memo is not None else None
-        seen: Fingerprint | None = None
-        if last is not None:  # _fingerprint(state)
-            seen = state if len(state) <= _MEMO_TEXT else (len(state), hash(state))
-        if last is not None and (last[0] == seen or (
-                type(seen) is bytes and type(last[0]) is tuple
-                and last[0] == (len(seen), hash(seen)))):
-            # The second test: a memo kept by its hashed fingerprint (hashed()).
-            n, s, ids, generation = last[1], last[2], last[3], last[4]
-        elif last is not None and last[3] is not None and len(state) > _SMALL_STATE:
-            # Another text: the same atoms in another order or spacing (a producer
-            # iterating a hash set), or another of the agent's states (a reset, episodes
-            # interleaved). Made from the memo's set by the atoms that differ, it is the
-            # memo's very set when none do, whose encoding the monitor then reuses.
-            (n, s, ids, generation), _ = _next_state(state, max_atoms, last[2], last[3],
-                                                     last[4])
-        else:
-            n, s, ids, generation = _state(state, max_atoms)
-            if last is not None and s == last[2]:
-                s = last[2]  # as above; sets of other sizes compare in no time
-        # A refused or idle action repeats the state: one set for both (the monitor then
-        # encodes it once).
-        same = next_state == state
-        flipped = None
-        if same:
-            n2, s2, ids2, generation2 = n, s, ids, generation
-        elif ids is None or len(next_state) <= _SMALL_STATE:
-            n2, s2, ids2, generation2 = _state(next_state, max_atoms)
-            if s2 == s:
-                s2 = s  # (_next_state does so when the ids are known)
-        else:
-            (n2, s2, ids2, generation2), flipped = _next_state(
-                next_state, max_atoms, s, ids, generation)
-        if n > max_atoms:
-            raise _Refused  # a memo made under other limits
-        if memo is not None:
-            memo[0] = (seen if same and seen is not None else next_state
-                       if len(next_state) <= _MEMO_TEXT else (len(next_state), hash(next_state)),
-                       n2, s2, ids2, generation2)
-            if len(memo) > 1:
-                memo[1] = flipped
-        return [AgentTransition(
-            agent_id, family, episode_id, None if event.step is UNSET else event.step,
-            None if event.time is _NO_TIME else _time(time),
-            s, _action(event.action), s2, optimal,
-            None if event.executed is UNSET else event.executed, partition, offset,
-        )]
     time = b"" if event.time is _NO_TIME else bytes(event.time)
     if not trace_keys_unique(raw, 5 + (event.start_step is not UNSET)
                              + (event.executed is not UNSET) + _common_fields(event), time):

@@ -97,6 +97,33 @@ def transition_keys_unique(raw: bytes, fields: int, state: bytes | msgspec.Raw,
             colons -= bytes(state).count(b":") + bytes(next_state).count(b":")
         return colons == fields or keys_unique(raw, fields)
     state, next_state = bytes(state), bytes(next_state)  # copies nothing from the caller
+    # The usual writers' layout written out first (state, then next_state, each key
+    # followed by ":" or ": "): exactly what _value_at finds for it, without its calls
+    # and slices (~1 us of ~2 a message). Anything else takes the general way below.
+    try:  # (an index past the end: not that layout)
+        a = raw.find(b'"state"') + 7
+        if a > 6 and raw[a] == 58:  # ":"
+            a += 2 if raw[a + 1] == 32 else 1  # ": "
+            if state[0] == 91 and state[-1] == 93 and raw.startswith(state, a):  # [ ]
+                b = a + len(state)
+                c = raw.find(b'"next_state"', b) + 12
+                if c > 11 and raw[c] == 58:
+                    c += 2 if raw[c + 1] == 32 else 1
+                    if next_state[0] == 91 and next_state[-1] == 93 \
+                            and raw.startswith(next_state, c):
+                        d = c + len(next_state)
+                        return raw.count(b":", 0, a) + raw.count(b":", b, c) \
+                            + raw.count(b":", d) - time.count(b":") == fields \
+                            or _keys_outside(raw, fields, a, b, c, d)
+    except IndexError:
+        pass
+    return _found_keys_unique(raw, fields, state, next_state, time)
+
+
+def _found_keys_unique(raw: bytes, fields: int, state: bytes, next_state: bytes,
+                       time: bytes) -> bool:
+    """:func:`transition_keys_unique` for a large message, its states found by
+    :func:`_value_at` wherever the keys are and however they are spaced."""
     where = _value_at(raw, _STATE_KEY, b'"state"', state, 0)
     there = None if where is None else _value_at(raw, _NEXT_STATE_KEY, b'"next_state"',
                                                     next_state, where[1])
