@@ -58,6 +58,12 @@ _TRANSITION = msgspec.json.Decoder(_Transition).decode
 """Transition events alone, tried first: a union's decoder must find the tag before it
 knows the struct, and "type" is seldom a message's first key (0.12 µs of 0.8 µs)."""
 _FIELDS = msgspec.structs.astuple
+_ATOM_TEXT = msgspec.json.Decoder(tuple[str, ...]).decode
+_ACTIONS: dict[bytes, GroundAtom] = {}
+"""An action's text → its interned atom, for the vocabulary's :data:`_actions_generation`
+(an atom is interned, and never forgotten, within one generation)."""
+_actions_generation = -1
+MAX_ACTIONS = 10_000
 _STATE = msgspec.json.Decoder(list[GroundAtom]).decode
 
 Fingerprint = bytes | tuple[int, int]
@@ -355,6 +361,12 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     if (v is not UNSET and type(v) is not int) \
             or (key is not None and key != agent_id.encode()):
         raise _Refused
+    action_text = bytes(action)
+    interned = _ACTIONS.get(action_text)  # (its generation checked when used)
+    if interned is None:
+        # Read before anything else, as the envelope's decoder read it: a message whose
+        # action is not an array of strings changes nothing (msgspec.ValidationError).
+        action = _ATOM_TEXT(action_text)
     fields = 6
     if episode_id is UNSET:
         episode_id = None
@@ -419,16 +431,34 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         if len(memo) > 1:
             memo[1] = flipped
     when = None if time_raw is _NO_TIME else _time(time)
-    known = _ID_GET(action)  # _action(action)
-    if known is None:
-        _learn((action,))
+    if interned is not None and _actions_generation == wire_atoms.generation:
+        action = interned
     else:
-        action = _ATOM_OF(known)
+        if interned is not None:
+            # Kept from an earlier generation, or reading the states turned the
+            # vocabulary: the same atom (a pure function of the text), learnt anew.
+            action = interned
+        known = _ID_GET(action)  # _action(action)
+        if known is None:
+            _learn((action,))
+        else:
+            action = _ATOM_OF(known)
+        if _actions_generation != wire_atoms.generation:
+            _forget_actions()  # learning it turned the vocabulary
+        if len(_ACTIONS) >= MAX_ACTIONS:
+            _ACTIONS.clear()  # a bound on memory; refilled from the traffic
+        _ACTIONS[action_text] = action
     return [AgentTransition(
         agent_id, family, episode_id, None if step is UNSET else step, when,
         s, action, s2, optimal is True,
         None if executed is UNSET else executed, partition, offset,
     )]
+
+
+def _forget_actions() -> None:
+    global _actions_generation
+    _ACTIONS.clear()
+    _actions_generation = wire_atoms.generation
 
 
 def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,

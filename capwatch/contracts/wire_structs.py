@@ -39,7 +39,10 @@ class Transition(msgspec.Struct, tag_field="type", tag="transition", forbid_unkn
     # equal to the agent's previous next-state (every step of an episode after the first)
     # is then recognised by its bytes and not decoded again (see wire_fast.StateMemo).
     state: msgspec.Raw
-    action: _Atom
+    # Kept as its text too: a fleet runs few actions, and a text seen before is its
+    # interned atom in one lookup (wire_fast._fast), where decoding its strings and
+    # hashing their tuple cost ~0.2 us a record.
+    action: msgspec.Raw
     next_state: msgspec.Raw
     v: Literal[1] | UnsetType = UNSET
     episode_id: _Identifier | UnsetType | None = UNSET

@@ -94,3 +94,39 @@ def test_shared_steps_read_right_while_the_vocabulary_turns(
             _check_tables()
     assert wire_atoms.turns - turns > 30 and told > 100
     wire_atoms.forget()
+
+
+_ACTIONS = [["move", "r"], ["move", "r", "w1"], ["pick", "r", "k"], ["drop", "k"]]
+_BAD_ACTIONS = ['["move", "x y"]', '"move"', "[]", '["move", 3]', '[["move"]]', "null"]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_actions_read_by_their_text_are_the_vocabularys_own_atoms(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # wire_fast._ACTIONS: an action's text seen before is its interned atom, while the
+    # vocabulary turns (here, often while the message's own states are read), its
+    # bound overflows and invalid actions come in between with the same spellings.
+    rng = random.Random(seed)
+    monkeypatch.setattr(wire_fast, "MAX_ACTIONS", 3)
+    shrink_decoder(monkeypatch, atoms=40, pieces=30, state_bytes=3_000)
+    turns, kept = wire_atoms.turns, 0
+    for step in range(1_500):
+        if rng.random() < 0.08:
+            action = rng.choice(_BAD_ACTIONS)
+        else:
+            action = json.dumps(rng.choice(_ACTIONS),
+                                separators=(",", ":") if rng.random() < 0.3 else None)
+        state = [["at", "r", f"w{rng.randrange(3)}"]]
+        if rng.random() < 0.5:  # new objects: the vocabulary turns
+            state += [["at", f"x{step}-{j}", "w0"] for j in range(rng.randint(1, 8))]
+        raw = (f'{{"type": "transition", "agent_id": "a", "family": "f", '
+               f'"state": {json.dumps(state)}, "action": {action}, '
+               f'"next_state": {json.dumps(state[:1])}}}').encode()
+        got = wire_fast.decode(raw, _LIMITS[0])
+        assert got == wire.decode(raw, _LIMITS[0]), (seed, step)
+        if not isinstance(got, DeadLetter):
+            atom = got[0].action
+            assert wire_atoms.ATOM[wire_atoms.ID[atom]] is atom, (seed, step)
+            kept += bytes(action, "utf-8") in wire_fast._ACTIONS
+    assert wire_atoms.turns - turns > 30 and kept > 500
+    wire_atoms.forget()
