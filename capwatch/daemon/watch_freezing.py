@@ -1,12 +1,11 @@
 """An idle agent watch held as bytes (:meth:`AgentWatch.freeze
 <capwatch.daemon.agent_watch.AgentWatch.freeze>`): its monitor's idle state, its execution
-times and its last state in one pickle, zlib'd when that pays, and back, exactly as they
+times and its last state in one pickle, compressed when that pays, and back, exactly as they
 were."""
 
 from __future__ import annotations
 
 import pickle
-import zlib
 from collections.abc import Mapping
 from itertools import repeat
 from typing import Any, NoReturn
@@ -17,6 +16,7 @@ from capwatch.contracts.wire_fast import StateMemo, hashed
 from capwatch.daemon.watch_records import Evidence
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.grounding import SharedGrounding, decode_bits
+from capwatch.monitor.compact_bytes import compress, decompress
 from capwatch.monitor.drift import DriftAlarm
 from capwatch.monitor.transition_monitor import (
     IDLE_HAD_LAST,
@@ -58,12 +58,12 @@ FROZEN_BACKOFF: dict[str, tuple[float, int]] = _ReadOnlyDict()
 mistake fails loudly), and never written, because a watch thaws before it changes."""
 
 RAW_PICKLE = 288
-"""A pickle up to this many bytes is held as it is: zlib costs ~8 µs a call whatever the
-size (it sets up its whole state each time), a tenth of admitting an agent, to save
-~30 bytes of a small one. A pickle starts with its protocol's 0x80, a zlib stream with
-0x78: the first byte tells them apart. (256 until the decoder memo's key, ~22 bytes,
-joined the pickle: at 256 it sent 40% of a 40-atom fleet's agents through zlib, at
-every freeze and thaw.)"""
+"""A pickle up to this many bytes is held as it is: compressing it saved ~30 bytes of a
+small one, for ~8 µs a call with zlib (which set up its whole state each time; zstd's
+kept context costs ~2 µs, still not worth it). A pickle starts with its protocol's 0x80,
+a zstd frame with 0x28: the first byte tells them apart. (256 until the decoder memo's
+key, ~22 bytes, joined the pickle: at 256 it sent 40% of a 40-atom fleet's agents
+through zlib, at every freeze and thaw.)"""
 _LAST_MASK = True
 """The last state is the monitor's last mask (its idle state holds it already)."""
 _ATOMS_OUT = msgspec.msgpack.Encoder().encode
@@ -118,15 +118,15 @@ def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
         kept = (hashed(memo[0]), memo[1], memo[4])
     raw = pickle.dumps((state, tuple(last_executed.items()), last, kept),
                        pickle.HIGHEST_PROTOCOL)
-    # zlib level 1 on a larger one (an index of the agent's own: a fifth of the size,
-    # names repeat), ~2 µs to inflate.
-    return raw if len(raw) <= RAW_PICKLE else zlib.compress(raw, 1), monitor.shared
+    # A larger one compressed (an index of the agent's own: a sixth of the size, names
+    # repeat; capwatch.monitor.compact_bytes).
+    return raw if len(raw) <= RAW_PICKLE else compress(raw), monitor.shared
 
 
 def idle_state(frozen: bytes) -> tuple[Any, ...]:
     """(monitor idle state, execution times, last state as bits or atoms, the decoder
     memo's (fingerprint, atom count, generation) or None)."""
-    raw = frozen if frozen[0] == 0x80 else zlib.decompress(frozen)
+    raw = frozen if frozen[0] == 0x80 else decompress(frozen)
     state: tuple[Any, ...] = pickle.loads(raw)
     monitor = state[0]
     own = monitor[IDLE_OWN]

@@ -25,7 +25,6 @@ always found them, as are ActionMonitor and DriftConfig).
 from __future__ import annotations
 
 import itertools
-import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,6 +33,7 @@ from capwatch.model.domain import Action
 from capwatch.monitor.action_drift import ActionMonitor as ActionMonitor
 from capwatch.monitor.action_drift import DriftConfig as DriftConfig
 from capwatch.monitor.attribution import Attribution
+from capwatch.monitor.compact_bytes import compress, decompress
 from capwatch.monitor.drift_evidence import CONFIRM_ALPHA as CONFIRM_ALPHA
 from capwatch.monitor.drift_evidence import Detector as Detector
 from capwatch.monitor.drift_evidence import DriftAlarm as DriftAlarm
@@ -135,10 +135,9 @@ class DriftMonitor:
         shared = seen <= SHARED_UP_TO_SEEN
         blob = self._blobs.get(raw) if shared else None
         if blob is None:
-            # Level 1: the detector's statistics are mostly incompressible floats; zeros
-            # (a CUSUM at rest, small counts) shrink at a fraction of the default level's
-            # cost.
-            small = zlib.compress(raw, 1)
+            # The detector's statistics are mostly incompressible floats; zeros (a CUSUM
+            # at rest, small counts) shrink at a fast level's cost (compact_bytes).
+            small = compress(raw)
             blob = b"\x01" + small if len(small) < len(raw) else b"\x00" + raw
             if shared:
                 blobs = self._blobs
@@ -157,7 +156,7 @@ class DriftMonitor:
 
     def _unpacked(self, packed: tuple[Any, ...]) -> list[ActionMonitor]:
         blob: bytes = packed[0]
-        data = zlib.decompress(memoryview(blob)[1:]) if blob[0] else memoryview(blob)[1:]
+        data = decompress(memoryview(blob)[1:]) if blob[0] else memoryview(blob)[1:]
         out = []
         at = 0
         for action in packed[2:]:

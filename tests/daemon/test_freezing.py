@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pickle
 import time
-import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -26,6 +25,7 @@ from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
 from capwatch.model.grounding import SharedGrounding
 from capwatch.models_store import open_store
+from capwatch.monitor.compact_bytes import decompress
 from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import snapshot_agent
 from capwatch.monitor.transition_monitor import MonitorLimits
@@ -68,7 +68,7 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
                         domain=domain,
                         shared=None if atoms is None else SharedGrounding(domain, atoms))
     items = freezes = own = 0
-    raw = [0, 0]  # frozen as zlib'd, as a plain pickle
+    raw = [0, 0]  # frozen compressed, as a plain pickle
     for i, t in enumerate(_stream(600)):
         want, got = plain.observe(t), frozen.observe(t)
         assert got == want, i
@@ -109,7 +109,8 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
 
 
 @pytest.mark.parametrize("keep_last", [True, False])
-def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_zlibd(keep_last: bool) -> None:
+def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_compressed(keep_last: bool
+                                                                       ) -> None:
     domain = example("rover.pddl")
     version = build_version(ModelRef("rover-v1", None, 1), domain,
                             datetime(2026, 1, 1, tzinfo=UTC))
@@ -132,8 +133,8 @@ def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_zlibd(keep_last: boo
         assert w.observe(t) == AgentWatch(
             "b", "rover-v1", 0, version, DriftMonitor(), domain=domain,
             shared=SharedGrounding(domain, atoms)).observe(t)
-    # A pickle's first byte is its protocol's 0x80, a zlib stream's 0x78.
-    assert held == {"family": 0x80, "own": 0x78}
+    # A pickle's first byte is its protocol's 0x80, a zstd frame's 0x28.
+    assert held == {"family": 0x80, "own": 0x28}
 
 
 def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
@@ -308,7 +309,7 @@ def test_at_a_checkpoint_a_watch_not_frozen_is_trimmed_as_before(tmp_path: Path)
     # (kept through the trim for it); the other let its set and the monitor's go, as a
     # trim alone does.
     assert free._frozen is not None and pickle.loads(
-        free._frozen if free._frozen[0] == 0x80 else zlib.decompress(free._frozen))[2] is True
+        free._frozen if free._frozen[0] == 0x80 else decompress(free._frozen))[2] is True
     assert type(held._last_state) is tuple and held.monitor._last_lists is None
     assert {w.agent_id: w.last_state for w in registry} == last
     assert free.observe(stream[0]) == held.observe(stream[0])
