@@ -14,7 +14,10 @@ each client (kafka-python, then confluent-kafka)
   ``kafka.client``;
 - for kafka-python, also capwatch's source and ``capwatch run`` with
   ``kafka.consumer_process`` (the consumer in a child process), ratioed against the same
-  bare kafka-python consumers, the child's CPU printed beside the daemon's.
+  bare kafka-python consumers, the child's CPU printed beside the daemon's;
+- capwatch's pipeline alone on the records that client's source delivered, in its
+  batches, through a fresh daemon's main-loop turns (kafka_split): with the main loop's
+  own CPU in ``capwatch run``, what the run adds around the pipeline.
 
 Rounds alternate the readers, so other load on the machine hits them alike. Rates are
 records per wall second from the first record read to the last (the group's join is not
@@ -38,6 +41,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kafka_split import pipeline_alone, read_batches
+
 from capwatch.adapters.sim.fleet import SimulatedFleet
 from capwatch.contracts.ports import AgentDirectory
 from capwatch.daemon.config import DaemonConfig
@@ -60,18 +65,21 @@ much of capwatch's figure is the settings and how much is capwatch."""
 
 class Rate:
     """Records per wall second and CPU microseconds per record over one read; with
-    ``child_cpu``, the consumer process's beside the daemon's."""
+    ``child_cpu``, the consumer process's beside the daemon's; with ``main_cpu``, the
+    share of the daemon's main-loop thread."""
 
-    def __init__(self, n: int, wall: float, cpu: float, child_cpu: float | None = None
-                 ) -> None:
+    def __init__(self, n: int, wall: float, cpu: float, child_cpu: float | None = None,
+                 main_cpu: float | None = None) -> None:
         self.per_s = n / wall
         self.cpu_us = cpu / n * 1e6
         self.child_us = child_cpu / n * 1e6 if child_cpu is not None else None
+        self.main_us = main_cpu / n * 1e6 if main_cpu is not None else None
 
     def __str__(self) -> str:
+        main = f", {self.main_us:.1f} in the main loop" if self.main_us is not None else ""
         child = f" + {self.child_us:.1f} in the consumer process" \
             if self.child_us is not None else ""
-        return f"{self.per_s:,.0f}/s ({self.cpu_us:.1f} us CPU{child})"
+        return f"{self.per_s:,.0f}/s ({self.cpu_us:.1f} us CPU{main}{child})"
 
 
 def process_cpu(pid: int | None) -> float:
@@ -196,6 +204,15 @@ def source_only(bootstrap: str, topic: str, n: int, client: str) -> Rate:
     return rate
 
 
+def alone(bootstrap: str, topic: str, n: int, families: dict[str, Path],
+          agents: AgentDirectory, client: str) -> Rate:
+    """capwatch's pipeline on the records ``client``'s source delivers, read first."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = daemon_config(bootstrap, topic, Path(tmp) / "m.db", client, families)
+        wall, cpu = pipeline_alone(config, agents, read_batches(config, n))
+    return Rate(n, wall, cpu)
+
+
 def daemon_config(bootstrap: str, topic: str, store: Path, client: str,
                   families: dict[str, Path] | None = None) -> DaemonConfig:
     """``client`` kafka-python-process: kafka-python with kafka.consumer_process."""
@@ -242,11 +259,14 @@ def capwatch_run(bootstrap: str, topic: str, n: int, families: dict[str, Path],
         while p.processed == 0:
             time.sleep(0.01)
         child = getattr(p.source, "child_pid", None)
+        main = time.pthread_getcpuclockid(runner.ident or 0)  # the main loop's thread
         first, cpu0, child0 = time.perf_counter(), time.process_time(), process_cpu(child)
+        main0 = time.clock_gettime(main)
         while p.processed < n:
             time.sleep(0.01)
         rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0,
-                    process_cpu(child) - child0 if child is not None else None)
+                    process_cpu(child) - child0 if child is not None else None,
+                    time.clock_gettime(main) - main0)
         p.stop()
         runner.join(60)
         assert p.dead_letters == 0
@@ -283,6 +303,8 @@ def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
                         source_only(broker.bootstrap, topic, n, reader))
                     runs.setdefault(("capwatch", reader), []).append(
                         capwatch_run(broker.bootstrap, topic, n, families, agents, reader))
+                runs.setdefault(("alone", client), []).append(
+                    alone(broker.bootstrap, topic, n, families, agents, client))
 
         def mean(kind: str, client: str) -> float:
             rates = runs[(kind, client)]
@@ -310,6 +332,12 @@ def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
                           else "(target >= 100,000/s)")
                 print(f"  capwatch run, {name}  {line('capwatch', reader)}   {ratios} "
                       f"{target}")
+            main = [r.main_us for r in runs[("capwatch", client)] if r.main_us is not None]
+            alone_us = [r.cpu_us for r in runs[("alone", client)]]
+            print(f"  capwatch's pipeline alone, the records and batches {client}'s source "
+                  f"delivered (first pass) {line('alone', client)}; capwatch run's main "
+                  f"loop adds {min(main) - min(alone_us):+.1f} us a record around it "
+                  f"(min against min)")
         print(f"  load {os.getloadavg()[0]:.1f} after")
     finally:
         broker.stop()
