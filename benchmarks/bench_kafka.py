@@ -381,6 +381,7 @@ def profile_confluent(f: SimulatedFleet, rounds: int) -> None:
 def main() -> int:
     from bench_daemon import fleet  # the same simulated fleet as the other rows
 
+    from capwatch.daemon.heap import settle_heap
     from capwatch.daemon.logs import configure_logging
 
     parser = argparse.ArgumentParser()
@@ -388,6 +389,10 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     configure_logging("error", "json")
+    # The collector as `capwatch run` sets it (cli/run_cmd.py), and as `make
+    # bench-daemon`'s in-process rows leave it before these: standalone, the default
+    # thresholds cost the main loop 1.5-4 us a record more (docs/performance.md).
+    settle_heap()
     agents = 20 if args.quick else 100
     rounds = 20 if args.quick else 500
     f = fleet(agents)
