@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import re
 
-import msgspec
-
 _QUOTE_THEN_SPACE = re.compile(rb'"[ \t\n\r]')
 
 
@@ -78,10 +76,11 @@ _STATE_KEY = re.compile(rb'"state"' + _WS + b":" + _WS)
 _NEXT_STATE_KEY = re.compile(rb'"next_state"' + _WS + b":" + _WS)
 
 
-def transition_keys_unique(raw: bytes, fields: int, state: bytes | msgspec.Raw,
-                           next_state: bytes | msgspec.Raw, time: bytes) -> bool:
+def transition_keys_unique(raw: bytes, fields: int, state: bytes, next_state: bytes,
+                           time: bytes) -> bool:
     """:func:`keys_unique` for a transition event whose states' texts (as msgspec kept
-    them) are ``state`` and ``next_state`` and whose time's is ``time`` (empty if none).
+    them, as bytes) are ``state`` and ``next_state`` and whose time's is ``time`` (empty
+    if none).
 
     In a large message the states are found after the first ``"state":`` and
     ``"next_state":``; the bytes there must be the decoded states' texts, the two places
@@ -94,9 +93,8 @@ def transition_keys_unique(raw: bytes, fields: int, state: bytes | msgspec.Raw,
         # still be the keys plus colons inside strings.
         colons = raw.count(b":") - time.count(b":")
         if colons != fields:
-            colons -= bytes(state).count(b":") + bytes(next_state).count(b":")
+            colons -= state.count(b":") + next_state.count(b":")
         return colons == fields or keys_unique(raw, fields)
-    state, next_state = bytes(state), bytes(next_state)  # copies nothing from the caller
     # The usual writers' layout written out first (state, then next_state, each key
     # followed by ":" or ": "): exactly what _value_at finds for it, without its calls
     # and slices (~1 us of ~2 a message). Anything else takes the general way below.
