@@ -18,7 +18,7 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-About 25 KB (~520 lines) because this is the one module that knows every part: the
+About 26 KB (~535 lines) because this is the one module that knows every part: the
 wiring, the loop with its outage retries, the rebalance callbacks and the
 scheduler's entry points. Each step's own logic is in the module named for it (batch,
 intake, agent_watch, checkpoint, eviction, lag, enqueue, workers, canary, results, alerting).
@@ -393,7 +393,21 @@ class Pipeline:
         log.info("partitions revoked", partitions=sorted(partitions))
         self.assigned -= partitions
         self.health.holding(self.assigned)
-        self.checkpoint(partitions)
+        try:
+            self.checkpoint(partitions)
+        except INFRASTRUCTURE_ERRORS as e:
+            # The partitions go whatever happens here (confluent-kafka and the consumer
+            # process go on with the rebalance; kafka-python does once its member is
+            # dropped from the group). Kept, their watches' buffered evidence was queued
+            # and their offsets committed later, for records the next owner was
+            # replaying: a commit that could pass that owner's own buffered evidence.
+            # Dropped without a commit, nothing is lost: every earlier commit stopped
+            # at the first record whose effects were not durable, and the next owner
+            # (this replica too, see KafkaSource._rewind_kept) replays from there.
+            log.error("checkpoint at a revoke failed; the partitions' next owner replays "
+                      "them from their last commit", partitions=sorted(partitions),
+                      problem=describe_outage(e))
+        self._backlog = [r for r in self._backlog if r.partition not in partitions]
         watches = self.registry.in_partitions(partitions)
         for w in watches:
             self.drift.forget(w.agent_id)

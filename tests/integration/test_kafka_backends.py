@@ -98,6 +98,8 @@ class Member:
         self.held: set[int] = set()
         self.revoked: list[set[int]] = []
         self.records: list[Record] = []
+        self.revoked_at = 0
+        """How many of :attr:`records` came before the last revoke."""
         self._stop = threading.Event()
         self._calls: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self._thread = threading.Thread(target=self._run, daemon=True) if threaded else None
@@ -111,6 +113,7 @@ class Member:
     def _revoke(self, parts: set[int]) -> None:
         self.held -= parts
         self.revoked.append(set(parts))
+        self.revoked_at = len(self.records)
 
     def poll(self) -> bool:
         """One poll; False, so that ``poll() or condition`` polls then tests."""
@@ -227,6 +230,43 @@ def test_partitions_move_between_members_through_the_callbacks(
         b = None
         second.close()
         poll_until([a], lambda: a.held == {0, 1, 2, 3}, 90, "the survivor to hold all")
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_a_partition_given_back_to_its_member_is_read_again_from_the_commit(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """A revoke makes the daemon give up what the partitions' records left in memory
+    (evidence buffered after the commit), and the next owner replays them from the
+    commit. kafka-python keeps a partition's position when the group hands it back to the
+    member that held it: that member read on from where it was, and the evidence was lost
+    (a PostgreSQL restart under three replicas, session 8). Whoever gets a partition,
+    it is read from the group's committed offset."""
+    create(kafka_bootstrap, kafka_topic, 2)
+    produce(kafka_bootstrap, kafka_topic, [(f"k{i}".encode(), b"v") for i in range(40)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(backend, kafka_bootstrap, kafka_topic, group)
+    b: Member | None = None
+    try:
+        poll_until([a], lambda: len(a.records) >= 40, 60, "every record")
+        ends = {p: 1 + max(r.offset for r in a.records if r.partition == p) for p in (0, 1)}
+        assert min(ends.values()) > 3
+        a.do(lambda: a.source.commit({0: 3, 1: 3}))  # the rest not durable yet
+        b = Member(backend, kafka_bootstrap, kafka_topic, group)
+        second = b
+
+        def replayed(m: Member) -> bool:
+            if len(m.held) != 1:
+                return False
+            (p,) = m.held
+            since = [r.offset for r in m.records[m.revoked_at:] if r.partition == p]
+            return since == list(range(3, ends[p]))
+
+        poll_until([a, second], lambda: not a.held & second.held
+                   and a.held | second.held == {0, 1} and replayed(a) and replayed(second),
+                   90, "both partitions read again from the commit")
     finally:
         a.close()
         if b is not None:

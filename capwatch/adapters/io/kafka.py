@@ -210,13 +210,33 @@ class KafkaSource:
         """How long one poll keeps driving an unfinished join round (kafka_join): members
         rejoin at their next heartbeat, a third of this."""
         self._consumer: KafkaConsumer | None = None
+        self._rewind: set[int] = set()
+        """Partitions given up at a revoke that must be read again from the group's
+        committed offset if the group hands them back (:meth:`_rewind_kept`); until that
+        worked, none of their records is handed out."""
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
               resume: Mapping[int, int]) -> None:
         del resume  # the group's committed offsets are the checkpoint
         self._consumer = KafkaConsumer(**self._config)
         self._await_topic(self._consumer)
-        self._consumer.subscribe([self.topic], listener=_Listener(on_assign, on_revoke,
+
+        def revoked(parts: set[int]) -> None:
+            try:
+                on_revoke(parts)
+            finally:
+                # The daemon has dropped what it held of them, whether or not its
+                # checkpoint went through: a replay from the commit must rebuild it.
+                self._rewind |= parts
+
+        def assigned(parts: set[int]) -> None:
+            # Partitions not assigned again were dropped with their state: if they come
+            # back later, kafka-python fetches their committed offset itself.
+            self._rewind &= parts
+            self._rewind_kept()
+            on_assign(parts)
+
+        self._consumer.subscribe([self.topic], listener=_Listener(assigned, revoked,
                                                                   self.topic, self._consumer))
         if not await_group_metadata(self._consumer, self.topic, _TOPIC_WAIT_S):
             log.warning("joining the consumer group before the group's metadata lists the "
@@ -234,15 +254,55 @@ class KafkaSource:
                 return
             time.sleep(0.2)
 
+    def _rewind_kept(self, strict: bool = False) -> None:
+        """Move each partition of :attr:`_rewind` back to the group's committed offset.
+
+        kafka-python keeps a partition's fetch position when a rebalance gives it back to
+        the member that held it (as Java's consumer does), but the daemon gave up
+        everything the partition's records left in memory at the revoke (buffered
+        evidence, whose records lie after the commit), counting on the next owner to
+        replay them from the commit. Read on from the kept position, that evidence was
+        lost, and the next commit passed it (a PostgreSQL restart under three replicas,
+        session 8). A failure leaves the partitions listed (``strict``: and raises, an
+        outage the main loop reports and retries): :meth:`poll` tries again and hands out
+        none of their records meanwhile."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        for p in sorted(self._rewind):
+            tp = TopicPartition(self.topic, p)
+            if tp not in consumer.assignment():
+                self._rewind.discard(p)
+                continue
+            try:
+                offset = consumer.committed(tp, timeout_ms=int(self._join_wait_s * 1000))
+            except Exception as e:
+                if strict:
+                    raise
+                # In a rebalance callback: failing it would not undo the assignment.
+                log.warning("reading a partition's committed offset failed; its records "
+                            "wait until it is read", partition=p, error=str(e)[:300])
+                return
+            if offset is None:
+                consumer.seek_to_beginning(tp)  # auto_offset_reset: earliest
+            else:
+                consumer.seek(tp, offset)
+            self._rewind.discard(p)
+
     def poll(self, timeout_s: float) -> list[Record]:
         assert self._consumer is not None, "start() first"
+        if self._rewind:
+            self._rewind_kept(strict=True)
         batch = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
         if join_unfinished(self._consumer):
             # A group round outlasted the poll: see kafka_join for why it must not be
             # left to finish unattended.
             finish_join(self._consumer, self._join_wait_s)
+        rewind = self._rewind
         records = []
         for tp, messages in batch.items():
+            if tp.partition in rewind:
+                continue  # read from its kept position, not the commit: fetched again
             for m in messages:
                 value = m.value if m.value is not None else b""
                 stamp = m.timestamp / 1000 if m.timestamp is not None and m.timestamp >= 0 \
