@@ -38,6 +38,18 @@ class LeaseLost(StoreError):
     another worker holds (or finished) it."""
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Claimed work a write is made for (:meth:`ModelRegistry.put`): the write happens
+    only while ``worker`` still holds ``key``'s lease, which it renews to ``now +
+    lease_seconds`` in the write's own transaction."""
+
+    key: str
+    worker: str
+    now: datetime
+    lease_seconds: float
+
+
 class UnknownVersion(StoreError):
     """No such model version (or the parent named by a write does not exist)."""
 
@@ -147,10 +159,13 @@ RoutingPlanner = Callable[[Sequence[OutboxAlert], Mapping[str, datetime]], Routi
 class ModelRegistry(Protocol):
     """Model versions, per lineage."""
 
-    def put(self, version: ModelVersion,
-            alerts: Sequence[OutboxAlert] = ()) -> ModelVersion:
+    def put(self, version: ModelVersion, alerts: Sequence[OutboxAlert] = (),
+            held: Held | None = None) -> ModelVersion:
         """Store ``version``; a retry of identical content returns the stored row.
-        ``alerts`` go to the alert outbox in the same transaction (idempotent by key)."""
+        ``alerts`` go to the alert outbox in the same transaction (idempotent by key).
+        ``held``: the claimed work the version is learned for; in the same transaction,
+        :class:`LeaseLost` (and nothing written) unless its worker still holds it, and
+        its lease renewed if so, so no other worker can claim it in between."""
         ...
 
     def get(self, ref: ModelRef) -> ModelVersion | None: ...

@@ -32,6 +32,7 @@ from capwatch.assess.agent import AgentUnavailable
 from capwatch.contracts.ports import AgentDirectory, Publisher
 from capwatch.contracts.store import (
     AlertOutboxStore,
+    Held,
     LeaseLost,
     ModelRegistry,
     OutboxAlert,
@@ -327,13 +328,15 @@ class AssessmentWorkers:
             }
             candidate = build_version(ref, outcome.model, self.clock(), parent=base,
                                       baseline=baseline.domain(), evidence=evidence)
-            # The assessment took long enough for this replica to have been frozen or cut
-            # off past its lease: the work's new holder stores and publishes it instead.
-            self.store.renew(item.key, worker, self.clock(), self.config.assessment.lease_s)
             try:
-                # The version's alerts enter the outbox in the version's own transaction.
-                version = self.store.put(candidate, self._version_alerts(base, candidate,
-                                                                         pending))
+                # The version's alerts enter the outbox in the version's own transaction,
+                # and only while this worker still holds the work (checked and renewed in
+                # that transaction): the assessment took long enough for this replica to
+                # have been frozen or cut off past its lease, and the work's new holder
+                # stores and publishes the version instead (LeaseLost).
+                version = self.store.put(
+                    candidate, self._version_alerts(base, candidate, pending),
+                    Held(item.key, worker, self.clock(), self.config.assessment.lease_s))
             except VersionConflict:
                 latest = self.store.latest(family, agent_id)
                 if latest is None or latest.evidence.get("assessment_key") != item.key:

@@ -17,6 +17,7 @@ import msgspec
 
 from capwatch.contracts.store import (
     QUEUE_STATUSES,
+    Held,
     LeaseLost,
     OutboxAlert,
     PendingAssessment,
@@ -141,14 +142,19 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                                self._pk(ref))
         return found[0] if found else None
 
-    def put(self, version: ModelVersion,
-            alerts: Sequence[OutboxAlert] = ()) -> ModelVersion:
+    def put(self, version: ModelVersion, alerts: Sequence[OutboxAlert] = (),
+            held: Held | None = None) -> ModelVersion:
         v = with_key(version)
         _validate_ref(v.ref)
         validate_alerts(alerts)
 
         def attempt() -> ModelVersion:
             with self._tx() as tx:
+                if held is not None:
+                    # First, so that the row stays locked (PostgreSQL) or the database
+                    # (SQLite) until the version is in: a claim by another worker waits
+                    # for the commit and then sees the renewed lease.
+                    self._renew(tx, held.key, held.worker, held.now, held.lease_seconds)
                 stored = self._put(tx, v)
                 self._add_alerts(tx, alerts)
                 return stored
@@ -304,13 +310,17 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
         return claimed
 
     def renew(self, key: str, worker: str, now: datetime, lease_seconds: float) -> None:
-        lease = self._ts_in(lease_until(now, lease_seconds, 1))
         with self._tx() as tx:
-            n = tx.run("UPDATE pending_assessments SET lease_until = ? "
-                       "WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
-                       (lease, key, worker))
-            if n == 0:
-                self._explain_not_held(tx, key, worker)
+            self._renew(tx, key, worker, now, lease_seconds)
+
+    def _renew(self, tx: Tx, key: str, worker: str, now: datetime,
+               lease_seconds: float) -> None:
+        lease = self._ts_in(lease_until(now, lease_seconds, 1))
+        n = tx.run("UPDATE pending_assessments SET lease_until = ? "
+                   "WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
+                   (lease, key, worker))
+        if n == 0:
+            self._explain_not_held(tx, key, worker)
 
     def complete(self, key: str, worker: str) -> None:
         with self._tx() as tx:

@@ -14,6 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
@@ -104,6 +107,38 @@ def test_the_lease_of_running_work_is_renewed_so_no_other_worker_claims_it(
         d.workers.stop(10.0)
     assert renewed.is_set(), "the running work's lease was not renewed"
     assert stolen == [], "another worker claimed work that was still running"
+    assert [(m.agent_id, m.version) for m in out.models] == [("rover-a", 1)]
+    d.source.close()
+    d.store.close()
+
+
+def test_a_worker_whose_lease_is_taken_as_it_stores_stores_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease is checked in the version's own transaction, not just before it: another
+    worker that claims the work between the worker's last renewal and its write (the
+    replica frozen or cut off for longer than the lease right then) gets it whole."""
+    now = [T0]
+    d, out = _daemon(tmp_path, Hooked(lambda: None), now, 60.0)
+    real_put = d.store.put
+    taken: list[str] = []
+
+    def put(*args: Any, **kwargs: Any) -> Any:
+        now[0] = T0 + timedelta(seconds=61)  # frozen past the lease, right before storing
+        taken.extend(i.key for i in d.store.claim("other/w0", now[0], 60.0, 1))
+        return real_put(*args, **kwargs)
+
+    (item,) = d.store.claim("zombie/w0", T0, 60.0, 1)
+    monkeypatch.setattr(d.store, "put", put)
+    d.workers.run_claimed("zombie/w0", item)
+    monkeypatch.setattr(d.store, "put", real_put)
+    assert taken == [item.key]
+    assert d.store.history("rover-v1", "rover-a") == [], \
+        "a worker stored a version for work another worker held"
+    assert out.models == []
+    (again,) = [i for i in d.store.queue_items("claimed") if i.key == item.key]
+    d.workers.run_claimed("other/w0", again)
+    (version,) = d.store.history("rover-v1", "rover-a")
+    assert version.evidence["assessment_key"] == item.key
     assert [(m.agent_id, m.version) for m in out.models] == [("rover-a", 1)]
     d.source.close()
     d.store.close()

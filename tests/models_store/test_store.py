@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from capwatch.contracts.store import Held, LeaseLost, OutboxAlert
 from capwatch.model.domain import Domain
 from capwatch.model.pal import Location, Mode
 from capwatch.model.pddl_reader import parse_domain, read_domain
@@ -286,3 +287,71 @@ def test_own_lineages_names_the_agents_with_versions_of_their_own(
     many = [f"rover-{i}" for i in range(1200)]  # more than one statement's chunk
     assert store.own_lineages([*many, "rover-a", "rover-a"]) == {("rover-v1", "rover-a")}
     assert store.own_lineages([]) == set()
+
+
+def test_a_version_for_claimed_work_is_written_only_while_its_lease_is_held(
+        store: ModelStore, open_new: StoreFactory, rover: Domain, drifted: Domain) -> None:
+    """The lease is checked and renewed in the version's own transaction: a worker whose
+    lease another took writes neither the version nor its alerts, and once the holder's
+    version is in, no one can claim the work until the renewed lease runs out."""
+    baseline = record_new_model(store, "rover-v1", None, rover, T0)
+    store.enqueue(PendingAssessment("k", "rover-a", "rover-v1", {}, T0))
+    assert [i.key for i in store.claim("a/w0", T0, lease_seconds=60)] == ["k"]
+    other = open_new()  # a second replica
+    assert [i.key for i in other.claim("b/w0", hours(0) + timedelta(seconds=61),
+                                       lease_seconds=60)] == ["k"]
+    v = build_version(ModelRef("rover-v1", "rover-a", 1), drifted, T0, parent=baseline,
+                      baseline=rover, evidence={"assessment_key": "k"})
+    alert = OutboxAlert(key="version:k", dedup_key="d", group_key="g", family="rover-v1",
+                        alert_type="capability_reduced", alert={"summary": "s"},
+                        created_at=T0)
+    at = T0 + timedelta(seconds=62)
+    with pytest.raises(LeaseLost, match="held by 'b/w0'"):
+        store.put(v, [alert], Held("k", "a/w0", at, 60))
+    assert store.history("rover-v1", "rover-a") == []
+    assert store.outbox() == []
+    assert other.put(v, [alert], Held("k", "b/w0", at, 60)) == v
+    assert store.history("rover-v1", "rover-a") == [v]
+    assert [a.key for a in store.outbox()] == ["version:k"]
+    # b/w0's claim leased the work until T0 + 121 s; the write renewed it to T0 + 122 s.
+    assert store.claim("c/w0", T0 + timedelta(seconds=121.5), lease_seconds=60) == []
+    other.complete("k", "b/w0")
+
+
+def test_a_claim_racing_a_version_write_does_not_take_the_work(
+        store: ModelStore, open_new: StoreFactory, rover: Domain, drifted: Domain,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL: the write renews the lease before it inserts the version, so the row
+    stays locked until the commit; a claim meanwhile skips it (its lease looks run out
+    from the claimer's clock), and finds it renewed afterwards."""
+    assert isinstance(store, SqlModelStore)
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite runs one write transaction at a time (BEGIN IMMEDIATE)")
+    baseline = record_new_model(store, "rover-v1", None, rover, T0)
+    store.enqueue(PendingAssessment("k", "rover-a", "rover-v1", {}, T0))
+    store.claim("a/w0", T0, lease_seconds=60)
+    v = build_version(ModelRef("rover-v1", "rover-a", 1), drifted, T0, parent=baseline,
+                      baseline=rover, evidence={"assessment_key": "k"})
+    inside, go = threading.Event(), threading.Event()
+    real = store._put
+
+    def held_open(tx: object, version: object) -> object:
+        inside.set()
+        assert go.wait(30)
+        return real(tx, version)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_put", held_open)
+    written: list[object] = []
+    writer = threading.Thread(target=lambda: written.append(
+        store.put(v, (), Held("k", "a/w0", T0 + timedelta(seconds=59), 60))))
+    writer.start()
+    try:
+        assert inside.wait(30)
+        other = open_new()
+        assert other.claim("b/w0", T0 + timedelta(seconds=61), lease_seconds=60) == []
+    finally:
+        go.set()
+        writer.join(30)
+    assert written == [v]
+    assert other.claim("b/w0", T0 + timedelta(seconds=61), lease_seconds=60) == []
+    assert other.claim("b/w0", T0 + timedelta(seconds=120), lease_seconds=60) != []
