@@ -64,6 +64,9 @@ _ACTIONS: dict[bytes, GroundAtom] = {}
 (an atom is interned, and never forgotten, within one generation)."""
 _actions_generation = -1
 MAX_ACTIONS = 10_000
+MAX_ACTION_TEXT = 256
+"""Texts up to this long are kept (~10 objects of 20 characters; a longer one is read
+each time): the map holds at most ~3 MB, whatever names a producer sends."""
 _STATE = msgspec.json.Decoder(list[GroundAtom]).decode
 
 Fingerprint = bytes | tuple[int, int]
@@ -445,9 +448,10 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             action = _ATOM_OF(known)
         if _actions_generation != wire_atoms.generation:
             _forget_actions()  # learning it turned the vocabulary
-        if len(_ACTIONS) >= MAX_ACTIONS:
-            _ACTIONS.clear()  # a bound on memory; refilled from the traffic
-        _ACTIONS[action_text] = action
+        if len(action_text) <= MAX_ACTION_TEXT:
+            if len(_ACTIONS) >= MAX_ACTIONS:
+                _ACTIONS.clear()  # a bound on memory; refilled from the traffic
+            _ACTIONS[action_text] = action
     return [AgentTransition(
         agent_id, family, episode_id, None if step is UNSET else step, when,
         s, action, s2, optimal is True,

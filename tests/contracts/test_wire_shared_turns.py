@@ -130,3 +130,17 @@ def test_actions_read_by_their_text_are_the_vocabularys_own_atoms(
             kept += bytes(action, "utf-8") in wire_fast._ACTIONS
     assert wire_atoms.turns - turns > 30 and kept > 500
     wire_atoms.forget()
+
+
+def test_a_long_action_text_is_read_each_time_not_kept() -> None:
+    # The map of action texts is bounded in bytes too: a long text is read every time.
+    action = json.dumps(["move", "r" * 200, "w" * 200]).encode()
+    assert len(action) > wire_fast.MAX_ACTION_TEXT
+    raw = (b'{"type": "transition", "agent_id": "a", "family": "f", "state": [], '
+           b'"action": ' + action + b', "next_state": []}')
+    for _ in range(2):
+        got = wire_fast.decode(raw, _LIMITS[0])
+        assert got == wire.decode(raw, _LIMITS[0]) and not isinstance(got, DeadLetter)
+        assert got[0].action == ("move", "r" * 200, "w" * 200)
+        assert action not in wire_fast._ACTIONS
+    wire_atoms.forget()
