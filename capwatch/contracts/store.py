@@ -211,8 +211,11 @@ class WorkQueue(Protocol):
         :class:`LeaseLost` when it no longer holds it."""
         ...
 
-    def complete(self, key: str, worker: str) -> None:
-        """Mark claimed work done; only the worker holding the lease may."""
+    def complete(self, key: str, worker: str,
+                 alerts: Sequence[OutboxAlert] = ()) -> None:
+        """Mark claimed work done; only the worker holding the lease may. ``alerts`` (what
+        ending the work says) go to the outbox in the same transaction, so a worker that
+        lost the lease writes neither."""
         ...
 
     def release(self, key: str, worker: str, error: str, not_before: datetime,

@@ -267,9 +267,8 @@ class AssessmentWorkers:
         elif latest is not None and (base.agent_id is None
                                      or latest.version > base.version):
             # The agent's lineage moved past the model this work was queued against.
-            self.store.add_alerts(awaiting_ended(pending, self.clock(), "superseded",
-                                                 self.policy.severities))
-            self.store.complete(item.key, worker)
+            self.store.complete(item.key, worker, awaiting_ended(
+                pending, self.clock(), "superseded", self.policy.severities))
             self.post(Installed(agent_id, latest))
             return
         queries = 0
@@ -307,9 +306,11 @@ class AssessmentWorkers:
                              {"queries": queries, "assessment": dict(outcome.details)})
                 return
             if outcome.model == base_domain:
-                self.store.add_alerts(awaiting_ended(pending, self.clock(), "no change",
-                                                     self.policy.severities))
-                self.store.complete(item.key, worker)
+                # With the work's end, in one transaction: a worker whose lease another
+                # took (which may find a version) must not end the awaiting alert with
+                # "no change".
+                self.store.complete(item.key, worker, awaiting_ended(
+                    pending, self.clock(), "no change", self.policy.severities))
                 self.metrics.assessments.labels(family, "unchanged").inc()
                 log.info("assessment found no change", key=item.key, queries=queries)
                 self.post(Settled(agent_id, item.key, Settlement.UNCHANGED))

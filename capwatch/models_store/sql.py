@@ -322,12 +322,15 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
         if n == 0:
             self._explain_not_held(tx, key, worker)
 
-    def complete(self, key: str, worker: str) -> None:
+    def complete(self, key: str, worker: str,
+                 alerts: Sequence[OutboxAlert] = ()) -> None:
+        validate_alerts(alerts)
         with self._tx() as tx:
             n = tx.run("UPDATE pending_assessments SET status = 'done', lease_until = NULL "
                        "WHERE key = ? AND status = 'claimed' AND claimed_by = ?", (key, worker))
             if n == 0:
                 self._explain_not_held(tx, key, worker)
+            self._add_alerts(tx, alerts)
 
     def release(self, key: str, worker: str, error: str, not_before: datetime,
                 max_attempts: int = 5,

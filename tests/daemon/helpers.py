@@ -10,6 +10,7 @@ from typing import Any
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.assess.agent import AgentQuery
+from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import Service, build_service
@@ -109,17 +110,20 @@ class OneAgent:
 
 
 def queued_refusal(tmp_path: Path, agent: AgentQuery, clock: Callable[[], datetime],
-                   assessment: dict[str, Any]) -> tuple[Pipeline, MemoryPublisher]:
+                   assessment: dict[str, Any], assessor: Assessor | None = None
+                   ) -> tuple[Pipeline, MemoryPublisher]:
     """A pipeline whose workers are not started, fed three refused samples by hand: one
     assessment of them pending, to be run under ``assessment`` settings with ``agent``
-    answering every agent id and time given by ``clock``."""
+    answering every agent id and time given by ``clock`` (``assessor``: instead of the
+    configured one)."""
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(refused_sample(step=i) for i in range(3)) + "\n")
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
                  assessment=assessment)
     out = MemoryPublisher()
     d = build_service(cfg, publisher=out, agents=OneAgent(agent),
-                      source=JsonlSource(str(path)), clock=clock).pipeline
+                      source=JsonlSource(str(path)), clock=clock,
+                      assessor=assessor).pipeline
     d.seed_families()
     d.source.start(d.assign, d.revoke, {})
     for r in d.source.poll(1.0):

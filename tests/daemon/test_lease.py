@@ -21,6 +21,7 @@ import pytest
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
+from capwatch.daemon.assessor import AssessmentOutcome, AssessmentRequest
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.model.domain import GroundAction, GroundAtom
 from tests.daemon.helpers import example, queued_refusal
@@ -140,5 +141,46 @@ def test_a_worker_whose_lease_is_taken_as_it_stores_stores_nothing(
     (version,) = d.store.history("rover-v1", "rover-a")
     assert version.evidence["assessment_key"] == item.key
     assert [(m.agent_id, m.version) for m in out.models] == [("rover-a", 1)]
+    d.source.close()
+    d.store.close()
+
+
+class Scripted:
+    """An assessor whose outcomes the test gives, in order; each may do something first."""
+
+    def __init__(self, *steps: Callable[[AssessmentRequest], AssessmentOutcome]) -> None:
+        self.steps = list(steps)
+
+    def assess(self, request: AssessmentRequest) -> AssessmentOutcome:
+        return self.steps.pop(0)(request)
+
+
+def test_a_worker_whose_lease_is_taken_ends_nothing_when_it_finds_no_change(
+        tmp_path: Path) -> None:
+    """"No change" ends the awaiting alert in the work's own completion: a worker that lost
+    its lease finds out there and writes no ending, so the one the alert gets is the new
+    holder's (here its version), not a "no change" the published version contradicts."""
+    now = [T0]
+
+    def frozen_then_no_change(request: AssessmentRequest) -> AssessmentOutcome:
+        now[0] = T0 + timedelta(seconds=61)
+        d.store.claim("other/w0", now[0], 60.0, 1)
+        return AssessmentOutcome(model=request.model, queries=1)
+
+    def finds_the_drift(request: AssessmentRequest) -> AssessmentOutcome:
+        return AssessmentOutcome(model=example("rover-sample-drift.pddl"), queries=1)
+
+    d, out = queued_refusal(tmp_path, Hooked(lambda: None), lambda: now[0],
+                            {"lease_s": 60.0, "workers": 1},
+                            Scripted(frozen_then_no_change, finds_the_drift))
+    (item,) = d.store.claim("zombie/w0", T0, 60.0, 1)
+    d.workers.run_claimed("zombie/w0", item)
+    assert [a for a in d.store.outbox() if a.alert.get("ends_at")] == [], \
+        "a worker that lost its lease ended the awaiting alert"
+    (again,) = d.store.queue_items("claimed")
+    d.workers.run_claimed("other/w0", again)
+    assert [(m.agent_id, m.version) for m in out.models] == [("rover-a", 1)]
+    (ending,) = [a for a in d.store.outbox() if a.alert.get("ends_at")]
+    assert ending.alert["evidence"]["ended"] == "version 1"
     d.source.close()
     d.store.close()

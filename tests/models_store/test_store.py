@@ -315,7 +315,16 @@ def test_a_version_for_claimed_work_is_written_only_while_its_lease_is_held(
     assert [a.key for a in store.outbox()] == ["version:k"]
     # b/w0's claim leased the work until T0 + 121 s; the write renewed it to T0 + 122 s.
     assert store.claim("c/w0", T0 + timedelta(seconds=121.5), lease_seconds=60) == []
-    other.complete("k", "b/w0")
+    # What ends the work is written with its completion, by its holder only.
+    ending = OutboxAlert(key="ended:k", dedup_key="d", group_key="g", family="rover-v1",
+                         alert_type="unexplained_inconsistency", alert={"summary": "e"},
+                         created_at=T0)
+    with pytest.raises(LeaseLost):
+        store.complete("k", "a/w0", [ending])
+    assert [a.key for a in store.outbox()] == ["version:k"]
+    other.complete("k", "b/w0", [ending])
+    assert sorted(a.key for a in store.outbox()) == ["ended:k", "version:k"]
+    assert [i.key for i in store.queue_items("done")] == ["k"]
 
 
 def test_a_claim_racing_a_version_write_does_not_take_the_work(
