@@ -22,6 +22,9 @@ from capwatch.models_store.sql import Row, SqlModelStore, Tx
 _MIGRATION_LOCK_ID = 0x6361_7077  # "capw": any constant shared by all replicas
 _ALERT_ROUTING_LOCK_ID = 0x6361_7061  # "capa"
 _PLACEHOLDER = re.compile(r"\?")
+IDLE_IN_TRANSACTION_TIMEOUT_S = 30.0
+"""How long the server lets one of our sessions sit idle inside a transaction
+(:meth:`PostgresModelStore._connect`)."""
 
 
 def _pg(sql: str) -> str:
@@ -54,16 +57,34 @@ class PostgresModelStore(SqlModelStore):
     dialect = "postgresql"
     claim_lock_clause = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, dsn: str, *, connect_timeout_s: int = 10, migrate: bool = True) -> None:
+    def __init__(self, dsn: str, *, connect_timeout_s: int = 10, migrate: bool = True,
+                 idle_in_transaction_timeout_s: float = IDLE_IN_TRANSACTION_TIMEOUT_S
+                 ) -> None:
         super().__init__()
         self.dsn = dsn
         self._connect_timeout_s = connect_timeout_s
+        self._idle_timeout_ms = round(idle_in_transaction_timeout_s * 1000)
         self._conn = self._connect()
         if migrate:
             self.migrate()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.dsn, connect_timeout=self._connect_timeout_s)
+        conn = psycopg.connect(self.dsn, connect_timeout=self._connect_timeout_s)
+        if self._idle_timeout_ms > 0:
+            # A replica frozen (SIGSTOP, a stalled VM) between two statements of a
+            # transaction keeps its locks until it resumes: the alert routers' advisory
+            # lock above all, which the next replica's router then waits for while holding
+            # its store, and with it that replica's main loop and workers. The server ends
+            # such a session after this long, which frees its locks (the frozen replica
+            # finds its transaction undone and reconnects). None of our transactions waits
+            # on anything but the database between its statements. A timeout the server,
+            # the role or the URL's options already set is kept.
+            row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+            if row is not None and str(row[0]) == "0":
+                conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s,"
+                             " false)", (str(self._idle_timeout_ms),))
+            conn.commit()
+        return conn
 
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]:
