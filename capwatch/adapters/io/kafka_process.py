@@ -337,7 +337,9 @@ class ProcessKafkaSource:
             assert callback is not None
             callback(parts)
         except Exception:
-            # As kafka-python does with a listener's exception: said, not raised.
+            # Said, not raised: the child's rebalance goes on once _DONE arrives either
+            # way, and Pipeline.revoke already gives up a failed checkpoint's partitions
+            # without a commit, so nothing is left for a retry to save.
             log.exception("rebalance callback failed", partitions=sorted(parts),
                           callback="revoke" if tag == _REVOKE else "assign")
         finally:
