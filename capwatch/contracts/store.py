@@ -201,6 +201,12 @@ class WorkQueue(Protocol):
         ``alerts`` go to the alert outbox in the same transaction."""
         ...
 
+    def enqueue_many(self, items: Sequence[tuple[PendingAssessment, Sequence[OutboxAlert]]]
+                     ) -> list[bool]:
+        """:meth:`enqueue` of each (item, its alerts), all in one transaction: all queued
+        or, on an error, none. Per item, whether it was new."""
+        ...
+
     def claim(self, worker: str, now: datetime, lease_seconds: float,
               limit: int = 1) -> list[PendingAssessment]:
         """Take up to ``limit`` pending items, or items whose lease ran out, oldest first."""

@@ -119,38 +119,54 @@ class EvidenceQueue:
 
     def sweep(self, registry: Registry, force: bool = False) -> None:
         """Queue every watch whose evidence is ripe (``force``: whatever is buffered, in
-        every watch ``registry`` holds). A store failure propagates; what it left
-        buffered is looked at again next time."""
+        every watch ``registry`` holds), in one store transaction. A store failure
+        propagates; what it left buffered is looked at again next time."""
         held = registry.lookup
         watches = [w for w in registry if w.buffered] if force \
             else list(self._buffered.values())
+        ripe = [w for w in watches if held(w.agent_id) is w and w.ripe(force)]
+        if ripe:
+            self._queue_all(ripe)
         for watch in watches:
-            if held(watch.agent_id) is watch and watch.ripe(force):
-                self.queue(watch)
             if held(watch.agent_id) is not watch or not watch.buffered:
                 self._buffered.pop(watch.agent_id, None)
 
     def queue(self, watch: AgentWatch) -> None:
         """Queue the watch's buffered evidence as a work item, with its alert."""
-        item = watch.work_item()
+        self._queue_all([watch])
+
+    def _queue_all(self, watches: list[AgentWatch]) -> None:
+        """Queue each watch's buffered evidence as a work item, with its alert: one
+        transaction for all (a commit waits for the disk, ~0.4-4 ms: agents whose
+        evidence ripened by time since the last sweep paid one each)."""
         now = self.clock()
-        evidence = list(watch.evidence)
-        alerts = [queued_alert(item, evidence, watch.domain, now, self.policy.severities)
-                  ] if evidence else []
-        created = self.store.enqueue(PendingAssessment(
-            key=item.key, agent_id=item.agent_id, family=item.family, payload=item.to_json(),
-            enqueued_at=now), alerts)
-        if alerts:
-            self.alerts.wake()
-        self._announced.pop(watch.agent_id, None)
-        if created:
-            watch.queued(item.key)
-            self.metrics.assessments_queued.labels(watch.family).inc()
-            log.info("assessment queued", key=item.key, agent_id=watch.agent_id,
-                     inconsistent=len(evidence), drift=sorted(item.drift))
+        queued = []
+        for watch in watches:
+            item = watch.work_item()
+            evidence = list(watch.evidence)
+            alerts = [queued_alert(item, evidence, watch.domain, now, self.policy.severities)
+                      ] if evidence else []
+            queued.append((watch, item, evidence, (PendingAssessment(
+                key=item.key, agent_id=item.agent_id, family=item.family,
+                payload=item.to_json(), enqueued_at=now), alerts)))
+        if len(queued) == 1:
+            created = [self.store.enqueue(*queued[0][3])]
         else:
-            # A replay of evidence whose work is queued already, or even finished (then
-            # there is nothing to wait for).
-            live = {i.key for i in self.store.live_queue_items()}
-            watch.queued(item.key, awaiting=item.key in live)
+            created = self.store.enqueue_many([q[3] for q in queued])
+        if any(q[3][1] for q in queued):
+            self.alerts.wake()
+        live: set[str] | None = None
+        for (watch, item, evidence, _), new in zip(queued, created, strict=True):
+            self._announced.pop(watch.agent_id, None)
+            if new:
+                watch.queued(item.key)
+                self.metrics.assessments_queued.labels(watch.family).inc()
+                log.info("assessment queued", key=item.key, agent_id=watch.agent_id,
+                         inconsistent=len(evidence), drift=sorted(item.drift))
+            else:
+                # A replay of evidence whose work is queued already, or even finished
+                # (then there is nothing to wait for).
+                if live is None:
+                    live = {i.key for i in self.store.live_queue_items()}
+                watch.queued(item.key, awaiting=item.key in live)
         self.wake_workers()

@@ -276,18 +276,31 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
             lease_until=self._ts_out(r[8]) if r[8] is not None else None, last_error=r[9])
 
     def enqueue(self, item: PendingAssessment, alerts: Sequence[OutboxAlert] = ()) -> bool:
-        if not item.key:
-            raise ValueError("a pending assessment needs a non-empty key")
-        validate_alerts(alerts)
-        at = self._ts_in(as_utc(item.enqueued_at))
+        return self.enqueue_many([(item, alerts)])[0]
+
+    def enqueue_many(self, items: Sequence[tuple[PendingAssessment, Sequence[OutboxAlert]]]
+                     ) -> list[bool]:
+        for item, alerts in items:
+            if not item.key:
+                raise ValueError("a pending assessment needs a non-empty key")
+            validate_alerts(alerts)
+        if not items:
+            return []
+        created = []
+        # One commit for all: a commit waits for the disk (~0.4-4 ms), and a sweep queues
+        # the evidence of every agent that ripened by time since the last one.
         with self._tx() as tx:
-            n = tx.run(
-                "INSERT INTO pending_assessments (key, agent_id, family, payload, status, "
-                "attempts, enqueued_at, not_before) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) "
-                "ON CONFLICT (key) DO NOTHING",
-                (item.key, item.agent_id, item.family, self._json_in(item.payload), at, at))
-            self._add_alerts(tx, alerts)
-        return n == 1
+            for item, alerts in items:
+                at = self._ts_in(as_utc(item.enqueued_at))
+                n = tx.run(
+                    "INSERT INTO pending_assessments (key, agent_id, family, payload, status, "
+                    "attempts, enqueued_at, not_before) "
+                    "VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) ON CONFLICT (key) DO NOTHING",
+                    (item.key, item.agent_id, item.family, self._json_in(item.payload), at,
+                     at))
+                self._add_alerts(tx, alerts)
+                created.append(n == 1)
+        return created
 
     def claim(self, worker: str, now: datetime, lease_seconds: float,
               limit: int = 1) -> list[PendingAssessment]:

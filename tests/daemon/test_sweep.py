@@ -64,3 +64,41 @@ def test_evidence_whose_queuing_failed_is_swept_again(
     finally:
         d.source.close()
         d.store.close()
+
+
+def test_the_sweep_queues_all_ripe_evidence_in_one_write_or_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agents = [f"rover-{i}" for i in range(4)]
+    d = _manual(tmp_path, [refused_sample(a, step=0) for a in agents],
+                detection={"debounce_transitions": 5, "debounce_s": 60.0})
+    try:
+        for r in d.source.poll(1.0):
+            d.handle(r)
+        for a in agents:
+            watch = d.registry.get(a)
+            assert watch is not None and watch.evidence_since is not None
+            watch.evidence_since -= 61.0  # a minute on: ripe by time
+        enqueue_many, writes = d.store.enqueue_many, []
+
+        def store_down(items: object) -> list[bool]:
+            raise OSError("store unreachable")
+
+        monkeypatch.setattr(d.store, "enqueue_many", store_down)
+        with pytest.raises(OSError):
+            d.sweep()
+        assert d.store.queue_items() == []
+        assert all(w.buffered and w.awaiting is None for w in d.registry)
+
+        def counted(items: list[tuple[object, object]]) -> list[bool]:
+            writes.append(len(items))
+            return enqueue_many(items)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(d.store, "enqueue_many", counted)
+        d.sweep()
+        assert writes == [4]
+        assert sorted(i.agent_id for i in d.store.queue_items()) == agents
+        assert len([r for r in d.store.outbox() if r.key.startswith("queued")]) == 4
+        assert all(not w.buffered and w.awaiting is not None for w in d.registry)
+    finally:
+        d.source.close()
+        d.store.close()

@@ -89,6 +89,46 @@ def test_queued_work_and_its_alert_are_one_write(store: ModelStore) -> None:
     assert [i.key for i in store.queue_items()] == ["rover-17#12"]
 
 
+def test_work_queued_together_is_one_write(store: ModelStore,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    def item(key: str) -> PendingAssessment:
+        return PendingAssessment(key, key.split("#")[0], "rover-v3", {"k": key}, T0)
+
+    assert store.enqueue(item("rover-1#1"), [row("queued:rover-1#1")]) is True
+    # A bad item refuses the whole batch before anything is written.
+    with pytest.raises(ValueError, match="needs a key"):
+        store.enqueue_many([(item("rover-2#1"), [row("queued:rover-2#1")]),
+                            (item("rover-3#1"), [row("")])])
+    # A failure in the middle of the transaction writes none of it.
+    add_alerts, calls = SqlModelStore._add_alerts, []
+
+    def fail_second(self: SqlModelStore, tx: object, alerts: Sequence[OutboxAlert]) -> int:
+        calls.append(len(alerts))
+        if len(calls) == 2:
+            raise StoreError("the store went away")
+        return add_alerts(self, tx, alerts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SqlModelStore, "_add_alerts", fail_second)
+    with pytest.raises(StoreError, match="went away"):
+        store.enqueue_many([(item("rover-2#1"), [row("queued:rover-2#1")]),
+                            (item("rover-3#1"), [row("queued:rover-3#1")])])
+    monkeypatch.setattr(SqlModelStore, "_add_alerts", add_alerts)
+    assert [i.key for i in store.queue_items()] == ["rover-1#1"]
+    assert [r.key for r in store.outbox()] == ["queued:rover-1#1"]
+    # Per item, whether it was new: the one queued before and a repeat within the batch
+    # are not.
+    assert store.enqueue_many([(item("rover-2#1"), [row("queued:rover-2#1")]),
+                               (item("rover-1#1"), [row("queued:rover-1#1")]),
+                               (item("rover-3#1"), []),
+                               (item("rover-2#1"), [row("queued:rover-2#1")])]
+                              ) == [True, False, True, False]
+    assert store.enqueue_many([]) == []
+    assert sorted(i.key for i in store.queue_items()) == ["rover-1#1", "rover-2#1",
+                                                           "rover-3#1"]
+    assert sorted(r.key for r in store.outbox()) == ["queued:rover-1#1", "queued:rover-2#1"]
+    assert {i.key: i.payload for i in store.queue_items()}["rover-3#1"] == {"k": "rover-3#1"}
+
+
 def test_failure_alerts_are_written_only_when_the_work_fails_for_good(
         store: ModelStore) -> None:
     store.enqueue(PendingAssessment("k", "a", "rover-v3", {}, T0))
