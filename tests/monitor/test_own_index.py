@@ -116,3 +116,33 @@ def test_agents_with_large_states_widen_their_familys_index_small_ones_do_not() 
     # not fit is on an index of its own.
     assert len(small.index) <= SHARED_INDEX_ATOMS and k * 40 > SHARED_INDEX_ATOMS - 80
     assert not monitor.shares_index and len(monitor.index) >= 40
+
+
+def test_the_familys_checked_atoms_are_bounded_and_checked_again_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import capwatch.monitor.transition_monitor as tm
+
+    monkeypatch.setattr(tm, "CHECKED_ATOMS", 10)
+    domain = _domain(True)
+    shared = SharedGrounding(domain, 0)  # every agent on an index of its own
+    sizes = []
+    # Agents naming objects of their own: three atoms each, one of them interned by the
+    # action's grounding (checked with the model), two checked in the state.
+    for k in range(12):
+        monitor = TransitionMonitor(domain, shared=shared)
+        objects = [f"o{k}-{i}" for i in range(3)]
+        before = frozenset(("p", o) for o in objects)
+        after = before | {("q", objects[0])}
+        assert monitor.observe(before, ("mark", objects[0]), after).verdict.name == "APPLIED"
+        sizes.append(len(shared.valid))
+    # It grows by each agent's new atoms and starts again past the bound.
+    assert sizes == [2, 4, 6, 8, 10] * 2 + [2, 4]
+    # An atom checked before the set started again is checked again, and still passes;
+    # a bad one is still refused, and a refused state interns nothing.
+    monitor = TransitionMonitor(domain, shared=shared)
+    assert monitor.observe(frozenset({("p", "o0-1")}), ("mark", "o0-1"),
+                           frozenset({("p", "o0-1"), ("q", "o0-1")})).verdict.name == "APPLIED"
+    with pytest.raises(ModelError, match="unknown predicate 'r'"):
+        monitor.observe(frozenset({("p", "o0-1"), ("r", "x")}), ("mark", "o0-1"),
+                        frozenset({("p", "o0-1"), ("q", "o0-1"), ("r", "x")}))
+    assert ("r", "x") not in shared.valid and ("r", "x") not in monitor.index
