@@ -18,7 +18,7 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-About 26 KB (~535 lines) because this is the one module that knows every part: the
+About 27 KB (~540 lines) because this is the one module that knows every part: the
 wiring, the loop with its outage retries, the rebalance callbacks and the
 scheduler's entry points. Each step's own logic is in the module named for it (batch,
 intake, agent_watch, checkpoint, eviction, lag, enqueue, workers, canary, results, alerting).
@@ -354,7 +354,14 @@ class Pipeline:
         log.info("daemon stopping")
         self.workers.stop(self.config.shutdown_grace_s)
         self.canaries.close()
-        self.drain()
+        try:
+            self.drain()
+        except INFRASTRUCTURE_ERRORS as e:
+            # A command the scheduler queued (its checkpoint, say, whose commit a replica
+            # dropped from the group fails) escaped here: the daemon exited 1 and closed
+            # neither its source nor its publisher. What it did not write is rebuilt from
+            # the last checkpoint, as below.
+            log.error("applying queued work at shutdown failed", problem=describe_outage(e))
         try:
             self.alerts.run()
             self.alerts.close()  # a late scheduler run must not use a closed sink

@@ -346,3 +346,33 @@ def test_the_fleet_gauges_follow_an_assessment_on_a_quiet_stream(tmp_path: Path)
     assert gauge("capwatch_agents_awaiting_assessment") == 0
     d.source.close()
     d.store.close()
+
+
+def test_an_outage_at_shutdown_is_not_fatal_and_everything_is_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A replica resumed after a freeze past its session was out of the group: the
+    # scheduler's queued checkpoint, run by the shutdown's drain, failed its commit, the
+    # error escaped the shutdown (exit 1, "capwatch run: Kafka at ...") and the source
+    # and publisher were never closed.
+    from kafka.errors import CommitFailedError
+
+    d = _manual(tmp_path, [good_sample(step=0), good_sample(step=1)])
+    for r in d.source.poll(1.0):
+        d.handle(r)
+
+    def kicked_out(offsets: object) -> None:
+        raise CommitFailedError("the consumer is not part of an active group")
+
+    closed: list[str] = []
+    source_close, publisher_close = d.source.close, d.publisher.close
+    monkeypatch.setattr(d.source, "commit", kicked_out)
+    monkeypatch.setattr(d.source, "close", lambda: (closed.append("source"),
+                                                    source_close())[1])
+    monkeypatch.setattr(d.publisher, "close", lambda: (closed.append("publisher"),
+                                                       publisher_close())[1])
+    d.submit(d.checkpoint)  # the scheduler's, queued when SIGTERM came
+    d.stop()
+    assert d.run() == 0
+    assert closed == ["source", "publisher"]
+    assert d.checkpoints.commit_offsets() == {0: 2}  # nothing committed: replayed next start
+    d.store.close()
