@@ -146,3 +146,54 @@ def test_the_familys_checked_atoms_are_bounded_and_checked_again_after(
         monitor.observe(frozenset({("p", "o0-1"), ("r", "x")}), ("mark", "o0-1"),
                         frozenset({("p", "o0-1"), ("q", "o0-1"), ("r", "x")}))
     assert ("r", "x") not in shared.valid and ("r", "x") not in monitor.index
+
+
+@pytest.mark.parametrize("family", ["full", "none", "open"])
+def test_states_encoded_from_new_atoms_hold_exactly_their_atoms(family: str) -> None:
+    """The state's atoms new to an index of the agent's own are numbered as one run of
+    bits (TransitionMonitor._encode_new): whatever the index held before (the action's
+    grounding, earlier states) and across a move to a new index when it is full, every
+    mask kept decodes to its very state, and the verdicts are those of an agent on its
+    family's index."""
+    import random
+
+    from capwatch.monitor.observations import MonitorLimits
+
+    rng = random.Random(7)
+    domain = _domain(True)
+    limits = MonitorLimits(max_state_atoms=30, own_index_room=20)  # full at 100 atoms
+    shared = {"full": SharedGrounding(domain, 0), "open": SharedGrounding(domain, 10**6),
+              "none": None}[family]
+    reference = SharedGrounding(domain, 10**6)
+    for agent in range(6):
+        monitor = TransitionMonitor(domain, limits, shared)
+        check = TransitionMonitor(domain, limits, reference)
+        objects = [f"a{agent}-{i}" for i in range(rng.randrange(1, 50))]
+        start = rng.sample(objects, rng.randrange(1, min(len(objects), 12) + 1))
+        state = frozenset(("p", o) for o in start)
+        for step in range(60):
+            if rng.random() < 0.5:
+                objects.append(f"a{agent}-n{step}")  # a new object now and then
+            target = rng.choice(objects)
+            kind = rng.random()
+            if kind < 0.6:  # mark a p-atom: applied if (p target) holds
+                state = state | {("p", target)}
+                after = state | {("q", target)}
+            elif kind < 0.8:  # a wrong effect: inconsistent
+                after = state | {("p", rng.choice(objects))}
+            else:  # the state unchanged
+                after = state
+            if rng.random() < 0.5:  # sometimes a state of other atoms: a gap
+                state = frozenset(("p", o) for o in rng.sample(objects, min(len(objects), 9)))
+                after = state | {("q", target)} if kind < 0.6 else after | state
+            got = monitor.observe(state, ("mark", target), after, step)
+            want = check.observe(state, ("mark", target), after, step)
+            assert got.verdict is want.verdict
+            assert monitor.index.decode(got.state) == state
+            kept = [t for buf in monitor.executed.values() for t in buf if t.position == step]
+            for t in kept:
+                assert monitor.index.decode(t.state) == state
+                assert monitor.index.decode(t.next_state) == after
+            if family != "open":
+                assert not monitor.shares_index
+            state = after
