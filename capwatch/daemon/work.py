@@ -12,7 +12,7 @@ Workers and the canary prober never touch the per-agent state; they post a
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,16 +77,19 @@ class WorkItem:
                  "step": t.step} for t in self.inconsistent]
 
     def to_json(self) -> JSON:
+        """The item as JSON; lists in it may be shared (one list per distinct state and
+        per atom): read, never change them."""
+        atoms_json = _StatesJson(self)
         return {
             "agent_id": self.agent_id, "family": self.family, "partition": self.partition,
             "base": self.base.to_json(),
-            "inconsistent": [_inconsistent_json(t) for t in self.inconsistent],
-            "executed": [{"state": _atoms_json(t.state), "action": list(t.action),
-                          "next_state": _atoms_json(t.next_state)} for t in self.executed],
+            "inconsistent": [_inconsistent_json(t, atoms_json) for t in self.inconsistent],
+            "executed": [{"state": atoms_json(t.state), "action": list(t.action),
+                          "next_state": atoms_json(t.next_state)} for t in self.executed],
             "drift": {name: dict(e) for name, e in self.drift.items()},
             "provisional_model": domain_to_json(self.provisional)
             if self.provisional is not None and self.drift else None,
-            "drift_probes": {name: {"state": _atoms_json(p.state), "action": list(p.action)}
+            "drift_probes": {name: {"state": atoms_json(p.state), "action": list(p.action)}
                              for name, p in self.probes.items()},
             **({"operator": dict(self.operator)} if self.operator else {}),
             **({"evidence_kinds": list(self.kinds)} if self.kinds else {}),
@@ -130,10 +133,42 @@ def _atoms_json(atoms: frozenset[GroundAtom]) -> list[list[str]]:
     return sorted(list(a) for a in atoms)
 
 
-def _inconsistent_json(t: AgentTransition) -> JSON:
+class _StatesJson:
+    """A work item's states as JSON (:func:`_atoms_json`), each distinct set made once:
+    an item holds up to hundreds of states, mostly the same atoms, and consecutive
+    transitions share their state sets (s_{t+1} = s'_t). Every atom of the item is sorted
+    once, and each state's atoms in that order by their rank: comparing atoms (tuples of
+    names) is what sorting each state cost (~13 us a 50-atom state). Tuples sort as the
+    lists they become, so each state's list is :func:`_atoms_json`'s."""
+
+    __slots__ = ("_done", "_lists", "_rank")
+
+    def __init__(self, item: WorkItem) -> None:
+        states = [s for t in (*item.inconsistent, *item.executed)
+                  for s in (t.state, t.next_state)]
+        states.extend(p.state for p in item.probes.values())
+        ordered = sorted(frozenset().union(*states))
+        self._rank = dict(zip(ordered, range(len(ordered)), strict=True))
+        self._lists = [list(a) for a in ordered]
+        self._done: dict[int, tuple[frozenset[GroundAtom], list[list[str]]]] = {}
+
+    def __call__(self, atoms: frozenset[GroundAtom]) -> list[list[str]]:
+        # By identity: the entry holds the set, so its id names no other meanwhile.
+        got = self._done.get(id(atoms))
+        if got is not None:
+            return got[1]
+        lists = self._lists
+        out = [lists[r] for r in sorted(map(self._rank.__getitem__, atoms))]
+        self._done[id(atoms)] = (atoms, out)
+        return out
+
+
+def _inconsistent_json(t: AgentTransition,
+                       atoms_json: Callable[[frozenset[GroundAtom]], list[list[str]]]
+                       = _atoms_json) -> JSON:
     return {"partition": t.partition, "offset": t.offset, "episode_id": t.episode_id,
-            "step": t.step, "state": _atoms_json(t.state), "action": list(t.action),
-            "next_state": _atoms_json(t.next_state), "optimal": t.optimal,
+            "step": t.step, "state": atoms_json(t.state), "action": list(t.action),
+            "next_state": atoms_json(t.next_state), "optimal": t.optimal,
             "executed": t.executed}
 
 

@@ -56,9 +56,18 @@ def pinned_pa_values(domain: Domain, index: AtomIndex, executed: Executed
 def executed_since(index: AtomIndex, executed: Executed, position: int, keep: int
                    ) -> list[Decoded]:
     """The last ``keep`` executions at or after ``position``, oldest first, decoded."""
-    decode = index.decode
     recent = sorted((t for buf in executed.values() for t in buf if t.position >= position),
                     key=lambda t: t.position)[-keep:]
+    # Consecutive executions share a state (s_{t+1} = s'_t): each state decoded once, and
+    # handed out as one set (an assessment's work item writes each set's atoms once).
+    states: dict[int, frozenset[GroundAtom]] = {}
+
+    def decode(mask: int) -> frozenset[GroundAtom]:
+        got = states.get(mask)
+        if got is None:
+            got = states[mask] = index.decode(mask)
+        return got
+
     return [(decode(t.state), t.action, decode(t.next_state)) for t in recent]
 
 
