@@ -219,3 +219,60 @@ def test_an_unwanted_alarm_leaves_the_table_exactly_as_a_wanted_one_does() -> No
         assert unwanted.export_state() == wanted.export_state(), i
         assert unwanted.confirming == wanted.confirming
     assert kinds.count(True) >= 2 and kinds.count(False) >= 2  # alarms and confirmations
+
+
+Grouping = tuple[tuple[int, ...], ...]
+
+
+def _random_case(rng: random.Random) -> tuple[list[float], list[float], list[Grouping]]:
+    """A model p, a changed q and the groupings its pre-states may show, at random."""
+    k = rng.randint(2, 5)
+    p = [rng.uniform(0.02, 1.0) for _ in range(k)]
+    q = [v * math.exp(rng.uniform(-2.0, 2.0)) for v in p]
+    p = [v / sum(p) for v in p]
+    q = [v / sum(q) for v in q]
+    groups: list[Grouping] = [tuple((i,) for i in range(k))]
+    for _ in range(rng.randint(0, 3)):
+        labels = [rng.randrange(k) for _ in range(k)]
+        blocks = sorted({tuple(i for i in range(k) if labels[i] == b) for b in set(labels)})
+        groups.append(tuple(blocks))
+    return p, q, groups
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_dot_products_the_detector_skips_never_hide_an_alarm(seed: int) -> None:
+    """``update`` takes the mixture's dot product only when a bound on it (from the last
+    one taken and each step's largest likelihood ratio) comes near the threshold: over
+    random models, groupings, changes, thresholds and state round trips (whose bound is
+    unknown), every decision, change point and statistic is the reference's, which takes
+    the dot product at every step."""
+    rng = random.Random(seed)
+    p, q, groups = _random_case(rng)
+    rate = 10 ** rng.uniform(-6.0, -1.5)
+    det = SequentialDetector(p, false_alarm_rate=rate)
+    ref = ReferenceSR(np.asarray(p), math.exp(det.log_threshold))
+    alarms = 0
+    for i, obs in enumerate(stream(rng, p, q, 2_000, rng.randrange(2_000), groups)):
+        if i % 500 == 250:
+            # A detector continued from its bytes or its plain state does not know the
+            # bound: it must take the dot product before it may skip it again.
+            twin = SequentialDetector(p, false_alarm_rate=rate)
+            if i % 1_000 == 250:
+                twin.unpack(det.pack())
+            else:
+                twin.load_state(det.export_state())
+            det = twin
+        got = det.update(obs)
+        assert got == ref.update(obs.explaining), i
+        assert det.n == ref.n
+        if got:
+            alarms += 1
+            assert det.change_point == int(ref.start[int(np.argmax(ref.c))])
+            assert det.log_statistic == math.log(float(ref.r @ ref.w))
+        if got or i % 211 == 0:
+            state = det.export_state()
+            assert state["r"] == ref.r.tolist() and state["cusum"] == ref.c.tolist()
+            assert state["start"] == ref.start.tolist()
+    assert det.log_statistic == (math.log(float(ref.r @ ref.w)) if ref.r.any() else -math.inf)
+    if seed < 4:
+        assert alarms, "these cases should raise alarms, or they test nothing"
