@@ -195,7 +195,11 @@ class _Engine(Evidence):
         return ordered[:width]
 
     def _after(self, pa: PaTuple, before: bool | None) -> bool | None:
-        return None if before is None else AFTER[self.vs.masks[pa]][before]
+        if before is None:
+            return None
+        if pa.action in self.vs.outcomes:
+            return self.vs.after(pa, before)
+        return AFTER[self.vs.masks[pa]][before]
 
     def _absorb(self, query: Query, answer: QueryResult) -> None:
         number = len(self.queries) + 1
@@ -254,6 +258,13 @@ class _Engine(Evidence):
             if modes[pal] is Mode.UNKNOWN:
                 reasons[pal] = self._open_reason(pa)
         model = self.initial.with_modes(modes)
+        outcomes = {}
+        for name, space in self.vs.outcomes.items():
+            if space.records:
+                pre = {pa.atom: modes[pa.pal(Location.PRE)] for pa in space.pas}
+                outcomes[name] = space.outcomes(
+                    {a: m if m is not Mode.UNKNOWN else self.init_value[PaTuple(name, a)][0]
+                     for a, m in pre.items()})
         changes = []
         for pal, old, new in self.initial.diff(model):
             ev = list(self.flag_reasons.get(pal.pa, [])) + list(self.vs.evidence.get(pal.pa, []))
@@ -273,7 +284,7 @@ class _Engine(Evidence):
         return AssessmentResult(self.method, self.initial, model, tuple(changes), flagged_pals,
                                 tuple(self.queries), tuple(self.vs.conflicts),
                                 tuple([*notes, *self.notes]), self.budget_exhausted, reasons,
-                                confirmed)
+                                confirmed, outcomes)
 
 
 

@@ -14,6 +14,7 @@ from capwatch.assess.atoms import fixed_atoms, tied_atoms
 from capwatch.assess.design import Designer
 from capwatch.assess.entangled import update_entangled
 from capwatch.assess.observations import Transition
+from capwatch.assess.outcomes import OutcomeSpace
 from capwatch.assess.result import Method, QueryLog
 from capwatch.assess.versionspace import VersionSpace, mask_of, violating
 from capwatch.model.domain import Action, Domain, GroundAtom, LiftedAtom
@@ -47,6 +48,10 @@ class Evidence:
             for a in known.actions}
         self.pas: dict[str, list[PaTuple]] = {
             name: [PaTuple(name, atom) for atom in atoms] for name, atoms in self.atoms.items()}
+        # aia keeps only the vocabulary, so its outcomes come from the steps alone.
+        self.vs.outcomes = {a.name: OutcomeSpace.of(a, self.pas[a.name],
+                                                    known=method is not Method.AIA)
+                            for a in known.actions if len(a.outcomes) > 1}
         self.fixed = {a.name: fixed_atoms(a, set(self.atoms[a.name])) for a in known.actions}
         self.outside = {a.name: sorted(a.all_atoms() - set(self.atoms[a.name]))
                         for a in known.actions}

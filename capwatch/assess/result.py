@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from capwatch.assess.versionspace import Conflict
-from capwatch.model.domain import Domain, GroundAction, GroundAtom
+from capwatch.model.domain import Domain, GroundAction, GroundAtom, Outcome
 from capwatch.model.pal import AbstractModel, Mode, PalTuple, summarise_changes
 
 
@@ -62,9 +62,13 @@ class AssessmentResult:
     confirmed: frozenset[PalTuple] = frozenset()
     """Pal-tuples whose mode the evidence (observations, query answers) pins down; the
     others either carried the known mode over unverified or are unresolved."""
+    outcomes: Mapping[str, tuple[Outcome, ...]] = field(default_factory=dict)
+    """Probabilistic actions: their outcomes as the steps showed them (an effect belongs
+    to the outcomes that have it, not to all of them; an outcome may have been added)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))
+        object.__setattr__(self, "outcomes", MappingProxyType(dict(self.outcomes)))
 
     @property
     def query_count(self) -> int:
@@ -85,7 +89,10 @@ class AssessmentResult:
             (p, self.initial.mode(p)) for p in self.model.unknown())
 
     def domain(self) -> Domain:
-        return self.best_guess().to_domain()
+        domain = self.best_guess().to_domain()
+        for name, outcomes in self.outcomes.items():
+            domain = domain.replace_action(domain.action(name).replace(outcomes=outcomes))
+        return domain
 
     def summary(self) -> list[str]:
         return summarise_changes(((c.pal, c.old, c.new) for c in self.changes

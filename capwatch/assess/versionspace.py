@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from capwatch.assess.outcomes import OutcomeSpace
 from capwatch.model.pal import (
     LEGAL_PA_VALUES,
     AbstractModel,
@@ -125,6 +126,9 @@ class VersionSpace:
     """Actions seen executing at least once: only then does every atom have a safe value."""
     version: dict[str, int] = field(default_factory=dict)
     """Per action, bumped whenever its evidence changes: probe designs are cached on it."""
+    outcomes: dict[str, OutcomeSpace] = field(default_factory=dict)
+    """Probabilistic actions: their steps are read per outcome (:mod:`capwatch.assess.
+    outcomes`), and their pa-tuples' effect modes follow from what the outcomes allow."""
 
     def touch(self, action: str) -> None:
         self.version[action] = self.version.get(action, 0) + 1
@@ -160,6 +164,10 @@ class VersionSpace:
         if action not in self.executed_actions:
             self.touch(action)
         self.executed_actions.add(action)
+        space = self.outcomes.get(action)
+        if space is not None:
+            self._executed_outcome(space, seen, evidence)
+            return
         for pa, (before, after) in seen.items():
             if before is None:
                 continue
@@ -167,6 +175,42 @@ class VersionSpace:
                                                                                   after)]
             self.restrict(pa, allowed, evidence)
         self.propagate()
+
+    def _executed_outcome(self, space: OutcomeSpace,
+                          seen: Mapping[PaTuple, tuple[bool | None, bool | None]],
+                          evidence: str) -> None:
+        """A step of a probabilistic action: the values before narrow the preconditions
+        as for any action; the values after narrow only the outcome that ran, and each
+        pa-tuple's effect mode is then whatever the outcomes allow together. That can
+        widen it again when the step shows an outcome not seen before, so the masks are
+        set, not intersected (the preconditions stay as narrowed)."""
+        for pa, (before, _) in seen.items():
+            if before is not None:
+                self.restrict(pa, ~violating(before) & ALL_VALUES, evidence)
+        if space.executed(seen):
+            for pa in space.pas:
+                old = self.masks[pa]
+                pres = {v[0] for v in values_of(old)}
+                new = mask_of(v for v in LEGAL_PA_VALUES
+                              if v[0] in pres and v[1] in space.effects(pa, v[0]))
+                if new != old and new:
+                    self.masks[pa] = new
+                    self.evidence.setdefault(pa, []).append(evidence)
+                    self.touch(pa.action)
+        self.propagate()
+
+    def after(self, pa: PaTuple, before: bool) -> bool | None:
+        """The atom's value after a step that ran with it at ``before``, when every value
+        still possible (and, for a probabilistic action, every outcome) agrees."""
+        posts = {predicted_post(v, before)
+                 for v in values_of(self.masks[pa] & ~violating(before))}
+        if len(posts) != 1:
+            return None
+        post = posts.pop()
+        space = self.outcomes.get(pa.action)
+        if space is not None and space.after(pa, before) != post:
+            return None
+        return post
 
     def failed(self, action: str, seen: Mapping[PaTuple, bool | None], evidence: str) -> None:
         literals = tuple(seen.items())

@@ -1,0 +1,195 @@
+"""Outcomes of a probabilistic action, learnt from the executed steps each one explains.
+
+A step of a probabilistic action ran *one* of its outcomes, so what it shows holds for that
+outcome, not for the action: a step in which the no-effect outcome ran (a gripper that
+slipped) leaves every atom as it was, and read with Table 2 as if the action were
+deterministic it says the action changes nothing, which the next successful step then
+contradicts. Nor can an unchanged atom be ignored: then an effect the drift removed from
+an outcome is never noticed. So the atoms of one step are read jointly:
+
+* the values before say which precondition literals cannot hold, whatever outcome ran;
+* the step is attributed to the outcome that explains it, and its values after narrow
+  that outcome's effects only. Outcomes start as the known model's (each with its known
+  effects as hypothesis and nothing yet ruled out); a step goes to the outcome whose
+  hypothesis it contradicts on the fewest atoms among those its evidence still allows.
+  A step no outcome can explain any more is an outcome of its own (one the drift added);
+  one two outcomes explain equally well teaches nothing about effects;
+* an action's summary effect on an atom (the pa-value's effect mode: ``+`` when some
+  outcome adds it, ``-`` when some deletes it and none adds it, as
+  :func:`capwatch.model.pal.eff_mode`) is then what the outcomes' possible effects allow
+  together. An outcome no step has shown keeps its known effects: nothing was seen of it.
+
+Pure bookkeeping over bit masks of effect modes; :class:`~capwatch.assess.versionspace.
+VersionSpace` holds one :class:`OutcomeSpace` per probabilistic action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from capwatch.model.domain import Action, LiftedAtom, Outcome
+from capwatch.model.pal import Mode, PaTuple
+
+EffectMask = int
+"""Bits over the effect modes an outcome may have on one atom."""
+
+POS, NEG, ABSENT = 1, 2, 4
+ANY: EffectMask = POS | NEG | ABSENT
+_BIT = {Mode.POS: POS, Mode.NEG: NEG, Mode.ABSENT: ABSENT}
+_MODE = {POS: Mode.POS, NEG: Mode.NEG, ABSENT: Mode.ABSENT}
+
+
+def signature(before: bool | None, after: bool | None) -> EffectMask:
+    """The effect modes of the outcome that ran which leave the atom as seen."""
+    if after is None:
+        return ANY
+    if before is None:
+        return POS | ABSENT if after else NEG | ABSENT
+    if before == after:
+        return POS | ABSENT if after else NEG | ABSENT
+    return POS if after else NEG
+
+
+def under(pre: Mode, mask: EffectMask) -> EffectMask:
+    """An effect that restates the precondition changes nothing: it counts as absent
+    (⟨+,+⟩ and ⟨−,−⟩ are not legal pa-values)."""
+    same = POS if pre is Mode.POS else NEG if pre is Mode.NEG else 0
+    return (mask & ~same) | ABSENT if mask & same else mask
+
+
+def summary_effects(masks: Sequence[EffectMask]) -> frozenset[Mode]:
+    """The action's effect modes on an atom that some choice of the outcomes' effects
+    gives (add wins over delete, as in :func:`capwatch.model.pal.eff_mode`)."""
+    out = set()
+    if any(m & POS for m in masks):
+        out.add(Mode.POS)
+    if all(m & (NEG | ABSENT) for m in masks) and any(m & NEG for m in masks):
+        out.add(Mode.NEG)
+    if all(m & ABSENT for m in masks):
+        out.add(Mode.ABSENT)
+    return frozenset(out)
+
+
+@dataclass(slots=True)
+class OutcomeRecord:
+    """One outcome: the effects still possible per atom and the steps it explained."""
+
+    effects: dict[PaTuple, EffectMask]
+    known: dict[PaTuple, EffectMask]
+    """The known model's effects (the hypothesis); empty for an outcome the steps added."""
+    origin: int | None
+    """Index of the known outcome it stands for; None for one the steps added."""
+    steps: int = 0
+
+    def hypothesis(self, pa: PaTuple) -> EffectMask:
+        known = self.known.get(pa, 0) & self.effects[pa]
+        return known if known else self.effects[pa]
+
+    def possible(self, pa: PaTuple) -> EffectMask:
+        """What the outcome may do to the atom: what its steps allow, or its known effect
+        when no step has shown it."""
+        return self.effects[pa] if self.steps or not self.known else self.known[pa]
+
+
+@dataclass(slots=True)
+class OutcomeSpace:
+    """The outcomes of one probabilistic action (see the module docstring)."""
+
+    action: Action
+    pas: tuple[PaTuple, ...]
+    records: list[OutcomeRecord] = field(default_factory=list)
+    ambiguous: int = 0
+    """Steps two outcomes explained equally well (no effect learnt from them)."""
+
+    @classmethod
+    def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
+           ) -> OutcomeSpace:
+        """From the known action; ``known=False`` (AIA) starts with no outcome at all."""
+        space = cls(action, tuple(pas))
+        if known:
+            for i, o in enumerate(action.outcomes):
+                hyp = {pa: POS if pa.atom in o.add else NEG if pa.atom in o.delete
+                       else ABSENT for pa in space.pas}
+                space.records.append(OutcomeRecord({pa: ANY for pa in space.pas}, hyp, i))
+        return space
+
+    def executed(self, seen: Mapping[PaTuple, tuple[bool | None, bool | None]]) -> bool:
+        """Attribute one executed step; True when what the outcomes may do changed."""
+        sig = {pa: signature(*seen.get(pa, (None, None))) for pa in self.pas}
+        best: list[OutcomeRecord] = []
+        cost = len(self.pas) + 1
+        for r in self.records:
+            if not all(r.effects[pa] & s for pa, s in sig.items()):
+                continue
+            c = sum(1 for pa, s in sig.items() if not r.hypothesis(pa) & s)
+            if c < cost:
+                best, cost = [r], c
+            elif c == cost:
+                best.append(r)
+        if not best or (len(best) > 1 and cost > 0):
+            # Explained by no outcome, or only by changing one of several equally: an
+            # outcome of its own.
+            self.records.append(OutcomeRecord(dict(sig), {}, None, 1))
+            return True
+        if len(best) > 1:
+            self.ambiguous += 1
+            return False
+        (r,) = best
+        changed = r.steps == 0 and bool(r.known)
+        r.steps += 1
+        for pa, s in sig.items():
+            if r.effects[pa] & s != r.effects[pa]:
+                r.effects[pa] &= s
+                changed = True
+        return changed
+
+    def effects(self, pa: PaTuple, pre: Mode) -> frozenset[Mode]:
+        """The summary effect modes still possible for the atom, given its precondition."""
+        return summary_effects([under(pre, r.possible(pa)) for r in self.records])
+
+    def after(self, pa: PaTuple, before: bool) -> bool | None:
+        """The atom's value after a step that ran with it at ``before``, if every outcome
+        agrees (None otherwise: which outcome runs is chance)."""
+        posts = set()
+        for r in self.records:
+            m = r.possible(pa)
+            if m & POS:
+                posts.add(True)
+            if m & NEG:
+                posts.add(False)
+            if m & ABSENT:
+                posts.add(before)
+        return posts.pop() if len(posts) == 1 else None
+
+    def outcomes(self, pre: Mapping[LiftedAtom, Mode]) -> tuple[Outcome, ...]:
+        """The outcomes as a model states them, with the precondition ``pre`` (Γ atoms).
+
+        An effect the evidence leaves open takes the known one when still possible, else
+        none when possible (nothing seen says it changes), else what is left. Atoms outside
+        Γ keep the known outcome's effects. Probabilities: the known ones while every
+        outcome is a known one; once the steps added one, each outcome's share of the
+        steps, one added to every count so that a known outcome the steps never showed
+        keeps a small share instead of vanishing."""
+        gamma = {pa.atom for pa in self.pas}
+        added = any(r.origin is None for r in self.records)
+        total = sum(r.steps + 1 for r in self.records)
+        out = []
+        for r in self.records:
+            base = self.action.outcomes[r.origin] if r.origin is not None else Outcome()
+            add = {a for a in base.add if a not in gamma}
+            delete = {a for a in base.delete if a not in gamma}
+            for pa in self.pas:
+                m = under(pre.get(pa.atom, Mode.ABSENT), r.possible(pa))
+                known = under(pre.get(pa.atom, Mode.ABSENT), r.known.get(pa, 0)) & m
+                bit = known or (ABSENT if m & ABSENT else m & -m)
+                if bit == POS:
+                    add.add(pa.atom)
+                elif bit == NEG:
+                    delete.add(pa.atom)
+            p = (r.steps + 1) / total if added else base.probability
+            out.append(Outcome(frozenset(add), frozenset(delete), p))
+        return tuple(out)
+
+
+__all__ = ["ANY", "OutcomeRecord", "OutcomeSpace", "signature", "summary_effects", "under"]
