@@ -33,6 +33,7 @@ from capwatch.assess.observations import (
     optimal_traces,
     transitions_of,
 )
+from capwatch.assess.outcomes import OUTCOME_SAFETY
 from capwatch.assess.planner import Planner
 from capwatch.assess.probes import (
     EXPLORE,
@@ -125,6 +126,7 @@ class _Engine(Evidence):
 
     def run(self, agent: AgentQuery) -> None:
         objects = ObjectFactory(self.taken)
+        fruitless = 0
         maker = StepMaker(self.actions, objects, self.fixed)
         while True:
             safe: list[Probe] = []
@@ -135,6 +137,8 @@ class _Engine(Evidence):
             rider_final: list[Probe] = []
             for action in sorted(self.atoms):
                 s, r, f = self.design.probes(action, self.targets)
+                if action in self.sampled_out:
+                    s = []
                 if riders and (s or r or f):
                     # A query goes out for the targets anyway: let it also test what the
                     # observations never challenged, at no extra query.
@@ -169,12 +173,40 @@ class _Engine(Evidence):
             before = (sum(self.vs.version.values()), len(self.vs.clauses))
             self._absorb(query, answers[0])
             if (sum(self.vs.version.values()), len(self.vs.clauses)) == before:
-                # The same probes would be designed and asked again: stop instead.
-                self.notes.append(f"query {len(self.queries)} narrowed nothing; stopped")
-                self.stalled = True
-                break
+                # The same probes would be designed and asked again: stop instead, unless
+                # a probabilistic step ran an outcome already seen: asked again, the
+                # agent may run one that teaches something (QACE repeats its queries).
+                fruitless += 1
+                ran = self._sampled(query, answers[0]) - self.sampled_out
+                if not ran:
+                    self.notes.append(f"query {len(self.queries)} narrowed nothing; stopped")
+                    self.stalled = True
+                    break
+                if fruitless > self._repeats(ran):
+                    # Their outcomes teach nothing more here: leave what is open of their
+                    # effects open and go on with the other probes (which may have had to
+                    # wait behind these, whose effects on shared atoms are chance).
+                    self.sampled_out.update(ran)
+                    self.notes.append(f"{', '.join(sorted(ran))}: {fruitless} queries "
+                                      f"in a row narrowed nothing; its effects are no "
+                                      f"longer probed")
+                    fruitless = 0
+                continue
+            fruitless = 0
             self._refresh_targets()
             self.check_known_model()
+
+    def _sampled(self, query: Query, answer: QueryResult) -> set[str]:
+        """The probabilistic actions the answer ran a step of."""
+        return {step.probe.action for step in query.steps[:answer.executed]
+                if step.probe.action in self.vs.outcomes}
+
+    def _repeats(self, actions: set[str]) -> int:
+        """How often a query that narrowed nothing is asked again: enough that an outcome
+        of these actions as likely as their least likely known one has shown with
+        probability 1 - e^-OUTCOME_SAFETY."""
+        p = min(o.probability for a in actions for o in self.actions[a].outcomes)
+        return math.ceil(OUTCOME_SAFETY / -math.log1p(-p)) if p < 1.0 else 0
 
     def _window(self, final: list[Probe]) -> list[Probe]:
         """The expected failures worth sending in one query.
@@ -233,6 +265,9 @@ class _Engine(Evidence):
         if pa.action in self.design.gave_up:
             return (f"no state was found in which {pa.action} executes "
                     f"({len(self.design.explored.get(pa.action, ()))} tried)")
+        if pa.action in self.sampled_out:
+            return ("queries asked again kept running outcomes of it that were seen "
+                    "before: none told the remaining values apart")
         if self.stalled:
             return "the agent's answers stopped narrowing it down"
         return "no probe could tell the remaining values apart"

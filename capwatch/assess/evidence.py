@@ -67,6 +67,9 @@ class Evidence:
         self.pool: list[Transition] = []
         self.budget_exhausted = False
         self.stalled = False
+        self.sampled_out: set[str] = set()
+        """Probabilistic actions whose effects are no longer probed: asked again, the
+        probes taught nothing (their preconditions still are)."""
         self.final_ran = 0
         self.final_failed = 0
         self.known_view: dict[PaTuple, PaValue] = {} if method is Method.AIA else \

@@ -25,11 +25,16 @@ VersionSpace` holds one :class:`OutcomeSpace` per probabilistic action.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple
+
+OUTCOME_SAFETY = 3.0
+"""-ln of the accepted chance that an outcome of the known model does not show in the steps
+although it is still there (:meth:`OutcomeSpace.live`; the engine's repeats)."""
 
 EffectMask = int
 """Bits over the effect modes an outcome may have on one atom."""
@@ -77,10 +82,14 @@ class OutcomeRecord:
 
     effects: dict[PaTuple, EffectMask]
     known: dict[PaTuple, EffectMask]
-    """The known model's effects (the hypothesis); empty for an outcome the steps added."""
+    """The hypothesis: the known model's effects, or for an outcome the steps added, the
+    effects of the outcome it was nearest where its first step allows them."""
     origin: int | None
     """Index of the known outcome it stands for; None for one the steps added."""
     steps: int = 0
+    base: int | None = None
+    """The known outcome whose effects outside Γ it keeps: its origin, or for one the
+    steps added, that of the outcome it was nearest."""
 
     def hypothesis(self, pa: PaTuple) -> EffectMask:
         known = self.known.get(pa, 0) & self.effects[pa]
@@ -89,7 +98,7 @@ class OutcomeRecord:
     def possible(self, pa: PaTuple) -> EffectMask:
         """What the outcome may do to the atom: what its steps allow, or its known effect
         when no step has shown it."""
-        return self.effects[pa] if self.steps or not self.known else self.known[pa]
+        return self.effects[pa] if self.steps else self.known[pa]
 
 
 @dataclass(slots=True)
@@ -111,7 +120,8 @@ class OutcomeSpace:
             for i, o in enumerate(action.outcomes):
                 hyp = {pa: POS if pa.atom in o.add else NEG if pa.atom in o.delete
                        else ABSENT for pa in space.pas}
-                space.records.append(OutcomeRecord({pa: ANY for pa in space.pas}, hyp, i))
+                space.records.append(OutcomeRecord({pa: ANY for pa in space.pas}, hyp, i,
+                                                   base=i))
         return space
 
     def executed(self, seen: Mapping[PaTuple, tuple[bool | None, bool | None]]) -> bool:
@@ -120,21 +130,25 @@ class OutcomeSpace:
         best: list[OutcomeRecord] = []
         cost = len(self.pas) + 1
         for r in self.records:
-            if not all(r.effects[pa] & s for pa, s in sig.items()):
-                continue
             c = sum(1 for pa, s in sig.items() if not r.hypothesis(pa) & s)
             if c < cost:
                 best, cost = [r], c
             elif c == cost:
                 best.append(r)
-        if not best or (len(best) > 1 and cost > 0):
-            # Explained by no outcome, or only by changing one of several equally: an
-            # outcome of its own.
-            self.records.append(OutcomeRecord(dict(sig), {}, None, 1))
-            return True
-        if len(best) > 1:
+        consistent = [r for r in best if all(r.effects[pa] & s for pa, s in sig.items())]
+        if cost == 0 and len(best) > 1:
             self.ambiguous += 1
             return False
+        if len(best) > 1 or not consistent:
+            # Nearest to an outcome its steps already rule out (a variant of it), or to
+            # several equally: an outcome of its own. Changing whichever outcome still
+            # allows it would lose one the steps showed or the known model states.
+            near = best[0]
+            # What the step leaves open, it is taken to do as the outcome it is nearest.
+            hyp = {pa: h for pa in self.pas
+                   if (h := near.hypothesis(pa) & sig[pa]) and h & (h - 1) == 0}
+            self.records.append(OutcomeRecord(dict(sig), hyp, None, 1, near.base))
+            return True
         (r,) = best
         changed = r.steps == 0 and bool(r.known)
         r.steps += 1
@@ -144,15 +158,30 @@ class OutcomeSpace:
                 changed = True
         return changed
 
+    def live(self) -> list[OutcomeRecord]:
+        """The outcomes the action is taken to have now.
+
+        A known outcome no step showed stays, unless the steps showed an outcome the known
+        model lacks and the action ran so often that, at its known probability p, it would
+        have shown but for a chance (1 - p)^n below e^-OUTCOME_SAFETY: the new outcome is
+        then taken to be that one, changed by the drift. (Which of the two it is cannot be
+        told from the step alone; a likely outcome that stopped showing can.)"""
+        if all(r.origin is not None for r in self.records):
+            return self.records
+        n = sum(r.steps for r in self.records) + self.ambiguous
+        return [r for r in self.records if r.steps or r.origin is None
+                or n * -math.log1p(-min(self.action.outcomes[r.origin].probability,
+                                        1.0 - 1e-12)) <= OUTCOME_SAFETY]
+
     def effects(self, pa: PaTuple, pre: Mode) -> frozenset[Mode]:
         """The summary effect modes still possible for the atom, given its precondition."""
-        return summary_effects([under(pre, r.possible(pa)) for r in self.records])
+        return summary_effects([under(pre, r.possible(pa)) for r in self.live()])
 
     def after(self, pa: PaTuple, before: bool) -> bool | None:
         """The atom's value after a step that ran with it at ``before``, if every outcome
         agrees (None otherwise: which outcome runs is chance)."""
         posts = set()
-        for r in self.records:
+        for r in self.live():
             m = r.possible(pa)
             if m & POS:
                 posts.add(True)
@@ -173,10 +202,11 @@ class OutcomeSpace:
         keeps a small share instead of vanishing."""
         gamma = {pa.atom for pa in self.pas}
         added = any(r.origin is None for r in self.records)
-        total = sum(r.steps + 1 for r in self.records)
+        live = self.live()
+        total = sum(r.steps + 1 for r in live)
         out = []
-        for r in self.records:
-            base = self.action.outcomes[r.origin] if r.origin is not None else Outcome()
+        for r in live:
+            base = self.action.outcomes[r.base] if r.base is not None else Outcome()
             add = {a for a in base.add if a not in gamma}
             delete = {a for a in base.delete if a not in gamma}
             for pa in self.pas:

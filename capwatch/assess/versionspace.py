@@ -187,16 +187,18 @@ class VersionSpace:
         for pa, (before, _) in seen.items():
             if before is not None:
                 self.restrict(pa, ~violating(before) & ALL_VALUES, evidence)
-        if space.executed(seen):
-            for pa in space.pas:
-                old = self.masks[pa]
-                pres = {v[0] for v in values_of(old)}
-                new = mask_of(v for v in LEGAL_PA_VALUES
-                              if v[0] in pres and v[1] in space.effects(pa, v[0]))
-                if new != old and new:
-                    self.masks[pa] = new
-                    self.evidence.setdefault(pa, []).append(evidence)
-                    self.touch(pa.action)
+        space.executed(seen)
+        # After every step, not only one that narrowed an outcome: the count of steps
+        # alone can retire a known outcome that stopped showing (OutcomeSpace.live).
+        for pa in space.pas:
+            old = self.masks[pa]
+            pres = {v[0] for v in values_of(old)}
+            new = mask_of(v for v in LEGAL_PA_VALUES
+                          if v[0] in pres and v[1] in space.effects(pa, v[0]))
+            if new != old and new:
+                self.masks[pa] = new
+                self.evidence.setdefault(pa, []).append(evidence)
+                self.touch(pa.action)
         self.propagate()
 
     def after(self, pa: PaTuple, before: bool) -> bool | None:
