@@ -126,7 +126,6 @@ class _Engine(Evidence):
 
     def run(self, agent: AgentQuery) -> None:
         objects = ObjectFactory(self.taken)
-        fruitless = 0
         maker = StepMaker(self.actions, objects, self.fixed)
         while True:
             safe: list[Probe] = []
@@ -137,8 +136,6 @@ class _Engine(Evidence):
             rider_final: list[Probe] = []
             for action in sorted(self.atoms):
                 s, r, f = self.design.probes(action, self.targets)
-                if action in self.sampled_out:
-                    s = []
                 if riders and (s or r or f):
                     # A query goes out for the targets anyway: let it also test what the
                     # observations never challenged, at no extra query.
@@ -148,13 +145,15 @@ class _Engine(Evidence):
                 safe.extend(s)
                 risky.extend(r)
                 final.extend(f)
-            if not (safe or risky or final):
-                break
             # Riders expected to run ride along; riders expected to fail only when the
             # targets have no failure of their own to ask (each query ends at one).
             risky.extend(rider_risky)
             if not final:
                 final = rider_final
+            if self.tired:
+                safe, risky, final = (self._rested(ps) for ps in (safe, risky, final))
+            if not (safe or risky or final):
+                break
             if len(self.queries) >= self.budget:
                 self.budget_exhausted = True
                 break
@@ -176,36 +175,44 @@ class _Engine(Evidence):
                 # The same probes would be designed and asked again: stop instead, unless
                 # a probabilistic step ran an outcome already seen: asked again, the
                 # agent may run one that teaches something (QACE repeats its queries).
-                fruitless += 1
-                ran = self._sampled(query, answers[0]) - self.sampled_out
-                if not ran:
+                if not self._tire(query, answers[0]):
                     self.notes.append(f"query {len(self.queries)} narrowed nothing; stopped")
                     self.stalled = True
                     break
-                if fruitless > self._repeats(ran):
-                    # Their outcomes teach nothing more here: leave what is open of their
-                    # effects open and go on with the other probes (which may have had to
-                    # wait behind these, whose effects on shared atoms are chance).
-                    self.sampled_out.update(ran)
-                    self.notes.append(f"{', '.join(sorted(ran))}: {fruitless} queries "
-                                      f"in a row narrowed nothing; its effects are no "
-                                      f"longer probed")
-                    fruitless = 0
                 continue
-            fruitless = 0
+            self.tired.clear()
             self._refresh_targets()
             self.check_known_model()
 
-    def _sampled(self, query: Query, answer: QueryResult) -> set[str]:
-        """The probabilistic actions the answer ran a step of."""
-        return {step.probe.action for step in query.steps[:answer.executed]
-                if step.probe.action in self.vs.outcomes}
+    def _tire(self, query: Query, answer: QueryResult) -> bool:
+        """Count a query that narrowed nothing against the probabilistic probes it ran;
+        False when it ran none (asking again would teach nothing)."""
+        ran = [step.probe for step in query.steps[:answer.executed]
+               if step.probe.action in self.vs.outcomes]
+        for probe in ran:
+            self.tired[probe] = self.tired.get(probe, 0) + 1
+            if self.tired[probe] > self._repeats(probe.action) and \
+                    probe.action not in self.sampled_out:
+                self.sampled_out.add(probe.action)
+                self.notes.append(f"{probe.action}: a probe asked {self.tired[probe]} times "
+                                  f"never ran an outcome that taught something; dropped")
+        return bool(ran)
 
-    def _repeats(self, actions: set[str]) -> int:
-        """How often a query that narrowed nothing is asked again: enough that an outcome
-        of these actions as likely as their least likely known one has shown with
-        probability 1 - e^-OUTCOME_SAFETY."""
-        p = min(o.probability for a in actions for o in self.actions[a].outcomes)
+    def _rested(self, probes: list[Probe]) -> list[Probe]:
+        """Probes not yet asked past their repeats, those asked least first: while
+        probabilistic steps teach nothing, the probes that wait behind them (a step whose
+        effect on a shared atom is chance cannot be followed by one that needs it) get
+        their turn."""
+        kept = [p for p in probes if self.tired.get(p, 0) <= self._repeats(p.action)]
+        return sorted(kept, key=lambda p: self.tired.get(p, 0))
+
+    def _repeats(self, action: str) -> int:
+        """How often a probe of a probabilistic action is asked again while it teaches
+        nothing: enough that an outcome as likely as the action's least likely known one
+        has shown with probability 1 - e^-OUTCOME_SAFETY (0 for a deterministic action)."""
+        if action not in self.vs.outcomes:
+            return 0
+        p = min(o.probability for o in self.actions[action].outcomes)
         return math.ceil(OUTCOME_SAFETY / -math.log1p(-p)) if p < 1.0 else 0
 
     def _window(self, final: list[Probe]) -> list[Probe]:

@@ -15,6 +15,7 @@ from capwatch.assess.design import Designer
 from capwatch.assess.entangled import update_entangled
 from capwatch.assess.observations import Transition
 from capwatch.assess.outcomes import OutcomeSpace
+from capwatch.assess.probes import Probe
 from capwatch.assess.result import Method, QueryLog
 from capwatch.assess.versionspace import VersionSpace, mask_of, violating
 from capwatch.model.domain import Action, Domain, GroundAtom, LiftedAtom
@@ -68,8 +69,9 @@ class Evidence:
         self.budget_exhausted = False
         self.stalled = False
         self.sampled_out: set[str] = set()
-        """Probabilistic actions whose effects are no longer probed: asked again, the
-        probes taught nothing (their preconditions still are)."""
+        """Probabilistic actions with a probe dropped: asked again, it taught nothing."""
+        self.tired: dict[Probe, int] = {}
+        """Probes of probabilistic actions asked since the evidence last changed."""
         self.final_ran = 0
         self.final_failed = 0
         self.known_view: dict[PaTuple, PaValue] = {} if method is Method.AIA else \
@@ -183,6 +185,10 @@ class Evidence:
         """Known values the evidence rules out become targets (DAAISy's Γδ, kept current)."""
         if self.method is Method.AIA:
             return
+        for space in self.vs.outcomes.values():
+            for pa in sorted(space.contradicted - self.targets):
+                self._flag(pa, f"a step of {pa.action} showed an outcome the known model "
+                               f"does not have: it changed {pa.atom} otherwise")
         for pa, value in self.init_value.items():
             if pa in self.targets or self.vs.masks[pa] & mask_of([value]):
                 continue

@@ -110,6 +110,9 @@ class OutcomeSpace:
     records: list[OutcomeRecord] = field(default_factory=list)
     ambiguous: int = 0
     """Steps two outcomes explained equally well (no effect learnt from them)."""
+    contradicted: set[PaTuple] = field(default_factory=set)
+    """Atoms on which a step contradicted the effect expected of the outcome it went to
+    (or was nearest): hard evidence of drift, as Table 2's for a deterministic action."""
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -136,6 +139,9 @@ class OutcomeSpace:
             elif c == cost:
                 best.append(r)
         consistent = [r for r in best if all(r.effects[pa] & s for pa, s in sig.items())]
+        if best and cost:
+            self.contradicted.update(pa for pa, s in sig.items()
+                                     if not best[0].hypothesis(pa) & s)
         if cost == 0 and len(best) > 1:
             self.ambiguous += 1
             return False
@@ -143,11 +149,13 @@ class OutcomeSpace:
             # Nearest to an outcome its steps already rule out (a variant of it), or to
             # several equally: an outcome of its own. Changing whichever outcome still
             # allows it would lose one the steps showed or the known model states.
-            near = best[0]
             # What the step leaves open, it is taken to do as the outcome it is nearest.
-            hyp = {pa: h for pa in self.pas
-                   if (h := near.hypothesis(pa) & sig[pa]) and h & (h - 1) == 0}
-            self.records.append(OutcomeRecord(dict(sig), hyp, None, 1, near.base))
+            near = best[0] if best else None
+            hyp = {} if near is None else {
+                pa: h for pa in self.pas
+                if (h := near.hypothesis(pa) & sig[pa]) and h & (h - 1) == 0}
+            self.records.append(OutcomeRecord(dict(sig), hyp, None, 1,
+                                              None if near is None else near.base))
             return True
         (r,) = best
         changed = r.steps == 0 and bool(r.known)
