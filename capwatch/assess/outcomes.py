@@ -110,6 +110,8 @@ class OutcomeSpace:
     records: list[OutcomeRecord] = field(default_factory=list)
     ambiguous: int = 0
     """Steps two outcomes explained equally well (no effect learnt from them)."""
+    hypothesis: bool = True
+    """Whether the known model's outcomes are the hypothesis (not for aia)."""
     contradicted: set[PaTuple] = field(default_factory=set)
     """Atoms on which a step contradicted the effect expected of the outcome it went to
     (or was nearest): hard evidence of drift, as Table 2's for a deterministic action."""
@@ -118,7 +120,7 @@ class OutcomeSpace:
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
            ) -> OutcomeSpace:
         """From the known action; ``known=False`` (AIA) starts with no outcome at all."""
-        space = cls(action, tuple(pas))
+        space = cls(action, tuple(pas), hypothesis=known)
         if known:
             for i, o in enumerate(action.outcomes):
                 hyp = {pa: POS if pa.atom in o.add else NEG if pa.atom in o.delete
@@ -187,7 +189,10 @@ class OutcomeSpace:
 
     def after(self, pa: PaTuple, before: bool) -> bool | None:
         """The atom's value after a step that ran with it at ``before``, if every outcome
-        agrees (None otherwise: which outcome runs is chance)."""
+        agrees (None otherwise: which outcome runs is chance). Without the known outcomes
+        (aia) always None: an outcome no step has shown yet may do anything."""
+        if not self.hypothesis:
+            return None
         posts = set()
         for r in self.live():
             m = r.possible(pa)
