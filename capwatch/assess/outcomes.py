@@ -17,7 +17,11 @@ an outcome is never noticed. So the atoms of one step are read jointly:
 * an action's summary effect on an atom (the pa-value's effect mode: ``+`` when some
   outcome adds it, ``-`` when some deletes it and none adds it, as
   :func:`capwatch.model.pal.eff_mode`) is then what the outcomes' possible effects allow
-  together. An outcome no step has shown keeps its known effects: nothing was seen of it.
+  together. An outcome no step has shown keeps its known effects: nothing was seen of it
+  (:meth:`OutcomeSpace.live` says when a likely one that stopped showing gives way);
+* the atoms a step changed otherwise than the outcome it went to expected are hard
+  evidence of drift (:attr:`OutcomeSpace.contradicted`), as Table 2's contradictions are
+  for a deterministic action. aia has no known outcomes: its outcomes come from the steps.
 
 Pure bookkeeping over bit masks of effect modes; :class:`~capwatch.assess.versionspace.
 VersionSpace` holds one :class:`OutcomeSpace` per probabilistic action.
@@ -110,7 +114,7 @@ class OutcomeSpace:
     records: list[OutcomeRecord] = field(default_factory=list)
     ambiguous: int = 0
     """Steps two outcomes explained equally well (no effect learnt from them)."""
-    hypothesis: bool = True
+    from_known: bool = True
     """Whether the known model's outcomes are the hypothesis (not for aia)."""
     contradicted: set[PaTuple] = field(default_factory=set)
     """Atoms on which a step contradicted the effect expected of the outcome it went to
@@ -120,7 +124,7 @@ class OutcomeSpace:
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
            ) -> OutcomeSpace:
         """From the known action; ``known=False`` (AIA) starts with no outcome at all."""
-        space = cls(action, tuple(pas), hypothesis=known)
+        space = cls(action, tuple(pas), from_known=known)
         if known:
             for i, o in enumerate(action.outcomes):
                 hyp = {pa: POS if pa.atom in o.add else NEG if pa.atom in o.delete
@@ -191,7 +195,7 @@ class OutcomeSpace:
         """The atom's value after a step that ran with it at ``before``, if every outcome
         agrees (None otherwise: which outcome runs is chance). Without the known outcomes
         (aia) always None: an outcome no step has shown yet may do anything."""
-        if not self.hypothesis:
+        if not self.from_known:
             return None
         posts = set()
         for r in self.live():

@@ -15,6 +15,11 @@ exact: a value is removed only when some evidence contradicts it. A set that bec
 empty means the agent is not a deterministic STRIPS agent over this vocabulary (or the
 evidence is corrupt); the offending evidence is then rejected and reported, never
 silently absorbed.
+
+The exception is an action the known model makes probabilistic: a step of it ran one
+outcome, so its values after say nothing about the others. Its steps are read per outcome
+(:mod:`capwatch.assess.outcomes`), and its pa-tuples' effect modes are set from what the
+outcomes allow together.
 """
 
 from __future__ import annotations
