@@ -187,9 +187,23 @@ class OutcomeSpace:
                 or n * -math.log1p(-min(self.action.outcomes[r.origin].probability,
                                         1.0 - 1e-12)) <= OUTCOME_SAFETY]
 
+    def unseen(self) -> bool:
+        """Whether an outcome no step has shown may still exist. With the known outcomes
+        those are its records; without them (aia), until the action ran so often that one
+        as likely as its least likely known outcome would have shown but for e^-OUTCOME_
+        SAFETY."""
+        if self.from_known:
+            return False
+        p = min(o.probability for o in self.action.outcomes)
+        n = sum(r.steps for r in self.records) + self.ambiguous
+        return n * -math.log1p(-min(p, 1.0 - 1e-12)) <= OUTCOME_SAFETY
+
     def effects(self, pa: PaTuple, pre: Mode) -> frozenset[Mode]:
         """The summary effect modes still possible for the atom, given its precondition."""
-        return summary_effects([under(pre, r.possible(pa)) for r in self.live()])
+        masks = [under(pre, r.possible(pa)) for r in self.live()]
+        if self.unseen():
+            masks.append(under(pre, ANY))
+        return summary_effects(masks)
 
     def after(self, pa: PaTuple, before: bool) -> bool | None:
         """The atom's value after a step that ran with it at ``before``, if every outcome

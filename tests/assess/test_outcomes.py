@@ -291,3 +291,27 @@ def test_a_probe_that_keeps_teaching_nothing_lets_the_waiting_ones_be_asked() ->
     model = result.domain()
     assert replay(model, evidence, result.queries) == []
     assert delta(model, truth) == 0, [str(c.pal) for c in result.changes]
+
+
+def test_without_the_known_outcomes_an_unseen_one_stays_possible_until_it_would_have_shown(
+        ) -> None:
+    """aia learns the outcomes from the steps alone: after a few steps that all picked, the
+    no-effect outcome (p = 0.1) may still exist, so nothing the steps left unchanged is
+    taken as decided until 29 steps (0.9^29 < e^-3) have not shown another outcome."""
+    pick = _known().action("pick")
+    robot_at = LiftedAtom("at_robot", ("?r", "?x"))
+    pas = {a: PaTuple("pick", a) for a in (FREE, AT, CARRYING, robot_at)}
+    space = OutcomeSpace.of(pick, list(pas.values()), known=False)
+    picked = {**_seen(pas, (True, False), (True, False), (False, True)),
+              pas[robot_at]: (True, True)}
+    space.executed(picked)
+    # What the steps changed is decided (one outcome adds carrying); that the robot stays
+    # is not: an outcome not yet seen might move it.
+    assert space.effects(pas[CARRYING], Mode.ABSENT) == {Mode.POS}
+    assert space.effects(pas[robot_at], Mode.POS) == {Mode.NEG, Mode.ABSENT}
+    for _ in range(27):
+        space.executed(picked)
+    assert space.unseen()
+    space.executed(picked)
+    assert not space.unseen()
+    assert space.effects(pas[robot_at], Mode.POS) == {Mode.ABSENT}
