@@ -90,6 +90,10 @@ class PendingAssessment:
     claimed_by: str | None = None
     lease_until: datetime | None = None
     last_error: str | None = None
+    finite: bool = field(default=False, compare=False)
+    """The payload holds JSON's own types only, and no float but finite ones (a work item
+    without drift evidence: names, numbers, lists): a store may write it with a faster
+    encoder (``WorkQueue.enqueue_many``). Not stored; read back, an item says False."""
 
 
 QUEUE_STATUSES = ("pending", "claimed", "done", "failed")

@@ -148,7 +148,7 @@ class EvidenceQueue:
                       ] if evidence else []
             queued.append((watch, item, evidence, (PendingAssessment(
                 key=item.key, agent_id=item.agent_id, family=item.family,
-                payload=item.to_json(), enqueued_at=now), alerts)))
+                payload=item.to_json(), enqueued_at=now, finite=item.floatless), alerts)))
         if len(queued) == 1:
             created = [self.store.enqueue(*queued[0][3])]
         else:

@@ -296,8 +296,9 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                     "INSERT INTO pending_assessments (key, agent_id, family, payload, status, "
                     "attempts, enqueued_at, not_before) "
                     "VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) ON CONFLICT (key) DO NOTHING",
-                    (item.key, item.agent_id, item.family, self._json_in(item.payload), at,
-                     at))
+                    (item.key, item.agent_id, item.family,
+                     self._json_in_finite(item.payload) if item.finite
+                     else self._json_in(item.payload), at, at))
                 self._add_alerts(tx, alerts)
                 created.append(n == 1)
         return created
