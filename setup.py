@@ -1,16 +1,17 @@
-"""The optional compiled build of the hot path (docs/performance.md, "Compiled modules").
+"""The compiled build of the hot path (docs/performance.md, "Compiled modules").
 
 Everything else is in pyproject.toml. ``CAPWATCH_COMPILE=1 python setup.py build_ext
 --inplace`` (``make compiled``) compiles the modules of ``capwatch/native.py`` with mypyc
-next to their sources and records their source hashes; without ``CAPWATCH_COMPILE=1``
-(``pip install -e .`` in an isolated build environment, where mypy cannot see the
-dependencies' types) nothing is compiled and the package is pure Python.
+next to their sources and records the source hashes they were built from;
+``CAPWATCH_COMPILE=1 pip wheel --no-build-isolation`` builds a wheel holding them (the
+image's build stage, Dockerfile). Without ``CAPWATCH_COMPILE=1`` (``pip install -e .``,
+whose isolated build environment would hide the dependencies' types from mypy) nothing is
+compiled and the package is pure Python.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,13 @@ class _BuildExt(build_ext):  # type: ignore[misc]
         if not self.extensions:
             return  # a pure build: a manifest now would vouch for an older build's files
         native = _native()
-        hashes = json.dumps(native.source_hashes(), indent=1, sort_keys=True) + "\n"
-        native.MANIFEST.write_text(hashes, encoding="utf-8")
-        if not self.inplace:
+        manifest = native.manifest_text()
+        if self.inplace:
+            native.MANIFEST.write_text(manifest, encoding="utf-8")
+        else:
             out = Path(self.build_lib) / "capwatch" / native.MANIFEST.name
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(hashes, encoding="utf-8")
+            out.write_text(manifest, encoding="utf-8")
 
 
 def _ext_modules() -> list[Any]:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from capwatch import native
 from capwatch.daemon.logs import reset_logging
 from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
 from tests.support.postgres_server import PostgresServer, start_postgres_server
@@ -34,7 +35,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_report_header() -> str:
+    # Which build ran: `make test` requires the compiled one (CAPWATCH_REQUIRE_COMPILED)
+    # and runs the parity tests again with CAPWATCH_PURE_PYTHON=1.
+    return f"capwatch: {native.describe()}"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"capwatch: {native.describe()}")  # -q shows no header
     if _SERVER_STARTS:
         terminalreporter.write_line("test servers: " + "; ".join(_SERVER_STARTS))
 
