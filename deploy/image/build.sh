@@ -1,9 +1,12 @@
 #!/bin/bash
 # Build the capwatch image with buildah, without any container registry:
 #   1. base images from Debian packages (mmdebstrap: minbase + python3 for the runtime,
-#      + binutils for the builder), imported once;
+#      + binutils, gcc and python3-dev for the builder), imported once;
 #   2. a wheelhouse (capwatch + dependencies, incl. up-fast-downward) built on the host
-#      with the host's pip (host and base must share the Python minor version);
+#      with the host's pip (host and base must share the Python minor version), the
+#      wheels that compile the hot path (mypy, i.e. mypyc, and setuptools) and capwatch's
+#      sources: the builder stage compiles the hot path against the image's own Python
+#      (capwatch/native.py, docs/performance.md "Compiled modules");
 #   3. buildah bud of ./Dockerfile on that context;
 #   4. a smoke test in podman (deploy/image/smoke.sh).
 # Needs root (or rootless podman with user namespaces), buildah, podman, mmdebstrap.
@@ -62,9 +65,11 @@ if [ -z "${BASE_IMAGE:-}" ]; then
     debian_image "$BASE_IMAGE"
 fi
 if [ -z "${BUILDER_IMAGE:-}" ]; then
-    # The same Python as the base, plus binutils to strip Fast Downward's binary.
-    BUILDER_IMAGE="localhost/capwatch-builder:$SUITE"
-    debian_image "$BUILDER_IMAGE" binutils
+    # The same Python as the base, plus binutils to strip Fast Downward's binary, and a C
+    # compiler and the Python headers for the compiled hot path. (The tag names the
+    # packages: a builder image made before they were added is not reused.)
+    BUILDER_IMAGE="localhost/capwatch-builder:$SUITE-cc"
+    debian_image "$BUILDER_IMAGE" binutils gcc python3-dev
 fi
 
 echo "== wheelhouse"
@@ -72,6 +77,18 @@ rm -rf "$WORK/context" && mkdir -p "$WORK/context/wheelhouse"
 EXTRAS="${EXTRAS-otel}"
 "$PYTHON" -m pip wheel -q --wheel-dir "$WORK/context/wheelhouse" \
     "$ROOT${EXTRAS:+[$EXTRAS]}" pip
+# The compiler: the mypy the project's venv type-checks with when $PYTHON has one (mypyc
+# refuses what its mypy refuses), else the newest.
+mypy_version="$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("mypy"))' \
+    2>/dev/null || true)"
+mkdir -p "$WORK/context/buildtools"
+"$PYTHON" -m pip wheel -q --wheel-dir "$WORK/context/buildtools" \
+    "mypy${mypy_version:+==$mypy_version}" "setuptools>=77"
+# The sources the wheel is built from, without what a local build left beside them (its
+# extension modules and manifest would be another Python's).
+mkdir -p "$WORK/context/src"
+tar -C "$ROOT" --exclude='*.so' --exclude=native.json --exclude=__pycache__ \
+    -cf - pyproject.toml setup.py README.md capwatch | tar -C "$WORK/context/src" -xf -
 
 echo "== buildah bud -> $IMAGE"
 buildah bud --layers --pull=never --build-arg "BASE_IMAGE=$BASE_IMAGE" \

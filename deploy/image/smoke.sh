@@ -19,6 +19,10 @@ echo "== user"
 uid="$(run --entrypoint id "$IMAGE" -u)"
 [ "$uid" = 10001 ] || { echo "runs as uid $uid, expected 10001" >&2; exit 1; }
 
+echo "== the hot path runs compiled (capwatch/native.py)"
+run --entrypoint python3 "$IMAGE" -W error::RuntimeWarning -c \
+    "import sys, capwatch.native as n; print(n.describe()); sys.exit(not n.compiled())"
+
 echo "== capwatch --help"
 run "$IMAGE" --help >/dev/null
 

@@ -58,3 +58,17 @@ def test_fast_downward_is_installed_and_checked_in_the_build() -> None:
     assert "fast_downward import driver_path" in text  # the build fails without the planner
     deps = (ROOT / "pyproject.toml").read_text()
     assert "up-fast-downward" in deps
+
+
+def test_the_build_stage_compiles_the_hot_path_and_checks_it() -> None:
+    # The wheel is built in the builder stage without pip's isolated build (mypy must see
+    # the dependencies' types), the builder image carries a C compiler and the headers,
+    # and the build and the smoke test fail unless the installed package runs compiled.
+    ins = instructions()
+    builder = ins[:max(i for i, (w, _) in enumerate(ins) if w == "FROM")]
+    runs = " ".join(rest for word, rest in builder if word == "RUN")
+    assert "CAPWATCH_COMPILE=1" in runs and "--no-build-isolation" in runs
+    assert "sys.exit(not n.compiled())" in runs
+    build = (ROOT / "deploy" / "image" / "build.sh").read_text()
+    assert re.search(r'debian_image "\$BUILDER_IMAGE" .*\bgcc\b.*\bpython3-dev\b', build)
+    assert "sys.exit(not n.compiled())" in (ROOT / "deploy" / "image" / "smoke.sh").read_text()
