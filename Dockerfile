@@ -21,7 +21,8 @@ COPY src/ /src/
 # --without-pip: Debian ships ensurepip separately (python3-venv); pip is run from its
 # wheel instead, and never lands in the runtime image.
 # The hot path is compiled (mypyc; capwatch/native.py, docs/performance.md "Compiled
-# modules") against this very Python, in a throw-away venv holding the compiler whose
+# modules") against this very Python, in a throw-away venv holding the compiler (and what
+# else `make typecheck` sees: the YAML stubs, the optional confluent-kafka), whose
 # mypy sees the runtime venv's packages (their types) through a .pth file; the runtime
 # venv's pure capwatch is then replaced by the compiled wheel, and the build fails unless
 # the installed package runs its hot path compiled.
@@ -32,7 +33,7 @@ RUN python3 -m venv --without-pip /opt/capwatch \
       --no-cache-dir --disable-pip-version-check "capwatch${EXTRAS:+[$EXTRAS]}" \
  && python3 -m venv --without-pip /build \
  && /build/bin/python "$pip_wheel/pip" install --no-index --find-links /buildtools \
-      --no-cache-dir --disable-pip-version-check mypy setuptools \
+      --no-cache-dir --disable-pip-version-check mypy types-PyYAML confluent-kafka setuptools \
  && purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])' \
  && /opt/capwatch/bin/python -c "$purelib" \
       > "$(/build/bin/python -c "$purelib")/capwatch-runtime.pth" \

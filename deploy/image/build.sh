@@ -77,13 +77,19 @@ rm -rf "$WORK/context" && mkdir -p "$WORK/context/wheelhouse"
 EXTRAS="${EXTRAS-otel}"
 "$PYTHON" -m pip wheel -q --wheel-dir "$WORK/context/wheelhouse" \
     "$ROOT${EXTRAS:+[$EXTRAS]}" pip
-# The compiler: the mypy the project's venv type-checks with when $PYTHON has one (mypyc
-# refuses what its mypy refuses), else the newest.
-mypy_version="$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("mypy"))' \
-    2>/dev/null || true)"
+# The compiler and what its mypy must see beyond the runtime's packages, as `make
+# typecheck` sees them (mypyc refuses what its mypy refuses): mypy, the YAML stubs and the
+# optional confluent-kafka client, at the versions of $PYTHON's environment when it has
+# them (the project's venv), else the newest.
+pinned() {
+    local version
+    version="$("$PYTHON" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' \
+        "$1" 2>/dev/null || true)"
+    echo "$1${version:+==$version}"
+}
 mkdir -p "$WORK/context/buildtools"
 "$PYTHON" -m pip wheel -q --wheel-dir "$WORK/context/buildtools" \
-    "mypy${mypy_version:+==$mypy_version}" "setuptools>=77"
+    "$(pinned mypy)" "$(pinned types-PyYAML)" "$(pinned confluent-kafka)" "setuptools>=77"
 # The sources the wheel is built from, without what a local build left beside them (its
 # extension modules and manifest would be another Python's).
 mkdir -p "$WORK/context/src"
