@@ -44,7 +44,7 @@ RUN python3 -m venv --without-pip /opt/capwatch \
       --force-reinstall --no-cache-dir --disable-pip-version-check /dist/capwatch-*.whl \
  && cd / && rm -rf /build /dist /src \
  && /opt/capwatch/bin/python -c "from capwatch.adapters.io.fast_downward import driver_path; print(driver_path())" \
- && find /opt/capwatch \( -path '*/up_fast_downward/*/bin/downward' -o -path '*/capwatch/*.so' \) \
+ && find /opt/capwatch \( -path '*/up_fast_downward/*/bin/downward' -o -path '*/site-packages/capwatch/*.so' \) \
       -type f -exec strip --strip-unneeded {} + \
  && /opt/capwatch/bin/python -W error::RuntimeWarning -c \
       "import sys, capwatch.native as n; print(n.describe()); sys.exit(not n.compiled())" \
