@@ -51,34 +51,3 @@ def test_each_state_is_written_as_its_atoms_sorted_alone() -> None:
             == [(t.state, t.action, t.next_state) for t in item.executed]
         assert back.probes == item.probes
 
-
-def test_an_item_without_floats_is_stored_with_the_faster_encoder_and_reads_back_the_same(
-        tmp_path: object) -> None:
-    import math
-    from datetime import UTC, datetime
-    from pathlib import Path
-
-    from capwatch.contracts.store import PendingAssessment
-    from capwatch.models_store.sqlite import SqliteModelStore
-
-    names = ['q"uote', "back\\slash", "tab\there", "nl\nx", "\x01ctl", "é", "雪", "💡", "a/b"]
-    state = frozenset(("at", n, m) for n in names for m in names[:3])
-    t = AgentTransition("a1", "f", "ep", 1, None, state, ("go", names[0]),
-                        state | {("at", "x", "y")}, False, None, 0, 7)
-    plain = WorkItem(key="k1", agent_id="a1", family="f", partition=0,
-                     base=ModelRef("f", None, 1), inconsistent=(t,), executed=(t,),
-                     kinds=("go|x",))
-    drifted = WorkItem(key="k2", agent_id="a1", family="f", partition=0,
-                       base=ModelRef("f", None, 1), drift={"go": {"p": math.nan, "q": 0.1}})
-    assert plain.floatless and not drifted.floatless
-    store = SqliteModelStore(Path(str(tmp_path)) / "m.db")
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    store.enqueue_many([(PendingAssessment(i.key, i.agent_id, i.family, i.to_json(), now,
-                                           finite=i.floatless), ()) for i in (plain, drifted)])
-    back = {i.key: i for i in store.queue_items("pending")}
-    assert back["k1"].payload == json.loads(json.dumps(plain.to_json()))
-    assert WorkItem.from_pending(back["k1"]).inconsistent == plain.inconsistent
-    # An item with drift evidence goes through json, which keeps a NaN (the faster
-    # encoder would write null).
-    assert math.isnan(back["k2"].payload["drift"]["go"]["p"])
-    store.close()
