@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from capwatch.model.consistency import Inconsistency, Verdict
-from capwatch.model.domain import GroundAction, GroundAtom
+from capwatch.model.consistency import Inconsistency, Verdict, explain
+from capwatch.model.domain import Domain, GroundAction, GroundAtom
 from capwatch.model.grounding import GroundOperator, StateMask
 
 
@@ -32,13 +32,69 @@ class Observation(NamedTuple):
     """The ground operator the transition was checked against."""
 
 
-@dataclass(frozen=True, slots=True)
 class InconsistentTransition:
-    position: int
-    state: frozenset[GroundAtom]
-    action: GroundAction
-    next_state: frozenset[GroundAtom]
-    explanation: Inconsistency
+    """An inconsistent transition kept, with its Table 2 explanation.
+
+    The explanation can be left to be made when first read (:meth:`unexplained`, given
+    the model it is explained against): the monitor keeps every inconsistent transition,
+    but most are never read (a watch buffers few, and none it has settled or whose
+    action's work is awaited), and explaining one costs tens of microseconds, more than
+    the rest of its record's handling. Made from the same model and sets either way, so
+    what a reader gets is the same.
+    """
+
+    __slots__ = ("_domain", "_explanation", "action", "next_state", "position", "state")
+
+    def __init__(self, position: int, state: frozenset[GroundAtom], action: GroundAction,
+                 next_state: frozenset[GroundAtom], explanation: Inconsistency) -> None:
+        self.position = position
+        self.state = state
+        self.action = action
+        self.next_state = next_state
+        self._explanation: Inconsistency | None = explanation
+        self._domain: Domain | None = None
+
+    @classmethod
+    def unexplained(cls, position: int, state: frozenset[GroundAtom], action: GroundAction,
+                    next_state: frozenset[GroundAtom], domain: Domain
+                    ) -> InconsistentTransition:
+        """The transition, explained against ``domain`` when its explanation is first read."""
+        kept = cls.__new__(cls)
+        kept.position = position
+        kept.state = state
+        kept.action = action
+        kept.next_state = next_state
+        kept._explanation = None
+        kept._domain = domain
+        return kept
+
+    @property
+    def explanation(self) -> Inconsistency:
+        made = self._explanation
+        if made is None:
+            domain = self._domain
+            assert domain is not None
+            made = self._explanation = explain(domain, self.action, self.state,
+                                               self.next_state)
+            self._domain = None  # the model is let go once it has explained
+        return made
+
+    def _key(self) -> tuple[int, frozenset[GroundAtom], GroundAction,
+                            frozenset[GroundAtom], Inconsistency]:
+        return (self.position, self.state, self.action, self.next_state, self.explanation)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InconsistentTransition):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"InconsistentTransition(position={self.position!r}, state={self.state!r}, "
+                f"action={self.action!r}, next_state={self.next_state!r}, "
+                f"explanation={self.explanation!r})")
 
 
 class ExecutedTransition(NamedTuple):

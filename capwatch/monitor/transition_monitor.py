@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from capwatch.model.consistency import Verdict, check, explain
+from capwatch.model.consistency import Verdict, check
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
 from capwatch.model.grounding import (
@@ -445,8 +445,8 @@ class TransitionMonitor:
             kept = self._inconsistencies
             if kept is None:
                 kept = self._inconsistencies = deque(maxlen=self.limits.max_inconsistencies)
-            kept.append(InconsistentTransition(
-                position, fs, action, fs2, explain(self.domain, action, fs, fs2)))
+            kept.append(InconsistentTransition.unexplained(position, fs, action, fs2,
+                                                           self.domain))
             if s != s2:
                 self._keep_executed(name, position, s, action, s2)
         # tuple.__new__ skips the NamedTuple's Python-level constructor (hot path).
