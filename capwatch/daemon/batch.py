@@ -178,7 +178,7 @@ class Batches:
             self.metrics.drift_alarms.labels(watch.family, name).inc()
             log.info("drift alarm", summary=finding.alarm.evidence.summary())
         elif finding.verdict is _INCONSISTENT:
-            self.metrics.inconsistencies.labels(watch.family, name).inc()
+            self.metrics.inconsistencies.child(watch.family, name).inc()
             evidence = watch.evidence
             buffered = bool(evidence) and evidence[-1].transition is t
             # While work is awaited, only what was buffered is logged: the rest is what

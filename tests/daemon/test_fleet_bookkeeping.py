@@ -11,7 +11,7 @@ from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
 from capwatch.models_store.actions import action_store
-from tests.daemon.helpers import config, good_sample, run, simulated
+from tests.daemon.helpers import EXAMPLES, config, good_sample, run, simulated
 
 
 @pytest.mark.parametrize("held", [None, 1])
@@ -68,3 +68,20 @@ def test_a_checkpoint_adds_what_the_batches_tallied(tmp_path: Path) -> None:
     finally:
         d.source.close()
         d.store.close()
+
+
+def test_every_inconsistent_transition_is_counted_once_by_family_and_action(
+        tmp_path: Path) -> None:
+    """capwatch_inconsistencies_total is the inconsistent verdicts of
+    capwatch_transitions_total (the one counted per record, the other tallied per batch)."""
+    drift = {"family": "rover-v1", "at_step": 30,
+             "domain": str(EXAMPLES / "rover-sample-drift.pddl")}
+    service, _ = run(simulated(tmp_path, agents=1, rounds=60, drifts=[drift]))
+    samples = [s for f in service.pipeline.metrics.registry.collect() for s in f.samples]
+    inconsistent = {(s.labels["family"], s.labels["action"]): s.value for s in samples
+                    if s.name == "capwatch_transitions_total"
+                    and s.labels["verdict"] == "inconsistent"}
+    counted = {(s.labels["family"], s.labels["action"]): s.value for s in samples
+               if s.name == "capwatch_inconsistencies_total"}
+    assert sum(counted.values()) > 0
+    assert counted == inconsistent
