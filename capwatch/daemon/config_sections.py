@@ -78,6 +78,13 @@ class StoreConfig(Section):
     ``sqlite:///capwatch.db`` would put the store at the file system's root."""
     connect_timeout_s: float = Field(default=60.0, gt=0)
     """PostgreSQL: how long to keep trying to connect at start before giving up."""
+    statement_timeout_s: float = Field(default=15.0, gt=0)
+    """PostgreSQL: how long one round trip to the server (a statement, a commit, a
+    reconnection) may take before the store gives up on it and the daemon treats the
+    store as down (nothing committed, retried; ``/readyz`` says the store is
+    unreachable). A frozen server otherwise holds the daemon without end. Raise it if a
+    slow server fails the daemon's largest writes (a checkpoint of many agents) with
+    "did not answer within". Migrations have no such bound."""
 
 
 class FamilyConfig(Section):

@@ -59,6 +59,10 @@ from capwatch.models_store.lineage import lineage_chain
 BASELINE = "_baseline"
 INGEST_PATHS = (INGEST_PATH, OTLP_TRACES_PATH)
 MAX_ALERTS = 200
+STORE_PROBE_WAIT_S = 1.5
+"""How long /readyz waits for the store's connection and for each round trip of its
+probe: with a reconnect (libpq allows no less than 2 s) about 5 s at most, the chart's
+readiness probe timeout, even when the server froze."""
 
 
 class RecentAlerts:
@@ -323,10 +327,16 @@ class ApiServer:
         else:
             if not self.ready():
                 problems.extend(self.problems() or ["not consuming"])
-            try:
-                self.store.lineages()
-            except Exception as e:
-                problems.append(f"store unreachable: {type(e).__name__}")
+            probe = getattr(self.store, "unreachable", None)
+            if probe is not None:
+                why = probe(STORE_PROBE_WAIT_S)
+                if why is not None:
+                    problems.append(f"store unreachable: {why}")
+            else:
+                try:
+                    self.store.lineages()
+                except Exception as e:
+                    problems.append(f"store unreachable: {type(e).__name__}")
         status = HTTPStatus.OK if not problems else HTTPStatus.SERVICE_UNAVAILABLE
         body: dict[str, Any] = {"ready": not problems, "problems": problems}
         notes = self.notes() if self.store is not None else []

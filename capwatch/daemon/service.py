@@ -317,7 +317,8 @@ def open_store_waiting(config: DaemonConfig, startup: Startup | None = None,
         attempt += 1
         log.info("opening the store", store=shown, attempt=attempt)
         try:
-            store = open_store(config.store.url)
+            store = open_store(config.store.url,
+                               statement_timeout_s=config.store.statement_timeout_s)
         except Exception as e:
             import psycopg
 

@@ -25,13 +25,16 @@ from capwatch.contracts.versions import (
 from capwatch.models_store.lineage import lineage_chain, record_new_model
 
 
-def open_store(url: str, *, migrate: bool = True) -> ModelStore:
+def open_store(url: str, *, migrate: bool = True,
+               statement_timeout_s: float | None = None) -> ModelStore:
     """``postgresql://...`` (or ``postgres://``) opens PostgreSQL; ``sqlite:///path``, a plain
-    path or ``:memory:`` opens SQLite."""
+    path or ``:memory:`` opens SQLite. ``statement_timeout_s`` bounds each round trip to a
+    PostgreSQL server (default :data:`~capwatch.models_store.postgres.STATEMENT_TIMEOUT_S`)."""
     if url.startswith(("postgresql://", "postgres://")):
-        from capwatch.models_store.postgres import PostgresModelStore
+        from capwatch.models_store.postgres import STATEMENT_TIMEOUT_S, PostgresModelStore
 
-        return PostgresModelStore(url, migrate=migrate)
+        return PostgresModelStore(url, migrate=migrate, statement_timeout_s=(
+            STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s))
     if url.startswith("sqlite://"):
         url = url.removeprefix("sqlite://") or ":memory:"
     elif "://" in url:

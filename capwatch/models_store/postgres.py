@@ -7,6 +7,7 @@ together apply them once.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,8 +16,10 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.abc import RV, PQGen
 from psycopg.types.json import Jsonb
 
+from capwatch.contracts.errors import error_text
 from capwatch.models_store.sql import Row, SqlModelStore, Tx, dumps_finite
 
 _MIGRATION_LOCK_ID = 0x6361_7077  # "capw": any constant shared by all replicas
@@ -25,6 +28,41 @@ _PLACEHOLDER = re.compile(r"\?")
 IDLE_IN_TRANSACTION_TIMEOUT_S = 30.0
 """How long the server lets one of our sessions sit idle inside a transaction
 (:meth:`PostgresModelStore._connect`)."""
+STATEMENT_TIMEOUT_S = 15.0
+"""How long one round trip to the server may take before the store gives up on it
+(:class:`_DeadlineConnection`)."""
+
+
+class ServerNotAnswering(psycopg.OperationalError):
+    """The server took a round trip's whole deadline without answering."""
+
+
+class _DeadlineConnection(psycopg.Connection[Any]):
+    """A connection whose every round trip (a statement, a fetch, a commit) ends within
+    ``deadline_s``.
+
+    A frozen server (SIGSTOP, a stalled VM) keeps its sockets open and its kernel keeps
+    acknowledging what we send, so nothing at the TCP level ends the wait: keepalives
+    and ``tcp_user_timeout`` are answered by the kernel, and ``statement_timeout`` is
+    enforced by the very server that does not run. libpq has no client-side deadline for
+    a query; psycopg waits for every round trip in :meth:`wait`, which takes one, so every
+    wait gets ours. Past it the connection's state is unknown (a statement may be half
+    sent): it is closed, the caller's transaction fails with an OperationalError (an
+    outage for the daemon, which commits nothing and retries) and the store's next
+    transaction reconnects."""
+
+    deadline_s: float | None = None
+
+    def wait(self, gen: PQGen[RV], interval: float = 0.1,
+             timeout: float | None = None) -> RV:
+        if timeout is None and self.deadline_s is not None:
+            timeout = self.deadline_s
+        try:
+            return super().wait(gen, interval=interval, timeout=timeout)
+        except pg_errors._WaitTimeout:
+            self.pgconn.finish()
+            raise ServerNotAnswering(
+                f"the PostgreSQL server did not answer within {timeout:g} s") from None
 
 
 def _pg(sql: str) -> str:
@@ -57,19 +95,42 @@ class PostgresModelStore(SqlModelStore):
     dialect = "postgresql"
     claim_lock_clause = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, dsn: str, *, connect_timeout_s: int = 10, migrate: bool = True,
-                 idle_in_transaction_timeout_s: float = IDLE_IN_TRANSACTION_TIMEOUT_S
-                 ) -> None:
+    def __init__(self, dsn: str, *, connect_timeout_s: int | None = None,
+                 migrate: bool = True,
+                 idle_in_transaction_timeout_s: float = IDLE_IN_TRANSACTION_TIMEOUT_S,
+                 statement_timeout_s: float | None = STATEMENT_TIMEOUT_S) -> None:
+        """``statement_timeout_s`` bounds each round trip to the server (None: no bound);
+        ``connect_timeout_s`` each (re)connection, by default the same (libpq counts
+        whole seconds, at least 2)."""
         super().__init__()
         self.dsn = dsn
+        if connect_timeout_s is None:
+            connect_timeout_s = (10 if statement_timeout_s is None
+                                 else max(2, math.ceil(statement_timeout_s)))
         self._connect_timeout_s = connect_timeout_s
+        self._deadline_s = statement_timeout_s
+        self._migrating = False
+        self._probe_s: float | None = None
         self._idle_timeout_ms = round(idle_in_transaction_timeout_s * 1000)
         self._conn = self._connect()
         if migrate:
             self.migrate()
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self.dsn, connect_timeout=self._connect_timeout_s)
+    def migrate(self) -> int:
+        # A migration may rewrite a large table, and the replicas starting with this one
+        # wait for it on the migration lock: neither is a server that stopped answering.
+        self._migrating = True
+        try:
+            return super().migrate()
+        finally:
+            self._migrating = False
+
+    def _connect(self) -> _DeadlineConnection:
+        connect_s, deadline_s = self._connect_timeout_s, self._deadline_s
+        if self._probe_s is not None:
+            connect_s, deadline_s = max(2, math.ceil(self._probe_s)), self._probe_s
+        conn = _DeadlineConnection.connect(self.dsn, connect_timeout=connect_s)
+        conn.deadline_s = deadline_s
         if self._idle_timeout_ms > 0:
             # A replica frozen (SIGSTOP, a stalled VM) between two statements of a
             # transaction keeps its locks until it resumes: the alert routers' advisory
@@ -87,13 +148,31 @@ class PostgresModelStore(SqlModelStore):
         return conn
 
     @contextmanager
+    def _probing(self, wait_s: float) -> Iterator[None]:
+        self._probe_s = wait_s
+        try:
+            yield
+        finally:
+            self._probe_s = None
+
+    @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]:
-        if self._conn.closed or self._conn.broken:
-            # A restarted server or a dropped connection: reconnect once per transaction
-            # rather than leave the daemon holding a dead handle.
-            self._conn = self._connect()
-        with self._conn.transaction():
-            yield _PgTx(self._conn)
+        try:
+            if self._conn.closed or self._conn.broken:
+                # A restarted server or a dropped connection: reconnect once per
+                # transaction rather than leave the daemon holding a dead handle.
+                self._conn = self._connect()
+            self._conn.deadline_s = (None if self._migrating else self._probe_s
+                                     if self._probe_s is not None else self._deadline_s)
+            with self._conn.transaction():
+                yield _PgTx(self._conn)
+        except psycopg.OperationalError as e:
+            self._failure = error_text(e)
+            raise
+        except BaseException:
+            self._failure = None  # the server answered, if only to refuse
+            raise
+        self._failure = None
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.rows("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_ID,))

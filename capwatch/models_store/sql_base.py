@@ -10,10 +10,11 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from capwatch.contracts.errors import error_text
 from capwatch.contracts.store import OutboxAlert
 from capwatch.contracts.versions import as_utc
 
@@ -42,6 +43,8 @@ class SqlBase(abc.ABC):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self._failure: str | None = None
+        """Why the last transaction could not reach the database, None once one did."""
 
     @abc.abstractmethod
     def _transaction(self, write: bool) -> Any:
@@ -68,6 +71,31 @@ class SqlBase(abc.ABC):
     def _tx(self, write: bool = True) -> Iterator[Tx]:
         with self._lock, self._transaction(write) as tx:
             yield tx
+
+    def _probing(self, wait_s: float) -> AbstractContextManager[object]:
+        """Bounds the round trips of :meth:`unreachable`'s probe by ``wait_s``, where
+        the backend can."""
+        return nullcontext()
+
+    def unreachable(self, wait_s: float) -> str | None:
+        """Why the database cannot be reached now, or None; for /readyz, which must answer
+        in a few seconds (about twice ``wait_s`` at most) even when the server froze
+        while one of our threads waits on it.
+
+        The probe needs the connection, which the store's other callers hold one at a
+        time: if it does not come free within ``wait_s`` the last transaction's outcome
+        answers (the caller holding it fails within the store's deadline if the server
+        stopped answering, and says so here from then on)."""
+        if not self._lock.acquire(timeout=wait_s):
+            return self._failure
+        try:
+            with self._probing(wait_s), self._transaction(write=False) as tx:
+                tx.rows("SELECT 1")
+        except Exception as e:
+            return error_text(e)
+        finally:
+            self._lock.release()
+        return None
 
     def _by_status(self, select: str, order: str, statuses: Sequence[str],
                       status: str | None, from_row: Callable[[Row], _T]) -> list[_T]:

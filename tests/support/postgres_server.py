@@ -19,10 +19,13 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,6 +100,24 @@ class PostgresServer(ManagedServer):
     def datadir(self) -> Path | None:
         return self.workdir / "data" if self.workdir else None
 
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The server and every one of its processes stopped (SIGSTOP) until the block
+        ends: sockets stay open and the kernel keeps acknowledging, nothing answers."""
+        if self.external or self.datadir is None:
+            raise PostgresServerError("only a server started here can be frozen")
+        postmaster = int((self.datadir / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster, *_children(postmaster)]
+        stopped = []
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            yield
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.external or self.workdir is None or self.bindir is None:
             return
@@ -112,6 +133,21 @@ class PostgresServer(ManagedServer):
             self.timings["stop"] = time.monotonic() - t0
         if not os.environ.get("CAPWATCH_KEEP_POSTGRES_DIR"):
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        # The command name in parentheses may hold spaces; the parent pid follows state.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(entry))
+    return found
 
 
 def _as_root() -> bool:

@@ -1,0 +1,140 @@
+"""A frozen PostgreSQL server (SIGSTOP, a stalled VM) must not hold the daemon without end.
+
+Its sockets stay open and its kernel keeps acknowledging, so nothing at the TCP level ends
+a call waiting on it: every store call used to block until the server was resumed, and
+/readyz with it. Each round trip now ends within the store's statement timeout as an
+outage (nothing committed, retried) and /readyz says the store is unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, component_of
+from capwatch.daemon.service import build_service
+from capwatch.models_store.postgres import PostgresModelStore, ServerNotAnswering
+from tests.daemon.helpers import config, good_sample
+from tests.support.postgres_server import PostgresServer
+
+pytestmark = pytest.mark.integration
+
+JOIN_S = 60.0
+"""Far beyond the 1 s deadline these tests set: only a call that never ends reaches it."""
+
+
+def _server(request: pytest.FixtureRequest) -> PostgresServer:
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    if server.external:
+        pytest.skip("freezing needs a server started by the tests")
+    return server
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_a_store_call_to_a_frozen_server_ends_as_an_outage(
+        store_url: str, request: pytest.FixtureRequest) -> None:
+    server = _server(request)
+    store = PostgresModelStore(store_url, statement_timeout_s=1)
+    failed: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            store.lineages()
+        except BaseException as e:
+            failed.append(e)
+
+    try:
+        with server.frozen():
+            caller = threading.Thread(target=call, daemon=True)
+            caller.start()
+            caller.join(JOIN_S)
+            assert not caller.is_alive(), "a store call waited on a frozen server"
+            assert len(failed) == 1 and isinstance(failed[0], ServerNotAnswering)
+            assert isinstance(failed[0], INFRASTRUCTURE_ERRORS)
+            assert component_of(failed[0]) == "models store"
+            # Whether the probe finds the connection free (and fails to reconnect) or
+            # held by another caller (and reports the last failure), it names a cause.
+            other = threading.Thread(target=call, daemon=True)
+            other.start()
+            assert store.unreachable(0.1) is not None
+            other.join(JOIN_S)
+            assert not other.is_alive()
+        # Resumed, the store reconnects by itself.
+        assert store.unreachable(1.5) is None
+        assert store.lineages() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_the_daemon_rides_out_a_frozen_store_and_readyz_names_it(
+        store_url: str, request: pytest.FixtureRequest, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _server(request)
+    lines = [good_sample(f"rover-{c}", step=i) for i, c in enumerate("abcd")]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 store={"url": store_url, "statement_timeout_s": 1},
+                 http={"enabled": True, "host": "127.0.0.1", "port": 0})
+    service = build_service(cfg, publisher=MemoryPublisher())
+    pipeline = service.pipeline
+    store = pipeline.registry.store
+    real = store.latest
+    freeze = server.frozen()
+    seen: dict[str, Any] = {"frozen": False}
+
+    def thaw() -> None:
+        if seen["frozen"]:
+            seen["frozen"] = False
+            freeze.__exit__(None, None, None)
+
+    def readyz() -> tuple[int, Any]:
+        assert service.api is not None
+        try:
+            with urllib.request.urlopen(f"{service.api.url}/readyz", timeout=JOIN_S) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    def frozen_once(family: str, agent_id: str | None):  # type: ignore[no-untyped-def]
+        if agent_id == "rover-b" and "calls" not in seen:
+            seen["calls"] = 1
+            freeze.__enter__()  # frozen from inside the main loop's store call
+            seen["frozen"] = True
+            return real(family, agent_id)
+        if agent_id == "rover-b" and seen["calls"] == 1:
+            # The retry: the first call ended while the server stayed frozen.
+            seen["calls"] = 2
+            seen["problems"] = pipeline.problems()
+            seen["readyz"] = readyz()
+            thaw()
+        return real(family, agent_id)
+
+    monkeypatch.setattr(store, "latest", frozen_once)
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(
+        service.run(exit_when_idle=True, install_signals=False)), daemon=True)
+    try:
+        runner.start()
+        runner.join(JOIN_S)
+    finally:
+        thaw()
+    assert not runner.is_alive()
+    assert result == [0]
+    assert seen["calls"] == 2
+    assert any(p.startswith("models store unavailable: ServerNotAnswering")
+               for p in seen["problems"]), seen["problems"]
+    status, body = seen["readyz"]
+    assert status == 503
+    assert any(p.startswith("store unreachable: ") for p in body["problems"]), body
+    # Nothing lost: every record handled and committed once the store answered again.
+    assert pipeline.processed == len(lines)
+    assert pipeline.checkpoints.commit_offsets() == {0: len(lines)}
