@@ -128,6 +128,11 @@ class KafkaConfig(Section):
     assigned partition may be held in memory ahead of the daemon. At most 1e9 bytes:
     librdkafka refuses more when the consumer is made, past the configuration's checks."""
     session_timeout_ms: int = Field(default=10_000, ge=1000)
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    """Where a partition the group has no committed offset for is read from: its first
+    record (``earliest``: a new group monitors the topic's history) or only records
+    produced from now on (``latest``). Also where a partition given up at a revoke and
+    handed back is read from when nothing of it was ever committed."""
     create_topics: bool = True
     """Create missing topics at start (the model topic compacted)."""
     partitions: int = Field(default=6, ge=1)

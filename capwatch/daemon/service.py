@@ -416,6 +416,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                                   partition_fetch_bytes=k.partition_fetch_bytes,
                                   session_timeout_ms=k.session_timeout_ms,
                                   max_message_bytes=config.limits.max_message_bytes,
+                                  auto_offset_reset=k.auto_offset_reset,
                                   security=k.client_options())
         elif config.source.kind == "jsonl":
             from capwatch.adapters.io.streams import JsonlSource

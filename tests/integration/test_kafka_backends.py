@@ -89,12 +89,13 @@ class Member:
     the polling to the test."""
 
     def __init__(self, backend: str, bootstrap: str, topic: str, group: str,
-                 threaded: bool = True, poll_s: float = 0.2, gap_s: float = 0.0) -> None:
+                 threaded: bool = True, poll_s: float = 0.2, gap_s: float = 0.0,
+                 **options: Any) -> None:
         self.poll_s = poll_s
         self.gap_s = gap_s
         """The polling thread's pause between polls: a main loop's work."""
-        self.source = source_class(backend)(bootstrap, topic, group,
-                                            session_timeout_ms=6000, max_poll_records=50)
+        self.source = source_class(backend)(bootstrap, topic, group, session_timeout_ms=6000,
+                                            max_poll_records=50, **options)
         self.held: set[int] = set()
         self.revoked: list[set[int]] = []
         self.records: list[Record] = []
@@ -267,6 +268,38 @@ def test_a_partition_given_back_to_its_member_is_read_again_from_the_commit(
         poll_until([a, second], lambda: not a.held & second.held
                    and a.held | second.held == {0, 1} and replayed(a) and replayed(second),
                    90, "both partitions read again from the commit")
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+@pytest.mark.parametrize("backend", ["kafka-python"])
+def test_a_partition_given_back_without_a_commit_follows_the_offset_reset_policy(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """With nothing committed, a partition the group hands back to its member (which
+    kafka-python's source moves to the group's commit, above) is read from where the
+    configured policy starts one: here ``latest``, so what was read before is not read
+    again (it was sought to the beginning whatever the policy)."""
+    create(kafka_bootstrap, kafka_topic, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(backend, kafka_bootstrap, kafka_topic, group, auto_offset_reset="latest")
+    b: Member | None = None
+    try:
+        poll_until([a], lambda: a.held == {0, 1} and a.do(lambda: set(
+            a.source.lag())) == {0, 1}, 60, "both partitions assigned and positioned")
+        produce(kafka_bootstrap, kafka_topic, [(f"k{i}".encode(), b"old") for i in range(20)])
+        poll_until([a], lambda: len(a.records) >= 20, 60, "the records produced")
+        b = Member(backend, kafka_bootstrap, kafka_topic, group, auto_offset_reset="latest")
+        second = b
+        poll_until([a, second], lambda: len(a.held) == len(second.held) == 1
+                   and a.held | second.held == {0, 1}, 90, "the partitions shared")
+        produce(kafka_bootstrap, kafka_topic, [(f"k{i}".encode(), b"new") for i in range(20)])
+        poll_until([a, second], lambda: sum(r.value == b"new" for m in (a, second)
+                                            for r in m.records) >= 20, 60, "the new records")
+        again = [r.value for r in a.records[a.revoked_at:]]
+        assert a.revoked and again.count(b"new") > 0
+        assert again.count(b"old") == 0, [(r.partition, r.offset, r.value) for r in a.records]
     finally:
         a.close()
         if b is not None:

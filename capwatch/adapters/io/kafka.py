@@ -31,6 +31,7 @@ from capwatch.adapters.io.kafka_common import (
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
+    OFFSET_RESETS,
     PARTITION_FETCH_BYTES,
     PendingPublisher,
     PublishError,
@@ -190,12 +191,15 @@ class KafkaSource:
                  fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
                  partition_fetch_bytes: int = PARTITION_FETCH_BYTES,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
+                 auto_offset_reset: str = "earliest",
                  security: Mapping[str, Any] | None = None) -> None:
+        if auto_offset_reset not in OFFSET_RESETS:
+            raise ValueError(f"auto_offset_reset must be one of {OFFSET_RESETS}")
         self.name = topic
         self.topic = topic
         self._config: dict[str, Any] = dict(
             bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
-            enable_auto_commit=False, auto_offset_reset="earliest",
+            enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
             max_poll_records=max_poll_records, session_timeout_ms=session_timeout_ms,
             fetch_max_wait_ms=fetch_max_wait_ms,
             heartbeat_interval_ms=heartbeat_ms(session_timeout_ms),
@@ -284,7 +288,11 @@ class KafkaSource:
                             "wait until it is read", partition=p, error=str(e)[:300])
                 return
             if offset is None:
-                consumer.seek_to_beginning(tp)  # auto_offset_reset: earliest
+                # Where the group starts a partition nothing was committed of.
+                if self._config["auto_offset_reset"] == "latest":
+                    consumer.seek_to_end(tp)
+                else:
+                    consumer.seek_to_beginning(tp)
             else:
                 consumer.seek(tp, offset)
             self._rewind.discard(p)

@@ -36,6 +36,9 @@ caught up stalls the one still behind. Reading a topic whose partitions end at d
 offsets, capwatch over kafka-python spent half its time in such waits (docs/
 performance.md); an idle replica pays 10 fetches a second per broker instead of 2."""
 
+OFFSET_RESETS = ("earliest", "latest")
+"""Where a partition with no committed offset is read from (``kafka.auto_offset_reset``)."""
+
 METADATA_MAX_AGE_MS = 30_000
 """How often a consumer refreshes the cluster's metadata (both clients default to 5
 minutes). The group leader assigns only the partitions its metadata lists: a topic grown,

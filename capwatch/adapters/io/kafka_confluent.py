@@ -34,6 +34,7 @@ from capwatch.adapters.io.kafka_common import (
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
+    OFFSET_RESETS,
     PARTITION_FETCH_BYTES,
     PendingPublisher,
     PublishError,
@@ -131,7 +132,10 @@ class ConfluentKafkaSource:
                  fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
                  partition_fetch_bytes: int = PARTITION_FETCH_BYTES,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
+                 auto_offset_reset: str = "earliest",
                  security: Mapping[str, Any] | None = None) -> None:
+        if auto_offset_reset not in OFFSET_RESETS:
+            raise ValueError(f"auto_offset_reset must be one of {OFFSET_RESETS}")
         self.name = topic
         self.topic = topic
         self._batch = max_poll_records
@@ -141,7 +145,7 @@ class ConfluentKafkaSource:
         self._config: dict[str, Any] = {
             "bootstrap.servers": bootstrap, "group.id": group_id, "client.id": client_id,
             "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": auto_offset_reset,
             "session.timeout.ms": session_timeout_ms,
             "heartbeat.interval.ms": heartbeat_ms(session_timeout_ms),
             "max.partition.fetch.bytes": partition_fetch,
