@@ -272,6 +272,7 @@ class AssessmentWorkers:
             self.post(Installed(agent_id, latest))
             return
         queries = 0
+        stored_here = False
         if version is None:
             base_domain = base.domain()
             outcome = self.assessor.assess(AssessmentRequest(
@@ -338,11 +339,19 @@ class AssessmentWorkers:
                 version = self.store.put(
                     candidate, self._version_alerts(base, candidate, pending),
                     Held(item.key, worker, self.clock(), self.config.assessment.lease_s))
+                stored_here = True
             except VersionConflict:
                 latest = self.store.latest(family, agent_id)
                 if latest is None or latest.evidence.get("assessment_key") != item.key:
                     raise
                 version = latest
+        if not stored_here:
+            # The version was stored under this work's key before (a worker that died or
+            # froze before publishing, or a concurrent holder's write). Publish it only
+            # while this worker still holds the work, as a version of its own is: this
+            # worker may have been frozen past its lease since its claim, and the work's
+            # new holder publishes it then (LeaseLost).
+            self.store.renew(item.key, worker, self.clock(), self.config.assessment.lease_s)
         # A retry finds the version already stored: writing its alerts again is a no-op
         # (same outbox keys), and covers a version stored without them.
         events = self._version_alerts(base, version, pending)

@@ -184,3 +184,45 @@ def test_a_worker_whose_lease_is_taken_ends_nothing_when_it_finds_no_change(
     assert ending.alert["evidence"]["ended"] == "version 1"
     d.source.close()
     d.store.close()
+
+
+def test_a_worker_that_finds_the_version_stored_publishes_it_only_while_it_holds_the_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry of work whose version was stored but not published (its worker failed
+    before publishing) publishes the stored version instead of assessing again; a worker
+    frozen past its lease on that path publishes nothing, the work's new holder once."""
+    now = [T0]
+    d, out = _daemon(tmp_path, Hooked(lambda: None), now, 60.0)
+    real_publish = out.model_version
+
+    def down(event: Any) -> None:
+        raise OSError("the output is down")
+
+    (item,) = d.store.claim("first/w0", T0, 60.0, 1)
+    monkeypatch.setattr(out, "model_version", down)
+    d.workers.run_claimed("first/w0", item)  # stored, not published: an outage
+    monkeypatch.setattr(out, "model_version", real_publish)
+    assert len(d.store.history("rover-v1", "rover-a")) == 1 and out.models == []
+    now[0] = T0 + timedelta(seconds=61)
+    (retry,) = d.store.claim("zombie/w0", now[0], 60.0, 1)
+    real_latest = d.store.latest
+    taken: list[str] = []
+
+    def latest(*args: Any) -> Any:
+        if not taken:  # frozen past the lease right after finding the stored version
+            now[0] = T0 + timedelta(seconds=122)
+            taken.extend(i.key for i in d.store.claim("other/w0", now[0], 60.0, 1))
+        return real_latest(*args)
+
+    monkeypatch.setattr(d.store, "latest", latest)
+    d.workers.run_claimed("zombie/w0", retry)
+    monkeypatch.setattr(d.store, "latest", real_latest)
+    assert taken == [item.key]
+    assert out.models == [], "a worker that lost its lease published the stored version"
+    (again,) = [i for i in d.store.queue_items("claimed") if i.key == item.key]
+    d.workers.run_claimed("other/w0", again)
+    assert [(m.agent_id, m.version) for m in out.models] == [("rover-a", 1)]
+    assert [i.key for i in d.store.queue_items("done")] == [item.key]
+    assert len(d.store.history("rover-v1", "rover-a")) == 1
+    d.source.close()
+    d.store.close()
