@@ -45,6 +45,24 @@ class DeliveryError(RuntimeError):
     committed. The daemon retries; it is never a reason to exit."""
 
 
+class AssignmentLost(RuntimeError):
+    """The consumer group no longer counts this member as the owner of ``partitions``
+    (dropped from the group, or a new generation began without it): a commit for them
+    fails, and they may be another member's already. The source hands out none of their
+    records until the group assigns them again (from the group's commit); the daemon
+    gives up what it held of them without a commit. Not an outage: nothing is retried,
+    the member rejoins at its next poll."""
+
+    def __init__(self, partitions: frozenset[int] | set[int], why: str = "") -> None:
+        super().__init__(frozenset(partitions), why)  # args: what pickle rebuilds it from
+        self.partitions = frozenset(partitions)
+        self.why = why
+
+    def __str__(self) -> str:
+        return (f"the consumer group dropped this member's partitions "
+                f"{sorted(self.partitions)}" + (f": {self.why}" if self.why else ""))
+
+
 Rebalance = Callable[[set[int]], None]
 
 
@@ -78,7 +96,10 @@ class Source(Protocol):
 
     def poll(self, timeout_s: float) -> list[Record]: ...
 
-    def commit(self, offsets: Mapping[int, int]) -> None: ...
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Raises :class:`AssignmentLost` when the group no longer has this member own
+        them (a Kafka source); nothing is committed then."""
+        ...
 
     def exhausted(self) -> bool:
         """True for a finite source (a file, a fixed simulation) that has nothing left."""

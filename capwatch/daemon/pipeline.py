@@ -35,7 +35,14 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from capwatch.alerts.sinks import AlertSink
-from capwatch.contracts.ports import AgentDirectory, GroupView, Publisher, Record, Source
+from capwatch.contracts.ports import (
+    AgentDirectory,
+    AssignmentLost,
+    GroupView,
+    Publisher,
+    Record,
+    Source,
+)
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import DecodeLimits
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
@@ -401,7 +408,7 @@ class Pipeline:
         self.assigned -= partitions
         self.health.holding(self.assigned)
         try:
-            self.checkpoint(partitions)
+            self.checkpoint(partitions)  # an AssignmentLost drops them there
         except INFRASTRUCTURE_ERRORS as e:
             # The partitions go whatever happens here (confluent-kafka and the consumer
             # process go on with the rebalance; kafka-python does once its member is
@@ -414,6 +421,23 @@ class Pipeline:
             log.error("checkpoint at a revoke failed; the partitions' next owner replays "
                       "them from their last commit", partitions=sorted(partitions),
                       problem=describe_outage(e))
+        self._give_up(partitions)
+
+    def _lost(self, error: AssignmentLost) -> None:
+        """The group no longer counts this replica as the owner of the partitions (a
+        commit said so): give them up at once without a commit, as a revoke whose
+        checkpoint failed does, rather than go on handling their records until the
+        rebalance callback comes at the next poll. The source hands out none of their
+        records until the group assigns them again."""
+        partitions = set(error.partitions)
+        log.warning("dropped from the consumer group; its partitions are given up without "
+                    "a commit and replayed by their next owner", partitions=sorted(partitions),
+                    problem=str(error)[:300])
+        self.assigned -= partitions
+        self.health.holding(self.assigned)
+        self._give_up(partitions)
+
+    def _give_up(self, partitions: set[int]) -> None:
         self._backlog = [r for r in self._backlog if r.partition not in partitions]
         watches = self.registry.in_partitions(partitions)
         for w in watches:
@@ -510,7 +534,12 @@ class Pipeline:
             if self.registry.compact_idle(now, self.eviction.freeze_after_s()):
                 release_freed()  # what the agents held before (daemon.heap)
             self.eviction.silent(now)
-        if self.checkpoints.checkpoint(partitions):
+        try:
+            moved = self.checkpoints.checkpoint(partitions)
+        except AssignmentLost as e:
+            self._lost(e)
+            return
+        if moved:
             self.lag.refresh()
 
     def audit(self) -> None:

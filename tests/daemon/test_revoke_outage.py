@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
-from capwatch.contracts.ports import Record
+from capwatch.contracts.ports import AssignmentLost, Record
 from capwatch.contracts.store import StoreError
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
@@ -166,6 +166,67 @@ def test_evidence_buffered_through_a_failed_revoke_is_never_committed_past(
     (item,) = d.store.queue_items()
     assert item.key == key
     assert {a.key for a in d.store.outbox()} <= {f"queued:{key}"}
+    d.checkpoint()
+    assert source.commits[-1] == {0: 8}
+    d.source.close()
+    d.store.close()
+
+
+class DroppedMember(CommitLog):
+    """A source whose group went on without it: every commit says so, as a Kafka source's
+    does once its member was dropped, until it is given the partitions again."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.dropped = False
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        if self.dropped:
+            raise AssignmentLost({0, *offsets}, "CommitFailedError: not part of a group")
+        super().commit(offsets)
+
+
+def test_a_commit_that_finds_the_member_dropped_gives_its_partitions_up_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Told by a commit that the group went on without it, the replica gives the
+    partitions up at once without a commit (not an outage retried while it handles
+    their records), and replays them from the commit when they come back."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(
+        [good_sample("rover-b", 0), good_sample("rover-b", 1), refused_sample("rover-a", 2),
+         good_sample("rover-b", 3), good_sample("rover-b", 4), good_sample("rover-b", 5),
+         refused_sample("rover-a", 6), refused_sample("rover-a", 7)]) + "\n")
+    source = DroppedMember(str(path))
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 detection={"debounce_transitions": 3, "debounce_s": 3600.0})
+    d = build_service(cfg, publisher=MemoryPublisher(), source=source).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    d.assign({0})
+    records = d.source.poll(1.0)
+    d.handle(records[0])
+    d.checkpoint()
+    assert source.commits == [{0: 1}]
+    for r in records[1:6]:
+        d.handle(r)
+    d._backlog = records[6:]  # handed out, not handled yet
+    source.dropped = True
+    d.checkpoint()  # neither raises (an outage) nor commits
+    assert source.commits == [{0: 1}]
+    assert d._outage is None
+    assert 0 not in d.assigned and d._backlog == []
+    assert d.registry.get("rover-a") is None and d.registry.get("rover-b") is None
+    d.sweep(force=True)
+    d.checkpoint()
+    assert d.store.queue_items() == [] and source.commits == [{0: 1}]
+    # Given back, the partition is replayed from the commit: the buffered refusal is
+    # found again and queued under the key it had.
+    source.dropped = False
+    d.assign({0})
+    for r in records[1:]:
+        d.handle(r)
+    (item,) = d.store.queue_items()
+    assert [t["step"] for t in item.payload["inconsistent"]] == [2, 6, 7]
     d.checkpoint()
     assert source.commits[-1] == {0: 8}
     d.source.close()

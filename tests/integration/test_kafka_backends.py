@@ -5,7 +5,9 @@ flush fails (keeping the record) while the broker refuses a record."""
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import threading
 import time
 import uuid
@@ -18,7 +20,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from capwatch.contracts.ports import DeliveryError, Publisher, Record, Source
+from capwatch.adapters.io.kafka_process import ProcessKafkaSource
+from capwatch.contracts.ports import AssignmentLost, DeliveryError, Publisher, Record, Source
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord
 from tests.integration._daemon_setup import wait
 
@@ -516,3 +519,85 @@ def test_partitions_added_after_the_group_formed_are_read(
         assert member.held == {0, 1, 2}
     finally:
         member.close()
+
+
+def _dropped(source: Source, bootstrap: str, group: str) -> None:
+    """Leave the member out of its group as a frozen replica is: no poll for longer than
+    the group allows (the process source's child stopped, the others' poll interval cut
+    to the least each client accepts)."""
+    if isinstance(source, ProcessKafkaSource):
+        member = source.member_id()
+        assert source.child_pid is not None and member is not None
+        os.kill(source.child_pid, signal.SIGSTOP)
+        try:
+            wait(lambda: member not in _members(bootstrap, group), 60,
+                 "the group to drop the frozen member")
+        finally:
+            os.kill(source.child_pid, signal.SIGCONT)
+
+
+def _members(bootstrap: str, group: str) -> set[str]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        described = admin.describe_groups([group])
+    finally:
+        admin.close()
+    return {str(m["member_id"]) for m in described[group].get("members") or []}
+
+
+@pytest.mark.parametrize("backend", SOURCES)
+def test_a_member_dropped_from_its_group_hands_out_nothing_of_its_partitions_until_given_them_back(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """A commit that finds the member dropped from the group (a replica frozen past its
+    session or poll interval) says so with AssignmentLost, at once, instead of an outage
+    the daemon retried for seconds while it handled the lost partitions' records; the
+    records come again from the commit once the group gives the partitions back."""
+    create(kafka_bootstrap, kafka_topic, 2)
+    produce(kafka_bootstrap, kafka_topic, [(f"k{i}".encode(), b"v") for i in range(40)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    source = source_class(backend)(kafka_bootstrap, kafka_topic, group,
+                                   session_timeout_ms=6000, max_poll_records=5)
+    if backend == "kafka-python":
+        source._config["max_poll_interval_ms"] = 1000  # type: ignore[attr-defined]
+    elif backend == "confluent-kafka":  # at least the session timeout
+        source._config["max.poll.interval.ms"] = 6000  # type: ignore[attr-defined]
+    held: set[int] = set()
+    events: list[tuple[str, set[int]]] = []
+
+    def assigned(parts: set[int]) -> None:
+        held.update(parts)
+        events.append(("assign", set(parts)))
+
+    def revoked(parts: set[int]) -> None:
+        held.difference_update(parts)
+        events.append(("revoke", set(parts)))
+
+    source.start(assigned, revoked, {})
+    try:
+        first: list[Record] = []
+        wait(lambda: bool(first.extend(source.poll(0.2))) or (
+            held == {0, 1} and {r.partition for r in first} == {0, 1}), 60, "records")
+        source.commit({0: 1, 1: 1})
+        _dropped(source, kafka_bootstrap, group)
+        lost: list[AssignmentLost] = []
+
+        def commit_fails() -> bool:
+            try:
+                source.commit({0: 1, 1: 1})
+            except AssignmentLost as e:
+                lost.append(e)
+                return True
+            return False
+
+        wait(commit_fails, 30, "a commit to find the member dropped")
+        assert lost[0].partitions == {0, 1}
+        again: list[Record] = []
+        wait(lambda: bool(again.extend(source.poll(0.2))) or (
+            held == {0, 1} and {r.partition for r in again} == {0, 1}), 60,
+            "the partitions given back")
+        # Nothing handed out before the group gave them back, and then from the commit.
+        assert events[-1][0] == "assign"
+        for p in (0, 1):
+            assert min(r.offset for r in again if r.partition == p) == 1, again
+    finally:
+        source.close()

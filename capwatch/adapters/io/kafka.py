@@ -22,7 +22,13 @@ from kafka import (
     KafkaProducer,
 )
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import (
+    CommitFailedError,
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+)
 from kafka.future import Future as KafkaFuture
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
@@ -39,7 +45,13 @@ from capwatch.adapters.io.kafka_common import (
     heartbeat_ms,
 )
 from capwatch.adapters.io.kafka_join import await_group_metadata, finish_join, join_unfinished
-from capwatch.contracts.ports import Rebalance, Record
+from capwatch.contracts.errors import error_text
+from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
+
+_MEMBERSHIP_LOST = (CommitFailedError, RebalanceInProgressError, UnknownMemberIdError,
+                    IllegalGenerationError)
+"""What kafka-python's commit raises when the group no longer counts this member or is
+rebalancing without it (kafka-python 3 wraps the last two in CommitFailedError)."""
 
 log = structlog.get_logger("capwatch.kafka")
 
@@ -325,10 +337,25 @@ class KafkaSource:
         return self._consumer.group_metadata().member_id or None
 
     def commit(self, offsets: Mapping[int, int]) -> None:
-        if self._consumer is None or not offsets:
+        consumer = self._consumer
+        if consumer is None or not offsets:
             return
-        self._consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
-                               for p, o in offsets.items()})
+        try:
+            consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                             for p, o in offsets.items()})
+        except _MEMBERSHIP_LOST as e:
+            # The group went on without this member (its session or poll interval ran
+            # out, a frozen replica) or is rebalancing: every partition it held may be
+            # another member's by now. It rejoins at its next poll; until the group gives
+            # it partitions again none of their records is handed out, and those it gets
+            # back are read from the commit (as after a revoke). Before, the commit's
+            # failure was an outage: retried with a growing wait while the main loop went
+            # on handling the lost partitions' records (a consumer-process replica retried
+            # it for 16 s before SIGTERM).
+            lost = {tp.partition for tp in consumer.assignment()
+                    if tp.topic == self.topic} | set(offsets)
+            self._rewind |= lost
+            raise AssignmentLost(lost, error_text(e)) from e
 
     def exhausted(self) -> bool:
         return False

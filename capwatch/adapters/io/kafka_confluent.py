@@ -41,13 +41,18 @@ from capwatch.adapters.io.kafka_common import (
     fetch_bytes,
     heartbeat_ms,
 )
-from capwatch.contracts.ports import Rebalance, Record
+from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
 
 log = structlog.get_logger("capwatch.kafka")
 
 __all__ = ["ConfluentKafkaPublisher", "ConfluentKafkaSource", "PublishError",
            "librdkafka_security"]
 
+_MEMBERSHIP_LOST = frozenset({
+    KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.REBALANCE_IN_PROGRESS, KafkaError._ASSIGNMENT_LOST})
+"""Commit errors that say the group no longer counts this member as its partitions'
+owner."""
 _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka")
 """librdkafka's own log lines, through the daemon's logging (not straight to stderr)."""
 
@@ -165,6 +170,10 @@ class ConfluentKafkaSource:
         }
         self._consumer: Consumer | None = None
         self._closing = False
+        self._lost: set[int] = set()
+        """Partitions a commit found this member no longer owns: none of their records is
+        handed out until the group assigns them again (librdkafka reads them from the
+        commit then)."""
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
               resume: Mapping[int, int]) -> None:
@@ -177,6 +186,8 @@ class ConfluentKafkaSource:
                 # the listener there either.
                 if not parts or self._closing:
                     return
+                if what == "assign":
+                    self._lost -= parts
                 try:
                     callback(parts)
                 except Exception:
@@ -212,6 +223,9 @@ class ConfluentKafkaSource:
                               stamp / 1000 if kind and stamp >= 0 else None))
             else:
                 self._message_error(m)
+        if self._lost:
+            lost = self._lost
+            records = [r for r in records if r.partition not in lost]
         return records
 
     def _message_error(self, m: Message) -> None:
@@ -232,12 +246,30 @@ class ConfluentKafkaSource:
         if self._consumer is None or not offsets:
             return
         self._errors.raise_pending()
-        answer = self._consumer.commit(
-            offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
-            asynchronous=False)
+        try:
+            answer = self._consumer.commit(
+                offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
+                asynchronous=False)
+        except KafkaException as e:
+            error = e.args[0] if e.args else None
+            if isinstance(error, KafkaError) and error.code() in _MEMBERSHIP_LOST:
+                self._lose(offsets, error)
+            raise
         for tp in answer or []:
             if tp.error is not None:
+                if tp.error.code() in _MEMBERSHIP_LOST:
+                    self._lose(offsets, tp.error)
                 raise KafkaException(tp.error)
+
+    def _lose(self, offsets: Mapping[int, int], error: KafkaError) -> None:
+        """The group went on without this member (see KafkaSource.commit): librdkafka
+        calls the revoke callback at a later poll; until then, and until the group assigns
+        them again, none of the partitions' records is handed out."""
+        assert self._consumer is not None
+        lost = {tp.partition for tp in self._consumer.assignment()
+                if tp.topic == self.topic} | set(offsets)
+        self._lost |= lost
+        raise AssignmentLost(lost, error.str())
 
     def exhausted(self) -> bool:
         return False

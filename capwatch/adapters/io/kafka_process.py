@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
-from capwatch.contracts.ports import Rebalance, Record
+from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
 
 if TYPE_CHECKING:
     from capwatch.adapters.io.kafka import KafkaSource
@@ -229,7 +229,16 @@ class ProcessKafkaSource:
     def commit(self, offsets: Mapping[int, int]) -> None:
         if self._conn is None or not offsets:
             return
-        self._call("commit", dict(offsets))
+        try:
+            self._call("commit", dict(offsets))
+        except AssignmentLost as e:
+            # The child's source stopped reading them; what it sent before is dropped
+            # here until the group assigns them again (its callback says so, in order).
+            with self._lock:
+                self._owned -= e.partitions
+                for p in e.partitions:
+                    self._next.pop(p, None)
+            raise
 
     def member_id(self) -> str | None:
         """This member's id in the group (None before it joined)."""
