@@ -243,14 +243,16 @@ class AlertOutbox:
         """Send every due delivery to the sinks still owing it."""
         report = report if report is not None else DeliveryReport()
         start = _monotonic()
+        lease_s = self.lease.total_seconds()
         for _ in range(limit):
             # One at a time, each held for the lease from when it is taken: a batch held
             # from the run's start ran out behind a slow sink (an Alertmanager timing out,
             # 5 s a try), and another replica sent its rest while this one still did.
-            held_s = self.lease.total_seconds() + (_monotonic() - start)
-            claimed = self.store.claim_deliveries(now, held_s, 1)
+            taken = _monotonic()
+            claimed = self.store.claim_deliveries(now, lease_s + (taken - start), 1)
             if not claimed:
                 break
+            held_until = taken + lease_s
             d = claimed[0]
             alert = Alert.from_record(d.alert)
             done: list[str] = []
@@ -264,6 +266,11 @@ class AlertOutbox:
                                 dedup_key=alert.dedup_key)
                     done.append(name)
                     continue
+                if held_until - _monotonic() < min(send_bound_s(sink), lease_s / 2):
+                    # The sinks before took most of the hold: a send begun now could end
+                    # after it, when another replica may have taken the delivery and
+                    # sent it too. Left to the next claim (at once, with a whole hold).
+                    break
                 try:
                     sink.send([alert])
                 except Exception as e:
@@ -276,10 +283,15 @@ class AlertOutbox:
                     if self._on_failure is not None:
                         self._on_failure(name, error)
                     continue
+                if _monotonic() > held_until:
+                    log.warning("alert sent after its delivery's hold ran out: another "
+                                "replica may have sent it as well (alerts.delivery_lease_s "
+                                "is shorter than this sink's send)", sink=name,
+                                dedup_key=alert.dedup_key, hold_s=lease_s)
                 done.append(name)
             finished = self.store.finish_delivery(
                 d.key, done, now, "; ".join(errors)[:1000] or None,
-                now + self._backoff(d.attempts))
+                now + self._backoff(d.attempts) if errors else now)
             if finished.status == "sent":
                 report.delivered += 1
                 if self._on_delivered is not None:
@@ -318,4 +330,11 @@ class AlertOutbox:
 
 
 _monotonic = time.monotonic
+
+
+def send_bound_s(sink: AlertSink) -> float:
+    """The longest one send to ``sink`` should take (its ``max_send_s``; 0 for a sink
+    that does not say, e.g. one that only logs)."""
+    bound = getattr(sink, "max_send_s", 0.0)
+    return float(bound) if isinstance(bound, int | float) else 0.0
 """How long a delivery run has taken (a name of its own, so tests can stand in for it)."""

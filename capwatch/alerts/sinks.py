@@ -29,6 +29,9 @@ class AlertDeliveryError(RuntimeError):
 
 
 class AlertSink(Protocol):
+    """Optionally ``max_send_s``: the longest one send should take; the outbox begins a
+    send only while the delivery's hold has that long left (AlertOutbox.deliver)."""
+
     name: str
 
     def send(self, alerts: Sequence[Alert]) -> None:
@@ -83,6 +86,8 @@ class AlertmanagerSink:
             raise ValueError(f"Alertmanager URL must be http(s): {base_url!r}")
         self.url = base_url.rstrip("/") + "/api/v2/alerts"
         self._timeout_s = timeout_s
+        self.max_send_s = 2 * timeout_s
+        """The connection and the answer each get ``timeout_s``."""
         self._resolve_after = resolve_after
         self._generator_url = generator_url
         self._open = opener

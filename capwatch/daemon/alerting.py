@@ -39,6 +39,9 @@ class PublisherAlertSink:
     """
 
     name = "output"
+    max_send_s = 20.0
+    """A Kafka publisher's flush: up to 10 s for the client, as long again for a record's
+    outcome."""
 
     def __init__(self, publisher: Publisher) -> None:
         self.publisher = publisher

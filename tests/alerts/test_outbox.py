@@ -431,3 +431,41 @@ def test_deliveries_behind_a_slow_sink_are_not_sent_again_by_another_replica(
     assert len(sent) == 3 and len(set(sent)) == 3, sent
     assert len(other_sink.sent) == 1
     assert outbox.backlog() == (0, 0)
+
+
+def test_a_send_is_begun_only_while_the_hold_has_that_sinks_send_left(
+        store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delivery to two sinks: the first takes 40 s of a 60 s hold, the second may take
+    30 s. Begun at once, the second send would end after the hold, when another replica
+    has taken the delivery and sent it to the second sink as well; it is left to a new
+    claim (at once, a whole hold) instead, and goes out once."""
+    from capwatch.alerts import outbox as outbox_module
+
+    elapsed = [0.0]
+    monkeypatch.setattr(outbox_module, "_monotonic", lambda: elapsed[0])
+    policy = AlertPolicy(group_wait=timedelta(0))
+    theirs = [Sink("am"), Sink("kafka")]
+    other = AlertOutbox(store, theirs, policy, lease=timedelta(seconds=60))
+
+    class Slow(Sink):
+        def __init__(self, name: str, takes_s: float) -> None:
+            super().__init__(name)
+            self.takes_s = self.max_send_s = takes_s
+
+        def send(self, alerts: Sequence[Alert]) -> None:
+            start = elapsed[0]
+            elapsed[0] += self.takes_s
+            if start < 60 < elapsed[0]:  # the hold ran out meanwhile: the other's turn
+                other.deliver(at(61))
+            super().send(alerts)
+
+    first, second = Slow("am", 40), Slow("kafka", 30)
+    outbox = AlertOutbox(store, [first, second], policy, lease=timedelta(seconds=60))
+    store.add_alerts([outbox_record(reduced("r1", at(0)), "v1")])
+    outbox.route(at(0))
+    (delivery,) = store.deliveries("pending")
+    assert delivery.sinks_pending == ("am", "kafka")
+    outbox.deliver(at(0))
+    assert len(first.sent) == 1 and len(second.sent) == 1
+    assert [s.sent for s in theirs] == [[], []], "another replica sent it as well"
+    assert outbox.backlog() == (0, 0)
