@@ -326,7 +326,9 @@ class _Engine(Evidence):
         return AssessmentResult(self.method, self.initial, model, tuple(changes), flagged_pals,
                                 tuple(self.queries), tuple(self.vs.conflicts),
                                 tuple([*notes, *self.notes]), self.budget_exhausted, reasons,
-                                confirmed, outcomes)
+                                confirmed, outcomes,
+                                tuple(sorted(name for name, space in self.vs.outcomes.items()
+                                             if space.records and space.undecided())))
 
 
 

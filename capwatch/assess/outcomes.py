@@ -187,6 +187,21 @@ class OutcomeSpace:
                 or n * -math.log1p(-min(self.action.outcomes[r.origin].probability,
                                         1.0 - 1e-12)) <= OUTCOME_SAFETY]
 
+    def undecided(self) -> bool:
+        """Whether the steps added more outcomes than they retired known ones (see
+        :meth:`live`) while a known outcome they never showed is still live: an added
+        outcome may then be that one changed by the drift, or a new one beside it, and the
+        steps cannot tell which. A model stating both would be published with an outcome
+        the agent may no longer have (it allows every answer, so replaying the evidence
+        or asking again cannot refuse it): the assessment fails closed instead. An added
+        outcome that stands for a retired one leaves the unseen ones as they would be
+        without a drift: kept, nothing having been seen of them."""
+        live = self.live()
+        added = sum(1 for r in live if r.origin is None)
+        retired = sum(1 for r in self.records if r.origin is not None) - sum(
+            1 for r in live if r.origin is not None)
+        return added > retired and any(r.origin is not None and not r.steps for r in live)
+
     def unseen(self) -> bool:
         """Whether an outcome no step has shown may still exist. With the known outcomes
         those are its records; without them (aia), until the action ran so often that one

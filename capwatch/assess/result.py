@@ -66,6 +66,12 @@ class AssessmentResult:
     """Probabilistic actions: their outcomes as the steps showed them (an effect belongs
     to the outcomes that have it, not to all of them; an outcome may have been added)."""
 
+    undecided_outcomes: tuple[str, ...] = ()
+    """Probabilistic actions whose steps added an outcome while a known one they never
+    showed may still be there (changed into the new one, or still beside it): undecided,
+    so no model of them can be published (:meth:`capwatch.assess.outcomes.OutcomeSpace.
+    undecided`)."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))
         object.__setattr__(self, "outcomes", MappingProxyType(dict(self.outcomes)))

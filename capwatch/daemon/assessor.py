@@ -116,9 +116,18 @@ class EngineAssessor:
             details["budget_exhausted"] = result.budget_exhausted
             details["notes"] = list(result.notes)
             details["coverage"] = coverage(result)
+            if result.undecided_outcomes:
+                details["undecided_outcomes"] = list(result.undecided_outcomes)
             exhausted = result.budget_exhausted
             # A version never contradicts the evidence it was learned from (issue 11).
             unexplained = replay(model, observations, result.queries)
+            # Nor states an outcome the steps could neither confirm nor retire: replay and
+            # asking again cannot refuse a model that allows more than the agent does.
+            unexplained += [
+                Unexplained(f"outcomes of {name}", frozenset(), (), None, frozenset(),
+                            "the steps added an outcome while a known outcome they never "
+                            "showed may still be there: changed or added cannot be told")
+                for name in result.undecided_outcomes]
             if not unexplained:
                 unexplained, asked = confirm(model, request.agent, result.queries,
                                              request.confirm_queries)
