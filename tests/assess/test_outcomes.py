@@ -369,27 +369,41 @@ GRIPPER_SLIP = """
 """
 
 
+def gripper_slip_drift() -> tuple[Domain, Domain]:
+    """The known gripper whose move slips 20% (no effect), and the drifted one whose slip
+    also loses the robot (deletes at_robby ?from)."""
+    return parse_domain(GRIPPER_SLIP), parse_domain(GRIPPER_SLIP.replace(
+        "(probabilistic 0.8 (and (at_robby ?to) (not (at_robby ?from))))",
+        "(not (at_robby ?from)) (probabilistic 0.8 (and (at_robby ?to)))"))
+
+
+def gripper_walks(known: Domain, truth: Domain, seed: int
+                  ) -> tuple[SimulatedAgent, list[Transition], list[Transition]]:
+    """The drifted agent, and ten random walks' steps: those the known model explains,
+    those it does not."""
+    agent = SimulatedAgent(truth, seed=seed,
+                           problem=read_problem(DOMAINS / "gripper" / "problem.pddl"))
+    explained: list[Transition] = []
+    drifted: list[Transition] = []
+    for e in range(10):
+        episode = agent.random_walk(15, p_inapplicable=0.1)
+        for i, a in enumerate(episode.actions):
+            step = Transition(episode.states[i], a, episode.states[i + 1],
+                              executed=episode.executed[i], source=f"ep{e}[{i}]")
+            (drifted if replay(known, [step]) else explained).append(step)
+    return agent, explained, drifted
+
+
 def test_an_outcome_changed_before_it_could_show_is_undecided_not_published_beside_the_old(
         ) -> None:
     """rev10a's end-to-end case: move's slip (0.2, no effect) now also loses the robot
     (deletes at_robby ?from). With few steps of move the old slip is neither seen nor
     retired, and the model kept it beside the changed one: three outcomes, every answer
     allowed, so replay and asking again passed it. Each result is now right or undecided."""
-    known = parse_domain(GRIPPER_SLIP)
-    truth = parse_domain(GRIPPER_SLIP.replace(
-        "(probabilistic 0.8 (and (at_robby ?to) (not (at_robby ?from))))",
-        "(not (at_robby ?from)) (probabilistic 0.8 (and (at_robby ?to)))"))
-    problem = read_problem(DOMAINS / "gripper" / "problem.pddl")
+    known, truth = gripper_slip_drift()
     undecided_and_wrong = 0
     for seed in range(16):
-        agent = SimulatedAgent(truth, seed=seed, problem=problem)
-        evidence, drifted = [], []
-        for e in range(10):
-            episode = agent.random_walk(15, p_inapplicable=0.1)
-            for i, a in enumerate(episode.actions):
-                step = Transition(episode.states[i], a, episode.states[i + 1],
-                                  executed=episode.executed[i], source=f"ep{e}[{i}]")
-                (drifted if replay(known, [step]) else evidence).append(step)
+        agent, evidence, drifted = gripper_walks(known, truth, seed)
         if not drifted:
             continue
         result = assess(known, evidence[-40:] + drifted[:1], agent, method="verify",

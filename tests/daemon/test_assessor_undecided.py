@@ -4,33 +4,19 @@ allows every answer, so replaying the evidence and asking again cannot refuse it
 
 from __future__ import annotations
 
-from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.observations import Transition
-from capwatch.assess.replay import replay
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
-from capwatch.model.pddl_reader import parse_domain, read_problem
-from tests.assess.test_outcomes import GRIPPER_SLIP
-from tests.paths import DOMAINS
+from tests.assess.test_outcomes import gripper_slip_drift, gripper_walks
 
 
 def test_an_undecided_outcome_set_ends_unexplained_with_its_reason() -> None:
-    known = parse_domain(GRIPPER_SLIP)
-    truth = parse_domain(GRIPPER_SLIP.replace(
-        "(probabilistic 0.8 (and (at_robby ?to) (not (at_robby ?from))))",
-        "(not (at_robby ?from)) (probabilistic 0.8 (and (at_robby ?to)))"))
-    problem = read_problem(DOMAINS / "gripper" / "problem.pddl")
+    known, truth = gripper_slip_drift()
     undecided = 0
     for seed in range(16):
-        agent = SimulatedAgent(truth, seed=seed, problem=problem)
-        good, bad = [], []
-        for _ in range(10):
-            ep = agent.random_walk(15, p_inapplicable=0.1)
-            for i, a in enumerate(ep.actions):
-                t = AgentTransition("g-1", "gripper", "ep", i, None, ep.states[i], a,
-                                    ep.states[i + 1], False, ep.executed[i])
-                seen = Transition(t.state, t.action, t.next_state, executed=t.executed)
-                (bad if replay(known, [seen]) else good).append(t)
+        agent, explained, drifted = gripper_walks(known, truth, seed)
+        good, bad = ([AgentTransition("g-1", "gripper", "ep", i, None, t.state, t.action,
+                                      t.next_state, False, t.executed)
+                      for i, t in enumerate(steps)] for steps in (explained, drifted))
         if not bad:
             continue
         outcome = EngineAssessor().assess(AssessmentRequest(
