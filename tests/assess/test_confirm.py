@@ -18,6 +18,7 @@ from capwatch.assess.result import QueryLog
 from capwatch.model.domain import Domain, GroundAction
 from capwatch.model.pal import delta
 from capwatch.model.pddl_reader import parse_domain, read_domain, read_problem
+from tests.assess.walks import split_walks
 from tests.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "capwatch" / "examples"
@@ -47,14 +48,7 @@ def _evidence(truth: Domain, known: Domain, contradicting: int, explained: int
     assessment: a few the known model contradicts, and recent ones it explains."""
     problem = read_problem(EXAMPLES / "rover-problem.pddl")
     agent = SimulatedAgent(truth, seed=3, problem=problem)
-    bad: list[Transition] = []
-    good: list[Transition] = []
-    for e in range(30):
-        ep = agent.random_walk(12, p_inapplicable=0.25)
-        for i, a in enumerate(ep.actions):
-            t = Transition(ep.states[i], a, ep.states[i + 1], executed=ep.executed[i],
-                           source=f"ep{e}[{i}]")
-            (bad if replay(known, [t]) else good).append(t)
+    good, bad = split_walks(agent, known, episodes=30, length=12, p_inapplicable=0.25)
     return bad[:contradicting] + good[:explained]
 
 

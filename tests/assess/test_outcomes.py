@@ -17,6 +17,7 @@ from capwatch.assess.replay import confirm, replay
 from capwatch.model.domain import Action, Domain, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple, delta
 from capwatch.model.pddl_reader import parse_domain, read_domain, read_problem
+from tests.assess.walks import split_walks
 from tests.paths import DOMAINS, STOCHASTIC
 
 COURIER = """
@@ -264,14 +265,7 @@ def test_daaisy_resolves_what_a_step_of_an_outcome_the_model_lacks_contradicts(
 def _walks(agent: SimulatedAgent, known: Domain) -> list[Transition]:
     """The drifted agent's random walks as the daemon hands them to an assessment: the
     recent steps the known model explains and the first one it does not."""
-    good: list[Transition] = []
-    bad: list[Transition] = []
-    for e in range(10):
-        ep = agent.random_walk(12, p_inapplicable=0.1)
-        for i, a in enumerate(ep.actions):
-            t = Transition(ep.states[i], a, ep.states[i + 1], executed=ep.executed[i],
-                           source=f"ep{e}[{i}]")
-            (bad if replay(known, [t]) else good).append(t)
+    good, bad = split_walks(agent, known, episodes=10, length=12, p_inapplicable=0.1)
     return good[-40:] + bad[:1]
 
 
@@ -383,14 +377,8 @@ def gripper_walks(known: Domain, truth: Domain, seed: int
     those it does not."""
     agent = SimulatedAgent(truth, seed=seed,
                            problem=read_problem(DOMAINS / "gripper" / "problem.pddl"))
-    explained: list[Transition] = []
-    drifted: list[Transition] = []
-    for e in range(10):
-        episode = agent.random_walk(15, p_inapplicable=0.1)
-        for i, a in enumerate(episode.actions):
-            step = Transition(episode.states[i], a, episode.states[i + 1],
-                              executed=episode.executed[i], source=f"ep{e}[{i}]")
-            (drifted if replay(known, [step]) else explained).append(step)
+    explained, drifted = split_walks(agent, known, episodes=10, length=15,
+                                     p_inapplicable=0.1)
     return agent, explained, drifted
 
 
