@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capwatch.assess.observations import Transition
+from capwatch.assess.outcomes import ABSENT, NEG, POS
 from capwatch.assess.probes import EXPLORE, FAIL, RISKY, SAFE, Probe
 from capwatch.assess.versionspace import (
     ALL_VALUES,
@@ -70,6 +71,18 @@ FROM_SCRATCH: tuple[PaValue | None, ...] = tuple(
 """AIA's hypothesis: an atom is taken to be required until shown otherwise (with fresh
 objects, a state where every such atom holds runs any action whose precondition is
 positive, the common case)."""
+
+
+def _posts(mask: int, before: bool) -> set[bool]:
+    """The atom's values after a step of an outcome with these possible effects."""
+    posts = set()
+    if mask & POS:
+        posts.add(True)
+    if mask & NEG:
+        posts.add(False)
+    if mask & ABSENT:
+        posts.add(before)
+    return posts
 
 
 def satisfying(value: PaValue) -> tuple[bool, ...]:
@@ -280,6 +293,34 @@ class Designer:
                          risky=len(pas))
         self.gave_up.add(action)
         return None
+
+    def resample(self, action: str) -> dict[LiftedAtom, bool] | None:
+        """A state in which the action surely runs (every atom at a value the evidence
+        shows safe) and which tells its unseen known outcomes apart from the others where
+        it can: per atom, the safe value after which the most (unseen, other) pairs of
+        outcomes leave it differently. None while some atom has no safe value."""
+        space = self.vs.outcomes.get(action)
+        if space is None:
+            return None
+        masks = self.vs.masks
+        live = space.live()
+        unseen = [r for r in live if r.origin is not None and not r.steps]
+        pairs = [(u, r) for u in unseen for r in live if r is not u]
+        tied = self.tied.get(action, {})
+        state: dict[LiftedAtom, bool] = {}
+        for pa in self.pas[action]:
+            mask = masks[pa]
+            safe = SAFE_VALUES[mask]
+            if not safe:
+                return None
+
+            state[pa.atom] = min(safe, key=lambda v: (
+                -sum(1 for u, r in pairs
+                     if not _posts(u.possible(pa), v) & _posts(r.possible(pa), v)),
+                SPLIT[mask][v], v))
+        for atom, rep in tied.items():
+            state[atom] = state[rep]
+        return state
 
     def _from_known(self, pa: PaTuple) -> bool:
         if self.from_scratch:

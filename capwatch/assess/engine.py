@@ -33,11 +33,12 @@ from capwatch.assess.observations import (
     optimal_traces,
     transitions_of,
 )
-from capwatch.assess.outcomes import OUTCOME_SAFETY
+from capwatch.assess.outcomes import OUTCOME_ERROR, OUTCOME_SAFETY
 from capwatch.assess.planner import Planner
 from capwatch.assess.probes import (
     EXPLORE,
     FAIL,
+    RESAMPLE,
     ObjectFactory,
     Probe,
     Query,
@@ -67,6 +68,8 @@ WINDOW_SAFETY = 8.0
 """-ln of the accepted chance that a query's window of expected failures all run."""
 MIN_WINDOW = 256
 """Expected failures always sent together; only larger models see a window at all."""
+RESAMPLE_STEPS = 64
+"""Most steps of one undecided action sent in one query (the rest wait for the next)."""
 _FINAL_ORDER = {EXPLORE: 0, FAIL: 1}
 
 
@@ -78,7 +81,8 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
            objects: Mapping[str, Sequence[str]] | None = None,
            detect_reduced: bool = True,
            minimal_change: bool = False,
-           max_search_states: int = 20_000) -> AssessmentResult:
+           max_search_states: int = 20_000,
+           outcome_error: float = OUTCOME_ERROR) -> AssessmentResult:
     """Assess how ``agent`` now behaves, relative to the ``known`` model.
 
     ``observations`` are the agent's recent transitions or traces (optimal ones enable
@@ -88,10 +92,16 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     observations when omitted. ``minimal_change`` (daaisy only) settles a pa-tuple whose
     known value the observations rule out by changing just the location they pin down,
     without a query: fewer queries, lower accuracy (docs/assessment.md).
+    ``outcome_error`` is the accepted chance of dropping an outcome of a probabilistic
+    action that the agent still has (docs/assessment.md, "Probabilistic actions").
     """
+    if not 0.0 < outcome_error < 1.0:
+        raise ValueError(f"outcome_error must be in (0, 1), got {outcome_error!r}")
     requested = Method(method) if isinstance(method, str) else method
     m = Method.DAAISY if requested is Method.AUTO else requested
     engine = _Engine(known, m, budget, minimal_change)
+    for space in engine.vs.outcomes.values():
+        space.error = outcome_error
     engine.observe(transitions_of(observations))
     notes: list[str] = []
     if m is Method.DAAISY:
@@ -152,6 +162,8 @@ class _Engine(Evidence):
                 final = rider_final
             if self.tired:
                 safe, risky, final = (self._rested(ps) for ps in (safe, risky, final))
+            resample = self._resample_probes()
+            safe.extend(resample)
             if not (safe or risky or final):
                 break
             if len(self.queries) >= self.budget:
@@ -170,12 +182,15 @@ class _Engine(Evidence):
                 self.stalled = True
                 break
             before = (sum(self.vs.version.values()), len(self.vs.clauses))
+            sampled = self._sampled()
             self._absorb(query, answers[0])
-            if (sum(self.vs.version.values()), len(self.vs.clauses)) == before:
+            resampling = self._resampled(query, answers[0], sampled)
+            if (sum(self.vs.version.values()), len(self.vs.clauses)) == before and \
+                    self._sampled() == sampled:
                 # The same probes would be designed and asked again: stop instead, unless
                 # a probabilistic step ran an outcome already seen: asked again, the
                 # agent may run one that teaches something (QACE repeats its queries).
-                if not self._tire(query, answers[0]):
+                if not self._tire(query, answers[0]) and not resampling:
                     self.notes.append(f"query {len(self.queries)} narrowed nothing; stopped")
                     self.stalled = True
                     break
@@ -188,7 +203,7 @@ class _Engine(Evidence):
         """Count a query that narrowed nothing against the probabilistic probes it ran;
         False when it ran none (asking again would teach nothing)."""
         ran = [step.probe for step in query.steps[:answer.executed]
-               if step.probe.action in self.vs.outcomes]
+               if step.probe.action in self.vs.outcomes and step.probe.kind != RESAMPLE]
         for probe in ran:
             self.tired[probe] = self.tired.get(probe, 0) + 1
             if self.tired[probe] > self._repeats(probe.action) and \
@@ -196,6 +211,59 @@ class _Engine(Evidence):
                 self.sampled_out.add(probe.action)
                 self.notes.append(f"{probe.action}: a probe asked {self.tired[probe]} times "
                                   f"never ran an outcome that taught something; dropped")
+        return bool(ran)
+
+    def _sampled(self) -> dict[str, int]:
+        """Per undecided action, the steps of its known outcomes: while resampling adds
+        to them, it is on its way to deciding (:meth:`OutcomeSpace.retired`)."""
+        return {name: space.known_steps() for name, space in self.vs.outcomes.items()
+                if space.records and space.undecided()}
+
+    def _resample_probes(self) -> list[Probe]:
+        """Steps that ask an undecided probabilistic action again (docs/assessment.md):
+        in a state where it surely runs and its unseen known outcomes would show, as many
+        as should retire them (at most RESAMPLE_STEPS a query), until one shows or they
+        retire. An action whose resampled steps went this many queries in a row to no
+        known outcome (all to added ones) is given up: it stays undecided."""
+        probes: list[Probe] = []
+        for action, space in sorted(self.vs.outcomes.items()):
+            if not space.records or action in self.resample_given_up or \
+                    not space.undecided():
+                continue
+            if self.resample_idle.get(action, 0) > self._repeats(action):
+                self.resample_given_up.add(action)
+                self.notes.append(
+                    f"{action}: {self.resample_idle[action]} queries asking it again ran "
+                    f"no known outcome: its unseen known outcomes stay undecided")
+                continue
+            state = self.design.resample(action)
+            if state is None:
+                continue
+            count = min(max(space.steps_to_retire(), 1), RESAMPLE_STEPS)
+            kept = self.resample_steps.get(action, [])
+            if not kept or kept[0].assignment != state:
+                kept = []
+            while len(kept) < count:
+                kept.append(Probe(action, state, RESAMPLE,
+                                  f"{action}: do its unseen outcomes still happen?"))
+            self.resample_steps[action] = kept
+            probes.extend(kept[:count])
+        return probes
+
+    def _resampled(self, query: Query, answer: QueryResult, sampled: dict[str, int]
+                   ) -> bool:
+        """Count the executions of resampled steps, and the queries in a row whose
+        resampled steps ran no known outcome; False when none ran."""
+        ran: dict[str, int] = {}
+        for step in query.steps[:answer.executed]:
+            if step.probe.kind == RESAMPLE:
+                ran[step.probe.action] = ran.get(step.probe.action, 0) + 1
+        for action, n in ran.items():
+            self.resample_runs[action] = self.resample_runs.get(action, 0) + n
+            if self.vs.outcomes[action].known_steps() > sampled.get(action, 0):
+                self.resample_idle[action] = 0
+            else:
+                self.resample_idle[action] = self.resample_idle.get(action, 0) + 1
         return bool(ran)
 
     def _rested(self, probes: list[Probe]) -> list[Probe]:
@@ -302,6 +370,16 @@ class _Engine(Evidence):
         model = self.initial.with_modes(modes)
         outcomes = {}
         for name, space in self.vs.outcomes.items():
+            if name in self.resample_runs:
+                self.notes.append(f"{name}: asked again {self.resample_runs[name]} times "
+                                  f"for its outcomes")
+            for r in space.records:
+                if space.retired(r) and r.origin is not None:
+                    p = self.actions[name].outcomes[r.origin].probability
+                    self.notes.append(
+                        f"{name}: known outcome {r.origin + 1} (p = {p:g}) retired: none of "
+                        f"{space.known_steps()} steps of its known outcomes showed it (a "
+                        f"chance of at most {space.error:g} were it still there)")
             if space.records:
                 pre = {pa.atom: modes[pa.pal(Location.PRE)] for pa in space.pas}
                 outcomes[name] = space.outcomes(

@@ -70,6 +70,12 @@ class Evidence:
         self.stalled = False
         self.sampled_out: set[str] = set()
         """Probabilistic actions with a probe dropped: asked again, it taught nothing."""
+        self.resample_steps: dict[str, list[Probe]] = {}
+        """Per undecided probabilistic action, the steps that ask it again."""
+        self.resample_runs: dict[str, int] = {}
+        """Per action, how many of those steps ran."""
+        self.resample_idle: dict[str, int] = {}
+        self.resample_given_up: set[str] = set()
         self.tired: dict[Probe, int] = {}
         """Probes of probabilistic actions asked since the evidence last changed."""
         self.final_ran = 0

@@ -37,8 +37,12 @@ from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple
 
 OUTCOME_SAFETY = 3.0
-"""-ln of the accepted chance that an outcome of the known model does not show in the steps
-although it is still there (:meth:`OutcomeSpace.live`; the engine's repeats)."""
+"""-ln of the accepted chance that an outcome does not show in the steps although it is
+there, where missing it costs queries, not a wrong model (the engine's repeats; aia's
+:meth:`OutcomeSpace.unseen`)."""
+OUTCOME_ERROR = 1e-3
+"""The default accepted chance that a known outcome is retired (:meth:`OutcomeSpace.live`)
+although the agent still has it: a retired outcome leaves the published model."""
 
 EffectMask = int
 """Bits over the effect modes an outcome may have on one atom."""
@@ -119,6 +123,8 @@ class OutcomeSpace:
     contradicted: set[PaTuple] = field(default_factory=set)
     """Atoms on which a step contradicted the effect expected of the outcome it went to
     (or was nearest): hard evidence of drift, as Table 2's for a deterministic action."""
+    error: float = OUTCOME_ERROR
+    """The accepted chance of retiring a known outcome the agent still has (:meth:`live`)."""
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -151,10 +157,15 @@ class OutcomeSpace:
         if cost == 0 and len(best) > 1:
             self.ambiguous += 1
             return False
-        if len(best) > 1 or not consistent:
+        unseen = bool(best) and cost > 0 and best[0].steps == 0 and \
+            best[0].origin is not None
+        if len(best) > 1 or not consistent or unseen:
             # Nearest to an outcome its steps already rule out (a variant of it), or to
             # several equally: an outcome of its own. Changing whichever outcome still
-            # allows it would lose one the steps showed or the known model states.
+            # allows it would lose one the steps showed or the known model states. Nor
+            # is a known outcome no step showed changed to fit the step: it may be that
+            # outcome changed or a new one beside it, which only its steps can tell
+            # (undecided until it shows or retires).
             # What the step leaves open, it is taken to do as the outcome it is nearest.
             near = best[0] if best else None
             hyp = {} if near is None else {
@@ -172,20 +183,47 @@ class OutcomeSpace:
                 changed = True
         return changed
 
+    def known_steps(self) -> int:
+        """Steps that went to a known outcome: the draws a known outcome no step showed
+        could have been among (a step an added outcome explains, or two outcomes explain
+        equally, may be the drift's doing or that outcome: it is not counted)."""
+        return sum(r.steps for r in self.records if r.origin is not None)
+
+    def retired(self, r: OutcomeRecord) -> bool:
+        """Whether a known outcome no step showed is taken to be gone: the steps showed an
+        outcome the known model lacks, and among the steps of the known outcomes, where
+        it would have had its known share p, none was it, which has a chance (1 - p)^n
+        below :attr:`error` were it still there. The bound holds while the drift left the
+        known outcomes' shares among themselves as they were (an added outcome taking its
+        probability from all of them alike); one that also made the unseen outcome rarer
+        is beyond any finite number of steps."""
+        if r.steps or r.origin is None or all(x.origin is not None for x in self.records):
+            return False
+        p = min(self.action.outcomes[r.origin].probability, 1.0 - 1e-12)
+        return self.known_steps() * -math.log1p(-p) > -math.log(self.error)
+
+    def steps_to_retire(self) -> int:
+        """More steps of the known outcomes after which every live known outcome no step
+        showed would retire (0 when none is left)."""
+        need = 0
+        n = self.known_steps()
+        for r in self.live():
+            if r.origin is None or r.steps:
+                continue
+            p = min(self.action.outcomes[r.origin].probability, 1.0 - 1e-12)
+            need = max(need, math.floor(-math.log(self.error) / -math.log1p(-p)) + 1 - n)
+        return need
+
     def live(self) -> list[OutcomeRecord]:
         """The outcomes the action is taken to have now.
 
         A known outcome no step showed stays, unless the steps showed an outcome the known
-        model lacks and the action ran so often that, at its known probability p, it would
-        have shown but for a chance (1 - p)^n below e^-OUTCOME_SAFETY: the new outcome is
-        then taken to be that one, changed by the drift. (Which of the two it is cannot be
-        told from the step alone; a likely outcome that stopped showing can.)"""
+        model lacks and the known outcome is :meth:`retired`: the new outcome is then taken
+        to be that one, changed by the drift. (Which of the two it is cannot be told from
+        the new outcome's steps; the other known outcomes' steps can.)"""
         if all(r.origin is not None for r in self.records):
             return self.records
-        n = sum(r.steps for r in self.records) + self.ambiguous
-        return [r for r in self.records if r.steps or r.origin is None
-                or n * -math.log1p(-min(self.action.outcomes[r.origin].probability,
-                                        1.0 - 1e-12)) <= OUTCOME_SAFETY]
+        return [r for r in self.records if not self.retired(r)]
 
     def undecided(self) -> bool:
         """Whether the steps added more outcomes than they retired known ones (see
@@ -193,7 +231,8 @@ class OutcomeSpace:
         outcome may then be that one changed by the drift, or a new one beside it, and the
         steps cannot tell which. A model stating both would be published with an outcome
         the agent may no longer have (it allows every answer, so replaying the evidence
-        or asking again cannot refuse it): the assessment fails closed instead. An added
+        or asking again cannot refuse it): the engine asks the action again until the
+        unseen outcome shows or retires, and fails closed if neither happens. An added
         outcome that stands for a retired one leaves the unseen ones as they would be
         without a drift: kept, nothing having been seen of them."""
         live = self.live()
@@ -201,6 +240,10 @@ class OutcomeSpace:
         retired = sum(1 for r in self.records if r.origin is not None) - sum(
             1 for r in live if r.origin is not None)
         return added > retired and any(r.origin is not None and not r.steps for r in live)
+
+    def unseen_known(self) -> list[OutcomeRecord]:
+        """The live known outcomes no step has shown."""
+        return [r for r in self.live() if r.origin is not None and not r.steps]
 
     def unseen(self) -> bool:
         """Whether an outcome no step has shown may still exist. With the known outcomes

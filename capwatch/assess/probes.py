@@ -13,7 +13,8 @@ Kinds of probe, by what the engine expects:
   safe     – must execute if the evidence so far is sound;
   risky    – expected to execute under the hypothesis, may fail (one atom in doubt);
   fail     – expected to fail: confirms one precondition literal;
-  explore  – looking for any state where the action executes at all.
+  explore  – looking for any state where the action executes at all;
+  resample – safe, asked again and again to see which outcomes the action still has.
 Steps expected to fail go last: a failure ends the plan, so each query settles every
 guess before its first real failure, plus that failure.
 
@@ -34,6 +35,8 @@ from capwatch.model.domain import Action, GroundAction, GroundAtom, LiftedAtom
 from capwatch.model.pal import Mode, PaTuple
 
 SAFE, RISKY, FAIL, EXPLORE = "safe", "risky", "fail", "explore"
+RESAMPLE = "resample"
+"""A safe step of an undecided probabilistic action, asked again to see its outcomes."""
 _FINAL_PRIORITY = {EXPLORE: 0, FAIL: 1}
 
 
