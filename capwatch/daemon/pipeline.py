@@ -417,7 +417,7 @@ class Pipeline:
             # replaying: a commit that could pass that owner's own buffered evidence.
             # Dropped without a commit, nothing is lost: every earlier commit stopped
             # at the first record whose effects were not durable, and the next owner
-            # (this replica too, see KafkaSource._rewind_kept) replays from there.
+            # (this replica too, see KafkaSource._settle) replays from there.
             log.error("checkpoint at a revoke failed; the partitions' next owner replays "
                       "them from their last commit", partitions=sorted(partitions),
                       problem=describe_outage(e))

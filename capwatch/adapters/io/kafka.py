@@ -6,9 +6,10 @@ it caused is durable). The producer is idempotent with ``acks=all``, so a retrie
 inside one producer session never duplicates a record, and :meth:`KafkaPublisher.flush`
 raises if any send since the previous flush failed: the daemon then does not commit.
 
-About 430 lines (over the ~400 guideline) because the source's group handling stays in one
-place: its rebalance listener, the rewind of partitions given back, and the commit that
-finds the member dropped from its group all work on the same state.
+About 480 lines (over the ~400 guideline) because the source's group handling stays in one
+place: its rebalance listener, the rewind of partitions given back, the commit of where a
+partition starts (``latest``), and the commit that finds the member dropped from its group
+all work on the same state.
 """
 
 from __future__ import annotations
@@ -232,8 +233,12 @@ class KafkaSource:
         self._consumer: KafkaConsumer | None = None
         self._rewind: set[int] = set()
         """Partitions given up at a revoke that must be read again from the group's
-        committed offset if the group hands them back (:meth:`_rewind_kept`); until that
+        committed offset if the group hands them back (:meth:`_settle`); until that
         worked, none of their records is handed out."""
+        self._unstarted: set[int] = set()
+        """With ``latest``: partitions assigned whose group commit is not known yet to
+        exist; one without gets its resolved start committed (:meth:`_settle`) before any
+        of its records is handed out."""
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
               resume: Mapping[int, int]) -> None:
@@ -253,7 +258,9 @@ class KafkaSource:
             # Partitions not assigned again were dropped with their state: if they come
             # back later, kafka-python fetches their committed offset itself.
             self._rewind &= parts
-            self._rewind_kept()
+            if self._config["auto_offset_reset"] == "latest":
+                self._unstarted = set(parts)
+            self._settle()
             on_assign(parts)
 
         self._consumer.subscribe([self.topic], listener=_Listener(assigned, revoked,
@@ -274,28 +281,45 @@ class KafkaSource:
                 return
             time.sleep(0.2)
 
-    def _rewind_kept(self, strict: bool = False) -> None:
-        """Move each partition of :attr:`_rewind` back to the group's committed offset.
+    def _settle(self, strict: bool = False) -> None:
+        """Move each partition of :attr:`_rewind` back to the group's committed offset,
+        and commit the start of each of :attr:`_unstarted` that has none.
 
-        kafka-python keeps a partition's fetch position when a rebalance gives it back to
-        the member that held it (as Java's consumer does), but the daemon gave up
+        Rewind: kafka-python keeps a partition's fetch position when a rebalance gives it
+        back to the member that held it (as Java's consumer does), but the daemon gave up
         everything the partition's records left in memory at the revoke (buffered
         evidence, whose records lie after the commit), counting on the next owner to
         replay them from the commit. Read on from the kept position, that evidence was
         lost, and the next commit passed it (a PostgreSQL restart under three replicas,
-        session 8). A failure leaves the partitions listed (``strict``: and raises, an
-        outage the main loop reports and retries): :meth:`poll` tries again and hands out
-        none of their records meanwhile."""
+        session 8).
+
+        Start: with ``latest`` a partition nothing was committed of starts at its end,
+        wherever that is when a member first asks. A member that stopped before its first
+        checkpoint (a SIGKILL, a revoke whose checkpoint failed) left no commit, and the
+        next owner started at the end again: every record produced in between was never
+        read (400 of 800 in a fault run of session 10). The end, resolved here, is
+        committed for the group before any record of the partition is handed out; no
+        record before it is the group's to handle, so the commit rule holds.
+
+        A failure leaves the partitions listed (``strict``: and raises, an outage the main
+        loop reports and retries, unless the group dropped this member, which its next
+        poll rejoins): :meth:`poll` tries again and hands out none of their records
+        meanwhile (records fetched from a start kafka-python resolved itself are dropped;
+        the start committed later is where they are read from)."""
         consumer = self._consumer
         if consumer is None:
             return
-        for p in sorted(self._rewind):
+        held = consumer.assignment()
+        wait_ms = int(self._join_wait_s * 1000)
+        unstarted: dict[int, TopicPartition] = {}
+        for p in sorted(self._rewind | self._unstarted):
             tp = TopicPartition(self.topic, p)
-            if tp not in consumer.assignment():
+            if tp not in held:
                 self._rewind.discard(p)
+                self._unstarted.discard(p)
                 continue
             try:
-                offset = consumer.committed(tp, timeout_ms=int(self._join_wait_s * 1000))
+                offset = consumer.committed(tp, timeout_ms=wait_ms)
             except Exception as e:
                 if strict:
                     raise
@@ -303,30 +327,57 @@ class KafkaSource:
                 log.warning("reading a partition's committed offset failed; its records "
                             "wait until it is read", partition=p, error=str(e)[:300])
                 return
-            if offset is None:
-                # Where the group starts a partition nothing was committed of.
-                if self._config["auto_offset_reset"] == "latest":
-                    consumer.seek_to_end(tp)
-                else:
-                    consumer.seek_to_beginning(tp)
-            else:
-                consumer.seek(tp, offset)
+            if offset is not None:
+                if p in self._rewind:
+                    consumer.seek(tp, offset)
+                self._rewind.discard(p)
+                self._unstarted.discard(p)
+            elif self._config["auto_offset_reset"] == "latest":
+                unstarted[p] = tp
+            else:  # earliest: nothing to lose by not committing where it starts
+                consumer.seek_to_beginning(tp)
+                self._rewind.discard(p)
+        if unstarted:
+            self._commit_start(unstarted, wait_ms, strict)
+
+    def _commit_start(self, parts: Mapping[int, TopicPartition], wait_ms: int,
+                      strict: bool) -> None:
+        """Commit the end of each of ``parts`` (none committed yet) and read on from it."""
+        consumer = self._consumer
+        assert consumer is not None
+        try:
+            ends = consumer.end_offsets(list(parts.values()), timeout_ms=wait_ms)
+            consumer.commit({tp: OffsetAndMetadata(ends[tp], "", -1)
+                             for tp in parts.values()})
+        except Exception as e:
+            if strict and not isinstance(e, _MEMBERSHIP_LOST):
+                raise
+            log.warning("committing where partitions start failed; their records wait "
+                        "until it is done", partitions=sorted(parts), error=str(e)[:300])
+            return
+        for p, tp in parts.items():
+            consumer.seek(tp, ends[tp])
             self._rewind.discard(p)
+            self._unstarted.discard(p)
+        log.info("partitions start at their end (auto_offset_reset latest); committed",
+                 offsets={p: ends[tp] for p, tp in parts.items()})
 
     def poll(self, timeout_s: float) -> list[Record]:
         assert self._consumer is not None, "start() first"
-        if self._rewind:
-            self._rewind_kept(strict=True)
+        if self._rewind or self._unstarted:
+            self._settle(strict=True)
         batch = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
         if join_unfinished(self._consumer):
             # A group round outlasted the poll: see kafka_join for why it must not be
             # left to finish unattended.
             finish_join(self._consumer, self._join_wait_s)
-        rewind = self._rewind
+        waiting = self._rewind | self._unstarted
         records = []
         for tp, messages in batch.items():
-            if tp.partition in rewind:
-                continue  # read from its kept position, not the commit: fetched again
+            if tp.partition in waiting:
+                # Read from its kept position, not the commit, or from a start not yet
+                # committed: fetched again from where _settle puts it.
+                continue
             for m in messages:
                 value = m.value if m.value is not None else b""
                 stamp = m.timestamp / 1000 if m.timestamp is not None and m.timestamp >= 0 \

@@ -3,7 +3,8 @@ confluent-kafka``, the ``confluent`` extra), behind the same contracts as kafka.
 
 librdkafka fetches, decompresses and batches in native threads, so a consumer reads an
 order of magnitude more messages per core than kafka-python (docs/performance.md). The
-rules are kafka.py's: manual commits only, of the offsets the daemon names; rebalance
+rules are kafka.py's: manual commits only, of the offsets the daemon names (and, with
+``latest``, of where a partition nothing was committed of starts); rebalance
 callbacks forwarded with this topic's partitions (and, as kafka-python does, an exception
 in one is logged rather than breaking the group); the producer idempotent with
 ``acks=all``, each record kept until acknowledged (kafka_common.PendingPublisher); the
@@ -174,6 +175,12 @@ class ConfluentKafkaSource:
         """Partitions a commit found this member no longer owns: none of their records is
         handed out until the group assigns them again (librdkafka reads them from the
         commit then)."""
+        self._latest = auto_offset_reset == "latest"
+        self._unstarted: set[int] = set()
+        """With ``latest``: assigned partitions whose start could not be committed at the
+        assignment (:meth:`_commit_starts`); none of their records is handed out until
+        it is."""
+        self._wait_s = session_timeout_ms / 1000
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
               resume: Mapping[int, int]) -> None:
@@ -188,6 +195,9 @@ class ConfluentKafkaSource:
                     return
                 if what == "assign":
                     self._lost -= parts
+                    self._unstarted = set()
+                    if self._latest:
+                        self._start(consumer, partitions)
                 try:
                     callback(parts)
                 except Exception:
@@ -199,8 +209,70 @@ class ConfluentKafkaSource:
         self._consumer.subscribe([self.topic], on_assign=forward(on_assign, "assign"),
                                  on_revoke=forward(on_revoke, "revoke"))
 
+    def _start(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """In the assign callback, with ``latest``: each partition nothing was committed
+        of starts at its end, committed for the group before any of its records is
+        handed out (see KafkaSource._settle: without the commit, a member stopped before
+        its first checkpoint was followed by one starting at the end again, and the
+        records produced in between were never read). The assignment then names each
+        start, so librdkafka reads from exactly the offset committed. A failure leaves
+        them in :attr:`_unstarted`, retried by :meth:`poll`."""
+        mine = [TopicPartition(tp.topic, tp.partition) for tp in partitions
+                if tp.topic == self.topic]
+        try:
+            committed = consumer.committed(mine, self._wait_s)
+            starts = self._commit_starts(consumer, [tp for tp in committed if tp.offset < 0])
+        except Exception as e:  # failing the callback would not undo the assignment
+            self._unstarted = {tp.partition for tp in mine}
+            log.warning("committing where partitions start failed; their records wait "
+                        "until it is done", partitions=sorted(self._unstarted),
+                        error=str(e)[:300])
+            return
+        if starts:
+            consumer.assign([TopicPartition(tp.topic, tp.partition,
+                                            starts.get(tp.partition, tp.offset))
+                             for tp in partitions])
+
+    def _commit_starts(self, consumer: Consumer, parts: list[TopicPartition]
+                       ) -> dict[int, int]:
+        """Commit the end of each of ``parts`` (none committed yet); partition → end."""
+        if not parts:
+            return {}
+        starts = {tp.partition: consumer.get_watermark_offsets(
+            tp, timeout=self._wait_s, cached=False)[1] for tp in parts}
+        answer = consumer.commit(offsets=[TopicPartition(self.topic, p, o)
+                                          for p, o in starts.items()], asynchronous=False)
+        for tp in answer or []:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+        log.info("partitions start at their end (auto_offset_reset latest); committed",
+                 offsets=starts)
+        return starts
+
+    def _retry_starts(self, consumer: Consumer) -> None:
+        """:meth:`_start` again for the partitions it could not do, outside a callback:
+        their committed offset (or the end just committed) is where they are read from."""
+        mine = [TopicPartition(self.topic, p) for p in sorted(self._unstarted)]
+        committed = consumer.committed(mine, self._wait_s)
+        starts = self._commit_starts(consumer, [tp for tp in committed if tp.offset < 0])
+        for tp in committed:
+            consumer.seek(TopicPartition(self.topic, tp.partition,
+                                         starts.get(tp.partition, tp.offset)))
+        self._unstarted = set()
+
     def poll(self, timeout_s: float) -> list[Record]:
         assert self._consumer is not None, "start() first"
+        if self._unstarted:
+            try:
+                self._retry_starts(self._consumer)
+            except KafkaException as e:
+                error = e.args[0] if e.args else None
+                if not (isinstance(error, KafkaError) and error.code() in _MEMBERSHIP_LOST):
+                    raise  # an outage: the main loop reports it and polls again
+                # The group is going on without this member: the consume below serves
+                # the rebalance that gives it partitions again (resetting _unstarted).
+                log.warning("committing where partitions start failed; the member rejoins",
+                            partitions=sorted(self._unstarted), error=error.str())
         # What is already fetched, at once; else wait for the first message only. (One
         # consume(batch, timeout) would wait for a whole batch or the timeout: a quiet
         # stream's records would sit in the queue for the whole timeout.)
@@ -223,8 +295,8 @@ class ConfluentKafkaSource:
                               stamp / 1000 if kind and stamp >= 0 else None))
             else:
                 self._message_error(m)
-        if self._lost:
-            lost = self._lost
+        if self._lost or self._unstarted:
+            lost = self._lost | self._unstarted
             records = [r for r in records if r.partition not in lost]
         return records
 
