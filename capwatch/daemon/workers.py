@@ -20,7 +20,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import structlog
@@ -50,6 +50,7 @@ from capwatch.daemon.infra import (
     INFRASTRUCTURE_ERRORS,
     OUTAGE_ERRORS,
     OutageLog,
+    component_of,
     describe_outage,
 )
 from capwatch.daemon.metrics import DaemonMetrics
@@ -88,6 +89,10 @@ class AssessmentWorkers:
         self._inflight: dict[str, str] = {}
         """Worker name → key of the item it is running."""
         self._lock = threading.Lock()
+        self._interrupted: dict[str, tuple[PendingAssessment, str, BaseException]] = {}
+        """Worker name → the work an outage interrupted whose state in the store is not
+        known yet: (work, what the worker was doing, the error), settled by that worker
+        (:meth:`_settle_interrupted`) before it claims anything else."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,6 +153,11 @@ class AssessmentWorkers:
         cfg = self.config.assessment
         outage = OutageLog(log, f"claiming queued work ({name})")
         while not self._stopped.is_set():
+            interrupted = self._interrupted.pop(name, None)
+            if interrupted is not None and not self._settle_interrupted(name, *interrupted):
+                self._interrupted[name] = interrupted
+                self._stopped.wait(0.5)  # the store still does not answer
+                continue
             try:
                 items = self.store.claim(name, self.clock(), cfg.lease_s, 1)
                 outage.ok()
@@ -179,23 +189,84 @@ class AssessmentWorkers:
 
     def run_claimed(self, worker: str, item: PendingAssessment) -> None:
         """Run work ``worker`` holds the lease of; a failure gives it back to the queue."""
+        stage = ["reading the models the work names"]
         try:
-            self._run(worker, item)
+            self._run(worker, item, stage)
         except LeaseLost as e:
             log.warning("assessment's lease lost; its new holder finishes it, nothing was "
                         "stored or published by this worker", key=item.key, problem=str(e))
         except AgentUnavailable as e:
             self.give_back(worker, item, describe_agent_failure(e))
         except OUTAGE_ERRORS as e:
-            # The store or the output failed, not the assessment: no attempt is spent and
-            # no "assessment crashed"; the lease runs out and the work is claimed again
-            # once the dependency answers (before, a full disk here killed the worker
-            # thread, since handing the work back failed as well).
-            log.warning("assessment interrupted by an outage; tried again after its lease",
-                        key=item.key, problem=describe_outage(e))
+            # The store or the output failed, not the assessment: no "assessment crashed"
+            # and no give_back (before, a full disk here killed the worker thread, since
+            # handing the work back failed as well). A write the store reported failed
+            # may still have landed (a timeout after the commit), so what became of the
+            # work is read back before anything is said of it.
+            if not self._settle_interrupted(worker, item, stage[0], e):
+                log.warning("assessment interrupted by an outage; whether its last write "
+                            "landed is unknown until the store answers, then it is read "
+                            "back (the work stays claimed by this worker meanwhile, until "
+                            "its lease runs out)", key=item.key, during=stage[0],
+                            problem=describe_outage(e))
+                self._interrupted[worker] = (item, stage[0], e)
         except Exception as e:
             log.exception("assessment crashed", key=item.key)
             self.give_back(worker, item, internal_failure(e))
+
+    def _settle_interrupted(self, worker: str, item: PendingAssessment, stage: str,
+                            error: BaseException) -> bool:
+        """Read back what became of work an outage interrupted, say it, and hand the work
+        back at once if it is still this worker's and the store answers again; False if
+        the store does not answer yet.
+
+        Handing it back is what the lease's end would do, sooner: the work is claimed
+        again (by any replica) and its retry finds a version already stored under the
+        work's key and publishes that without asking the agent again, or assesses anew.
+        It is handed back for ``retry_after_s`` doubled per attempt (at least 1 s), at
+        most the lease: a store that answers reads but keeps failing this work's writes
+        retries it no faster than that. Only after an outage of the store: after Kafka's
+        (or an output file's disk), the lease's wait stays, as a retry would fail on the
+        same broker, each claim counting an attempt, while the store answers at once."""
+        try:
+            live = {i.key: i for i in self.store.live_queue_items()}
+        except INFRASTRUCTURE_ERRORS:
+            return False
+        now = live.get(item.key)
+        problem = describe_outage(error)
+        if now is None:
+            log.warning("assessment's work ended although the store reported an outage: "
+                        "the write landed; the agent's watch learns the result from the "
+                        "store", key=item.key, during=stage, problem=problem)
+            return True
+        if now.status != "claimed" or now.claimed_by != worker:
+            log.warning("assessment interrupted by an outage; its lease ran out meanwhile "
+                        "and its new holder finishes it", key=item.key, during=stage,
+                        problem=problem, held_by=now.claimed_by)
+            return True
+        if component_of(error) != "models store":
+            log.warning("assessment interrupted by an outage; tried again after its lease",
+                        key=item.key, during=stage, problem=problem,
+                        lease_s=self.config.assessment.lease_s)
+            return True
+        cfg = self.config.assessment
+        wait_s = min(cfg.lease_s, max(1.0, cfg.retry_after_s) * 2 ** max(0, now.attempts - 1))
+        try:
+            # Never failed for good by this: the outage was not the work's failure.
+            self.store.release(item.key, worker, problem,
+                               self.clock() + timedelta(seconds=wait_s),
+                               max(cfg.max_attempts, now.attempts) + 1)
+        except INFRASTRUCTURE_ERRORS:
+            # Answered a read, failed a write (a full disk): the lease runs out instead.
+            log.warning("assessment interrupted by an outage; tried again after its lease",
+                        key=item.key, during=stage, problem=problem,
+                        lease_s=self.config.assessment.lease_s)
+            return True
+        log.warning("assessment interrupted by an outage; given back to the queue once the "
+                    "store answered, not after its lease", key=item.key, during=stage,
+                    problem=problem, retry_in_s=wait_s)
+        self.wake()
+        return True
 
     def give_back(self, worker: str, item: PendingAssessment, failure: Failure) -> None:
         cfg = self.config.assessment
@@ -252,7 +323,8 @@ class AssessmentWorkers:
         log.warning("assessment given up", key=pending.key, reason=reason, message=message)
         self.post(Settled(pending.agent_id, pending.key, Settlement.FAILED))
 
-    def _run(self, worker: str, pending: PendingAssessment) -> None:
+    def _run(self, worker: str, pending: PendingAssessment, stage: list[str]) -> None:
+        """``stage[0]``: what it is doing, for the log of an outage that interrupts it."""
         t0 = time.monotonic()
         item = WorkItem.from_pending(pending)
         family, agent_id = item.family, item.agent_id
@@ -267,6 +339,7 @@ class AssessmentWorkers:
         elif latest is not None and (base.agent_id is None
                                      or latest.version > base.version):
             # The agent's lineage moved past the model this work was queued against.
+            stage[0] = "ending the work (superseded)"
             self.store.complete(item.key, worker, awaiting_ended(
                 pending, self.clock(), "superseded", self.policy.severities))
             self.post(Installed(agent_id, latest))
@@ -274,6 +347,7 @@ class AssessmentWorkers:
         queries = 0
         stored_here = False
         if version is None:
+            stage[0] = "asking the agent"
             base_domain = base.domain()
             outcome = self.assessor.assess(AssessmentRequest(
                 agent_id=agent_id, family=family, model=base_domain,
@@ -283,6 +357,7 @@ class AssessmentWorkers:
                 query_budget=self.config.assessment.query_budget,
                 confirm_queries=self.config.assessment.confirm_queries,
                 samples=self.config.assessment.samples, method=item.method))
+            stage[0] = "ending the work"
             queries = outcome.queries
             self.metrics.queries.labels(family).inc(queries)
             self.metrics.assessment_seconds.labels(family).observe(time.monotonic() - t0)
@@ -330,6 +405,7 @@ class AssessmentWorkers:
             }
             candidate = build_version(ref, outcome.model, self.clock(), parent=base,
                                       baseline=baseline.domain(), evidence=evidence)
+            stage[0] = "storing the version"
             try:
                 # The version's alerts enter the outbox in the version's own transaction,
                 # and only while this worker still holds the work (checked and renewed in
@@ -345,6 +421,7 @@ class AssessmentWorkers:
                 if latest is None or latest.evidence.get("assessment_key") != item.key:
                     raise
                 version = latest
+        stage[0] = f"publishing version {version.version}"
         if not stored_here:
             # The version was stored under this work's key before (a worker that died or
             # froze before publishing, or a concurrent holder's write). Publish it only
@@ -358,6 +435,7 @@ class AssessmentWorkers:
         self.store.add_alerts(events)
         self.publisher.model_version(model_event(version))
         self.publisher.flush()
+        stage[0] = f"marking the work done (version {version.version} published)"
         self.store.complete(item.key, worker)
         self.metrics.model_versions.labels(family).inc()
         self.metrics.assessments.labels(family, "changed").inc()

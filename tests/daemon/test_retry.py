@@ -193,3 +193,127 @@ def test_a_store_outage_while_a_version_is_written_spends_no_attempt_and_kills_n
     assert _failed_alerts(d, out) == [], "the outage spent the only attempt"
     d.source.close()
     d.store.close()
+
+
+# ---------------------------------------------------------------------- outages mid-work
+
+
+def _landing_then_failing(real: Any) -> Any:
+    """A store write that lands and then reports a failure (a timeout after the commit)."""
+    import sqlite3
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise sqlite3.OperationalError("the answer timed out")
+    return call
+
+
+def _outage_events(logs: list[dict[str, Any]]) -> list[str]:
+    return [e["event"] for e in logs if "outage" in e["event"]]
+
+
+def test_marking_work_done_that_lands_but_reports_a_timeout_is_not_called_interrupted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version was stored and published, and the write that ends the work landed
+    although the store answered with an error: the log said "interrupted; tried again
+    after its lease" while nothing was to be tried again."""
+    from structlog.testing import capture_logs
+
+    d, now, out = _daemon(tmp_path, Flaky(failures=0))
+    monkeypatch.setattr(d.store, "complete", _landing_then_failing(d.store.complete))
+    with capture_logs() as logs:
+        assert _attempt(d, now, T0)
+    (event,) = [e for e in logs if "outage" in e["event"]]
+    assert event["event"].startswith("assessment's work ended although the store reported")
+    assert event["during"] == "marking the work done (version 1 published)"
+    assert len(d.store.queue_items("done")) == 1 and len(out.models) == 1
+    assert d.workers._interrupted == {}
+    d.source.close()
+    d.store.close()
+
+
+def test_a_version_stored_before_a_store_outage_is_claimed_again_at_once_not_after_the_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version's write landed and reported a timeout: the work is handed back as soon
+    as the store answers (here at once), due after ``retry_after_s`` (7 s) rather than
+    the lease (60 s), and its retry publishes the stored version without asking the
+    agent again. One version, published once, no attempt failed."""
+    from structlog.testing import capture_logs
+
+    agent = Flaky(failures=0)
+    d, now, out = _daemon(tmp_path, agent, max_attempts=1)
+    real_put = d.store.put
+    monkeypatch.setattr(d.store, "put", _landing_then_failing(real_put))
+    with capture_logs() as logs:
+        assert _attempt(d, now, T0)
+    assert _outage_events(logs) == [
+        "assessment interrupted by an outage; given back to the queue once the store "
+        "answered, not after its lease"]
+    assert out.models == []
+    monkeypatch.setattr(d.store, "put", real_put)
+    asked = agent.calls
+    assert not _attempt(d, now, T0 + timedelta(seconds=6))
+    assert _attempt(d, now, T0 + timedelta(seconds=7)), "still held until its lease ran out"
+    assert agent.calls == asked
+    (version,) = d.store.history("rover-v1", "rover-a")
+    assert [m.version for m in out.models] == [version.version]
+    assert version.evidence["assessment_key"] == d.store.queue_items("done")[0].key
+    assert _failed_alerts(d, out) == []
+    d.source.close()
+    d.store.close()
+
+
+def test_work_interrupted_while_the_store_is_down_is_settled_once_it_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store down for reads too: what became of the work is unknown, and said so;
+    the worker reads it back before claiming anything else, once the store answers."""
+    import sqlite3
+
+    from structlog.testing import capture_logs
+
+    d, now, out = _daemon(tmp_path, Flaky(failures=0))
+    down = sqlite3.OperationalError("unable to open database file")
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise down
+
+    real_put, real_live = d.store.put, d.store.live_queue_items
+    monkeypatch.setattr(d.store, "put", fail)
+    monkeypatch.setattr(d.store, "live_queue_items", fail)
+    with capture_logs() as logs:
+        assert _attempt(d, now, T0)
+    (event,) = [e for e in logs if "outage" in e["event"]]
+    assert "unknown until the store answers" in event["event"]
+    assert event["during"] == "storing the version"
+    item, stage, error = d.workers._interrupted.pop(WORKER)
+    assert not d.workers._settle_interrupted(WORKER, item, stage, error)
+    monkeypatch.setattr(d.store, "put", real_put)
+    monkeypatch.setattr(d.store, "live_queue_items", real_live)
+    assert d.workers._settle_interrupted(WORKER, item, stage, error)
+    assert _attempt(d, now, T0 + timedelta(seconds=7))  # handed back: no wait for the lease
+    assert len(d.store.history("rover-v1", "rover-a")) == 1 and len(out.models) == 1
+    d.source.close()
+    d.store.close()
+
+
+def test_work_interrupted_by_kafka_keeps_its_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After Kafka's outage a retry claimed at once would fail on the same broker (each
+    claim counting an attempt): the lease's wait stays."""
+    from kafka.errors import KafkaTimeoutError
+
+    d, now, out = _daemon(tmp_path, Flaky(failures=0))
+    real_flush = out.flush
+
+    def flush(*args: Any, **kwargs: Any) -> None:
+        raise KafkaTimeoutError("no answer from the broker")
+
+    monkeypatch.setattr(out, "flush", flush)
+    assert _attempt(d, now, T0)
+    monkeypatch.setattr(out, "flush", real_flush)
+    assert not _attempt(d, now, T0 + timedelta(seconds=30)), "claimed again within its lease"
+    assert _attempt(d, now, T0 + timedelta(seconds=61))
+    assert len(d.store.history("rover-v1", "rover-a")) == 1
+    assert len(d.store.queue_items("done")) == 1
+    d.source.close()
+    d.store.close()
