@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -52,17 +53,23 @@ class _DeadlineConnection(psycopg.Connection[Any]):
     transaction reconnects."""
 
     deadline_s: float | None = None
+    waiting_since: float | None = None
+    """When the round trip in progress began (monotonic), None between round trips: read
+    by /readyz's probe while this connection is busy (PostgresModelStore._busy)."""
 
     def wait(self, gen: PQGen[RV], interval: float = 0.1,
              timeout: float | None = None) -> RV:
         if timeout is None and self.deadline_s is not None:
             timeout = self.deadline_s
+        self.waiting_since = time.monotonic()
         try:
             return super().wait(gen, interval=interval, timeout=timeout)
         except pg_errors._WaitTimeout:
             self.pgconn.finish()
             raise ServerNotAnswering(
                 f"the PostgreSQL server did not answer within {timeout:g} s") from None
+        finally:
+            self.waiting_since = None
 
 
 def _pg(sql: str) -> str:
@@ -146,6 +153,31 @@ class PostgresModelStore(SqlModelStore):
                              " false)", (str(self._idle_timeout_ms),))
             conn.commit()
         return conn
+
+    def _busy(self, wait_s: float) -> str | None:
+        """A round trip that has waited for the server's answer longer than ``wait_s`` is
+        either slow (a large batch, a lock another session holds) or waiting on a server
+        that stopped answering, which its deadline (``statement_timeout_s``, 15 s) would
+        tell only when it runs out: a probe on a connection of its own (``wait_s`` for
+        the answer, libpq's least connect timeout, 2 s) tells them apart now. A frozen
+        server answered /readyz "ready" for those 15 s."""
+        since = self._conn.waiting_since
+        pending = time.monotonic() - since if since is not None else 0.0
+        if pending < wait_s:
+            return self._failure
+        conn: _DeadlineConnection | None = None
+        try:
+            conn = _DeadlineConnection.connect(self.dsn,
+                                               connect_timeout=max(2, math.ceil(wait_s)))
+            conn.deadline_s = wait_s
+            conn.execute("SELECT 1")
+        except Exception as e:
+            return (f"a call has waited {pending:.0f} s for the server's answer, and a "
+                    f"probe of its own got none: {error_text(e)}")
+        finally:
+            if conn is not None:
+                conn.close()
+        return self._failure
 
     @contextmanager
     def _probing(self, wait_s: float) -> Iterator[None]:

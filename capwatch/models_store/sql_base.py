@@ -83,11 +83,9 @@ class SqlBase(abc.ABC):
         while one of our threads waits on it.
 
         The probe needs the connection, which the store's other callers hold one at a
-        time: if it does not come free within ``wait_s`` the last transaction's outcome
-        answers (the caller holding it fails within the store's deadline if the server
-        stopped answering, and says so here from then on)."""
+        time: if it does not come free within ``wait_s``, :meth:`_busy` answers."""
         if not self._lock.acquire(timeout=wait_s):
-            return self._failure
+            return self._busy(wait_s)
         try:
             with self._probing(wait_s), self._transaction(write=False) as tx:
                 tx.rows("SELECT 1")
@@ -96,6 +94,12 @@ class SqlBase(abc.ABC):
         finally:
             self._lock.release()
         return None
+
+    def _busy(self, wait_s: float) -> str | None:
+        """:meth:`unreachable` while another caller holds the connection: the last
+        transaction's outcome (the caller holding it fails within the store's deadline if
+        the server stopped answering, and says so here from then on)."""
+        return self._failure
 
     def _by_status(self, select: str, order: str, statuses: Sequence[str],
                       status: str | None, from_row: Callable[[Row], _T]) -> list[_T]:

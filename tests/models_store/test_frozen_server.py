@@ -138,3 +138,57 @@ def test_the_daemon_rides_out_a_frozen_store_and_readyz_names_it(
     # Nothing lost: every record handled and committed once the store answered again.
     assert pipeline.processed == len(lines)
     assert pipeline.checkpoints.commit_offsets() == {0: len(lines)}
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_readyz_names_a_frozen_server_while_a_call_waits_on_it_not_at_its_deadline(
+        store_url: str, request: pytest.FixtureRequest) -> None:
+    """A call holding the connection waits for the server up to its deadline (here 60 s):
+    /readyz's probe said the last transaction's outcome meanwhile (ready), so a frozen
+    server was named only when that call's deadline ran out. A probe on a connection of
+    its own now tells a frozen server from a slow call."""
+    import time
+
+    server = _server(request)
+    store = PostgresModelStore(store_url, statement_timeout_s=JOIN_S)
+    caller: threading.Thread | None = None
+    try:
+        assert store.unreachable(1.5) is None
+        with server.frozen():
+            caller = threading.Thread(target=lambda: store.lineages(), daemon=True)
+            caller.start()
+            deadline = time.monotonic() + 20
+            while (why := store.unreachable(0.5)) is None:
+                assert time.monotonic() < deadline, "a frozen server was not named"
+            assert why.startswith("a call has waited "), why
+            assert "probe of its own got none" in why
+            assert caller.is_alive()  # named long before the call's own deadline
+        caller.join(JOIN_S)
+        assert not caller.is_alive()
+        assert store.unreachable(1.5) is None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_a_slow_call_on_an_answering_server_is_not_called_unreachable(
+        store_url: str, request: pytest.FixtureRequest) -> None:
+    _server(request)
+    store = PostgresModelStore(store_url, statement_timeout_s=JOIN_S)
+    started = threading.Event()
+
+    def slow() -> None:
+        with store._tx(write=False) as tx:
+            started.set()
+            tx.rows("SELECT pg_sleep(4)")
+
+    caller = threading.Thread(target=slow, daemon=True)
+    try:
+        caller.start()
+        assert started.wait(JOIN_S)
+        answers = [store.unreachable(0.5) for _ in range(3)]  # 1.5 s and more into it
+        assert caller.is_alive()
+        assert answers == [None, None, None], answers
+        caller.join(JOIN_S)
+    finally:
+        store.close()
