@@ -235,9 +235,12 @@ class AssessmentWorkers:
         now = live.get(item.key)
         problem = describe_outage(error)
         if now is None:
+            # Ended by this worker's write, or (its lease run out meanwhile) by the work's
+            # next holder: either way nothing is left to retry.
             log.warning("assessment's work ended although the store reported an outage: "
-                        "the write landed; the agent's watch learns the result from the "
-                        "store", key=item.key, during=stage, problem=problem)
+                        "the write landed (or the work's next holder ended it); the agent's "
+                        "watch learns the result from the store", key=item.key, during=stage,
+                        problem=problem)
             return True
         if now.status != "claimed" or now.claimed_by != worker:
             log.warning("assessment interrupted by an outage; its lease ran out meanwhile "
