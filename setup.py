@@ -2,7 +2,8 @@
 
 Everything else is in pyproject.toml. ``CAPWATCH_COMPILE=1 python setup.py build_ext
 --inplace`` (``make compiled``) compiles the modules of ``capwatch/native.py`` with mypyc
-next to their sources and records the source hashes they were built from;
+next to their sources, and the C extensions of ``native.EXTENSIONS``, and records the
+source hashes they were built from;
 ``CAPWATCH_COMPILE=1 pip wheel --no-build-isolation`` builds a wheel holding them (the
 image's build stage, Dockerfile). Without ``CAPWATCH_COMPILE=1`` (``pip install -e .``,
 whose isolated build environment would hide the dependencies' types from mypy) nothing is
@@ -16,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -55,8 +56,11 @@ def _ext_modules() -> list[Any]:
     from mypyc.build import mypycify
 
     native = _native()
-    return list(mypycify([str(native.source(m).relative_to(ROOT)) for m in native.MODULES],
-                         opt_level="3", group_name=native.GROUP))
+    # The C extensions (native.EXTENSIONS): each from the .c beside its module's path.
+    extensions = [Extension(m, [str(native.source(m).with_suffix(".c").relative_to(ROOT))],
+                            extra_compile_args=["-O3"]) for m in native.EXTENSIONS]
+    return [*mypycify([str(native.source(m).relative_to(ROOT)) for m in native.MODULES],
+                      opt_level="3", group_name=native.GROUP), *extensions]
 
 
 setup(ext_modules=_ext_modules(), cmdclass={"build_ext": _BuildExt})

@@ -55,6 +55,12 @@ MODULES = (
 """The modules compiled: the decode and monitor path of every record (cProfile of the
 steady state). The mypyc build's group is :data:`GROUP`."""
 
+EXTENSIONS = ("capwatch.contracts._wire_split",)
+"""C extension modules built with :data:`MODULES` (setup.py), each from the ``.c`` source
+beside its module's path; part of the build as the compiled modules are (recorded in the
+manifest, required by :func:`compiled`): their callers use them only when the hot path
+runs compiled, and take a pure-Python way otherwise."""
+
 GROUP = "capwatch._native"
 """mypyc's shared library for :data:`MODULES` (``capwatch/_native__mypyc*.so``): inside the
 package, so that it is found wherever the package is."""
@@ -75,6 +81,12 @@ def _set(name: str) -> bool:
 def source(module: str, package: Path = PACKAGE) -> Path:
     base = package.joinpath(*module.split(".")[1:])
     return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def _hashed(module: str, package: Path = PACKAGE) -> Path:
+    """The file a module's manifest entry is the hash of: an extension's C source."""
+    path = source(module, package)
+    return path.with_suffix(".c") if module in EXTENSIONS else path
 
 
 def _imports(module: str, package: Path) -> set[str]:
@@ -109,8 +121,8 @@ def dependencies(package: Path = PACKAGE) -> list[str]:
 
 
 def source_hashes(package: Path = PACKAGE) -> dict[str, str]:
-    return {m: hashlib.sha256(source(m, package).read_bytes()).hexdigest()
-            for m in dependencies(package)}
+    return {m: hashlib.sha256(_hashed(m, package).read_bytes()).hexdigest()
+            for m in (*dependencies(package), *EXTENSIONS)}
 
 
 def manifest_text(package: Path = PACKAGE) -> str:
@@ -139,9 +151,9 @@ def stale(package: Path = PACKAGE) -> list[str]:
             or not isinstance(recorded.get("sources"), dict):
         return list(MODULES)
     sources: dict[str, object] = recorded["sources"]
-    out = {m for m in MODULES if m not in sources or not _built(m, package)}
+    out = {m for m in (*MODULES, *EXTENSIONS) if m not in sources or not _built(m, package)}
     for module, digest in sources.items():
-        path = source(module, package)
+        path = _hashed(module, package)
         try:
             if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
                 out.add(module)
@@ -176,7 +188,8 @@ def install() -> None:
         sys.meta_path.insert(0, _FINDER)
         return
     out_of_date = stale()
-    if _set(REQUIRE_ENV) and (out_of_date or not all(_built(m, PACKAGE) for m in MODULES)):
+    if _set(REQUIRE_ENV) and (out_of_date or not all(_built(m, PACKAGE)
+                                                     for m in (*MODULES, *EXTENSIONS))):
         raise RuntimeError(f"capwatch: {REQUIRE_ENV} is set but the {_why_not()}; "
                            "`make compiled` builds it (or set CAPWATCH_PURE_PYTHON=1)")
     if out_of_date:
@@ -190,7 +203,8 @@ def install() -> None:
 
 def compiled(package: Path = PACKAGE) -> bool:
     """Whether the hot path runs compiled: every module built, and not loaded from source."""
-    return _FINDER not in sys.meta_path and all(_built(m, package) for m in MODULES)
+    return _FINDER not in sys.meta_path and all(_built(m, package)
+                                                for m in (*MODULES, *EXTENSIONS))
 
 
 def _why_not(package: Path = PACKAGE) -> str:
@@ -214,7 +228,7 @@ def main(argv: Sequence[str]) -> int:
     if list(argv) != ["--check"]:
         print("usage: python -P capwatch/native.py --check", file=sys.stderr)
         return 2
-    if all(_built(m, PACKAGE) for m in MODULES) and not stale():
+    if all(_built(m, PACKAGE) for m in (*MODULES, *EXTENSIONS)) and not stale():
         return 0
     print(f"capwatch: the {_why_not()}")
     return 1

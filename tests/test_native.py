@@ -25,13 +25,15 @@ def _package(tmp_path: Path) -> Path:
     shutil.copytree(native.PACKAGE, package,
                     ignore=lambda folder, names: [
                         n for n in names
-                        if not (n.endswith(".py") or (Path(folder) / n).is_dir())
+                        if not (n.endswith((".py", ".c")) or (Path(folder) / n).is_dir())
                         or n == "__pycache__"])
     return package
 
 
-def _build(package: Path, modules: tuple[str, ...] = native.MODULES) -> None:
-    """What a build leaves: an extension module next to each source, and the manifest."""
+def _build(package: Path,
+           modules: tuple[str, ...] = (*native.MODULES, *native.EXTENSIONS)) -> None:
+    """What a build leaves: an extension module next to each source (and each C
+    extension's), and the manifest."""
     for module in modules:
         native.source(module, package).with_suffix(SUFFIX).write_bytes(b"")
     (package / native.MANIFEST.name).write_text(native.manifest_text(package),
@@ -59,6 +61,20 @@ def test_an_edited_source_makes_its_build_stale(tmp_path: Path) -> None:
     edited = native.MODULES[1]
     _edit(package, edited)
     assert native.stale(package) == [edited]
+
+
+def test_an_edited_or_missing_c_extension_makes_the_build_stale(tmp_path: Path) -> None:
+    package = _package(tmp_path)
+    _build(package)
+    extension = native.EXTENSIONS[0]
+    c_source = native.source(extension, package).with_suffix(".c")
+    assert c_source.exists()
+    c_source.write_text(c_source.read_text(encoding="utf-8") + "\n/* edited */\n",
+                        encoding="utf-8")
+    assert native.stale(package) == [extension]
+    _build(package)
+    native.source(extension, package).with_suffix(SUFFIX).unlink()
+    assert native.stale(package) == [extension]
 
 
 def test_an_edit_of_what_a_compiled_module_imports_makes_the_build_stale(
@@ -150,9 +166,11 @@ def test_the_check_the_makefile_runs(tmp_path: Path) -> None:
 
 
 def test_pure_python_is_asked_for_by_the_environment() -> None:
-    code = ("import capwatch.native as n, capwatch.contracts.wire_fast as w; "
-            "print(n.compiled(), w.__file__)")
+    code = ("import capwatch.native as n, capwatch.contracts.wire_fast as w, "
+            "capwatch.contracts.wire_split as s; "
+            "print(n.compiled(), w.__file__, s.SPLIT)")
     env = {**os.environ, native.PURE_ENV: "1"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", str(native.source("capwatch.contracts.wire_fast"))]
+    # The C splitter too is left out: pure means no extension module of capwatch's.
+    assert out == ["False", str(native.source("capwatch.contracts.wire_fast")), "None"]

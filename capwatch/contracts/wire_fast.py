@@ -25,7 +25,7 @@ import msgspec
 from msgspec import UNSET
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from capwatch.contracts import wire, wire_atoms
+from capwatch.contracts import wire, wire_atoms, wire_split
 from capwatch.contracts.wire import (
     AGENT_ID_PATTERN,
     MAX_AGENT_ID,
@@ -58,6 +58,8 @@ _TRANSITION = msgspec.json.Decoder(_Transition).decode
 """Transition events alone, tried first: a union's decoder must find the tag before it
 knows the struct, and "type" is seldom a message's first key (0.12 µs of 0.8 µs)."""
 _FIELDS = msgspec.structs.astuple
+_SPLIT: wire_split.Split | None = wire_split.SPLIT
+"""The C splitter, or None (pure Python); a module variable, so that a test may set it."""
 _ATOM_TEXT = msgspec.json.Decoder(tuple[str, ...]).decode
 _ACTIONS: dict[bytes, GroundAtom] = {}
 """An action's text → its interned atom, for the vocabulary's :data:`_actions_generation`
@@ -350,12 +352,18 @@ def _trace_states(texts: list[msgspec.Raw], max_atoms: int) -> list[frozenset[Gr
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
           offset: int, memo: list[Any] | None = None) -> list[AgentTransition]:
     event: Any  # _Transition | _Trace, told apart by type()
-    try:
-        event = _TRANSITION(raw)
-    except msgspec.ValidationError:
-        event = _DECODER.decode(raw)  # a trace, or a message the union refuses too
-    if type(event) is not _Transition:
-        return _trace(event, raw, limits, key, partition, offset)
+    # The states' texts cut out first when the C splitter is built (wire_split): msgspec
+    # then parses the rest only, and no key came twice (the splitter compared them).
+    cut = None if _SPLIT is None else _SPLIT(raw)
+    if cut is not None:
+        event = _TRANSITION(cut[0])
+    else:
+        try:
+            event = _TRANSITION(raw)
+        except msgspec.ValidationError:
+            event = _DECODER.decode(raw)  # a trace, or a message the union refuses too
+        if type(event) is not _Transition:
+            return _trace(event, raw, limits, key, partition, offset)
     # The fields read once (astuple, one C call; a Struct's attribute costs a lookup each
     # time, and the hot path read some three times).
     (agent_id, family, state_raw, action, next_state_raw, v, episode_id, time_raw, optimal,
@@ -381,17 +389,20 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     max_atoms = limits.max_state_atoms
     # Copied once to bytes (the helpers' bytes() calls then copy nothing), and the
     # helpers the hot path called once a record written out here (~0.1 us a call).
-    state = bytes(state_raw)
-    next_state = bytes(next_state_raw)
-    if time_raw is _NO_TIME:
-        time = b""
+    time = b"" if time_raw is _NO_TIME else bytes(time_raw)
+    fields += (time_raw is not _NO_TIME) + (step is not UNSET) + (executed is not UNSET) \
+        + (v is not UNSET) + (optimal is not UNSET)
+    if cut is not None:
+        # Its keys all different, and as many as the fields decoded: each one given (msgspec
+        # takes the tag as given when it decodes one struct alone).
+        if cut[3] != fields:
+            raise _Refused
+        state, next_state = cut[1], cut[2]
     else:
-        time = bytes(time_raw)
-        fields += 1
-    fields += (step is not UNSET) + (executed is not UNSET) + (v is not UNSET) \
-        + (optimal is not UNSET)
-    if not transition_keys_unique(raw, fields, state, next_state, time):
-        raise _Refused
+        state = bytes(state_raw)
+        next_state = bytes(next_state_raw)
+        if not transition_keys_unique(raw, fields, state, next_state, time):
+            raise _Refused
     last = memo[0] if memo is not None else None
     seen: Fingerprint | None = None
     if last is not None:  # _fingerprint(state)

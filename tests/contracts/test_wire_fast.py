@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from capwatch.contracts import wire, wire_atoms, wire_fast, wire_keys
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 
+# Both ways the fast decoder can take a transition event (conftest.py).
+pytestmark = pytest.mark.usefixtures("splitter")
+
 LIMITS = DecodeLimits(max_message_bytes=4000, max_state_atoms=3, max_trace_steps=2)
 
 TRANSITION: dict[str, Any] = {

@@ -18,6 +18,9 @@ from capwatch.contracts.wire import DeadLetter, DecodeLimits
 from tests.contracts.test_wire_vocabulary import _check_tables
 from tests.support.decoder_bounds import shrink_decoder
 
+# Both ways the fast decoder can take a transition event (conftest.py).
+pytestmark = pytest.mark.usefixtures("splitter")
+
 _LIMITS = (DecodeLimits(max_message_bytes=100_000, max_state_atoms=60),
            DecodeLimits(max_message_bytes=100_000, max_state_atoms=14))
 

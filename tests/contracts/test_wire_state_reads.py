@@ -17,6 +17,9 @@ from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 from tests.contracts.test_wire_fast import TRACE, TRANSITION, variant
 
+# Both ways the fast decoder can take a transition event (conftest.py).
+pytestmark = pytest.mark.usefixtures("splitter")
+
 _WIDE = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
 _ATOMS = [["at", "rover", f"waypoint{i}"] for i in range(24)]
 

@@ -16,6 +16,9 @@ from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 from tests.support.decoder_bounds import shrink_decoder
 
+# Both ways the fast decoder can take a transition event (conftest.py).
+pytestmark = pytest.mark.usefixtures("splitter")
+
 LIMITS = DecodeLimits(max_message_bytes=100_000, max_state_atoms=60)
 
 

@@ -16,6 +16,9 @@ import pytest
 from capwatch.contracts import wire, wire_atoms, wire_fast, wire_keys
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 
+# Both ways the fast decoder can take a transition event (conftest.py).
+pytestmark = pytest.mark.usefixtures("splitter")
+
 _LIMITS = DecodeLimits(max_message_bytes=100_000, max_state_atoms=60)
 _NAMES = ["at", "r", "w1", "w2", "a:b", "a]b", "[x", 'q"t', "b\\s", "é", "\U0001d11ex",
           '"state":[', "next_state", "a/b", "日本"]
