@@ -190,14 +190,16 @@ class OutcomeSpace:
         return sum(r.steps for r in self.records if r.origin is not None)
 
     def retired(self, r: OutcomeRecord) -> bool:
-        """Whether a known outcome no step showed is taken to be gone: the steps showed an
-        outcome the known model lacks, and among the steps of the known outcomes, where
+        """Whether a known outcome no step showed is taken to be gone: among the steps of
+        the known outcomes, where
         it would have had its known share p, none was it, which has a chance (1 - p)^n
         below :attr:`error` were it still there. The bound holds while the drift left the
         known outcomes' shares among themselves as they were (an added outcome taking its
         probability from all of them alike); one that also made the unseen outcome rarer
-        is beyond any finite number of steps."""
-        if r.steps or r.origin is None or all(x.origin is not None for x in self.records):
+        is beyond any finite number of steps. No added outcome is needed: a drift that
+        removed an outcome adds none, and kept, the outcome would be published with
+        effects the agent no longer has (rev11a's fuzzing)."""
+        if r.steps or r.origin is None:
             return False
         p = min(self.action.outcomes[r.origin].probability, 1.0 - 1e-12)
         return self.known_steps() * -math.log1p(-p) > -math.log(self.error)
@@ -217,12 +219,10 @@ class OutcomeSpace:
     def live(self) -> list[OutcomeRecord]:
         """The outcomes the action is taken to have now.
 
-        A known outcome no step showed stays, unless the steps showed an outcome the known
-        model lacks and the known outcome is :meth:`retired`: the new outcome is then taken
-        to be that one, changed by the drift. (Which of the two it is cannot be told from
-        the new outcome's steps; the other known outcomes' steps can.)"""
-        if all(r.origin is not None for r in self.records):
-            return self.records
+        A known outcome no step showed stays, unless it is :meth:`retired`: gone, or, when
+        the steps showed an outcome the known model lacks, that one changed by the drift.
+        (Which of the two it is cannot be told from the new outcome's steps; the other
+        known outcomes' steps can.)"""
         return [r for r in self.records if not self.retired(r)]
 
     def undecided(self) -> bool:
@@ -293,6 +293,8 @@ class OutcomeSpace:
         added = any(r.origin is None for r in self.records)
         live = self.live()
         total = sum(r.steps + 1 for r in live)
+        kept = sum(self.action.outcomes[r.origin].probability
+                   for r in live if r.origin is not None)
         out = []
         for r in live:
             base = self.action.outcomes[r.base] if r.base is not None else Outcome()
@@ -306,7 +308,8 @@ class OutcomeSpace:
                     add.add(pa.atom)
                 elif bit == NEG:
                     delete.add(pa.atom)
-            p = (r.steps + 1) / total if added else base.probability
+            p = (r.steps + 1) / total if added else (
+                base.probability if len(live) == len(self.records) else base.probability / kept)
             out.append(Outcome(frozenset(add), frozenset(delete), p))
         return tuple(out)
 

@@ -447,3 +447,29 @@ def test_an_outcome_changed_before_it_could_show_is_asked_again_not_published_be
     # The guard is what keeps the wrong models out when asking again cannot finish.
     assert undecided_and_wrong > 0
 
+
+
+def test_a_known_outcome_that_stopped_showing_is_retired_without_a_new_one() -> None:
+    space, pas = _space()
+    # Only the no-effect outcome (0.1) shows: the likely one (0.9) vanished, and no step
+    # adds an outcome. Kept, it would state an effect the agent no longer has (rev11a).
+    slip = _seen(pas, (True, True), (True, True), (False, False))
+    for _ in range(2):
+        space.executed(slip)
+    assert [r.origin for r in space.live()] == [0, 1]  # 0.1^2 > 0.001
+    space.executed(slip)
+    space.executed(slip)  # 0.1^4 < 0.001
+    assert [r.origin for r in space.live()] == [1]
+    assert not space.undecided()
+    (only,) = space.outcomes({FREE: Mode.POS, AT: Mode.POS})
+    assert only.is_noop and only.probability == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_outcome_the_drift_removed_is_not_published(seed: int) -> None:
+    known = _known()
+    # pick now always slips: its likely outcome vanished, nothing contradicts the known
+    # model's slip, and no outcome is added; every step the assessment sees is a slip.
+    truth = _with(known, "pick", outcomes=(Outcome(probability=1.0),))
+    model = _assess_and_check(known, truth, [_slip()], seed)
+    assert [o.is_noop for o in model.action("pick").outcomes] == [True]
