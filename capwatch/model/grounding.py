@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from operator import itemgetter, or_
+from operator import or_
 
 import numpy as np
 
@@ -21,7 +21,6 @@ from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
 
 StateMask = int
-_HEAD = itemgetter(0)
 
 SHARED_INDEX_ATOMS = 1024
 """Atoms a family's shared index takes (:class:`SharedGrounding`). A bitset is as long
@@ -109,6 +108,18 @@ class AtomIndex:
                 self.bit(atom)
         if len(take) < len(fresh):
             raise IndexFull(f"atom index full ({self._limit} atoms)")
+
+    def add_new(self, atoms: Collection[GroundAtom]) -> None:
+        """:meth:`add` for atoms none of which is interned yet, none twice (a set's
+        difference with :attr:`bits`): numbered in their order as one run of bits from
+        the index's size on, without looking each one up first."""
+        n = len(self._atoms)
+        k = len(atoms)
+        if k > self._limit - n or n + k > len(_BITS):
+            self.add(atoms)
+            return
+        self._atoms.extend(atoms)
+        self._bits.update(zip(atoms, _BITS[n:n + k], strict=True))
 
     @classmethod
     def of(cls, atoms: Iterable[GroundAtom], limit: int | None = None) -> AtomIndex:
@@ -348,29 +359,10 @@ def closed_vocabulary(domain: Domain) -> bool:
                for atom in group)
 
 
-def predicate_shapes(predicates: dict[str, int]) -> frozenset[tuple[str, int]]:
-    """(name, length) of every atom the vocabulary ``predicates`` (name → arity) allows,
-    the name counted in the length as in an atom's tuple: an atom passes the vocabulary
-    check iff its (first item, length) is one of them."""
-    return frozenset((name, arity + 1) for name, arity in predicates.items())
-
-
-def in_vocabulary(shapes: frozenset[tuple[str, int]], atoms: Collection[GroundAtom]) -> bool:
-    """Whether every atom has one of ``shapes`` (:func:`predicate_shapes`): the vocabulary
-    check in bulk, without a Python call per atom (a new agent naming objects of its own
-    brings a hundred atoms or more; a call each was a fifth of admitting it). False too
-    for an empty atom or a name that is no string's equal: a check atom by atom then
-    says what is wrong."""
-    try:
-        return shapes.issuperset(zip(map(_HEAD, atoms), map(len, atoms), strict=True))
-    except (IndexError, TypeError):
-        return False
-
-
 class SharedGrounding:
     """What every agent running one domain (a family's baseline) can share: the ground
-    atoms of each ground action, the atoms checked against its vocabulary, and one atom
-    index with the operators grounded over it.
+    atoms of each ground action, its vocabulary, and one atom index with the operators
+    grounded over it.
 
     An agent's monitor numbers its atoms in the shared :attr:`index` (bounded by
     :data:`SHARED_INDEX_ATOMS`), so admitting an agent of a fleet whose agents share their
@@ -380,7 +372,7 @@ class SharedGrounding:
     """
 
     __slots__ = ("_ground", "actions", "bits", "closed", "domain", "grounder", "index",
-                 "predicates", "shapes", "valid")
+                 "predicates")
 
     def __init__(self, domain: Domain, index_atoms: int = SHARED_INDEX_ATOMS) -> None:
         self.domain = domain
@@ -388,13 +380,9 @@ class SharedGrounding:
                                                GroundAtoms,
                                                tuple[tuple[GroundAtoms, GroundAtoms], ...],
                                                bool]] = {}
-        self.valid: set[GroundAtom] = set()
-        """Atoms already checked against the domain's predicates."""
         self.actions = domain.action_map
         self.predicates = {p.name: p.arity for p in domain.predicates}
         """Predicate name → arity (the vocabulary check)."""
-        self.shapes = predicate_shapes(self.predicates)
-        """:func:`predicate_shapes` of :attr:`predicates`."""
         self.index = AtomIndex(index_atoms)
         """The atom index agents share while their atoms fit in it."""
         self.grounder = Grounder(domain, self.index, self)

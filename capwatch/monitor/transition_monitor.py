@@ -15,7 +15,7 @@ keeps (an index of the agent's own included), so they live with it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from capwatch.model.consistency import Verdict, check
@@ -29,8 +29,6 @@ from capwatch.model.grounding import (
     SharedGrounding,
     StateMask,
     closed_vocabulary,
-    in_vocabulary,
-    predicate_shapes,
 )
 from capwatch.model.pal import AbstractModel, PaTuple, PaValue
 from capwatch.monitor import executions
@@ -44,16 +42,35 @@ _new_tuple: Any = tuple.__new__
 # Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11.
 _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 _NO_ATOMS: frozenset[GroundAtom] = frozenset()
-CHECKED_ATOMS = 65_536
-"""Atoms a family's set of checked atoms (``SharedGrounding.valid``) holds at most; past
-it, it starts again empty. It spares an agent on an index of its own the vocabulary check
-of atoms other agents brought before, and it holds them (~120 bytes an atom with their
-names): at the 1,000,000 it used to keep, ~115 MB when every agent names objects of its
-own, kept long after those agents were held as bytes or evicted, for atoms no later agent
-brings. Starting again costs a check of the atoms brought next (~0.04 us an atom)."""
 IDLE_MASK, IDLE_HAD_LAST, IDLE_OWN = 2, 3, 4
 """Where :meth:`TransitionMonitor.idle_state` holds the last next-state's mask, whether
 it is the caller's last state's, and an index of the agent's own."""
+
+
+def _in_vocabulary(arity: dict[str, int], atoms: Iterable[GroundAtom]) -> bool:
+    """Whether every atom is of a predicate of the vocabulary ``arity`` (name → arity),
+    with its arity: the vocabulary check of a new agent's atoms in bulk (compiled, ~10 ns
+    an atom, where a set of their shapes cost ~70 ns, and a set of atoms checked before,
+    shared by a family, cost more to look in and to fill than the check it spared: an
+    agent naming objects of its own brings a hundred atoms or more, none of them checked
+    before). False too for an empty atom or a name that is no string: a check atom by
+    atom then says what is wrong."""
+    try:
+        for atom in atoms:
+            if not atom or arity.get(atom[0], -1) != len(atom) - 1:
+                return False
+    except TypeError:
+        return False
+    return True
+
+
+def _union(bits: dict[GroundAtom, int], atoms: tuple[GroundAtom, ...]) -> int:
+    """The bits of ``atoms`` (all in ``bits``); OR, not a sum: repeated objects can ground
+    two atoms to the same one."""
+    mask = 0
+    for atom in atoms:
+        mask |= bits[atom]
+    return mask
 
 
 class TransitionMonitor:
@@ -68,7 +85,7 @@ class TransitionMonitor:
     """
 
     __slots__ = ("_inconsistencies", "_last_lists", "_last_mask", "_ops",
-                 "_predicates", "_shared", "_shared_valid", "_valid", "domain", "executed",
+                 "_predicates", "_shared", "_valid", "domain", "executed",
                  "grounder", "index", "limits", "transitions")
 
     def __init__(self, domain: Domain, limits: MonitorLimits | None = None,
@@ -104,8 +121,6 @@ class TransitionMonitor:
                 self._last_lists = None
                 self.index = AtomIndex(self.limits.own_index_atoms)
             self.grounder = Grounder(domain, self.index, shared)
-            self._shared_valid: set[GroundAtom] | None = shared.valid \
-                if shared is not None else None
             self._valid: dict[GroundAtom, int] = self._own_valid()
             """Atom → its bit, for the atoms checked against this model's vocabulary."""
         self._ops = self.grounder.cache
@@ -130,7 +145,6 @@ class TransitionMonitor:
             self._last_lists = None  # its mask was in another index
         self.index = shared.index
         self.grounder = shared.grounder
-        self._shared_valid = None
         self._valid = shared.bits
 
     def idle_state(self, last: frozenset[GroundAtom]) -> tuple[Any, ...] | None:
@@ -171,7 +185,6 @@ class TransitionMonitor:
             index = mon.index = AtomIndex.of(atoms, limits.own_index_atoms)
             mon.grounder = Grounder(domain, index, shared)
             mon._ops = mon.grounder.cache
-            mon._shared_valid = shared.valid if shared is not None else None
             mon._valid = index.bits if valid is None \
                 else {a: b for a, b in index.bits.items() if valid & b}
         elif not mon.shares_index:
@@ -204,7 +217,6 @@ class TransitionMonitor:
         self.index = index
         self.grounder = Grounder(self.domain, index, self._shared)
         self._ops = self.grounder.cache
-        self._shared_valid = self._shared.valid if self._shared is not None else None
         self._valid = self._own_valid(checked)
 
     @property
@@ -332,7 +344,7 @@ class TransitionMonitor:
                 s2 = s - sum(map(valid.__getitem__, state - next_state)) \
                     + sum(map(valid.__getitem__, next_state - state))
         except KeyError:
-            s, s2 = self._encode_new(state, next_state)
+            s, s2 = self._encode_new(state, next_state, flipped)
             if self._ops.get(action) is not op:
                 op = self._operator(action)  # the agent moved to an index of its own
         self._last_lists, self._last_mask = next_state, s2
@@ -360,36 +372,70 @@ class TransitionMonitor:
         if len(ops) >= 100_000:
             ops.clear()  # a bound on memory for fleets with many objects; grounded again
         try:
-            return self.grounder.operator(action)
+            return self._ground(action)
         except IndexFull:
             self._own_index()
-            return self.grounder.operator(action)
+            return self._ground(action)
 
-    def _encode_new(self, state: frozenset[GroundAtom], next_state: frozenset[GroundAtom]
+    def _ground(self, action: GroundAction) -> GroundOperator:
+        """``self.grounder.operator(action)``; with a family grounding, its atoms numbered
+        here (compiled) rather than by the grounder's loop in Python: a new agent on an
+        index of its own grounds its first action anew (~4 us there, ~1 here)."""
+        shared = self.grounder.shared
+        if shared is None:
+            return self.grounder.operator(action)
+        lifted, args, pos, neg, outcomes, admitted = shared.ground(action)
+        index = self.index
+        bits = index.bits
+        # Atoms new to the index interned at once, in the grounder's order (each
+        # outcome's deletes and adds, then the preconditions), so both number atoms
+        # alike; a new agent on an index of its own has none of them yet.
+        missing: dict[GroundAtom, None] = {}
+        for d, a in outcomes:
+            for group in (d, a):
+                for atom in group:
+                    if atom not in bits:
+                        missing[atom] = None
+        for group in (pos, neg):
+            for atom in group:
+                if atom not in bits:
+                    missing[atom] = None
+        if missing:
+            index.add_new(missing)
+        effects = tuple([(~_union(bits, d), _union(bits, a)) for d, a in outcomes])
+        op = GroundOperator(lifted, args, _union(bits, pos), _union(bits, neg), effects,
+                            admitted)
+        self._ops[action] = op
+        return op
+
+    def _encode_new(self, state: frozenset[GroundAtom], next_state: frozenset[GroundAtom],
+                    flipped: Collection[GroundAtom] | None = None
                     ) -> tuple[StateMask, StateMask]:
         """Encode states holding atoms not yet checked against the current model: every
-        one is checked before any is interned, so a refused transition changes nothing."""
+        one is checked before any is interned, so a refused transition changes nothing.
+        ``flipped`` as for :meth:`observe`."""
         valid = self._valid
         # Set operations on the frozensets reuse the hashes they hold (hashing an atom's
         # tuple again costs about as much as the lookup): a new agent on an index of its
         # own brings its whole first state here, often a hundred atoms or more. A step
-        # changes few atoms, so the next state's new atoms are found among those.
+        # changes few atoms, so the next state's new atoms are found among those: the
+        # decoder's flipped ones when it has them (two set differences of whole states
+        # cost ~2 us each at 150 atoms).
         fresh = state.difference(valid)
-        came = _NO_ATOMS if next_state is state else next_state - state
-        came_new = came.difference(valid) if came else _NO_ATOMS
-        new = fresh | came_new if came_new else fresh
-        checked = self._shared_valid
-        unchecked = new if checked is None else new.difference(checked)
-        if unchecked:
-            shared = self._shared
-            if not in_vocabulary(shared.shapes if shared is not None
-                                 else predicate_shapes(self._predicates), unchecked):
-                for atom in unchecked:
-                    self.validate_atom(atom)  # names what is wrong
-        if checked is not None and unchecked:
-            if len(checked) + len(unchecked) > CHECKED_ATOMS:
-                checked.clear()  # a bound on memory (CHECKED_ATOMS)
-            checked.update(unchecked)
+        gone: Collection[GroundAtom] | None = _NO_ATOMS
+        came: Collection[GroundAtom] = _NO_ATOMS
+        if next_state is not state:
+            if flipped is not None:
+                came = [a for a in flipped if a in next_state]
+                gone = [a for a in flipped if a not in next_state]
+            else:
+                came = next_state - state
+                gone = None
+        came_new = [a for a in came if a not in valid]
+        predicates = self._predicates
+        if not (_in_vocabulary(predicates, fresh) and _in_vocabulary(predicates, came_new)):
+            for atom in (*fresh, *came_new):
+                self.validate_atom(atom)  # names what is wrong
         index = self.index
         bits = index.bits
         # The map of checked atoms is the index's own (an index of the agent's own): the
@@ -398,12 +444,16 @@ class TransitionMonitor:
         # atom (~5 us for a new agent's 120 atoms).
         run = valid is bits
         first = len(index)
+        new = fresh
         try:
             if run:
-                index.add(fresh)
+                # Neither holds an atom of the index, nor one of the other's.
+                index.add_new(fresh)
                 if came_new:
-                    index.add(came_new)
+                    index.add_new(came_new)
             else:
+                if came_new:
+                    new = fresh.union(came_new)
                 index.add(new)
         except IndexFull:
             # Atoms interned before the shared index filled up stay there: they are
@@ -414,7 +464,7 @@ class TransitionMonitor:
             if shared is None or index is not shared.index or not shared.widen(
                     max(len(state), len(next_state)), self.limits.own_index_atoms):
                 self._own_index()
-            return self._encode_new(state, next_state)
+            return self._encode_new(state, next_state, flipped)
         get = valid.__getitem__
         if run:
             s = ((1 << len(fresh)) - 1) << first
@@ -426,7 +476,9 @@ class TransitionMonitor:
         if next_state is state:
             return s, s
         # A step changes few atoms: the next state's mask from the state's (see observe).
-        return s, s - sum(map(get, state - next_state)) + sum(map(get, came))
+        if gone is None:
+            gone = state - next_state
+        return s, s - sum(map(get, gone)) + sum(map(get, came))
 
     def _record(self, op: GroundOperator, action: GroundAction, s: StateMask, s2: StateMask,
                 result: tuple[Verdict, int], position: int,

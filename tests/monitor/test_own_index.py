@@ -118,34 +118,36 @@ def test_agents_with_large_states_widen_their_familys_index_small_ones_do_not() 
     assert not monitor.shares_index and len(monitor.index) >= 40
 
 
-def test_the_familys_checked_atoms_are_bounded_and_checked_again_after(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import capwatch.monitor.transition_monitor as tm
-
-    monkeypatch.setattr(tm, "CHECKED_ATOMS", 10)
+def test_every_new_agents_atoms_are_checked_and_a_refused_record_interns_nothing() -> None:
+    """Agents naming objects of their own (each on an index of its own) have every atom new
+    to their index checked against the model, in the state and in the next state alike,
+    whether the decoder tells which atoms the step flipped or not; a refused transition
+    leaves the index as it was."""
     domain = _domain(True)
     shared = SharedGrounding(domain, 0)  # every agent on an index of its own
-    sizes = []
-    # Agents naming objects of their own: three atoms each, one of them interned by the
-    # action's grounding (checked with the model), two checked in the state.
-    for k in range(12):
+    for k in range(3):
         monitor = TransitionMonitor(domain, shared=shared)
         objects = [f"o{k}-{i}" for i in range(3)]
         before = frozenset(("p", o) for o in objects)
         after = before | {("q", objects[0])}
         assert monitor.observe(before, ("mark", objects[0]), after).verdict.name == "APPLIED"
-        sizes.append(len(shared.valid))
-    # It grows by each agent's new atoms and starts again past the bound.
-    assert sizes == [2, 4, 6, 8, 10] * 2 + [2, 4]
-    # An atom checked before the set started again is checked again, and still passes;
-    # a bad one is still refused, and a refused state interns nothing.
-    monitor = TransitionMonitor(domain, shared=shared)
-    assert monitor.observe(frozenset({("p", "o0-1")}), ("mark", "o0-1"),
-                           frozenset({("p", "o0-1"), ("q", "o0-1")})).verdict.name == "APPLIED"
-    with pytest.raises(ModelError, match="unknown predicate 'r'"):
-        monitor.observe(frozenset({("p", "o0-1"), ("r", "x")}), ("mark", "o0-1"),
-                        frozenset({("p", "o0-1"), ("q", "o0-1"), ("r", "x")}))
-    assert ("r", "x") not in shared.valid and ("r", "x") not in monitor.index
+        assert not monitor.shares_index and set(monitor.index.atoms) >= before | after
+    for flipped in (None, [("q", "x"), ("r", "x")]):
+        monitor = TransitionMonitor(domain, shared=shared)
+        with pytest.raises(ModelError, match="unknown predicate 'r'"):
+            monitor.observe(frozenset({("p", "x"), ("r", "x")}), ("mark", "x"),
+                            frozenset({("p", "x"), ("q", "x")}), flipped=flipped)
+        assert ("r", "x") not in monitor.index
+        # Only the next state's atom is wrong: refused too.
+        with pytest.raises(ModelError, match="predicate 'q' takes 1 arguments, found 2"):
+            monitor.observe(frozenset({("p", "x")}), ("mark", "x"),
+                            frozenset({("p", "x"), ("q", "x", "y")}),
+                            flipped=None if flipped is None else [("q", "x", "y")])
+        assert ("q", "x", "y") not in monitor.index and monitor.transitions == 0
+        assert monitor.observe(frozenset({("p", "x")}), ("mark", "x"),
+                               frozenset({("p", "x"), ("q", "x")}),
+                               flipped=None if flipped is None else [("q", "x")]
+                               ).verdict.name == "APPLIED"
 
 
 @pytest.mark.parametrize("family", ["full", "none", "open"])
