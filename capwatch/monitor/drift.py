@@ -43,11 +43,17 @@ from capwatch.monitor.drift_evidence import action_identity as action_identity
 from capwatch.monitor.drift_evidence import describe_outcome as describe_outcome
 from capwatch.monitor.drift_evidence import planned_samples as planned_samples
 from capwatch.monitor.drift_evidence import with_probabilities as with_probabilities
+from capwatch.monitor.sequential import SequentialDetector, apply_waiting
 from capwatch.monitor.sequential import expected_delay_hint as expected_delay_hint
 from capwatch.monitor.stats import (
     GofResult,
     benjamini_hochberg,
 )
+
+APPLY_TOGETHER = 512
+"""Detectors with waiting updates (``SequentialDetector.update``) gathered before they are
+applied together (``sequential.apply_waiting``): the more of one table's detectors a
+step applies, the fewer numpy calls per update; the references are all it holds."""
 
 SHARED_BLOBS = 1024
 """Packed tables kept by their bytes (:meth:`DriftMonitor.pack`): compressing a typical
@@ -83,7 +89,8 @@ class DriftMonitor:
     audit tests them, :meth:`agent_states` exports them.
     """
 
-    __slots__ = ("_blobs", "_by_agent", "_changed", "_monitors", "_packed", "config")
+    __slots__ = ("_blobs", "_by_agent", "_changed", "_monitors", "_packed", "_waiting",
+                 "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
@@ -100,6 +107,9 @@ class DriftMonitor:
         """Tables' bytes → their packed blob, for the last :data:`SHARED_BLOBS` distinct ones:
         agents whose tables went through the same executions (agents admitted with a
         record or two above all) hold the same bytes, compressed once and held once."""
+        self._waiting: list[SequentialDetector] = []
+        """Detectors that began to hold back updates since the last :meth:`apply_waiting`
+        (some may have applied them since, or been dropped: applying those is a no-op)."""
 
     def take_changed(self) -> set[str]:
         """Agents whose tables changed since the last call (observed, reset or forgotten):
@@ -242,9 +252,21 @@ class DriftMonitor:
             mon = self.monitor(agent_id, action)
         alarm = mon.observe(attribution, wanted)
         self._changed.add(agent_id)
+        detector = mon.detector
+        if detector is not None and len(detector.waiting) == 1:
+            waiting = self._waiting
+            waiting.append(detector)
+            if len(waiting) >= APPLY_TOGETHER:
+                self.apply_waiting()
         if alarm is None:
             return None
         return replace(alarm, evidence=replace(alarm.evidence, agent_id=agent_id))
+
+    def apply_waiting(self) -> None:
+        """Apply the detectors' waiting updates now, together (they are applied anyway
+        before anything reads them: this only saves numpy calls)."""
+        apply_waiting(self._waiting)
+        self._waiting.clear()
 
     def put(self, agent_id: str, mon: ActionMonitor) -> None:
         """Make ``mon`` the agent's table for its action."""

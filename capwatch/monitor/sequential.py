@@ -61,6 +61,11 @@ millions."""
 _NEAR = 1.0 + 3e-9
 """A bound this close below the threshold (over both of those slacks) may hide an alarm."""
 _PACK_HEAD = struct.Struct("<q??")
+WAITING_CAP = 32
+"""Updates a detector holds back at most (:meth:`SequentialDetector.update`) before it
+applies them itself: a detector nobody flushes or reads stays bounded. 0: every update
+is applied at once (the code before waiting updates: the baseline of an A/B in one
+process; statistics and alarms are the same either way)."""
 
 
 def tilted_alternatives(p0: Sequence[float] | npt.ArrayLike,
@@ -177,8 +182,8 @@ class SequentialDetector:
     """
 
     __slots__ = ("_alarmed", "_bound", "_cusum", "_key", "_llr", "_lr", "_r", "_rows",
-                 "_start", "_threshold", "_w", "_weight", "alternatives", "log_threshold",
-                 "n", "p0")
+                 "_start", "_state", "_threshold", "_w", "_waiting_from", "_weight", "alternatives",
+                 "log_threshold", "n", "p0", "waiting")
 
     def __init__(self, probabilities: Sequence[float], *, false_alarm_rate: float = 1e-5,
                  shifts: Sequence[float] = DEFAULT_LOGIT_SHIFTS) -> None:
@@ -195,18 +200,26 @@ class SequentialDetector:
         self._bound = 0.0
         """At least the exact mixture statistic Σ w_j R_j of the stored R (inf: unknown)."""
         g = len(self.alternatives)
-        self._r = np.zeros(g)
-        self._cusum = np.zeros(g)
-        self._start = np.zeros(g, dtype=np.int64)
+        # R, the CUSUMs and their starts are the rows of one array, so waiting updates
+        # of many detectors are gathered and put back with one copy each (apply_waiting);
+        # the starts are whole numbers, exact in float64 below 2**53 observations.
+        self._state = np.zeros((3, g))
+        self._r = self._state[0]
+        self._cusum = self._state[1]
+        self._start = self._state[2]
         self._alarmed = False
         self.n = 0
-        """Observations since the last (re)start."""
+        """Observations since the last (re)start (the waiting ones included)."""
+        self.waiting: list[tuple[FloatArray, FloatArray]] = []
+        """(llr, lr) rows of the updates counted in ``n`` but not yet applied to R, the
+        CUSUMs and their starts, oldest first (:meth:`update`); the first of them was
+        observation ``_waiting_from``."""
+        self._waiting_from = 0
 
     def restart(self) -> None:
+        self.waiting.clear()
         self._alarmed = False
-        self._r.fill(0.0)
-        self._cusum.fill(0.0)
-        self._start.fill(0)
+        self._state.fill(0.0)
         self._bound = 0.0
         self.n = 0
 
@@ -215,13 +228,15 @@ class SequentialDetector:
         recomputed from the probabilities and settings, so only their identity is kept.
         ``arrays``: ``r``, ``cusum`` and ``start`` as copies of the arrays rather than
         lists (for the packed snapshot, which packs them as arrays)."""
+        self.settle()
         return {
             "p0": self.p0.tolist(),
             "log_threshold": self.log_threshold,
             "alternatives": len(self.alternatives),
             "r": self._r.copy() if arrays else self._r.tolist(),
             "cusum": self._cusum.copy() if arrays else self._cusum.tolist(),
-            "start": self._start.copy() if arrays else self._start.tolist(),
+            "start": self._start.astype(np.int64) if arrays
+            else self._start.astype(np.int64).tolist(),
             "n": self.n,
             "alarmed": self._alarmed,
         }
@@ -229,24 +244,27 @@ class SequentialDetector:
     def pack(self) -> bytes:
         """The running statistics as bytes (see :meth:`unpack`); a detector at rest (just
         started or restarted) is its header alone."""
-        rest = self.n == 0 and not (self._r.any() or self._cusum.any() or self._start.any())
+        self.settle()
+        rest = self.n == 0 and not self._state.any()
         head = _PACK_HEAD.pack(self.n, self._alarmed, rest)
         if rest:
             return head
-        return b"".join((head, self._r.tobytes(), self._cusum.tobytes(), self._start.tobytes()))
+        return b"".join((head, self._r.tobytes(), self._cusum.tobytes(),
+                         self._start.astype(np.int64).tobytes()))
 
     def unpack(self, data: bytes | memoryview, at: int = 0) -> int:
         """Continue exactly where :meth:`pack` left off (a detector for the same
         probabilities and settings); returns where its bytes end."""
         n, alarmed, rest = _PACK_HEAD.unpack_from(data, at)
         at += _PACK_HEAD.size
+        self.waiting.clear()
         g = len(self.alternatives)
         if rest:
             self.restart()
         else:
-            self._r = np.frombuffer(data, np.float64, g, at).copy()
-            self._cusum = np.frombuffer(data, np.float64, g, at + 8 * g).copy()
-            self._start = np.frombuffer(data, np.int64, g, at + 16 * g).copy()
+            self._r[:] = np.frombuffer(data, np.float64, g, at)
+            self._cusum[:] = np.frombuffer(data, np.float64, g, at + 8 * g)
+            self._start[:] = np.frombuffer(data, np.int64, g, at + 16 * g)
             at += 24 * g
             self._bound = math.inf
         self.n = n
@@ -268,6 +286,7 @@ class SequentialDetector:
             raise ValueError("detector state has the wrong number of alternatives")
         if not (np.isfinite(r).all() and np.isfinite(cusum).all()) or (r < 0).any():
             raise ValueError("detector state holds non-finite or negative statistics")
+        self.waiting.clear()
         self._r[:] = r
         self._cusum[:] = cusum
         self._start[:] = start
@@ -296,6 +315,42 @@ class SequentialDetector:
                 return False
             else:
                 llr, lr, most = _block_rows(*self._key, tuple(explaining))
+        # Σ_j w_j (1 + R_j) lr_j ≤ max_j lr_j · (Σ_j w_j + Σ_j w_j R_j): while that bound
+        # stays below the threshold (far from an alarm, most steps) the dot product is not
+        # taken; the decision is the dot product's whenever it could go either way. The
+        # bound does not read R, so an update it clears need not touch the arrays yet: it
+        # waits, to be applied with the updates of other detectors of the same tables as
+        # rows of one array (:func:`apply_waiting`), or with this detector's next update
+        # the bound cannot clear, or before anything reads the statistics.
+        bound = most * (self._weight + self._bound) * _BOUND_SLACK
+        waiting = self.waiting
+        if bound * _NEAR < self._threshold:
+            self._bound = bound
+            cap = WAITING_CAP
+            if cap > 0:
+                if not waiting:
+                    self._waiting_from = self.n
+                waiting.append((llr, lr))
+                self.n += 1
+                if len(waiting) >= cap:
+                    self.settle()
+                return False
+            self._step(llr, lr, self.n)
+            self.n += 1
+            return False
+        if waiting:
+            self.settle()
+        self._step(llr, lr, self.n)
+        self.n += 1
+        # ndarray.dot: the same BLAS product as ``@`` (the same bits), without the
+        # matmul ufunc's dispatch (~0.25 µs of a ~2.5 µs update).
+        s = float(self._r.dot(self._w))
+        self._bound = s * _DOT_SLACK
+        self._alarmed = s >= self._threshold
+        return self._alarmed
+
+    def _step(self, llr: FloatArray, lr: FloatArray, n: int) -> None:
+        """Apply observation ``n`` (counted from the restart) to R, the CUSUMs, their starts."""
         r = self._r
         r += 1.0
         r *= lr
@@ -304,36 +359,103 @@ class SequentialDetector:
         c += llr
         fresh = c <= 0.0
         c[fresh] = 0.0
-        self._start[fresh] = self.n + 1
-        self.n += 1
-        # Σ_j w_j (1 + R_j) lr_j ≤ max_j lr_j · (Σ_j w_j + Σ_j w_j R_j): while that bound
-        # stays below the threshold (far from an alarm, most steps) the dot product is not
-        # taken; the decision is the dot product's whenever it could go either way.
-        bound = most * (self._weight + self._bound) * _BOUND_SLACK
-        if bound * _NEAR < self._threshold:
-            self._bound = bound
-            return False
-        # ndarray.dot: the same BLAS product as ``@`` (the same bits), without the
-        # matmul ufunc's dispatch (~0.25 µs of a ~2.5 µs update).
-        s = float(r.dot(self._w))
-        self._bound = s * _DOT_SLACK
-        self._alarmed = s >= self._threshold
-        return self._alarmed
+        self._start[fresh] = n + 1
+
+    def settle(self) -> None:
+        """Apply the waiting updates, one by one, in order."""
+        waiting = self.waiting
+        if not waiting:
+            return
+        n = self._waiting_from
+        for llr, lr in waiting:
+            self._step(llr, lr, n)
+            n += 1
+        waiting.clear()
 
     @property
     def log_statistic(self) -> float:
+        self.settle()
         s = float(self._r @ self._w)
         return math.log(s) if s > 0 else -math.inf
 
     @property
     def change_point(self) -> int:
         """Estimated index (since restart) of the first post-change observation."""
+        self.settle()
         return int(self._start[int(np.argmax(self._cusum))])
 
     @property
     def best_alternative(self) -> tuple[float, ...]:
+        self.settle()
         j = int(np.argmax(self._r * self._w))
         return tuple(float(v) for v in self.alternatives[j])
+
+
+def apply_waiting(detectors: Sequence[SequentialDetector]) -> None:
+    """Apply every waiting update of ``detectors`` (any number, duplicates and settled
+    ones allowed); those of one table's detectors are applied together, as the rows of
+    one array per statistic, the t-th waiting update of each in one step.
+
+    Bit for bit what each detector's own :meth:`SequentialDetector.settle` gives: the
+    elementwise arithmetic is the same (each element's add, multiply, compare and store
+    do not depend on the array's shape), and in each step every row applies its own
+    waiting update to its own statistics. What it saves is the calls: a step costs ~8
+    numpy calls whatever its rows, against ~6 per update applied alone.
+    """
+    groups: dict[int, list[SequentialDetector]] = {}
+    for d in detectors:
+        if d.waiting:
+            group = groups.get(id(d._rows))
+            if group is None:
+                groups[id(d._rows)] = [d]
+            elif group[-1] is not d:
+                group.append(d)
+    for group in groups.values():
+        if len(group) == 1:
+            group[0].settle()
+        else:
+            _apply_together(group)
+
+
+def _apply_together(group: list[SequentialDetector]) -> None:
+    # Duplicates left by a detector that settled and waited again in between.
+    unique = list({id(d): d for d in group}.values())
+    # Longest first, so the detectors still waiting at step t are the first rows.
+    unique.sort(key=_waiting_count, reverse=True)
+    m = len(unique)
+    g = unique[0]._state.shape[1]
+    # One C call each way: the statistics side by side, each one contiguous (m, g), so
+    # every step's ufuncs run one inner loop over all rows.
+    states = np.concatenate([d._state for d in unique], axis=1).reshape(3, m, g)
+    rs, cs, ss = states[0], states[1], states[2]
+    rows = m
+    t = 0
+    while True:
+        while rows and len(unique[rows - 1].waiting) <= t:
+            rows -= 1
+        if not rows:
+            break
+        steps = [d.waiting[t] for d in unique[:rows]]
+        r = rs[:rows]
+        r += 1.0
+        r *= np.concatenate([lr for _, lr in steps]).reshape(rows, g)
+        c = cs[:rows]
+        c += np.concatenate([llr for llr, _ in steps]).reshape(rows, g)
+        fresh = c <= 0.0
+        # max(c, 0) is c[c <= 0] = 0 bit for bit here: c is finite, and never -0.0 after
+        # adding a row (x - x is +0.0, so no llr is -0.0, and -0.0 + y is -0.0 only for
+        # y = -0.0).
+        np.maximum(c, 0.0, out=c)
+        starts = np.array([float(d._waiting_from + t + 1) for d in unique[:rows]])
+        np.copyto(ss[:rows], starts[:, None], where=fresh)
+        t += 1
+    for d, state in zip(unique, states.transpose(1, 0, 2), strict=True):
+        d._state[...] = state
+        d.waiting.clear()
+
+
+def _waiting_count(d: SequentialDetector) -> int:
+    return len(d.waiting)
 
 
 # --------------------------------------------------------------------------- CUSUM

@@ -24,7 +24,13 @@ from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.grounding import GroundOperator
 from capwatch.monitor.attribution import Attribution, attribute, attribution_from_mask
 from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor
-from capwatch.monitor.sequential import SequentialDetector, block_llr, tilted_alternatives
+from capwatch.monitor.sequential import (
+    WAITING_CAP,
+    SequentialDetector,
+    apply_waiting,
+    block_llr,
+    tilted_alternatives,
+)
 from capwatch.monitor.snapshot import encode_action_state, restore_agent, snapshot_agent
 from capwatch.monitor.tables import OutcomeWindow
 
@@ -276,3 +282,115 @@ def test_the_dot_products_the_detector_skips_never_hide_an_alarm(seed: int) -> N
     assert det.log_statistic == (math.log(float(ref.r @ ref.w)) if ref.r.any() else -math.inf)
     if seed < 4:
         assert alarms, "these cases should raise alarms, or they test nothing"
+
+
+def _same_as_reference(det: SequentialDetector, ref: ReferenceSR) -> None:
+    state = det.export_state()
+    assert state["n"] == ref.n and state["alarmed"] == ref.alarmed
+    assert state["r"] == ref.r.tolist() and state["cusum"] == ref.c.tolist()
+    assert state["start"] == ref.start.tolist()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_waiting_updates_applied_together_match_the_reference(seed: int) -> None:
+    """An update the bound clears waits (``SequentialDetector.waiting``) until its
+    detector's next update that the bound cannot clear, a read, or ``apply_waiting``,
+    which applies the waiting updates of one table's detectors as rows of one array.
+    Agents of a few shared models interleave at random, with batches applied at random
+    points (over every detector, a random part of them, with duplicates), detectors
+    replaced mid-batch by their bytes or plain state (eviction and restore, a snapshot:
+    it must hold the waiting updates) and statistics read mid-batch: every decision,
+    statistic, start and change point is the reference's, which applies every update at
+    once and takes the dot product at every step."""
+    rng = random.Random(1000 + seed)
+    models = [_random_case(rng) for _ in range(rng.randint(1, 3))]
+    rate = 10 ** rng.uniform(-4.0, -1.5)
+    agents = rng.randint(4, 12)
+    which = [rng.randrange(len(models)) for _ in range(agents)]
+    streams = []
+    for m in which:
+        p, q, groups = models[m]
+        streams.append(iter(stream(rng, p, q, 3_000, rng.randrange(3_000), groups)))
+    dets = [SequentialDetector(models[m][0], false_alarm_rate=rate) for m in which]
+    refs = [ReferenceSR(np.asarray(models[m][0]), math.exp(d.log_threshold))
+            for m, d in zip(which, dets, strict=True)]
+    waiting: list[SequentialDetector] = []
+    alarms = shared_deep = 0
+    for i in range(agents * 1_500):
+        a = rng.randrange(agents)
+        obs = next(streams[a])
+        got = dets[a].update(obs)
+        assert got == refs[a].update(obs.explaining), (i, a)
+        assert dets[a].n == refs[a].n
+        assert len(dets[a].waiting) < WAITING_CAP
+        if len(dets[a].waiting) == 1:
+            waiting.append(dets[a])
+        if got:
+            alarms += 1
+            assert dets[a].change_point == int(refs[a].start[int(np.argmax(refs[a].c))])
+            assert dets[a].log_statistic == math.log(float(refs[a].r @ refs[a].w))
+        u = rng.random()
+        if u < 0.02:
+            # A batch boundary: that two detectors of one table wait, one of them more
+            # than one update, is what the test is for.
+            held = [d for d in dets if d.waiting]
+            shared_deep += any(len(d.waiting) > 1 and any(
+                e is not d and e._rows is d._rows for e in held) for d in held)
+            if rng.random() < 0.5:
+                apply_waiting(waiting)
+                waiting.clear()
+            else:
+                part = rng.sample(waiting, len(waiting) // 2)
+                apply_waiting(part + part[:3])
+        elif u < 0.025:
+            b = rng.randrange(agents)
+            twin = SequentialDetector(models[which[b]][0], false_alarm_rate=rate)
+            if rng.random() < 0.5:
+                twin.unpack(dets[b].pack())
+            else:
+                twin.load_state(dets[b].export_state())
+            _same_as_reference(twin, refs[b])
+            dets[b] = twin  # the evicted one may still be in ``waiting``: harmless
+        elif u < 0.03:
+            b = rng.randrange(agents)
+            assert dets[b].change_point == int(refs[b].start[int(np.argmax(refs[b].c))])
+    apply_waiting(waiting)
+    for det, ref in zip(dets, refs, strict=True):
+        assert not det.waiting
+        _same_as_reference(det, ref)
+    assert shared_deep, "no batch applied a table's detectors together, deep ones among them"
+    if seed < 4:
+        assert alarms, "these cases should raise alarms, or they test nothing"
+
+
+def test_a_drift_monitor_snapshot_holds_the_waiting_updates() -> None:
+    """Through the daemon's entry point: agents of one model observed in turn, batches
+    applied at random, agents packed (evicted) and their states exported mid-batch: each
+    agent's exported state is the reference's at every point."""
+    rng = random.Random(5)
+    p = [0.6, 0.3, 0.1]
+    action = _action(*p)
+    cfg = DriftConfig(false_alarm_rate=1e-3, confirm_half_width=None)
+    drift = DriftMonitor(cfg)
+    threshold = math.exp(SequentialDetector(p, false_alarm_rate=1e-3).log_threshold)
+    refs = {f"a{k}": ReferenceSR(np.asarray(p), threshold) for k in range(6)}
+    alarms = 0
+    for i in range(6_000):
+        agent = rng.choice(sorted(refs))
+        x = rng.choices(range(3), p if i < 3_000 else [0.3, 0.3, 0.4])[0]
+        alarm = drift.observe(agent, action, x)
+        assert (alarm is not None) == refs[agent].update((x,)), i
+        alarms += alarm is not None
+        u = rng.random()
+        if u < 0.02:
+            drift.apply_waiting()
+        elif u < 0.04:
+            b = rng.choice(sorted(refs))
+            if rng.random() < 0.5:
+                drift.pack(b)
+            state = drift.agent_states(b)["go"]["detector"]
+            ref = refs[b]
+            assert state["n"] == ref.n
+            assert state["r"] == ref.r.tolist() and state["cusum"] == ref.c.tolist()
+            assert state["start"] == ref.start.tolist()
+    assert alarms, "the change should raise alarms, or the test tests little"
