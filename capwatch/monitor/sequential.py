@@ -210,8 +210,8 @@ class SequentialDetector:
         self._alarmed = False
         self.n = 0
         """Observations since the last (re)start (the waiting ones included)."""
-        self.waiting: list[tuple[FloatArray, FloatArray]] = []
-        """(llr, lr) rows of the updates counted in ``n`` but not yet applied to R, the
+        self.waiting: list[tuple[FloatArray, FloatArray, float]] = []
+        """(llr, lr, largest lr) rows of the updates counted in ``n`` but not yet applied to R, the
         CUSUMs and their starts, oldest first (:meth:`update`); the first of them was
         observation ``_waiting_from``."""
         self._waiting_from = 0
@@ -304,17 +304,17 @@ class SequentialDetector:
         if self._alarmed:
             self.restart()
         if isinstance(obs, int):
-            llr, lr, most = self._rows[obs]
+            row = self._rows[obs]
         elif obs.counted >= 0:  # every outcome told apart: the usual case
-            llr, lr, most = self._rows[obs.counted]
+            row = self._rows[obs.counted]
         else:
             explaining = obs.explaining
             if len(explaining) == 1:
-                llr, lr, most = self._rows[explaining[0]]
+                row = self._rows[explaining[0]]
             elif len(explaining) == len(self.p0):
                 return False
             else:
-                llr, lr, most = _block_rows(*self._key, tuple(explaining))
+                row = _block_rows(*self._key, tuple(explaining))
         # Σ_j w_j (1 + R_j) lr_j ≤ max_j lr_j · (Σ_j w_j + Σ_j w_j R_j): while that bound
         # stays below the threshold (far from an alarm, most steps) the dot product is not
         # taken; the decision is the dot product's whenever it could go either way. The
@@ -322,7 +322,7 @@ class SequentialDetector:
         # waits, to be applied with the updates of other detectors of the same tables as
         # rows of one array (:func:`apply_waiting`), or with this detector's next update
         # the bound cannot clear, or before anything reads the statistics.
-        bound = most * (self._weight + self._bound) * _BOUND_SLACK
+        bound = row[2] * (self._weight + self._bound) * _BOUND_SLACK
         waiting = self.waiting
         if bound * _NEAR < self._threshold:
             self._bound = bound
@@ -330,17 +330,17 @@ class SequentialDetector:
             if cap > 0:
                 if not waiting:
                     self._waiting_from = self.n
-                waiting.append((llr, lr))
+                waiting.append(row)  # the shared tables' own tuple: nothing is made
                 self.n += 1
                 if len(waiting) >= cap:
                     self.settle()
                 return False
-            self._step(llr, lr, self.n)
+            self._step(row[0], row[1], self.n)
             self.n += 1
             return False
         if waiting:
             self.settle()
-        self._step(llr, lr, self.n)
+        self._step(row[0], row[1], self.n)
         self.n += 1
         # ndarray.dot: the same BLAS product as ``@`` (the same bits), without the
         # matmul ufunc's dispatch (~0.25 µs of a ~2.5 µs update).
@@ -367,7 +367,7 @@ class SequentialDetector:
         if not waiting:
             return
         n = self._waiting_from
-        for llr, lr in waiting:
+        for llr, lr, _ in waiting:
             self._step(llr, lr, n)
             n += 1
         waiting.clear()
@@ -438,9 +438,9 @@ def _apply_together(group: list[SequentialDetector]) -> None:
         steps = [d.waiting[t] for d in unique[:rows]]
         r = rs[:rows]
         r += 1.0
-        r *= np.concatenate([lr for _, lr in steps]).reshape(rows, g)
+        r *= np.concatenate([step[1] for step in steps]).reshape(rows, g)
         c = cs[:rows]
-        c += np.concatenate([llr for llr, _ in steps]).reshape(rows, g)
+        c += np.concatenate([step[0] for step in steps]).reshape(rows, g)
         fresh = c <= 0.0
         # max(c, 0) is c[c <= 0] = 0 bit for bit here: c is finite, and never -0.0 after
         # adding a row (x - x is +0.0, so no llr is -0.0, and -0.0 + y is -0.0 only for
