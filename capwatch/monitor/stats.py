@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize, special
+from scipy import special
 from scipy import stats as sps
 
 FloatArray = npt.NDArray[np.float64]
@@ -281,21 +281,15 @@ def _max_tvd_over_box(lo: FloatArray, hi: FloatArray, p: FloatArray) -> float:
 
 
 def _min_tvd_over_box(lo: FloatArray, hi: FloatArray, p: FloatArray) -> float:
-    if ((p >= lo) & (p <= hi)).all():
-        return 0.0
-    k = p.size
-    # minimise Σ t_i subject to t ≥ q − p, t ≥ p − q, lo ≤ q ≤ hi, Σ q = 1; variables [q, t].
-    cost = np.concatenate([np.zeros(k), np.full(k, 0.5)])
-    eye = np.eye(k)
-    a_ub = np.block([[eye, -eye], [-eye, -eye]])
-    b_ub = np.concatenate([p, -p])
-    a_eq = np.concatenate([np.ones(k), np.zeros(k)])[None, :]
-    bounds = [(float(a), float(b)) for a, b in zip(lo, hi, strict=True)] + [(0.0, None)] * k
-    res = optimize.linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds,
-                           method="highs")
-    if not res.success:
-        return 0.0
-    return float(max(0.0, res.fun))
+    # For q and p on the simplex, TVD = Σ (q − p)⁺ = Σ (p − q)⁺. In the box, an outcome
+    # whose model probability is below lo adds at least lo − p to the first sum (U in all),
+    # one above hi at least p − hi to the second (D): TVD ≥ max(U, D). The bound is met:
+    # clip p to the box, then take the surplus |U − D| from (or give it to) the outcomes
+    # left at their p, which have the room (Σ lo ≤ 1 ≤ Σ hi). A linear program (HiGHS,
+    # ~3 ms an alarm) found the same minimum to its tolerance.
+    above = float(np.maximum(lo - p, 0.0).sum())
+    below = float(np.maximum(p - hi, 0.0).sum())
+    return max(above, below)
 
 
 def tvd_interval(counts: Sequence[int] | npt.ArrayLike, probs: Sequence[float] | npt.ArrayLike,

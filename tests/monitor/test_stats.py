@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import optimize
 from scipy import stats as sps
 
 from capwatch.monitor.stats import (
@@ -201,6 +202,39 @@ def test_tvd_interval_covers_the_true_distance() -> None:
     covered = [(e.low - 1e-9 <= truth <= e.high + 1e-9)
                for e in (tvd_interval(d, p) for d in draws)]
     assert np.mean(covered) >= 0.95
+
+
+def _min_tvd_by_linear_program(lo: np.ndarray, hi: np.ndarray, p: np.ndarray) -> float:
+    """min ½ Σ |q − p| over lo ≤ q ≤ hi, Σ q = 1, as a linear program in [q, t]."""
+    k = p.size
+    eye = np.eye(k)
+    res = optimize.linprog(
+        np.concatenate([np.zeros(k), np.full(k, 0.5)]),
+        A_ub=np.block([[eye, -eye], [-eye, -eye]]), b_ub=np.concatenate([p, -p]),
+        A_eq=np.concatenate([np.ones(k), np.zeros(k)])[None, :], b_eq=[1.0],
+        bounds=[(float(a), float(b)) for a, b in zip(lo, hi, strict=True)] + [(0.0, None)] * k,
+        method="highs")
+    assert res.success
+    return max(0.0, float(res.fun))
+
+
+def test_tvd_interval_low_end_is_the_linear_programs_minimum() -> None:
+    """The interval's low end (closed form) is the minimum of the TVD over the confidence
+    box on the simplex, as a linear program finds it, over random models and counts."""
+    rng = np.random.default_rng(3)
+    nonzero = 0
+    for _ in range(300):
+        k = int(rng.integers(2, 7))
+        p = rng.dirichlet(np.ones(k))
+        q = rng.dirichlet(np.ones(k)) if rng.random() < 0.7 else p
+        counts = rng.multinomial(int(rng.integers(5, 2_000)), q)
+        est = tvd_interval(counts, p)
+        lo, hi = clopper_pearson_interval(counts, int(counts.sum()),
+                                          simultaneous_level(0.95, k))
+        assert est.low == pytest.approx(_min_tvd_by_linear_program(lo, hi, p / p.sum()),
+                                        abs=1e-7)
+        nonzero += est.low > 0.01
+    assert nonzero > 50  # boxes away from the model, not only the trivial zero
 
 
 # ------------------------------------------------------------------ Benjamini–Hochberg
