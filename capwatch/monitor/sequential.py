@@ -335,6 +335,8 @@ class SequentialDetector:
                 if len(waiting) >= cap:
                     self.settle()
                 return False
+            if waiting:  # the cap was lowered to 0 meanwhile
+                self.settle()
             self._step(row[0], row[1], self.n)
             self.n += 1
             return False
