@@ -41,6 +41,7 @@ MODULES = (
     "capwatch.contracts.wire_atoms",
     "capwatch.contracts.wire_fast",
     "capwatch.contracts.wire_keys",
+    "capwatch.daemon.agent_watch",
     "capwatch.daemon.batch",
     "capwatch.daemon.intake",
     "capwatch.daemon.registry",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,8 +12,6 @@ from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.ports import Record
-from capwatch.contracts.wire import AgentTransition
-from capwatch.daemon.agent_watch import AgentWatch, Finding
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
 from capwatch.model.pal import delta
@@ -280,18 +277,19 @@ def test_a_trace_with_one_bad_step_is_refused_whole(tmp_path: Path) -> None:
     d.store.close()
 
 
-def test_a_message_that_trips_a_bug_is_dead_lettered_not_fatal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_message_that_trips_a_bug_is_dead_lettered_not_fatal(tmp_path: Path) -> None:
     d = _manual(tmp_path, [good_sample(step=0), good_sample("rover-boom", step=1),
                            good_sample(step=2)])
-    real = AgentWatch.observe
+    # The bug is tripped inside the watch's observation through the agent's own clock
+    # (read at every execution), not by patching AgentWatch: compiled, the batch loop
+    # calls AgentWatch.observe in C, past a patch of the class.
+    boom = d.registry.load("rover-boom", "rover-v1", 0)
+    assert boom is not None
 
-    def observe(watch: AgentWatch, t: AgentTransition, *told: Any) -> Finding:
-        if t.agent_id == "rover-boom":
-            raise RuntimeError("boom")
-        return real(watch, t, *told)
+    def clock() -> float:
+        raise RuntimeError("boom")
 
-    monkeypatch.setattr(AgentWatch, "observe", observe)
+    boom.clock = clock
     for r in d.source.poll(1.0):
         d.handle(r)
     (dead,) = d.publisher.inner.dead_letters  # type: ignore[attr-defined]
