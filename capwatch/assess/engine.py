@@ -217,7 +217,7 @@ class _Engine(Evidence):
         """Per undecided action, the steps of its known outcomes: while resampling adds
         to them, it is on its way to deciding (:meth:`OutcomeSpace.retired`)."""
         return {name: space.known_steps() for name, space in self.vs.outcomes.items()
-                if space.records and space.undecided()}
+                if space.records and space.unconfirmed()}
 
     def _resample_probes(self) -> list[Probe]:
         """Steps that ask an undecided probabilistic action again (docs/assessment.md):
@@ -228,7 +228,7 @@ class _Engine(Evidence):
         probes: list[Probe] = []
         for action, space in sorted(self.vs.outcomes.items()):
             if not space.records or action in self.resample_given_up or \
-                    not space.undecided():
+                    not space.unconfirmed():
                 continue
             if self.resample_idle.get(action, 0) > self._repeats(action):
                 self.resample_given_up.add(action)
@@ -406,7 +406,7 @@ class _Engine(Evidence):
                                 tuple([*notes, *self.notes]), self.budget_exhausted, reasons,
                                 confirmed, outcomes,
                                 tuple(sorted(name for name, space in self.vs.outcomes.items()
-                                             if space.records and space.undecided())))
+                                             if space.records and space.unconfirmed())))
 
 
 

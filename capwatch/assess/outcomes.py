@@ -241,6 +241,15 @@ class OutcomeSpace:
             1 for r in live if r.origin is not None)
         return added > retired and any(r.origin is not None and not r.steps for r in live)
 
+    def unconfirmed(self) -> bool:
+        """Whether the action ran while a live known outcome no step showed: undecided as
+        well (:meth:`undecided`), or only unconfirmed, its known effects a guess. The drift
+        may have changed it (its new form shows only when it runs) or removed it (it
+        retires once it would have shown): until one happens a model stating it claims
+        effects nothing has confirmed, so the engine asks the action again."""
+        return self.from_known and any(r.steps for r in self.records) and \
+            bool(self.unseen_known())
+
     def unseen_known(self) -> list[OutcomeRecord]:
         """The live known outcomes no step has shown."""
         return [r for r in self.live() if r.origin is not None and not r.steps]

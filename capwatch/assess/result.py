@@ -67,10 +67,10 @@ class AssessmentResult:
     to the outcomes that have it, not to all of them; an outcome may have been added)."""
 
     undecided_outcomes: tuple[str, ...] = ()
-    """Probabilistic actions whose steps added an outcome while a known one they never
-    showed may still be there (changed into the new one, or still beside it): undecided,
-    so no model of them can be published (:meth:`capwatch.assess.outcomes.OutcomeSpace.
-    undecided`)."""
+    """Probabilistic actions that ran while a known outcome no step showed is still live
+    (changed by the drift, gone, or unchanged: nothing tells), whether or not the steps also
+    added one: no model of them can be published (:meth:`capwatch.assess.outcomes.
+    OutcomeSpace.unconfirmed`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))

@@ -125,8 +125,8 @@ class EngineAssessor:
             # asking again cannot refuse a model that allows more than the agent does.
             unexplained += [
                 Unexplained(f"outcomes of {name}", frozenset(), (), None, frozenset(),
-                            "the steps added an outcome while a known outcome they never "
-                            "showed may still be there: changed or added cannot be told")
+                            "a known outcome no step showed is still live: changed or added "
+                            "beside a new one, removed or unchanged cannot be told")
                 for name in result.undecided_outcomes]
             if not unexplained:
                 unexplained, asked = confirm(model, request.agent, result.queries,
