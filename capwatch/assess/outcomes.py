@@ -275,11 +275,16 @@ class OutcomeSpace:
     def after(self, pa: PaTuple, before: bool) -> bool | None:
         """The atom's value after a step that ran with it at ``before``, if every outcome
         agrees (None otherwise: which outcome runs is chance). Without the known outcomes
-        (aia) always None: an outcome no step has shown yet may do anything."""
+        (aia) always None: an outcome no step has shown yet may do anything. Retired
+        outcomes count too: retiring is a bet at :attr:`error` about the published model,
+        while a value read through this prediction is evidence about other actions that
+        stays when the outcome shows after all (rev11a: probabilistic_elevators' gate move
+        whose likely outcome retired after five slips in a row taught collect a wrong
+        precondition, as the slip's underground was taken to hold before collect)."""
         if not self.from_known:
             return None
         posts = set()
-        for r in self.live():
+        for r in self.records:
             m = r.possible(pa)
             if m & POS:
                 posts.add(True)

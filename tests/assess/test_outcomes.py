@@ -490,3 +490,14 @@ def test_a_known_outcome_no_step_showed_is_asked_for_not_published_as_known(seed
                          executed=True, source="drop")
     _assess_and_check(known, truth, [picked, dropped], seed)
 
+
+def test_a_retired_outcome_still_counts_when_a_step_value_is_read_through_it() -> None:
+    space, pas = _space()
+    slip = _seen(pas, (True, True), (True, True), (False, False))
+    for _ in range(4):
+        space.executed(slip)
+    assert [r.origin for r in space.live()] == [1]
+    # Retired at outcome_error, the likely outcome (deletes free) may still run: what free
+    # is after a pick cannot be predicted for the step that follows it (rev11a).
+    assert space.after(pas[FREE], True) is None
+    assert space.after(pas[CARRYING], False) is None
