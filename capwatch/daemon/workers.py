@@ -86,8 +86,8 @@ class AssessmentWorkers:
         self._wake = threading.Event()
         self._finished = threading.Event()
         """Set once the workers have ended: the leases of running work are renewed until."""
-        self._inflight: dict[str, str] = {}
-        """Worker name → key of the item it is running."""
+        self._inflight: dict[str, PendingAssessment] = {}
+        """Worker name → the item it is running."""
         self._lock = threading.Lock()
         self._interrupted: dict[str, tuple[PendingAssessment, str, BaseException]] = {}
         """Worker name → the work an outage interrupted whose state in the store is not
@@ -111,13 +111,36 @@ class AssessmentWorkers:
 
     def recover_claims(self) -> None:
         """Work this replica held when it died goes back to the queue at once, instead of
-        waiting for its lease to run out."""
+        waiting for its lease to run out.
+
+        Claimed more than ``max_attempts`` times, it fails for good instead (work that
+        kills its replica every time must not do so forever), with the
+        ``assessment_failed`` alert of any failure for good: before, it was failed
+        silently, the alert never written."""
         prefix = f"{self.config.replica_id}/"
+        limit = self.config.assessment.max_attempts + 1
         for item in self.store.queue_items("claimed"):
             if item.claimed_by and item.claimed_by.startswith(prefix):
-                with contextlib.suppress(StoreError):
-                    self.store.release(item.key, item.claimed_by, "replica restarted",
-                                       self.clock(), self.config.assessment.max_attempts + 1)
+                now = self.clock()
+                message = (f"the replica running it restarted ({item.attempts} attempts "
+                           f"claimed)")
+                alert = assessment_failed_alert(
+                    family=item.family, agent_id=item.agent_id, time=now, reason="error",
+                    message=message, evidence={"assessment_key": item.key,
+                                               "attempts": item.attempts},
+                    severities=self.policy.severities)
+                try:
+                    failed = self.store.release(
+                        item.key, item.claimed_by, "replica restarted", now, limit,
+                        [outbox_record(alert, failed_alert_key(item.key)),
+                         *awaiting_ended(item, now, "failed", self.policy.severities)])
+                except StoreError:
+                    continue
+                if failed:
+                    self.metrics.assessments.labels(item.family, "failed").inc()
+                    log.warning("assessment failed for good", key=item.key,
+                                agent_id=item.agent_id, reason="error", error=message,
+                                attempts=item.attempts)
 
     def stop(self, grace_s: float) -> None:
         """Stop claiming, give running work ``grace_s``, and hand back what is unfinished."""
@@ -129,17 +152,26 @@ class AssessmentWorkers:
         with self._lock:
             unfinished = dict(self._inflight)
         self._finished.set()
-        for worker, key in unfinished.items():
+        for worker, item in unfinished.items():
             with contextlib.suppress(StoreError):
-                self.store.release(key, worker, "replica shutting down", self.clock(),
-                                   self.config.assessment.max_attempts + 1)
+                self.store.release(item.key, worker, "replica shutting down", self.clock(),
+                                   self._never_failing(item))
+
+    def _never_failing(self, item: PendingAssessment) -> int:
+        """An attempt limit under which handing ``item`` back does not fail it for good
+        (a release fails work whose attempts reached the limit). Claims count attempts
+        whatever ended them, outages too, so ``max_attempts + 1`` did: work claimed
+        again after several outages was failed silently at a shutdown, with no
+        ``assessment_failed`` alert."""
+        return max(self.config.assessment.max_attempts, item.attempts) + 1
 
     def _renew_leases(self) -> None:
         lease_s = self.config.assessment.lease_s
         while not self._finished.wait(lease_s / 3):
             with self._lock:
                 running = dict(self._inflight)
-            for worker, key in running.items():
+            for worker, item in running.items():
+                key = item.key
                 try:
                     self.store.renew(key, worker, self.clock(), lease_s)
                 except LeaseLost:
@@ -173,7 +205,7 @@ class AssessmentWorkers:
                 continue
             item = items[0]
             with self._lock:
-                self._inflight[name] = item.key
+                self._inflight[name] = item
             try:
                 self.run_claimed(name, item)
             except Exception:
@@ -258,7 +290,7 @@ class AssessmentWorkers:
             # Never failed for good by this: the outage was not the work's failure.
             self.store.release(item.key, worker, problem,
                                self.clock() + timedelta(seconds=wait_s),
-                               max(cfg.max_attempts, now.attempts) + 1)
+                               self._never_failing(now))
         except INFRASTRUCTURE_ERRORS:
             # Answered a read, failed a write (a full disk): the lease runs out instead.
             log.warning("assessment interrupted by an outage; tried again after its lease",

@@ -317,3 +317,40 @@ def test_work_interrupted_by_kafka_keeps_its_lease(
     assert len(d.store.queue_items("done")) == 1
     d.source.close()
     d.store.close()
+
+
+def test_work_claimed_more_often_than_allowed_fails_at_a_restart_with_its_alert(
+        tmp_path: Path) -> None:
+    """Work whose replica died while running it more often than ``max_attempts`` (work
+    that kills its replica) fails for good when that replica restarts, as before, but now
+    with the assessment_failed alert; it failed silently."""
+    d, _, out = _daemon(tmp_path, Flaky(failures=0), max_attempts=2)
+    worker = "test/w0"  # this replica's (replica_id "test")
+    for n in range(3):  # each lease (60 s) runs out: 3 claims > max_attempts
+        (item,) = d.store.claim(worker, T0 + timedelta(seconds=61 * n), 60.0, 1)
+    assert item.attempts == 3
+    d.workers.recover_claims()
+    assert [i.key for i in d.store.queue_items("failed")] == [item.key]
+    (alert,) = _failed_alerts(d, out)
+    assert alert.evidence["assessment_key"] == item.key
+    assert "the replica running it restarted (3 attempts claimed)" in alert.summary
+    d.source.close()
+    d.store.close()
+
+
+def test_work_handed_back_at_a_shutdown_is_never_failed_by_it(tmp_path: Path) -> None:
+    """Claims count attempts whatever ended them (here leases run out, as after outages):
+    handing work back at a graceful stop with the limit ``max_attempts + 1`` failed it for
+    good, silently."""
+    d, _, out = _daemon(tmp_path, Flaky(failures=0), max_attempts=2)
+    worker = "test/w0"
+    for n in range(4):
+        (item,) = d.store.claim(worker, T0 + timedelta(seconds=61 * n), 60.0, 1)
+    d.workers._inflight[worker] = item
+    d.workers.stop(0.0)
+    assert d.store.queue_items("failed") == []
+    (back,) = d.store.queue_items("pending")
+    assert back.key == item.key and back.attempts == 4
+    assert _failed_alerts(d, out) == []
+    d.source.close()
+    d.store.close()
