@@ -24,7 +24,16 @@ stands in for a remote agent), and how often verify asked more queries than aia.
 Quick mode (``--quick`` or ``CAPWATCH_BENCH_QUICK=1``): seed 0 only and drifts 1 and
 half; a few minutes over all domains.
 
+``--outcomes N``: instead, the outcome-drift sweep (docs/assessment.md, "Outcome drifts"):
+N seeds of each drift of a probabilistic action's outcomes (tests/assess/outcome_drifts.py:
+change, common, add) on the stochastic domains and on classic/ipc domains given a slipping
+action, through the daemon's path (walks, assessment with method verify and budget 500,
+replay, asking again); per domain and kind how many were right, wrong (published, not the
+truth: must be 0), failed closed (undecided outcomes, or unexplained by replay or asking
+again) or unseen (no step the known model contradicts), and the queries and agent steps.
+
 Usage: python benchmarks/bench_assess.py [--quick] [--domains gripper,ferry] [--out DIR]
+       python benchmarks/bench_assess.py --outcomes 100 [--domains gripper,tireworld]
 """
 
 from __future__ import annotations
@@ -101,6 +110,50 @@ def run_grid(selected: set[str] | None, drifts: Iterable[str], seeds: Iterable[i
         print(f"{set_name}/{path.name}: {pals} pal-tuples, "
               f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
     return rows
+
+
+OUTCOME_DOMAINS = ("stochastic/tireworld", "stochastic/explodingblocks",
+                   "stochastic/probabilistic_elevators", "classic/gripper", "classic/miconic",
+                   "classic/blocksworld", "ipc/ferry", "ipc/hanoi", "ipc/transport",
+                   "ipc/visitall", "ipc/parking", "ipc/storage")
+OUTCOME_KINDS = ("change", "common", "add")
+
+
+def run_outcomes(selected: set[str] | None, seeds: int) -> int:
+    sys.path.insert(0, str(ROOT))
+    from tests.assess.outcome_drifts import outcome_drift, run_drift
+
+    total: dict[str, int] = {}
+    print("| domain | drift | right | wrong | failed closed (undecided + unexplained) "
+          "| unseen | queries mean / max | agent steps mean |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rel in OUTCOME_DOMAINS:
+        folder = DATA / rel
+        if selected is not None and folder.name not in selected:
+            continue
+        for kind in OUTCOME_KINDS:
+            counts: dict[str, int] = {}
+            queries: list[int] = []
+            steps: list[int] = []
+            for seed in range(seeds):
+                drift = outcome_drift(folder, kind, seed)
+                status = "none" if drift is None else ""
+                if drift is not None:
+                    verdict = run_drift(drift, seed)
+                    status = verdict.status
+                    if status != "unseen":
+                        queries.append(verdict.queries)
+                        steps.append(verdict.steps)
+                counts[status] = counts.get(status, 0) + 1
+                total[status] = total.get(status, 0) + 1
+            print(f"| {folder.name} | {kind} | {counts.get('right', 0)} | "
+                  f"{counts.get('wrong', 0)} | {counts.get('undecided', 0)} + "
+                  f"{counts.get('unexplained', 0)} | {counts.get('unseen', 0)} | "
+                  f"{statistics.mean(queries) if queries else 0:.1f} / "
+                  f"{max(queries, default=0)} | "
+                  f"{statistics.mean(steps) if steps else 0:.1f} |", flush=True)
+    print(f"total: {total}")
+    return 1 if total.get("wrong") else 0
 
 
 def run_research(selected: set[str] | None, quick: bool) -> list[dict[str, Any]]:
@@ -241,8 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", default="", help="comma-separated names (default: all)")
     parser.add_argument("--markdown", action="store_true", help="the table as Markdown")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
+    parser.add_argument("--outcomes", type=int, default=0, metavar="SEEDS",
+                        help="run the outcome-drift sweep with this many seeds instead")
     args = parser.parse_args(argv)
     selected = {d for d in args.domains.split(",") if d} or None
+    if args.outcomes:
+        return run_outcomes(selected, args.outcomes)
     drifts = ("1", "half") if args.quick else DRIFTS
     seeds = (0,) if args.quick else SEEDS
     rows = run_grid(selected, drifts, seeds) + run_research(selected, args.quick)

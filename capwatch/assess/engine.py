@@ -223,18 +223,23 @@ class _Engine(Evidence):
         """Steps that ask an undecided probabilistic action again (docs/assessment.md):
         in a state where it surely runs and its unseen known outcomes would show, as many
         as should retire them (at most RESAMPLE_STEPS a query), until one shows or they
-        retire. An action whose resampled steps went this many queries in a row to no
-        known outcome (all to added ones) is given up: it stays undecided."""
+        retire. An action whose resampled steps ran no known outcome (all went to added
+        ones) in as many steps as would have shown one, were the known outcomes still as
+        likely as the least likely of them, but for a chance of the accepted error, is
+        given up: it stays undecided (every known outcome changed, or all much rarer: no
+        finite number of steps tells which)."""
         probes: list[Probe] = []
         for action, space in sorted(self.vs.outcomes.items()):
             if not space.records or action in self.resample_given_up or \
                     not space.unconfirmed():
                 continue
-            if self.resample_idle.get(action, 0) > self._repeats(action):
+            p = min(o.probability for o in self.actions[action].outcomes)
+            idle = math.ceil(math.log(space.error) / math.log1p(-p))
+            if self.resample_idle.get(action, 0) >= idle:
                 self.resample_given_up.add(action)
                 self.notes.append(
-                    f"{action}: {self.resample_idle[action]} queries asking it again ran "
-                    f"no known outcome: its unseen known outcomes stay undecided")
+                    f"{action}: {self.resample_idle[action]} steps asking it again ran no "
+                    f"known outcome: its unseen known outcomes stay undecided")
                 continue
             state = self.design.resample(action)
             if state is None:
@@ -252,8 +257,8 @@ class _Engine(Evidence):
 
     def _resampled(self, query: Query, answer: QueryResult, sampled: dict[str, int]
                    ) -> bool:
-        """Count the executions of resampled steps, and the queries in a row whose
-        resampled steps ran no known outcome; False when none ran."""
+        """Count the executions of resampled steps, and those since the last that ran a
+        known outcome; False when none ran."""
         ran: dict[str, int] = {}
         for step in query.steps[:answer.executed]:
             if step.probe.kind == RESAMPLE:
@@ -263,7 +268,7 @@ class _Engine(Evidence):
             if self.vs.outcomes[action].known_steps() > sampled.get(action, 0):
                 self.resample_idle[action] = 0
             else:
-                self.resample_idle[action] = self.resample_idle.get(action, 0) + 1
+                self.resample_idle[action] = self.resample_idle.get(action, 0) + n
         return bool(ran)
 
     def _rested(self, probes: list[Probe]) -> list[Probe]:

@@ -8,6 +8,8 @@ probability 0.1-0.3). The drift then, on that action:
 
 * ``change``: one outcome's effects change (one atom of the action added to or dropped
   from them): the old form of that outcome is gone, a new one shows;
+* ``common``: every outcome's effects change alike (the part of the action that does not
+  depend on chance): no outcome keeps its old form;
 * ``add``: a new outcome (a variant of an existing one) appears beside the old ones, its
   probability taken from theirs in proportion;
 * ``vanish``: one outcome disappears, its probability spread over the others.
@@ -31,7 +33,7 @@ from capwatch.model.pal import delta, lifted_instantiations
 from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.assess.walks import split_walks
 
-KINDS = ("change", "add", "vanish")
+KINDS = ("change", "common", "add", "vanish")
 SLIPS = (0.1, 0.2, 0.3)
 
 
@@ -117,6 +119,14 @@ def outcome_drift(folder: Path, kind: str, seed: int) -> OutcomeDrift | None:
             return None
         if kind == "change":
             new = [variant if j == i else o for j, o in enumerate(outcomes)]
+        elif kind == "common":
+            shift = (variant.add - outcomes[i].add, variant.delete - outcomes[i].delete,
+                     outcomes[i].add - variant.add, outcomes[i].delete - variant.delete)
+            new = [Outcome((o.add | shift[0]) - shift[2] - shift[1],
+                           (o.delete | shift[1]) - shift[3] - shift[0], o.probability)
+                   for o in outcomes]
+            if len({(o.add, o.delete) for o in new}) < len(new):
+                return None
         elif kind == "add":
             q = rng.choice(SLIPS)
             new = [Outcome(o.add, o.delete, o.probability * (1.0 - q)) for o in outcomes]

@@ -501,3 +501,24 @@ def test_a_retired_outcome_still_counts_when_a_step_value_is_read_through_it() -
     # is after a pick cannot be predicted for the step that follows it (rev11a).
     assert space.after(pas[FREE], True) is None
     assert space.after(pas[CARRYING], False) is None
+
+
+def test_when_every_known_outcome_changed_asking_again_gives_up_and_fails_closed() -> None:
+    """Every step goes to an added outcome: none of the known ones shows, so none can be
+    retired by the steps of the others. Asking again stops once a known outcome would
+    have shown at the least likely known probability (0.9^66 < 0.001), and the outcomes
+    stay undecided instead of being guessed."""
+    known = _known()
+    robot_at = LiftedAtom("at_robot", ("?r", "?x"))
+    pick = known.action("pick")
+    truth = _with(known, "pick", outcomes=tuple(
+        Outcome(o.add, o.delete | {robot_at}, o.probability) for o in pick.outcomes))
+    lost = BEFORE_PICK - {("at_robot", "r1", "hall")}
+    evidence = [Transition(BEFORE_PICK, ("pick", "r1", "p1", "hall"), lost, executed=True,
+                           source="lost, slipped")]
+    result = assess(known, evidence, SimulatedAgent(truth, seed=0), method="verify",
+                    budget=300)
+    assert result.undecided_outcomes == ("pick",)
+    assert any("ran no known outcome" in n for n in result.notes)
+    ran = sum(1 for q in result.queries for a in q.plan[:q.executed] if a[0] == "pick")
+    assert 66 <= ran < 66 + 2 * 64
