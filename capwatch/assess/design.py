@@ -304,7 +304,7 @@ class Designer:
             return None
         masks = self.vs.masks
         live = space.live()
-        unseen = [r for r in live if r.origin is not None and not r.steps]
+        unseen = space.unseen_known()
         pairs = [(u, r) for u in unseen for r in live if r is not u]
         tied = self.tied.get(action, {})
         state: dict[LiftedAtom, bool] = {}

@@ -98,6 +98,8 @@ class OutcomeRecord:
     base: int | None = None
     """The known outcome whose effects outside Γ it keeps: its origin, or for one the
     steps added, that of the outcome it was nearest."""
+    sigs: list[dict[PaTuple, EffectMask]] = field(default_factory=list)
+    """What each of its steps showed (:func:`signature` per atom)."""
 
     def hypothesis(self, pa: PaTuple) -> EffectMask:
         known = self.known.get(pa, 0) & self.effects[pa]
@@ -125,6 +127,9 @@ class OutcomeSpace:
     (or was nearest): hard evidence of drift, as Table 2's for a deterministic action."""
     error: float = OUTCOME_ERROR
     """The accepted chance of retiring a known outcome the agent still has (:meth:`live`)."""
+    stamp: int = 0
+    """Bumped by every step: :meth:`witnesses` is cached on it."""
+    _witnessed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -141,6 +146,7 @@ class OutcomeSpace:
 
     def executed(self, seen: Mapping[PaTuple, tuple[bool | None, bool | None]]) -> bool:
         """Attribute one executed step; True when what the outcomes may do changed."""
+        self.stamp += 1
         sig = {pa: signature(*seen.get(pa, (None, None))) for pa in self.pas}
         best: list[OutcomeRecord] = []
         cost = len(self.pas) + 1
@@ -172,22 +178,41 @@ class OutcomeSpace:
                 pa: h for pa in self.pas
                 if (h := near.hypothesis(pa) & sig[pa]) and h & (h - 1) == 0}
             self.records.append(OutcomeRecord(dict(sig), hyp, None, 1,
-                                              None if near is None else near.base))
+                                              None if near is None else near.base,
+                                              [sig]))
             return True
         (r,) = best
         changed = r.steps == 0 and bool(r.known)
         r.steps += 1
+        r.sigs.append(sig)
         for pa, s in sig.items():
             if r.effects[pa] & s != r.effects[pa]:
                 r.effects[pa] &= s
                 changed = True
         return changed
 
+    def witnesses(self, r: OutcomeRecord) -> int:
+        """The steps that show the outcome: those it went to that no outcome the steps
+        added explains as well. A step in which the drift's change did not show (an atom
+        added that was already true, deleted that was false) goes to the known outcome it
+        matches, but may have been the added one: it shows neither."""
+        added = [x for x in self.records if x.origin is None]
+        if not added or r.origin is None:
+            return r.steps
+        hit = self._witnessed.get(id(r))
+        if hit is not None and hit[0] == self.stamp:
+            return hit[1]
+        n = sum(1 for sig in r.sigs
+                if not any(all(a.effects[pa] & m for pa, m in sig.items()) for a in added))
+        self._witnessed[id(r)] = (self.stamp, n)
+        return n
+
     def known_steps(self) -> int:
-        """Steps that went to a known outcome: the draws a known outcome no step showed
-        could have been among (a step an added outcome explains, or two outcomes explain
-        equally, may be the drift's doing or that outcome: it is not counted)."""
-        return sum(r.steps for r in self.records if r.origin is not None)
+        """Steps that showed a known outcome (:meth:`witnesses`): the draws a known
+        outcome no step showed could have been among (a step an added outcome explains,
+        or two outcomes explain equally, may be the drift's doing or that outcome: it is
+        not counted)."""
+        return sum(self.witnesses(r) for r in self.records if r.origin is not None)
 
     def retired(self, r: OutcomeRecord) -> bool:
         """Whether a known outcome no step showed is taken to be gone: among the steps of
@@ -198,8 +223,9 @@ class OutcomeSpace:
         probability from all of them alike); one that also made the unseen outcome rarer
         is beyond any finite number of steps. No added outcome is needed: a drift that
         removed an outcome adds none, and kept, the outcome would be published with
-        effects the agent no longer has (rev11a's fuzzing)."""
-        if r.steps or r.origin is None:
+        effects the agent no longer has (rev11a's fuzzing). Only steps that showed it
+        (:meth:`witnesses`) keep it."""
+        if r.origin is None or self.witnesses(r):
             return False
         p = min(self.action.outcomes[r.origin].probability, 1.0 - 1e-12)
         return self.known_steps() * -math.log1p(-p) > -math.log(self.error)
@@ -210,7 +236,7 @@ class OutcomeSpace:
         need = 0
         n = self.known_steps()
         for r in self.live():
-            if r.origin is None or r.steps:
+            if r.origin is None or self.witnesses(r):
                 continue
             p = min(self.action.outcomes[r.origin].probability, 1.0 - 1e-12)
             need = max(need, math.floor(-math.log(self.error) / -math.log1p(-p)) + 1 - n)
@@ -239,7 +265,8 @@ class OutcomeSpace:
         added = sum(1 for r in live if r.origin is None)
         retired = sum(1 for r in self.records if r.origin is not None) - sum(
             1 for r in live if r.origin is not None)
-        return added > retired and any(r.origin is not None and not r.steps for r in live)
+        return added > retired and any(r.origin is not None and not self.witnesses(r)
+                                       for r in live)
 
     def unconfirmed(self) -> bool:
         """Whether the action ran while a live known outcome no step showed: undecided as
@@ -252,7 +279,7 @@ class OutcomeSpace:
 
     def unseen_known(self) -> list[OutcomeRecord]:
         """The live known outcomes no step has shown."""
-        return [r for r in self.live() if r.origin is not None and not r.steps]
+        return [r for r in self.live() if r.origin is not None and not self.witnesses(r)]
 
     def unseen(self) -> bool:
         """Whether an outcome no step has shown may still exist. With the known outcomes
