@@ -17,6 +17,7 @@ from capwatch.assess.replay import confirm, replay
 from capwatch.model.domain import Action, Domain, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple, delta
 from capwatch.model.pddl_reader import parse_domain, read_domain, read_problem
+from tests.assess.outcome_drifts import outcome_drift, run_drift
 from tests.assess.walks import split_walks
 from tests.paths import DOMAINS, STOCHASTIC
 
@@ -522,3 +523,13 @@ def test_when_every_known_outcome_changed_asking_again_gives_up_and_fails_closed
     assert any("ran no known outcome" in n for n in result.notes)
     ran = sum(1 for q in result.queries for a in q.plan[:q.executed] if a[0] == "pick")
     assert 66 <= ran < 66 + 2 * 64
+
+
+def test_a_step_in_which_the_change_did_not_show_does_not_keep_the_old_outcome() -> None:
+    """Tireworld's move-car now adds spare-in ?from in both outcomes. A no-flat step from a
+    state where the spare was already there matched the old no-flat outcome exactly, which
+    then counted as still there and was published at 0.7% beside the changed one: a step
+    the added outcome explains as well shows neither."""
+    drift = outcome_drift(STOCHASTIC / "tireworld", "common", 5)
+    assert drift is not None and drift.action == "move-car"
+    assert run_drift(drift, 5).status == "right"
