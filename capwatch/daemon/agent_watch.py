@@ -293,14 +293,15 @@ class AgentWatch:
         read again only by a canary (as a set made anew) or replaced by the next record.
         True if anything was dropped. ``keep_last``: the last state as it is, for a
         caller freezing the watch next (:meth:`freeze` holds it as the monitor's mask)."""
-        trimmed = self.monitor.compact(keep_last)
-        if keep_last:
-            return trimmed
+        monitor = self.monitor
         last = self._last_state
-        if type(last) is frozenset and last:
-            self._last_state = tuple(last)
-            trimmed = True
-        return trimmed
+        if keep_last or type(last) is not frozenset or not last:
+            return monitor.compact(keep_last)
+        held = tuple(last)
+        # The monitor's encoding of the set kept for the tuple (freeze_bytes uses it).
+        monitor.compact(held=(last, held))
+        self._last_state = held
+        return True
 
     def freeze(self, memo: StateMemo | None = None) -> bool:
         """Hold an idle watch's monitor (its counts and the executions kept), its
@@ -317,7 +318,7 @@ class AgentWatch:
                 or self.state_memo is not None or monitor.domain is not self.domain \
                 or monitor.limits is not self.settings.monitor:
             return False
-        packed = freeze_bytes(monitor, self.last_state, self._last_executed, memo)
+        packed = freeze_bytes(monitor, self._last_state, self._last_executed, memo)
         if packed is None:
             return False
         self._frozen, self._frozen_shared = packed

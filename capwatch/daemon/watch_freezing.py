@@ -74,7 +74,8 @@ the first checkpoint past half of limits.max_agents_in_memory, so on the admissi
 path)."""
 
 
-def freeze_bytes(monitor: TransitionMonitor, last_state: frozenset[GroundAtom],
+def freeze_bytes(monitor: TransitionMonitor,
+                 last_state: frozenset[GroundAtom] | tuple[GroundAtom, ...],
                  last_executed: Mapping[str, float], memo: StateMemo | None = None
                  ) -> tuple[bytes, SharedGrounding | None] | None:
     """The bytes of an idle watch and the family grounding they refer to (None for a

@@ -147,10 +147,11 @@ class TransitionMonitor:
         self.grounder = shared.grounder
         self._valid = shared.bits
 
-    def idle_state(self, last: frozenset[GroundAtom]) -> tuple[Any, ...] | None:
+    def idle_state(self, last: Collection[GroundAtom]) -> tuple[Any, ...] | None:
         """What the monitor holds beyond its model, as plain values, for an idle agent held
         in memory as bytes; :meth:`from_idle_state` rebuilds the very same monitor. ``last``
-        is the caller's last next-state (the set :meth:`observe` was handed last). None
+        is the caller's last next-state (the set :meth:`observe` was handed last, or the
+        tuple :meth:`compact` was told it is held as). None
         (nothing to gain, or not rebuilt exactly) while the monitor holds inconsistent
         transitions or last saw decoded lists.
 
@@ -237,7 +238,9 @@ class TransitionMonitor:
         self._inconsistencies = None
         self._set_domain(domain, shared)
 
-    def compact(self, keep_last: bool = False) -> bool:
+    def compact(self, keep_last: bool = False,
+                held: tuple[frozenset[GroundAtom], tuple[GroundAtom, ...]] | None = None
+                ) -> bool:
         """Keep only what an idle agent still needs: the last execution of each action
         (drift probes ask the agent to run it there again). Older executions and the
         inconsistent transitions kept so far are dropped: an assessment gets executions
@@ -246,9 +249,17 @@ class TransitionMonitor:
         what was observed since. True if anything was dropped (the last next-state's
         set is let go too: an idle agent's next record comes with a set decoded anew,
         whose encoding is made again), unless ``keep_last`` (the monitor is held as
-        bytes next: :meth:`idle_state` then gives its mask for it)."""
+        bytes next: :meth:`idle_state` then gives its mask for it).
+
+        ``held``: (a set, the tuple of its atoms the caller holds it as from now on).
+        When the set is the last next-state the monitor saw, its mask is kept for the
+        tuple: :meth:`idle_state` of that tuple gives it, where freezing an agent
+        compacted at an earlier checkpoint encoded its last state again (a set made
+        anew and a lookup per atom: ~7 us at 150 atoms). The tuple is never a state
+        :meth:`observe` or :meth:`observe_lists` is handed, so neither reuses the mask."""
         if not keep_last:
-            self._last_lists = None
+            last = self._last_lists
+            self._last_lists = held[1] if held is not None and last is held[0] else None
         dropped = self._inconsistencies is not None
         self._inconsistencies = None
         executed = self.executed

@@ -137,6 +137,35 @@ def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_compressed(keep_last
     assert held == {"family": 0x80, "own": 0x28}
 
 
+@pytest.mark.parametrize("atoms", [1024, 0])
+def test_a_watch_compacted_before_it_is_frozen_keeps_its_monitors_mask_for_its_tuple(
+        atoms: int) -> None:
+    """Compacted at one checkpoint (its last state held as a tuple), frozen at the next:
+    the bytes hold the monitor's mask of that state (not the state encoded again), and
+    the watch thaws to the same last state. A last state set anew is encoded for itself."""
+    from capwatch.daemon.watch_freezing import idle_state
+
+    domain = example("rover.pddl")
+    version = build_version(ModelRef("rover-v1", None, 1), domain,
+                            datetime(2026, 1, 1, tzinfo=UTC))
+    w = AgentWatch("a", "rover-v1", 0, version, DriftMonitor(), clock=lambda: 5.0,
+                   domain=domain, shared=SharedGrounding(domain, atoms))
+    stream = _stream(12)
+    for t in stream:
+        w.observe(t)
+    assert not w.evidence
+    w.compact()
+    assert type(w._last_state) is tuple
+    assert w.freeze() and w._frozen is not None
+    assert idle_state(w._frozen)[2] is True  # the monitor's own mask
+    assert w.last_state == stream[-1].next_state
+    w.last_state = stream[0].state  # thaws; the monitor saw another last state
+    w.compact()
+    assert w.freeze() and w._frozen is not None
+    assert idle_state(w._frozen)[2] is not True
+    assert w.last_state == stream[0].state
+
+
 def test_a_frozen_watch_thaws_for_anything_that_changes_it() -> None:
     domain = example("rover.pddl")
     version = build_version(ModelRef("rover-v1", None, 1), domain,
@@ -306,11 +335,12 @@ def test_at_a_checkpoint_a_watch_not_frozen_is_trimmed_as_before(tmp_path: Path)
     free = registry.get("free")
     assert free is not None and free.frozen and not held.frozen
     # The frozen one's last state was held as the monitor's own bitset of that very set
-    # (kept through the trim for it); the other let its set and the monitor's go, as a
-    # trim alone does.
+    # (kept through the trim for it); the other let its set go, as a trim alone does: the
+    # watch and its monitor hold the same tuple instead (no set).
     assert free._frozen is not None and pickle.loads(
         free._frozen if free._frozen[0] == 0x80 else decompress(free._frozen))[2] is True
-    assert type(held._last_state) is tuple and held.monitor._last_lists is None
+    assert type(held._last_state) is tuple
+    assert held.monitor._last_lists is held._last_state
     assert {w.agent_id: w.last_state for w in registry} == last
     assert free.observe(stream[0]) == held.observe(stream[0])
     store.close()
