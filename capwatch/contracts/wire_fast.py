@@ -349,6 +349,23 @@ def _trace_states(texts: list[msgspec.Raw], max_atoms: int) -> list[frozenset[Gr
     return out
 
 
+def _tagged(raw: bytes) -> bool:
+    """Whether ``raw``, an event msgspec accepted, has its ``"type"`` key spelt without
+    escapes (False: it has none, or one with escapes). Outside a key,
+    ``"type"`` followed by a colon is not valid JSON (a string's own quote is escaped, so
+    one inside a string can only close it), and a key ending in an escaped ``\\"type`` is
+    an unknown field, which msgspec refused."""
+    at = raw.find(b'"type"')
+    while at >= 0:
+        at += 6
+        while at < len(raw) and raw[at] in b" \t\n\r":
+            at += 1
+        if raw[at:at + 1] == b":":
+            return True
+        at = raw.find(b'"type"', at)
+    return False
+
+
 def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
           offset: int, memo: list[Any] | None = None) -> list[AgentTransition]:
     event: Any  # _Transition | _Trace, told apart by type()
@@ -364,6 +381,12 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             event = _DECODER.decode(raw)  # a trace, or a message the union refuses too
         if type(event) is not _Transition:
             return _trace(event, raw, limits, key, partition, offset)
+        if not _tagged(raw):
+            # Decoded alone, msgspec takes a missing tag as given, and the key guard
+            # below counts it as a key: a key given twice would then balance the count.
+            # The union's decoder needs the tag (msgspec.ValidationError without it): a
+            # "type" spelt with escapes stays on this path.
+            _DECODER.decode(raw)
     # The fields read once (astuple, one C call; a Struct's attribute costs a lookup each
     # time, and the hot path read some three times).
     (agent_id, family, state_raw, action, next_state_raw, v, episode_id, time_raw, optimal,
