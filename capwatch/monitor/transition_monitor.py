@@ -347,8 +347,12 @@ class TransitionMonitor:
                 s2 = s
             elif flipped is not None:
                 # Each atom's bit is its own: toggling the flipped ones' bits removes
-                # those the state had and adds the others.
-                s2 = s ^ sum(map(valid.__getitem__, flipped))
+                # those the state had and adds the others. A loop, not sum(map(...)): a
+                # step flips 2-8 atoms, and compiled, the loop makes no bound method, map
+                # or call (the map was a container object per record for the collector).
+                s2 = s
+                for atom in flipped:
+                    s2 ^= valid[atom]
             elif len(next_state) < 10:  # two set differences cost more than 9 lookups
                 s2 = sum(map(valid.__getitem__, next_state))
             else:
