@@ -375,10 +375,9 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     if cut is not None:
         event = _TRANSITION(cut[0])
     else:
-        try:
-            event = _TRANSITION(raw)
-        except msgspec.ValidationError:
-            event = _DECODER.decode(raw)  # a trace, or a message the union refuses too
+        # The union, which requires the tag: a lone struct's decoder takes it as given, and
+        # the key guard's colon count can miss the tag when a string holds a colon.
+        event = _DECODER.decode(raw)
         if type(event) is not _Transition:
             return _trace(event, raw, limits, key, partition, offset)
         if not _tagged(raw):
