@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capwatch.assess.observations import Transition
-from capwatch.assess.outcomes import ABSENT, NEG, POS
+from capwatch.assess.outcomes import posts
 from capwatch.assess.probes import EXPLORE, FAIL, RISKY, SAFE, Probe
 from capwatch.assess.versionspace import (
     ALL_VALUES,
@@ -71,18 +71,6 @@ FROM_SCRATCH: tuple[PaValue | None, ...] = tuple(
 """AIA's hypothesis: an atom is taken to be required until shown otherwise (with fresh
 objects, a state where every such atom holds runs any action whose precondition is
 positive, the common case)."""
-
-
-def _posts(mask: int, before: bool) -> set[bool]:
-    """The atom's values after a step of an outcome with these possible effects."""
-    posts = set()
-    if mask & POS:
-        posts.add(True)
-    if mask & NEG:
-        posts.add(False)
-    if mask & ABSENT:
-        posts.add(before)
-    return posts
 
 
 def satisfying(value: PaValue) -> tuple[bool, ...]:
@@ -316,7 +304,7 @@ class Designer:
 
             state[pa.atom] = min(safe, key=lambda v: (
                 -sum(1 for u, r in pairs
-                     if not _posts(u.possible(pa), v) & _posts(r.possible(pa), v)),
+                     if not posts(u.possible(pa), v) & posts(r.possible(pa), v)),
                 SPLIT[mask][v], v))
         for atom, rep in tied.items():
             state[atom] = state[rep]

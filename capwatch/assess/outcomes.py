@@ -64,6 +64,19 @@ def signature(before: bool | None, after: bool | None) -> EffectMask:
     return POS if after else NEG
 
 
+def posts(mask: EffectMask, before: bool) -> set[bool]:
+    """The atom's values after a step of an outcome with these possible effects, when it
+    ran with the atom at ``before``."""
+    out = set()
+    if mask & POS:
+        out.add(True)
+    if mask & NEG:
+        out.add(False)
+    if mask & ABSENT:
+        out.add(before)
+    return out
+
+
 def under(pre: Mode, mask: EffectMask) -> EffectMask:
     """An effect that restates the precondition changes nothing: it counts as absent
     (⟨+,+⟩ and ⟨−,−⟩ are not legal pa-values)."""
@@ -310,16 +323,10 @@ class OutcomeSpace:
         precondition, as the slip's underground was taken to hold before collect)."""
         if not self.from_known:
             return None
-        posts = set()
+        seen: set[bool] = set()
         for r in self.records:
-            m = r.possible(pa)
-            if m & POS:
-                posts.add(True)
-            if m & NEG:
-                posts.add(False)
-            if m & ABSENT:
-                posts.add(before)
-        return posts.pop() if len(posts) == 1 else None
+            seen |= posts(r.possible(pa), before)
+        return seen.pop() if len(seen) == 1 else None
 
     def outcomes(self, pre: Mapping[LiftedAtom, Mode]) -> tuple[Outcome, ...]:
         """The outcomes as a model states them, with the precondition ``pre`` (Γ atoms).
@@ -355,4 +362,5 @@ class OutcomeSpace:
         return tuple(out)
 
 
-__all__ = ["ANY", "OutcomeRecord", "OutcomeSpace", "signature", "summary_effects", "under"]
+__all__ = ["ANY", "OutcomeRecord", "OutcomeSpace", "posts", "signature", "summary_effects",
+           "under"]
