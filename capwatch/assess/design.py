@@ -292,7 +292,8 @@ class Designer:
             return None
         masks = self.vs.masks
         live = space.live()
-        unseen = space.unseen_known()
+        # Added outcomes in doubt too: they are asked until they repeat.
+        unseen = space.unseen_known() + space.unrepeated()
         pairs = [(u, r) for u in unseen for r in live if r is not u]
         tied = self.tied.get(action, {})
         state: dict[LiftedAtom, bool] = {}

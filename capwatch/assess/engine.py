@@ -70,6 +70,12 @@ MIN_WINDOW = 256
 """Expected failures always sent together; only larger models see a window at all."""
 RESAMPLE_STEPS = 64
 """Most steps of one undecided action sent in one query (the rest wait for the next)."""
+RESAMPLE_ROUNDS = 3
+"""Asking an action again stops after this many times the steps that would show its least
+likely known outcome but for the accepted error (OutcomeSpace.doubts): retiring needs at
+most one such run of steps, an independent agent shows an added outcome twice and beside
+the known ones within a few answers; what is still in doubt after three is not its
+outcomes' chance."""
 _FINAL_ORDER = {EXPLORE: 0, FAIL: 1}
 
 
@@ -241,10 +247,19 @@ class _Engine(Evidence):
                     f"{action}: {self.resample_idle[action]} steps asking it again ran no "
                     f"known outcome: its unseen known outcomes stay undecided")
                 continue
+            doubts = space.doubts()
+            if doubts and self.resample_runs.get(action, 0) >= RESAMPLE_ROUNDS * idle:
+                self.resample_given_up.add(action)
+                self.notes.append(
+                    f"{action}: asked again {self.resample_runs[action]} times, its answers "
+                    f"do not show independent outcomes: {'; '.join(doubts)}")
+                continue
             state = self.design.resample(action)
             if state is None:
                 continue
-            count = min(max(space.steps_to_retire(), 1), RESAMPLE_STEPS)
+            # An added outcome in doubt must show twice in one answer: a full query.
+            count = RESAMPLE_STEPS if doubts else \
+                min(max(space.steps_to_retire(), 1), RESAMPLE_STEPS)
             kept = self.resample_steps.get(action, [])
             if not kept or kept[0].assignment != state:
                 kept = []
@@ -324,7 +339,8 @@ class _Engine(Evidence):
             self.final_failed += 1
         for i, (step, seen) in enumerate(executed):
             self.vs.executed(step.probe.action, seen,
-                             f"query {number} step {i + 1}: {show(step.ground_action)} ran")
+                             f"query {number} step {i + 1}: {show(step.ground_action)} ran",
+                             number)
         if failed is not None:
             step, values = failed
             self.vs.failed(step.probe.action, values,

@@ -113,6 +113,9 @@ class OutcomeRecord:
     steps added, that of the outcome it was nearest."""
     sigs: list[dict[PaTuple, EffectMask]] = field(default_factory=list)
     """What each of its steps showed (:func:`signature` per atom)."""
+    answers: list[int | None] = field(default_factory=list)
+    """Per step (as :attr:`sigs`), the query whose answer it was; None for an observed
+    step, which may predate the drift (:meth:`OutcomeSpace.witnesses`)."""
 
     def hypothesis(self, pa: PaTuple) -> EffectMask:
         known = self.known.get(pa, 0) & self.effects[pa]
@@ -142,7 +145,7 @@ class OutcomeSpace:
     """The accepted chance of retiring a known outcome the agent still has (:meth:`live`)."""
     stamp: int = 0
     """Bumped by every step: :meth:`witnesses` is cached on it."""
-    _witnessed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _witnessed: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -157,8 +160,10 @@ class OutcomeSpace:
                                                    base=i))
         return space
 
-    def executed(self, seen: Mapping[PaTuple, tuple[bool | None, bool | None]]) -> bool:
-        """Attribute one executed step; True when what the outcomes may do changed."""
+    def executed(self, seen: Mapping[PaTuple, tuple[bool | None, bool | None]],
+                 answer: int | None = None) -> bool:
+        """Attribute one executed step; True when what the outcomes may do changed.
+        ``answer``: the query whose answer it was (None: an observed step)."""
         self.stamp += 1
         sig = {pa: signature(*seen.get(pa, (None, None))) for pa in self.pas}
         best: list[OutcomeRecord] = []
@@ -192,12 +197,13 @@ class OutcomeSpace:
                 if (h := near.hypothesis(pa) & sig[pa]) and h & (h - 1) == 0}
             self.records.append(OutcomeRecord(dict(sig), hyp, None, 1,
                                               None if near is None else near.base,
-                                              [sig]))
+                                              [sig], [answer]))
             return True
         (r,) = best
         changed = r.steps == 0 and bool(r.known)
         r.steps += 1
         r.sigs.append(sig)
+        r.answers.append(answer)
         for pa, s in sig.items():
             if r.effects[pa] & s != r.effects[pa]:
                 r.effects[pa] &= s
@@ -205,20 +211,84 @@ class OutcomeSpace:
         return changed
 
     def witnesses(self, r: OutcomeRecord) -> int:
-        """The steps that show the outcome: those it went to that no outcome the steps
-        added explains as well. A step in which the drift's change did not show (an atom
-        added that was already true, deleted that was false) goes to the known outcome it
-        matches, but may have been the added one: it shows neither."""
-        added = [x for x in self.records if x.origin is None]
-        if not added or r.origin is None:
-            return r.steps
+        """The steps that show the outcome: those it went to, in answers to queries, that
+        no outcome the steps added explains as well. A step in which the drift's change
+        did not show (an atom added that was already true, deleted that was false) goes
+        to the known outcome it matches, but may have been the added one: it shows
+        neither. An observed step shows nothing either: the monitor's observations may
+        predate the drift (the first inconsistency dates the first step that showed it,
+        not the drift; an outcome that vanished leaves no inconsistency at all), so an
+        outcome seen only there may be gone. Observed steps still narrow the outcome's
+        effects and add outcomes (a prior the queries confirm or retire)."""
+        return len(self.witness_answers(r))
+
+    def witness_answers(self, r: OutcomeRecord) -> list[int]:
+        """The answers of the steps that show ``r`` (:meth:`witnesses`), one per step."""
         hit = self._witnessed.get(id(r))
         if hit is not None and hit[0] == self.stamp:
             return hit[1]
-        n = sum(1 for sig in r.sigs
-                if not any(all(a.effects[pa] & m for pa, m in sig.items()) for a in added))
-        self._witnessed[id(r)] = (self.stamp, n)
-        return n
+        added = [x for x in self.records if x.origin is None]
+        if not added or r.origin is None:
+            out = [a for a in r.answers if a is not None]
+        else:
+            out = [a for sig, a in zip(r.sigs, r.answers, strict=True) if a is not None
+                   and not any(all(x.effects[pa] & m for pa, m in sig.items())
+                               for x in added)]
+        self._witnessed[id(r)] = (self.stamp, out)
+        return out
+
+    def together(self) -> bool:
+        """Whether some answer ran two steps of the action: its outcomes can then be seen
+        side by side (a step whose effect on a 0-ary atom is chance cannot be followed by
+        another that touches it, so some actions run once an answer)."""
+        seen: set[int] = set()
+        for r in self.records:
+            for a in r.answers:
+                if a is not None:
+                    if a in seen:
+                        return True
+                    seen.add(a)
+        return False
+
+    def unrepeated(self) -> list[OutcomeRecord]:
+        """The live added outcomes the answers did not show again (:meth:`doubts`)."""
+        together = self.together()
+        out = []
+        for r in self.live():
+            if r.origin is None:
+                answers = self.witness_answers(r)
+                if (len(set(answers)) == len(answers)) if together else len(answers) < 2:
+                    out.append(r)
+        return out
+
+    def doubts(self) -> list[str]:
+        """Why the answers do not yet show the added outcomes to be the agent's own
+        (empty when they do). An agent draws the outcome of each step independently, so
+        an outcome it has shows again, and beside the others, within one answer that runs
+        the action often enough. A wrong answer (a noisy agent) shows its outcome in one
+        step of one answer; an agent that answers some queries one way and others another
+        (alternating between two models) shows each form in its own answers, never mixed.
+        Either would be published as a mixed model that allows every answer (replay and
+        asking again cannot refuse it). So until an added outcome shows twice in one
+        answer, and every known outcome kept beside the added ones (one the answers
+        showed) shows in one answer with one of them, the outcomes are not decided.
+        Where no answer runs the action twice (:meth:`together`), an added outcome must
+        show in two answers, and which answers mix cannot be told: an agent alternating
+        per answer is then an agent with both outcomes, as far as this action shows."""
+        live = self.live()
+        added = [r for r in live if r.origin is None]
+        if not added:
+            return []
+        out = [f"added outcome {added.index(r) + 1} did not show again "
+               f"({len(self.witness_answers(r))} asked steps): a wrong answer shows once"
+               for r in self.unrepeated()]
+        if self.together():
+            mixed = {a for r in added for a in self.witness_answers(r)}
+            out += [f"known outcome {r.origin + 1} never showed in an answer beside an added "
+                    f"one: answers that alternate between two behaviours show each in its "
+                    f"own answers" for r in live if r.origin is not None
+                    and (seen := set(self.witness_answers(r))) and not seen & mixed]
+        return out
 
     def known_steps(self) -> int:
         """Steps that showed a known outcome (:meth:`witnesses`): the draws a known
@@ -286,9 +356,10 @@ class OutcomeSpace:
         well (:meth:`undecided`), or only unconfirmed, its known effects a guess. The drift
         may have changed it (its new form shows only when it runs) or removed it (it
         retires once it would have shown): until one happens a model stating it claims
-        effects nothing has confirmed, so the engine asks the action again."""
+        effects nothing has confirmed, so the engine asks the action again. So too while
+        the answers leave an added outcome in doubt (:meth:`doubts`)."""
         return self.from_known and any(r.steps for r in self.records) and \
-            bool(self.unseen_known())
+            bool(self.unseen_known() or self.doubts())
 
     def unseen_known(self) -> list[OutcomeRecord]:
         """The live known outcomes no step has shown."""

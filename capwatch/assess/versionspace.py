@@ -164,14 +164,15 @@ class VersionSpace:
         return True
 
     def executed(self, action: str, seen: Mapping[PaTuple, tuple[bool | None, bool | None]],
-                 evidence: str) -> None:
-        """An executed step: per pa-tuple, the atom's value before and after (None: unseen)."""
+                 evidence: str, answer: int | None = None) -> None:
+        """An executed step: per pa-tuple, the atom's value before and after (None: unseen).
+        ``answer``: the query whose answer showed it (None: an observed step)."""
         if action not in self.executed_actions:
             self.touch(action)
         self.executed_actions.add(action)
         space = self.outcomes.get(action)
         if space is not None:
-            self._executed_outcome(space, seen, evidence)
+            self._executed_outcome(space, seen, evidence, answer)
             return
         for pa, (before, after) in seen.items():
             if before is None:
@@ -183,7 +184,7 @@ class VersionSpace:
 
     def _executed_outcome(self, space: OutcomeSpace,
                           seen: Mapping[PaTuple, tuple[bool | None, bool | None]],
-                          evidence: str) -> None:
+                          evidence: str, answer: int | None) -> None:
         """A step of a probabilistic action: the values before narrow the preconditions
         as for any action; the values after narrow only the outcome that ran, and each
         pa-tuple's effect mode is then whatever the outcomes allow together. That can
@@ -192,7 +193,7 @@ class VersionSpace:
         for pa, (before, _) in seen.items():
             if before is not None:
                 self.restrict(pa, ~violating(before) & ALL_VALUES, evidence)
-        space.executed(seen)
+        space.executed(seen, answer)
         # After every step, not only one that narrowed an outcome: the count of steps
         # alone can retire a known outcome that stopped showing (OutcomeSpace.live).
         for pa in space.pas:

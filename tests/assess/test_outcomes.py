@@ -7,6 +7,8 @@ another outcome (what ignoring unchanged atoms did)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from capwatch.adapters.sim.agent import SimulatedAgent
@@ -40,6 +42,10 @@ COURIER = """
     :precondition (and (at_robot ?r ?x) (carrying ?r ?p))
     :effect (and (at ?p ?x) (free ?r) (not (carrying ?r ?p)))))
 """
+
+ASKED = itertools.count(1)
+"""Answer numbers for steps fed to an OutcomeSpace: each step from a query of its own
+(an observed step, without one, shows no outcome: OutcomeSpace.witnesses)."""
 
 FREE = LiftedAtom("free", ("?r",))
 AT = LiftedAtom("at", ("?p", "?x"))
@@ -162,12 +168,12 @@ def test_signature_is_table_2_for_the_outcome_that_ran() -> None:
 
 def test_a_step_goes_to_the_outcome_it_matches_and_narrows_only_that_one() -> None:
     space, pas = _space()
-    space.executed(_seen(pas, (True, True), (True, True), (False, False)))
+    space.executed(_seen(pas, (True, True), (True, True), (False, False)), next(ASKED))
     full, noop = space.records
     assert (full.steps, noop.steps) == (0, 1)
     # The slip says nothing about the outcome that picks: pick still deletes free.
     assert space.effects(pas[FREE], Mode.POS) == {Mode.NEG}
-    space.executed(_seen(pas, (True, False), (True, False), (False, True)))
+    space.executed(_seen(pas, (True, False), (True, False), (False, True)), next(ASKED))
     assert full.steps == 1 and len(space.records) == 2
     assert space.effects(pas[CARRYING], Mode.ABSENT) == {Mode.POS}
 
@@ -177,7 +183,7 @@ def test_a_step_no_outcome_explains_is_added_not_a_known_outcome_changed_to_fit(
     keeps it may have come beside it (gripper's drop that now loses the robot was learnt
     as the slip changed, though the slip was still there): only steps can tell."""
     space, pas = _space()
-    space.executed(_seen(pas, (True, True), (True, False), (False, True)))
+    space.executed(_seen(pas, (True, True), (True, False), (False, True)), next(ASKED))
     full, _, added = space.records
     assert (full.steps, added.steps, added.origin) == (0, 1, None)
     assert space.undecided()
@@ -186,17 +192,17 @@ def test_a_step_no_outcome_explains_is_added_not_a_known_outcome_changed_to_fit(
     # Steps of the slip, none of the full outcome: it retires, the new one stands for it.
     slip = _seen(pas, (True, True), (True, True), (False, False))
     for _ in range(4):
-        space.executed(slip)
+        space.executed(slip, next(ASKED))
     assert not space.undecided()
     assert space.effects(pas[FREE], Mode.POS) == {Mode.ABSENT}
 
 
 def test_a_variant_of_an_outcome_already_seen_is_an_outcome_of_its_own() -> None:
     space, pas = _space()
-    space.executed(_seen(pas, (True, False), (True, False), (False, True)))
+    space.executed(_seen(pas, (True, False), (True, False), (False, True)), next(ASKED))
     # Nearest to the full outcome, which the first step pinned: not a change of the unseen
     # no-effect outcome (that would lose it), but a new one.
-    space.executed(_seen(pas, (True, True), (True, False), (False, True)))
+    space.executed(_seen(pas, (True, True), (True, False), (False, True)), next(ASKED))
     assert [r.origin for r in space.records] == [0, 1, None]
     assert {o.is_noop for o in space.outcomes({FREE: Mode.POS, AT: Mode.POS})} == {True, False}
 
@@ -207,17 +213,17 @@ def test_a_likely_known_outcome_that_stopped_showing_gives_way_to_a_new_one() ->
     # one (0.9) may still be there, beside it: the new one's steps say nothing about that.
     step = _seen(pas, (True, False), (True, True), (False, None))
     for _ in range(5):
-        space.executed(step)
+        space.executed(step, next(ASKED))
     assert [r.origin for r in space.live()] == [0, 1, None]
     assert space.undecided()
     # Steps of the other known outcome do: were the likely one still there with its
     # share, two of them without it would have a chance 0.1^2, above 0.001.
     slip = _seen(pas, (True, True), (True, True), (False, False))
     for _ in range(2):
-        space.executed(slip)
+        space.executed(slip, next(ASKED))
     assert [r.origin for r in space.live()] == [0, 1, None]
-    space.executed(slip)
-    space.executed(slip)  # 0.1^4 < 0.001
+    space.executed(slip, next(ASKED))
+    space.executed(slip, next(ASKED))  # 0.1^4 < 0.001
     # The new one is taken to be it, changed. The unlikely no-effect outcome stays.
     assert [r.origin for r in space.live()] == [1, None]
     assert not space.undecided()
@@ -228,10 +234,10 @@ def test_the_accepted_error_sets_how_many_steps_retire_an_outcome() -> None:
     space, pas = _space()
     space.error = 0.05
     slip = _seen(pas, (True, True), (True, True), (False, False))
-    space.executed(slip)
-    space.executed(_seen(pas, (True, False), (True, True), (False, None)))
+    space.executed(slip, next(ASKED))
+    space.executed(_seen(pas, (True, False), (True, True), (False, None)), next(ASKED))
     assert space.undecided() and space.steps_to_retire() == 1  # 0.1^2 < 0.05 < 0.1
-    space.executed(slip)
+    space.executed(slip, next(ASKED))
     assert space.steps_to_retire() == 0 and not space.undecided()
     space.error = 0.0005
     assert space.steps_to_retire() == 2 and space.undecided()  # 0.1^4 < 0.0005 < 0.1^3
@@ -331,15 +337,15 @@ def test_without_the_known_outcomes_an_unseen_one_stays_possible_until_it_would_
     space = OutcomeSpace.of(pick, list(pas.values()), known=False)
     picked = {**_seen(pas, (True, False), (True, False), (False, True)),
               pas[robot_at]: (True, True)}
-    space.executed(picked)
+    space.executed(picked, next(ASKED))
     # What the steps changed is decided (one outcome adds carrying); that the robot stays
     # is not: an outcome not yet seen might move it.
     assert space.effects(pas[CARRYING], Mode.ABSENT) == {Mode.POS}
     assert space.effects(pas[robot_at], Mode.POS) == {Mode.NEG, Mode.ABSENT}
     for _ in range(27):
-        space.executed(picked)
+        space.executed(picked, next(ASKED))
     assert space.unseen()
-    space.executed(picked)
+    space.executed(picked, next(ASKED))
     assert not space.unseen()
     assert space.effects(pas[robot_at], Mode.POS) == {Mode.ABSENT}
 
@@ -350,25 +356,25 @@ def test_an_added_outcome_beside_an_unseen_known_one_is_undecided_until_one_reti
     published with an outcome the agent no longer had (it allows every answer)."""
     space, pas = _space()
     # The likely outcome, as known.
-    space.executed(_seen(pas, (True, False), (True, False), (False, True)))
+    space.executed(_seen(pas, (True, False), (True, False), (False, True)), next(ASKED))
     assert not space.undecided()
     # A variant nobody knows: added, while the unlikely no-effect outcome never showed.
-    space.executed(_seen(pas, (True, True), (True, False), (False, True)))
+    space.executed(_seen(pas, (True, True), (True, False), (False, True)), next(ASKED))
     assert [r.origin for r in space.live()] == [0, 1, None]
     assert space.undecided()
     # The no-effect outcome showing decides it: the variant is an outcome of its own.
-    space.executed(_seen(pas, (True, True), (True, True), (False, False)))
+    space.executed(_seen(pas, (True, True), (True, True), (False, False)), next(ASKED))
     assert not space.undecided()
 
 
 def test_an_added_outcome_standing_for_a_retired_one_leaves_the_unseen_ones_decided() -> None:
     space, pas = _space()
     step = _seen(pas, (True, False), (True, True), (False, None))
-    space.executed(step)
+    space.executed(step, next(ASKED))
     assert space.undecided()  # the new one may be either known outcome, changed
     slip = _seen(pas, (True, True), (True, True), (False, False))
     for _ in range(4):
-        space.executed(slip)
+        space.executed(slip, next(ASKED))
     # The likely outcome retired: the new one is taken to be it; the unlikely no-effect
     # outcome is seen, as it may be without a drift.
     assert [r.origin for r in space.live()] == [1, None]
@@ -456,10 +462,10 @@ def test_a_known_outcome_that_stopped_showing_is_retired_without_a_new_one() -> 
     # adds an outcome. Kept, it would state an effect the agent no longer has (rev11a).
     slip = _seen(pas, (True, True), (True, True), (False, False))
     for _ in range(2):
-        space.executed(slip)
+        space.executed(slip, next(ASKED))
     assert [r.origin for r in space.live()] == [0, 1]  # 0.1^2 > 0.001
-    space.executed(slip)
-    space.executed(slip)  # 0.1^4 < 0.001
+    space.executed(slip, next(ASKED))
+    space.executed(slip, next(ASKED))  # 0.1^4 < 0.001
     assert [r.origin for r in space.live()] == [1]
     assert not space.undecided()
     (only,) = space.outcomes({FREE: Mode.POS, AT: Mode.POS})
@@ -496,7 +502,7 @@ def test_a_retired_outcome_still_counts_when_a_step_value_is_read_through_it() -
     space, pas = _space()
     slip = _seen(pas, (True, True), (True, True), (False, False))
     for _ in range(4):
-        space.executed(slip)
+        space.executed(slip, next(ASKED))
     assert [r.origin for r in space.live()] == [1]
     # Retired at outcome_error, the likely outcome (deletes free) may still run: what free
     # is after a pick cannot be predicted for the step that follows it (rev11a).
