@@ -8,7 +8,6 @@ import signal
 import sys
 import time
 import traceback
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +28,15 @@ from capwatch.model.pal import (
 )
 from capwatch.model.pddl_reader import read_domain, read_problem
 
-ROOT = Path(__file__).resolve().parent.parent / "tests" / "data" / "domains"
+REPO = Path(__file__).resolve().parent.parent
+# Appended, not prepended: a capwatch on PYTHONPATH (another tree's, for an A/B) stays first.
+sys.path.append(str(REPO))
+from tests.assess.outcome_drifts import problem_file, slipping, walked  # noqa: E402
+
+ROOT = REPO / "tests" / "data" / "domains"
 SEED_ROOT = "/work/main/tests/data/domains"
+SLIPS = (0.1, 0.15, 0.2, 0.3, 0.4)
+"""The fuzzer's slip probabilities (the drift makers are tests/assess/outcome_drifts.py's)."""
 """The cases are seeded by this path, not the running tree's: seeded by the running tree's
 path, every worktree drew other drifts and a documented case reproduced only in /work/main."""
 
@@ -42,16 +48,6 @@ def domain_dirs() -> list[Path]:
     for p in ("hoist", "shuttle"):
         out.append(ROOT / "own" / p)
     return out
-
-
-def problem_file(folder: Path) -> Path:
-    for name in ("problem.pddl", "problem-1.pddl", "p01.pddl"):
-        if (folder / name).exists():
-            return folder / name
-    cands = sorted(folder.glob("*prob*.pddl"))
-    if cands:
-        return cands[0]
-    raise FileNotFoundError(folder)
 
 
 # ---------------------------------------------------------------- drifts
@@ -95,19 +91,6 @@ def toggle(domain: Domain, action: Action, o: Outcome, rng: random.Random, n: in
         else:
             (add if r < 0.5 else delete).add(a)
     return Outcome(frozenset(add), frozenset(delete), o.probability)
-
-
-def make_slip(action: Action, rng: random.Random) -> Action:
-    (o,) = action.outcomes
-    p = rng.choice((0.1, 0.15, 0.2, 0.3, 0.4))
-    eff = [("a", a) for a in sorted(o.add)] + [("d", a) for a in sorted(o.delete)]
-    if len(eff) > 1 and rng.random() < 0.5:
-        part = rng.sample(eff, rng.randrange(1, len(eff)))
-        slip = Outcome(frozenset(a for k, a in part if k == "a"),
-                       frozenset(a for k, a in part if k == "d"), p)
-    else:
-        slip = Outcome(probability=p)
-    return action.replace(outcomes=(Outcome(o.add, o.delete, 1 - p), slip))
 
 
 def drift_outcomes(known: Domain, action: Action, rng: random.Random, kinds: list[str]) -> Action:
@@ -161,11 +144,7 @@ def make_case(folder: Path, seed: int, kind: str) -> Case | None:
     rng = random.Random(f"{SEED_ROOT}/{folder.relative_to(ROOT)}/{kind}/{seed}")
     base = read_domain(folder / "domain.pddl").without_action_literals()
     problem = read_problem(problem_file(folder))
-    walker = SimulatedAgent(base, seed=seed, problem=problem)
-    ran: Counter[str] = Counter()
-    for _ in range(4):
-        ran.update(a[0] for a in walker.random_walk(15).actions)
-    names = sorted(ran)
+    names = sorted(walked(base, problem, seed, 4))
     if not names:
         return None
     known = base
@@ -178,7 +157,7 @@ def make_case(folder: Path, seed: int, kind: str) -> Case | None:
     for n in picked:
         a = known.action(n)
         if len(a.outcomes) == 1 and not a.outcomes[0].is_noop:
-            known = known.replace_action(make_slip(a, rng))
+            known = known.replace_action(slipping(a, rng, SLIPS))
     truth = known
     for n in picked:
         a = truth.action(n)
@@ -203,13 +182,17 @@ def make_case(folder: Path, seed: int, kind: str) -> Case | None:
 class Counting:
     def __init__(self, inner, cap: int = 3000) -> None:
         self.inner, self.queries, self.samples, self.cap = inner, 0, 0, cap
+        self.steps = 0
+        """Steps the agent ran to answer (the assessment's and asking again's)."""
 
     def query(self, state, plan, samples=1):
         self.queries += 1
         self.samples += samples
         if self.queries > self.cap:
             raise RuntimeError(f"unbounded: over {self.cap} queries")
-        return self.inner.query(state, plan, samples)
+        out = self.inner.query(state, plan, samples)
+        self.steps += sum(r.executed for r in out)
+        return out
 
 
 class Noisy:
@@ -363,6 +346,7 @@ def run(case: Case, seed: int, agent_kind: str, budget: int = 500) -> dict:
     rec["seconds"] = round(time.monotonic() - t0, 2)
     rec["queries"] = agent.queries
     rec["samples"] = agent.samples
+    rec["steps"] = agent.steps
     rec["reported_queries"] = out.queries
     if out.unexplained:
         rec["status"] = "failed_closed"

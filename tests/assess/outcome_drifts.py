@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +48,25 @@ class OutcomeDrift:
     problem: Problem
 
 
-def _problem_file(folder: Path) -> Path:
-    for name in ("problem.pddl", "problem-1.pddl"):
+def problem_file(folder: Path) -> Path:
+    """The domain folder's problem (benchmarks/fuzz_assess.py uses it too)."""
+    for name in ("problem.pddl", "problem-1.pddl", "p01.pddl"):
         if (folder / name).exists():
             return folder / name
+    found = sorted(folder.glob("*prob*.pddl"))
+    if found:
+        return found[0]
     raise FileNotFoundError(f"no problem in {folder}")
+
+
+def walked(domain: Domain, problem: Problem, seed: int, walks: int) -> Counter[str]:
+    """How often each action ran in ``walks`` random walks of 15 steps (the actions a
+    drift is drawn on: one the walks never run would stay unseen)."""
+    walker = SimulatedAgent(domain, seed=seed, problem=problem)
+    ran: Counter[str] = Counter()
+    for _ in range(walks):
+        ran.update(a[0] for a in walker.random_walk(15).actions)
+    return ran
 
 
 def _toggled(domain: Domain, action: Action, o: Outcome, rng: random.Random) -> Outcome:
@@ -71,10 +86,11 @@ def _toggled(domain: Domain, action: Action, o: Outcome, rng: random.Random) -> 
     return Outcome(frozenset(add), frozenset(delete), o.probability)
 
 
-def _slipping(action: Action, rng: random.Random) -> Action:
-    """A deterministic action that now slips: nothing, or part of its effects, happens."""
+def slipping(action: Action, rng: random.Random, slips: Sequence[float] = SLIPS) -> Action:
+    """A deterministic action that now slips: nothing, or part of its effects, happens
+    (with a probability drawn from ``slips``; benchmarks/fuzz_assess.py draws its own)."""
     (o,) = action.outcomes
-    p = rng.choice(SLIPS)
+    p = rng.choice(slips)
     effects = [("add", a) for a in sorted(o.add)] + [("del", a) for a in sorted(o.delete)]
     slip = Outcome(probability=p)
     if len(effects) > 1 and rng.random() < 0.5:
@@ -89,11 +105,8 @@ def outcome_drift(folder: Path, kind: str, seed: int) -> OutcomeDrift | None:
     run no action it could be drawn on."""
     rng = random.Random(f"{folder.name}/{kind}/{seed}")
     base = read_domain(folder / "domain.pddl").without_action_literals()
-    problem = read_problem(_problem_file(folder))
-    walker = SimulatedAgent(base, seed=seed, problem=problem)
-    ran: Counter[str] = Counter()
-    for _ in range(5):
-        ran.update(a[0] for a in walker.random_walk(15).actions)
+    problem = read_problem(problem_file(folder))
+    ran = walked(base, problem, seed, 5)
     names = sorted(n for n in ran if any(not o.is_noop for o in base.action(n).outcomes))
     stochastic = [n for n in names if len(base.action(n).outcomes) > 1]
     if not names:
@@ -101,7 +114,7 @@ def outcome_drift(folder: Path, kind: str, seed: int) -> OutcomeDrift | None:
     name = rng.choice(stochastic or names)
     action = base.action(name)
     if len(action.outcomes) == 1:
-        action = _slipping(action, rng)
+        action = slipping(action, rng)
     known = base.replace_action(action)
     outcomes = list(action.outcomes)
     effects = {(o.add, o.delete) for o in outcomes}
