@@ -67,7 +67,7 @@ def test_a_two_faced_agent_is_caught_when_asked_again() -> None:
         # what the daemon published before.
         slipped += 1
         again, asked = confirm(learnt, liar, result.queries, limit=64)
-        assert asked == len(result.queries) > 0
+        assert asked == max(len(result.queries), 64)
         assert again, f"salt {salt}: a wrong model passed the second asking"
         assert all("answered differently" in u.reason for u in again)
     assert slipped > 0, "no case where the replay alone let a wrong model through"
@@ -82,6 +82,44 @@ def test_honest_agents_pass_the_second_asking() -> None:
     assert delta(result.domain(), truth) == 0
     again, asked = confirm(result.domain(), agent, result.queries, limit=3)
     assert again == [] and asked == 3
+
+
+class LiesTwice:
+    """Answers each query as ``first`` the first ``lies`` times it is asked, then as
+    ``second``: asked a second time only, it repeats its lie."""
+
+    def __init__(self, first: Domain, second: Domain, lies: int) -> None:
+        self.agents = (SimulatedAgent(first), SimulatedAgent(second))
+        self.lies = lies
+        self.asked: dict[str, int] = {}
+
+    def query(self, state: State, plan: Sequence[GroundAction], samples: int = 1
+              ) -> list[QueryResult]:
+        key = repr((sorted(state), list(plan)))
+        n = self.asked[key] = self.asked.get(key, 0) + 1
+        return self.agents[n > self.lies].query(state, plan, samples)
+
+
+def test_with_fewer_queries_than_the_limit_each_is_asked_again_until_it_is_spent() -> None:
+    """The answers the model was learnt from were the old model's, and the agent gives the
+    same old answer once more: asked again once, nothing differs. The limit is spent
+    asking the queries again round after round, and the third answer is the new one
+    (before: a wrong model passed; an agent choosing at random per answer does the same
+    by chance, benchmarks/fuzz_assess.py --case blocksworld pal 107 alternating)."""
+    known = read_domain(EXAMPLES / "rover.pddl")
+    truth = read_domain(EXAMPLES / "rover-sample-drift.pddl")
+    evidence = _evidence(truth, known, 3, 60)
+    result = assess(known, evidence, SimulatedAgent(truth), method="verify", budget=500)
+    assert 0 < len(result.queries) < 64
+    # The known model replayed over its own answers to the same queries: what the
+    # engine would have learnt had the agent given it the old answers.
+    old = SimulatedAgent(known)
+    logs = [QueryLog(q.number, q.state, q.plan, a.executed, a.state, ())
+            for q in result.queries for a in old.query(q.state, list(q.plan))]
+    assert delta(known, truth) > 0
+    again, asked = confirm(known, LiesTwice(known, truth, lies=1), logs, limit=64)
+    assert asked == 64
+    assert again and all("answered differently" in u.reason for u in again)
 
 
 COIN = """
@@ -103,7 +141,7 @@ def test_a_stochastic_agent_is_not_taken_for_a_liar() -> None:
         [first] = agent.query(ready, [("toss",)])
         logs.append(QueryLog(i, ready, (("toss",),), first.executed, first.state, ()))
     again, asked = confirm(model, agent, logs, limit=64)
-    assert asked == 40 and again == []
+    assert asked == 64 and again == []
     # Not vacuous: the second answers differ from the first ones (a coin).
     changed = sum(agent.query(q.state, q.plan)[0].state != q.final_state for q in logs)
     assert changed > 0
