@@ -71,11 +71,11 @@ MIN_WINDOW = 256
 RESAMPLE_STEPS = 64
 """Most steps of one undecided action sent in one query (the rest wait for the next)."""
 RESAMPLE_ROUNDS = 3
-"""Asking an action again stops after this many times the steps that would show its least
-likely known outcome but for the accepted error (OutcomeSpace.doubts): retiring needs at
-most one such run of steps, an independent agent shows an added outcome twice and beside
-the known ones within a few answers; what is still in doubt after three is not its
-outcomes' chance."""
+"""While the answers leave an action's added outcomes in doubt (OutcomeSpace.doubts),
+asking it again stops after this many times the answers that show its least likely known
+outcome but for e^-OUTCOME_SAFETY (_repeats: 29 at p = 0.1): an agent drawing its
+outcomes independently shows an added outcome again, and beside the known ones, within a
+few answers; what is still in doubt after three times that is not its outcomes' chance."""
 _FINAL_ORDER = {EXPLORE: 0, FAIL: 1}
 
 
@@ -220,10 +220,13 @@ class _Engine(Evidence):
         return bool(ran)
 
     def _sampled(self) -> dict[str, int]:
-        """Per undecided action, the steps of its known outcomes: while resampling adds
-        to them, it is on its way to deciding (:meth:`OutcomeSpace.retired`)."""
+        """Per action asked again, the steps of its known outcomes: while resampling adds
+        to them, it is on its way to deciding (:meth:`OutcomeSpace.retired`). Only those
+        asked again: one that cannot be (no state in which it surely runs) adds known
+        steps through other probes without deciding, and kept every query from counting
+        as narrowing nothing (an assessment ran to its budget)."""
         return {name: space.known_steps() for name, space in self.vs.outcomes.items()
-                if space.records and space.unconfirmed()}
+                if name in self.offering}
 
     def _resample_probes(self) -> list[Probe]:
         """Steps that ask an undecided probabilistic action again (docs/assessment.md):
@@ -235,6 +238,7 @@ class _Engine(Evidence):
         given up: it stays undecided (every known outcome changed, or all much rarer: no
         finite number of steps tells which)."""
         probes: list[Probe] = []
+        self.offering.clear()
         for action, space in sorted(self.vs.outcomes.items()):
             if not space.records or action in self.resample_given_up or \
                     not space.unconfirmed():
@@ -248,17 +252,21 @@ class _Engine(Evidence):
                     f"known outcome: its unseen known outcomes stay undecided")
                 continue
             doubts = space.doubts()
-            if doubts and self.resample_runs.get(action, 0) >= RESAMPLE_ROUNDS * idle:
+            offered = self.resample_offers.get(action, 0)
+            if doubts and offered >= RESAMPLE_ROUNDS * self._repeats(action):
                 self.resample_given_up.add(action)
                 self.notes.append(
-                    f"{action}: asked again {self.resample_runs[action]} times, its answers "
-                    f"do not show independent outcomes: {'; '.join(doubts)}")
+                    f"{action}: asked again in {offered} queries, its answers do not show "
+                    f"independent outcomes: {'; '.join(doubts)}")
                 continue
             state = self.design.resample(action)
             if state is None:
                 continue
-            # An added outcome in doubt must show twice in one answer: a full query.
-            count = RESAMPLE_STEPS if doubts else \
+            self.resample_offers[action] = offered + 1
+            self.offering.add(action)
+            # An added outcome in doubt must show twice in one answer: a full query
+            # (where answers can hold two steps of the action).
+            count = RESAMPLE_STEPS if doubts and space.together() else \
                 min(max(space.steps_to_retire(), 1), RESAMPLE_STEPS)
             kept = self.resample_steps.get(action, [])
             if not kept or kept[0].assignment != state:

@@ -75,6 +75,10 @@ class Evidence:
         self.resample_runs: dict[str, int] = {}
         """Per action, how many of those steps ran."""
         self.resample_idle: dict[str, int] = {}
+        self.resample_offers: dict[str, int] = {}
+        """Per action, the queries its resample steps were sent in."""
+        self.offering: set[str] = set()
+        """The actions asked again in the query being built."""
         self.resample_given_up: set[str] = set()
         self.tired: dict[Probe, int] = {}
         """Probes of probabilistic actions asked since the evidence last changed."""
