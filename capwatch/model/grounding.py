@@ -60,20 +60,55 @@ class AtomIndex:
     """Interns ground atoms as bit positions; grows as new atoms are seen, up to ``limit``
     atoms (beyond it :meth:`bit` raises :class:`IndexFull` and interns nothing)."""
 
-    __slots__ = ("_atoms", "_bits", "_limit")
+    __slots__ = ("_atoms", "_bits", "_limit", "_unmapped")
 
     def __init__(self, limit: int | None = None) -> None:
         self._bits: dict[GroundAtom, int] = {}
         self._atoms: list[GroundAtom] = []
         self._limit = limit if limit is not None else sys.maxsize
+        self._unmapped = 0
+        """The last atoms interned by :meth:`defer_new` and not yet in :attr:`bits`' map
+        (:meth:`_map`): every other method maps them first."""
 
     def __len__(self) -> int:
         return len(self._atoms)
 
     def __contains__(self, atom: object) -> bool:
+        if self._unmapped:
+            self._map()
         return atom in self._bits
 
+    def _map(self) -> None:
+        """Put the atoms :meth:`defer_new` interned into the map (in place: holders of
+        :attr:`bits` see them)."""
+        n = len(self._atoms)
+        m = n - self._unmapped
+        self._bits.update(zip(self._atoms[m:], _BITS[m:n], strict=True))
+        self._unmapped = 0
+
+    def defer_new(self, atoms: Collection[GroundAtom],
+                  more: Collection[GroundAtom] = ()) -> bool:
+        """:meth:`add_new` of ``atoms`` then ``more`` without mapping them yet, if they fit
+        (False, and nothing done, if not): numbered in their order as one run of bits from
+        the index's size on (the caller knows their bits by their order), and put in the
+        map only when the index is next looked in. A new agent naming objects of its own
+        brings its whole first state to an index of its own, and mapping ~120 atoms (a
+        hash of each atom's tuple and a dict insertion) was ~6 us of its first record;
+        an agent held as bytes before its next record (every one admitted past half of
+        limits.max_agents_in_memory, or idle for limits.freeze_idle_after_s) keeps the
+        atoms in bit order only, so its map was never needed."""
+        n = len(self._atoms)
+        k = len(atoms) + len(more)
+        if k > self._limit - n or n + k > len(_BITS):
+            return False
+        self._atoms.extend(atoms)
+        self._atoms.extend(more)
+        self._unmapped += k
+        return True
+
     def bit(self, atom: GroundAtom) -> int:
+        if self._unmapped:
+            self._map()
         b = self._bits.get(atom)
         if b is None:
             if len(self._atoms) >= self._limit:
@@ -90,6 +125,8 @@ class AtomIndex:
         is raised. In bulk, without a Python call per atom: an agent naming objects of
         its own brings its whole first state (often a hundred atoms or more) to a new
         index of its own."""
+        if self._unmapped:
+            self._map()
         bits = self._bits
         if isinstance(atoms, (set, frozenset)):
             # A set repeats no atom, and its difference with the map looks each atom up
@@ -113,6 +150,8 @@ class AtomIndex:
         """:meth:`add` for atoms none of which is interned yet, none twice (a set's
         difference with :attr:`bits`): numbered in their order as one run of bits from
         the index's size on, without looking each one up first."""
+        if self._unmapped:
+            self._map()
         n = len(self._atoms)
         k = len(atoms)
         if k > self._limit - n or n + k > len(_BITS):
@@ -143,7 +182,14 @@ class AtomIndex:
     @property
     def bits(self) -> dict[GroundAtom, int]:
         """Atom → its bit: the index's own map (read-only for callers)."""
+        if self._unmapped:
+            self._map()
         return self._bits
+
+    def maps_with(self, bits: dict[GroundAtom, int]) -> bool:
+        """Whether ``bits`` is this index's own map (:attr:`bits`), without mapping the
+        atoms :meth:`defer_new` left unmapped."""
+        return bits is self._bits
 
     @property
     def full(self) -> bool:
@@ -159,9 +205,13 @@ class AtomIndex:
     def known_bit(self, atom: GroundAtom) -> int:
         """The atom's bit, 0 if it was never interned (then no state encoded here holds
         it); interns nothing."""
+        if self._unmapped:
+            self._map()
         return self._bits.get(atom, 0)
 
     def encode(self, atoms: Iterable[GroundAtom]) -> StateMask:
+        if self._unmapped:
+            self._map()
         bits = self._bits
         if isinstance(atoms, (set, frozenset)) and len(atoms) <= SMALL_STATE:
             # A set repeats no atom, so the sum of the bits is their union, looked up
@@ -196,6 +246,8 @@ class AtomIndex:
         does any atom never seen before. ``validate`` vets new atoms before they are
         interned, so a bad message cannot grow the index.
         """
+        if self._unmapped:
+            self._map()
         try:
             mask: int = sum(map(self._bits.__getitem__, map(tuple, atoms)))
             if mask.bit_count() == len(atoms):

@@ -166,7 +166,8 @@ class TransitionMonitor:
         if not self.shares_index:
             index = self.index
             valid = self._valid
-            own = (index.atoms, None if valid is index.bits else sum(valid.values()))
+            # Not index.bits: that would map atoms left unmapped (AtomIndex.defer_new).
+            own = (index.atoms, None if index.maps_with(valid) else sum(valid.values()))
         return (self.transitions,
                 tuple((name, tuple(map(tuple, buf))) for name, buf in self.executed.items()),
                 self._last_mask, lists is not None, own)
@@ -429,6 +430,8 @@ class TransitionMonitor:
         """Encode states holding atoms not yet checked against the current model: every
         one is checked before any is interned, so a refused transition changes nothing.
         ``flipped`` as for :meth:`observe`."""
+        index = self.index
+        bits = index.bits  # maps the atoms a first record left unmapped (see below)
         valid = self._valid
         # Set operations on the frozensets reuse the hashes they hold (hashing an atom's
         # tuple again costs about as much as the lookup): a new agent on an index of its
@@ -451,14 +454,38 @@ class TransitionMonitor:
         if not (_in_vocabulary(predicates, fresh) and _in_vocabulary(predicates, came_new)):
             for atom in (*fresh, *came_new):
                 self.validate_atom(atom)  # names what is wrong
-        index = self.index
-        bits = index.bits
         # The map of checked atoms is the index's own (an index of the agent's own): the
         # state's atoms not in it are interned first, as one run of bits from the
         # index's size on, so their sum is that run, not a lookup and a big-int sum per
         # atom (~5 us for a new agent's 120 atoms).
         run = valid is bits
         first = len(index)
+        if run and gone is not None:
+            # Nor mapped yet (AtomIndex.defer_new): only the few atoms a step changes are
+            # looked up here, so those of the run are put first, where their bits are
+            # known by their order. An agent held as bytes before its next record never
+            # maps them (its bytes hold the atoms in bit order).
+            lead = [a for a in gone if a in fresh]
+            order: Collection[GroundAtom] = [*lead, *fresh.difference(lead)] if lead \
+                else fresh
+            if index.defer_new(order, came_new):
+                s = ((1 << len(fresh)) - 1) << first
+                if len(fresh) < len(state):
+                    s += sum(map(valid.__getitem__, state.difference(fresh)))
+                if next_state is state:
+                    return s, s
+                placed: dict[GroundAtom, int] = {}
+                for i, atom in enumerate(lead):
+                    placed[atom] = 1 << (first + i)
+                at = first + len(fresh)
+                for i, atom in enumerate(came_new):
+                    placed[atom] = 1 << (at + i)
+                s2 = s
+                for atom in gone:
+                    s2 -= placed[atom] if atom in placed else valid[atom]
+                for atom in came:
+                    s2 += placed[atom] if atom in placed else valid[atom]
+                return s, s2
         new = fresh
         try:
             if run:

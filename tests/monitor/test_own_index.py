@@ -150,13 +150,16 @@ def test_every_new_agents_atoms_are_checked_and_a_refused_record_interns_nothing
                                ).verdict.name == "APPLIED"
 
 
+@pytest.mark.parametrize("flips", [False, True])
 @pytest.mark.parametrize("family", ["full", "none", "open"])
-def test_states_encoded_from_new_atoms_hold_exactly_their_atoms(family: str) -> None:
+def test_states_encoded_from_new_atoms_hold_exactly_their_atoms(family: str,
+                                                                flips: bool) -> None:
     """The state's atoms new to an index of the agent's own are numbered as one run of
     bits (TransitionMonitor._encode_new): whatever the index held before (the action's
     grounding, earlier states) and across a move to a new index when it is full, every
     mask kept decodes to its very state, and the verdicts are those of an agent on its
-    family's index."""
+    family's index. ``flips``: the decoder tells which atoms each step flipped, so the
+    run is numbered without being mapped (AtomIndex.defer_new) until the next record."""
     import random
 
     from capwatch.monitor.observations import MonitorLimits
@@ -181,14 +184,17 @@ def test_states_encoded_from_new_atoms_hold_exactly_their_atoms(family: str) -> 
             if kind < 0.6:  # mark a p-atom: applied if (p target) holds
                 state = state | {("p", target)}
                 after = state | {("q", target)}
-            elif kind < 0.8:  # a wrong effect: inconsistent
+            elif kind < 0.7:  # a wrong effect: inconsistent
                 after = state | {("p", rng.choice(objects))}
+            elif kind < 0.8:  # an atom lost: inconsistent (a step that deletes, flipped)
+                after = state - {rng.choice(sorted(state))}
             else:  # the state unchanged
                 after = state
             if rng.random() < 0.5:  # sometimes a state of other atoms: a gap
                 state = frozenset(("p", o) for o in rng.sample(objects, min(len(objects), 9)))
                 after = state | {("q", target)} if kind < 0.6 else after | state
-            got = monitor.observe(state, ("mark", target), after, step)
+            flipped = list(state ^ after) if flips and after is not state else None
+            got = monitor.observe(state, ("mark", target), after, step, flipped=flipped)
             want = check.observe(state, ("mark", target), after, step)
             assert got.verdict is want.verdict
             assert monitor.index.decode(got.state) == state
@@ -199,3 +205,34 @@ def test_states_encoded_from_new_atoms_hold_exactly_their_atoms(family: str) -> 
             if family != "open":
                 assert not monitor.shares_index
             state = after
+
+
+def test_a_first_record_left_unmapped_is_held_as_bytes_and_thawed_exactly() -> None:
+    """A new agent's first state on an index of its own is interned without being mapped
+    (AtomIndex.defer_new); its idle state (what freezing holds) rebuilds a monitor whose
+    next record gets the verdict and the masks of one that was never frozen, and the
+    unfrozen one maps its atoms when it needs them."""
+    from capwatch.monitor.observations import MonitorLimits
+
+    domain = _domain(True)
+    limits = MonitorLimits()
+    shared = SharedGrounding(domain, 0)  # full: every agent on an index of its own
+    state = frozenset({("p", "a"), *(("p", f"o{i}") for i in range(40))})
+    after = state | {("q", "a")}
+    kept = TransitionMonitor(domain, limits, shared)
+    first = kept.observe(state, ("mark", "a"), after, 0, flipped=[("q", "a")])
+    assert first.verdict.name == "APPLIED"
+    assert kept.index.decode(first.state) == state
+    idle = kept.idle_state(after)
+    assert idle is not None
+    thawed = TransitionMonitor.from_idle_state(domain, limits, shared, idle, after)
+    later = after | {("p", "b")}
+    for monitor in (kept, thawed):
+        got = monitor.observe(later, ("mark", "b"), later | {("q", "b")}, 1,
+                              flipped=[("q", "b")])
+        assert got.verdict.name == "APPLIED"
+        assert monitor.index.decode(got.state) == later
+        t = monitor.executed["mark"][-1]
+        assert monitor.index.decode(t.next_state) == later | {("q", "b")}
+        assert ("p", "o7") in monitor.index.bits
+    assert kept.index.atoms == thawed.index.atoms
