@@ -396,6 +396,12 @@ class Grounder:
 
 
 GroundAtoms = tuple[GroundAtom, ...]
+Grounded = tuple[Action, tuple[str, ...], GroundAtoms, GroundAtoms,
+                 tuple[tuple[GroundAtoms, GroundAtoms], ...], bool]
+"""A ground action's lifted action, objects, precondition atoms (positive, negative),
+each outcome's (delete, add) atoms, and whether its equality constraints hold."""
+GROUNDINGS = 4_096
+"""Ground actions a family's grounding keeps per generation (:meth:`SharedGrounding.ground`)."""
 
 
 def closed_vocabulary(domain: Domain) -> bool:
@@ -423,15 +429,15 @@ class SharedGrounding:
     own vocabulary. Owned by the main loop (not thread-safe).
     """
 
-    __slots__ = ("_ground", "actions", "bits", "closed", "domain", "grounder", "index",
-                 "predicates")
+    __slots__ = ("_ground", "_older", "actions", "bits", "closed", "domain", "grounder",
+                 "index", "predicates")
 
     def __init__(self, domain: Domain, index_atoms: int = SHARED_INDEX_ATOMS) -> None:
         self.domain = domain
-        self._ground: dict[GroundAction, tuple[Action, tuple[str, ...], GroundAtoms,
-                                               GroundAtoms,
-                                               tuple[tuple[GroundAtoms, GroundAtoms], ...],
-                                               bool]] = {}
+        self._ground: dict[GroundAction, Grounded] = {}
+        """The ground actions' atoms, grounded since the last turn (see :meth:`ground`)."""
+        self._older: dict[GroundAction, Grounded] = {}
+        """Those of the generation before, moved back into :attr:`_ground` when used."""
         self.actions = domain.action_map
         self.predicates = {p.name: p.arity for p in domain.predicates}
         """Predicate name → arity (the vocabulary check)."""
@@ -450,12 +456,22 @@ class SharedGrounding:
         whether there is more room than before."""
         return self.index.widen(min(SHARED_INDEX_STATES * state_atoms, most))
 
-    def ground(self, ground_action: GroundAction) -> tuple[
-            Action, tuple[str, ...], GroundAtoms, GroundAtoms,
-            tuple[tuple[GroundAtoms, GroundAtoms], ...], bool]:
-        """Raises ModelError as :meth:`Grounder.operator` does."""
+    def ground(self, ground_action: GroundAction) -> Grounded:
+        """Raises ModelError as :meth:`Grounder.operator` does.
+
+        Kept in two generations of up to :data:`GROUNDINGS` each: when the current one is
+        full it becomes the older one and the older one is dropped; one found in the
+        older one is moved back. The ground actions in use are so kept while fewer than
+        GROUNDINGS are, and agents naming objects of their own, whose every grounding is
+        a one-off (~1.1 KB each, the atoms' tuples with their names), hold at most twice
+        that (~9 MB a family), where one generation of 100,000 held up to ~110 MB, all
+        dropped at once when full."""
         found = self._ground.get(ground_action)
         if found is not None:
+            return found
+        found = self._older.pop(ground_action, None)
+        if found is not None:
+            self._keep(ground_action, found)
             return found
         name, args = ground_action[0], tuple(ground_action[1:])
         action = self.domain.action_map.get(name)
@@ -473,7 +489,11 @@ class SharedGrounding:
         found = (action, args, atoms(action.pre_pos), atoms(action.pre_neg),
                  tuple((atoms(o.delete), atoms(o.add)) for o in action.outcomes),
                  action.admits_binding(binding))
-        if len(self._ground) >= 100_000:
-            self._ground.clear()  # a bound on memory for fleets with many objects
-        self._ground[ground_action] = found
+        self._keep(ground_action, found)
         return found
+
+    def _keep(self, ground_action: GroundAction, found: Grounded) -> None:
+        if len(self._ground) >= GROUNDINGS:
+            self._older = self._ground
+            self._ground = {}
+        self._ground[ground_action] = found

@@ -236,3 +236,21 @@ def test_a_first_record_left_unmapped_is_held_as_bytes_and_thawed_exactly() -> N
         assert monitor.index.decode(t.next_state) == later | {("q", "b")}
         assert ("p", "o7") in monitor.index.bits
     assert kept.index.atoms == thawed.index.atoms
+
+
+def test_a_familys_groundings_are_bounded_and_those_in_use_are_kept() -> None:
+    """Agents naming objects of their own ground one-off actions: the family keeps at most
+    two generations of GROUNDINGS of them, a grounding used again since the last turn is
+    kept across it, and one dropped is grounded again to the same atoms."""
+    from capwatch.model import grounding
+
+    domain = _domain(True)
+    shared = SharedGrounding(domain)
+    busy = shared.ground(("mark", "busy"))
+    for k in range(3 * grounding.GROUNDINGS):
+        shared.ground(("mark", f"o{k}"))
+        if k % 1000 == 0:
+            assert shared.ground(("mark", "busy")) is busy  # in use: kept
+        assert len(shared._ground) + len(shared._older) <= 2 * grounding.GROUNDINGS
+    first = shared.ground(("mark", "o0"))  # dropped long ago: grounded again
+    assert first[2] == (("p", "o0"),) and first[4] == (((), (("q", "o0"),)),)
