@@ -6,6 +6,7 @@ test_kafka_latest.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
@@ -36,11 +37,17 @@ class _KafkaPythonConsumer:
         self.positions: dict[int, int] = {}
         self.failures: list[Exception] = []
         """Raised by the next commits, one each."""
+        self.read_failures: list[Exception] = []
+        """Raised by the next reads of the committed offset, one each."""
+        self.rebalance: Callable[[], None] | None = None
+        """Run by the next poll before it fetches (a rebalance listener's turn)."""
 
     def assignment(self) -> set[TopicPartition]:
         return {TopicPartition(TOPIC, p) for p in self.ends}
 
     def committed(self, tp: TopicPartition, timeout_ms: int | None = None) -> int | None:
+        if self.read_failures:
+            raise self.read_failures.pop(0)
         return self.group.get(tp.partition)
 
     def end_offsets(self, tps: list[TopicPartition], timeout_ms: int | None = None
@@ -60,6 +67,9 @@ class _KafkaPythonConsumer:
 
     def poll(self, timeout_ms: int) -> dict[TopicPartition, list[_Message]]:
         """What is there from each partition's position (one record: the end moved on)."""
+        rebalance, self.rebalance = self.rebalance, None
+        if rebalance is not None:
+            rebalance()
         batch = {}
         for p, at in self.positions.items():
             if at < self.ends[p]:
@@ -81,7 +91,7 @@ def test_kafka_python_commits_the_end_of_each_partition_nothing_was_committed_of
     source._unstarted = {0, 1}
     source._settle()
     assert consumer.group == {0: 5, 1: 3}
-    assert consumer.positions == {0: 5}  # 1: kafka-python reads its commit itself
+    assert consumer.positions == {0: 5, 1: 3}  # each read from the group's commit
     assert not source._unstarted
 
 
@@ -105,6 +115,30 @@ def test_kafka_python_holds_records_back_until_the_start_is_committed() -> None:
     assert records == [] and consumer.positions == {0: 8}
     consumer.ends[0] = 9
     assert [r.offset for r in source.poll(0.1)] == [8]
+
+
+def test_kafka_python_records_held_back_are_read_again_from_the_commit_found_later() -> None:
+    # The rebalance listener could not read the partition's commit (a coordinator that
+    # did not answer in time), so its records are held back; kafka-python positioned the
+    # partition at that commit itself and the same poll fetched from it. When the next
+    # poll reads the commit, the records held back must be read again from it: before,
+    # the source left kafka-python's position past them, so they were never handed out
+    # while the next checkpoint committed past them (found by fault12).
+    consumer = _KafkaPythonConsumer({0: 6})
+    consumer.group[0] = 3  # another member's earlier commit: where the group is
+    source = _kafka_python(consumer)
+
+    def assigned() -> None:
+        source._unstarted = {0}
+        consumer.read_failures = [KafkaTimeoutError("in the rebalance callback")]
+        source._settle()
+        consumer.positions[0] = 3  # kafka-python read the commit itself afterwards
+
+    consumer.rebalance = assigned
+    assert source.poll(0.1) == []  # offset 3 fetched and held back
+    assert source._unstarted == {0}
+    assert [r.offset for r in source.poll(0.1)] == [3]
+    assert not source._unstarted and consumer.group == {0: 3}
 
 
 def test_kafka_python_a_member_dropped_from_its_group_rejoins_instead_of_retrying() -> None:
@@ -148,6 +182,14 @@ class _ConfluentMessage:
         return b"v"
 
 
+class _Committed(NamedTuple):
+    """confluent-kafka's TopicPartition as committed() answers it (its error read-only)."""
+    topic: str
+    partition: int
+    offset: int
+    error: KafkaError | None
+
+
 class _ConfluentConsumer:
     def __init__(self, ends: dict[int, int]) -> None:
         self.ends = dict(ends)
@@ -155,10 +197,17 @@ class _ConfluentConsumer:
         self.positions: dict[int, int] = {}
         self.assigned: list[tuple[int, int]] | None = None
         self.failures: list[Exception] = []
+        self.unreadable: set[int] = set()
+        """Partitions whose commit the next read answers with an error (librdkafka's
+        way: the partition's error set, its offset invalid)."""
 
     def committed(self, tps: list[ConfluentPartition], timeout: float
-                  ) -> list[ConfluentPartition]:
-        return [ConfluentPartition(tp.topic, tp.partition, self.group.get(tp.partition, -1001))
+                  ) -> list[_Committed]:
+        unreadable, self.unreadable = self.unreadable, set()
+        return [_Committed(tp.topic, tp.partition, -1001,
+                           KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT))
+                if tp.partition in unreadable else
+                _Committed(tp.topic, tp.partition, self.group.get(tp.partition, -1001), None)
                 for tp in tps]
 
     def get_watermark_offsets(self, tp: ConfluentPartition, timeout: float, cached: bool
@@ -224,6 +273,22 @@ def test_confluent_holds_records_back_until_the_start_is_committed() -> None:
     assert consumer.group == {0: 8} and not source._unstarted
     consumer.ends[0] = 9
     assert [r.offset for r in source.poll(0.1)] == [8]
+
+
+def test_confluent_a_commit_that_could_not_be_read_is_not_taken_for_none() -> None:
+    # librdkafka answers a partition whose commit it could not read with the error set
+    # and the offset invalid. Taken for "nothing committed", its end was committed over
+    # the group's commit (3 here), skipping records 3 and 4 for good (found by fault12).
+    consumer = _ConfluentConsumer({0: 5})
+    consumer.group[0] = 3
+    consumer.unreadable = {0}
+    source = _confluent(consumer)
+    source._start(consumer, _assignment([0]))  # type: ignore[arg-type]
+    assert consumer.group == {0: 3} and source._unstarted == {0}
+    consumer.positions[0] = 3  # librdkafka's own assignment, from the commit
+    # The poll's retry read the commit and reads on from it.
+    assert [r.offset for r in source.poll(0.1)] == [3]
+    assert consumer.group == {0: 3} and not source._unstarted
 
 
 def test_confluent_a_member_dropped_from_its_group_goes_on_polling() -> None:

@@ -304,8 +304,10 @@ class KafkaSource:
         A failure leaves the partitions listed (``strict``: and raises, an outage the main
         loop reports and retries, unless the group dropped this member, which its next
         poll rejoins): :meth:`poll` tries again and hands out none of their records
-        meanwhile (records fetched from a start kafka-python resolved itself are dropped;
-        the start committed later is where they are read from)."""
+        meanwhile (records fetched from a position kafka-python resolved itself are
+        dropped; the commit read or made later is where they are read from again: a
+        commit found only at a later poll, after the rebalance listener could not read
+        it, once left the records dropped meanwhile unread, behind the next checkpoint)."""
         consumer = self._consumer
         if consumer is None:
             return
@@ -328,8 +330,10 @@ class KafkaSource:
                             "wait until it is read", partition=p, error=str(e)[:300])
                 return
             if offset is not None:
-                if p in self._rewind:
-                    consumer.seek(tp, offset)
+                # None of its records was handed out since it was assigned, but some may
+                # have been fetched and held back (poll drops them while it waits here):
+                # kafka-python's position is past them, so it is read from the commit.
+                consumer.seek(tp, offset)
                 self._rewind.discard(p)
                 self._unstarted.discard(p)
             elif self._config["auto_offset_reset"] == "latest":

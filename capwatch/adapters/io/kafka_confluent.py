@@ -220,7 +220,7 @@ class ConfluentKafkaSource:
         mine = [TopicPartition(tp.topic, tp.partition) for tp in partitions
                 if tp.topic == self.topic]
         try:
-            committed = consumer.committed(mine, self._wait_s)
+            committed = self._committed(consumer, mine)
             starts = self._commit_starts(consumer, [tp for tp in committed if tp.offset < 0])
         except Exception as e:  # failing the callback would not undo the assignment
             self._unstarted = {tp.partition for tp in mine}
@@ -232,6 +232,19 @@ class ConfluentKafkaSource:
             consumer.assign([TopicPartition(tp.topic, tp.partition,
                                             starts.get(tp.partition, tp.offset))
                              for tp in partitions])
+
+    def _committed(self, consumer: Consumer, parts: list[TopicPartition]
+                   ) -> list[TopicPartition]:
+        """The group's commit of each of ``parts``; raises if one could not be read.
+
+        librdkafka answers a partition whose commit it could not read with the error set
+        and the offset invalid, as if nothing were committed: taken as such, its end was
+        committed over the group's commit, skipping every record between them."""
+        committed: list[TopicPartition] = consumer.committed(parts, self._wait_s)
+        for tp in committed:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+        return committed
 
     def _commit_starts(self, consumer: Consumer, parts: list[TopicPartition]
                        ) -> dict[int, int]:
@@ -253,7 +266,7 @@ class ConfluentKafkaSource:
         """:meth:`_start` again for the partitions it could not do, outside a callback:
         their committed offset (or the end just committed) is where they are read from."""
         mine = [TopicPartition(self.topic, p) for p in sorted(self._unstarted)]
-        committed = consumer.committed(mine, self._wait_s)
+        committed = self._committed(consumer, mine)
         starts = self._commit_starts(consumer, [tp for tp in committed if tp.offset < 0])
         for tp in committed:
             consumer.seek(TopicPartition(self.topic, tp.partition,
