@@ -44,6 +44,28 @@ def variant(base: dict[str, Any], **changes: Any) -> bytes:
     return json.dumps({k: v for k, v in event.items() if v is not ...}).encode()
 
 
+@pytest.fixture(params=["counted whole", "found"])
+def key_count(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the keys are counted: over the whole message, or (as a large message is
+    checked) outside the states, found first."""
+    if request.param == "found":
+        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
+    return str(request.param)
+
+
+def colon_count_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the count of the keys' colons may let a message through."""
+    monkeypatch.setattr(wire_keys, "keys_unique", lambda *args: False)
+    monkeypatch.setattr(wire_keys, "_keys_outside", lambda *args: False)
+
+
+def no_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schema's (slower) decoder fails the test if the fast path hands a message to it."""
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("took the schema's decoder")
+    monkeypatch.setattr(wire_fast.wire, "decode", slow)
+
+
 def test_valid_events_decode_to_the_same_transitions() -> None:
     one = agree(variant(TRANSITION), key=b"rover-1")
     assert not isinstance(one, DeadLetter) and one[0].time is not None
@@ -189,18 +211,6 @@ COLONS = [
 ]
 
 
-@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
-@pytest.mark.parametrize("raw", DUPLICATED + COLONS, ids=repr)
-def test_a_key_given_twice_is_a_dead_letter_not_read_one_way(
-        raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    # find_states: as a large message is checked, the keys counted outside the states
-    if find_states:
-        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
-    result = agree(raw)
-    assert isinstance(result, DeadLetter), raw
-    assert "appears twice" in result.reason, result.reason
-
-
 # No "type": msgspec, decoding a transition alone, takes its tag as given, so a key
 # given twice would balance the count of the keys (rev11b: read with the last value).
 _UNTYPED = variant(TRANSITION, type=..., episode_id=..., step=..., time=..., optimal=...,
@@ -219,26 +229,26 @@ UNTYPED = [
 ]
 
 
-@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
-@pytest.mark.parametrize("raw", UNTYPED, ids=repr)
-def test_an_event_without_its_type_and_a_key_given_twice_is_a_dead_letter(
-        raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if find_states:
-        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
+REFUSED = [(raw, "appears twice") for raw in DUPLICATED + COLONS] + \
+    [(raw, "") for raw in UNTYPED]
+"""Messages that give a key twice, and what their dead letter's reason says (a message
+without its type may be refused for a reason of the schema's)."""
+
+
+@pytest.mark.parametrize(("raw", "reason"), REFUSED, ids=repr)
+def test_a_key_given_twice_is_a_dead_letter_not_read_one_way(
+        raw: bytes, reason: str, key_count: str) -> None:
     result = agree(raw)
     assert isinstance(result, DeadLetter), raw
+    assert reason in result.reason, result.reason
 
 
-@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
 @pytest.mark.parametrize("raw", DUPLICATED + COLONS, ids=repr)
 def test_the_colon_count_alone_never_takes_a_key_given_twice(
-        raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        raw: bytes, key_count: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The count of '":' decides only when the colons do not match: here it never lets a
     # message through, so whatever passes passed the colon count.
-    monkeypatch.setattr(wire_keys, "keys_unique", lambda *args: False)
-    monkeypatch.setattr(wire_keys, "_keys_outside", lambda *args: False)
-    if find_states:
-        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
+    colon_count_only(monkeypatch)
     result = agree(raw)
     assert isinstance(result, DeadLetter) and "appears twice" in result.reason, raw
 
@@ -253,15 +263,10 @@ def test_the_colon_count_alone_never_takes_a_key_given_twice(
     json.dumps({**TRANSITION, "family": "fam:1"}, separators=(",", ":")).encode(),
     _ESCAPED_COLON,
 ], ids=repr)
-@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
-def test_valid_events_stay_on_the_fast_path(raw: bytes, find_states: bool,
+def test_valid_events_stay_on_the_fast_path(raw: bytes, key_count: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The duplicate-key guard must not send ordinary events to the slower schema decoder."""
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("took the schema's decoder")
-    if find_states:
-        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
-    monkeypatch.setattr(wire_fast.wire, "decode", slow)
+    no_schema(monkeypatch)
     assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
 
 
@@ -375,10 +380,7 @@ def test_events_spaced_after_their_quotes_stay_on_the_fast_path(
     writers space JSON: such events took the schema's decoder, 3-4 times slower."""
     expected = wire.decode(raw, _WIDE)
     assert not isinstance(expected, DeadLetter), expected
-
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("took the schema's decoder")
-    monkeypatch.setattr(wire_fast.wire, "decode", slow)
+    no_schema(monkeypatch)
     assert wire_fast.decode(raw, _WIDE) == expected
 
 
@@ -404,7 +406,6 @@ def test_spaced_events_and_repeated_keys_agree(
         assert not isinstance(result, DeadLetter), raw
 
 
-@pytest.mark.parametrize("find_states", [False, True], ids=["counted whole", "found"])
 @pytest.mark.parametrize("raw", [
     variant(TRANSITION), json.dumps(TRANSITION, separators=(",", ":")).encode(),
     json.dumps(TRANSITION, indent=2).encode(), variant(TRANSITION, time=None),
@@ -412,13 +413,10 @@ def test_spaced_events_and_repeated_keys_agree(
     variant(TRACE), json.dumps(TRACE, indent=1).encode(), variant(TRACE, time=...),
 ], ids=repr)
 def test_the_colon_count_takes_events_with_colons_only_in_states_and_time(
-        raw: bytes, find_states: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        raw: bytes, key_count: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Whatever the spacing around the keys' colons, the count alone decides.
-    monkeypatch.setattr(wire_keys, "keys_unique", lambda *args: False)
-    monkeypatch.setattr(wire_keys, "_keys_outside", lambda *args: False)
-    monkeypatch.setattr(wire_fast.wire, "decode", lambda *args, **kwargs: 1 / 0)
-    if find_states:
-        monkeypatch.setattr(wire_keys, "FIND_STATES", 0)
+    colon_count_only(monkeypatch)
+    no_schema(monkeypatch)
     assert not isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
 
 
