@@ -56,8 +56,13 @@ typecheck: $(STAMP)
 # The pure-Python path stays tested: the parity tests of what is compiled (the decoders,
 # the monitor and drift statistics, the consistency check) run first from source too, with
 # the tests that count calls inside a compiled module (a compiled module calls its own
-# functions in C, past a test's patch, so they run only from source).
-PURE_TESTS := tests/contracts tests/monitor tests/model tests/daemon/test_freezing_memo.py
+# functions in C, past a test's patch, so they run only from source). Of tests/daemon, those
+# of the compiled agent_watch (freezing, compaction, replay, sweep) and of the record path
+# through batch, intake and registry (test_pipeline): ~25 s more of a 2-core machine.
+PURE_DAEMON := freezing_memo freezing freezing_widened frozen_placeholders compaction \
+	replay sweep pipeline
+PURE_TESTS := tests/contracts tests/monitor tests/model \
+	$(foreach t,$(PURE_DAEMON),tests/daemon/test_$(t).py)
 test: lint typecheck compiled
 ifneq ($(COMPILE),0)
 	CAPWATCH_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider $(PURE_TESTS)
