@@ -50,8 +50,10 @@ endif
 lint: $(STAMP)
 	$(BIN)/ruff check capwatch tests benchmarks helm deploy
 
+# benchmarks too (their errors hid real ones: bench_assess's research table reused the
+# grid's names); fuzz_assess.py, an untyped research harness, is not checked yet.
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict capwatch
+	$(BIN)/mypy --strict --exclude 'benchmarks/fuzz_assess\.py$$' capwatch benchmarks
 
 # The pure-Python path stays tested: the parity tests of what is compiled (the decoders,
 # the monitor and drift statistics, the consistency check) run first from source too, with

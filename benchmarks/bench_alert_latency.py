@@ -99,7 +99,7 @@ def injections(events: Sequence[tuple[str, bytes]], domains: Mapping[str, Domain
 
 
 def _config(tmp: str, bootstrap: str, topic: str, *, kafka_output: bool) -> DaemonConfig:
-    return DaemonConfig(**{
+    return DaemonConfig.model_validate({
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {f: {"domain": str(p)} for f, p in FAMILIES.items()},
         "source": {"kind": "kafka"}, "output": {"kind": "kafka" if kafka_output else "log"},

@@ -240,17 +240,19 @@ def report(rows: list[dict[str, Any]], markdown: bool) -> None:
     print(head)
     print("-" * len(head))
     for name in RESEARCH:
-        d = [r for r in research if r["domain"] == name and r["method"] == "daaisy"]
-        if not d:
+        # Own names: v and a above are the grid's summaries (dicts), these are rows.
+        by_daaisy = [r for r in research if r["domain"] == name and r["method"] == "daaisy"]
+        if not by_daaisy:
             continue
-        v = [r for r in research if r["domain"] == name and r["method"] == "verify"]
-        a = [r for r in research if r["domain"] == name and r["method"] == "aia"]
+        by_verify = [r for r in research if r["domain"] == name and r["method"] == "verify"]
+        by_aia = [r for r in research if r["domain"] == name and r["method"] == "aia"]
         rq, racc, raia = RESEARCH[name]
         t_aia, t_daaisy = PAPER_TABLE3[name]
-        print(f"{name:12} | {statistics.mean(r['queries'] for r in d):8.2f} "
-              f"{statistics.mean(r['accuracy'] for r in d):6.3f} | {rq:10.2f} {racc:6.3f} | "
-              f"{statistics.mean(r['queries'] for r in v):8.2f} | "
-              f"{statistics.mean(r['queries'] for r in a):6.2f} | {raia:7d} | "
+        print(f"{name:12} | {statistics.mean(r['queries'] for r in by_daaisy):8.2f} "
+              f"{statistics.mean(r['accuracy'] for r in by_daaisy):6.3f} | "
+              f"{rq:10.2f} {racc:6.3f} | "
+              f"{statistics.mean(r['queries'] for r in by_verify):8.2f} | "
+              f"{statistics.mean(r['queries'] for r in by_aia):6.2f} | {raia:7d} | "
               f"{t_aia:8.1f} / {t_daaisy:6.1f}")
 
 

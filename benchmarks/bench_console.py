@@ -47,9 +47,9 @@ def main() -> None:
                             ("fleet page 100", "/console/?sort=agent&page=100"),
                             ("agent page", f"/console/agents/rover-v3/{names[0]}"),
                             ("family page", "/console/families/rover-v3")):
-            t = time.perf_counter()
+            t0 = time.perf_counter()
             r = console.handle("GET", path, {"Host": "bench"})
-            dt = time.perf_counter() - t
+            dt = time.perf_counter() - t0
             print(f"{label:<16} {dt:6.3f} s  {len(r.body):>8,} bytes  "
                   f"({args.agents:,} agents, {args.drifted} drifted)")
         store.close()

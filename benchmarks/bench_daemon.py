@@ -99,7 +99,7 @@ def service(tmp: str, f: SimulatedFleet, records: list[Record],
             max_agents: int | None = None, **limits: Any) -> Service:
     if max_agents:
         limits["max_agents_in_memory"] = max_agents
-    cfg = DaemonConfig(**{
+    cfg = DaemonConfig.model_validate({
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
                      "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
@@ -281,12 +281,13 @@ def main() -> int:
     parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
+        agents, steps = args.memory_child
         if args.fleet:
             from bench_fleet import memory_child as fleet_memory_child
 
-            return fleet_memory_child(args.fleet[0], *args.memory_child, args.memory_limited,
+            return fleet_memory_child(args.fleet[0], agents, steps, args.memory_limited,
                                       args.frozen)
-        return memory_child(*args.memory_child, args.quick, args.frozen, args.traced)
+        return memory_child(agents, steps, args.quick, args.frozen, args.traced)
     if args.fleet or args.generated:
         return other_fleets(args)
     agents_per_family = 20 if args.quick else 100

@@ -83,7 +83,7 @@ def measure(name: str, agents: int, rounds: int) -> None:
     records = [Record("bench", 0, i, json.loads(v)["agent_id"].encode(), v)
                for i, v in enumerate(raw)]
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = DaemonConfig(**{
+        cfg = DaemonConfig.model_validate({
             "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
             "families": {name: {"domain": str(IPC / name / "domain.pddl")}},
             "output": {"kind": "log"}, "http": {"enabled": False}})

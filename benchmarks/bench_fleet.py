@@ -73,7 +73,7 @@ def pipeline(tmp: str, families: dict[str, Path], max_agents: int | None = None,
         limits["max_agents_in_memory"] = max_agents
     if freeze_idle_after_s is not None:
         limits["freeze_idle_after_s"] = freeze_idle_after_s
-    cfg = DaemonConfig(**{
+    cfg = DaemonConfig.model_validate({
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {f: {"domain": str(d)} for f, d in families.items()},
         "output": {"kind": "log"}, "http": {"enabled": False},

@@ -221,7 +221,7 @@ def daemon_config(bootstrap: str, topic: str, store: Path, client: str,
         client = "kafka-python"
     if families is None:
         families = {"rover-v1": EXAMPLES / "rover.pddl", "courier-v1": EXAMPLES / "courier.pddl"}
-    return DaemonConfig(**{
+    return DaemonConfig.model_validate({
         "replica_id": "bench", "store": {"url": f"sqlite:///{store}"},
         "families": {name: {"domain": str(d)} for name, d in families.items()},
         "source": {"kind": "kafka"}, "output": {"kind": "log"},

@@ -140,7 +140,8 @@ class _Producer:
 
 
 def _ordered(p: _Producer, episode: str, rng: random.Random,
-             before: list[list[str]], after: list[list[str]]) -> tuple[list[object], ...]:
+             before: list[list[str]], after: list[list[str]]
+             ) -> tuple[list[list[str]], list[list[str]]]:
     """The two states as the producer writes them."""
     style = p.style
     if style.atoms == "shuffled":

@@ -53,7 +53,7 @@ def main() -> int:
         "type": "transition", "agent_id": "rover-a", "family": "rover-v1", "step": 0,
         "state": HALF, "action": ["sample_rock", "rover1", "store1", "waypoint1"],
         "next_state": HALF, "executed": False}) + "\n")
-    cfg = DaemonConfig(**{
+    cfg = DaemonConfig.model_validate({
         "replica_id": "walk", "store": {"url": f"sqlite:///{tmp / 'm.db'}"},
         "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")}},
         "output": {"kind": "log"}, "http": {"enabled": False}, "log": {"level": "error"},
@@ -76,11 +76,15 @@ def main() -> int:
         caller = back.f_code.co_filename[len(PACKAGE):] if back is not None else ""
         calls.append((caller, frame.f_code.co_filename[len(PACKAGE):]))
 
+    def adopt_and_checkpoint() -> None:
+        p.drain()
+        p.checkpoint()
+
     phases: list[tuple[str, Callable[[], None]]] = [
         ("main: decode, observe, queue", lambda: p.handle(record)),
         ("worker: claim, assess, store, publish",
          lambda: p.workers.run_claimed("walk/w0", p.store.claim("walk/w0", p.clock(), 60, 1)[0])),
-        ("main: adopt the version, checkpoint", lambda: (p.drain(), p.checkpoint())),
+        ("main: adopt the version, checkpoint", adopt_and_checkpoint),
     ]
     marks = []
     sys.setprofile(hook)
