@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from capwatch.adapters.sim.fleet import SimulatedFleet
 from capwatch.daemon.config import DaemonConfig
@@ -99,7 +99,7 @@ def injections(events: Sequence[tuple[str, bytes]], domains: Mapping[str, Domain
 
 
 def _config(tmp: str, bootstrap: str, topic: str, *, kafka_output: bool) -> DaemonConfig:
-    return DaemonConfig.model_validate({
+    return DaemonConfig(**cast("dict[str, Any]", {
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {f: {"domain": str(p)} for f, p in FAMILIES.items()},
         "source": {"kind": "kafka"}, "output": {"kind": "kafka" if kafka_output else "log"},
@@ -109,7 +109,7 @@ def _config(tmp: str, bootstrap: str, topic: str, *, kafka_output: bool) -> Daem
                   "dead_letter_topic": f"{topic}-d",
                   "group_id": f"capwatch-{uuid.uuid4().hex[:6]}", "partitions": 3,
                   "create_topics": False},
-    })
+    }))
 
 
 def _topic(bootstrap: str, append_time: bool = False) -> str:

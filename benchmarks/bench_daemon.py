@@ -35,7 +35,7 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from capwatch import native
 from capwatch.adapters.io.streams import MemoryPublisher
@@ -99,13 +99,13 @@ def service(tmp: str, f: SimulatedFleet, records: list[Record],
             max_agents: int | None = None, **limits: Any) -> Service:
     if max_agents:
         limits["max_agents_in_memory"] = max_agents
-    cfg = DaemonConfig.model_validate({
+    cfg = DaemonConfig(**cast("dict[str, Any]", {
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")},
                      "courier-v1": {"domain": str(EXAMPLES / "courier.pddl")}},
         "output": {"kind": "log"}, "http": {"enabled": False},
         **({"limits": limits} if limits else {}),
-    })
+    }))
     return build_service(cfg, publisher=MemoryPublisher(), source=Replay(records),
                          agents=FleetDirectory(f))
 

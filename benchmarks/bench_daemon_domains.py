@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -83,10 +84,10 @@ def measure(name: str, agents: int, rounds: int) -> None:
     records = [Record("bench", 0, i, json.loads(v)["agent_id"].encode(), v)
                for i, v in enumerate(raw)]
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = DaemonConfig.model_validate({
+        cfg = DaemonConfig(**cast("dict[str, Any]", {
             "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
             "families": {name: {"domain": str(IPC / name / "domain.pddl")}},
-            "output": {"kind": "log"}, "http": {"enabled": False}})
+            "output": {"kind": "log"}, "http": {"enabled": False}}))
         service = build_service(cfg, publisher=MemoryPublisher(), source=Replay(records),
                                 agents=NoAgents())
         p = service.pipeline

@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import msgspec
@@ -73,12 +73,12 @@ def pipeline(tmp: str, families: dict[str, Path], max_agents: int | None = None,
         limits["max_agents_in_memory"] = max_agents
     if freeze_idle_after_s is not None:
         limits["freeze_idle_after_s"] = freeze_idle_after_s
-    cfg = DaemonConfig.model_validate({
+    cfg = DaemonConfig(**cast("dict[str, Any]", {
         "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
         "families": {f: {"domain": str(d)} for f, d in families.items()},
         "output": {"kind": "log"}, "http": {"enabled": False},
         **({"limits": limits} if limits else {}),
-    })
+    }))
     svc = build_service(cfg, publisher=MemoryPublisher(), source=Replay([]), agents=NoAgents())
     p = svc.pipeline
     settle_heap()  # as `capwatch run` does before its main loop

@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kafka_split import pipeline_alone, read_batches
 
@@ -221,7 +221,7 @@ def daemon_config(bootstrap: str, topic: str, store: Path, client: str,
         client = "kafka-python"
     if families is None:
         families = {"rover-v1": EXAMPLES / "rover.pddl", "courier-v1": EXAMPLES / "courier.pddl"}
-    return DaemonConfig.model_validate({
+    return DaemonConfig(**cast("dict[str, Any]", {
         "replica_id": "bench", "store": {"url": f"sqlite:///{store}"},
         "families": {name: {"domain": str(d)} for name, d in families.items()},
         "source": {"kind": "kafka"}, "output": {"kind": "log"},
@@ -229,7 +229,7 @@ def daemon_config(bootstrap: str, topic: str, store: Path, client: str,
         "kafka": {"client": client, "bootstrap_servers": bootstrap,
                   "transitions_topic": topic, "group_id": f"capwatch-{uuid.uuid4().hex[:6]}",
                   "partitions": 3, "create_topics": False, "consumer_process": process},
-    })
+    }))
 
 
 def capwatch_run(bootstrap: str, topic: str, n: int, families: dict[str, Path],

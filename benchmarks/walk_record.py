@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
@@ -53,12 +53,12 @@ def main() -> int:
         "type": "transition", "agent_id": "rover-a", "family": "rover-v1", "step": 0,
         "state": HALF, "action": ["sample_rock", "rover1", "store1", "waypoint1"],
         "next_state": HALF, "executed": False}) + "\n")
-    cfg = DaemonConfig.model_validate({
+    cfg = DaemonConfig(**cast("dict[str, Any]", {
         "replica_id": "walk", "store": {"url": f"sqlite:///{tmp / 'm.db'}"},
         "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl")}},
         "output": {"kind": "log"}, "http": {"enabled": False}, "log": {"level": "error"},
         "source": {"kind": "jsonl", "path": str(path)},
-        "detection": {"debounce_transitions": 1, "debounce_s": 3600}})
+        "detection": {"debounce_transitions": 1, "debounce_s": 3600}}))
     service = build_service(cfg, publisher=MemoryPublisher(), agents=Drifted(),
                             source=JsonlSource(str(path)))
     p = service.pipeline
