@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: compiled test lint typecheck unit chaos demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-fleets bench-daemon-domains bench-daemon-drifts bench-console clean
+.PHONY: compiled test lint typecheck unit chaos fuzz demo demo-serve image bench bench-core bench-assess bench-drift bench-store bench-daemon bench-daemon-fleets bench-daemon-domains bench-daemon-drifts bench-console clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -81,6 +81,12 @@ chaos: compiled
 	CAPWATCH_CHAOS=1 $(BIN)/pytest -q tests/chaos/reproductions; r=$$?; \
 	$(BIN)/python -m tests.chaos.long_run --json .chaos-figures.json; l=$$?; \
 	exit $$(( r || l ))
+
+# The property tests with random examples, a new draw each run and 10 times as many
+# (CAPWATCH_FUZZ_SCALE); `make test` runs them derandomized (tests/support/fuzzing.py).
+FUZZ_TESTS := tests/contracts tests/daemon/test_fuzz.py
+fuzz: compiled
+	CAPWATCH_HYPOTHESIS=fuzz $(BIN)/pytest -q -p no:cacheprovider $(FUZZ_TESTS)
 
 demo: compiled
 	$(BIN)/capwatch demo --report build/demo-report

@@ -21,8 +21,11 @@ import pytest
 
 from capwatch import native
 from capwatch.daemon.logs import reset_logging
+from tests.support import fuzzing
 from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
 from tests.support.postgres_server import PostgresServer, start_postgres_server
+
+fuzzing.register()  # deterministic property tests unless CAPWATCH_HYPOTHESIS=fuzz
 
 # "what: seconds" of each real server started in this session, shown in the terminal summary.
 _SERVER_STARTS: list[str] = []

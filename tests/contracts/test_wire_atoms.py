@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from capwatch.contracts import wire, wire_atoms, wire_fast, wire_keys
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
+from tests.support.fuzzing import examples
 
 # Both ways the fast decoder can take a transition event (conftest.py).
 pytestmark = pytest.mark.usefixtures("splitter")
@@ -38,7 +39,7 @@ def event(state: Any, next_state: Any, style: dict[str, Any]) -> bytes:
                       **style).encode()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(_state, _style), min_size=2, max_size=6), st.booleans())
 def test_states_read_from_known_texts_are_the_schemas(steps: list[tuple[Any, Any]],
                                                       short: bool) -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from capwatch.contracts import wire, wire_atoms, wire_fast, wire_keys
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
+from tests.support.fuzzing import examples
 
 # Both ways the fast decoder can take a transition event (conftest.py).
 pytestmark = pytest.mark.usefixtures("splitter")
@@ -157,7 +158,7 @@ _json = st.recursive(
     max_leaves=12)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.sampled_from([TRANSITION, TRACE]),
        st.dictionaries(st.sampled_from(sorted({*TRANSITION, *TRACE, "extra"})),
                        st.one_of(_json, st.just(...)), max_size=3))
@@ -298,7 +299,7 @@ _STATES = [[["at", "r", "w1"]], [["at", "r", "w2"]], [["at", "r", "w1"], ["at", 
            [["at", "r w"]], [["at", 2]], "at", [], [["at", "r", "w1"]] * 2]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(range(len(_STATES))),
                           st.sampled_from(range(len(_STATES))),
                           st.sampled_from(["rover-1", "rover-2"]),
@@ -387,7 +388,7 @@ def test_events_spaced_after_their_quotes_stay_on_the_fast_path(
 _SPACE = st.sampled_from(["", " ", "\t", "\n", " \r\n "])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from([TRANSITION, TRACE, _LONG]), st.tuples(_SPACE, _SPACE, _SPACE, _SPACE),
        st.sampled_from([None, "executed", "agent_id", "state", "next_state", "type"]),
        st.sampled_from([b"", b" ", b"\t\n"]))
@@ -423,7 +424,7 @@ def test_the_colon_count_takes_events_with_colons_only_in_states_and_time(
 _POOL = [["at", "rover", f"waypoint-{i}"] for i in range(14)]  # 12 of them: past 256 bytes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.permutations(range(len(_POOL))), st.integers(8, 14),
                           st.permutations(range(len(_POOL))), st.integers(8, 14),
                           st.booleans()),

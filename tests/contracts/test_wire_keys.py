@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capwatch.contracts import wire_fast, wire_keys
+from tests.support.fuzzing import examples
 
 _FIELDS: dict[str, Any] = {
     "type": "transition", "agent_id": "rover-1", "family": "rover-v1", "episode_id": "e1",
@@ -34,7 +35,7 @@ def _layout(order: list[str], seps: list[str], values: dict[str, Any],
     return ("{" + ", ".join(parts) + "}").encode()
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.permutations(sorted(_FIELDS)), st.lists(st.sampled_from(_SEPARATORS),
                                                  min_size=len(_FIELDS), max_size=len(_FIELDS)),
        _STATE, _STATE, st.sampled_from(["rover-v1", "state", "next_state", "f:1"]),

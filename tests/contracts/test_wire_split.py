@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from capwatch.contracts import wire, wire_fast, wire_split
 from capwatch.contracts.wire import DecodeLimits
+from tests.support.fuzzing import examples
 
 LIMITS = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
 
@@ -104,7 +105,7 @@ def _check(raw: bytes) -> None:
     assert {**dict(pieces), "state": values[0], "next_state": values[1]} == members
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_messages())
 def test_valid_messages_are_cut_where_a_parser_reads_the_states(raw: bytes) -> None:
     _check(raw)
@@ -118,7 +119,7 @@ def test_valid_messages_are_cut_where_a_parser_reads_the_states(raw: bytes) -> N
     assert cut[3] == len(event)
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=examples(800), deadline=None)
 @given(_mutated())
 def test_any_bytes_cut_the_same_both_ways_and_never_wrongly(raw: bytes) -> None:
     _check(raw)
@@ -152,7 +153,7 @@ def test_what_is_cut() -> None:
 
 
 @pytest.mark.parametrize("way", list(SPLITTERS))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(raw=_mutated())
 def test_the_decoder_agrees_with_the_schema_on_any_bytes(way: str, raw: bytes) -> None:
     kept = wire_fast._SPLIT

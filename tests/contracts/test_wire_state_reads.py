@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.wire import DeadLetter, DecodeLimits
 from tests.contracts.test_wire_fast import TRACE, TRANSITION, variant
+from tests.support.fuzzing import examples
 
 # Both ways the fast decoder can take a transition event (conftest.py).
 pytestmark = pytest.mark.usefixtures("splitter")
@@ -24,7 +25,7 @@ _WIDE = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
 _ATOMS = [["at", "rover", f"waypoint{i}"] for i in range(24)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.sets(st.sampled_from(range(len(_ATOMS))), min_size=12), min_size=2,
                 max_size=10))
 def test_the_atoms_a_next_state_was_made_by_are_exactly_those_that_differ(
@@ -91,7 +92,7 @@ def test_a_state_text_read_before_is_its_read_for_any_agent(
         assert wire_fast.decode(second, narrow, memo=[memo[0], None]) == refused
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.sets(st.sampled_from(range(len(_ATOMS))),
                                                       min_size=12),
                           st.sets(st.sampled_from(range(len(_ATOMS))), min_size=12),

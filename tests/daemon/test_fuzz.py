@@ -15,6 +15,7 @@ from capwatch.contracts.wire import DeadLetter, DecodeLimits, decode
 from capwatch.daemon.service import build_service
 from tests.daemon.helpers import config, good_sample, refused_sample
 from tests.daemon.test_pipeline import Directory
+from tests.support.fuzzing import examples
 
 LIMITS = DecodeLimits(max_message_bytes=4096, max_state_atoms=20, max_trace_steps=10)
 
@@ -71,7 +72,7 @@ def _is_bad(raw: bytes) -> bool:
     return isinstance(result, DeadLetter) or result == []
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile)
 def test_the_decoder_never_raises_and_always_gives_a_reason(raw: bytes) -> None:
     result = decode(raw, LIMITS)
@@ -87,7 +88,7 @@ def _line_safe(raw: bytes) -> bool:
     return b"\n" not in raw and b"\r" not in raw and raw.strip() != b""
 
 
-@settings(max_examples=6, deadline=None,
+@settings(max_examples=examples(6), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(hostile.filter(_line_safe).filter(_is_bad), min_size=5, max_size=40))
 def test_a_running_daemon_dead_letters_hostile_input_and_keeps_going(
