@@ -78,7 +78,8 @@ unit: compiled
 # then 20 SIGKILL and 20 disk-full scenarios against an uninterrupted run and 100,000
 # hostile messages, with the figures printed. Fails if anything still fails.
 chaos: compiled
-	CAPWATCH_CHAOS=1 $(BIN)/pytest -q tests/chaos/reproductions; r=$$?; \
+	CAPWATCH_CHAOS=1 $(BIN)/pytest -q tests/chaos/reproductions \
+	  tests/chaos/test_kafka_start_faults.py; r=$$?; \
 	$(BIN)/python -m tests.chaos.long_run --json .chaos-figures.json; l=$$?; \
 	exit $$(( r || l ))
 

@@ -90,7 +90,7 @@ def read_pg_store(dsn: str) -> tuple[dict[tuple[str, int], dict[str, Any]], int]
         return versions, int(row[0]) if row else 0
 
 
-def _done(topics: KafkaTopics, dsn: str) -> bool:
+def store_done(topics: KafkaTopics, dsn: str) -> bool:
     committed, end = committed_and_end(topics)
     if not end or committed < end:
         return False
@@ -168,7 +168,7 @@ def postgres_killed(inp: FleetInput, pg: KillablePostgres, bootstrap: str, port:
             run.ready_again_s = round(time.monotonic() - t1, 1)
         producer.join()
         run.finished = wait_until(
-            lambda: d.proc.poll() is not None or _done(topics, dsn), 300, 0.5) \
+            lambda: d.proc.poll() is not None or store_done(topics, dsn), 300, 0.5) \
             and d.proc.poll() is None
     finally:
         if killed:

@@ -17,84 +17,25 @@ handled by A and again by B, because A never committed past it.
 from __future__ import annotations
 
 import json
-import re
 import signal
-import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient
 
 from tests.chaos.harness import Daemon
-from tests.chaos.kafka_harness import (
-    KafkaTopics,
-    committed_and_end,
-    kafka_daemon_config,
-    make_topics,
-    produce,
-    wait_done,
+from tests.chaos.kafka_harness import committed_and_end, make_topics, produce, wait_done
+from tests.chaos.kafka_replicas import (
+    SOURCES,
+    group_committed,
+    replica_config,
+    wait_holding,
+    wait_read,
 )
 from tests.support._proc import free_port
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
-
-SOURCES = {
-    "kafka-python": ("kafka-python", False),
-    "kafka-python-process": ("kafka-python", True),
-    "confluent-kafka": ("confluent-kafka", False),
-}
-
-
-def _config(topics: KafkaTopics, store: Path, families: dict[str, Any], replica: str,
-            source: str, port: int, checkpoint_s: float) -> dict[str, Any]:
-    client, process = SOURCES[source]
-    config = kafka_daemon_config(topics, store, families, {}, http_port=port, client=client)
-    config["replica_id"] = replica
-    config["kafka"]["auto_offset_reset"] = "latest"
-    config["kafka"]["consumer_process"] = process
-    config["scheduler"] = {"checkpoint_s": checkpoint_s}
-    return config
-
-
-def _assigned(d: Daemon, timeout_s: float) -> None:
-    """Until the daemon logged that it holds every partition (its source resolved and
-    committed their starts before it said so)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        held: set[int] = set()
-        for e in d.log_events():
-            if e.get("event") == "partitions assigned":
-                held |= set(e["partitions"])
-            elif e.get("event") == "partitions revoked":
-                held -= set(e["partitions"])
-        if held == set(range(PARTITIONS)):
-            return
-        if d.proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {d.proc.returncode}: {d.tail()}")
-        time.sleep(0.2)
-    raise AssertionError(f"partitions not all assigned in {timeout_s:.0f} s: {d.tail()}")
-
-
-def _records_read(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return int(sum(float(m) for m in re.findall(
-        r"^capwatch_records_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE)))
-
-
-def _group_committed(topics: KafkaTopics) -> dict[int, int]:
-    admin = KafkaAdminClient(bootstrap_servers=topics.bootstrap)
-    try:
-        answer = admin.list_group_offsets(topics.group)
-    finally:
-        admin.close()
-    offsets = answer.get(topics.group, answer)
-    return {tp.partition: int(o.offset) for tp, o in offsets.items()
-            if tp.topic == topics.transitions and int(o.offset) >= 0}
 
 
 @pytest.mark.parametrize("source", list(SOURCES))
@@ -113,24 +54,23 @@ def test_records_produced_while_no_replica_committed_are_read_by_the_next(
     produce(topics, *batches[0])
 
     port_a = free_port()
-    a = Daemon(_config(topics, store, families, "a", source, port_a, 3600.0), tmp_path, "a")
+    a = Daemon(replica_config(topics, store, families, "a", source, port_a, 3600.0),
+               tmp_path, "a")
     try:
-        _assigned(a, 120)
-        at_start = _group_committed(topics)
+        wait_holding([a], PARTITIONS, 120)
+        at_start = group_committed(topics)
         produce(topics, *batches[1])
-        deadline = time.monotonic() + 60
-        while _records_read(port_a) < first:
-            assert time.monotonic() < deadline, f"A did not read the first batch: {a.tail()}"
-            time.sleep(0.2)
+        wait_read(a, port_a, first, 60)
     finally:
         a.kill(signal.SIGKILL)
-    at_kill = _group_committed(topics)
+    at_kill = group_committed(topics)
     produce(topics, *batches[2])
 
     port_b = free_port()
-    b = Daemon(_config(topics, store, families, "b", source, port_b, 1.0), tmp_path, "b")
+    b = Daemon(replica_config(topics, store, families, "b", source, port_b, 1.0),
+               tmp_path, "b")
     try:
-        _assigned(b, 120)
+        wait_holding([b], PARTITIONS, 120)
         produce(topics, *batches[3])
         done = wait_done(topics, store, lambda: b.proc.poll() is None, 120)
     finally:
