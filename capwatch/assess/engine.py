@@ -73,7 +73,8 @@ RESAMPLE_STEPS = 64
 RESAMPLE_ROUNDS = 3
 """While the answers leave an action's added outcomes in doubt (OutcomeSpace.doubts),
 asking it again stops after this many times the answers that show its least likely known
-outcome but for e^-OUTCOME_SAFETY (_repeats: 29 at p = 0.1): an agent drawing its
+outcome but for e^-OUTCOME_SAFETY (_repeats: 29 at p = 0.1), or this many times the steps
+that show it but for the accepted error (66 at p = 0.1), whichever comes first: an agent drawing its
 outcomes independently shows an added outcome again, and beside the known ones, within a
 few answers; what is still in doubt after three times that is not its outcomes' chance."""
 _FINAL_ORDER = {EXPLORE: 0, FAIL: 1}
@@ -253,7 +254,10 @@ class _Engine(Evidence):
                 continue
             doubts = space.doubts()
             offered = self.resample_offers.get(action, 0)
-            if doubts and offered >= RESAMPLE_ROUNDS * self._repeats(action):
+            # Bounded in queries (an action asked once an answer) and in steps (one
+            # asked 64 times an answer: thousands of agent steps otherwise).
+            if doubts and (offered >= RESAMPLE_ROUNDS * self._repeats(action) or
+                           self.resample_runs.get(action, 0) >= RESAMPLE_ROUNDS * idle):
                 self.resample_given_up.add(action)
                 self.notes.append(
                     f"{action}: asked again in {offered} queries, its answers do not show "

@@ -87,7 +87,15 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
         return [], 0
     step = max(1, -(-len(queries) // limit))
     chosen = list(queries)[::step][:limit]
-    chosen = [chosen[i % len(chosen)] for i in range(limit)]
+    # Rounds after the first skip queries of probabilistic steps only: the model explains
+    # any of their outcomes, so another answer could refute only a precondition, which
+    # the first round tested; asked round after round, such queries (64 steps asking an
+    # action again) cost thousands of agent steps for nothing.
+    chance = {a.name for a in model.actions if len(a.outcomes) > 1}
+    again_rounds = [q for q in chosen if any(a[0] not in chance for a in q.plan)]
+    if again_rounds:
+        chosen += [again_rounds[i % len(again_rounds)]
+                   for i in range(limit - len(chosen))]
     grounder = Grounder(model)
     out: list[Unexplained] = []
     for q in chosen:

@@ -141,7 +141,8 @@ def test_a_stochastic_agent_is_not_taken_for_a_liar() -> None:
         [first] = agent.query(ready, [("toss",)])
         logs.append(QueryLog(i, ready, (("toss",),), first.executed, first.state, ()))
     again, asked = confirm(model, agent, logs, limit=64)
-    assert asked == 64 and again == []
+    # Asked once each: a query of chance steps only is not asked round after round.
+    assert asked == 40 and again == []
     # Not vacuous: the second answers differ from the first ones (a coin).
     changed = sum(agent.query(q.state, q.plan)[0].state != q.final_state for q in logs)
     assert changed > 0
