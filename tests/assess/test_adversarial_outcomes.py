@@ -15,9 +15,12 @@ from capwatch.assess.agent import QueryResult
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
 from capwatch.assess.replay import confirm, replay
-from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
+from capwatch.model.domain import Domain, GroundAction, GroundAtom, Outcome
 from capwatch.model.pddl_reader import parse_domain
+from tests.assess.test_outcomes import AT, CARRYING, FREE, _effects, _jammed, _with
 
+# test_outcomes' courier with pick at 0.7 (its slip at 0.3 retires within 20 steps) and
+# without move.
 TRAY = """
 (define (domain tray)
   (:requirements :strips :typing :probabilistic-effects)
@@ -34,28 +37,11 @@ TRAY = """
     :effect (and (at ?p ?x) (free ?r) (not (carrying ?r ?p)))))
 """
 
-FREE = LiftedAtom("free", ("?r",))
-AT = LiftedAtom("at", ("?p", "?x"))
-CARRYING = LiftedAtom("carrying", ("?r", "?p"))
 FULL = Outcome(frozenset({CARRYING}), frozenset({AT, FREE}), 0.7)
 
 
 def _known() -> Domain:
     return parse_domain(TRAY)
-
-
-def _with(domain: Domain, name: str, outcomes: tuple[Outcome, ...]) -> Domain:
-    return domain.replace_action(domain.action(name).replace(outcomes=outcomes))
-
-
-def _jammed(domain: Domain) -> Domain:
-    """A deterministic drift elsewhere: after a drop the robot is no longer free."""
-    (o,) = domain.action("drop").outcomes
-    return _with(domain, "drop", (Outcome(o.add - {FREE}, o.delete, 1.0),))
-
-
-def _effects(action: Action) -> set[tuple[frozenset[LiftedAtom], frozenset[LiftedAtom]]]:
-    return {(o.add, o.delete) for o in action.outcomes}
 
 
 def _pick_steps(picked: int, slipped: int, slip: Outcome | None = None
@@ -87,7 +73,7 @@ def test_an_outcome_seen_only_before_the_drift_is_not_kept_by_those_steps() -> N
     the drift: they must not keep it in the model. Before: published with the slip, as
     the observations showed it and no query had to."""
     known = _known()
-    truth = _with(_jammed(known), "pick", (Outcome(FULL.add, FULL.delete, 1.0),))
+    truth = _with(_jammed(known), "pick", outcomes=(Outcome(FULL.add, FULL.delete, 1.0),))
     evidence = [*_pick_steps(picked=4, slipped=4), _jammed_drop()]
     agent = SimulatedAgent(truth, seed=3)
     result = assess(known, evidence, agent, method="verify", budget=300)
@@ -173,8 +159,8 @@ def test_answers_alternating_between_the_old_and_the_new_pick_fail_closed() -> N
     new one never show in one answer, which independent draws would: nothing is
     published. Before: a model with both forms."""
     known = _known()
-    truth = _with(_jammed(known), "pick", (Outcome(FULL.add, frozenset({AT}), 0.7),
-                                           Outcome(probability=0.3)))
+    truth = _with(_jammed(known), "pick",
+                  outcomes=(Outcome(FULL.add, frozenset({AT}), 0.7), Outcome(probability=0.3)))
     for seed in range(3):
         agent = _Alternating(SimulatedAgent(known, seed=seed), SimulatedAgent(truth, seed=seed),
                              0.3, seed)

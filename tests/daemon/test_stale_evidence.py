@@ -33,8 +33,8 @@ def test_a_vanished_outcome_seen_in_stale_executed_evidence_is_not_published() -
     the assessment steps that showed it (it changes the state, so they count as executed:
     a step that changed nothing is no evidence there). Before: published with it."""
     partial = Outcome(frozenset({CARRYING}), frozenset({AT}), 0.3)
-    known = _with(_known(), "pick", (FULL, partial))
-    truth = _with(_jammed(known), "pick", (Outcome(FULL.add, FULL.delete, 1.0),))
+    known = _with(_known(), "pick", outcomes=(FULL, partial))
+    truth = _with(_jammed(known), "pick", outcomes=(Outcome(FULL.add, FULL.delete, 1.0),))
     stale = _pick_steps(picked=4, slipped=4, slip=partial)
     request = AssessmentRequest(
         "a", "tray", known, SimulatedAgent(truth, seed=7),
