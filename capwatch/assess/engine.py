@@ -430,6 +430,12 @@ class _Engine(Evidence):
         if self.budget_exhausted and reasons:
             self.notes.append(f"query budget ({self.budget}) spent with {len(reasons)} "
                               f"pal-tuples open")
+        undecided = {
+            name: "; ".join(space.doubts()) or (
+                "a known outcome no step showed is still live: changed or added beside a "
+                "new one, removed or unchanged cannot be told")
+            for name, space in self.vs.outcomes.items()
+            if space.records and space.unconfirmed()}
         flagged_pals = frozenset(p for p in self.initial.pals if p.pa in self.flagged)
         # Issue 11: which modes the evidence pinned (the rest carried over or open).
         confirmed = frozenset(p for p in self.initial.pals
@@ -437,9 +443,8 @@ class _Engine(Evidence):
         return AssessmentResult(self.method, self.initial, model, tuple(changes), flagged_pals,
                                 tuple(self.queries), tuple(self.vs.conflicts),
                                 tuple([*notes, *self.notes]), self.budget_exhausted, reasons,
-                                confirmed, outcomes,
-                                tuple(sorted(name for name, space in self.vs.outcomes.items()
-                                             if space.records and space.unconfirmed())))
+                                confirmed, outcomes, tuple(sorted(undecided)),
+                                undecided)
 
 
 

@@ -71,6 +71,8 @@ class AssessmentResult:
     (changed by the drift, gone, or unchanged: nothing tells), whether or not the steps also
     added one: no model of them can be published (:meth:`capwatch.assess.outcomes.
     OutcomeSpace.unconfirmed`)."""
+    undecided_reasons: Mapping[str, str] = field(default_factory=dict)
+    """Why, per action of :attr:`undecided_outcomes` (what the alert says)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))

@@ -123,10 +123,11 @@ class EngineAssessor:
             unexplained = replay(model, observations, result.queries)
             # Nor states an outcome the steps could neither confirm nor retire: replay and
             # asking again cannot refuse a model that allows more than the agent does.
+            # The reason says which: a known outcome not confirmed, or answers that do not
+            # show independent outcomes (a noisy or alternating agent).
             unexplained += [
                 Unexplained(f"outcomes of {name}", frozenset(), (), None, frozenset(),
-                            "a known outcome no step showed is still live: changed or added "
-                            "beside a new one, removed or unchanged cannot be told")
+                            result.undecided_reasons.get(name, "outcomes undecided"))
                 for name in result.undecided_outcomes]
             if not unexplained:
                 unexplained, asked = confirm(model, request.agent, result.queries,

@@ -137,6 +137,7 @@ def test_an_outcome_one_wrong_answer_showed_fails_closed() -> None:
     else:
         assert result.undecided_outcomes == ("pick",)
         assert any("did not show again" in n for n in result.notes)
+        assert "did not show again" in result.undecided_reasons["pick"]
 
 
 class _Alternating:
