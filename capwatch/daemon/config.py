@@ -134,17 +134,30 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _positions(node: yaml.Node, path: tuple[str | int, ...],
-               out: dict[tuple[str | int, ...], tuple[int, int]]) -> None:
+               out: dict[tuple[str | int, ...], tuple[int, int]],
+               twice: list[str] | None = None, name: str = "") -> None:
+    """Every node's line and column by its path; ``twice`` collects the keys a mapping
+    gives more than once (YAML loaders keep the last one without a word, so a second
+    ``kafka:`` section pasted below the first silently replaced its settings)."""
     out[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
         for k, v in node.value:
             key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
-            out[(*path, key)] = (k.start_mark.line + 1, k.start_mark.column + 1)
-            _positions(v, (*path, key), out)
-            out[(*path, key)] = (k.start_mark.line + 1, k.start_mark.column + 1)
+            line, col = k.start_mark.line + 1, k.start_mark.column + 1
+            if twice is not None and key != "<<":
+                if key in first:
+                    dotted = ".".join(str(p) for p in (*path, key))
+                    twice.append(f"{name}:{line}:{col}: {dotted}: given twice (first at"
+                                 f" line {first[key]})")
+                else:
+                    first[key] = line
+            out[(*path, key)] = (line, col)
+            _positions(v, (*path, key), out, twice, name)
+            out[(*path, key)] = (line, col)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _positions(v, (*path, i), out)
+            _positions(v, (*path, i), out, twice, name)
 
 
 def _env_name(loc: tuple[str | int, ...]) -> str:
@@ -200,7 +213,10 @@ def load_config(path: str | Path | None = None, *, text: str | None = None,
             raise ConfigError(f"{name}:1:1: the configuration must be a mapping of sections")
         data = loaded or {}
         if node is not None:
-            _positions(node, (), positions)
+            twice: list[str] = []
+            _positions(node, (), positions, twice, name)
+            if twice:
+                raise ConfigError("invalid configuration:\n  " + "\n  ".join(twice))
         if path is not None:
             _resolve_paths(data, Path(path).resolve().parent)
     try:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import (
     Field,
     SecretStr,
+    field_validator,
     model_validator,
 )
 
@@ -78,6 +79,16 @@ class StoreConfig(Section):
     ``sqlite:///capwatch.db`` would put the store at the file system's root."""
     connect_timeout_s: float = Field(default=60.0, gt=0)
     """PostgreSQL: how long to keep trying to connect at start before giving up."""
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, url: str) -> str:
+        # open_store's rule, here so that `run --check` refuses what the daemon would
+        # refuse only when it opens the store.
+        if "://" in url and not url.startswith(("postgresql://", "postgres://", "sqlite://")):
+            raise ValueError("unsupported store URL: use a SQLite path (or sqlite:// +"
+                             " path) or postgresql://")
+        return url
     statement_timeout_s: float = Field(default=15.0, gt=0)
     """PostgreSQL: how long one round trip to the server (a statement, a commit, a
     reconnection) may take before the store gives up on it and the daemon treats the

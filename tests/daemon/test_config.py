@@ -109,3 +109,25 @@ def test_relative_store_urls_land_in_the_working_directory(
     store.close()
     created = sorted(p.name for p in tmp_path.iterdir())
     assert created and created[0] in ("capwatch.db", "capwatch-demo.db"), created
+
+
+def test_a_key_given_twice_in_one_mapping_is_refused_with_both_lines(tmp_path: Path) -> None:
+    # YAML loaders keep the last of two equal keys: a second `store:` section (or a
+    # second `kafka:` pasted below the first) silently replaced the first one's settings.
+    path = tmp_path / "c.yaml"
+    path.write_text("store: {url: a.db}\nhttp: {enabled: false}\n"
+                    "kafka:\n  group_id: one\n  group_id: two\nstore: {url: b.db}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    text = str(e.value)
+    assert f"{path}:6:1: store: given twice (first at line 1)" in text
+    assert f"{path}:5:3: kafka.group_id: given twice (first at line 4)" in text
+
+
+def test_a_store_url_of_an_unsupported_scheme_is_a_configuration_error() -> None:
+    # It used to pass `run --check` and fail only when the daemon opened the store.
+    with pytest.raises(ConfigError, match=r"store\.url: .*postgresql:// \(got 'mysql://db/capwatch'\)"):
+        load_config(text="store: {url: 'mysql://db/capwatch'}\n")
+    for ok in ("capwatch.db", "sqlite:///var/lib/x.db", "postgresql://u@h/db",
+               "postgres://u@h/db", ":memory:"):
+        assert load_config(text=f"store: {{url: '{ok}'}}\n").store.url == ok
