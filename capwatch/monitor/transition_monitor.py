@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from capwatch.model.consistency import Verdict, check
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
@@ -42,6 +42,8 @@ _new_tuple: Any = tuple.__new__
 # Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11.
 _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 _NO_ATOMS: frozenset[GroundAtom] = frozenset()
+RUN: Final = 4
+"""Values an execution takes in :attr:`TransitionMonitor._runs`' flat lists."""
 IDLE_MASK, IDLE_HAD_LAST, IDLE_OWN = 2, 3, 4
 """Where :meth:`TransitionMonitor.idle_state` holds the last next-state's mask, whether
 it is the caller's last state's, and an index of the agent's own."""
@@ -62,6 +64,13 @@ def _in_vocabulary(arity: dict[str, int], atoms: Iterable[GroundAtom]) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _unflat(buf: list[Any], kind: Any) -> list[Any]:
+    """A flat list of executions (:data:`RUN` values each) as one ``kind`` (a tuple type)
+    per execution."""
+    return [_new_tuple(kind, (buf[i], buf[i + 1], buf[i + 2], buf[i + 3]))
+            for i in range(0, len(buf), RUN)]
 
 
 def _union(bits: dict[GroundAtom, int], atoms: tuple[GroundAtom, ...]) -> int:
@@ -85,7 +94,7 @@ class TransitionMonitor:
     """
 
     __slots__ = ("_inconsistencies", "_last_lists", "_last_mask", "_ops",
-                 "_predicates", "_shared", "_valid", "domain", "executed",
+                 "_predicates", "_runs", "_shared", "_valid", "domain",
                  "grounder", "index", "limits", "transitions")
 
     def __init__(self, domain: Domain, limits: MonitorLimits | None = None,
@@ -102,10 +111,15 @@ class TransitionMonitor:
         self._last_mask: StateMask = 0
         self._set_domain(domain, shared)
         self._inconsistencies: deque[InconsistentTransition] | None = None
-        self.executed: dict[str, list[ExecutedTransition]] = {}
+        self._runs: dict[str, list[Any]] = {}
         """Action name → its last executions (at most ``limits.executed_per_action``),
-        oldest first: lists, because most agents keep few and a bounded deque allocates
-        room for 64 at once."""
+        oldest first, flat: each one's position, state mask, ground action and next-state
+        mask in turn (:data:`RUN`). Flat, not a tuple per execution: a tuple kept for 64
+        executions of its action was an object for the garbage collector to visit in
+        every generation it passed (half of what a young collection visited in steady
+        state), and a subclass of tuple is never untracked. Lists, because most agents
+        keep few and a bounded deque allocates room for 64 at once. Read as
+        :class:`ExecutedTransition` through :attr:`executed`."""
         self.transitions = 0
 
     def _set_domain(self, domain: Domain, shared: SharedGrounding | None = None) -> None:
@@ -169,7 +183,7 @@ class TransitionMonitor:
             # Not index.bits: that would map atoms left unmapped (AtomIndex.defer_new).
             own = (index.atoms, None if index.maps_with(valid) else sum(valid.values()))
         return (self.transitions,
-                tuple((name, tuple(map(tuple, buf))) for name, buf in self.executed.items()),
+                tuple((name, tuple(_unflat(buf, tuple))) for name, buf in self._runs.items()),
                 self._last_mask, lists is not None, own)
 
     @classmethod
@@ -196,8 +210,7 @@ class TransitionMonitor:
             mon._use_shared(shared)
             mon._ops = mon.grounder.cache
         mon.transitions = transitions
-        mon.executed = {name: [_new_tuple(ExecutedTransition, t) for t in buf]
-                        for name, buf in executed}
+        mon._runs = {name: [v for t in buf for v in t] for name, buf in executed}
         mon._last_lists = last if had_last else None
         mon._last_mask = mask
         return mon
@@ -213,13 +226,19 @@ class TransitionMonitor:
         # every atom there was (the family's index is checked as this one would be).
         checked = self._valid is old.bits or self.shares_index
         index = AtomIndex(self.limits.own_index_atoms)
-        self.executed = executions.recoded(self.executed, old, index,
-                                           self.limits.own_index_room)
+        self._runs = {name: [v for t in buf for v in t] for name, buf in executions.recoded(
+            self.executed, old, index, self.limits.own_index_room).items()}
         self._last_lists = None  # its mask was in the old index
         self.index = index
         self.grounder = Grounder(self.domain, index, self._shared)
         self._ops = self.grounder.cache
         self._valid = self._own_valid(checked)
+
+    @property
+    def executed(self) -> dict[str, list[ExecutedTransition]]:
+        """Action name → its last executions kept, oldest first; made anew from the flat
+        lists at each read (assessments, freezing, canaries: off the per-record path)."""
+        return {name: _unflat(buf, ExecutedTransition) for name, buf in self._runs.items()}
 
     @property
     def shared(self) -> SharedGrounding | None:
@@ -235,7 +254,7 @@ class TransitionMonitor:
         """Adopt a new model version; evidence gathered under the old one is dropped
         because its verdicts no longer hold, but an index of the agent's own is kept."""
         self._last_lists = None  # its atoms are checked against the new model again
-        self.executed.clear()
+        self._runs.clear()
         self._inconsistencies = None
         self._set_domain(domain, shared)
 
@@ -263,10 +282,10 @@ class TransitionMonitor:
             self._last_lists = held[1] if held is not None and last is held[0] else None
         dropped = self._inconsistencies is not None
         self._inconsistencies = None
-        executed = self.executed
-        for name, buf in executed.items():
-            if len(buf) > 1:
-                executed[name] = buf[-1:]
+        runs = self._runs
+        for name, buf in runs.items():
+            if len(buf) > RUN:
+                runs[name] = buf[-RUN:]
                 dropped = True
         return dropped
 
@@ -372,12 +391,15 @@ class TransitionMonitor:
         # argument tuple cost a tenth of the whole check on this path).
         name = op.action.name
         self.transitions += 1
-        buf = self.executed.get(name)
+        buf = self._runs.get(name)
         if buf is None:
-            buf = self.executed[name] = []
-        buf.append(_new_tuple(ExecutedTransition, (position, s, action, s2)))
-        if len(buf) > self.limits.executed_per_action:
-            del buf[0]
+            buf = self._runs[name] = []
+        buf.append(position)
+        buf.append(s)
+        buf.append(action)
+        buf.append(s2)
+        if len(buf) > RUN * self.limits.executed_per_action:
+            del buf[:RUN]
         obs: Observation = _new_tuple(Observation, (verdict, action, result[1], position, s, op))
         return obs
 
@@ -559,16 +581,22 @@ class TransitionMonitor:
     def last_executed(self, name: str) -> tuple[frozenset[GroundAtom], GroundAction] | None:
         """The state action ``name`` last executed in, with its grounding (drift probes ask
         the agent to run it there again)."""
-        return executions.last_executed(self.index, self.executed, name)
+        buf = self._runs.get(name)
+        if not buf:
+            return None
+        return self.index.decode(buf[-3]), buf[-2]
 
     def _keep_executed(self, name: str, position: int, s: StateMask, action: GroundAction,
                        s2: StateMask) -> None:
-        buf = self.executed.get(name)
+        buf = self._runs.get(name)
         if buf is None:
-            buf = self.executed[name] = []
-        buf.append(_new_tuple(ExecutedTransition, (position, s, action, s2)))
-        if len(buf) > self.limits.executed_per_action:
-            del buf[0]
+            buf = self._runs[name] = []
+        buf.append(position)
+        buf.append(s)
+        buf.append(action)
+        buf.append(s2)
+        if len(buf) > RUN * self.limits.executed_per_action:
+            del buf[:RUN]
 
     def pinned_pa_values(self) -> dict[PaTuple, frozenset[PaValue]]:
         """Pa-values still possible after every executed transition seen (Table 2),

@@ -340,3 +340,48 @@ def test_a_new_agents_first_transition_is_encoded_as_its_states_are(name: str) -
             assert kept == [(state, tuple(action), nxt)], i
         assert len(state) >= 10 and state != nxt
         state = nxt
+
+
+@pytest.mark.parametrize("keep", [1, 3, 64])
+@pytest.mark.parametrize("model", ["domain.pddl", "initial-models/domain_1_0.pddl"])
+def test_executions_kept_flat_read_as_a_list_of_executed_transitions_per_action(
+        keep: int, model: str) -> None:
+    """The executions are kept flat (one list of values per action, no tuple per
+    execution): read back, kept, compacted and held idle, they are the executions a
+    list of ``ExecutedTransition`` per action, trimmed to the limit, would hold."""
+    from capwatch.monitor.executions import executed_since
+    from capwatch.monitor.observations import ExecutedTransition
+
+    known = read_domain(DOMAINS / "gripper" / model)
+    limits = MonitorLimits(executed_per_action=keep)
+    monitor = TransitionMonitor(known, limits)
+    want: dict[str, list[ExecutedTransition]] = {}
+    trace = _frozen(_trace()) * 2
+    verdicts = set()
+    for i, (s, a, s2) in enumerate(trace):
+        obs = monitor.observe(s, a, s2, i)
+        verdicts.add(obs.verdict)
+        mask2 = monitor.index.encode(s2)
+        if obs.verdict is Verdict.APPLIED or (obs.verdict is Verdict.INCONSISTENT
+                                              and obs.state != mask2):
+            buf = want.setdefault(a[0], [])
+            buf.append(ExecutedTransition(i, obs.state, a, mask2))
+            del buf[:-keep]
+        assert monitor.executed == want
+        assert all(type(t) is ExecutedTransition for b in monitor.executed.values() for t in b)
+    assert Verdict.APPLIED in verdicts
+    assert monitor.executed_since(0, 64) == executed_since(monitor.index, want, 0, 64)
+    for name, buf in want.items():
+        last = monitor.last_executed(name)
+        assert last == (monitor.index.decode(buf[-1].state), buf[-1].action)
+    assert monitor.last_executed("no-such-action") is None
+    held = monitor.idle_state(trace[-1][2])
+    # Held idle (only a monitor holding no inconsistent transition is): the executions as
+    # plain tuples, and rebuilt as they were.
+    assert (held is None) == (Verdict.INCONSISTENT in verdicts)
+    if held is not None:
+        assert held[1] == tuple((name, tuple(map(tuple, buf))) for name, buf in want.items())
+        again = TransitionMonitor.from_idle_state(known, limits, None, held, trace[-1][2])
+        assert again.executed == want
+    assert monitor.compact() == (keep > 1 or Verdict.INCONSISTENT in verdicts)
+    assert monitor.executed == {name: buf[-1:] for name, buf in want.items()}
