@@ -77,3 +77,51 @@ def test_a_full_spool_refuses_appends(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="single lines"):
         spool.append([b"a\nb"])
     assert spool.end == 1
+
+
+_FILE_SIZE_LIMITED_APPEND = r"""
+import json, resource, signal, sys
+from capwatch.adapters.io.spool import Spool, SpoolSource
+spool = Spool(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails (EFBIG)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+# Room for part of the batch only: the write stops midway, as on a full disk.
+resource.setrlimit(resource.RLIMIT_FSIZE, (spool.size + 30, hard))
+try:
+    spool.append([b'{"refused":%d}' % i for i in range(5)])
+    failed = None
+except OSError as e:
+    failed = e.errno
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+after = spool.append([b'{"after":1}'])
+source = SpoolSource(spool)
+source.start(lambda p: None, lambda p: None, {0: 0})
+read = [(r.offset, r.value.decode()) for r in source.poll(0.01)]
+print(json.dumps({"failed": failed, "after": after, "end": spool.end, "read": read}))
+"""
+
+
+def test_an_append_that_fails_midway_leaves_nothing_of_its_events(tmp_path: Path) -> None:
+    # A full disk answered the batch 503 but left its first events and a torn line in the
+    # segment: the next accepted batch's first event was glued to the torn line (a dead
+    # letter, though answered 200) and every later offset named another event. The file
+    # size limit makes the write stop midway for real, in a process of its own.
+    import json
+    import subprocess
+    import sys
+
+    from tests.paths import REPO_ROOT
+
+    spool = Spool(tmp_path)
+    spool.append([b'{"n":0}', b'{"n":1}'])
+    spool.close()
+    done = subprocess.run([sys.executable, "-c", _FILE_SIZE_LIMITED_APPEND, str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["failed"] is not None
+    expected = [[0, '{"n":0}'], [1, '{"n":1}'], [2, '{"after":1}']]
+    assert (result["after"], result["end"], result["read"]) == (2, 3, expected)
+    reopened = SpoolSource(Spool(tmp_path))
+    _start(reopened)
+    assert [[o, v.decode()] for o, v in _drain(reopened)] == expected

@@ -17,6 +17,7 @@ and the endpoints answer 503, so producers back off instead of filling the disk.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,7 @@ class Spool:
         self._next = 0
         self._file: IO[bytes] | None = None
         self._size = 0
+        self._broken: str | None = None
         if self._segments:
             first, last = self._segments[-1]
             data = last.read_bytes()
@@ -90,12 +92,34 @@ class Spool:
                     self._file.close()
                 self._file = None
                 _fsync_directory(self.directory)
+            if self._broken is not None:
+                raise OSError(f"the spool could not be restored after a failed write"
+                              f" ({self._broken}): restart the daemon")
             if self._file is None:
-                self._file = open(current, "ab")  # noqa: SIM115 - kept open across appends
+                # Unbuffered: a buffered writer keeps what a failed write left unwritten
+                # and writes it ahead of the next append.
+                self._file = open(current, "ab", buffering=0)  # noqa: SIM115 - kept open
             first = self._next
-            self._file.write(data)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            fd = self._file.fileno()
+            start = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    written = self._file.write(view)
+                    if not written:  # never for a regular file; no endless loop if so
+                        raise OSError(errno.EIO, "the spool file took no bytes")
+                    view = view[written:]
+                os.fsync(fd)
+            except OSError as e:
+                # A full disk stops a write midway: what it wrote (whole events of a batch
+                # answered 503, and a torn line the next batch's first event would be
+                # glued to) must go, or every later offset names another event.
+                try:
+                    os.ftruncate(fd, start)
+                    os.fsync(fd)
+                except OSError as e2:
+                    self._broken = str(e2)
+                raise e
             self._next += len(events)
             self._size += len(data)
         with self.changed:
