@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capwatch.assess.observations import Transition
-from capwatch.assess.outcomes import posts
+from capwatch.assess.outcomes import posts, revealing
 from capwatch.assess.probes import EXPLORE, FAIL, RISKY, SAFE, Probe
 from capwatch.assess.versionspace import (
     ALL_VALUES,
@@ -286,7 +286,9 @@ class Designer:
         """A state in which the action surely runs (every atom at a value the evidence
         shows safe) and which tells its unseen known outcomes apart from the others where
         it can: per atom, the safe value after which the most (unseen, other) pairs of
-        outcomes leave it differently. None while some atom has no safe value."""
+        outcomes leave it differently; then the value that reveals the most effects the
+        outcomes' steps left open (:meth:`OutcomeSpace.open_effects`). None while some
+        atom has no safe value, or when the state could show nothing of either kind."""
         space = self.vs.outcomes.get(action)
         if space is None:
             return None
@@ -295,18 +297,29 @@ class Designer:
         # Added outcomes in doubt too: they are asked until they repeat.
         unseen = space.unseen_known() + space.unrepeated()
         pairs = [(u, r) for u in unseen for r in live if r is not u]
+        opened: dict[PaTuple, list[int]] = {}
+        for r, pa in self.vs.open_effects(action):
+            opened.setdefault(pa, []).append(r.effects[pa])
         tied = self.tied.get(action, {})
         state: dict[LiftedAtom, bool] = {}
+        reveals = 0
         for pa in self.pas[action]:
             mask = masks[pa]
             safe = SAFE_VALUES[mask]
             if not safe:
                 return None
+            effects = opened.get(pa, ())
+
+            def shows(v: bool, effects: Sequence[int] = effects) -> int:
+                return sum(1 for m in effects if v in revealing(m))
 
             state[pa.atom] = min(safe, key=lambda v: (
                 -sum(1 for u, r in pairs
                      if not posts(u.possible(pa), v) & posts(r.possible(pa), v)),
-                SPLIT[mask][v], v))
+                -shows(v), SPLIT[mask][v], v))
+            reveals += shows(state[pa.atom])
+        if not unseen and not reveals:
+            return None
         for atom, rep in tied.items():
             state[atom] = state[rep]
         return state

@@ -189,6 +189,7 @@ class _Engine(Evidence):
                 self.stalled = True
                 break
             before = (sum(self.vs.version.values()), len(self.vs.clauses))
+            versions = dict(self.vs.version)
             sampled = self._sampled()
             self._absorb(query, answers[0])
             resampling = self._resampled(query, answers[0], sampled)
@@ -202,7 +203,13 @@ class _Engine(Evidence):
                     self.stalled = True
                     break
                 continue
-            self.tired.clear()
+            # A probe is designed from its own action's evidence only: one whose action
+            # learnt nothing would teach as little as before, and asked again after
+            # every other action's progress it would cost its repeats each time.
+            now = self._sampled()
+            moved = {a for a, v in self.vs.version.items() if versions.get(a) != v} | {
+                a for a in set(now) | set(sampled) if now.get(a) != sampled.get(a)}
+            self.tired = {p: n for p, n in self.tired.items() if p.action not in moved}
             self._refresh_targets()
             self.check_known_model()
 
@@ -220,14 +227,46 @@ class _Engine(Evidence):
                                   f"never ran an outcome that taught something; dropped")
         return bool(ran)
 
-    def _sampled(self) -> dict[str, int]:
-        """Per action asked again, the steps of its known outcomes: while resampling adds
-        to them, it is on its way to deciding (:meth:`OutcomeSpace.retired`). Only those
-        asked again: one that cannot be (no state in which it surely runs) adds known
-        steps through other probes without deciding, and kept every query from counting
-        as narrowing nothing (an assessment ran to its budget)."""
-        return {name: space.known_steps() for name, space in self.vs.outcomes.items()
-                if name in self.offering}
+    def _sampled(self) -> dict[str, tuple[int, int, int]]:
+        """Per action asked again, how far it is from settling: the steps of its known
+        outcomes while a known one is unseen (on the way to retiring it,
+        :meth:`OutcomeSpace.retired`), else minus the number of its open effects
+        (settling open effects is no progress while a known outcome no step showed may
+        never show: the action would stay undecided anyway). Only those asked again: one
+        that cannot be (no state in which it surely runs) adds known steps through other
+        probes without deciding, and kept every query from counting as narrowing
+        nothing (an assessment ran to its budget)."""
+        out = {}
+        for name in self.offering:
+            space = self.vs.outcomes[name]
+            # The phase first: from unconfirmed to only open effects left is progress.
+            out[name] = (0, space.known_steps(), 0) if space.unconfirmed() else \
+                (1, 0, -len(self.vs.open_effects(name)))
+        return out
+
+    def _settling(self, action: str) -> bool:
+        """Whether the steps that count toward settling the action's open effects by
+        absence (:meth:`OutcomeSpace.settling`) went past their best so far: progress for
+        asking again, though nothing narrowed yet (the count is not monotone: it is
+        recounted when an outcome changes)."""
+        space = self.vs.outcomes[action]
+        if space.unconfirmed():
+            return False
+        now = sum(space.settling(r, pa) for r, pa in self.vs.open_effects(action))
+        if now > self.settle_best.get(action, 0):
+            self.settle_best[action] = now
+            return True
+        return False
+
+    def _unsettled(self, action: str) -> bool:
+        """Whether a probabilistic action that ran would be published with a guess about
+        its outcomes: a known outcome no step showed (:meth:`OutcomeSpace.unconfirmed`),
+        or an effect of one the steps showed that they left open
+        (:meth:`OutcomeSpace.open_effects`). It is asked again, and fails closed
+        (``undecided_outcomes``) if that cannot settle it."""
+        space = self.vs.outcomes[action]
+        return space.unconfirmed() or (any(r.steps for r in space.records) and
+                                       bool(self.vs.open_effects(action)))
 
     def _resample_probes(self) -> list[Probe]:
         """Steps that ask an undecided probabilistic action again (docs/assessment.md):
@@ -242,7 +281,7 @@ class _Engine(Evidence):
         self.offering.clear()
         for action, space in sorted(self.vs.outcomes.items()):
             if not space.records or action in self.resample_given_up or \
-                    not space.unconfirmed():
+                    not self._unsettled(action):
                 continue
             p = min(o.probability for o in self.actions[action].outcomes)
             idle = math.ceil(math.log(space.error) / math.log1p(-p))
@@ -250,7 +289,8 @@ class _Engine(Evidence):
                 self.resample_given_up.add(action)
                 self.notes.append(
                     f"{action}: {self.resample_idle[action]} steps asking it again ran no "
-                    f"known outcome: its unseen known outcomes stay undecided")
+                    f"known outcome and settled no open effect: its outcomes stay "
+                    f"undecided")
                 continue
             doubts = space.doubts()
             offered = self.resample_offers.get(action, 0)
@@ -269,9 +309,16 @@ class _Engine(Evidence):
             self.resample_offers[action] = offered + 1
             self.offering.add(action)
             # An added outcome in doubt must show twice in one answer: a full query
-            # (where answers can hold two steps of the action).
+            # (where answers can hold two steps of the action). An open effect shows only
+            # in a step of its own outcome: as many steps as show the least likely
+            # outcome with one (but for e^-OUTCOME_SAFETY); an added outcome has no known
+            # probability: the least likely known one's.
+            opened = [r for r, _ in self.vs.open_effects(action)]
+            show = max((math.ceil(OUTCOME_SAFETY / -math.log1p(-min(
+                self.actions[action].outcomes[r.origin].probability if r.origin is not None
+                else p, 1.0 - 1e-12))) for r in opened), default=1)
             count = RESAMPLE_STEPS if doubts and space.together() else \
-                min(max(space.steps_to_retire(), 1), RESAMPLE_STEPS)
+                min(max(space.steps_to_retire(), show, 1), RESAMPLE_STEPS)
             kept = self.resample_steps.get(action, [])
             if not kept or kept[0].assignment != state:
                 kept = []
@@ -282,17 +329,20 @@ class _Engine(Evidence):
             probes.extend(kept[:count])
         return probes
 
-    def _resampled(self, query: Query, answer: QueryResult, sampled: dict[str, int]
-                   ) -> bool:
+    def _resampled(self, query: Query, answer: QueryResult,
+                   sampled: dict[str, tuple[int, int, int]]) -> bool:
         """Count the executions of resampled steps, and those since the last that ran a
         known outcome; False when none ran."""
         ran: dict[str, int] = {}
         for step in query.steps[:answer.executed]:
             if step.probe.kind == RESAMPLE:
                 ran[step.probe.action] = ran.get(step.probe.action, 0) + 1
+        now = self._sampled()
         for action, n in ran.items():
             self.resample_runs[action] = self.resample_runs.get(action, 0) + n
-            if self.vs.outcomes[action].known_steps() > sampled.get(action, 0):
+            old, new = sampled.get(action), now.get(action)
+            if old is None or new is None or any(
+                    b > a for a, b in zip(old, new, strict=True)) or self._settling(action):
                 self.resample_idle[action] = 0
             else:
                 self.resample_idle[action] = self.resample_idle.get(action, 0) + n
@@ -433,9 +483,11 @@ class _Engine(Evidence):
         undecided = {
             name: "; ".join(space.doubts()) or (
                 "a known outcome no step showed is still live: changed or added beside a "
-                "new one, removed or unchanged cannot be told")
+                "new one, removed or unchanged cannot be told" if space.unconfirmed() else
+                "an effect of an outcome that its steps left open could not be settled: "
+                + ", ".join(sorted({str(pa.atom) for _, pa in self.vs.open_effects(name)})))
             for name, space in self.vs.outcomes.items()
-            if space.records and space.unconfirmed()}
+            if space.records and self._unsettled(name)}
         flagged_pals = frozenset(p for p in self.initial.pals if p.pa in self.flagged)
         # Issue 11: which modes the evidence pinned (the rest carried over or open).
         confirmed = frozenset(p for p in self.initial.pals

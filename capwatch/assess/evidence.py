@@ -80,6 +80,8 @@ class Evidence:
         self.offering: set[str] = set()
         """The actions asked again in the query being built."""
         self.resample_given_up: set[str] = set()
+        self.settle_best: dict[str, int] = {}
+        """Per action, the most steps that counted toward settling its open effects."""
         self.tired: dict[Probe, int] = {}
         """Probes of probabilistic actions asked since the evidence last changed."""
         self.final_ran = 0

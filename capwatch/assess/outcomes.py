@@ -21,7 +21,11 @@ an outcome is never noticed. So the atoms of one step are read jointly:
   (:meth:`OutcomeSpace.live` says when a likely one that stopped showing gives way);
 * the atoms a step changed otherwise than the outcome it went to expected are hard
   evidence of drift (:attr:`OutcomeSpace.contradicted`), as Table 2's contradictions are
-  for a deterministic action. aia has no known outcomes: its outcomes come from the steps.
+  for a deterministic action. aia has no known outcomes: its outcomes come from the steps;
+* an effect of an outcome whose steps all had the atom at the value that hides it is
+  open (:meth:`OutcomeSpace.open_effects`): the engine asks for it and fails closed if
+  it cannot settle it; a step that contradicts a known outcome's known effect there is
+  an outcome of its own, not that outcome rewritten in place (it may be either).
 
 Pure bookkeeping over bit masks of effect modes; :class:`~capwatch.assess.versionspace.
 VersionSpace` holds one :class:`OutcomeSpace` per probabilistic action.
@@ -30,7 +34,7 @@ VersionSpace` holds one :class:`OutcomeSpace` per probabilistic action.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capwatch.model.domain import Action, LiftedAtom, Outcome
@@ -75,6 +79,42 @@ def posts(mask: EffectMask, before: bool) -> set[bool]:
     if mask & ABSENT:
         out.add(before)
     return out
+
+
+def share_floor(k: int, n: int, error: float) -> float:
+    """A lower bound on the probability of an outcome seen in k of n steps, wrong but for
+    a chance ``error``: the p below k/n at which the Chernoff bound exp(-n KL(k/n || p))
+    on seeing k or more reaches ``error`` (0 when k is 0)."""
+    if k <= 0 or n <= 0:
+        return 0.0
+    q = min(k / n, 1.0 - 1e-12)
+    target = -math.log(error) / n
+
+    def kl(p: float) -> float:
+        return q * math.log(q / p) + (1.0 - q) * math.log((1.0 - q) / (1.0 - p))
+
+    lo, hi = 1e-12, q
+    if kl(lo) <= target:
+        return 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if kl(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def revealing(mask: EffectMask) -> tuple[bool, ...]:
+    """The atom values before a step at which an outcome with these possible effects
+    leaves the atom differently for some two of them (true tells a delete from the rest,
+    false an add)."""
+    out = []
+    if mask & NEG and mask & (POS | ABSENT):
+        out.append(True)
+    if mask & POS and mask & (NEG | ABSENT):
+        out.append(False)
+    return tuple(out)
 
 
 def under(pre: Mode, mask: EffectMask) -> EffectMask:
@@ -146,6 +186,20 @@ class OutcomeSpace:
     stamp: int = 0
     """Bumped by every step: :meth:`witnesses` is cached on it."""
     _witnessed: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    shown: dict[tuple[PaTuple, bool], int] = field(default_factory=dict)
+    """Per atom and value before, the executed steps (any outcome) that ran with the atom
+    at that value and showed it after."""
+    befores: list[tuple[dict[PaTuple, bool], dict[PaTuple, EffectMask],
+                        OutcomeRecord | None]] = field(default_factory=list)
+    """Per executed step, the atoms seen before and after with their values before, what
+    it showed (:func:`signature`), and the outcome it went to (None: two explained it
+    alike)."""
+    shape: int = 0
+    """Bumped whenever an outcome is added or what one may do changes: what
+    :meth:`distinct_steps` counts depends on it, not on every step."""
+    _distinct: dict[tuple[int, PaTuple, bool], tuple[int, int, int]] = field(
+        default_factory=dict)
+    _went: OutcomeRecord | None = None
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -165,6 +219,110 @@ class OutcomeSpace:
         """Attribute one executed step; True when what the outcomes may do changed.
         ``answer``: the query whose answer it was (None: an observed step)."""
         self.stamp += 1
+        ran: dict[PaTuple, bool] = {}
+        for pa in self.pas:
+            before, after = seen.get(pa, (None, None))
+            if before is not None and after is not None:
+                self.shown[(pa, before)] = self.shown.get((pa, before), 0) + 1
+                ran[pa] = before
+        self._went = None
+        changed = self._attribute(seen, answer)
+        self.befores.append((ran, {pa: signature(*seen.get(pa, (None, None)))
+                                   for pa in self.pas}, self._went))
+        if changed:
+            self.shape += 1
+        if self._settle():
+            self.stamp += 1
+            self.shape += 1
+            changed = True
+        return changed
+
+    def needed(self, r: OutcomeRecord) -> int:
+        """Steps among which one of the outcome would be at most a chance :attr:`error`
+        to be missing: at its known probability, or for an outcome the steps added (no
+        known probability), at a lower bound of its share of the steps that holds but
+        for a chance :attr:`error` (:func:`share_floor`)."""
+        if r.origin is not None:
+            p = self.action.outcomes[r.origin].probability
+        else:
+            # Its share of the steps that went to one outcome: a step two outcomes
+            # explain alike (its state made them look the same) was any of them.
+            p = share_floor(r.steps, sum(1 for _, _, w in self.befores if w is not None),
+                            self.error)
+            if p <= 0.0:
+                return 1 << 30
+        return math.floor(-math.log(self.error) / -math.log1p(-min(p, 1.0 - 1e-12))) + 1
+
+    def distinct_steps(self, r: OutcomeRecord, at: tuple[PaTuple, bool]) -> int:
+        """The steps that ran with the atom of ``at = (pa, v)`` at v and that the outcome
+        cannot have been, had it had the effect on it that shows at v (a delete at true,
+        an add at false): each contradicts that form of it (with any of its still
+        possible effects elsewhere). 0 once any step at v could have been that form: it
+        may have shown. Steps that went to an outcome the steps added are not counted
+        for a known outcome: they may be draws the drift took from it (the assumption
+        of :meth:`retired`). Counted on from the last call while no outcome changed."""
+        key = (id(r), at[0], at[1])
+        hit = self._distinct.get(key)
+        start, n = (hit[1], hit[2]) if hit is not None and hit[0] == self.shape else (0, 0)
+        if start < len(self.befores) and n >= 0:
+            form = dict(r.effects)
+            form[at[0]] &= NEG if at[1] else POS
+            for before, sig, went in self.befores[start:]:
+                if before.get(at[0]) != at[1]:
+                    continue
+                if all(form[pa] & m for pa, m in sig.items()):
+                    n = -1
+                    break
+                if r.origin is None or went is None or went.origin is not None:
+                    n += 1
+        self._distinct[key] = (self.shape, len(self.befores), n)
+        return max(n, 0)
+
+    def settling(self, r: OutcomeRecord, pa: PaTuple) -> int:
+        """How far an open effect is on its way to being settled by absence
+        (:meth:`_settle`): the steps that count, up to as many as settle it; for an
+        added outcome up to four times as many as would at the least likely known
+        outcome's probability (its own floor may need far more: asking again is
+        bounded)."""
+        need = self.needed(r)
+        if r.origin is None:
+            p = min(o.probability for o in self.action.outcomes)
+            need = min(need, 4 * (math.floor(-math.log(self.error) /
+                                             -math.log1p(-min(p, 1.0 - 1e-12))) + 1))
+        return max((min(self.distinct_steps(r, (pa, v)), need)
+                    for v in revealing(r.effects[pa])), default=0)
+
+    def _settle(self) -> bool:
+        """Settle open effects of the outcomes the steps showed by absence: the effect
+        that would have shown at the atom's value v (a delete with it true, an add with it
+        false) is ruled out once so many steps ran with the atom at v, none of which the
+        outcome with that effect can have been (:meth:`distinct_steps`), that it would
+        have been among them but for a chance of :attr:`error` at its known probability
+        (the bound and its assumption are :meth:`retired`'s; an added outcome's is the
+        least likely known one's). Without this, an effect whose revealing step looks
+        like another outcome's could never be settled (drop's slip that may delete
+        ``at``, run with ``at`` true, leaves it true as the likely outcome that adds it
+        does: no step of its own tells it apart)."""
+        if not self.from_known:
+            return False
+        changed = False
+        for r in self.live():
+            if not r.steps or not self.witnesses(r):
+                continue
+            need = self.needed(r)
+            for pa in self.pas:
+                m = r.effects[pa]
+                for v in revealing(m):
+                    if self.shown.get((pa, v), 0) >= need and \
+                            self.distinct_steps(r, (pa, v)) >= need:
+                        m &= ~(NEG if v else POS)
+                if m and m != r.effects[pa]:
+                    r.effects[pa] = m
+                    changed = True
+        return changed
+
+    def _attribute(self, seen: Mapping[PaTuple, tuple[bool | None, bool | None]],
+                   answer: int | None) -> bool:
         sig = {pa: signature(*seen.get(pa, (None, None))) for pa in self.pas}
         best: list[OutcomeRecord] = []
         cost = len(self.pas) + 1
@@ -181,25 +339,28 @@ class OutcomeSpace:
         if cost == 0 and len(best) > 1:
             self.ambiguous += 1
             return False
-        unseen = bool(best) and cost > 0 and best[0].steps == 0 and \
-            best[0].origin is not None
-        if len(best) > 1 or not consistent or unseen:
+        known = bool(best) and cost > 0 and best[0].origin is not None
+        if len(best) > 1 or not consistent or known:
             # Nearest to an outcome its steps already rule out (a variant of it), or to
             # several equally: an outcome of its own. Changing whichever outcome still
             # allows it would lose one the steps showed or the known model states. Nor
-            # is a known outcome no step showed changed to fit the step: it may be that
-            # outcome changed or a new one beside it, which only its steps can tell
-            # (undecided until it shows or retires).
+            # is a known outcome changed to fit a step that contradicts its known
+            # effects, whether no step showed it yet or its steps left those atoms open
+            # (at the value that hides the difference): it may be that outcome changed
+            # or a new one beside it. The new one explains the old steps too, so they no
+            # longer witness the known one (:meth:`witnesses`): it is undecided until a
+            # step only it explains shows it (both stay) or it retires (changed).
             # What the step leaves open, it is taken to do as the outcome it is nearest.
             near = best[0] if best else None
             hyp = {} if near is None else {
                 pa: h for pa in self.pas
                 if (h := near.hypothesis(pa) & sig[pa]) and h & (h - 1) == 0}
-            self.records.append(OutcomeRecord(dict(sig), hyp, None, 1,
-                                              None if near is None else near.base,
-                                              [sig], [answer]))
+            self._went = OutcomeRecord(dict(sig), hyp, None, 1,
+                                       None if near is None else near.base, [sig], [answer])
+            self.records.append(self._went)
             return True
         (r,) = best
+        self._went = r
         changed = r.steps == 0 and bool(r.known)
         r.steps += 1
         r.sigs.append(sig)
@@ -365,6 +526,29 @@ class OutcomeSpace:
         """The live known outcomes no step has shown."""
         return [r for r in self.live() if r.origin is not None and not self.witnesses(r)]
 
+    def open_effects(self, pres: Callable[[PaTuple], Iterable[Mode]]
+                     ) -> list[tuple[OutcomeRecord, PaTuple]]:
+        """The effects of live outcomes the steps showed that their steps left open: every
+        step of the outcome had the atom at the value that hides the difference (deleted
+        while false, added while true), so more than one effect is still possible under
+        some precondition mode ``pres`` still allows. Published, such an effect would be a
+        guess (the known one, or none) while another outcome may decide the pa-tuple's
+        mode, so nothing else asks for it: the engine asks the action again with the atom
+        at its :func:`revealing` value, and fails closed if that cannot settle it. An
+        outcome no step showed is not listed: its effects are all open, which
+        :meth:`unconfirmed` covers. Not for aia (no known outcomes: :meth:`unseen`)."""
+        if not self.from_known:
+            return []
+        out = []
+        for r in self.live():
+            if not r.steps:
+                continue
+            for pa in self.pas:
+                m = r.effects[pa]
+                if m & (m - 1) and any((u := under(p, m)) & (u - 1) for p in pres(pa)):
+                    out.append((r, pa))
+        return out
+
     def unseen(self) -> bool:
         """Whether an outcome no step has shown may still exist. With the known outcomes
         those are its records; without them (aia), until the action ran so often that one
@@ -433,5 +617,5 @@ class OutcomeSpace:
         return tuple(out)
 
 
-__all__ = ["ANY", "OutcomeRecord", "OutcomeSpace", "posts", "signature", "summary_effects",
-           "under"]
+__all__ = ["ANY", "OutcomeRecord", "OutcomeSpace", "posts", "revealing", "share_floor",
+           "signature", "summary_effects", "under"]

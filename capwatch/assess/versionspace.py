@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from capwatch.assess.outcomes import OutcomeSpace
+from capwatch.assess.outcomes import OutcomeRecord, OutcomeSpace
 from capwatch.model.pal import (
     LEGAL_PA_VALUES,
     AbstractModel,
@@ -219,6 +219,14 @@ class VersionSpace:
         if space is not None and space.after(pa, before) != post:
             return None
         return post
+
+    def open_effects(self, action: str) -> list[tuple[OutcomeRecord, PaTuple]]:
+        """Effects of a probabilistic action's outcomes that its steps left open
+        (:meth:`OutcomeSpace.open_effects`), under the precondition modes still possible."""
+        space = self.outcomes.get(action)
+        if space is None:
+            return []
+        return space.open_effects(lambda pa: {v[0] for v in values_of(self.masks[pa])})
 
     def failed(self, action: str, seen: Mapping[PaTuple, bool | None], evidence: str) -> None:
         literals = tuple(seen.items())

@@ -432,27 +432,30 @@ def test_an_outcome_changed_before_it_could_show_is_asked_again_not_published_be
     now move is asked again until the old slip retires, and the result is right, or fails
     closed; a budget too small to ask again still fails closed."""
     known, truth = gripper_slip_drift()
-    right = undecided_and_wrong = 0
+    right = undecided_short = 0
     for seed in range(16):
         agent, evidence, drifted = gripper_walks(known, truth, seed)
         if not drifted:
             continue
         observations = evidence[-40:] + drifted[:1]
         result = assess(known, observations, agent, method="verify", budget=500)
-        assert not result.undecided_outcomes, seed
-        if not replay(result.domain(), observations, result.queries):
+        # Failing closed is allowed (session 12: the added slip's effect on at_robby ?to
+        # is open and only settles by absence, its share of the steps bounded from below).
+        if not result.undecided_outcomes and \
+                not replay(result.domain(), observations, result.queries):
             assert _effects(result.domain().action("move")) == _effects(truth.action("move"))
             right += 1
         short = assess(known, observations, SimulatedAgent(truth, seed=seed),
                        method="verify", budget=2)
         learnt = _effects(short.domain().action("move"))
         if "move" in short.undecided_outcomes:
-            undecided_and_wrong += learnt != _effects(truth.action("move"))
+            undecided_short += 1
         elif not replay(short.domain(), observations, short.queries):
             assert learnt == _effects(truth.action("move")), seed
     assert right >= 4
-    # The guard is what keeps the wrong models out when asking again cannot finish.
-    assert undecided_and_wrong > 0
+    # The guard keeps what asking again could not finish from being published (before
+    # session 12 these were published with the old slip beside the changed one).
+    assert undecided_short > 0
 
 
 
@@ -535,7 +538,99 @@ def test_a_step_in_which_the_change_did_not_show_does_not_keep_the_old_outcome()
     """Tireworld's move-car now adds spare-in ?from in both outcomes. A no-flat step from a
     state where the spare was already there matched the old no-flat outcome exactly, which
     then counted as still there and was published at 0.7% beside the changed one: a step
-    the added outcome explains as well shows neither."""
+    the added outcome explains as well shows neither. The seen outcomes' steps all had the
+    spare there already, so the first step that adds it is a new outcome beside them or
+    they changed: with every known outcome changed alike no step of theirs can tell which
+    (docs/assessment.md, `common`), and it fails closed (before session 12 the seen
+    outcomes were rewritten in place, right here but wrong for a new outcome beside
+    them)."""
     drift = outcome_drift(STOCHASTIC / "tireworld", "common", 5)
     assert drift is not None and drift.action == "move-car"
-    assert run_drift(drift, 5).status == "right"
+    assert run_drift(drift, 5).status == "undecided"
+
+
+def _slip_loses_the_parcel() -> tuple[Domain, Domain, list[Transition]]:
+    """The known courier, and the drifted one whose slip (0.1) now deletes carrying ?r ?p
+    (drop jammed too, so that something contradicts the known model). carrying is false
+    whenever pick runs in a walk, so no step of the slip shows it, while the outcome that
+    picks adds it and so decides the pa-tuple's effect mode (+)."""
+    known = _known()
+    main = Outcome(frozenset({CARRYING}), frozenset({AT, FREE}), 0.9)
+    truth = _with(_jammed(known), "pick",
+                  outcomes=(main, Outcome(frozenset(), frozenset({CARRYING}), 0.1)))
+    picked = Transition(BEFORE_PICK, ("pick", "r1", "p1", "hall"), PICKED, executed=True,
+                        source="pick")
+    dropped = Transition(PICKED, ("drop", "r1", "p1", "hall"),
+                         frozenset({("at_robot", "r1", "hall"), ("at", "p1", "hall")}),
+                         executed=True, source="drop")
+    return known, truth, [_slip(), picked, dropped]
+
+
+def test_an_effect_the_steps_of_an_outcome_left_open_is_open() -> None:
+    space, pas = _space()
+    space.executed(_seen(pas, (True, True), (True, True), (False, False)))
+    (slip, carrying), = [(r, pa) for r, pa in space.open_effects(
+        lambda pa: {Mode.POS} if pa.atom in (FREE, AT) else {Mode.ABSENT})]
+    assert slip.origin == 1 and carrying == pas[CARRYING]
+    # Under a precondition that requires it false, the delete restates it: not open.
+    assert space.open_effects(lambda pa: {Mode.POS} if pa.atom in (FREE, AT)
+                              else {Mode.NEG}) == []
+
+
+def test_an_effect_the_steps_of_its_outcome_left_open_is_not_published_as_known() -> None:
+    """The slip's steps left carrying open and the outcome that picks decides the
+    pa-tuple's mode: before, the slip was published with its known effect (none) on it."""
+    known, truth, evidence = _slip_loses_the_parcel()
+    right = 0
+    for seed in range(6):
+        agent = SimulatedAgent(truth, seed=seed)
+        result = assess(known, evidence, agent, method="verify", budget=300)
+        if "pick" in result.undecided_outcomes:
+            continue  # failed closed: allowed, never a wrong version
+        model = result.domain()
+        assert replay(model, evidence, result.queries) == []
+        assert _effects(model.action("pick")) == _effects(truth.action("pick")), seed
+        right += 1
+    assert right >= 4
+
+
+def test_a_step_contradicting_a_seen_outcome_on_an_atom_its_steps_left_open_is_added() -> None:
+    """The slip showed with carrying false (hidden), then a step deletes carrying and does
+    nothing else: the slip changed, or a new outcome beside it. Not the slip rewritten in
+    place: a new outcome, and the slip's earlier steps, which the new one explains too, no
+    longer witness it, so it is undecided until a step only it explains shows it."""
+    space, pas = _space()
+    space.executed(_seen(pas, (True, False), (True, False), (False, True)), 1)
+    space.executed(_seen(pas, (True, True), (True, True), (False, False)), 2)
+    space.executed(_seen(pas, (True, True), (True, True), (True, False)), 3)
+    _, slip, added = space.records
+    assert (slip.steps, added.origin) == (1, None)
+    assert slip.effects[pas[CARRYING]] == NEG | ABSENT
+    assert space.witnesses(slip) == 0 and space.undecided()
+    # A slip that keeps carrying: only the old form explains it, so both outcomes stay.
+    space.executed(_seen(pas, (True, True), (True, True), (True, True)), 4)
+    assert space.witnesses(slip) == 1 and not space.undecided()
+    assert {o.is_noop for o in space.outcomes({FREE: Mode.POS, AT: Mode.POS})} == \
+        {True, False}
+    assert len(space.live()) == 3
+
+
+def test_an_open_effect_that_never_showed_where_it_would_have_is_settled_by_absence() -> None:
+    """The slip's steps left carrying open (false each time). Picks that ran with carrying
+    true would have shown a slip deleting it apart from every other outcome; after as many
+    as make missing the slip (0.1) a chance below 0.001, its effect there is settled: none."""
+    space, pas = _space()
+    space.executed(_seen(pas, (True, True), (True, True), (False, False)), 1)
+    slip = space.records[1]
+    need = space.needed(slip)
+    assert need == 66  # 0.9^66 < 0.001 < 0.9^65
+    picked_while_carrying = _seen(pas, (True, False), (True, False), (True, True))
+    for i in range(need - 1):
+        space.executed(picked_while_carrying, 2 + i)
+    assert slip.effects[pas[CARRYING]] == NEG | ABSENT
+    space.executed(picked_while_carrying, 1 + need)
+    assert slip.effects[pas[CARRYING]] == ABSENT
+    # The picking outcome ran with carrying true only: whether it adds it is still open.
+    assert [(r.origin, pa) for r, pa in space.open_effects(
+        lambda pa: {Mode.POS} if pa.atom in (FREE, AT) else {Mode.ABSENT})] == \
+        [(0, pas[CARRYING])]

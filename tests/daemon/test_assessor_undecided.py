@@ -27,10 +27,13 @@ def test_an_undecided_outcome_set_ends_unexplained_with_its_reason() -> None:
                 confirm_queries=16, query_budget=budget))
             reasons = [u for u in outcome.unexplained if u.source == "outcomes of move"]
             if outcome.details.get("undecided_outcomes"):
-                # Asking move again decides it, unless the budget ran out first.
-                assert budget == 2, seed
+                # Asking move again decides it, unless the budget ran out first or (since
+                # session 12) the added slip's open effect on at_robby ?to could not be
+                # settled: it fails closed, with its reason.
                 undecided += 1
-                assert reasons and "changed or added" in reasons[0].reason
+                assert reasons and ("changed or added" in reasons[0].reason or
+                                    "left open could not be settled: (at_robby ?to)" in
+                                    reasons[0].reason)
             elif not outcome.unexplained:
                 published += 1
                 move = outcome.model.action("move")
