@@ -19,6 +19,7 @@ from tests.chaos.fake_agent import Recorder
 from tests.chaos.harness import FleetInput, Outcome, fleet
 from tests.chaos.scenarios import reference
 from tests.support.kafka_broker import KafkaBroker, start_kafka_broker
+from tests.support.postgres_server import PostgresServer, start_postgres_server
 
 collect_ignore = [] if os.environ.get("CAPWATCH_CHAOS") else ["reproductions"]
 
@@ -58,6 +59,18 @@ def recorder(request: pytest.FixtureRequest) -> Iterator[Recorder]:
         server.server_close()
 
 
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test's own: it is killed, which others must not see."""
+    server = start_postgres_server()
+    if server.external:
+        pytest.skip("needs a server this test starts and kills itself")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

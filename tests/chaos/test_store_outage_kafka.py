@@ -7,7 +7,6 @@ run does: the same model versions, published, the same alerts, every record comm
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,20 +14,14 @@ import pytest
 from tests.chaos.harness import FleetInput, Outcome, compare
 from tests.chaos.pg_kafka import KillablePostgres, postgres_killed
 from tests.support._proc import free_port
-from tests.support.postgres_server import start_postgres_server
+from tests.support.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def killable_postgres() -> Iterator[KillablePostgres]:
-    server = start_postgres_server()
-    if server.external:
-        pytest.skip("needs a server this test starts and kills itself")
-    try:
-        yield KillablePostgres(server)
-    finally:
-        server.stop()
+def killable_postgres(own_postgres: PostgresServer) -> KillablePostgres:
+    return KillablePostgres(own_postgres)
 
 
 def test_postgres_killed_under_a_kafka_daemon_is_ridden_out(

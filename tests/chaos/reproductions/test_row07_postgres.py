@@ -8,7 +8,6 @@ import signal
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -16,24 +15,9 @@ import pytest
 
 from tests.chaos.harness import Daemon, FleetInput, PacedWriter, jsonl_config
 from tests.support._proc import free_port
-from tests.support.postgres_server import (
-    PostgresServer,
-    _run_as_service_user,
-    start_postgres_server,
-)
+from tests.support.postgres_server import PostgresServer, _run_as_service_user
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[PostgresServer]:
-    server = start_postgres_server()
-    if server.external:
-        pytest.skip("needs a server this test starts and kills itself")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _pg_ctl(server: PostgresServer, *args: str) -> None:
