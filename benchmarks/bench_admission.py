@@ -38,6 +38,7 @@ from bench_daemon import feed
 from capwatch import native
 from capwatch.contracts import wire_fast
 from capwatch.contracts.ports import Record
+from capwatch.daemon.heap import settle_heap
 from capwatch.daemon.logs import configure_logging
 from capwatch.model.grounding import SharedGrounding
 from capwatch.model.pddl_reader import read_domain
@@ -82,7 +83,7 @@ def first_observation(fleet_dir: Path, n: int) -> None:
 
     run(decoded[::2])
     test = decoded[1::2][:n]
-    gc.collect()
+    settle_heap()  # as the daemon's: the decoded records are no young objects to visit
     times = [run(test) for _ in range(7)]
     print(f"first observation: {statistics.median(times) * 1e6:.2f} us median, "
           f"{min(times) * 1e6:.2f} min per agent ({own / len(test):.0%} on an index of "
