@@ -112,7 +112,7 @@ def main() -> int:
             stream = [Record("bench", 0, i, e.agent_id.encode(), e.value)
                       for i, e in enumerate(events)]
             p = bench_daemon.service(tmp, f, stream, max_agents=None).pipeline
-            bench_daemon.settle_heap()
+            settle_heap()
             p.open()
 
             def news(seen: int, n: int, offset: int) -> list[Record]:
