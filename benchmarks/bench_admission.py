@@ -141,6 +141,7 @@ def main() -> int:
             offset += len(batch)
             gc.collect()
             if args.gc:
+                spent.update(dict.fromkeys(spent, 0.0))  # this row's collections only
                 gc.callbacks.append(collected)
             step = feed(p, batch)
             t0 = time.process_time()
