@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import msgspec
 from msgspec import UNSET
@@ -50,23 +50,30 @@ def _anchored(pattern: str) -> str:
 # few agent ids and families come in every message.
 _IDENTIFIER = re.compile(r"[^\x00-\x1f]{1,256}\Z")
 _AGENT_ID = re.compile(_anchored(AGENT_ID_PATTERN))
-_VALID_IDS: set[str] = set()
-_VALID_AGENT_IDS: set[str] = set()
+_VALID_IDS: Final[set[str]] = set()
+_VALID_AGENT_IDS: Final[set[str]] = set()
+# The names the hot path reads are Final: mypyc keeps them in C statics, where a module
+# variable costs a dict lookup by name at each read (~25 of them a message in _fast).
+# Those a test patches (_SPLIT, _STATE, _SMALL_STATE, the bounds) stay variables.
+_UNSET: Final[Any] = UNSET
+_NONE_TIME: Final[Any] = _NO_TIME
 
-_DECODER = msgspec.json.Decoder(_Transition | _Trace)
-_TRANSITION = msgspec.json.Decoder(_Transition).decode
+_DECODER: Final = msgspec.json.Decoder(_Transition | _Trace)
+_TRANSITION: Final = msgspec.json.Decoder(_Transition).decode
 """Transition events alone, tried first: a union's decoder must find the tag before it
 knows the struct, and "type" is seldom a message's first key (0.12 µs of 0.8 µs)."""
-_FIELDS = msgspec.structs.astuple
+_FIELDS: Final = msgspec.structs.astuple
+_NEW: Final = AgentTransition
+_TRANSITION_STRUCT: Final = _Transition
 _SPLIT: wire_split.Split | None = wire_split.SPLIT
 """The C splitter, or None (pure Python); a module variable, so that a test may set it."""
-_ATOM_TEXT = msgspec.json.Decoder(tuple[str, ...]).decode
-_ACTIONS: dict[bytes, GroundAtom] = {}
+_ATOM_TEXT: Final = msgspec.json.Decoder(tuple[str, ...]).decode
+_ACTIONS: Final[dict[bytes, GroundAtom]] = {}
 """An action's text → its interned atom, for the vocabulary's :data:`_actions_generation`
 (an atom is interned, and never forgotten, within one generation)."""
 _actions_generation = -1
 MAX_ACTIONS = 10_000
-MAX_ACTION_TEXT = 256
+MAX_ACTION_TEXT: Final = 256
 """Texts up to this long are kept (~10 objects of 20 characters; a longer one is read
 each time): the map holds at most ~3 MB, whatever names a producer sends."""
 _STATE = msgspec.json.Decoder(list[GroundAtom]).decode
@@ -112,12 +119,12 @@ _TIME: TypeAdapter[datetime | None] = TypeAdapter(
     Annotated[_TIME_FIELD.annotation, *_TIME_FIELD.metadata]  # type: ignore[arg-type]
     if _TIME_FIELD.metadata else _TIME_FIELD.annotation,
     config=ConfigDict(strict=True))
-_TIME_JSON: Callable[[bytes], datetime | None] = _TIME.validator.validate_json
+_TIME_JSON: Final[Callable[[bytes], datetime | None]] = _TIME.validator.validate_json
 """The adapter's compiled validator, called directly: the adapter's Python wrapper cost
 as much again as the validation itself on every message."""
 
 
-_DEFAULT_LIMITS = DecodeLimits()
+_DEFAULT_LIMITS: Final = DecodeLimits()
 
 
 class _Refused(Exception):
@@ -159,9 +166,9 @@ def _learn(atoms: Iterable[GroundAtom]) -> None:
 
 
 # The vocabulary's containers are cleared in place, never replaced: bound once here.
-_ID_OF = wire_atoms.ID.__getitem__
-_ATOM_OF = wire_atoms.ATOM.__getitem__
-_ID_GET = wire_atoms.ID.get
+_ID_OF: Final = wire_atoms.ID.__getitem__
+_ATOM_OF: Final = wire_atoms.ATOM.__getitem__
+_ID_GET: Final = wire_atoms.ID.get
 
 
 def _atoms(atoms: list[GroundAtom]) -> frozenset[GroundAtom]:
@@ -378,7 +385,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         # The union, which requires the tag: a lone struct's decoder takes it as given, and
         # the key guard's colon count can miss the tag when a string holds a colon.
         event = _DECODER.decode(raw)
-        if type(event) is not _Transition:
+        if type(event) is not _TRANSITION_STRUCT:
             return _trace(event, raw, limits, key, partition, offset)
         if not _tagged(raw):
             # Decoded alone, msgspec takes a missing tag as given, and the key guard
@@ -391,7 +398,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     (agent_id, family, state_raw, action, next_state_raw, v, episode_id, time_raw, optimal,
      step, executed) = _FIELDS(event)
     # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
-    if (v is not UNSET and type(v) is not int) \
+    if (v is not _UNSET and type(v) is not int) \
             or (key is not None and key != agent_id.encode()):
         raise _Refused
     action_text = bytes(action)
@@ -401,7 +408,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         # action is not an array of strings changes nothing (msgspec.ValidationError).
         action = _ATOM_TEXT(action_text)
     fields = 6
-    if episode_id is UNSET:
+    if episode_id is _UNSET:
         episode_id = None
     else:
         fields += 1
@@ -411,9 +418,9 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     max_atoms = limits.max_state_atoms
     # Copied once to bytes (the helpers' bytes() calls then copy nothing), and the
     # helpers the hot path called once a record written out here (~0.1 us a call).
-    time = b"" if time_raw is _NO_TIME else bytes(time_raw)
-    fields += (time_raw is not _NO_TIME) + (step is not UNSET) + (executed is not UNSET) \
-        + (v is not UNSET) + (optimal is not UNSET)
+    time = b"" if time_raw is _NONE_TIME else bytes(time_raw)
+    fields += (time_raw is not _NONE_TIME) + (step is not _UNSET) + (executed is not _UNSET) \
+        + (v is not _UNSET) + (optimal is not _UNSET)
     if cut is not None:
         # Its keys all different, and as many as the fields decoded: each one given (msgspec
         # takes the tag as given when it decodes one struct alone).
@@ -466,7 +473,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
                    n2, s2, ids2, generation2)
         if len(memo) > 1:
             memo[1] = flipped
-    when = None if time_raw is _NO_TIME else _time(time)
+    when = None if time_raw is _NONE_TIME else _time(time)
     if interned is not None and _actions_generation == wire_atoms.generation:
         action = interned
     else:
@@ -485,10 +492,10 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             if len(_ACTIONS) >= MAX_ACTIONS:
                 _ACTIONS.clear()  # a bound on memory; refilled from the traffic
             _ACTIONS[action_text] = action
-    return [AgentTransition(
-        agent_id, family, episode_id, None if step is UNSET else step, when,
+    return [_NEW(
+        agent_id, family, episode_id, None if step is _UNSET else step, when,
         s, action, s2, optimal is True,
-        None if executed is UNSET else executed, partition, offset,
+        None if executed is _UNSET else executed, partition, offset,
     )]
 
 
