@@ -340,6 +340,30 @@ def test_long_states_are_remembered_by_their_hash() -> None:
     assert not isinstance(third, DeadLetter) and third[0].state is not again[0].next_state
 
 
+def test_a_memo_in_either_form_recognises_only_its_own_text() -> None:
+    # The memo is matched without building the state's fingerprint: a short text's own
+    # bytes, a long one's length and hash, or a short one's hashed (a thawed watch's,
+    # hashed()). Each form of each state's memo, handed with each state of the same or
+    # another length: recognised (the memo's very set) exactly when the texts are equal.
+    wide = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
+    states = [[["at", "r", "w1"]], [["at", "r", "w2"]], [["at", "r", "w11"]],
+              [["at", "r", f"w{i}"] for i in range(60)],
+              [["at", "r", f"v{i}"] for i in range(60)],
+              [["at", "r", f"w{i}"] for i in range(59)] + [["at", "r", "w99"]]]
+    for kept in states:
+        for state in states:
+            memo: list[wire_fast.StateMemo | None] = [None]
+            first = wire_fast.decode(variant(TRANSITION, next_state=kept), wide, memo=memo)
+            assert not isinstance(first, DeadLetter) and memo[0] is not None
+            forms = [memo[0], (wire_fast.hashed(memo[0][0]), *memo[0][1:])]
+            for form in forms:
+                raw = variant(TRANSITION, state=state, next_state=kept)
+                got = wire_fast.decode(raw, wide, memo=[form])
+                assert got == wire.decode(raw, wide), raw
+                assert not isinstance(got, DeadLetter)
+                assert (got[0].state is first[0].next_state) == (state == kept), (kept, state)
+
+
 def test_a_repeated_state_is_the_very_set_of_the_memo() -> None:
     memo: list[wire_fast.StateMemo | None] = [None]
     first = wire_fast.decode(variant(TRANSITION, next_state=[["at", "r", "w2"]]), LIMITS,
