@@ -370,7 +370,9 @@ class Pipeline:
             # the last checkpoint, as below.
             log.error("applying queued work at shutdown failed", problem=describe_outage(e))
         try:
-            self.alerts.run()
+            # Groups close now instead of after group_wait: a replica scaled down, or the
+            # last one stopped, has no next start to send what still waits in them.
+            self.alerts.run(force=True)
             self.alerts.close()  # a late scheduler run must not use a closed sink
             try:
                 self.checkpoint()

@@ -78,3 +78,26 @@ def test_a_wake_routes_at_once_on_the_routing_thread() -> None:
     assert outbox.thread == "capwatch-alerts"
     routing.close()
     assert routing._thread is not None and not routing._thread.is_alive()
+
+
+def test_a_graceful_stop_sends_the_alerts_still_waiting_in_their_group(
+        tmp_path: Path) -> None:
+    # A replica scaled down (or the last one stopped) has no next start to send them:
+    # a group still in its wait at SIGTERM would be held in the store unseen.
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample(step=0) + "\n" + refused_sample(step=1) + "\n")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 detection={"debounce_transitions": 3, "debounce_s": 3600.0},
+                 alerts={"group_wait_seconds": 600,
+                         "group_wait_by_type": {"unexplained_inconsistency": 600}})
+    memory = MemoryPublisher()
+    d = build_service(cfg, publisher=memory, source=JsonlSource(str(path))).pipeline
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    d.handle_batch(d.source.poll(1.0))
+    d.route_alerts()
+    assert memory.alerts == []  # waiting in its group
+    d._shutdown()
+    (alert,) = memory.alerts
+    assert alert.agent_id == "rover-a" and alert.alert_type == "unexplained_inconsistency"
+    d.store.close()
