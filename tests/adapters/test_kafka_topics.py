@@ -4,6 +4,7 @@ moment after CreateTopics (the topic, and no partitions yet)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -64,3 +65,28 @@ def test_a_leader_that_never_comes_is_reported_not_waited_for_forever(
     assert await_leaders(admin, {"tr": 2}, timeout_s=0, sleep=lambda s: None) is False
     assert admin.described == {"tr": 1}
     assert "new topics have no leader yet" in capsys.readouterr().out
+
+
+def test_a_transitions_topic_made_before_with_other_partitions_is_warned_about(
+        kafka_bootstrap: str) -> None:
+    # Against the real broker: what its metadata answer looks like is the point.
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from structlog.testing import capture_logs
+
+    name = f"auto-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, 1, 1)])  # as a broker's auto-create would
+        await_leaders(admin, {name: 1})
+    finally:
+        admin.close()
+    topics = {"models": f"{name}-m", "alerts": f"{name}-a", "dead_letter": f"{name}-d"}
+    with capture_logs() as logs:
+        ensure_topics(kafka_bootstrap, transitions=name, partitions=3, **topics)
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert (warning["topic"], warning["partitions"], warning["configured"]) == (name, 1, 3)
+    with capture_logs() as logs:  # as configured: nothing to say
+        ensure_topics(kafka_bootstrap, transitions=f"{name}-m", partitions=3, **{
+            **topics, "models": f"{name}-m2"})
+    assert [e for e in logs if e["log_level"] == "warning"] == []

@@ -94,6 +94,8 @@ def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
     created = []
     try:
         existing = set(admin.list_topics())
+        if transitions in existing:
+            _warn_partitions(admin, transitions, partitions)
         wanted = [
             NewTopic(transitions, partitions, replication_factor),
             NewTopic(models, partitions, replication_factor,
@@ -113,6 +115,23 @@ def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
     finally:
         admin.close()
     return created
+
+
+def _warn_partitions(admin: Any, topic: str, partitions: int) -> None:
+    """A transitions topic made before the daemon (a broker's auto-create as a producer
+    first wrote, say) keeps its own partition count: at most that many replicas get records,
+    whatever ``kafka.partitions`` says, and nothing else would tell the operator."""
+    try:
+        (described,) = admin.describe_topics([topic])
+        found = len(described.get("partitions") or [])
+    except Exception as e:  # a hint only: never fail the start over it
+        log.debug("could not describe the transitions topic", topic=topic, error=error_text(e))
+        return
+    if found and found != partitions:
+        log.warning("the transitions topic exists with another partition count; at most "
+                    "that many replicas get records (add partitions with kafka-topics.sh "
+                    "--alter, or set kafka.partitions to match)",
+                    topic=topic, partitions=found, configured=partitions)
 
 
 TOPICS_READY_S = 30.0
