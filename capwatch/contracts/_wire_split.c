@@ -9,7 +9,11 @@
  * texts are read (known text, known pieces, or parsed) by wire_fast as before. Whatever
  * this returns for a message that is not valid JSON, one of those refuses it (see
  * wire_split.py for why). A message this does not cut (None) takes the decoder's other
- * way, which is complete on its own.
+ * way, which is complete on its own. Strings may hold escapes (a backslash takes the byte
+ * after it); a key holding one is not compared here, and the message is not cut.
+ *
+ * canonical(text) sorts a state text's atoms when they are out of order (wire_split.py's
+ * canonical has the contract and the reasons), for the decoder's texts not read before.
  *
  * Built by setup.py with CAPWATCH_COMPILE=1 beside the mypyc modules; never required.
  */
@@ -41,14 +45,55 @@ static inline const unsigned char *skip_ws(const unsigned char *p, const unsigne
     return p;
 }
 
+/* One past the quote closing the string opening at p (*p == '"'), a backslash taking the
+ * byte after it as JSON's escapes do; NULL when the text ends first. */
+static const unsigned char *skip_string(const unsigned char *p, const unsigned char *end) {
+    for (const unsigned char *q = p + 1; q < end; q++) {
+        if (*q == '"')
+            return q + 1;
+        if (*q == '\\') {
+            if (end - q < 2)
+                return NULL;
+            q++;
+        }
+    }
+    return NULL;
+}
+
+#ifdef __SSE2__
+/* Bit i set when byte i of the 32 at q is c. */
+static inline uint32_t mask32(__m128i lo, __m128i hi, char c) {
+    const __m128i v = _mm_set1_epi8(c);
+    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(lo, v))
+        | ((uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(hi, v)) << 16);
+}
+
+/* Bit i set when an odd number of the quotes' bits are at or below i: the bytes of a
+ * string but its closing quote (no backslash), carry the state before the block. */
+static inline uint32_t inside_strings(uint32_t quotes, uint32_t *carry) {
+    uint32_t inside = quotes;
+    inside ^= inside << 1;
+    inside ^= inside << 2;
+    inside ^= inside << 4;
+    inside ^= inside << 8;
+    inside ^= inside << 16;
+    inside ^= *carry;
+    *carry = (inside & 0x80000000u) ? 0xFFFFFFFFu : 0;
+    return inside;
+}
+#endif
+
 /* One past the ']' that closes the array opening at p (*p == '['), brackets inside
- * strings not counted; NULL when the text ends first. The message holds no backslash, so
- * a string ends at the next quote. */
-static const unsigned char *skip_array(const unsigned char *p, const unsigned char *end) {
+ * strings not counted; NULL when the text ends first. With escapes (the message holds a
+ * backslash), the scalar loop only. */
+static const unsigned char *skip_array(const unsigned char *p, const unsigned char *end,
+                                       int escapes) {
     Py_ssize_t depth = 0;
     int in_string = 0;
     const unsigned char *q = p;
 #ifdef __SSE2__
+    if (escapes)
+        goto scalar;
     /* 32 bytes at a time: the bytes inside strings found by a prefix xor of the quotes'
      * mask; a block whose closing brackets cannot bring the depth to zero is only
      * counted, the others walked bracket by bracket. */
@@ -91,12 +136,18 @@ static const unsigned char *skip_array(const unsigned char *p, const unsigned ch
         q += 32;
     }
     in_string = carry != 0;
+scalar:
 #endif
     for (; q < end; q++) {
         unsigned char c = *q;
         if (in_string) {
-            if (c == '"')
+            if (c == '"') {
                 in_string = 0;
+            } else if (c == '\\') {
+                if (end - q < 2)
+                    return NULL;
+                q++;
+            }
         } else if (c == '"') {
             in_string = 1;
         } else if (c == '[') {
@@ -109,6 +160,199 @@ static const unsigned char *skip_array(const unsigned char *p, const unsigned ch
     return NULL;
 }
 
+/* A state's text in its canonical form (wire_split.canonical has the contract): the text
+ * itself unless its atoms are flat and out of order (as bytes); then the atoms' texts
+ * without whitespace but one space after each comma, sorted as bytes, joined by ", ". */
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+} piece;
+
+/* The order of bytes objects: memcmp, then the shorter first. */
+static inline int compare_bytes(const unsigned char *a, Py_ssize_t an, const unsigned char *b,
+                                Py_ssize_t bn) {
+    int c = memcmp(a, b, (size_t)(an < bn ? an : bn));
+    if (c != 0)
+        return c;
+    return an < bn ? -1 : an > bn;
+}
+
+static int compare_pieces(const void *x, const void *y) {
+    const piece *a = (const piece *)x, *b = (const piece *)y;
+    return compare_bytes(a->p, a->n, b->p, b->n);
+}
+
+#ifdef __SSE2__
+/* 1 when the text [a, b) of an array (no backslash) is surely its own canonical form: the
+ * arrays in it, as the brackets outside strings delimit them, are in order as bytes, or
+ * one holds another (not flat); 0 when the slow path decides. One pass of 32-byte masks,
+ * a walk over the brackets and a comparison per atom (~0.3 us for 46 atoms). */
+static int canonical_already(const unsigned char *a, const unsigned char *b) {
+    Py_ssize_t n = b - a, at = 0;
+    uint32_t carry = 0;
+    int depth = 0;
+    Py_ssize_t atom = -1, prev = -1, prev_n = 0;
+    unsigned char tail[32];
+    while (at < n) {
+        const unsigned char *q = a + at;
+        uint32_t valid = 0xFFFFFFFFu;
+        if (n - at < 32) {
+            memset(tail, 0, sizeof tail);
+            memcpy(tail, q, (size_t)(n - at));
+            q = tail;
+            valid = (1u << (n - at)) - 1;
+        }
+        __m128i lo = _mm_loadu_si128((const __m128i *)q);
+        __m128i hi = _mm_loadu_si128((const __m128i *)(q + 16));
+        uint32_t out = ~inside_strings(mask32(lo, hi, '"'), &carry) & valid;
+        uint32_t opens = mask32(lo, hi, '[') & out;
+        uint32_t marks = (opens | mask32(lo, hi, ']')) & out;
+        while (marks) {
+            int i = __builtin_ctz(marks);
+            marks &= marks - 1;
+            Py_ssize_t g = at + i;
+            if ((opens >> i) & 1) {
+                if (depth == 2)
+                    return 1;  /* not flat: as it is */
+                if (depth++ == 1)
+                    atom = g;
+            } else if (depth == 2) {
+                Py_ssize_t len = g + 1 - atom;
+                if (prev >= 0 && compare_bytes(a + prev, prev_n, a + atom, len) > 0)
+                    return 0;
+                prev = atom;
+                prev_n = len;
+                depth = 1;
+            } else {
+                return 1;  /* the closing bracket: every atom in order */
+            }
+        }
+        at += 32;
+    }
+    return 0;
+}
+#endif
+
+/* The canonical text of [a, b), an array as skip_array found it (a new reference): a copy
+ * of it as it is unless it is an array of flat arrays (outside strings only brackets,
+ * commas and whitespace, one comma between atoms) out of order. */
+static PyObject *canonical(const unsigned char *a, const unsigned char *b, int escapes) {
+    Py_ssize_t n = b - a;
+#ifdef __SSE2__
+    if (!escapes && canonical_already(a, b))
+        return PyBytes_FromStringAndSize((const char *)a, n);
+#endif
+    /* Each atom's canonical text written to buf (at most twice its bytes: a space after
+     * each comma), its place in atoms. */
+    unsigned char *buf = PyMem_Malloc((size_t)(2 * n + 2));
+    piece *atoms = PyMem_Malloc(sizeof(piece) * (size_t)(n / 2 + 1));
+    if (buf == NULL || atoms == NULL) {
+        PyMem_Free(buf);
+        PyMem_Free(atoms);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = 0, total = 0;
+    unsigned char *w = buf;
+    const unsigned char *last = b - 1, *p = skip_ws(a + 1, last);
+    const unsigned char *raw_prev = NULL;
+    Py_ssize_t raw_prev_n = 0;
+    int ok = 1, sorted = 1;
+    if (p < last) {
+        for (;;) {
+            if (*p != '[') {
+                ok = 0;
+                break;
+            }
+            unsigned char *start = w;
+            const unsigned char *raw_start = p;
+            *w++ = '[';
+            p++;
+            for (;;) {
+                p = skip_ws(p, last);
+                const unsigned char *q;
+                if (p == last) {
+                    ok = 0;
+                    break;
+                }
+                if (*p == '"') {
+                    /* Without escapes, a string ends at the next quote (memchr: names of
+                     * 100-250 characters were copied at ~1 ns a byte). */
+                    if (escapes) {
+                        q = skip_string(p, last);
+                    } else {
+                        q = memchr(p + 1, '"', (size_t)(last - p - 1));
+                        q = q == NULL ? NULL : q + 1;
+                    }
+                    if (q == NULL) {
+                        ok = 0;
+                        break;
+                    }
+                    memcpy(w, p, (size_t)(q - p));
+                    w += q - p;
+                    p = q;
+                } else if (*p == ',') {
+                    *w++ = ',';
+                    *w++ = ' ';
+                    p++;
+                } else if (*p == ']') {
+                    *w++ = ']';
+                    p++;
+                    break;
+                } else {
+                    ok = 0;
+                    break;
+                }
+            }
+            if (!ok)
+                break;
+            if (count > 0 && compare_bytes(raw_prev, raw_prev_n, raw_start, p - raw_start) > 0)
+                sorted = 0;
+            raw_prev = raw_start;
+            raw_prev_n = p - raw_start;
+            atoms[count].p = start;
+            atoms[count++].n = w - start;
+            total += w - start;
+            p = skip_ws(p, last);
+            if (p == last)
+                break;
+            if (*p != ',') {
+                ok = 0;
+                break;
+            }
+            p = skip_ws(p + 1, last);
+            if (p == last) {
+                ok = 0;
+                break;
+            }
+        }
+    }
+    Py_ssize_t size = total + 2 * (count > 0 ? count - 1 : 0) + 2;
+    int same = !ok || sorted;
+    PyObject *result;
+    if (same) {
+        result = PyBytes_FromStringAndSize((const char *)a, n);
+    } else {
+        qsort(atoms, (size_t)count, sizeof(piece), compare_pieces);
+        result = PyBytes_FromStringAndSize(NULL, size);
+        if (result != NULL) {
+            char *o = PyBytes_AS_STRING(result);
+            *o++ = '[';
+            for (Py_ssize_t i = 0; i < count; i++) {
+                if (i > 0) {
+                    *o++ = ',';
+                    *o++ = ' ';
+                }
+                memcpy(o, atoms[i].p, (size_t)atoms[i].n);
+                o += atoms[i].n;
+            }
+            *o = ']';
+        }
+    }
+    PyMem_Free(buf);
+    PyMem_Free(atoms);
+    return result;
+}
+
 static PyObject *split(PyObject *module, PyObject *arg) {
     (void)module;
     if (!PyBytes_CheckExact(arg)) {
@@ -118,8 +362,7 @@ static PyObject *split(PyObject *module, PyObject *arg) {
     const unsigned char *start = (const unsigned char *)PyBytes_AS_STRING(arg);
     Py_ssize_t n = PyBytes_GET_SIZE(arg);
     const unsigned char *end = start + n;
-    if (memchr(start, '\\', (size_t)n) != NULL)
-        Py_RETURN_NONE;
+    int escapes = memchr(start, '\\', (size_t)n) != NULL;
     const unsigned char *key_at[MAX_KEYS];
     Py_ssize_t key_len[MAX_KEYS];
     int keys = 0;
@@ -136,6 +379,9 @@ static PyObject *split(PyObject *module, PyObject *arg) {
         if (k_end == NULL || keys == MAX_KEYS)
             Py_RETURN_NONE;
         Py_ssize_t len = k_end - k;
+        /* A key with an escape is compared as its bytes nowhere: not cut. */
+        if (escapes && memchr(k, '\\', (size_t)len) != NULL)
+            Py_RETURN_NONE;
         for (int i = 0; i < keys; i++) {
             if (key_len[i] == len && memcmp(key_at[i], k, (size_t)len) == 0)
                 Py_RETURN_NONE;  /* a key twice: the schema's decoder says so */
@@ -150,12 +396,11 @@ static PyObject *split(PyObject *module, PyObject *arg) {
             Py_RETURN_NONE;
         const unsigned char *value = p;
         if (*p == '"') {
-            const unsigned char *q = memchr(p + 1, '"', (size_t)(end - p - 1));
-            if (q == NULL)
+            p = skip_string(p, end);
+            if (p == NULL)
                 Py_RETURN_NONE;
-            p = q + 1;
         } else if (*p == '[') {
-            p = skip_array(p, end);
+            p = skip_array(p, end, escapes);
             if (p == NULL)
                 Py_RETURN_NONE;
         } else if (*p == '{') {
@@ -229,7 +474,29 @@ static PyObject *split(PyObject *module, PyObject *arg) {
     return result;
 }
 
+static PyObject *canonical_text(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!PyBytes_CheckExact(arg)) {
+        PyErr_SetString(PyExc_TypeError, "canonical() takes bytes");
+        return NULL;
+    }
+    const unsigned char *a = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    int escapes = memchr(a, '\\', (size_t)n) != NULL;
+    if (n < 2 || a[0] != '[' || skip_array(a, a + n, escapes) != a + n
+#ifdef __SSE2__
+        || (!escapes && canonical_already(a, a + n))
+#endif
+    ) {
+        Py_INCREF(arg);
+        return arg;
+    }
+    return canonical(a, a + n, escapes);
+}
+
 static PyMethodDef methods[] = {
+    {"canonical", canonical_text, METH_O,
+     "canonical(text) -> bytes: see capwatch/contracts/wire_split.py"},
     {"split", split, METH_O,
      "split(raw) -> (envelope, state, next_state, keys) | None: see capwatch/contracts/wire_split.py"},
     {NULL, NULL, 0, NULL},
