@@ -97,10 +97,23 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
         chosen += [again_rounds[i % len(again_rounds)]
                    for i in range(limit - len(chosen))]
     grounder = Grounder(model)
+    constants = frozenset(c.name for c in model.constants)
     out: list[Unexplained] = []
+    rounds: dict[int, int] = {}
     for q in chosen:
-        answer = agent.query(q.state, q.plan, 1)[0]
-        again = replace(q, executed=answer.executed, final_state=answer.state)
+        # Asked again on renamed objects first, then verbatim and renamed by turns: a PDDL
+        # agent's answer depends on the atoms, not on what the objects are called, so the
+        # renamed answer, named back, must be one the model explains. Asked verbatim only,
+        # an agent whose behaviour depends on more of the state than the model's atoms (one
+        # refusing a step in some states only, or answering as the old model in some) gave
+        # its answer again, and a precondition it does not have was published on one
+        # refusal. The verbatim turns keep catching an agent that changes its answer to
+        # the same query over time.
+        turn = rounds[q.number] = rounds.get(q.number, -1) + 1
+        forth, back = _renaming(q, constants, f"r{turn}") if turn % 2 == 0 else ({}, {})
+        answer = agent.query(_renamed(q.state, forth), _renamed_plan(q.plan, forth), 1)[0]
+        again = replace(q, executed=answer.executed,
+                        final_state=_renamed(answer.state, back))
         reason = _query(grounder, again)
         if reason is not None:
             out.append(Unexplained(
@@ -108,6 +121,29 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
                 answer.state, f"the agent answered differently the second time ({reason};"
                 f" first answer: {q.executed} steps)"))
     return out, len(chosen)
+
+
+def _renaming(q: QueryLog, constants: frozenset[str], suffix: str
+              ) -> tuple[dict[str, str], dict[str, str]]:
+    """A renaming of the query's objects (constants kept) to names it does not use, and
+    its inverse."""
+    names = {o for a in q.state for o in a[1:]} | {o for a in q.plan for o in a[1:]}
+    forth: dict[str, str] = {}
+    for name in sorted(names - constants):
+        new = f"{name}{suffix}"
+        while new in names:
+            new += suffix
+        forth[name] = new
+    return forth, {v: k for k, v in forth.items()}
+
+
+def _renamed(atoms: Iterable[GroundAtom], names: dict[str, str]) -> frozenset[GroundAtom]:
+    return frozenset((a[0], *(names.get(o, o) for o in a[1:])) for a in atoms)
+
+
+def _renamed_plan(plan: Sequence[GroundAction], names: dict[str, str]
+                  ) -> tuple[GroundAction, ...]:
+    return tuple((a[0], *(names.get(o, o) for o in a[1:])) for a in plan)
 
 
 def _operator(grounder: Grounder, action: GroundAction) -> str | None:
