@@ -26,8 +26,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from capwatch.assess.effect_masks import posts, revealing
 from capwatch.assess.observations import Transition
-from capwatch.assess.outcomes import posts, revealing
 from capwatch.assess.probes import EXPLORE, FAIL, RISKY, SAFE, Probe
 from capwatch.assess.versionspace import (
     ALL_VALUES,

@@ -37,6 +37,18 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from capwatch.assess.effect_masks import (
+    ABSENT,
+    ANY,
+    NEG,
+    POS,
+    EffectMask,
+    posts,
+    revealing,
+    signature,
+    summary_effects,
+    under,
+)
 from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple
 
@@ -47,39 +59,6 @@ there, where missing it costs queries, not a wrong model (the engine's repeats; 
 OUTCOME_ERROR = 1e-3
 """The default accepted chance that a known outcome is retired (:meth:`OutcomeSpace.live`)
 although the agent still has it: a retired outcome leaves the published model."""
-
-EffectMask = int
-"""Bits over the effect modes an outcome may have on one atom."""
-
-POS, NEG, ABSENT = 1, 2, 4
-ANY: EffectMask = POS | NEG | ABSENT
-_BIT = {Mode.POS: POS, Mode.NEG: NEG, Mode.ABSENT: ABSENT}
-_MODE = {POS: Mode.POS, NEG: Mode.NEG, ABSENT: Mode.ABSENT}
-
-
-def signature(before: bool | None, after: bool | None) -> EffectMask:
-    """The effect modes of the outcome that ran which leave the atom as seen."""
-    if after is None:
-        return ANY
-    if before is None:
-        return POS | ABSENT if after else NEG | ABSENT
-    if before == after:
-        return POS | ABSENT if after else NEG | ABSENT
-    return POS if after else NEG
-
-
-def posts(mask: EffectMask, before: bool) -> set[bool]:
-    """The atom's values after a step of an outcome with these possible effects, when it
-    ran with the atom at ``before``."""
-    out = set()
-    if mask & POS:
-        out.add(True)
-    if mask & NEG:
-        out.add(False)
-    if mask & ABSENT:
-        out.add(before)
-    return out
-
 
 def share_floor(k: int, n: int, error: float) -> float:
     """A lower bound on the probability of an outcome seen in k of n steps, wrong but for
@@ -103,38 +82,6 @@ def share_floor(k: int, n: int, error: float) -> float:
         else:
             hi = mid
     return lo
-
-
-def revealing(mask: EffectMask) -> tuple[bool, ...]:
-    """The atom values before a step at which an outcome with these possible effects
-    leaves the atom differently for some two of them (true tells a delete from the rest,
-    false an add)."""
-    out = []
-    if mask & NEG and mask & (POS | ABSENT):
-        out.append(True)
-    if mask & POS and mask & (NEG | ABSENT):
-        out.append(False)
-    return tuple(out)
-
-
-def under(pre: Mode, mask: EffectMask) -> EffectMask:
-    """An effect that restates the precondition changes nothing: it counts as absent
-    (⟨+,+⟩ and ⟨−,−⟩ are not legal pa-values)."""
-    same = POS if pre is Mode.POS else NEG if pre is Mode.NEG else 0
-    return (mask & ~same) | ABSENT if mask & same else mask
-
-
-def summary_effects(masks: Sequence[EffectMask]) -> frozenset[Mode]:
-    """The action's effect modes on an atom that some choice of the outcomes' effects
-    gives (add wins over delete, as in :func:`capwatch.model.pal.eff_mode`)."""
-    out = set()
-    if any(m & POS for m in masks):
-        out.add(Mode.POS)
-    if all(m & (NEG | ABSENT) for m in masks) and any(m & NEG for m in masks):
-        out.add(Mode.NEG)
-    if all(m & ABSENT for m in masks):
-        out.add(Mode.ABSENT)
-    return frozenset(out)
 
 
 @dataclass(slots=True)
@@ -617,5 +564,4 @@ class OutcomeSpace:
         return tuple(out)
 
 
-__all__ = ["ANY", "OutcomeRecord", "OutcomeSpace", "posts", "revealing", "share_floor",
-           "signature", "summary_effects", "under"]
+__all__ = ["OUTCOME_ERROR", "OUTCOME_SAFETY", "OutcomeRecord", "OutcomeSpace", "share_floor"]

@@ -12,9 +12,10 @@ import itertools
 import pytest
 
 from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.effect_masks import ABSENT, ANY, NEG, POS, signature
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
-from capwatch.assess.outcomes import ABSENT, ANY, NEG, POS, OutcomeSpace, signature
+from capwatch.assess.outcomes import OutcomeSpace
 from capwatch.assess.replay import confirm, replay
 from capwatch.model.domain import Action, Domain, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple, delta
