@@ -27,8 +27,11 @@ an outcome is never noticed. So the atoms of one step are read jointly:
   it cannot settle it; a step that contradicts a known outcome's known effect there is
   an outcome of its own, not that outcome rewritten in place (it may be either).
 
-Pure bookkeeping over bit masks of effect modes; :class:`~capwatch.assess.versionspace.
-VersionSpace` holds one :class:`OutcomeSpace` per probabilistic action.
+Pure bookkeeping over bit masks of effect modes (their arithmetic in
+:mod:`capwatch.assess.effect_masks`); :class:`~capwatch.assess.versionspace.VersionSpace`
+holds one :class:`OutcomeSpace` per probabilistic action. ~570 lines, one class: the
+attribution of steps, the open effects, the retirement and the doubts all read and update
+the same records, so splitting them would pass the records' internals between modules.
 """
 
 from __future__ import annotations
