@@ -54,15 +54,27 @@ from capwatch.contracts.versions import ModelVersion, diff_versions, unchecked_s
 from capwatch.contracts.wire import AlertEvent
 from capwatch.daemon.events import coverage_of
 from capwatch.daemon.ingest import IngestEndpoints
+from capwatch.daemon.store_probe import StoreProbe
 from capwatch.models_store.lineage import lineage_chain
 
 BASELINE = "_baseline"
 INGEST_PATHS = (INGEST_PATH, OTLP_TRACES_PATH)
 MAX_ALERTS = 200
 STORE_PROBE_WAIT_S = 1.5
-"""How long /readyz waits for the store's connection and for each round trip of its
-probe: with a reconnect (libpq allows no less than 2 s) about 5 s at most, the chart's
-readiness probe timeout, even when the server froze."""
+"""How long the store's probe waits for its connection and for each round trip: with a
+reconnect (libpq allows no less than 2 s) about 5 s at most when the server froze. The
+probe runs on a thread of its own (daemon.store_probe): /readyz waits for it at most
+``store_probe.ANSWER_S``."""
+
+
+class _AttachedProbe(StoreProbe):
+    """The probe of one attached store."""
+
+    def __init__(self, store: ModelRegistry, probe: Callable[[], str | None]) -> None:
+        # An answering store's probe ends within its lock wait and, when that call's
+        # round trip is stuck, a probe of its own (2 s to connect, one round trip).
+        super().__init__(probe, late_s=2 * STORE_PROBE_WAIT_S)
+        self.store = store
 
 
 class RecentAlerts:
@@ -131,6 +143,8 @@ class ApiServer:
         """Why the daemon should be restarted (/livez)."""
         self._token = token.encode() if token else None
         self._read_auth = read_auth
+        self._probe: _AttachedProbe | None = None
+        """/readyz's store probe (made for the attached store at the first /readyz)."""
         self.console: Console | None = None
         """The operator's web pages (capwatch.console.web) under /console/, and
         POST /api/v1/actions; set once the store is open. They check the token
@@ -192,6 +206,25 @@ class ApiServer:
         if stalled is not None:
             self.stalled = stalled
         self.store = store
+        self._probe = None
+
+    def _store_probe(self) -> StoreProbe:
+        """The attached store's probe, made at the first /readyz that needs it."""
+        store = self.store
+        assert store is not None
+        probe = self._probe
+        if probe is None or probe.store is not store:
+            unreachable = getattr(store, "unreachable", None)
+            if unreachable is not None:
+                def check() -> str | None:
+                    why: str | None = unreachable(STORE_PROBE_WAIT_S)
+                    return why
+            else:
+                def check() -> str | None:
+                    store.lineages()  # raises when the store cannot answer
+                    return None
+            probe = self._probe = _AttachedProbe(store, check)
+        return probe
 
     def close(self) -> None:
         self._server.shutdown()
@@ -327,16 +360,9 @@ class ApiServer:
         else:
             if not self.ready():
                 problems.extend(self.problems() or ["not consuming"])
-            probe = getattr(self.store, "unreachable", None)
-            if probe is not None:
-                why = probe(STORE_PROBE_WAIT_S)
-                if why is not None:
-                    problems.append(f"store unreachable: {why}")
-            else:
-                try:
-                    self.store.lineages()
-                except Exception as e:
-                    problems.append(f"store unreachable: {type(e).__name__}")
+            why = self._store_probe().check()
+            if why is not None:
+                problems.append(f"store unreachable: {why}")
         status = HTTPStatus.OK if not problems else HTTPStatus.SERVICE_UNAVAILABLE
         body: dict[str, Any] = {"ready": not problems, "problems": problems}
         notes = self.notes() if self.store is not None else []

@@ -134,7 +134,10 @@ def test_the_daemon_rides_out_a_frozen_store_and_readyz_names_it(
                for p in seen["problems"]), seen["problems"]
     status, body = seen["readyz"]
     assert status == 503
-    assert any(p.startswith("store unreachable: ") for p in body["problems"]), body
+    # The main loop's outage, and the probe's once it is late or answers (it runs on a
+    # thread of its own: /readyz does not wait for it).
+    assert any(p.startswith(("store unreachable: ", "models store unavailable: "))
+               for p in body["problems"]), body
     # Nothing lost: every record handled and committed once the store answered again.
     assert pipeline.processed == len(lines)
     assert pipeline.checkpoints.commit_offsets() == {0: len(lines)}
@@ -191,4 +194,61 @@ def test_a_slow_call_on_an_answering_server_is_not_called_unreachable(
         assert answers == [None, None, None], answers
         caller.join(JOIN_S)
     finally:
+        store.close()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_readyz_answers_at_once_at_the_start_of_an_outage(
+        store_url: str, request: pytest.FixtureRequest) -> None:
+    """/readyz waited for the store's probe (the lock, then a probe of its own: 3-5 s at
+    the start of an outage, the readiness probe's own timeout). It now answers from the
+    probe's thread's last answer while a probe waits on the frozen server, and names the
+    store once that probe is late or has answered."""
+    from prometheus_client import CollectorRegistry
+
+    from capwatch.daemon.http import ApiServer, RecentAlerts
+
+    server = _server(request)
+    store = PostgresModelStore(store_url, statement_timeout_s=JOIN_S)
+    api = ApiServer(store, CollectorRegistry(), ready=lambda: True,
+                    families_of=lambda a: None, alerts=RecentAlerts()).start()
+
+    def readyz() -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(f"{api.url}/readyz", timeout=JOIN_S) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    caller: threading.Thread | None = None
+    try:
+        assert readyz() == (200, {"ready": True, "problems": []})
+        with server.frozen():
+            # A call of the main loop holds the connection, waiting on the server.
+            caller = threading.Thread(target=lambda: store.lineages(), daemon=True)
+            caller.start()
+            while store._conn.waiting_since is None:
+                assert caller.is_alive()
+                threading.Event().wait(0.01)
+            probe = api._store_probe()
+            probe.fresh_s = 0.0  # each /readyz starts a probe when none is in flight
+            while probe.probing:  # the one from before the freeze
+                threading.Event().wait(0.01)
+            status, body = readyz()
+            # Answered while the probe it started waits on the frozen server (which
+            # cannot answer it before libpq's 2 s connect timeout, past the lock's 1.5 s).
+            assert probe.probing, (status, body)
+            answers = [(status, body)]
+            while not (status == 503 and any(p.startswith("store unreachable: ")
+                                             for p in body["problems"])):
+                assert len(answers) < 200, answers[-3:]
+                threading.Event().wait(0.1)
+                status, body = readyz()
+                answers.append((status, body))
+        caller.join(JOIN_S)
+        assert not caller.is_alive()
+        while readyz()[0] != 200:  # the store answers again
+            threading.Event().wait(0.1)
+    finally:
+        api.close()
         store.close()
