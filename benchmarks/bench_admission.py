@@ -65,8 +65,12 @@ def first_observation(fleet_dir: Path, n: int) -> None:
         memo: list[Any] = [None, None]
         got = wire_fast.decode(line, key=e.agent_id.encode(), memo=memo)
         if isinstance(got, list) and len(got) == 1:
-            decoded.append((families[e.family], got[0], memo[1]))
-    shared = {d: SharedGrounding(d) for d in families.values()}
+            decoded.append((e.family, got[0], memo[1]))
+    # By family, as the daemon's registry holds them: not by Domain, a frozen dataclass
+    # whose hash walks the whole model (~28 us for a planned family) and whose equality
+    # gives two families with the same model each other's grounding (the monitor then
+    # refuses one that is not its own model's and grounds in an index of its own).
+    shared = {name: SharedGrounding(d) for name, d in families.items()}
     limits = MonitorLimits()
     own = 0
 
@@ -74,8 +78,8 @@ def first_observation(fleet_dir: Path, n: int) -> None:
         nonlocal own
         own = 0
         t0 = time.process_time()
-        for domain, t, flipped in batch:
-            m = TransitionMonitor(domain, limits, shared[domain])
+        for family, t, flipped in batch:
+            m = TransitionMonitor(families[family], limits, shared[family])
             m.observe(t.state, t.action, t.next_state, 0, flipped)
             m.idle_state(t.next_state)
             own += not m.shares_index
