@@ -136,8 +136,12 @@ def postgres_killed(inp: FleetInput, pg: KillablePostgres, bootstrap: str, port:
     d = Daemon(config, workdir, "daemon")
     chunks = [(inp.lines[i:i + 400], inp.keys[i:i + 400])
               for i in range(0, len(inp.lines), 400)]
-    producer = threading.Thread(target=lambda: [
-        (produce(topics, v, k), time.sleep(0.2)) for v, k in chunks])
+    def send_chunks() -> None:
+        for v, k in chunks:
+            produce(topics, v, k)
+            time.sleep(0.2)  # paces the stream: the fault lands while records arrive
+
+    producer = threading.Thread(target=send_chunks)
     run = PgKafkaRun(Outcome({}, {}, 0, {}, set(), 0), 0.0, hold_s)
     code = -1
     killed = False

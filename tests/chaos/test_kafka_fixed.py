@@ -32,6 +32,7 @@ from tests.chaos.kafka_harness import (
     read_topic,
     wait_done,
 )
+from tests.chaos.selection import cases
 from tests.support._proc import free_port
 from tests.support.kafka_broker import KafkaBroker
 
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.integration
 MB = 1024 * 1024
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", cases(["kafka-python"], CLIENTS))
 def test_a_10_mb_message_is_dead_lettered_once_and_the_partition_moves_on(
         valid_events: tuple[list[bytes], dict[str, dict[str, str]]], kafka_bootstrap: str,
         tmp_path: Path, client: str) -> None:
@@ -87,7 +88,7 @@ def test_a_10_mb_message_is_dead_lettered_once_and_the_partition_moves_on(
     assert len(read_topic(topics, topics.dead_letter)) == 1
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", cases(["confluent-kafka"], CLIENTS))
 def test_a_frozen_broker_makes_the_daemon_not_ready_until_it_answers_again(
         valid_events: tuple[list[bytes], dict[str, dict[str, str]]], own_broker: KafkaBroker,
         tmp_path: Path, client: str) -> None:

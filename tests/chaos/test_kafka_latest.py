@@ -31,6 +31,7 @@ from tests.chaos.kafka_replicas import (
     wait_holding,
     wait_read,
 )
+from tests.chaos.selection import cases
 from tests.support._proc import free_port
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 
 
-@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("source", cases(["kafka-python-process"], list(SOURCES)))
 def test_records_produced_while_no_replica_committed_are_read_by_the_next(
         valid_events: tuple[list[bytes], dict[str, dict[str, str]]], kafka_bootstrap: str,
         tmp_path: Path, source: str) -> None:

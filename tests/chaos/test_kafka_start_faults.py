@@ -19,7 +19,6 @@ published with two models; duplicates only as the re-reads of at-least-once.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from tests.chaos.kafka_replicas import (
     wait_read,
 )
 from tests.chaos.pg_kafka import store_done
+from tests.chaos.selection import EVERY, cases
 from tests.support._proc import free_port
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.postgres_server import PostgresServer
@@ -51,15 +51,6 @@ from tests.support.postgres_server import PostgresServer
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
-EVERY = bool(os.environ.get("CAPWATCH_CHAOS"))
-"""``make chaos`` runs every scenario over every source; ``make test`` one or two each
-(every source meets a fault) and not the broker's restart, so that the suite stays short."""
-
-
-def _cases(default: list[Any], every: list[Any]) -> list[Any]:
-    return every if EVERY else default
-
-
 HISTORY = 12
 """Valid records on the topic before any replica starts (``latest``: never read)."""
 
@@ -117,7 +108,7 @@ def _store_failed(d: Daemon) -> bool:
                for e in d.log_events())
 
 
-@pytest.mark.parametrize("source", _cases(["kafka-python-process"], list(SOURCES)))
+@pytest.mark.parametrize("source", cases(["kafka-python-process"], list(SOURCES)))
 def test_store_frozen_under_the_first_records_then_killed(
         valid_events: tuple[list[bytes], dict[str, dict[str, str]]], kafka_bootstrap: str,
         postgres_server: PostgresServer, pg_dsn: str, tmp_path: Path, source: str) -> None:
@@ -166,7 +157,7 @@ def test_store_frozen_under_the_first_records_then_killed(
     assert published_conflicts(topics) == []
 
 
-@pytest.mark.parametrize(("source", "kill_at"), _cases(
+@pytest.mark.parametrize(("source", "kill_at"), cases(
     [("kafka-python", "holding"), ("confluent-kafka", "starting")],
     [(s, k) for s in SOURCES for k in ("starting", "holding")]))
 def test_a_second_replica_joins_while_the_starts_are_committed(
