@@ -80,7 +80,7 @@ class _KafkaPythonConsumer:
 
 def _kafka_python(consumer: _KafkaPythonConsumer, reset: str = "latest") -> KafkaSource:
     source = KafkaSource("127.0.0.1:9", TOPIC, "g", auto_offset_reset=reset)
-    source._consumer = consumer  # type: ignore[assignment]
+    source._consumer = consumer
     return source
 
 
@@ -229,7 +229,7 @@ class _ConfluentConsumer:
         self.positions[tp.partition] = tp.offset
 
     def consume(self, n: int, timeout: float) -> list[_ConfluentMessage]:
-        out = []
+        out: list[_ConfluentMessage] = []
         for p, at in self.positions.items():
             if at < self.ends[p] and len(out) < n:
                 out.append(_ConfluentMessage(p, at))
