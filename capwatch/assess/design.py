@@ -318,7 +318,8 @@ class Designer:
                      if not posts(u.possible(pa), v) & posts(r.possible(pa), v)),
                 -shows(v), SPLIT[mask][v], v))
             reveals += shows(state[pa.atom])
-        if not unseen and not reveals:
+        if not unseen and not reveals and not space.doubts():
+            # Outcomes that must still show side by side (mixing): any state it runs in.
             return None
         for atom, rep in tied.items():
             state[atom] = state[rep]

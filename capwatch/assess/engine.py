@@ -33,7 +33,7 @@ from capwatch.assess.observations import (
     optimal_traces,
     transitions_of,
 )
-from capwatch.assess.outcomes import OUTCOME_ERROR, OUTCOME_SAFETY
+from capwatch.assess.outcomes import OUTCOME_ERROR, OUTCOME_SAFETY, OutcomeSpace
 from capwatch.assess.planner import Planner
 from capwatch.assess.probes import (
     EXPLORE,
@@ -54,7 +54,7 @@ from capwatch.assess.versionspace import (
     mask_of,
     values_of,
 )
-from capwatch.model.domain import Domain
+from capwatch.model.domain import Domain, LiftedAtom
 from capwatch.model.pal import (
     Location,
     Mode,
@@ -109,6 +109,7 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     engine = _Engine(known, m, budget, minimal_change)
     for space in engine.vs.outcomes.values():
         space.error = outcome_error
+        space.groups = engine.query_groups.of_answer
     engine.observe(transitions_of(observations))
     notes: list[str] = []
     if m is Method.DAAISY:
@@ -169,7 +170,7 @@ class _Engine(Evidence):
                 final = rider_final
             if self.tired:
                 safe, risky, final = (self._rested(ps) for ps in (safe, risky, final))
-            resample = self._resample_probes()
+            resample = self._resample_probes(bool(safe or risky or final))
             safe.extend(resample)
             if not (safe or risky or final):
                 break
@@ -268,7 +269,7 @@ class _Engine(Evidence):
         return space.unconfirmed() or (any(r.steps for r in space.records) and
                                        bool(self.vs.open_effects(action)))
 
-    def _resample_probes(self) -> list[Probe]:
+    def _resample_probes(self, others: bool) -> list[Probe]:
         """Steps that ask an undecided probabilistic action again (docs/assessment.md):
         in a state where it surely runs and its unseen known outcomes would show, as many
         as should retire them (at most RESAMPLE_STEPS a query), until one shows or they
@@ -276,58 +277,80 @@ class _Engine(Evidence):
         ones) in as many steps as would have shown one, were the known outcomes still as
         likely as the least likely of them, but for a chance of the accepted error, is
         given up: it stays undecided (every known outcome changed, or all much rarer: no
-        finite number of steps tells which)."""
+        finite number of steps tells which).
+
+        An action in doubt that no answer ran twice (its outcomes must mix within one query
+        asked again verbatim: :mod:`capwatch.assess.mixing`) is asked alone, in the same
+        query every time, once nothing else is left to ask (``others``: other probes are
+        pending), one such action at a time."""
         probes: list[Probe] = []
         self.offering.clear()
+        verbatim: list[str] = []
         for action, space in sorted(self.vs.outcomes.items()):
             if not space.records or action in self.resample_given_up or \
                     not self._unsettled(action):
                 continue
-            p = min(o.probability for o in self.actions[action].outcomes)
-            idle = math.ceil(math.log(space.error) / math.log1p(-p))
-            if self.resample_idle.get(action, 0) >= idle:
-                self.resample_given_up.add(action)
-                self.notes.append(
-                    f"{action}: {self.resample_idle[action]} steps asking it again ran no "
-                    f"known outcome and settled no open effect: its outcomes stay "
-                    f"undecided")
+            if space.doubts() and not space.together() and \
+                    any(a is not None for r in space.records for a in r.answers):
+                verbatim.append(action)
                 continue
-            doubts = space.doubts()
-            offered = self.resample_offers.get(action, 0)
-            # Bounded in queries (an action asked once an answer) and in steps (one
-            # asked 64 times an answer: thousands of agent steps otherwise).
-            if doubts and (offered >= RESAMPLE_ROUNDS * self._repeats(action) or
-                           self.resample_runs.get(action, 0) >= RESAMPLE_ROUNDS * idle):
-                self.resample_given_up.add(action)
-                self.notes.append(
-                    f"{action}: asked again in {offered} queries, its answers do not show "
-                    f"independent outcomes: {'; '.join(doubts)}")
-                continue
-            state = self.design.resample(action)
-            if state is None:
-                continue
-            self.resample_offers[action] = offered + 1
-            self.offering.add(action)
-            # An added outcome in doubt must show twice in one answer: a full query
-            # (where answers can hold two steps of the action). An open effect shows only
-            # in a step of its own outcome: as many steps as show the least likely
-            # outcome with one (but for e^-OUTCOME_SAFETY); an added outcome has no known
-            # probability: the least likely known one's.
-            opened = [r for r, _ in self.vs.open_effects(action)]
-            show = max((math.ceil(OUTCOME_SAFETY / -math.log1p(-min(
-                self.actions[action].outcomes[r.origin].probability if r.origin is not None
-                else p, 1.0 - 1e-12))) for r in opened), default=1)
-            count = RESAMPLE_STEPS if doubts and space.together() else \
-                min(max(space.steps_to_retire(), show, 1), RESAMPLE_STEPS)
-            kept = self.resample_steps.get(action, [])
-            if not kept or kept[0].assignment != state:
-                kept = []
-            while len(kept) < count:
-                kept.append(Probe(action, state, RESAMPLE,
-                                  f"{action}: do its unseen outcomes still happen?"))
-            self.resample_steps[action] = kept
-            probes.extend(kept[:count])
+            probes.extend(self._resample(action, space, alone=False))
+        if not (others or probes):
+            for action in verbatim:
+                probes.extend(self._resample(action, self.vs.outcomes[action], alone=True))
+                if probes:
+                    break
         return probes
+
+    def _resample(self, action: str, space: OutcomeSpace, *, alone: bool) -> list[Probe]:
+        """The steps asking ``action`` again this round (:meth:`_resample_probes`); none
+        when it is given up or no state surely runs it. ``alone``: sent as a query of its
+        own, the same as last time where there was one."""
+        p = min(o.probability for o in self.actions[action].outcomes)
+        idle = math.ceil(math.log(space.error) / math.log1p(-p))
+        if self.resample_idle.get(action, 0) >= idle:
+            self.resample_given_up.add(action)
+            self.notes.append(
+                f"{action}: {self.resample_idle[action]} steps asking it again ran no "
+                f"known outcome and settled no open effect: its outcomes stay "
+                f"undecided")
+            return []
+        doubts = space.doubts()
+        offered = self.resample_offers.get(action, 0)
+        # Bounded in queries (an action asked once an answer) and in steps (one
+        # asked 64 times an answer: thousands of agent steps otherwise).
+        if doubts and (offered >= RESAMPLE_ROUNDS * self._repeats(action) or
+                       self.resample_runs.get(action, 0) >= RESAMPLE_ROUNDS * idle):
+            self.resample_given_up.add(action)
+            self.notes.append(
+                f"{action}: asked again in {offered} queries, its answers do not show "
+                f"independent outcomes: {'; '.join(doubts)}")
+            return []
+        kept = self.resample_steps.get(action, [])
+        state: Mapping[LiftedAtom, bool] | None = kept[0].assignment if alone and kept \
+            else self.design.resample(action)
+        if state is None:
+            return []
+        self.resample_offers[action] = offered + 1
+        self.offering.add(action)
+        # An added outcome in doubt must show twice in one answer: a full query
+        # (where answers can hold two steps of the action). An open effect shows only
+        # in a step of its own outcome: as many steps as show the least likely
+        # outcome with one (but for e^-OUTCOME_SAFETY); an added outcome has no known
+        # probability: the least likely known one's.
+        opened = [r for r, _ in self.vs.open_effects(action)]
+        show = max((math.ceil(OUTCOME_SAFETY / -math.log1p(-min(
+            self.actions[action].outcomes[r.origin].probability if r.origin is not None
+            else p, 1.0 - 1e-12))) for r in opened), default=1)
+        count = RESAMPLE_STEPS if doubts and space.together() else \
+            min(max(space.steps_to_retire(), show, 1), RESAMPLE_STEPS)
+        if not kept or kept[0].assignment != state:
+            kept = []
+        while len(kept) < count:
+            kept.append(Probe(action, state, RESAMPLE,
+                              f"{action}: do its unseen outcomes still happen?"))
+        self.resample_steps[action] = kept
+        return kept[:count]
 
     def _resampled(self, query: Query, answer: QueryResult,
                    sampled: dict[str, tuple[int, int, int]]) -> bool:
@@ -394,6 +417,7 @@ class _Engine(Evidence):
         number = len(self.queries) + 1
         self.queries.append(QueryLog(number, query.state, tuple(query.plan), answer.executed,
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
+        self.query_groups.file(number, query.state, query.plan)
         executed, failed = read_answer(query, answer, after=self._after)
         self.final_ran += sum(1 for step, _ in executed if step.probe.kind in _FINAL_ORDER)
         if failed is not None and failed[0].probe.kind in _FINAL_ORDER:

@@ -52,6 +52,7 @@ from capwatch.assess.effect_masks import (
     summary_effects,
     under,
 )
+from capwatch.assess.mixing import apart
 from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple
 
@@ -150,6 +151,10 @@ class OutcomeSpace:
     _distinct: dict[tuple[int, PaTuple, bool], tuple[int, int, int]] = field(
         default_factory=dict)
     _went: OutcomeRecord | None = None
+    groups: dict[int, int] = field(default_factory=dict)
+    """Answer -> the group of answers to the same query asked verbatim
+    (:class:`~capwatch.assess.mixing.QueryGroups`, shared by the engine): where no answer
+    runs the action twice, its outcomes must mix within one such group (:meth:`doubts`)."""
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -384,8 +389,11 @@ class OutcomeSpace:
         answer, and every known outcome kept beside the added ones (one the answers
         showed) shows in one answer with one of them, the outcomes are not decided.
         Where no answer runs the action twice (:meth:`together`), an added outcome must
-        show in two answers, and which answers mix cannot be told: an agent alternating
-        per answer is then an agent with both outcomes, as far as this action shows."""
+        show in two answers, and the known ones kept must show beside an added one in one
+        query asked again verbatim (:attr:`groups`): an agent choosing its behaviour by
+        the state shows one per state. One alternating at random per answer is then an
+        agent with both outcomes, as far as this action shows (:mod:`capwatch.assess.
+        mixing`)."""
         live = self.live()
         added = [r for r in live if r.origin is None]
         if not added:
@@ -393,12 +401,27 @@ class OutcomeSpace:
         out = [f"added outcome {added.index(r) + 1} did not show again "
                f"({len(self.witness_answers(r))} asked steps): a wrong answer shows once"
                for r in self.unrepeated()]
-        if self.together():
-            mixed = {a for r in added for a in self.witness_answers(r)}
-            out += [f"known outcome {r.origin + 1} never showed in an answer beside an added "
-                    f"one: answers that alternate between two behaviours show each in its "
-                    f"own answers" for r in live if r.origin is not None
-                    and (seen := set(self.witness_answers(r))) and not seen & mixed]
+        # Within one answer where an answer can run it twice, else within one query
+        # asked again verbatim (capwatch.assess.mixing says why and what it costs).
+        together = self.together()
+        groups = self.groups
+
+        def group(a: int) -> int:
+            return a if together else groups.get(a, -1 - a)
+
+        mixed = {group(a) for r in added for a in self.witness_answers(r)}
+        kept = {i: {group(a) for a in self.witness_answers(r)} for i, r in enumerate(live)
+                if r.origin is not None}
+        for i in apart(kept, mixed):
+            r = live[i]
+            assert r.origin is not None
+            out.append(
+                f"known outcome {r.origin + 1} never showed in an answer beside an added one: "
+                f"answers that alternate between two behaviours show each in its own answers"
+                if together else
+                f"known outcome {r.origin + 1} never showed beside an added one in one state "
+                f"asked again (the same query, in separate answers): an agent answering some "
+                f"states as one model and others as another shows each in its own states")
         return out
 
     def known_steps(self) -> int:

@@ -1,0 +1,187 @@
+"""Agents whose outcome depends on the state they are asked in (assess13a, session 13).
+
+A PPDDL agent draws a probabilistic action's outcome independently of the state it runs
+in (given that the action applies). An agent that answers some states as the old model
+and the others as the new one shows, in each state, the outcomes of one model only; the
+engine must not publish the union of both (a model the agent is in no state) as the
+action's outcomes.
+
+The action here, ``place``, has its chance effect on a 0-ary atom (``armfree``): no answer
+can run it twice, so whether outcomes mix within one answer cannot be asked; asking the
+same query again (verbatim, in separate answers) can.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Sequence
+
+import pytest
+
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import QueryResult
+from capwatch.assess.engine import assess
+from capwatch.assess.observations import Transition
+from capwatch.assess.replay import confirm, replay
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
+from capwatch.model.pddl_reader import parse_domain
+
+SHELF = """
+(define (domain shelf)
+  (:requirements :strips :typing :probabilistic-effects)
+  (:types box)
+  (:predicates (held ?b - box) (placed ?b - box) (armfree))
+  (:action place
+    :parameters (?b - box)
+    :precondition (and (held ?b))
+    :effect (probabilistic 0.7 (and (placed ?b) (armfree) (not (held ?b)))
+                           0.3 (and (not (held ?b)))))
+  (:action grab
+    :parameters (?b - box)
+    :precondition (and (armfree) (placed ?b))
+    :effect (and (held ?b) (not (placed ?b)) (not (armfree)))))
+"""
+
+HELD = LiftedAtom("held", ("?b",))
+PLACED = LiftedAtom("placed", ("?b",))
+ARMFREE = LiftedAtom("armfree", ())
+
+
+def _known() -> Domain:
+    return parse_domain(SHELF)
+
+
+def _place(*outcomes: Outcome) -> Domain:
+    known = _known()
+    return known.replace_action(known.action("place").replace(outcomes=outcomes))
+
+
+def _keeps_hold() -> Domain:
+    """The drift: the likely outcome no longer lets go of the box (held stays)."""
+    return _place(Outcome(frozenset({PLACED, ARMFREE}), frozenset(), 0.7),
+                  Outcome(frozenset(), frozenset({HELD}), 0.3))
+
+
+def _added() -> Domain:
+    """The drift: a new outcome (the box placed and still held) beside both known ones."""
+    return _place(Outcome(frozenset({PLACED, ARMFREE}), frozenset({HELD}), 0.5),
+                  Outcome(frozenset(), frozenset({HELD}), 0.3),
+                  Outcome(frozenset({PLACED, ARMFREE}), frozenset(), 0.2))
+
+
+def _effects(action: Action) -> set[tuple[frozenset[LiftedAtom], frozenset[LiftedAtom]]]:
+    return {(o.add, o.delete) for o in action.outcomes}
+
+
+def _evidence(truth: Domain) -> list[Transition]:
+    """One step of the drifted likely outcome the known model cannot explain."""
+    before = frozenset({("held", "b0")})
+    after = frozenset({("held", "b0"), ("placed", "b0"), ("armfree",)})
+    assert _effects(truth.action("place")) & {
+        (frozenset({PLACED, ARMFREE}), frozenset())}
+    return [Transition(before, ("place", "b0"), after, executed=True, source="kept hold")]
+
+
+class _ByState:
+    """The old model in the states whose hash falls in a third, the new one elsewhere:
+    every answer to one query (verbatim) is the same model's."""
+
+    def __init__(self, old: SimulatedAgent, new: SimulatedAgent) -> None:
+        self.old, self.new = old, new
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        key = zlib.crc32(repr((sorted(state), list(plan))).encode())
+        return (self.old if key % 3 == 0 else self.new).query(state, plan, samples)
+
+
+class _ByAnswer:
+    """The old model in a random 30% of the answers (seeded), the new one in the rest."""
+
+    def __init__(self, old: SimulatedAgent, new: SimulatedAgent, seed: int) -> None:
+        self.old, self.new, self.rng = old, new, random.Random(seed)
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        return (self.old if self.rng.random() < 0.3 else self.new).query(state, plan, samples)
+
+
+def _published(known: Domain, agent: object, evidence: list[Transition]) -> Domain | None:
+    """The model the daemon would publish (None: it fails closed)."""
+    result = assess(known, evidence, agent, method="verify", budget=300)  # type: ignore[arg-type]
+    if result.undecided_outcomes:
+        return None
+    model = result.domain()
+    if replay(model, evidence, result.queries):
+        return None
+    if confirm(model, agent, result.queries, 64)[0]:  # type: ignore[arg-type]
+        return None
+    return model
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_old_model_in_some_states_new_in_others_is_not_published_as_both(seed: int) -> None:
+    """Each state shows one model's outcomes, so both forms of the likely outcome are
+    seen, never in one state. Before: published with both (0.7 and the old one beside
+    it), which no answer refutes."""
+    known, truth = _known(), _keeps_hold()
+    agent = _ByState(SimulatedAgent(known, seed=seed), SimulatedAgent(truth, seed=seed + 50))
+    model = _published(known, agent, _evidence(truth))
+    assert model is None or _effects(model.action("place")) == _effects(
+        truth.action("place")), model and model.action("place").outcomes
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_honest_agent_with_an_added_outcome_is_still_published(seed: int) -> None:
+    """The rule must not cost honest agents their answer: an outcome added beside the
+    known ones (drawn independently) shows beside them when one state is asked again."""
+    known, truth = _known(), _added()
+    model = _published(known, SimulatedAgent(truth, seed=seed), _evidence(truth))
+    assert model is not None
+    assert _effects(model.action("place")) == _effects(truth.action("place"))
+
+
+def test_the_asked_again_states_are_verbatim_and_the_reason_names_them() -> None:
+    known, truth = _known(), _keeps_hold()
+    agent = _ByState(SimulatedAgent(known, seed=1), SimulatedAgent(truth, seed=51))
+    result = assess(known, _evidence(truth), agent, method="verify", budget=300)
+    if result.undecided_outcomes:
+        assert result.undecided_outcomes == ("place",)
+        assert "state" in result.undecided_reasons["place"]
+    else:
+        assert _effects(result.domain().action("place")) == _effects(truth.action("place"))
+
+
+class _RefusesSomeQueries:
+    """The agent, except that it refuses (runs nothing) the queries whose hash, salted,
+    falls in a fixed 15%: the same query is refused every time it comes, a renamed one
+    by its own hash (an agent whose refusals depend on more than the model's atoms)."""
+
+    def __init__(self, agent: SimulatedAgent, salt: int) -> None:
+        self.agent, self.salt = agent, salt
+        self.refused = 0
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        key = zlib.crc32(repr((self.salt, sorted(state), list(plan))).encode())
+        if key % 100 < 15:
+            self.refused += 1
+            return [QueryResult(0, state) for _ in range(samples)]
+        return self.agent.query(state, plan, samples)
+
+
+@pytest.mark.parametrize("salt", range(12))
+def test_a_refusal_of_a_query_of_probabilistic_steps_is_asked_again_not_learnt(
+        salt: int) -> None:
+    """A query whose steps are all of a probabilistic action, refused by an agent for
+    reasons of its own, taught a precondition (one atom in doubt: its one cause); asking
+    again asked such queries once only (their outcomes are chance), and a renamed copy
+    refused too by chance 15%: a precondition the agent does not have was published."""
+    known, truth = _known(), _keeps_hold()
+    agent = _RefusesSomeQueries(SimulatedAgent(truth, seed=salt), salt)
+    model = _published(known, agent, _evidence(truth))
+    if model is not None:
+        place, real = model.action("place"), truth.action("place")
+        assert (place.pre_pos, place.pre_neg) == (real.pre_pos, real.pre_neg)
+        assert _effects(place) == _effects(real)
