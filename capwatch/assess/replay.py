@@ -85,14 +85,29 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
     """
     if limit <= 0 or not queries:
         return [], 0
-    step = max(1, -(-len(queries) // limit))
-    chosen = list(queries)[::step][:limit]
-    # Rounds after the first skip queries of probabilistic steps only: the model explains
-    # any of their outcomes, so another answer could refute only a precondition, which
-    # the first round tested; asked round after round, such queries (64 steps asking an
-    # action again) cost thousands of agent steps for nothing.
+    # A refused step fixed a precondition literal on one answer (a probe puts one atom in
+    # doubt): those queries are asked first, the others spread evenly over what is left.
+    # Spread over all of them, a refusal was skipped, and an agent refusing a fixed share
+    # of states for reasons of its own had a precondition published that it does not
+    # have (rev12b's refuser, tireworld flip_one 0: query 62 of 113, spread by two).
+    refused = [q for q in queries if q.executed < len(q.plan)]
+    rest = [q for q in queries if q.executed >= len(q.plan)]
+    if len(refused) >= limit:
+        chosen = refused[::max(1, -(-len(refused) // limit))][:limit]
+    else:
+        room = limit - len(refused)
+        numbers = {q.number for q in refused} | {
+            q.number for q in rest[::max(1, -(-len(rest) // room))][:room]}
+        chosen = [q for q in queries if q.number in numbers]
+    # Rounds after the first skip queries of probabilistic steps only that ran to the
+    # end: the model explains any of their outcomes, so another answer could refute only
+    # a precondition, which the first round tested; asked round after round, such
+    # queries (64 steps asking an action again) cost thousands of agent steps for
+    # nothing. A refused one stays: its refusal is a precondition, and an agent refusing
+    # by the state refuses a renamed copy by chance too.
     chance = {a.name for a in model.actions if len(a.outcomes) > 1}
-    again_rounds = [q for q in chosen if any(a[0] not in chance for a in q.plan)]
+    again_rounds = [q for q in chosen if any(a[0] not in chance for a in q.plan)
+                    or q.executed < len(q.plan)]
     if again_rounds:
         chosen += [again_rounds[i % len(again_rounds)]
                    for i in range(limit - len(chosen))]
