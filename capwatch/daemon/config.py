@@ -219,10 +219,33 @@ def load_config(path: str | Path | None = None, *, text: str | None = None,
                 raise ConfigError("invalid configuration:\n  " + "\n  ".join(twice))
         if path is not None:
             _resolve_paths(data, Path(path).resolve().parent)
+    unknown = _unknown_sections_in_environment()
+    if unknown:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(unknown))
     try:
         return DaemonConfig(**data)
     except ValidationError as e:
         raise ConfigError(_explain(e, name, positions, data)) from None
+
+
+def _unknown_sections_in_environment() -> list[str]:
+    """``CAPWATCH_<SECTION>__...`` variables whose section the configuration lacks.
+
+    pydantic-settings refuses a misspelt field of a known section (extra="forbid") but
+    drops a variable whose section it does not know, so ``CAPWATCH_KAFAK__BOOTSTRAP_SERVERS``
+    left the daemon on its default broker without a word. Only names with the nesting
+    delimiter are judged: ``CAPWATCH_PURE_PYTHON`` and the like are not configuration."""
+    fields = set(DaemonConfig.model_fields)
+    problems = []
+    for key in sorted(os.environ):
+        upper = key.upper()
+        if not upper.startswith(ENV_PREFIX) or ENV_DELIMITER not in upper[len(ENV_PREFIX):]:
+            continue
+        section = upper[len(ENV_PREFIX):].split(ENV_DELIMITER, 1)[0].lower()
+        if section not in fields:
+            problems.append(f"environment variable {key}: no configuration section"
+                            f" {section!r} (sections: {', '.join(sorted(fields))})")
+    return problems
 
 
 _SHOWN_CHARS = 80

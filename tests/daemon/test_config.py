@@ -75,6 +75,23 @@ def test_environment_overrides_the_file_and_its_errors_name_the_variable(
     assert "environment variable CAPWATCH_KAFKA__PARTITIONS: kafka.partitions" in str(e.value)
 
 
+def test_a_variable_naming_no_section_is_an_error_not_ignored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A misspelt field of a known section is refused (extra="forbid"), but pydantic-settings
+    # drops a variable whose section is unknown: CAPWATCH_KAFAK__BOOTSTRAP_SERVERS left the
+    # daemon on its default broker without a word.
+    monkeypatch.setenv("CAPWATCH_PURE_PYTHON", "1")  # not configuration: no "__"
+    assert load_config(text="").kafka.bootstrap_servers == "127.0.0.1:9092"
+    monkeypatch.setenv("CAPWATCH_KAFAK__BOOTSTRAP_SERVERS", "kafka:9092")
+    with pytest.raises(ConfigError) as e:
+        load_config(text="")
+    assert ("environment variable CAPWATCH_KAFAK__BOOTSTRAP_SERVERS: no configuration"
+            " section 'kafak'") in str(e.value)
+    monkeypatch.delenv("CAPWATCH_KAFAK__BOOTSTRAP_SERVERS")
+    monkeypatch.setenv("capwatch_store__url", "x.db")  # names are not case-sensitive
+    assert str(load_config(text="").store.url) == "x.db"
+
+
 def test_cross_checks_catch_a_simulated_family_without_a_model() -> None:
     with pytest.raises(ConfigError, match="names 'ghost', which is not in families"):
         load_config(text="source:\n  kind: simulated\n  simulated:\n"
