@@ -33,6 +33,7 @@ from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.redact import redact_url
 from capwatch.model.domain import Domain, GroundAtom, Problem
+from capwatch.model.errors import ModelError
 from capwatch.model.pddl_reader import read_domain, read_problem
 from capwatch.models_store import open_store
 
@@ -117,10 +118,39 @@ def load_families(config: DaemonConfig) -> tuple[dict[str, Domain], dict[str, Pr
     for name, fam in config.families.items():
         # pddlgym-style action literals ("(move-car ?from ?to)" in move-car's precondition)
         # never appear in a reported state: kept, every execution would look inconsistent.
-        domains[name] = read_domain(fam.domain).without_action_literals()
+        domain = read_domain(fam.domain)
+        domains[name] = domain.without_action_literals()
         if fam.problem is not None:
-            problems[name] = read_problem(fam.problem)
+            problem = read_problem(fam.problem)
+            misfits = _problem_misfits(domain, problem)
+            if misfits:
+                # The canaries draw objects and start states from the problem: one of
+                # another domain (a pasted path) made every probe an unknown predicate.
+                raise ModelError(f"family {name}: problem {fam.problem} does not fit domain"
+                                 f" {domain.name} ({fam.domain}): " + "; ".join(misfits))
+            problems[name] = problem
     return domains, problems
+
+
+def _problem_misfits(domain: Domain, problem: Problem, at_most: int = 3) -> list[str]:
+    """What of the problem the domain's vocabulary lacks (checked against the domain as
+    written, so a pddlgym action literal in the init is no misfit)."""
+    predicates = {p.name: p.arity for p in domain.predicates}
+    types = domain.types.names
+    found: list[str] = []
+    for atom in sorted(problem.init):
+        arity = predicates.get(atom[0])
+        if arity is None:
+            found.append(f"init atom ({' '.join(atom)}): unknown predicate {atom[0]!r}")
+        elif arity != len(atom) - 1:
+            found.append(f"init atom ({' '.join(atom)}): {atom[0]!r} takes {arity}"
+                         f" arguments")
+    for obj in problem.objects:
+        if obj.type not in types:
+            found.append(f"object {obj.name} has unknown type {obj.type!r}")
+    if len(found) > at_most:
+        found = [*found[:at_most], f"(+{len(found) - at_most} more)"]
+    return found
 
 
 def build_fleet(config: DaemonConfig, domains: Mapping[str, Domain],

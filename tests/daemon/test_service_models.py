@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from capwatch.daemon.config import load_config
 from capwatch.daemon.service import load_families
 from capwatch.model.consistency import Verdict, check
+from capwatch.model.errors import ModelError
 from capwatch.model.grounding import AtomIndex, Grounder
-from tests.paths import STOCHASTIC
+from tests.paths import IPC, STOCHASTIC
 
 
 def test_pddlgym_action_literals_are_stripped_so_a_real_move_is_consistent(
@@ -29,3 +32,24 @@ def test_pddlgym_action_literals_are_stripped_so_a_real_move_is_consistent(
     flat -= {("not-flattire",)}
     verdict, _ = check(op, index.encode(s), index.encode(flat))
     assert verdict is Verdict.APPLIED
+
+
+def test_a_family_problem_of_another_domain_is_refused_at_load(tmp_path: Path) -> None:
+    # A pasted path (barman's problem under the parking family) passed `run --check`; the
+    # canaries then drew objects and start states from the wrong vocabulary and every
+    # probe was refused by the agent as an unknown predicate.
+    cfg = load_config(text=f"families:\n  parking: {{domain: {IPC / 'parking' / 'domain.pddl'}, "
+                           f"problem: {IPC / 'barman' / 'problem.pddl'}}}\n")
+    with pytest.raises(ModelError) as e:
+        load_families(cfg)
+    message = str(e.value)
+    assert "barman/problem.pddl" in message and "parking" in message
+    assert "unknown predicate" in message
+    # Its own problem, and the stochastic ones (whose init may name pddlgym action
+    # literals the loaded domain no longer has), still load.
+    tw = STOCHASTIC / "tireworld"
+    cfg = load_config(text=f"families:\n  parking: {{domain: {IPC / 'parking' / 'domain.pddl'}, "
+                           f"problem: {IPC / 'parking' / 'problem.pddl'}}}\n"
+                           f"  tw: {{domain: {tw / 'domain.pddl'}, "
+                           f"problem: {tw / 'problem-1.pddl'}}}\n")
+    assert set(load_families(cfg)[1]) == {"parking", "tw"}
