@@ -78,3 +78,21 @@ def test_a_refused_query_of_probabilistic_steps_is_asked_in_every_round() -> Non
     assert unexplained
     # The queries that ran stay asked once: their outcomes are the model's either way.
     assert asked <= 64
+
+
+def test_a_refusal_asked_in_later_rounds_costs_no_step_of_an_honest_agent() -> None:
+    """Later rounds ask a refused query of probabilistic steps as its refused step alone,
+    in the state the answer ended in: an agent that refuses it for real runs nothing
+    (asked whole, every round cost the steps before the refusal)."""
+    known = _known()
+    b = "b1"
+    state = frozenset({("held", b), ("held", "c1")})
+    plan = (("place", "c1"), ("place", b))
+    ran = frozenset({("held", b), ("placed", "c1"), ("armfree",)})
+    # As the wrong model explains it: place c1 ran, place b1 (its box placed) refused.
+    after = ran | {("placed", b)}
+    log = [QueryLog(1, state | {("placed", b)}, plan, 1, after, ("runs", "refused?"))]
+    agent = _Counting(SimulatedAgent(known, seed=3))
+    confirm(_wrong_model(), agent, log, 16)  # type: ignore[arg-type]
+    assert len(agent.plans) == 16
+    assert all(len(p) == 1 and p[0][0] == "place" for p in agent.plans[1:])
