@@ -120,8 +120,9 @@ def freeze_bytes(monitor: TransitionMonitor,
     raw = pickle.dumps((state, tuple(last_executed.items()), last, kept),
                        pickle.HIGHEST_PROTOCOL)
     # A larger one compressed (an index of the agent's own: a sixth of the size, names
-    # repeat; capwatch.monitor.compact_bytes).
-    return raw if len(raw) <= RAW_PICKLE else compress(raw), monitor.shared
+    # repeat), at zstd's fast level: on the admission path past half of
+    # limits.max_agents_in_memory (capwatch.monitor.compact_bytes).
+    return raw if len(raw) <= RAW_PICKLE else compress(raw, fast=True), monitor.shared
 
 
 def idle_state(frozen: bytes) -> tuple[Any, ...]:

@@ -15,18 +15,20 @@ def test_bytes_come_back_exactly_and_repeats_shrink() -> None:
     names = pickle.dumps([("at", f"key{k}-7e18c6d1", f"node{k % 5}-7e18c6d1")
                           for k in range(200)], pickle.HIGHEST_PROTOCOL)
     for raw in (b"", b"\x00", os.urandom(3_000), names):
-        frame = compress(raw)
-        assert frame[0] == 0x28  # zstd's magic, never a pickle's 0x80
-        assert decompress(frame) == raw
-        assert decompress(memoryview(b"\x01" + frame)[1:]) == raw
+        for fast in (False, True):
+            frame = compress(raw, fast)
+            assert frame[0] == 0x28  # zstd's magic, never a pickle's 0x80
+            assert decompress(frame) == raw
+            assert decompress(memoryview(b"\x01" + frame)[1:]) == raw
     assert len(compress(names)) < len(names) / 4
+    assert len(compress(names, fast=True)) < len(names) / 4
 
 
 def test_threads_compress_at_once_without_mixing_their_bytes() -> None:
     blobs = [os.urandom(512) * (1 + k % 7) for k in range(400)]
 
     def round_trip(raw: bytes) -> bool:
-        return decompress(compress(raw)) == raw
+        return decompress(compress(raw, fast=len(raw) % 3 == 0)) == raw
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(round_trip, blobs))
