@@ -124,9 +124,9 @@ def run_outcomes(selected: set[str] | None, seeds: int) -> int:
     from tests.assess.outcome_drifts import outcome_drift, run_drift
 
     total: dict[str, int] = {}
-    print("| domain | drift | right | wrong | failed closed (undecided + unexplained) "
-          "| unseen | queries mean / max | agent steps mean |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| domain | drift | right | wrong | wrong probabilities | failed closed (undecided + "
+          "unexplained) | unseen | queries mean / max | agent steps mean |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for rel in OUTCOME_DOMAINS:
         folder = DATA / rel
         if selected is not None and folder.name not in selected:
@@ -147,13 +147,14 @@ def run_outcomes(selected: set[str] | None, seeds: int) -> int:
                 counts[status] = counts.get(status, 0) + 1
                 total[status] = total.get(status, 0) + 1
             print(f"| {folder.name} | {kind} | {counts.get('right', 0)} | "
-                  f"{counts.get('wrong', 0)} | {counts.get('undecided', 0)} + "
+                  f"{counts.get('wrong', 0)} | {counts.get('wrong_p', 0)} | "
+                  f"{counts.get('undecided', 0)} + "
                   f"{counts.get('unexplained', 0)} | {counts.get('unseen', 0)} | "
                   f"{statistics.mean(queries) if queries else 0:.1f} / "
                   f"{max(queries, default=0)} | "
                   f"{statistics.mean(steps) if steps else 0:.1f} |", flush=True)
     print(f"total: {total}")
-    return 1 if total.get("wrong") else 0
+    return 1 if total.get("wrong") or total.get("wrong_p") else 0
 
 
 def run_research(selected: set[str] | None, quick: bool) -> list[dict[str, Any]]:

@@ -282,13 +282,16 @@ class Designer:
         self.gave_up.add(action)
         return None
 
-    def resample(self, action: str) -> dict[LiftedAtom, bool] | None:
+    def resample(self, action: str, *, apart: bool = False
+                 ) -> dict[LiftedAtom, bool] | None:
         """A state in which the action surely runs (every atom at a value the evidence
         shows safe) and which tells its unseen known outcomes apart from the others where
         it can: per atom, the safe value after which the most (unseen, other) pairs of
         outcomes leave it differently; then the value that reveals the most effects the
         outcomes' steps left open (:meth:`OutcomeSpace.open_effects`). None while some
-        atom has no safe value, or when the state could show nothing of either kind."""
+        atom has no safe value, or when the state could show nothing of either kind.
+        ``apart``: its probabilities are wanted (outcome_shares): with no unseen outcome,
+        the state tells every two live outcomes apart where it can."""
         space = self.vs.outcomes.get(action)
         if space is None:
             return None
@@ -297,6 +300,8 @@ class Designer:
         # Added outcomes in doubt too: they are asked until they repeat.
         unseen = space.unseen_known() + space.unrepeated()
         pairs = [(u, r) for u in unseen for r in live if r is not u]
+        if apart and not pairs:
+            pairs = [(a, b) for i, a in enumerate(live) for b in live[i + 1:]]
         opened: dict[PaTuple, list[int]] = {}
         for r, pa in self.vs.open_effects(action):
             opened.setdefault(pa, []).append(r.effects[pa])
@@ -318,7 +323,7 @@ class Designer:
                      if not posts(u.possible(pa), v) & posts(r.possible(pa), v)),
                 -shows(v), SPLIT[mask][v], v))
             reveals += shows(state[pa.atom])
-        if not unseen and not reveals and not space.doubts():
+        if not unseen and not reveals and not space.doubts() and not apart:
             # Outcomes that must still show side by side (mixing): any state it runs in.
             return None
         for atom, rep in tied.items():

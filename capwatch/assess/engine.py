@@ -33,6 +33,16 @@ from capwatch.assess.observations import (
     optimal_traces,
     transitions_of,
 )
+from capwatch.assess.outcome_shares import (
+    MIN_OUTCOME_PROBABILITY,
+    PROBABILITY_TOLERANCE,
+    ShareEstimate,
+    estimate,
+    probability_gap,
+    published,
+    rare_doubts,
+    rare_needed,
+)
 from capwatch.assess.outcomes import OUTCOME_ERROR, OUTCOME_SAFETY, OutcomeSpace
 from capwatch.assess.planner import Planner
 from capwatch.assess.probes import (
@@ -54,7 +64,7 @@ from capwatch.assess.versionspace import (
     mask_of,
     values_of,
 )
-from capwatch.model.domain import Domain, LiftedAtom
+from capwatch.model.domain import Domain, LiftedAtom, Outcome
 from capwatch.model.pal import (
     Location,
     Mode,
@@ -89,7 +99,9 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
            detect_reduced: bool = True,
            minimal_change: bool = False,
            max_search_states: int = 20_000,
-           outcome_error: float = OUTCOME_ERROR) -> AssessmentResult:
+           outcome_error: float = OUTCOME_ERROR,
+           min_outcome_probability: float = MIN_OUTCOME_PROBABILITY,
+           probability_tolerance: float = PROBABILITY_TOLERANCE) -> AssessmentResult:
     """Assess how ``agent`` now behaves, relative to the ``known`` model.
 
     ``observations`` are the agent's recent transitions or traces (optimal ones enable
@@ -101,15 +113,27 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     without a query: fewer queries, lower accuracy (docs/assessment.md).
     ``outcome_error`` is the accepted chance of dropping an outcome of a probabilistic
     action that the agent still has (docs/assessment.md, "Probabilistic actions").
+    ``min_outcome_probability``: an outcome the steps added is published only once its
+    probability is shown to be at least this; ``probability_tolerance``: re-estimated
+    outcome probabilities are published only once within this of the truth (but for a
+    chance of 1%, docs/assessment.md, "Outcome probabilities"); otherwise the action's
+    outcomes are undecided.
     """
     if not 0.0 < outcome_error < 1.0:
         raise ValueError(f"outcome_error must be in (0, 1), got {outcome_error!r}")
     requested = Method(method) if isinstance(method, str) else method
     m = Method.DAAISY if requested is Method.AUTO else requested
-    engine = _Engine(known, m, budget, minimal_change)
+    if not 0.0 <= min_outcome_probability < 1.0:
+        raise ValueError(f"min_outcome_probability must be in [0, 1), got "
+                         f"{min_outcome_probability!r}")
+    if not 0.0 < probability_tolerance <= 1.0:
+        raise ValueError(f"probability_tolerance must be in (0, 1], got "
+                         f"{probability_tolerance!r}")
+    engine = _Engine(known, m, budget, minimal_change, tolerance=probability_tolerance)
     for space in engine.vs.outcomes.values():
         space.error = outcome_error
         space.groups = engine.query_groups.of_answer
+        space.min_share = min_outcome_probability
     engine.observe(transitions_of(observations))
     notes: list[str] = []
     if m is Method.DAAISY:
@@ -140,6 +164,45 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
 
 
 class _Engine(Evidence):
+    def __init__(self, known: Domain, method: Method, budget: int, minimal_change: bool,
+                 *, tolerance: float = PROBABILITY_TOLERANCE) -> None:
+        super().__init__(known, method, budget, minimal_change)
+        self.tolerance = tolerance
+        self.shares: dict[str, tuple[int, int, ShareEstimate]] = {}
+
+    # ------------------------------------------------------------------ probabilities
+
+    def _shares(self, action: str) -> ShareEstimate:
+        """The action's outcome probabilities from the steps that tell them apart
+        (outcome_shares.estimate), recounted when a step came in."""
+        space = self.vs.outcomes[action]
+        hit = self.shares.get(action)
+        if hit is not None and hit[:2] == (space.stamp, len(space.befores)):
+            return hit[2]
+        est = estimate(space)
+        self.shares[action] = (space.stamp, len(space.befores), est)
+        return est
+
+    def _pals_changed(self, action: str) -> bool:
+        """Whether the evidence rules out a known pal-value of the action."""
+        return any(not self.vs.masks[pa] & mask_of([self.init_value[pa]])
+                   for pa in self.pas[action])
+
+    def _probability_gap(self, action: str) -> str | None:
+        """Why the probabilities a version would state for the action are not shown
+        (outcome_shares.probability_gap), None when they are or it never ran asked."""
+        space = self.vs.outcomes[action]
+        if not any(a is not None for a in space.answered):
+            return None
+        return probability_gap(space, self._shares(action),
+                               pals_changed=self._pals_changed(action),
+                               tolerance=self.tolerance)
+
+    def _rare_only(self, space: OutcomeSpace, doubts: list[str]) -> bool:
+        """Whether the only doubts are about added outcomes' shares (a matter of steps,
+        not of how the answers mix)."""
+        return bool(doubts) and doubts == rare_doubts(space, space.min_share)
+
     # ------------------------------------------------------------------ loop
 
     def run(self, agent: AgentQuery) -> None:
@@ -228,7 +291,7 @@ class _Engine(Evidence):
                                   f"never ran an outcome that taught something; dropped")
         return bool(ran)
 
-    def _sampled(self) -> dict[str, tuple[int, int, int]]:
+    def _sampled(self) -> dict[str, tuple[int, int, int, int]]:
         """Per action asked again, how far it is from settling: the steps of its known
         outcomes while a known one is unseen (on the way to retiring it,
         :meth:`OutcomeSpace.retired`), else minus the number of its open effects
@@ -236,13 +299,17 @@ class _Engine(Evidence):
         never show: the action would stay undecided anyway). Only those asked again: one
         that cannot be (no state in which it surely runs) adds known steps through other
         probes without deciding, and kept every query from counting as narrowing
-        nothing (an assessment ran to its budget)."""
+        nothing (an assessment ran to its budget). Once neither is left, the steps that
+        tell its outcomes apart (toward determining its probabilities,
+        outcome_shares.probability_gap); counted earlier, they kept an action that would
+        stay undecided anyway from being given up (hundreds of queries for nothing)."""
         out = {}
         for name in self.offering:
             space = self.vs.outcomes[name]
             # The phase first: from unconfirmed to only open effects left is progress.
-            out[name] = (0, space.known_steps(), 0) if space.unconfirmed() else \
-                (1, 0, -len(self.vs.open_effects(name)))
+            opened = 0 if space.unconfirmed() else len(self.vs.open_effects(name))
+            out[name] = (0, space.known_steps(), 0, 0) if space.unconfirmed() else \
+                (1, 0, -opened, 0) if opened else (2, 0, 0, self._shares(name).n)
         return out
 
     def _settling(self, action: str) -> bool:
@@ -266,8 +333,8 @@ class _Engine(Evidence):
         (:meth:`OutcomeSpace.open_effects`). It is asked again, and fails closed
         (``undecided_outcomes``) if that cannot settle it."""
         space = self.vs.outcomes[action]
-        return space.unconfirmed() or (any(r.steps for r in space.records) and
-                                       bool(self.vs.open_effects(action)))
+        return space.unconfirmed() or (any(r.steps for r in space.records) and (
+            bool(self.vs.open_effects(action)) or self._probability_gap(action) is not None))
 
     def _resample_probes(self, others: bool) -> list[Probe]:
         """Steps that ask an undecided probabilistic action again (docs/assessment.md):
@@ -290,7 +357,8 @@ class _Engine(Evidence):
             if not space.records or action in self.resample_given_up or \
                     not self._unsettled(action):
                 continue
-            if space.doubts() and not space.together() and \
+            doubts = space.doubts()
+            if doubts and not space.together() and not self._rare_only(space, doubts) and \
                     any(a is not None for r in space.records for a in r.answers):
                 verbatim.append(action)
                 continue
@@ -318,17 +386,30 @@ class _Engine(Evidence):
         doubts = space.doubts()
         offered = self.resample_offers.get(action, 0)
         # Bounded in queries (an action asked once an answer) and in steps (one
-        # asked 64 times an answer: thousands of agent steps otherwise).
-        if doubts and (offered >= RESAMPLE_ROUNDS * self._repeats(action) or
-                       self.resample_runs.get(action, 0) >= RESAMPLE_ROUNDS * idle):
+        # asked 64 times an answer: thousands of agent steps otherwise). A doubt
+        # about an added outcome's share only (outcome_shares.rare_doubts) is a
+        # matter of steps, not of the answers' independence: asked while the steps
+        # that would show its share above the floor fit in the budget left, and
+        # given up at once when its share is not above the floor after 2 / floor steps.
+        if self._rare_only(space, doubts):
+            stop = rare_needed(space, space.min_share) > (self.budget - len(self.queries)) * (
+                RESAMPLE_STEPS if space.together() else 1)
+        else:
+            stop = bool(doubts) and (
+                offered >= RESAMPLE_ROUNDS * self._repeats(action) or
+                self.resample_runs.get(action, 0) >= RESAMPLE_ROUNDS * idle)
+        if stop:
             self.resample_given_up.add(action)
             self.notes.append(
                 f"{action}: asked again in {offered} queries, its answers do not show "
                 f"independent outcomes: {'; '.join(doubts)}")
             return []
         kept = self.resample_steps.get(action, [])
+        # Telling the outcomes apart (their shares) comes after the open effects: a
+        # state chosen for it may hide them.
         state: Mapping[LiftedAtom, bool] | None = kept[0].assignment if alone and kept \
-            else self.design.resample(action)
+            else self.design.resample(action, apart=not self.vs.open_effects(action) and (
+                bool(doubts) or self._probability_gap(action) is not None))
         if state is None:
             return []
         self.resample_offers[action] = offered + 1
@@ -342,6 +423,10 @@ class _Engine(Evidence):
         show = max((math.ceil(OUTCOME_SAFETY / -math.log1p(-min(
             self.actions[action].outcomes[r.origin].probability if r.origin is not None
             else p, 1.0 - 1e-12))) for r in opened), default=1)
+        if self._probability_gap(action) is not None:
+            show = max(show, self._shares(action).needed(self.tolerance))
+        if doubts:
+            show = max(show, min(rare_needed(space, space.min_share), RESAMPLE_STEPS))
         count = RESAMPLE_STEPS if doubts and space.together() else \
             min(max(space.steps_to_retire(), show, 1), RESAMPLE_STEPS)
         if not kept or kept[0].assignment != state:
@@ -353,7 +438,7 @@ class _Engine(Evidence):
         return kept[:count]
 
     def _resampled(self, query: Query, answer: QueryResult,
-                   sampled: dict[str, tuple[int, int, int]]) -> bool:
+                   sampled: dict[str, tuple[int, int, int, int]]) -> bool:
         """Count the executions of resampled steps, and those since the last that ran a
         known outcome; False when none ran."""
         ran: dict[str, int] = {}
@@ -492,6 +577,19 @@ class _Engine(Evidence):
                 outcomes[name] = space.outcomes(
                     {a: m if m is not Mode.UNKNOWN else self.init_value[PaTuple(name, a)][0]
                      for a, m in pre.items()})
+                est = self._shares(name)
+                if any(a is not None for a in space.answered) and published(
+                        space, est, pals_changed=self._pals_changed(name)):
+                    # The known probabilities are no evidence after a structural change:
+                    # the steps' estimate (undecided below unless within tolerance).
+                    outcomes[name] = tuple(
+                        Outcome(o.add, o.delete, p)
+                        for o, p in zip(outcomes[name], est.probabilities, strict=True))
+                    self.notes.append(
+                        f"{name}: outcome probabilities re-estimated from {est.n} asked "
+                        f"steps that tell them apart: " + ", ".join(
+                            f"{p:.3f} [{lo:.3f}, {hi:.3f}]" for p, lo, hi in
+                            zip(est.probabilities, est.low, est.high, strict=True)))
         changes = []
         for pal, old, new in self.initial.diff(model):
             ev = list(self.flag_reasons.get(pal.pa, [])) + list(self.vs.evidence.get(pal.pa, []))
@@ -509,7 +607,9 @@ class _Engine(Evidence):
                 "a known outcome no step showed is still live: changed or added beside a "
                 "new one, removed or unchanged cannot be told" if space.unconfirmed() else
                 "an effect of an outcome that its steps left open could not be settled: "
-                + ", ".join(sorted({str(pa.atom) for _, pa in self.vs.open_effects(name)})))
+                + ", ".join(sorted({str(pa.atom) for _, pa in self.vs.open_effects(name)}))
+                if self.vs.open_effects(name) else
+                self._probability_gap(name) or "outcomes undecided")
             for name, space in self.vs.outcomes.items()
             if space.records and self._unsettled(name)}
         flagged_pals = frozenset(p for p in self.initial.pals if p.pa in self.flagged)

@@ -53,6 +53,7 @@ from capwatch.assess.effect_masks import (
     under,
 )
 from capwatch.assess.mixing import apart
+from capwatch.assess.outcome_shares import rare_doubts
 from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple
 
@@ -155,6 +156,14 @@ class OutcomeSpace:
     """Answer -> the group of answers to the same query asked verbatim
     (:class:`~capwatch.assess.mixing.QueryGroups`, shared by the engine): where no answer
     runs the action twice, its outcomes must mix within one such group (:meth:`doubts`)."""
+    answered: list[int | None] = field(default_factory=list)
+    """Per executed step (as :attr:`befores`), the query whose answer it was (None: an
+    observed step)."""
+    min_share: float = 0.0
+    """The least probability an added outcome must be shown to have (:meth:`doubts`)."""
+    _rare: tuple[tuple[int, int, float], list[str]] = ((-1, -1, 0.0), [])
+    counted: dict[tuple[int, ...], tuple[int, list[int], int]] = field(default_factory=dict)
+    """outcome_shares.counts, counted on from the last call while no outcome changed."""
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -184,6 +193,7 @@ class OutcomeSpace:
         changed = self._attribute(seen, answer)
         self.befores.append((ran, {pa: signature(*seen.get(pa, (None, None)))
                                    for pa in self.pas}, self._went))
+        self.answered.append(answer)
         if changed:
             self.shape += 1
         if self._settle():
@@ -422,6 +432,13 @@ class OutcomeSpace:
                 f"known outcome {r.origin + 1} never showed beside an added one in one state "
                 f"asked again (the same query, in separate answers): an agent answering some "
                 f"states as one model and others as another shows each in its own states")
+        if not out:
+            # Shown again and beside the others, an added outcome may still be a wrong
+            # answer the agent gives now and then (outcome_shares.rare_doubts).
+            key = (self.stamp, len(self.befores), self.min_share)
+            if self._rare[0] != key:
+                self._rare = (key, rare_doubts(self, self.min_share))
+            out = list(self._rare[1])
         return out
 
     def known_steps(self) -> int:

@@ -45,6 +45,10 @@ class AssessmentRequest:
     confirm_queries: int = 0
     """Queries asked a second time before the model may be published (replay.confirm)."""
     samples: int = 30
+    min_outcome_probability: float = 0.01
+    """See AssessmentConfig.min_outcome_probability."""
+    probability_tolerance: float = 0.1
+    """See AssessmentConfig.probability_tolerance."""
     method: str | None = None
     """An operator's request ("assess now"): this method, with or without evidence."""
     optimal_traces: Sequence[Sequence[tuple[str, ...]]] = ()
@@ -107,7 +111,9 @@ class EngineAssessor:
             method = Method(request.method) if request.method is not None else self.method
             result = assess(model, observations, request.agent, method=method,
                             budget=request.query_budget,
-                            objects=self.objects.get(request.family))
+                            objects=self.objects.get(request.family),
+                            min_outcome_probability=request.min_outcome_probability,
+                            probability_tolerance=request.probability_tolerance)
             queries += result.query_count
             model = result.domain()
             details["method"] = result.method.value

@@ -241,6 +241,16 @@ class AssessmentConfig(Section):
     hold together) fails the assessment instead. 0 asks nothing again."""
     samples: int = Field(default=30, ge=1)
     """Samples per query when re-estimating probabilities of stochastic actions."""
+    min_outcome_probability: float = Field(default=0.01, ge=0, lt=1)
+    """An outcome the assessment finds beside the known ones is published only once its
+    probability is shown to be at least this (a rare wrong answer repeats like a rare
+    outcome); otherwise the assessment fails closed naming it (docs/assessment.md,
+    "Outcome probabilities"). 0 publishes any outcome that showed again."""
+    probability_tolerance: float = Field(default=0.1, gt=0, le=1)
+    """After a structural change of a probabilistic action, its outcome probabilities are
+    re-estimated from the answers and published only once each is within this of the
+    truth (but for the assessment's accepted error); otherwise the assessment fails
+    closed. 1 publishes the estimate however wide."""
 
 
 class SchedulerConfig(Section):

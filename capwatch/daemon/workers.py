@@ -396,7 +396,10 @@ class AssessmentWorkers:
                 drifted_actions=item.drifted_actions(), drift_probes=item.probes,
                 query_budget=self.config.assessment.query_budget,
                 confirm_queries=self.config.assessment.confirm_queries,
-                samples=self.config.assessment.samples, method=item.method))
+                samples=self.config.assessment.samples,
+                min_outcome_probability=self.config.assessment.min_outcome_probability,
+                probability_tolerance=self.config.assessment.probability_tolerance,
+                method=item.method))
             stage[0] = "ending the work"
             queries = outcome.queries
             self.metrics.queries.labels(family).inc(queries)

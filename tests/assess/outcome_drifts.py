@@ -154,11 +154,31 @@ def _effects(action: Action) -> set[tuple[frozenset[LiftedAtom], frozenset[Lifte
     return {(o.add, o.delete) for o in action.outcomes}
 
 
+PROBABILITY_TOLERANCE = 0.1
+"""How far a published outcome probability may be from the truth and still count as right
+(the assessment's default ``probability_tolerance``)."""
+
+
+def probability_error(model: Action, truth: Action) -> float:
+    """The largest distance between an outcome's published and true probability, outcomes
+    matched by their effects (those with equal effects summed)."""
+    def shares(a: Action) -> dict[tuple[frozenset[LiftedAtom], frozenset[LiftedAtom]], float]:
+        out: dict[tuple[frozenset[LiftedAtom], frozenset[LiftedAtom]], float] = {}
+        for o in a.outcomes:
+            out[(o.add, o.delete)] = out.get((o.add, o.delete), 0.0) + o.probability
+        return out
+
+    got, want = shares(model), shares(truth)
+    return max(abs(got.get(k, 0.0) - want.get(k, 0.0)) for k in got.keys() | want.keys())
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     status: str
     """unseen (no step the known model contradicts: nothing to assess), right, wrong
-    (published, but not the truth), undecided (failed closed on the outcomes), unexplained
+    (published, but not the truth: a pal-tuple or an outcome's effects), wrong_p (the
+    effects right, an outcome probability off by more than PROBABILITY_TOLERANCE),
+    undecided (failed closed on the outcomes), unexplained
     (replay or asking again refused the model)."""
     queries: int
     steps: int
@@ -187,4 +207,7 @@ def run_drift(drift: OutcomeDrift, seed: int, *, method: str = "verify", budget:
         return Verdict("unexplained", result.query_count, steps)
     right = delta(model, drift.truth) == 0 and _effects(model.action(drift.action)) == \
         _effects(drift.truth.action(drift.action))
+    if right and probability_error(model.action(drift.action), drift.truth.action(
+            drift.action)) > PROBABILITY_TOLERANCE:
+        return Verdict("wrong_p", result.query_count, steps)
     return Verdict("right" if right else "wrong", result.query_count, steps)

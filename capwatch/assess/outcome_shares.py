@@ -1,0 +1,248 @@
+"""How often a probabilistic action's outcomes run, from the answers' steps that tell them
+apart: the evidence for a minimum outcome probability and for the probabilities a version
+publishes (docs/assessment.md, "Outcome probabilities").
+
+A step's outcome is read from what it changed, and two outcomes look alike where the state
+hides their difference (an atom added that was already true). Counting every step with the
+outcome it went to biases the shares: the steps of an outcome that often looks like another
+are lost to it (or counted as ambiguous), and how often that happens depends on the
+outcome. So only the steps whose *state* tells the outcomes apart are counted (which steps
+those are does not depend on which outcome ran, so the selection keeps the shares as
+they are), and only steps of answers to queries: an observed step may predate the drift
+(:meth:`OutcomeSpace.witnesses`).
+
+Two uses:
+
+* :func:`rare_doubts`: an added outcome must be shown to be at least ``min_share``
+  likely (a Chernoff lower bound of its share, wrong but for the space's error,
+  :func:`capwatch.assess.outcomes.share_floor`): a wrong answer that happened to be the
+  same twice (a noisy agent) is otherwise published as an outcome of p ~ 0.01;
+* :func:`probability_gap` / :func:`estimate`: after a structural change of the action (an
+  outcome added or retired, one's effects or the action's pal-tuples changed) the known
+  probabilities are not evidence, and when the steps contradict them they are wrong: the
+  probabilities are then estimated from the counting steps, with simultaneous
+  Clopper-Pearson intervals at PROBABILITY_CONFIDENCE, and published only once every
+  published value is within ``tolerance`` of its interval's ends.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from capwatch.assess.effect_masks import EffectMask, posts
+from capwatch.model.pal import PaTuple
+from capwatch.monitor.stats import multinomial_mle
+
+if TYPE_CHECKING:
+    from capwatch.assess.outcomes import OutcomeRecord, OutcomeSpace
+
+MIN_OUTCOME_PROBABILITY = 0.01
+"""The default least probability an added outcome must be shown to have (``assess``'s
+``min_outcome_probability``, the daemon's ``assessment.min_outcome_probability``)."""
+PROBABILITY_TOLERANCE = 0.1
+"""The default largest distance between a re-estimated outcome probability and either end
+of its interval (``assess``'s ``probability_tolerance``)."""
+PROBABILITY_CONFIDENCE = 0.99
+"""The simultaneous confidence of the intervals a re-estimate is published by: a published
+probability is within the tolerance of the truth but for a chance of 1%. At 1 - the
+outcome error (0.999) an outcome near 1/2 needs ~300 steps that tell it apart, at 0.99
+~180 (an action that runs once an answer pays them in queries); a probability off by a
+little more than the tolerance is re-estimated by the monitor's drift test, while a wrong
+outcome is not (the outcome error stays 0.001)."""
+
+
+def _apart(a: OutcomeRecord, b: OutcomeRecord, before: dict[PaTuple, bool]) -> bool:
+    """Whether a step that ran with these values before shows which of the two ran, by
+    their hypotheses (an effect its steps left open would otherwise make every state
+    ambiguous; such an action is undecided until it is settled, and a step that two
+    outcomes' possible effects still fit is not counted)."""
+    return any(not posts(a.hypothesis(pa), v) & posts(b.hypothesis(pa), v)
+               for pa, v in before.items())
+
+
+def _fits(r: OutcomeRecord, sig: dict[PaTuple, EffectMask]) -> bool:
+    return all(r.possible(pa) & m for pa, m in sig.items())
+
+
+def counts(space: OutcomeSpace, outcomes: Sequence[OutcomeRecord],
+           of: OutcomeRecord | None = None) -> tuple[list[int], int]:
+    """Per outcome of ``outcomes``, the answers' steps that were it, among the steps whose
+    state tells every two of them apart (or, with ``of``, that one from each other); and
+    how many such steps there were."""
+    key = (space.shape, -1 if of is None else id(of), *map(id, outcomes))
+    start, out, n = space.counted.get(key, (0, [0] * len(outcomes), 0))
+    out = list(out)
+    for i in range(start, len(space.befores)):
+        before, sig, _ = space.befores[i]
+        if space.answered[i] is None:
+            continue
+        if of is not None:
+            if not all(_apart(of, r, before) for r in outcomes if r is not of):
+                continue
+        elif not all(_apart(a, b, before) for i, a in enumerate(outcomes)
+                     for b in outcomes[i + 1:]):
+            continue
+        fit = [i for i, r in enumerate(outcomes) if _fits(r, sig)]
+        if len(fit) == 1:
+            out[fit[0]] += 1
+            n += 1
+    if len(space.counted) > 64:
+        space.counted.clear()
+    space.counted[key] = (len(space.befores), out, n)
+    return list(out), n
+
+
+def rare_doubts(space: OutcomeSpace, min_share: float) -> list[str]:
+    """Why the live added outcomes are not shown to be at least ``min_share`` likely (empty
+    when they are): an agent that errs (a noisy answer) now and then has, by its steps,
+    an outcome as likely as its error; one seen in k of n steps is taken to be the agent's
+    only once its share's lower bound (wrong but for the space's error) reaches the floor.
+    A real outcome rarer than the floor then fails closed, and one just above it needs
+    about -ln(error) / KL(p || floor) steps that tell it apart (48 at p = 0.1, 167 at 0.05,
+    floor 0.01, error 0.001)."""
+    if min_share <= 0.0:
+        return []
+    from capwatch.assess.outcomes import share_floor
+
+    live = space.live()
+    added = [r for r in live if r.origin is None]
+    out = []
+    for i, r in enumerate(added):
+        (k, *_), n = counts(space, [r, *(x for x in live if x is not r)], of=r)
+        floor = share_floor(k, n, space.error)
+        if floor < min_share:
+            out.append(f"added outcome {i + 1} ran in {k} of {n} asked steps that tell it "
+                       f"apart: its probability is not shown to be at least {min_share:g} "
+                       f"(lower bound {floor:.3g}); a rare wrong answer looks the same")
+    return out
+
+
+def rare_needed(space: OutcomeSpace, min_share: float) -> int:
+    """More steps that tell the live added outcomes apart after which, were their shares
+    what the steps show, each one's lower bound would reach ``min_share`` (0 when none is
+    in doubt; 1 << 30 when a share is not above the floor after as many steps as would
+    show an outcome at the floor twice: no number of steps is likely to)."""
+    live = space.live()
+    need = 0
+    for r in live:
+        if r.origin is not None or min_share <= 0.0:
+            continue
+        (k, *_), n = counts(space, [r, *(x for x in live if x is not r)], of=r)
+        q = k / n if n else 0.0
+        if q <= min_share:
+            if n * min_share < 2:
+                # Too few steps that tell it apart to say its share is low.
+                need = max(need, math.ceil(2 / min_share) - n)
+                continue
+            return 1 << 30
+        kl = q * math.log(q / min_share) + (1 - q) * math.log((1 - q) / (1 - min_share)) \
+            if q < 1.0 else -math.log(min_share)
+        need = max(need, math.ceil(-math.log(space.error) / kl) - n)
+    return need
+
+
+@dataclass(frozen=True, slots=True)
+class ShareEstimate:
+    """The live outcomes' probabilities from the steps that tell them apart."""
+
+    outcomes: tuple[OutcomeRecord, ...]
+    counts: tuple[int, ...]
+    n: int
+    probabilities: tuple[float, ...]
+    """The value a version publishes: (k + 1/2) / (n + m/2), never 0 for a live outcome."""
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    """Simultaneous Clopper-Pearson intervals at PROBABILITY_CONFIDENCE."""
+
+    @property
+    def spread(self) -> float:
+        """The largest distance from a published value to either end of its interval."""
+        if not self.n:
+            return 1.0
+        return max(max(p - lo, hi - p) for p, lo, hi in
+                   zip(self.probabilities, self.low, self.high, strict=True))
+
+    def needed(self, tolerance: float) -> int:
+        """More steps that tell the outcomes apart after which the intervals should be
+        narrow enough (normal approximation from the estimate, 10% added for
+        Clopper-Pearson's width)."""
+        m = len(self.outcomes)
+        z = _z((1.0 - PROBABILITY_CONFIDENCE) / (m if m > 2 else 1))
+        worst = max((min(max(0.5, lo), hi) * (1 - min(max(0.5, lo), hi))
+                     for lo, hi in zip(self.low, self.high, strict=True)), default=0.25)
+        return max(math.ceil(1.1 * z * z * worst / (tolerance * tolerance)) - self.n, 1)
+
+
+def _z(two_sided: float) -> float:
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(1.0 - two_sided / 2.0)
+
+
+def estimate(space: OutcomeSpace) -> ShareEstimate:
+    live = tuple(space.live())
+    got, n = counts(space, live)
+    m = len(live)
+    if not n or m < 2:
+        one = tuple(1.0 / m for _ in live) if m else ()
+        return ShareEstimate(live, tuple(got), n, one, tuple(0.0 for _ in live),
+                             tuple(1.0 for _ in live))
+    est = multinomial_mle(got, PROBABILITY_CONFIDENCE, "clopper-pearson", simultaneous=True)
+    return ShareEstimate(live, tuple(got), n,
+                         tuple((k + 0.5) / (n + 0.5 * m) for k in got), est.low, est.high)
+
+
+def changed(space: OutcomeSpace) -> bool:
+    """Whether the outcomes are no longer the known ones as they were: one added or
+    retired, or a known one whose steps rule out its known effect on some atom."""
+    live = space.live()
+    if len(live) != len(space.records) or any(r.origin is None for r in live):
+        return True
+    return any(r.steps and not r.known.get(pa, 0) & r.effects[pa]
+               for r in live for pa in space.pas)
+
+
+def contradicted(space: OutcomeSpace, est: ShareEstimate) -> bool:
+    """Whether the counting steps contradict the known probabilities (of the live known
+    outcomes, scaled to sum to one): one outside its interval at 1 - the space's error
+    (a stricter level than the estimate's: a false contradiction costs steps)."""
+    live = [r for r in est.outcomes if r.origin is not None]
+    if not est.n or len(live) != len(est.outcomes):
+        return False
+    wide = multinomial_mle(est.counts, 1.0 - space.error, "clopper-pearson",
+                           simultaneous=True)
+    probs = [space.action.outcomes[r.origin].probability for r in live
+             if r.origin is not None]
+    total = sum(probs) or 1.0
+    return any(not lo - 1e-12 <= p / total <= hi + 1e-12
+               for p, lo, hi in zip(probs, wide.low, wide.high, strict=True))
+
+
+def probability_gap(space: OutcomeSpace, est: ShareEstimate, *, pals_changed: bool,
+                    tolerance: float) -> str | None:
+    """Why the probabilities a version would state are not shown (None when they are):
+    after a structural change (:func:`changed`, or ``pals_changed``: the action's
+    pal-tuples are not the known ones) or when the steps contradict the known ones, the
+    re-estimate's values must be within ``tolerance`` of their intervals' ends."""
+    if len(est.outcomes) < 2 or tolerance >= 1.0:
+        return None
+    if not (pals_changed or changed(space) or contradicted(space, est)):
+        return None
+    if est.n and est.spread <= tolerance:
+        return None
+    return (f"its outcome probabilities changed or may have, and the {est.n} asked steps "
+            f"that tell its outcomes apart do not determine them within {tolerance:g} "
+            f"(interval reach {est.spread:.2f})")
+
+
+def published(space: OutcomeSpace, est: ShareEstimate, *, pals_changed: bool) -> bool:
+    """Whether the version states the re-estimate (True) or the known probabilities."""
+    return len(est.outcomes) > 1 and (pals_changed or changed(space) or
+                                      contradicted(space, est))
+
+
+__all__ = ["MIN_OUTCOME_PROBABILITY", "PROBABILITY_TOLERANCE", "ShareEstimate", "changed",
+           "contradicted", "counts", "estimate", "probability_gap", "published",
+           "rare_doubts", "rare_needed"]
