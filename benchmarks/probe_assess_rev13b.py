@@ -12,8 +12,10 @@ Drifts (one seed draws its actions and atoms):
   effect dropped, a new negative precondition).
 * ``swap``: one action's add and delete effect swap places (two pal-tuples at once).
 * ``negpre``: a positive precondition becomes negative.
-* ``repeat``: a precondition over one parameter twice (outside the vocabulary).
-* ``distinct``: two parameters of one type must now differ (``(not (= ?a ?b))``).
+* ``repeat``: a negative precondition or an add effect over one parameter twice (outside
+  the vocabulary).
+* ``distinct``: two parameters of one type must now differ (``(not (= ?a ?b))``);
+  ``nodistinct``: such a constraint of the known model is gone (mprime, hiking).
 * ``static``: a precondition on a predicate no action changes is dropped.
 * ``constant``: a precondition (positive or negative) or an add effect on an atom naming
   a constant (outside the vocabulary; woodworking, openstacks).
@@ -25,10 +27,11 @@ named); ``truncated`` (answers keep their first 12 atoms when longer); ``renamed
 objects of one type swapped in every answer); ``relevant`` (answers list only the atoms
 naming an object of the plan); ``offbyone`` (a refused step counted as executed);
 ``lagging`` (each answer is the previous query's); ``flaky`` (AgentUnavailable on one query in
-twenty: the daemon retries, nothing may be published). Budgets: ``--budget N`` (500).
+twenty: the daemon retries, nothing may be published). Budgets: ``--budget N`` (500);
+``--method daaisy|auto|aia`` (verify; daaisy's carried-over actions are no claim).
 
     python benchmarks/probe_assess_rev13b.py SEED0 SEED1 [drift,...] [agent,...] [domain,...]
-    python benchmarks/probe_assess_rev13b.py --case DOMAIN DRIFT SEED AGENT [BUDGET]
+    python benchmarks/probe_assess_rev13b.py --case DOMAIN DRIFT SEED AGENT [--budget N]
 
 Prints one JSON line per run and, at the end, counts per agent and drift. Statuses:
 ``right``, ``wrong`` (a published or "no change" model differs from the truth on something
@@ -64,7 +67,7 @@ from capwatch.model.pddl_reader import read_domain, read_problem
 IPC = Path("/work/shared/domains-ipc")
 DOMAINS = ("freecell", "sokoban", "woodworking", "mprime", "openstacks", "grid", "storage",
            "parking", "ferry", "hanoi", "transport", "visitall")
-DRIFTS = ("multi", "swap", "negpre", "repeat", "distinct", "static", "constant")
+DRIFTS = ("multi", "swap", "negpre", "repeat", "distinct", "nodistinct", "static", "constant")
 AGENTS = ("honest", "switch", "switch2", "extra", "truncated", "renamed", "relevant",
           "offbyone", "lagging", "flaky")
 
@@ -144,6 +147,9 @@ def repeat(d: Domain, a: Action, rng: random.Random) -> Action | None:
     if not cands:
         return None
     x = rng.choice(sorted(cands))
+    if rng.random() < 0.5:  # an effect: shows whenever the action runs
+        add, delete = effects_of(a)
+        return with_effects(a, add | {x}, delete)
     # negative: the action stays possible, refused only where the atom holds
     return a.replace(pre_neg=a.pre_neg | {x})
 
@@ -156,6 +162,13 @@ def distinct(d: Domain, a: Action, rng: random.Random) -> Action | None:
     if not pairs:
         return None
     return a.replace(distinct=a.distinct | {rng.choice(pairs)})
+
+
+def nodistinct(d: Domain, a: Action, rng: random.Random) -> Action | None:
+    """An inequality ``(not (= ?a ?b))`` the known model has is gone."""
+    if not a.distinct:
+        return None
+    return a.replace(distinct=a.distinct - {rng.choice(sorted(a.distinct))})
 
 
 def static(d: Domain, a: Action, rng: random.Random) -> Action | None:
@@ -199,8 +212,8 @@ def constant(d: Domain, a: Action, rng: random.Random) -> Action | None:
 
 
 ONE: dict[str, Callable[[Domain, Action, random.Random], Action | None]] = {
-    "swap": swap, "negpre": negpre, "repeat": repeat, "distinct": distinct, "static": static,
-    "constant": constant}
+    "swap": swap, "negpre": negpre, "repeat": repeat, "distinct": distinct,
+    "nodistinct": nodistinct, "static": static, "constant": constant}
 MULTI = (new_pre, drop_effect, new_negpre)
 
 
@@ -501,10 +514,11 @@ def agent_for(case: Case, seed: int, kind: str) -> tuple[AgentQuery, Domain | No
     raise ValueError(kind)
 
 
-def run(case: Case, seed: int, kind: str, budget: int = 500) -> dict[str, Any]:
+def run(case: Case, seed: int, kind: str, budget: int = 500, method: str = "verify"
+        ) -> dict[str, Any]:
     good, bad = observe(case, SimulatedAgent(case.truth, seed=seed, problem=case.problem), seed)
     rec: dict[str, Any] = {"domain": case.domain, "drift": case.drift, "actions": case.actions,
-                           "seed": seed, "agent": kind, "budget": budget}
+                           "seed": seed, "agent": kind, "budget": budget, "method": method}
     if not bad:
         rec["status"] = "unseen"
         return rec
@@ -524,7 +538,7 @@ def run(case: Case, seed: int, kind: str, budget: int = 500) -> dict[str, Any]:
     signal.alarm(300)
     out: AssessmentOutcome
     try:
-        out = EngineAssessor(method="verify").assess(req)
+        out = EngineAssessor(method=method).assess(req)
     except Timeout:
         rec["status"] = "hang"
         return rec
@@ -544,10 +558,14 @@ def run(case: Case, seed: int, kind: str, budget: int = 500) -> dict[str, Any]:
     if out.budget_exhausted and out.model == case.known:
         rec.update(status="failed_closed", why="budget")
         return rec
-    unres = set(out.details.get("coverage", {}).get("unresolved_pal_tuples", ()))
+    coverage = out.details.get("coverage", {})
+    unres = set(coverage.get("unresolved_pal_tuples", ()))
+    # daaisy's untouched actions keep the known modes unverified (carried over): no claim
+    carried = set(coverage.get("carried_over_actions", ()))
     rec["unchanged"] = out.model == case.known
     rec["unresolved"] = len(unres)
-    wrong = compare(out.model, final or case.truth, unres)
+    wrong = [w for w in compare(out.model, final or case.truth, unres)
+             if w.split(" ")[0].rstrip(":") not in carried]
     if wrong and kind.startswith("switch") and not compare(
             out.model, case.truth if final else case.known, unres):
         rec.update(status="stale", bad=wrong[:6])
@@ -572,16 +590,21 @@ def describe(case: Case) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
-    budget = 500
+    budget, method = 500, "verify"
     if "--budget" in args:
         i = args.index("--budget")
         budget = int(args[i + 1])
+        del args[i:i + 2]
+    if "--method" in args:
+        i = args.index("--method")
+        method = args[i + 1]
         del args[i:i + 2]
     if args[0] == "--case":
         case = make_case(args[1], args[2], int(args[3]))
         assert case is not None, "no such case"
         describe(case)
-        print(json.dumps(run(case, int(args[3]), args[4], budget), indent=1, default=str))
+        print(json.dumps(run(case, int(args[3]), args[4], budget, method), indent=1,
+                         default=str))
         return
     seeds = range(int(args[0]), int(args[1]))
     kinds = args[2].split(",") if len(args) > 2 else list(DRIFTS)
@@ -600,7 +623,7 @@ def main() -> None:
                 if case is None:
                     continue
                 for ak in agents:
-                    rec = run(case, seed, ak, budget)
+                    rec = run(case, seed, ak, budget, method)
                     counts[(ak, kind, rec["status"])] += 1
                     print(json.dumps(rec, default=str), flush=True)
     for (ak, kind, status), n in sorted(counts.items()):

@@ -140,7 +140,15 @@ class Evidence:
                                       f"mention: {sorted(outside)}")
             elif executed is False:
                 present = {pa: g in t.state for pa, g in ground.items()}
-                self.vs.failed(action.name, present, where + " (refused)")
+                if len(set(t.action[1:])) == len(t.action) - 1:
+                    self.vs.failed(action.name, present, where + " (refused)")
+                # else: a step naming one object twice may be refused by an inequality
+                # (not (= ?a ?b)), which no literal states; as a clause, a literal that
+                # falls on a required atom's ground atom there ((not (p ?b)) beside (p ?a))
+                # was decided by propagation alone, never asked on distinct objects, and
+                # published (rev13b's parking distinct 1). The pa-tuples it may blame are
+                # still flagged, so probes on distinct objects decide them; the refusal
+                # stays for the replay, which fails closed if no model explains it.
                 self._flag_refusal(present, where)
         self._refresh_targets()
 
