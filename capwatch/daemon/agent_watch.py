@@ -467,17 +467,21 @@ class AgentWatch:
             kinds=tuple(sorted({e.kind for e in self.evidence})))
 
     def _executed_evidence(self, first: int | None) -> tuple[AgentTransition, ...]:
-        """Executed transitions since the first buffered inconsistency.
+        """Executed transitions of the records after the first buffered inconsistency's.
 
         Older ones may predate the drift: they show the old behaviour, and handing them to
-        the assessment would contradict what the agent does now.
+        the assessment would contradict what the agent does now. The inconsistency's own
+        record is left out too: a trace message is one record, all its steps at one offset,
+        and the steps it took before the inconsistent one may predate the drift (a drift
+        that began mid-trace failed closed on them). Its steps after it are lost with them;
+        its inconsistent ones are in the work's own evidence.
         """
         keep = self.settings.max_executed_evidence
         if not keep or first is None:
             return ()
         return tuple(AgentTransition(self.agent_id, self.family, None, None, None, s, a, s2,
                                      False)
-                     for s, a, s2 in self.monitor.executed_since(first, keep))
+                     for s, a, s2 in self.monitor.executed_since(first + 1, keep))
 
     def queued(self, key: str, *, awaiting: bool = True) -> None:
         """The work item ``key`` is in the store: its evidence is durable, wait for it.

@@ -18,6 +18,7 @@ from capwatch.model.pal import delta
 from capwatch.model.serialize import domain_from_json
 from capwatch.models_store import open_store
 from tests.daemon.helpers import (
+    SAMPLE,
     config,
     example,
     good_sample,
@@ -174,6 +175,36 @@ def test_debounce_queues_once_when_enough_evidence_arrived(tmp_path: Path) -> No
     d.handle(records[4])  # evidence while queued does not queue again
     d.sweep(force=True)
     assert len(d.store.queue_items()) == 1
+    d.source.close()
+    d.store.close()
+
+
+def test_executed_evidence_leaves_out_the_steps_a_trace_took_before_its_inconsistency(
+        tmp_path: Path) -> None:
+    # One trace message is one record: every step has its offset. A drift that began
+    # mid-trace left the trace's earlier, pre-drift executions "at or after the first
+    # inconsistency", so the assessment got the old behaviour as evidence of the new and
+    # failed closed (rev13a's own fleet: openstacks and parking drifts, 2 of 8 missed).
+    at = [["equipped_rock_analysis", "rover1"], ["battery_half", "rover1"]]
+    states = [[["at", "rover1", "waypoint0"], *at], [["at", "rover1", "waypoint1"], *at],
+              [["at", "rover1", "waypoint1"], *at], [["at", "rover1", "waypoint2"], *at]]
+    trace = json.dumps({"type": "trace", "agent_id": "rover-a", "family": "rover-v1",
+                        "episode_id": "ep", "start_step": 0, "states": states,
+                        "actions": [["navigate", "rover1", "waypoint0", "waypoint1"], SAMPLE,
+                                    ["navigate", "rover1", "waypoint1", "waypoint2"]],
+                        "executed": [True, False, True]})
+    later = transition("rover-a", "rover-v1", states[3],
+                       ["navigate", "rover1", "waypoint2", "waypoint3"],
+                       [["at", "rover1", "waypoint3"], *at], 3, executed=True)
+    d = _manual(tmp_path, [trace, later, refused_sample(step=4), refused_sample(step=5)],
+                detection={"debounce_transitions": 3, "debounce_s": 3600.0})
+    for r in d.source.poll(1.0):
+        d.handle(r)
+    (item,) = d.store.queue_items()
+    assert [o["offset"] for o in item.payload["inconsistent"]] == [0, 2, 3]
+    executed = [o["action"] for o in item.payload["executed"]]
+    assert ["navigate", "rover1", "waypoint0", "waypoint1"] not in executed
+    assert ["navigate", "rover1", "waypoint2", "waypoint3"] in executed
     d.source.close()
     d.store.close()
 
