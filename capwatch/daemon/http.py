@@ -167,8 +167,14 @@ class ApiServer:
             do_POST = do_PUT = do_PATCH = do_DELETE = _write
 
         # A bounded pool with read timeouts: idle or slow clients cannot pile up threads.
-        self._server = PooledHTTPServer((host, port), Handler, workers=16, backlog=256,
-                                        read_timeout_s=10.0, name="http")
+        try:
+            self._server = PooledHTTPServer((host, port), Handler, workers=16, backlog=256,
+                                            read_timeout_s=10.0, name="http")
+        except OSError as e:
+            # The bare "[Errno 98] Address already in use" named neither the address nor
+            # the setting that chose it.
+            raise OSError(e.errno, f"cannot listen on {host}:{port} (http.host, http.port):"
+                                   f" {e.strerror}") from e
         self._thread: threading.Thread | None = None
 
     @property

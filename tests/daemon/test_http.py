@@ -213,3 +213,19 @@ def test_alerts_include_what_other_replicas_let_out(tmp_path: Path) -> None:
     finally:
         server.close()
         store.close()
+
+
+def test_a_port_in_use_is_named_with_the_settings_that_chose_it() -> None:
+    # `capwatch run` printed only "[Errno 98] Address already in use": which address, and
+    # which setting, was left to guess (the HTTP server also serves ingest and /metrics).
+    first = ApiServer(None, CollectorRegistry(), ready=lambda: True,
+                      families_of=lambda a: None, alerts=RecentAlerts()).start()
+    try:
+        with pytest.raises(OSError) as e:
+            ApiServer(None, CollectorRegistry(), ready=lambda: True,
+                      families_of=lambda a: None, alerts=RecentAlerts(), port=first.port)
+        assert f"127.0.0.1:{first.port}" in str(e.value)
+        assert "http.host, http.port" in str(e.value)
+        assert "Address already in use" in str(e.value)
+    finally:
+        first.close()
