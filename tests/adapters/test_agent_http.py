@@ -302,6 +302,14 @@ def test_silent_server_times_out() -> None:
         with pytest.raises(AgentUnavailable, match=r"no complete answer within 0\.2 s"):
             client.query(frozenset(), [])
         assert client.stats.attempts == 2
+        # A timeout says how large the query was: an assessment's query can hold hundreds
+        # of steps on thousands of fresh objects (341 steps, 54,178 atoms, 2 MB on rev13a's
+        # mprime agent), which a live agent answering its other queries in time took longer
+        # than the timeout over; "unavailable" alone sent the operator to the network.
+        state = frozenset({("at", "a", "b"), ("free", "c")})
+        with pytest.raises(AgentUnavailable) as e:
+            client.query(state, [("move", "a", "b", "c")])
+        assert "no complete answer within 0.2 s (the query: 1 step, 2 atoms," in str(e.value)
     finally:
         listener.close()
 

@@ -55,9 +55,11 @@ class ClientStats:
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None,
+                 timed_out: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.timed_out = timed_out
 
 
 _RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -116,7 +118,12 @@ class HttpAgentClient:
               ) -> list[QueryResult]:
         body = QueryRequest.of(state, plan, samples).model_dump_json().encode()
         try:
-            response = self._call("POST", QUERY_PATH, body, QueryResponse)
+            # A timeout says how large the query was: an assessment's can hold hundreds of
+            # steps on thousands of fresh objects, which an agent answering its other
+            # queries in time may take longer than the timeout over.
+            size = (f"{len(plan)} step{'' if len(plan) == 1 else 's'}, {len(state):,}"
+                    f" atom{'' if len(state) == 1 else 's'}, {len(body):,} bytes")
+            response = self._call("POST", QUERY_PATH, body, QueryResponse, size)
             results = response.to_core()
             if len(results) != samples:
                 raise AgentProtocolError(
@@ -148,8 +155,11 @@ class HttpAgentClient:
 
     # ------------------------------------------------------------------ transport
 
-    def _call(self, method: str, path: str, body: bytes | None, model: type[_M]) -> _M:
+    def _call(self, method: str, path: str, body: bytes | None, model: type[_M],
+              what: str = "") -> _M:
+        """``what``: the request's size, named when its last attempt timed out."""
         last = ""
+        timed_out = False
         for attempt in range(self.retries + 1):
             with self._lock:
                 self._attempts += 1
@@ -157,7 +167,7 @@ class HttpAgentClient:
                 status, data = self._attempt(method, self._prefix + path, body)
                 return self._decode(status, data, model)
             except _Retryable as e:
-                last = str(e)
+                last, timed_out = str(e), e.timed_out
                 if attempt == self.retries:
                     break
                 delay = self._delay(attempt, e.retry_after)
@@ -165,6 +175,8 @@ class HttpAgentClient:
                     "agent_url": self.url, "attempt": attempt + 1, "error": last,
                     "retry_in_s": round(delay, 3)})
                 self._sleep(delay)
+        if timed_out and what:
+            last += f" (the query: {what})"
         raise AgentUnavailable(
             f"agent at {self.url} unavailable after {self.retries + 1} attempts: {last}"
         )
@@ -201,7 +213,8 @@ class HttpAgentClient:
                                  _retry_after(response.getheader("Retry-After")))
             return status, data
         except TimeoutError:
-            raise _Retryable(f"no complete answer within {self.timeout} s") from None
+            raise _Retryable(f"no complete answer within {self.timeout} s",
+                             timed_out=True) from None
         except (OSError, http.client.HTTPException) as e:
             raise _Retryable(f"{type(e).__name__}: {e}") from None
         finally:
