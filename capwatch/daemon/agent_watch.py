@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
@@ -69,6 +69,13 @@ on the hot path."""
 # Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11.
 _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 
+DUPLICATE = Finding(Verdict.APPLIED)
+"""The finding of a step the agent already sent (:meth:`AgentWatch.observe`): not
+observed again. Told apart by identity."""
+STEP_WINDOW: Final = 8
+"""How many of an agent's last steps (episode, step, action) a repeat is looked for in: a
+producer's retry resends what it sent last (a batch of a few records at most)."""
+
 
 _NO_KINDS: frozenset[str] = frozenset()
 
@@ -97,7 +104,7 @@ class AgentWatch:
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
                  "held_back", "inconsistent", "last_offset", "partition", "restore_tried",
                  "saved_inconsistent", "saved_transitions", "seen", "settings", "state_memo",
-                 "transitions", "version")
+                 "steps", "transitions", "version")
 
     def __init__(self, agent_id: str, family: str, partition: int, version: ModelVersion,
                  drift: DriftMonitor, settings: WatchSettings | None = None,
@@ -165,6 +172,10 @@ class AgentWatch:
         self._queued_kinds = _NO_KINDS
         self._optimal: OptimalRuns | None = None
         """Runs of steps the agent marked optimal (made at its first such step)."""
+        self.steps: list[int] | None = None
+        """Hashes of the agent's last :data:`STEP_WINDOW` steps that named their episode
+        and step (made at the first), to tell a producer's retry (:meth:`observe`);
+        dropped when the watch is frozen (idle) or evicted."""
 
     # ------------------------------------------------------------------ the surface
 
@@ -176,10 +187,33 @@ class AgentWatch:
         Raises ModelError (unknown vocabulary) before anything changes, so a refused
         record leaves the watch as it was.
         """
+        # A step sent again (same episode, step and action: a producer's retry) is not
+        # observed again: counted twice, it would bias the drift statistics and buffer
+        # its evidence twice. Only a record that names its episode and step is checked.
+        key = 0
+        keyed = False
+        step = t.step
+        if step is not None:
+            episode = t.episode_id
+            if episode is not None:
+                key = hash((episode, step, t.action))
+                keyed = True
+                steps = self.steps
+                if steps is not None and key in steps:
+                    return DUPLICATE
         monitor = self._monitor
         if monitor is None:
             monitor = self.thaw()
         obs = monitor.observe(t.state, t.action, t.next_state, t.offset, flipped)
+        if keyed:
+            # Noted once the monitor took it: a refused record (ModelError) is not a step.
+            steps = self.steps
+            if steps is None:
+                self.steps = [key]
+            else:
+                steps.append(key)
+                if len(steps) > STEP_WINDOW:
+                    del steps[0]
         verdict = obs.verdict
         self.transitions += 1
         self.last_offset = t.offset
@@ -323,6 +357,7 @@ class AgentWatch:
             return False
         self._frozen, self._frozen_shared = packed
         self._monitor = None
+        self.steps = None  # an idle agent's retries are long over
         self._last_executed = FROZEN_TIMES
         self._last_state = NO_STATE
         # Empty containers are shared, read-only, while frozen: every method that writes

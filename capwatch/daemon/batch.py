@@ -22,7 +22,7 @@ import structlog
 from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import AgentTransition
-from capwatch.daemon.agent_watch import AgentWatch, Finding
+from capwatch.daemon.agent_watch import DUPLICATE, AgentWatch, Finding
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.enqueue import EvidenceQueue
 from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS
@@ -70,6 +70,10 @@ class Batches:
         were last added to (:meth:`flush_tally`)."""
         self._tallied = time.monotonic()
         self._restores = 0
+        self.duplicates = 0
+        """Steps not observed because the agent had sent them already (:data:`DUPLICATE`)."""
+        self._duplicates: dict[str, int] = {}
+        """Family → such steps since the counters were last added to."""
 
     def handle(self, records: Sequence[Record]) -> None:
         """Decode and observe each record in order; bad input becomes a dead letter.
@@ -109,6 +113,10 @@ class Batches:
                             except ModelError as e:
                                 self.intake.dead_letter(record, str(e), "vocabulary")
                             else:
+                                if finding is DUPLICATE:
+                                    self._repeated(watch)
+                                    done += 1
+                                    continue
                                 key = (watch.family, t.action[0], finding.verdict,
                                        finding.tested)
                                 tally[key] = tally.get(key, 0) + 1
@@ -165,6 +173,9 @@ class Batches:
     def observe(self, watch: AgentWatch, t: AgentTransition) -> None:
         """Observe one transition of ``watch``'s agent and act on what it showed."""
         finding = watch.observe(t)
+        if finding is DUPLICATE:
+            self._repeated(watch)
+            return
         key = (watch.family, t.action[0], finding.verdict, finding.tested)
         self._tally[key] = self._tally.get(key, 0) + 1
         if finding.alarm is not None or finding.ripe or finding.verdict is _INCONSISTENT:
@@ -194,9 +205,19 @@ class Batches:
         if watch.buffered:
             self.buffered(watch)
 
+    def _repeated(self, watch: AgentWatch) -> None:
+        """A step the agent already sent (a producer's retry) was not observed again."""
+        self.duplicates += 1
+        family = watch.family
+        self._duplicates[family] = self._duplicates.get(family, 0) + 1
+
     def flush_tally(self) -> None:
         """Add the transition and drift-test counts tallied so far to their counters."""
         self._tallied = time.monotonic()
+        if self._duplicates:
+            for family, n in self._duplicates.items():
+                self.metrics.duplicates.child(family).inc(n)
+            self._duplicates.clear()
         tally = self._tally
         transitions, tests = self.metrics.transitions, self.metrics.drift_tests
         for (family, name, verdict, tested), n in tally.items():

@@ -114,6 +114,10 @@ class DaemonMetrics:
             "capwatch_inconsistencies_total",
             "Transitions inconsistent with the agent's model (hard evidence of drift).",
             ("family", "action"))
+        self.duplicates = counter(
+            "capwatch_duplicate_steps_total",
+            "Steps an agent sent again (same episode, step and action as one of its last "
+            "8: a producer's retry), not observed again.", ("family",))
         self.dead_letters = counter("capwatch_dead_letters_total",
                                     "Messages sent to the dead-letter output.", ("reason",))
         self.drift_tests = counter(

@@ -33,8 +33,9 @@ def _watch(evidence_offsets: list[int]) -> AgentWatch:
 
 
 def _old_behaviour(offset: int, partition: int = 0) -> AgentTransition:
-    return AgentTransition("rover-a", "rover-v1", "ep", 0, None, BEFORE, SAMPLE, AFTER, False,
-                           True, partition, offset)
+    # A step of its own per record: one step sent twice is a producer's retry, observed once.
+    return AgentTransition("rover-a", "rover-v1", "ep", offset, None, BEFORE, SAMPLE, AFTER,
+                           False, True, partition, offset)
 
 
 def test_a_replayed_record_before_the_versions_evidence_starts_nothing() -> None:
