@@ -1,10 +1,11 @@
 """Intake: a source record → the transitions of an agent this replica watches, or a dead
 letter saying why not (bad bytes, a trace mixing agents, an unknown family, a trace
-step outside the model's vocabulary). Runs on the main loop."""
+step outside the model's vocabulary, an action naming an object of another type than its
+parameter's). Runs on the main loop."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
 from capwatch.model.domain import GroundAtom
+from capwatch.model.object_types import ObjectTypes
 
 log = structlog.get_logger("capwatch.daemon")
 
@@ -35,8 +37,12 @@ class Intake:
                  clock: Callable[[], datetime],
                  queue_evidence: Callable[[AgentWatch], None] = lambda watch: None,
                  dropped: Callable[[AgentWatch, str, str, str], None] | None = None,
-                 require_key: bool = False) -> None:
+                 require_key: bool = False,
+                 object_types: Mapping[str, ObjectTypes] | None = None) -> None:
         self.limits = limits
+        self.object_types: dict[str, ObjectTypes] = dict(object_types or {})
+        """Family → the types its problem declares: an action naming an object of another
+        type than its parameter's is a dead letter (``type``), not an inconsistency."""
         self.require_key = require_key
         """Kafka: a record must be keyed by its agent id. The key decides the partition,
         and so which replica holds the agent; an unkeyed record lands on any partition,
@@ -116,6 +122,20 @@ class Intake:
         watch.state_memo = memo[0]
         if not watch.restore_tried:
             self.checkpoints.restore(watch)
+        typed = self.object_types
+        if typed:
+            checker = typed.get(watch.family)
+            if checker is not None:
+                # Each ground action is checked once (then found in ``ok``): a set lookup
+                # per record on the per-record path.
+                ok = checker.ok
+                for t in decoded:
+                    if t.action not in ok:
+                        problem = checker.problem(watch.domain, t.action)
+                        if problem is not None:
+                            where = f"step {t.step}: " if len(decoded) > 1 else ""
+                            self.dead_letter(record, where + problem, "type")
+                            return None
         if len(decoded) > 1:
             for t in decoded:
                 problem = vocabulary_error(watch.domain, t)

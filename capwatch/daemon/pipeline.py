@@ -74,6 +74,7 @@ from capwatch.daemon.results import ResultApplier
 from capwatch.daemon.work import Result
 from capwatch.daemon.workers import AssessmentWorkers
 from capwatch.model.domain import Domain, GroundAtom
+from capwatch.model.object_types import ObjectTypes
 from capwatch.monitor.drift import DriftConfig, DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")
@@ -93,7 +94,10 @@ class Pipeline:
                  metrics: DaemonMetrics | None = None, clock: Clock = utc_now,
                  alert_sinks: list[AlertSink] | None = None,
                  checks: Sequence[Callable[[], str | None]] = (),
-                 group_view: Callable[[], GroupView | None] | None = None) -> None:
+                 group_view: Callable[[], GroupView | None] | None = None,
+                 object_types: Mapping[str, ObjectTypes] | None = None) -> None:
+        """``object_types``: per family, the types its problem declares (checked at
+        intake)."""
         self.config = config
         self.checks = list(checks)
         """Watchers of dependencies that can fail without any call raising (a frozen
@@ -146,7 +150,8 @@ class Pipeline:
                              registry=self.registry, checkpoints=self.checkpoints,
                              publisher=publisher, metrics=self.metrics, clock=clock,
                              queue_evidence=self.queue, dropped=self.enqueue.dropped,
-                             require_key=config.source.kind == "kafka")
+                             require_key=config.source.kind == "kafka",
+                             object_types=object_types)
         self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue,
                                      dropped=self.enqueue.dropped,
                                      buffered=self.enqueue.note_buffered)

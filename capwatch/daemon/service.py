@@ -34,6 +34,7 @@ from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.redact import redact_url
 from capwatch.model.domain import Domain, GroundAtom, Problem
 from capwatch.model.errors import ModelError
+from capwatch.model.object_types import ObjectTypes
 from capwatch.model.pddl_reader import read_domain, read_problem
 from capwatch.models_store import open_store
 
@@ -522,7 +523,9 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                         assessor=assessor, families=domains, metrics=metrics,
                         alert_sinks=alert_sinks, clock=clock,
                         checks=[liveness.problem] if liveness is not None else [],
-                        group_view=group_view)
+                        group_view=group_view,
+                        object_types={name: ObjectTypes((*p.objects, *domains[name].constants))
+                                      for name, p in problems.items() if name in domains})
     if api is not None:
         def family_of(agent_id: str) -> str | None:
             state = pipeline.registry.get(agent_id)
