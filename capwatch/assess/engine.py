@@ -74,6 +74,8 @@ from capwatch.model.pal import (
 
 AUTO_SWITCH = 0.5
 DEFAULT_BUDGET = 200
+MAX_QUERY_ATOMS = 10_000
+"""The largest initial state of a query (atoms) unless the caller says otherwise."""
 WINDOW_SAFETY = 8.0
 """-ln of the accepted chance that a query's window of expected failures all run."""
 MIN_WINDOW = 256
@@ -101,7 +103,8 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
            max_search_states: int = 20_000,
            outcome_error: float = OUTCOME_ERROR,
            min_outcome_probability: float = MIN_OUTCOME_PROBABILITY,
-           probability_tolerance: float = PROBABILITY_TOLERANCE) -> AssessmentResult:
+           probability_tolerance: float = PROBABILITY_TOLERANCE,
+           max_query_atoms: int = MAX_QUERY_ATOMS) -> AssessmentResult:
     """Assess how ``agent`` now behaves, relative to the ``known`` model.
 
     ``observations`` are the agent's recent transitions or traces (optimal ones enable
@@ -117,8 +120,11 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     probability is shown to be at least this; ``probability_tolerance``: re-estimated
     outcome probabilities are published only once within this of the truth (but for a
     chance of 1%, docs/assessment.md, "Outcome probabilities"); otherwise the action's
-    outcomes are undecided.
+    outcomes are undecided. ``max_query_atoms`` caps a query's initial state (probes
+    that do not fit wait for the next query; docs/agent-query-protocol.md, "Query size").
     """
+    if max_query_atoms < 1:
+        raise ValueError(f"max_query_atoms must be at least 1, got {max_query_atoms!r}")
     if not 0.0 < outcome_error < 1.0:
         raise ValueError(f"outcome_error must be in (0, 1), got {outcome_error!r}")
     requested = Method(method) if isinstance(method, str) else method
@@ -130,6 +136,7 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
         raise ValueError(f"probability_tolerance must be in (0, 1], got "
                          f"{probability_tolerance!r}")
     engine = _Engine(known, m, budget, minimal_change, tolerance=probability_tolerance)
+    engine.max_query_atoms = max_query_atoms
     for space in engine.vs.outcomes.values():
         space.error = outcome_error
         space.groups = engine.query_groups.of_answer
@@ -169,6 +176,7 @@ class _Engine(Evidence):
         super().__init__(known, method, budget, minimal_change)
         self.tolerance = tolerance
         self.shares: dict[str, tuple[int, int, ShareEstimate]] = {}
+        self.max_query_atoms: int | None = None
 
     # ------------------------------------------------------------------ probabilities
 
@@ -243,7 +251,7 @@ class _Engine(Evidence):
             final = self._window(final)
             maker.retain([*safe, *risky, *final])
             query = pack(safe, risky, final, self.actions, objects, after=self._after,
-                         steps=maker)
+                         steps=maker, max_atoms=self.max_query_atoms)
             if query is None:
                 self.stalled = True
                 break

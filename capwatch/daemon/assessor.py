@@ -49,6 +49,8 @@ class AssessmentRequest:
     """See AssessmentConfig.min_outcome_probability."""
     probability_tolerance: float = 0.1
     """See AssessmentConfig.probability_tolerance."""
+    max_query_atoms: int = 10_000
+    """See AssessmentConfig.max_query_atoms."""
     method: str | None = None
     """An operator's request ("assess now"): this method, with or without evidence."""
     optimal_traces: Sequence[Sequence[tuple[str, ...]]] = ()
@@ -113,7 +115,8 @@ class EngineAssessor:
                             budget=request.query_budget,
                             objects=self.objects.get(request.family),
                             min_outcome_probability=request.min_outcome_probability,
-                            probability_tolerance=request.probability_tolerance)
+                            probability_tolerance=request.probability_tolerance,
+                            max_query_atoms=request.max_query_atoms)
             queries += result.query_count
             model = result.domain()
             details["method"] = result.method.value

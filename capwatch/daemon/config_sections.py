@@ -251,6 +251,11 @@ class AssessmentConfig(Section):
     re-estimated from the answers and published only once each is within this of the
     truth (but for the assessment's accepted error); otherwise the assessment fails
     closed. 1 publishes the estimate however wide."""
+    max_query_atoms: int = Field(default=10_000, ge=1)
+    """The largest initial state (atoms) of one query to the agent: probes beyond it wait
+    for the next query. The agent sets up and runs a whole query within
+    ``agents.timeout_s``; lower this for slow agents (docs/agent-query-protocol.md,
+    "Query size")."""
 
 
 class SchedulerConfig(Section):

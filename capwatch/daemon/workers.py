@@ -399,6 +399,7 @@ class AssessmentWorkers:
                 samples=self.config.assessment.samples,
                 min_outcome_probability=self.config.assessment.min_outcome_probability,
                 probability_tolerance=self.config.assessment.probability_tolerance,
+                max_query_atoms=self.config.assessment.max_query_atoms,
                 method=item.method))
             stage[0] = "ending the work"
             queries = outcome.queries

@@ -195,3 +195,37 @@ def test_auto_switches_to_verify_only_when_most_of_the_model_is_in_doubt() -> No
     assert not any("verifying the whole model" in n for n in low.notes)
     assert any("verifying the whole model" in n for n in high.notes)
     assert high.best_guess().accuracy(true_model) == 1.0
+
+
+class _SizeRecordingAgent:
+    def __init__(self, inner: SimulatedAgent) -> None:
+        self.inner = inner
+        self.sizes: list[tuple[int, int]] = []
+
+    def query(self, state: State, plan: Sequence[GroundAction], samples: int = 1
+              ) -> list[QueryResult]:
+        self.sizes.append((len(state), len(plan)))
+        return self.inner.query(state, plan, samples)
+
+
+def test_a_query_state_stays_within_max_query_atoms_and_the_model_is_the_same() -> None:
+    # rev13a: probes packed without a cap made a 54,178-atom query no live agent answered
+    # in time; capped, the probes left out go in later queries and the verdict holds.
+    truth, _, trace = _inputs("blocksworld")
+    initial = read_domain(DOMAINS / "blocksworld" / "initial-models" / "domain_25_0.pddl")
+    free = _SizeRecordingAgent(SimulatedAgent(truth, seed=1))
+    wide = assess(initial, [trace], free, method="verify")
+    cap = max(2, max(atoms for atoms, _ in free.sizes) // 4)
+    capped_agent = _SizeRecordingAgent(SimulatedAgent(truth, seed=1))
+    capped = assess(initial, [trace], capped_agent, method="verify", max_query_atoms=cap)
+    assert max(atoms for atoms, _ in free.sizes) > cap
+    assert all(atoms <= cap for atoms, steps in capped_agent.sizes if steps > 1)
+    assert capped.query_count > wide.query_count
+    assert not capped.budget_exhausted and not capped.unresolved
+    assert capped.domain() == wide.domain()
+
+
+def test_max_query_atoms_must_be_positive() -> None:
+    truth, _, _ = _inputs("gripper")
+    with pytest.raises(ValueError, match="max_query_atoms"):
+        assess(truth, [], SimulatedAgent(truth), max_query_atoms=0)
