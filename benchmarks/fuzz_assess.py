@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import sys
-import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+from assess_runs import agent_transitions, assess_once
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
 from capwatch.assess.observations import Transition
 from capwatch.assess.replay import replay
-from capwatch.contracts.wire import AgentTransition
-from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
+from capwatch.daemon.assessor import AssessmentRequest
 from capwatch.model.domain import Action, Domain, Outcome
 from capwatch.model.pal import (
     LEGAL_PA_VALUES,
@@ -284,14 +282,6 @@ def same(a: Domain, b: Domain) -> bool:
         effects(x) == effects(b.action(x.name)) for x in a.actions)
 
 
-class Timeout(Exception):
-    pass
-
-
-def _alarm(*_):
-    raise Timeout()
-
-
 def run(case: Case, seed: int, agent_kind: str, budget: int = 500) -> dict:
     truth_agent = SimulatedAgent(case.truth, seed=seed, problem=case.problem)
     # the evidence: the truth's walks, split by the known model as the monitor would
@@ -319,31 +309,14 @@ def run(case: Case, seed: int, agent_kind: str, budget: int = 500) -> dict:
         raise ValueError(agent_kind)
     agent = Counting(inner)
 
-    def tr(t: Transition, i: int) -> AgentTransition:
-        return AgentTransition("a", "f", "e", i, None, t.state, t.action, t.next_state, False,
-                               executed=t.executed)
-
     nb = random.Random(seed).choice((1, 1, 2, 3))
     req = AssessmentRequest("a", "f", case.known, agent,
-                            inconsistent=[tr(t, i) for i, t in enumerate(bad[:nb])],
-                            executed=[tr(t, i) for i, t in enumerate(good[-40:])],
+                            inconsistent=agent_transitions(bad[:nb]),
+                            executed=agent_transitions(good[-40:]),
                             query_budget=budget, confirm_queries=64)
-    t0 = time.monotonic()
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(180)
-    try:
-        out = EngineAssessor(method="verify").assess(req)
-    except Timeout:
-        rec["status"] = "hang"
+    out = assess_once(req, rec, seconds=180)
+    if out is None:
         return rec
-    except Exception as exc:
-        rec["status"] = "crash"
-        rec["error"] = f"{type(exc).__name__}: {exc}"
-        rec["tb"] = traceback.format_exc()[-2000:]
-        return rec
-    finally:
-        signal.alarm(0)
-    rec["seconds"] = round(time.monotonic() - t0, 2)
     rec["queries"] = agent.queries
     rec["samples"] = agent.samples
     rec["steps"] = agent.steps

@@ -12,20 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import signal
 import sys
-import time
-import traceback
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from assess_runs import agent_transitions, assess_once
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
 from capwatch.assess.observations import Transition
 from capwatch.assess.replay import replay
-from capwatch.contracts.wire import AgentTransition
-from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
+from capwatch.daemon.assessor import AssessmentRequest
 from capwatch.model.domain import Action, Domain, Outcome, Problem
 from capwatch.model.pal import AbstractModel, lifted_instantiations, pal_tuples
 from capwatch.model.pddl_reader import read_domain, read_problem
@@ -275,14 +273,6 @@ def compare(model: Domain, truth: Domain, unres: set[str]) -> tuple[list[str], l
     return bad, bad_unres, perr
 
 
-class Timeout(Exception):
-    pass
-
-
-def _alarm(*_: object) -> None:
-    raise Timeout()
-
-
 def run(case: Case, seed: int, kind: str) -> dict:
     truth_agent = SimulatedAgent(case.truth, seed=seed, problem=case.problem)
     good, bad = [], []
@@ -303,29 +293,14 @@ def run(case: Case, seed: int, kind: str) -> dict:
              "statewise": lambda: Statewise(known_agent, truth_agent)}[kind]()
     agent = Counting(inner)
 
-    def tr(t: Transition, i: int) -> AgentTransition:
-        return AgentTransition("a", "f", "e", i, None, t.state, t.action, t.next_state, False,
-                               executed=t.executed)
-
     req = AssessmentRequest("a", "f", case.known, agent,
-                            inconsistent=[tr(t, i) for i, t in enumerate(bad[:2])],
-                            executed=[tr(t, i) for i, t in enumerate(good[-40:])],
+                            inconsistent=agent_transitions(bad[:2]),
+                            executed=agent_transitions(good[-40:]),
                             query_budget=500, confirm_queries=64)
-    t0 = time.monotonic()
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(240)
-    try:
-        out = EngineAssessor(method="verify").assess(req)
-    except Timeout:
-        rec["status"] = "hang"
+    out = assess_once(req, rec, seconds=240)
+    if out is None:
         return rec
-    except Exception as exc:
-        rec.update(status="crash", error=f"{type(exc).__name__}: {exc}",
-                   tb=traceback.format_exc()[-1500:])
-        return rec
-    finally:
-        signal.alarm(0)
-    rec.update(seconds=round(time.monotonic() - t0, 2), queries=agent.queries, steps=agent.steps)
+    rec.update(queries=agent.queries, steps=agent.steps)
     if out.unexplained:
         rec.update(status="failed_closed", why=out.unexplained[0].source)
         return rec

@@ -44,22 +44,20 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import signal
 import sys
-import time
-import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assess_runs import agent_transitions, assess_once
+
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult, State
 from capwatch.assess.observations import Transition
 from capwatch.assess.replay import replay
-from capwatch.contracts.wire import AgentTransition
-from capwatch.daemon.assessor import AssessmentOutcome, AssessmentRequest, EngineAssessor
+from capwatch.daemon.assessor import AssessmentRequest
 from capwatch.model.domain import Action, Domain, GroundAction, LiftedAtom, Outcome, Problem
 from capwatch.model.pal import Location, PaTuple, lifted_instantiations
 from capwatch.model.pddl_reader import read_domain, read_problem
@@ -441,14 +439,6 @@ def compare(model: Domain, truth: Domain, unresolved: set[str]) -> list[str]:
     return bad
 
 
-class Timeout(Exception):
-    pass
-
-
-def _alarm(*_: object) -> None:
-    raise Timeout()
-
-
 def observe(case: Case, agent: SimulatedAgent, seed: int
             ) -> tuple[list[Transition], list[Transition]]:
     """The truth's random walks, split by the known model as the monitor would; when
@@ -525,33 +515,14 @@ def run(case: Case, seed: int, kind: str, budget: int = 500, method: str = "veri
     inner, final = agent_for(case, seed, kind)
     agent = Counting(inner)
 
-    def tr(t: Transition, i: int) -> AgentTransition:
-        return AgentTransition("a", "f", "e", i, None, t.state, t.action, t.next_state, False,
-                               executed=t.executed)
-
     req = AssessmentRequest("a", "f", case.known, agent,
-                            inconsistent=[tr(t, i) for i, t in enumerate(bad[:2])],
-                            executed=[tr(t, i) for i, t in enumerate(good[-40:])],
+                            inconsistent=agent_transitions(bad[:2]),
+                            executed=agent_transitions(good[-40:]),
                             query_budget=budget, confirm_queries=64)
-    t0 = time.monotonic()
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(300)
-    out: AssessmentOutcome
-    try:
-        out = EngineAssessor(method=method).assess(req)
-    except Timeout:
-        rec["status"] = "hang"
+    out = assess_once(req, rec, method=method, seconds=300)
+    if out is None:
         return rec
-    except AgentUnavailable as exc:
-        rec.update(status="failed_closed", why=f"agent unavailable: {exc}")
-        return rec
-    except Exception as exc:
-        rec.update(status="crash", error=f"{type(exc).__name__}: {exc}",
-                   tb=traceback.format_exc()[-1500:])
-        return rec
-    finally:
-        signal.alarm(0)
-    rec.update(seconds=round(time.monotonic() - t0, 2), queries=agent.queries, steps=agent.steps)
+    rec.update(queries=agent.queries, steps=agent.steps)
     if out.unexplained:
         rec.update(status="failed_closed", why=out.unexplained[0].source)
         return rec
