@@ -389,22 +389,27 @@ class AssessmentWorkers:
         if version is None:
             stage[0] = "asking the agent"
             base_domain = base.domain()
-            outcome = self.assessor.assess(AssessmentRequest(
+            try:
+                outcome = self.assessor.assess(AssessmentRequest(
                 agent_id=agent_id, family=family, model=base_domain,
-                agent=self.agents.agent(agent_id, family),
-                inconsistent=item.inconsistent, executed=item.executed,
-                drifted_actions=item.drifted_actions(), drift_probes=item.probes,
-                query_budget=self.config.assessment.query_budget,
-                confirm_queries=self.config.assessment.confirm_queries,
-                samples=self.config.assessment.samples,
-                min_outcome_probability=self.config.assessment.min_outcome_probability,
-                probability_tolerance=self.config.assessment.probability_tolerance,
-                max_query_atoms=self.config.assessment.max_query_atoms,
-                method=item.method))
+                    agent=self.agents.agent(agent_id, family),
+                    inconsistent=item.inconsistent, executed=item.executed,
+                    drifted_actions=item.drifted_actions(), drift_probes=item.probes,
+                    query_budget=self.config.assessment.query_budget,
+                    confirm_queries=self.config.assessment.confirm_queries,
+                    samples=self.config.assessment.samples,
+                    min_outcome_probability=self.config.assessment.min_outcome_probability,
+                    probability_tolerance=self.config.assessment.probability_tolerance,
+                    max_query_atoms=self.config.assessment.max_query_atoms,
+                    method=item.method))
+            finally:
+                # Every attempt that asked the agent, ended or not: an agent too slow to
+                # answer (timeouts, then agent_unreachable) is the slowest assessment of
+                # all, and left out it never showed on the duration's alert (rev13a).
+                self.metrics.assessment_seconds.labels(family).observe(time.monotonic() - t0)
             stage[0] = "ending the work"
             queries = outcome.queries
             self.metrics.queries.labels(family).inc(queries)
-            self.metrics.assessment_seconds.labels(family).observe(time.monotonic() - t0)
             if outcome.unexplained:
                 # A model contradicting its own evidence is never published; the same
                 # evidence will not start another assessment (the watch backs off).

@@ -103,6 +103,9 @@ def test_an_unreachable_agent_is_retried_with_backoff_until_it_answers(tmp_path:
         t += timedelta(seconds=wait)
     assert _attempt(d, now, t)
     assert d.store.queue_items("pending") == d.store.queue_items("failed") == []
+    # Each attempt's time is in the duration histogram, the unreachable ones too.
+    assert d.metrics.registry.get_sample_value(
+        "capwatch_assessment_duration_seconds_count", {"family": "rover-v1"}) == 4
     (version,) = d.store.history("rover-v1", "rover-a")
     assert version.evidence["assessment_key"] == d.store.queue_items("done")[0].key
     assert _failed_alerts(d, out) == []
