@@ -4,7 +4,8 @@ before costs one dict lookup on its text and is never parsed again.
 
 A state's JSON text ``[[...], [...]]`` is cut at every ``]``: each piece but the last then
 holds one atom's text with the separator before it (``, ["at", "r1", "w2"``; the first
-piece is given a ``,`` so that it looks like the others), the last piece only whitespace.
+piece is given the second one's separator so that it looks like the others,
+:func:`_first`), the last piece only whitespace.
 A piece is remembered (:data:`PIECES`, piece → atom id) only after checking that, read
 alone, it is whitespace, a comma, whitespace and the JSON text of exactly the atom it
 stands for. A state text cut into remembered pieces is therefore valid JSON whose atoms
@@ -203,6 +204,31 @@ def _turn_vocabulary() -> None:
     turns += 1
 
 
+def _first(pieces: list[bytes]) -> bytes:
+    """The first piece of a state's text (whatever follows its ``[``) spelt as the
+    pieces after it are: with the separator the second piece starts with (its bytes up
+    to its first ``[``) in place of its own leading whitespace, so that an atom first in
+    one state and later in another is one piece (with ``b","`` before it, a state's
+    first atom made a piece of its own for every atom that ever came first: twice the
+    pieces of a writer spacing its commas). With one piece, or when the first does not
+    start with ``[`` after its whitespace, ``b","`` before it.
+
+    The piece stands for the same atom: a remembered piece is whitespace, a comma,
+    whitespace and one atom's text (:func:`_atom_of`), and since the separator taken
+    holds no ``[``, the remembered piece equal to this one starts with exactly that
+    separator, so it is whitespace, a comma and whitespace, and the rest, the first
+    piece's own text after its whitespace, is that atom's text."""
+    first = pieces[0]
+    if len(pieces) > 1:
+        head = first.lstrip(_WS)
+        if head[:1] == b"[":
+            second = pieces[1]
+            at = second.find(b"[")
+            if at > 0:
+                return second[:at] + head
+    return b"," + first
+
+
 def ids(text: bytes) -> list[int] | None:
     """The ids of the atoms of a state's JSON text, in order and with repeats, when the
     text is cut into remembered pieces only; None when it is not (the full decoder's
@@ -213,7 +239,7 @@ def ids(text: bytes) -> list[int] | None:
     if pieces.pop().strip(_WS):
         return None
     if pieces:
-        pieces[0] = b"," + pieces[0]
+        pieces[0] = _first(pieces)
     try:
         return list(map(PIECES.__getitem__, pieces))
     except KeyError:
@@ -245,7 +271,7 @@ def teach(text: bytes, atoms: Sequence[GroundAtom]) -> None:
     if len(pieces) != len(atoms) + 1 or pieces.pop().strip(_WS):
         return
     if pieces:
-        pieces[0] = b"," + pieces[0]
+        pieces[0] = _first(pieces)
     for piece, atom in zip(pieces, atoms, strict=True):
         known = ID.get(atom)
         if known is None or piece in PIECES:

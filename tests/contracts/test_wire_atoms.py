@@ -166,3 +166,59 @@ def test_the_state_texts_are_bounded_and_those_in_use_kept(
     first = json.dumps([["at", f"o0-{i}", "w" * 40] for i in range(8)]).encode()
     assert first not in wire_atoms.STATES and first not in wire_atoms._OLDER_STATES
     assert json.dumps(cold).encode() in wire_atoms.STATES
+
+
+_WRITERS = [{}, {"separators": (",", ":")}, {"indent": 2}, {"separators": (" ,\t", ":")}]
+
+
+@pytest.mark.parametrize("style", _WRITERS, ids=repr)
+def test_an_atom_first_in_one_state_and_later_in_another_is_one_piece(
+        style: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first piece is spelt with the second one's separator (wire_atoms._first): the
+    # atoms a writer's states start with make no pieces of their own, and a state that
+    # starts with an atom seen only later in others is read from the pieces it has.
+    wire_atoms.forget()
+    atoms = [["at", f"r{i}", f"w{i:030}"] for i in range(12)]
+    raw = event(atoms, atoms[1:], style)
+    assert wire_fast.decode(raw, LIMITS) == wire.decode(raw, LIMITS)
+    assert len(wire_atoms.PIECES) == len(atoms)
+
+    def parse(text: bytes) -> Any:
+        raise AssertionError("parsed a state of known atoms")
+    monkeypatch.setattr(wire_fast, "_STATE", parse)
+    moved = [*atoms[5:], *atoms[:5]]  # atoms[5] first, atoms[0] later
+    raw = event(moved, moved[::-1], style)
+    monkeypatch.setattr(wire_fast, "_CANONICAL", None)  # read as sent, by its pieces
+    assert wire_fast.decode(raw, LIMITS) == wire.decode(raw, LIMITS)
+    assert len(wire_atoms.PIECES) == len(atoms)
+    wire_atoms.forget()
+
+
+@pytest.mark.parametrize("text", [
+    b'[["at", "a"] ["at", "b"], ["at", "c"]]',  # no comma after the first atom
+    b'[["at", "a"], ["at", "b"] ["at", "c"]]',
+    b'[x["at", "a"], ["at", "b"]]',
+    b'[,["at", "a"], ["at", "b"]]',
+    b'[["at", "a"],, ["at", "b"]]',
+    b'[["at", "a"], x, ["at", "b"]]',
+    b'[["at", "a"], "x" ["at", "b"]]',
+    b'[["at", "a"],["at", "b"], ["at", "c"]]',  # valid, two separators
+    b'[ \t["at", "a"],\n["at", "b"]]',
+    b'[["at", "a"]]',
+    b'[]',
+], ids=repr)
+def test_a_first_piece_is_read_as_its_state_reads(text: bytes) -> None:
+    # Every piece of these texts but the first, spelt with its separator, is known
+    # (taught by a valid state first); the first piece borrows the second's separator:
+    # whatever the bytes, the state reads as the schema reads it, or is refused alike.
+    wire_atoms.forget()
+    filler = [["at", f"{i:040}"] for i in range(8)]
+    for style in ({}, {"separators": (",", ":")}, {"separators": (",\n", ":")}):
+        taught = event([["at", "z"], ["at", "a"], ["at", "b"], ["at", "c"], *filler],
+                       filler, style)
+        assert wire_fast.decode(taught, LIMITS) == wire.decode(taught, LIMITS)
+    state = text[:-1] + b", " + json.dumps(filler)[1:].encode() if text != b"[]" \
+        else json.dumps(filler).encode()
+    raw = event("S", filler, {}).replace(b'"S"', state)
+    assert wire_fast.decode(raw, LIMITS) == wire.decode(raw, LIMITS)
+    wire_atoms.forget()
