@@ -215,7 +215,10 @@ def decode(
     which the monitor recognises to reuse its encoding too. If the list has a second
     item, it is set to the atoms in exactly one of the event's state and next state when
     the next state was made from the state by them (a list, no atom twice), else None:
-    the monitor then encodes the next state by those few atoms.
+    the monitor then encodes the next state by those few atoms. If it has a third, that
+    is set, for a ``trace`` event, to such atoms (or None) for each of its steps, in
+    order (else None); a trace's last state becomes the memo, as a transition's next
+    state does.
     """
     full = size if size is not None else len(raw)
     if full <= limits.max_message_bytes:
@@ -346,23 +349,87 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
     return (*read, generation), flipped
 
 
-def _trace_states(texts: list[msgspec.Raw], max_atoms: int) -> list[frozenset[GroundAtom]]:
-    """A trace's states, each read from its text as a transition's states are: a state's
-    atoms seen before are looked up by their texts' pieces, and each state is made from
-    the one before by the ids that differ (a step changes few atoms). Parsing them all
+def _recognised(last: StateMemo | None, text: bytes) -> bool:
+    """Whether ``text`` is the memo's (``_fingerprint(text) == last[0]``, without
+    building it)."""
+    if last is None:
+        return False
+    kept = last[0]
+    if isinstance(kept, bytes):
+        return kept == text
+    # Also a memo kept by its hashed fingerprint (hashed()), of a short text.
+    return kept[0] == len(text) and kept[1] == hash(text)
+
+
+_ONCE: Final[set[int]] = set()
+"""The hashes of out-of-order texts (as sent) read once by their canonical texts: such a
+text seen again is remembered as sent (wire_atoms.STATES, the canonical read), so that
+an agent whose atoms come in a stable order of its own (not sorted) is not rebuilt at
+every record its memo misses (a new episode, a reset: ~10 us a 13 KB state, long-names
++5 to 33%). A text sent once (a hash set's ever other order) is not remembered: it
+would push out of STATES the texts in use. A hash shared by chance only remembers a
+text earlier (the text itself is the key)."""
+MAX_ONCE = 100_000
+
+
+def _admit(text: bytes, n: int, s: frozenset[GroundAtom], ids: list[int] | None,
+           generation: int) -> None:
+    """``text``, an out-of-order state as sent, read as ``(n, s, ids)`` from its canonical
+    text: remembered as sent the second time it comes (:data:`_ONCE`). Only a read of
+    the current generation (reading the next state may have turned the vocabulary, and
+    an id from before the turn may name another atom now)."""
+    if generation != wire_atoms.generation:
+        return
+    h = hash(text)
+    if h in _ONCE:
+        _ONCE.discard(h)
+        wire_atoms.remember_state(text, (n, s, ids))
+        return
+    if len(_ONCE) >= MAX_ONCE:
+        _ONCE.clear()  # a bound on memory; a text then waits for a third sighting
+    _ONCE.add(h)
+
+
+def _trace_states(texts: list[bytes], max_atoms: int, last: StateMemo | None
+                  ) -> tuple[list[frozenset[GroundAtom]], list[list[GroundAtom] | None],
+                             _Read]:
+    """A trace's states, each read from its text as a transition's states are: the first
+    one, when it is the agent's memo's text (a trace continuing the agent's last one), is
+    the memo's set; a state's atoms seen before are looked up by their texts' pieces, and
+    each state is made from the one before by the ids that differ (a step changes few
+    atoms); a state whose text repeats the one before is the same set. Parsing them all
     into atoms and looking every atom up cost ~0.2 us an atom, 51 states of a 50-step
     trace. The texts are not remembered whole (wire_atoms.STATES): a trace's passing
-    states would push out those many agents' transitions share."""
+    states would push out those many agents' transitions share.
+
+    With the sets, each step's flipped atoms (as :func:`_next_state` gives them: the
+    monitor encodes the step's next state from its state by them) and the last state's
+    read, which the agent's memo keeps."""
     out = []
-    last: _Read | None = None
-    for text in texts:
-        raw = bytes(text)
-        if last is not None and last[2] is not None and len(raw) > _SMALL_STATE:
-            last, _ = _next_state(raw, max_atoms, last[1], last[2], last[3], False)
+    flips: list[list[GroundAtom] | None] = []
+    read: _Read
+    first = texts[0]
+    if last is not None and _recognised(last, first):
+        read = last[1], last[2], last[3], last[4]
+        if read[0] > max_atoms:
+            raise _Refused  # a memo made under other limits
+    else:
+        read = _state(first, max_atoms, False)
+    out.append(read[1])
+    before = first
+    for raw in texts[1:]:
+        flipped = None
+        if raw == before:
+            pass  # a refused or idle step: one set for both (encoded once)
+        elif read[2] is not None and len(raw) > _SMALL_STATE:
+            read, flipped = _next_state(raw, max_atoms, read[1], read[2], read[3], False)
         else:
-            last = _state(raw, max_atoms, False)
-        out.append(last[1])
-    return out
+            after = _state(raw, max_atoms, False)
+            read = (after[0], read[1], after[2], after[3]) if after[1] == read[1] else after
+        out.append(read[1])
+        flips.append(flipped)
+        before = raw
+    return out, flips, read
 
 
 def _tagged(raw: bytes) -> bool:
@@ -395,7 +462,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         # the key guard's colon count can miss the tag when a string holds a colon.
         event = _DECODER.decode(raw)
         if type(event) is not _TRANSITION_STRUCT:
-            return _trace(event, raw, limits, key, partition, offset)
+            return _trace(event, raw, limits, key, partition, offset, memo)
         if not _tagged(raw):
             # Decoded alone, msgspec takes a missing tag as given, and the key guard
             # below counts it as a key: a key given twice would then balance the count.
@@ -443,6 +510,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             raise _Refused
     # Typed: mypyc then reads its items directly (an Any's cost a generic lookup each).
     last: StateMemo | None = memo[0] if memo is not None else None
+    sent = state
     matched = False
     reordered = False
     if last is not None:  # _fingerprint(state) == last[0], without building it
@@ -451,11 +519,13 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             matched = kept == state
         else:  # also a memo kept by its hashed fingerprint (hashed()), of a short text
             matched = kept[0] == len(state) and kept[1] == hash(state)
-        if not matched and _CANONICAL is not None:
+        if not matched and _CANONICAL is not None \
+                and wire_atoms.known_state(state) is None:
             canon = _CANONICAL(state)
             if canon is not state:
                 # Its atoms out of order: both states read by their canonical texts
-                # (_CANONICAL), the memo kept by the texts as sent.
+                # (_CANONICAL), the memo kept by the texts as sent. A text as sent that
+                # is read before (_admit) is not rebuilt.
                 state = canon
                 reordered = True
     next_sent = next_state
@@ -489,6 +559,11 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             next_state, max_atoms, s, ids, generation)
     if n > max_atoms:
         raise _Refused  # a memo made under other limits
+    if reordered:
+        # Only the state: once it is read as sent, so is the next state (and it is
+        # remembered as sent there), and the next state's text is not hashed for a
+        # producer of ever other orders.
+        _admit(sent, n, s, ids, generation)
     if memo is not None:
         # When they are one text, the state's object: its hash, if taken above, is kept.
         # Read by canonical texts, the next state as sent.
@@ -497,6 +572,8 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
                    n2, s2, ids2, generation2)
         if len(memo) > 1:
             memo[1] = flipped
+            if len(memo) > 2:
+                memo[2] = None
     when = None if time_raw is _NONE_TIME else _time(time)
     if interned is not None and _actions_generation == wire_atoms.generation:
         action = interned
@@ -530,7 +607,8 @@ def _forget_actions() -> None:
 
 
 def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
-           partition: int, offset: int) -> list[AgentTransition]:
+           partition: int, offset: int, memo: list[Any] | None = None
+           ) -> list[AgentTransition]:
     # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
     if (event.v is not UNSET and type(event.v) is not int) \
             or (key is not None and key != event.agent_id.encode()):
@@ -553,7 +631,18 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
             or n > limits.max_trace_steps:
         raise _Refused
     when = None if event.time is _NO_TIME else _time(time)
-    states = _trace_states(event.states, max_atoms)
+    texts = [bytes(text) for text in event.states]
+    states, flips, last = _trace_states(texts, max_atoms, None if memo is None else memo[0])
+    if memo is not None:
+        # The agent's memo keeps the trace's last state, as it keeps a transition's next
+        # state: a trace continuing this one (or a transition) starts from that set.
+        text = texts[-1]
+        memo[0] = (text if len(text) <= _MEMO_TEXT else (len(text), hash(text)),
+                   last[0], last[1], last[2], last[3])
+        if len(memo) > 1:
+            memo[1] = None
+        if len(memo) > 2:
+            memo[2] = flips
     start = 0 if event.start_step is UNSET else event.start_step
     return [
         AgentTransition(

@@ -31,6 +31,7 @@ from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
 from capwatch.model.consistency import Verdict
+from capwatch.model.domain import GroundAtom
 from capwatch.model.errors import ModelError
 
 log = structlog.get_logger("capwatch.daemon")
@@ -124,8 +125,15 @@ class Batches:
                                         or finding.verdict is _INCONSISTENT:
                                     self._notable(watch, t, finding)
                         else:
-                            for t in transitions:
-                                self.observe(watch, t)
+                            # Each step with the atoms the decoder made its next state
+                            # by, as a single transition's (Intake checked the steps).
+                            flips = self.intake.steps_flipped
+                            if flips is None or len(flips) != len(transitions):
+                                for t in transitions:
+                                    self.observe(watch, t)
+                            else:
+                                for t, flipped in zip(transitions, flips, strict=True):
+                                    self.observe(watch, t, flipped)
                 except INFRASTRUCTURE_ERRORS:
                     raise  # the store is down: stop without committing past this record
                 except Exception as e:
@@ -170,9 +178,11 @@ class Batches:
             for source, n in Counter(r.source for r in handled).items():
                 self.metrics.records.child(source).inc(n)
 
-    def observe(self, watch: AgentWatch, t: AgentTransition) -> None:
-        """Observe one transition of ``watch``'s agent and act on what it showed."""
-        finding = watch.observe(t)
+    def observe(self, watch: AgentWatch, t: AgentTransition,
+                flipped: list[GroundAtom] | None = None) -> None:
+        """Observe one transition of ``watch``'s agent and act on what it showed;
+        ``flipped`` as for ``AgentWatch.observe``."""
+        finding = watch.observe(t, flipped)
         if finding is DUPLICATE:
             self._repeated(watch)
             return

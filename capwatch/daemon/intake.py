@@ -65,6 +65,8 @@ class Intake:
         self.flipped: list[GroundAtom] | None = None
         """The atoms the last record read's transition changed, when the decoder made its
         next state from its state by them (for ``AgentWatch.observe``); else None."""
+        self.steps_flipped: list[list[GroundAtom] | None] | None = None
+        """For a trace, the same for each of its steps, in order; else None."""
 
     def read(self, record: Record) -> tuple[AgentWatch, list[AgentTransition]] | None:
         """The record's transitions and their agent's watch; None when there are none
@@ -91,11 +93,12 @@ class Intake:
                 # Its bytes keep the memo's fingerprint (AgentWatch.freeze): thawed now
                 # rather than by the observation, so that the decoder gets the memo.
                 prior.thaw()
-        memo: list[Any] = [None if prior is None else prior.state_memo, None]
+        memo: list[Any] = [None if prior is None else prior.state_memo, None, None]
         decoded = decode(record.value, self.limits, key=key,
                          partition=record.partition, offset=record.offset, size=record.size,
                          sha256=record.sha256, memo=memo)
         self.flipped = memo[1]
+        self.steps_flipped = memo[2]
         if isinstance(decoded, DeadLetter):
             self.dead_letter(record, decoded.reason, "decode")
             return None

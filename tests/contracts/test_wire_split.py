@@ -6,6 +6,7 @@ with the schema's."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
 
 import msgspec
@@ -304,3 +305,83 @@ def test_an_agent_sending_its_states_in_ever_other_orders_is_read_as_the_schema_
             state = after
     finally:
         wire_fast._SPLIT = kept
+
+
+def _orders_test(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """wire_fast._CANONICAL counted (the Python one when C is not built): the texts it
+    was handed."""
+    from capwatch.contracts import wire_atoms
+
+    wire_atoms.forget()
+    canonical = wire_split.CANONICAL or wire_split.canonical
+    handed: list[bytes] = []
+
+    def counted(text: bytes) -> bytes:
+        handed.append(text)
+        return canonical(text)
+    monkeypatch.setattr(wire_fast, "_CANONICAL", counted)
+    return handed
+
+
+def test_an_agent_keeping_an_order_of_its_own_is_rebuilt_once_per_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An agent's atoms in a stable order that is not sorted (named after they were
+    # sorted, say), its episodes restarting from their first state: each restart misses
+    # its memo. The text as sent, read the first time by its canonical text, is
+    # remembered as sent when it comes again (wire_fast._admit), and then not rebuilt.
+    from capwatch.contracts import wire_atoms
+
+    handed = _orders_test(monkeypatch)
+    names = [["road", f"z{20 - i:02}", f"w{i}"] for i in range(20)]  # not sorted
+    walk = [names[:14], names[:13], names[1:13], names[1:14]]
+    memo: list[Any] = [None, None]
+    # The agent's first record (no memo yet: its states read as sent), ending where
+    # each episode ends.
+    raw = json.dumps({"type": "transition", "agent_id": "a-1", "family": "f",
+                      "state": walk[-1], "action": ["go"], "next_state": walk[-1]}).encode()
+    assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS)
+    rebuilt = []
+    for _ in range(4):
+        handed.clear()
+        for state, after in pairwise(walk):
+            raw = json.dumps({"type": "transition", "agent_id": "a-1", "family": "f",
+                              "state": state, "action": ["go"],
+                              "next_state": after}).encode()
+            got = wire_fast.decode(raw, LIMITS, memo=memo)
+            assert got == wire.decode(raw, LIMITS)
+            assert not isinstance(got, wire.DeadLetter)
+        rebuilt.append(len(handed))
+        assert memo[0] is not None and memo[0][2] == frozenset(map(tuple, walk[-1]))
+    # Each episode's first record misses the memo: its two states rebuilt in the first
+    # episode, again in the second (seen once before), then read as sent.
+    assert rebuilt == [2, 2, 0, 0], rebuilt
+    wire_atoms.forget()
+
+
+def test_states_in_ever_other_orders_are_not_remembered_as_sent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A hash set's iteration: every text a new order, never sent again. Only the
+    # canonical texts are remembered whole (wire_atoms.STATES), not each order.
+    import random
+
+    from capwatch.contracts import wire_atoms
+
+    _orders_test(monkeypatch)
+    rng = random.Random(3)
+    names = [["road", f"w{i}", f"w{i + 1}"] for i in range(40)]
+    memo: list[Any] = [None, None]
+    state = set(range(30))  # (a few atoms could come in order by chance)
+    for _ in range(200):
+        after = state ^ {rng.randrange(40)}
+        raw = json.dumps({"type": "transition", "agent_id": "a-1", "family": "f",
+                          "state": rng.sample([names[i] for i in state], len(state)),
+                          "action": ["go"],
+                          "next_state": rng.sample([names[i] for i in after],
+                                                   len(after))}).encode()
+        got = wire_fast.decode(raw, LIMITS, memo=memo)
+        assert got == wire.decode(raw, LIMITS)
+        state = after
+    # Only the first record's two texts (no memo yet to miss: read as sent).
+    as_sent = [t for t in wire_atoms.STATES if wire_split.canonical(t) != t]
+    assert len(as_sent) <= 2 and len(wire_atoms.STATES) > 150
+    wire_atoms.forget()
