@@ -81,9 +81,12 @@ State = tuple[int, frozenset[GroundAtom], list[int] | None]
 """A state read from its text: its atoms as sent, its set and its atoms' ids (in order,
 with repeats; None for a short text, decoded whole). A pure function of the text,
 shared by every agent that sends that text."""
-STATES: dict[bytes, State] = {}
+Kept = tuple[int, frozenset[GroundAtom], list[int] | None, bytes]
+"""A :data:`State` as :data:`STATES` keeps it, with its text: the table's own key object,
+which an agent's memo holds (wire_fast) rather than a copy of the text or its hash."""
+STATES: dict[bytes, Kept] = {}
 """A state's whole text → its read, for texts read before (:func:`known_state`)."""
-_OLDER_STATES: dict[bytes, State] = {}
+_OLDER_STATES: dict[bytes, Kept] = {}
 _states_bytes = 0
 MAX_STATE_BYTES = 12_000_000
 """The memory a generation of :data:`STATES` may take (two generations, as the
@@ -114,8 +117,9 @@ def forget() -> None:
     generation += 1
 
 
-def known_state(text: bytes) -> State | None:
-    """The read of a state's text seen before (its ids of this generation), or None.
+def known_state(text: bytes) -> Kept | None:
+    """The read of a state's text seen before (its ids of this generation), with the
+    table's own copy of the text, or None.
 
     Agents of one family share states (their problems' scenery, the states a policy
     visits), and a state's text, hashed anyway to fingerprint it, is then read in one
@@ -124,18 +128,23 @@ def known_state(text: bytes) -> State | None:
     if found is None and _OLDER_STATES:
         found = _OLDER_STATES.get(text)
         if found is not None:
-            remember_state(text, found)
+            _keep_state(found[3], found)
     return found
 
 
 def remember_state(text: bytes, state: State) -> None:
+    """Keep ``state``, the read of ``text`` (which becomes the table's key object)."""
+    _keep_state(text, (state[0], state[1], state[2], text))
+
+
+def _keep_state(text: bytes, kept: Kept) -> None:
     global STATES, _OLDER_STATES, _states_bytes
     cost = _state_cost(text)
     if _states_bytes + cost > MAX_STATE_BYTES:
         _OLDER_STATES, STATES = STATES, _OLDER_STATES
         STATES.clear()
         _states_bytes = 0
-    STATES[text] = state
+    STATES[text] = kept
     _states_bytes += cost
 
 

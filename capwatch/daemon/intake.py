@@ -94,9 +94,11 @@ class Intake:
                 # rather than by the observation, so that the decoder gets the memo.
                 prior.thaw()
         memo: list[Any] = [None if prior is None else prior.state_memo, None, None]
+        # A loaded watch's agent id and family came from a message the decoder checked.
         decoded = decode(record.value, self.limits, key=key,
                          partition=record.partition, offset=record.offset, size=record.size,
-                         sha256=record.sha256, memo=memo)
+                         sha256=record.sha256, memo=memo,
+                         known_ids=None if prior is None else (prior.agent_id, prior.family))
         self.flipped = memo[1]
         self.steps_flipped = memo[2]
         if isinstance(decoded, DeadLetter):

@@ -321,16 +321,25 @@ def test_the_memo_of_the_last_next_state_changes_nothing(
         assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS), raw
 
 
-def test_long_states_are_remembered_by_their_hash() -> None:
-    # States over the memo's text limit are kept as their length and hash: still recognised when
-    # repeated, never confused with another state of the same length.
+def test_long_states_are_remembered_by_the_shared_text() -> None:
+    # States over the memo's text limit are kept as the state reads' table's own copy of
+    # the text (no copy per agent): still recognised when repeated, never confused with
+    # another state of the same length.
     wide = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
     one = [["at", "r", f"w{i}"] for i in range(60)]
     other = [["at", "r", f"v{i}"] for i in range(60)]
     memo: list[wire_fast.StateMemo | None] = [None]
     first = wire_fast.decode(variant(TRANSITION, state=other, next_state=one), wide,
                              memo=memo)
-    assert memo[0] is not None and isinstance(memo[0][0], tuple)
+    assert memo[0] is not None and isinstance(memo[0][0], bytes)
+    one_text = json.dumps(one).encode()
+    assert len(one_text) > wire_fast._MEMO_TEXT and memo[0][0] == one_text
+    assert any(k is memo[0][0] for k in wire_atoms.STATES)
+    # Another agent's memo of the same text holds the very same copy.
+    other_memo: list[wire_fast.StateMemo | None] = [None]
+    wire_fast.decode(variant(TRANSITION, agent_id="rover-2", next_state=one), wide,
+                     memo=other_memo)
+    assert other_memo[0] is not None and other_memo[0][0] is memo[0][0]
     again = wire_fast.decode(variant(TRANSITION, state=one, next_state=other), wide,
                              memo=memo)
     assert not isinstance(first, DeadLetter) and not isinstance(again, DeadLetter)
@@ -362,6 +371,28 @@ def test_a_memo_in_either_form_recognises_only_its_own_text() -> None:
                 assert got == wire.decode(raw, wide), raw
                 assert not isinstance(got, DeadLetter)
                 assert (got[0].state is first[0].next_state) == (state == kept), (kept, state)
+
+
+def test_ids_the_caller_knows_are_not_looked_up_and_others_are_checked() -> None:
+    # ``known_ids``: the agent id and family of the caller's watch, which came from a message
+    # decoded before. A message naming exactly them skips the id caches (they stay as
+    # they were); one naming other ids is checked as ever, and refused if invalid.
+    known = (TRANSITION["agent_id"], TRANSITION["family"])
+    raw = variant(TRANSITION, episode_id=...)
+    wire_fast._VALID_AGENT_IDS.clear()
+    wire_fast._VALID_IDS.clear()
+    got = wire_fast.decode(raw, LIMITS, known_ids=known)
+    assert got == wire.decode(raw, LIMITS) and not isinstance(got, DeadLetter)
+    assert not wire_fast._VALID_AGENT_IDS and not wire_fast._VALID_IDS
+    assert wire_fast.decode(raw, LIMITS) == got  # without: looked up, and learnt
+    assert TRANSITION["agent_id"] in wire_fast._VALID_AGENT_IDS
+    for bad in (variant(TRANSITION, agent_id="-rover"), variant(TRANSITION, family="a\x01b"),
+                variant(TRANSITION, episode_id="e\x02"),
+                variant(TRANSITION, agent_id="rover-2", family="a\x01b")):
+        refused = wire_fast.decode(bad, LIMITS, known_ids=known)
+        assert isinstance(refused, DeadLetter) and refused == wire.decode(bad, LIMITS), bad
+    other = variant(TRANSITION, agent_id="rover-2")
+    assert wire_fast.decode(other, LIMITS, known_ids=known) == wire.decode(other, LIMITS)
 
 
 def test_a_repeated_state_is_the_very_set_of_the_memo() -> None:

@@ -37,7 +37,7 @@ def _check_tables() -> None:
     for pieces in (wire_atoms.PIECES, wire_atoms._OLDER):
         assert all(i in known for i in pieces.values())
     for states in (wire_atoms.STATES, wire_atoms._OLDER_STATES):
-        for _, atoms, ids in states.values():
+        for _, atoms, ids, _text in states.values():
             if ids is not None:
                 assert frozenset(map(wire_atoms.ATOM.__getitem__, ids)) == atoms
 
