@@ -14,10 +14,13 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from capwatch.assess.agent import AgentUnavailable
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import AgentUnavailable, State
 from capwatch.assess.observations import Transition
+from capwatch.assess.replay import replay
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.assessor import AssessmentOutcome, AssessmentRequest, EngineAssessor
+from capwatch.model.domain import Domain
 
 
 class Timeout(Exception):
@@ -26,6 +29,23 @@ class Timeout(Exception):
 
 def _alarm(*_: object) -> None:
     raise Timeout()
+
+
+def split_walks(agent: SimulatedAgent, known: Domain, episodes: int, length: int,
+                p_inapplicable: float
+                ) -> tuple[list[Transition], list[Transition], list[State]]:
+    """The agent's random walks split by the known model as the monitor would: the steps
+    it explains, those it cannot, and every state the walks went through."""
+    good: list[Transition] = []
+    bad: list[Transition] = []
+    states: list[State] = []
+    for _ in range(episodes):
+        ep = agent.random_walk(length, p_inapplicable=p_inapplicable)
+        states += ep.states
+        for i, a in enumerate(ep.actions):
+            t = Transition(ep.states[i], a, ep.states[i + 1], executed=ep.executed[i])
+            (bad if replay(known, [t]) else good).append(t)
+    return good, bad, states
 
 
 def agent_transitions(transitions: Sequence[Transition]) -> list[AgentTransition]:

@@ -8,12 +8,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from assess_runs import agent_transitions, assess_once
+from assess_runs import agent_transitions, assess_once, split_walks
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
-from capwatch.assess.observations import Transition
-from capwatch.assess.replay import replay
 from capwatch.daemon.assessor import AssessmentRequest
 from capwatch.model.domain import Action, Domain, Outcome
 from capwatch.model.pal import (
@@ -285,12 +283,7 @@ def same(a: Domain, b: Domain) -> bool:
 def run(case: Case, seed: int, agent_kind: str, budget: int = 500) -> dict:
     truth_agent = SimulatedAgent(case.truth, seed=seed, problem=case.problem)
     # the evidence: the truth's walks, split by the known model as the monitor would
-    good, bad = [], []
-    for _ in range(10):
-        ep = truth_agent.random_walk(15, p_inapplicable=0.1)
-        for i, a in enumerate(ep.actions):
-            t = Transition(ep.states[i], a, ep.states[i + 1], executed=ep.executed[i])
-            (bad if replay(case.known, [t]) else good).append(t)
+    good, bad, _ = split_walks(truth_agent, case.known, 10, 15, 0.1)
     rec = {"domain": case.domain, "kind": case.kind, "seed": seed, "agent": agent_kind,
            "drift_same": same(case.known, case.truth)}
     if not bad:

@@ -17,12 +17,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from assess_runs import agent_transitions, assess_once
+from assess_runs import agent_transitions, assess_once, split_walks
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
-from capwatch.assess.observations import Transition
-from capwatch.assess.replay import replay
 from capwatch.daemon.assessor import AssessmentRequest
 from capwatch.model.domain import Action, Domain, Outcome, Problem
 from capwatch.model.pal import AbstractModel, lifted_instantiations, pal_tuples
@@ -275,12 +273,7 @@ def compare(model: Domain, truth: Domain, unres: set[str]) -> tuple[list[str], l
 
 def run(case: Case, seed: int, kind: str) -> dict:
     truth_agent = SimulatedAgent(case.truth, seed=seed, problem=case.problem)
-    good, bad = [], []
-    for _ in range(10):
-        ep = truth_agent.random_walk(15, p_inapplicable=0.1)
-        for i, a in enumerate(ep.actions):
-            t = Transition(ep.states[i], a, ep.states[i + 1], executed=ep.executed[i])
-            (bad if replay(case.known, [t]) else good).append(t)
+    good, bad, _ = split_walks(truth_agent, case.known, 10, 15, 0.1)
     rec: dict = {"domain": case.domain, "drift": case.drift, "action": case.action,
                  "seed": seed, "agent": kind}
     if not bad:

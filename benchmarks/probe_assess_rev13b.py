@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assess_runs import agent_transitions, assess_once
+from assess_runs import agent_transitions, assess_once, split_walks
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult, State
@@ -444,15 +444,7 @@ def observe(case: Case, agent: SimulatedAgent, seed: int
     """The truth's random walks, split by the known model as the monitor would; when
     they never contradict it, the agent's tries of the drifted actions in the walks'
     states (any objects, one named twice too: an agent in the field does try those)."""
-    good: list[Transition] = []
-    bad: list[Transition] = []
-    states: list[State] = []
-    for _ in range(12):
-        ep = agent.random_walk(20, p_inapplicable=0.15)
-        states += ep.states
-        for i, a in enumerate(ep.actions):
-            t = Transition(ep.states[i], a, ep.states[i + 1], executed=ep.executed[i])
-            (bad if replay(case.known, [t]) else good).append(t)
+    good, bad, states = split_walks(agent, case.known, 12, 20, 0.15)
     if bad:
         return good, bad
     rng = random.Random(seed)

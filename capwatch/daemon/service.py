@@ -1,5 +1,10 @@
 """Builds a running daemon from its configuration: source, store, publisher, agents,
-assessor, HTTP server and scheduled jobs, plus SIGTERM/SIGINT handling."""
+assessor, HTTP server and scheduled jobs, plus SIGTERM/SIGINT handling.
+
+One module (~550 lines) because it is the one place that knows every part's
+configuration and start order: the parts themselves live in their own modules, and what
+is left here is wiring that reads top to bottom in the order the daemon starts and stops.
+"""
 
 from __future__ import annotations
 
