@@ -200,6 +200,13 @@ class AgentWatch:
                 keyed = True
                 steps = self.steps
                 if steps is not None and key in steps:
+                    # Not observed, but refused as the first send would have been if its
+                    # content is not the model's: a message reusing a sent step's key
+                    # with unknown vocabulary is bad input, not a retry.
+                    monitor = self._monitor
+                    if monitor is None:
+                        monitor = self.thaw()
+                    monitor.check_vocabulary(t.state, t.action, t.next_state)
                     return DUPLICATE
         monitor = self._monitor
         if monitor is None:

@@ -127,3 +127,22 @@ def test_what_is_not_a_retry_is_observed(tmp_path: Path) -> None:
     assert watch is not None and watch.transitions == len(lines)
     d.source.close()
     d.store.close()
+
+
+def test_a_step_key_reused_with_unknown_vocabulary_is_a_dead_letter(tmp_path: Path) -> None:
+    # Not a retry: a retry resends what was sent. The hostile-message chaos test caught
+    # this one accepted silently (its unknown predicate never reached the monitor).
+    first = json.loads(good_sample(step=4))
+    bad = dict(first, state=[*first["state"], ["teleporter", "rover1"]])
+    path = tmp_path / "reused.jsonl"
+    path.write_bytes(json.dumps(first).encode() + b"\n" + json.dumps(bad).encode() + b"\n")
+    publisher = MemoryPublisher()
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 store={"url": f"sqlite:///{tmp_path / 'reused.db'}"})
+    service = build_service(cfg, publisher=publisher, source=JsonlSource(str(path)))
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    (dead,) = publisher.dead_letters
+    assert "teleporter" in dead.reason
+    assert service.pipeline.batches.duplicates == 0
+    watch = service.pipeline.registry.get("rover-a")
+    assert watch is not None and watch.transitions == 1
