@@ -188,10 +188,16 @@ class AgentWatch:
         record leaves the watch as it was.
         """
         # A step sent again (same episode, step and action: a producer's retry) is not
-        # observed again: counted twice, it would bias the drift statistics and buffer
+        # counted again: counted twice, it would bias the drift statistics and buffer
         # its evidence twice. Only a record that names its episode and step is checked.
+        # The key alone does not make a retry: a message reusing a sent step's key with
+        # other content (bad vocabulary, a hard inconsistency where the first send was
+        # consistent) is judged like any step, so the check runs first; only a repeat
+        # the model does not contradict, or an inconsistency already buffered as it is,
+        # is skipped.
         key = 0
         keyed = False
+        repeat = False
         step = t.step
         if step is not None:
             episode = t.episode_id
@@ -199,20 +205,14 @@ class AgentWatch:
                 key = hash((episode, step, t.action))
                 keyed = True
                 steps = self.steps
-                if steps is not None and key in steps:
-                    # Not observed, but refused as the first send would have been if its
-                    # content is not the model's: a message reusing a sent step's key
-                    # with unknown vocabulary is bad input, not a retry.
-                    monitor = self._monitor
-                    if monitor is None:
-                        monitor = self.thaw()
-                    monitor.check_vocabulary(t.state, t.action, t.next_state)
-                    return DUPLICATE
+                repeat = steps is not None and key in steps
         monitor = self._monitor
         if monitor is None:
             monitor = self.thaw()
         obs = monitor.observe(t.state, t.action, t.next_state, t.offset, flipped)
-        if keyed:
+        if repeat and (obs.verdict is not _INCONSISTENT or self._buffered(t)):
+            return DUPLICATE
+        if keyed and not repeat:
             # Noted once the monitor took it: a refused record (ModelError) is not a step.
             steps = self.steps
             if steps is None:
@@ -275,6 +275,16 @@ class AgentWatch:
         if not self._buffer(evidence):
             return _PLAIN[verdict]
         return Finding(verdict, ripe=self.ripe())
+
+    def _buffered(self, t: AgentTransition) -> bool:
+        """Whether the evidence buffer holds ``t``'s step with the same content (a retry
+        of an inconsistency, not another transition under its key)."""
+        for e in self.evidence:
+            o = e.transition
+            if o.step == t.step and o.episode_id == t.episode_id and o.action == t.action \
+                    and o.state == t.state and o.next_state == t.next_state:
+                return True
+        return False
 
     def _settled(self, t: AgentTransition) -> bool:
         """Whether ``t`` is at or before the last evidence of the version in use.

@@ -302,20 +302,6 @@ class TransitionMonitor:
             raise ModelError(
                 f"predicate {atom[0]!r} takes {arity} arguments, found {len(atom) - 1}")
 
-    def check_vocabulary(self, state: Collection[GroundAtom], action: GroundAction,
-                         next_state: Collection[GroundAtom]) -> None:
-        """Raise ModelError where :meth:`observe` would for the transition's vocabulary
-        (an action that does not ground, an unknown predicate or arity), observing
-        nothing: for a step the caller will not observe (a retry's)."""
-        if self._ops.get(action) is None:
-            self._operator(action)
-        valid = self._valid
-        for atoms in (state, next_state):
-            fresh = [a for a in atoms if a not in valid]
-            if not _in_vocabulary(self._predicates, fresh):
-                for atom in fresh:
-                    self.validate_atom(atom)  # names what is wrong
-
     def _encode(self, atoms: AtomLists) -> StateMask:
         if len(atoms) > self.limits.max_state_atoms:
             raise ModelError(

@@ -146,3 +146,20 @@ def test_a_step_key_reused_with_unknown_vocabulary_is_a_dead_letter(tmp_path: Pa
     assert service.pipeline.batches.duplicates == 0
     watch = service.pipeline.registry.get("rover-a")
     assert watch is not None and watch.transitions == 1
+
+
+def test_a_hard_inconsistency_under_a_sent_steps_key_is_alerted_not_skipped(
+        tmp_path: Path) -> None:
+    # bench_alert_latency injects a copy of an agent's consistent step whose next state
+    # lacks an atom: under the first send's key it was skipped as a retry, and 2 of 55
+    # injected hard inconsistencies were never alerted.
+    first = good_sample(step=6).encode()
+    other = json.loads(refused_sample(step=6))
+    assert other["action"] == json.loads(first)["action"]
+    d = _fed(tmp_path, "conflict", [first, json.dumps(other).encode()])
+    watch = d.registry.get("rover-a")
+    assert watch is not None
+    assert watch.inconsistent == 1 and len(watch.evidence) == 1
+    assert d.batches.duplicates == 0
+    d.source.close()
+    d.store.close()
