@@ -31,6 +31,19 @@ def _alarm(*_: object) -> None:
     raise Timeout()
 
 
+def failed_closed(out: AssessmentOutcome, known: Domain, rec: dict[str, Any]) -> bool:
+    """Whether the daemon would publish nothing for ``out`` (``rec`` then says why): a
+    model its own evidence contradicts, or the known model left as it was when the
+    budget ran out."""
+    if out.unexplained:
+        rec.update(status="failed_closed", why=out.unexplained[0].source)
+        return True
+    if out.budget_exhausted and out.model == known:
+        rec.update(status="failed_closed", why="budget")
+        return True
+    return False
+
+
 def split_walks(agent: SimulatedAgent, known: Domain, episodes: int, length: int,
                 p_inapplicable: float
                 ) -> tuple[list[Transition], list[Transition], list[State]]:

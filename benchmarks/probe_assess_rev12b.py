@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from assess_runs import agent_transitions, assess_once, split_walks
+from assess_runs import agent_transitions, assess_once, failed_closed, split_walks
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
@@ -294,11 +294,7 @@ def run(case: Case, seed: int, kind: str) -> dict:
     if out is None:
         return rec
     rec.update(queries=agent.queries, steps=agent.steps)
-    if out.unexplained:
-        rec.update(status="failed_closed", why=out.unexplained[0].source)
-        return rec
-    if out.budget_exhausted and out.model == case.known:
-        rec.update(status="failed_closed", why="budget")
+    if failed_closed(out, case.known, rec):
         return rec
     cov = out.details.get("coverage", {})
     unres = set(cov.get("unresolved_pal_tuples", ()))

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assess_runs import agent_transitions, assess_once, split_walks
+from assess_runs import agent_transitions, assess_once, failed_closed, split_walks
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery, AgentUnavailable, QueryResult, State
@@ -515,11 +515,7 @@ def run(case: Case, seed: int, kind: str, budget: int = 500, method: str = "veri
     if out is None:
         return rec
     rec.update(queries=agent.queries, steps=agent.steps)
-    if out.unexplained:
-        rec.update(status="failed_closed", why=out.unexplained[0].source)
-        return rec
-    if out.budget_exhausted and out.model == case.known:
-        rec.update(status="failed_closed", why="budget")
+    if failed_closed(out, case.known, rec):
         return rec
     coverage = out.details.get("coverage", {})
     unres = set(coverage.get("unresolved_pal_tuples", ()))
