@@ -7,7 +7,7 @@ bounded sample of executed transitions per action, from which the pa-values that
 observations pin down are inferred without asking the agent anything
 (capwatch.monitor.executions reads them).
 
-Over ~400 lines and 24 KB (~560, 29 KB): :meth:`TransitionMonitor.idle_state` and
+Over ~400 lines and 24 KB (~620, 33 KB): :meth:`TransitionMonitor.idle_state` and
 :meth:`TransitionMonitor.from_idle_state` must see every private field the monitor
 keeps (an index of the agent's own included), so they live with it.
 """
