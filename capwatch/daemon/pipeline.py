@@ -163,6 +163,9 @@ class Pipeline:
         daemon that never stopped on SIGTERM (seen twice in test_ingest_e2e under load).
         The main loop says so and stops at its next turn."""
         self._consuming = False
+        self.starting: str | None = None
+        """What the daemon does before its main loop consumes (seeding the baselines,
+        joining the group), for /readyz ("starting: ..."); None once it consumes."""
         self._outage: str | None = None
         """What the daemon stands on that is failing now (the store, the disk, Kafka), with
         the error; None when everything answers."""
@@ -204,7 +207,9 @@ class Pipeline:
         """Why the daemon is not ready, for /readyz."""
         out = []
         if not self._consuming or self._stop.is_set():
-            out.append("not consuming")
+            starting = self.starting
+            out.append(f"starting: {starting}" if starting is not None
+                       and not self._stop.is_set() else "not consuming")
         if self._outage is not None:
             out.append(self._outage)
         out.extend(p for p in self._failing_checks() if p != self._outage)
@@ -254,8 +259,11 @@ class Pipeline:
         seed_baselines(self.store, self.families, self.clock())
 
     def _prepare(self) -> None:
+        self.starting = "recording the family models as baselines"
         self.seed_families()
+        self.starting = "recovering this replica's assessment claims"
         self.workers.recover_claims()
+        self.starting = "reading the queued assessments"
         resume_queued(self.registry, self.store, self.clock(),
                       self.config.detection.unexplained_max_backoff_s)
 
@@ -270,10 +278,12 @@ class Pipeline:
         exhausted and every queued assessment is done). Returns the exit code."""
         self._prepare()
         try:
+            self.starting = f"starting the source {self.source.name}"
             self.source.start(self.assign, self.revoke, self.checkpoints.resume_offsets())
             self.workers.start()
             self.alerts.start()
             self._consuming = True
+            self.starting = None
             self.health.running(True)
             log.info("daemon started", replica=self.config.replica_id, source=self.source.name)
             while not self._stop.is_set() and not self._signal_seen():
@@ -293,6 +303,7 @@ class Pipeline:
                     self._outage_wait = 0.0
         finally:
             self._consuming = False
+            self.starting = None
             self.health.running(False)
             self._shutdown()
         return 0

@@ -37,6 +37,7 @@ from capwatch.daemon.ingest import IngestEndpoints
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.redact import redact_url
+from capwatch.daemon.startup import EarlyStart, Startup, start_early
 from capwatch.model.domain import Domain, GroundAtom, Problem
 from capwatch.model.errors import ModelError
 from capwatch.model.object_types import ObjectTypes
@@ -231,16 +232,6 @@ class Service:
             self.store.close()
 
 
-class Startup:
-    """What the starting daemon waits for, for the log and /readyz."""
-
-    def __init__(self) -> None:
-        self.waiting_for: str | None = "configuration"
-
-    def status(self) -> str | None:
-        return None if self.waiting_for is None else f"waiting for {self.waiting_for}"
-
-
 class _RefusalWatch(logging.Handler):
     """kafka-python retries a refused login or certificate like an unreachable broker and
     ends in "Unable to bootstrap"; the real cause is only in its log. Keep it, so a wrong
@@ -305,7 +296,7 @@ def _wait_for_kafka(k: KafkaConfig, startup: Startup | None, sleep: Callable[[fl
                     refusals: tuple[type[BaseException], ...]) -> None:
     where = f"Kafka at {k.bootstrap_servers} ({k.security_protocol})"
     if startup is not None:
-        startup.waiting_for = where
+        startup.waiting_for(where)
     security = k.client_options()
     t0 = time.monotonic()
     deadline = t0 + k.connect_timeout_s
@@ -345,7 +336,7 @@ def open_store_waiting(config: DaemonConfig, startup: Startup | None = None,
     this capwatch) is final at once."""
     shown = redact_url(config.store.url)
     if startup is not None:
-        startup.waiting_for = f"the store at {shown}"
+        startup.waiting_for(f"the store at {shown}")
     t0 = time.monotonic()
     deadline = t0 + config.store.connect_timeout_s
     delay, attempt = 1.0, 0
@@ -381,32 +372,29 @@ def build_service(config: DaemonConfig, *, publisher: Publisher | None = None,
                   assessor: Assessor | None = None, store: ModelStore | None = None,
                   agent_urls: Mapping[str, str] | None = None,
                   alert_sinks: list[AlertSink] | None = None,
-                  clock: Clock = utc_now) -> Service:
+                  clock: Clock = utc_now, early: EarlyStart | None = None,
+                  families: tuple[dict[str, Domain], dict[str, Problem]] | None = None,
+                  ) -> Service:
     """Everything the configuration names, with optional replacements (tests, demo).
 
-    The HTTP server starts first, so /healthz answers (and /readyz says what the daemon
-    waits for) while the store and the brokers are reached, each logged as it is awaited.
+    The HTTP server starts first (``early``: already started by `capwatch run`, before this
+    module was imported), so /healthz answers (and /readyz says what the daemon is doing)
+    while the models are read and the store and the brokers are reached, each logged as it
+    is awaited. ``families``: the models already read from ``config``.
     """
-    domains, problems = load_families(config)
-    recent = RecentAlerts()
-    metrics = DaemonMetrics()
-    startup = Startup()
-    api = None
-    if config.http.enabled:
-        api = ApiServer(None, metrics.registry, ready=lambda: False,
-                        families_of=lambda agent_id: None, alerts=recent,
-                        host=config.http.host, port=config.http.port,
-                        token=config.http.api_token(), read_auth=config.http.read_auth,
-                        starting=startup.status).start()
-        log.info("http listening", url=api.url)
+    if early is None:
+        early = start_early(config)
     try:
-        return _build(config, domains, problems, recent, metrics, startup, api,
-                      publisher=publisher, agents=agents, source=source, assessor=assessor,
-                      store=store, agent_urls=agent_urls, alert_sinks=alert_sinks,
-                      clock=clock)
+        if families is None:
+            early.startup.doing = "reading the family models"
+            families = load_families(config)
+        domains, problems = families
+        return _build(config, domains, problems, early.recent, early.metrics, early.startup,
+                      early.api, publisher=publisher, agents=agents, source=source,
+                      assessor=assessor, store=store, agent_urls=agent_urls,
+                      alert_sinks=alert_sinks, clock=clock)
     except BaseException:
-        if api is not None:
-            api.close()
+        early.close()
         raise
 
 
@@ -431,6 +419,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             k = config.kafka
             kafka_source, _ = kafka_clients(k)
             if k.create_topics:
+                startup.doing = "creating the Kafka topics"
                 ensure_topics(k.bootstrap_servers, transitions=k.transitions_topic,
                               models=k.models_topic, alerts=k.alerts_topic,
                               dead_letter=k.dead_letter_topic, partitions=k.partitions,
@@ -445,6 +434,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                 kafka_source = ProcessKafkaSource
                 extra["log_setup"] = ("capwatch.daemon.logs", "configure_logging",
                                       (config.log.level, config.log.format))
+            startup.doing = f"connecting the consumer of {k.transitions_topic}"
             source = kafka_source(k.bootstrap_servers, k.transitions_topic, k.group_id,
                                   **extra, client_id=k.client_id,
                                   max_poll_records=k.max_poll_records,
@@ -523,6 +513,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             # Older than a session, the group may have moved on: say it is not known.
             return probe.group_view(max_age_s=probe.timeout_s)
 
+    startup.doing = "building the pipeline"
     pipeline = Pipeline(config, store=store, source=source,
                         publisher=TeePublisher(publisher, recent), agents=agents,
                         assessor=assessor, families=domains, metrics=metrics,
@@ -531,6 +522,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                         group_view=group_view,
                         object_types={name: ObjectTypes((*p.objects, *domains[name].constants))
                                       for name, p in problems.items() if name in domains})
+    pipeline.starting = "starting the main loop"
     if api is not None:
         def family_of(agent_id: str) -> str | None:
             state = pipeline.registry.get(agent_id)
@@ -544,6 +536,6 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
 
             api.console = Console(store, token=config.http.api_token(),
                                   read_auth=config.http.read_auth, clock=clock)
-    startup.waiting_for = None
+    startup.doing = None
     scheduler = BackgroundScheduler(timezone="UTC")
     return Service(pipeline, api, scheduler, store, problems, liveness)
