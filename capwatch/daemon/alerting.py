@@ -63,15 +63,19 @@ log = structlog.get_logger("capwatch.daemon")
 
 
 class AlertRouting:
-    """Runs the outbox's routing and delivery (scheduler job, any thread, one at a time).
+    """Runs the outbox's routing and delivery, one run at a time.
 
     Failures are logged, not raised: everything stays in the store's outbox and the next
     run picks it up.
 
-    Besides the scheduler's run every ``route_s``, :meth:`wake` asks for a run at once on
-    a thread of its own (:meth:`start`): the main loop wakes it when it writes an alert
-    that must not wait for the next tick (a hard inconsistency). Wakes that come while a
-    run is going coalesce into one more run.
+    Runs go on a thread of their own (:meth:`start`), every ``route_s`` counted from the end
+    of the previous run, and at once when :meth:`wake` asks (the main loop, when it writes
+    an alert that must not wait for the next tick: a hard inconsistency); wakes that come
+    while a run is going coalesce into one more run. Until session 14 an APScheduler job
+    ran them every ``route_s`` beside this thread: whenever a run took longer (a woken run
+    holding the lock, a slow store or sink at load), the job's next run was skipped with a
+    warning, "maximum number of running instances reached", that looked like a fault and
+    was none. One thread waiting between runs skips nothing and says nothing.
     """
 
     def __init__(self, config: AlertsConfig, outbox: AlertOutbox,
@@ -88,7 +92,7 @@ class AlertRouting:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._woken, name="capwatch-alerts",
+            self._thread = threading.Thread(target=self._routing, name="capwatch-alerts",
                                             daemon=True)
             self._thread.start()
 
@@ -96,9 +100,9 @@ class AlertRouting:
         """Route now (on the routing thread; a no-op until :meth:`start`)."""
         self._wake.set()
 
-    def _woken(self) -> None:
+    def _routing(self) -> None:
         while True:
-            self._wake.wait()
+            self._wake.wait(self.config.route_s)
             self._wake.clear()
             if self._closed:
                 return

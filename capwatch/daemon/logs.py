@@ -139,6 +139,46 @@ class RepeatFilter(logging.Filter):
 _DIGITS = re.compile(r"\d+")
 
 
+class LibraryLines(logging.Filter):
+    """Says in capwatch's words what a library's alarming but ordinary line means.
+
+    kafka-python 3 times each step of its network thread (fetches, heartbeats, metadata)
+    and warns past 0.1 s: "Task ... ran for 0.148s (>0.100s threshold). It is blocking the
+    event loop -- likely a tight sync loop inside a coroutine. Other pollers will time
+    out." The time is the wall time of the step, and the thread shares the interpreter
+    with capwatch's main loop: while the main loop checks a batch, or the machine is short
+    of CPU, the step waits for its turn. So in capwatch it means the client's network work
+    was that late, not a bug in a coroutine; it matters once it nears the heartbeat
+    interval (a third of ``kafka.session_timeout_ms``). The line is rewritten to say so,
+    at ``info`` below :attr:`WARN_S` and ``warning`` from it; the repeat filter after it
+    still holds back runs of like lines.
+    """
+
+    WARN_S = 1.0
+    """A tenth of the default session timeout: past it, fetches and heartbeats are late
+    enough to show as lag, and a few such in a row put the membership at risk."""
+
+    _SLOW_TASK = re.compile(r"ran for ([0-9.]+)s \(>[0-9.]+s threshold\)\. It is blocking")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "kafka.net.selector" and record.levelno == logging.WARNING:
+            found = self._SLOW_TASK.search(record.getMessage())
+            if found is not None:
+                seconds = float(found.group(1))
+                record.msg = ("Kafka client's network thread was held up: its fetches and "
+                              "heartbeats ran late (the main loop held the interpreter "
+                              "checking a batch, or the machine is short of CPU); harmless "
+                              "well below kafka.session_timeout_ms. Often or long: give the "
+                              "replica more CPU, or set kafka.consumer_process or "
+                              "kafka.client: confluent-kafka")
+                record.args = ()
+                record.held_up_s = round(seconds, 3)
+                if seconds < self.WARN_S:
+                    record.levelno, record.levelname = logging.INFO, "INFO"
+                    return logging.getLogger().isEnabledFor(logging.INFO)
+        return True
+
+
 def configure_logging(level: str = "info", fmt: str = "json",
                       stream: TextIO | None = None) -> None:
     renderer: structlog.typing.Processor = (
@@ -175,6 +215,7 @@ def _route_stdlib_logging(level: str, renderer: structlog.typing.Processor,
     handler = logging.StreamHandler(stream or _CurrentStderr())
     handler.set_name(_STDLIB_HANDLER_NAME)
     handler.setFormatter(formatter)
+    handler.addFilter(LibraryLines())
     handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     # Reconfiguring (tests, demo after run) replaces our handler instead of stacking copies.

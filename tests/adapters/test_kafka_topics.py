@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import capwatch.adapters.io.kafka as kafka_io
-from capwatch.adapters.io.kafka import await_leaders, ensure_topics
+from capwatch.adapters.io.kafka import await_leaders, ensure_topics, partition_shortfall
 
 
 class Admin:
@@ -86,7 +86,17 @@ def test_a_transitions_topic_made_before_with_other_partitions_is_warned_about(
         ensure_topics(kafka_bootstrap, transitions=name, partitions=3, **topics)
     (warning,) = [e for e in logs if e["log_level"] == "warning"]
     assert (warning["topic"], warning["partitions"], warning["configured"]) == (name, 1, 3)
+    # What it means for scale-out, and the fix, in the line itself.
+    assert f"{name} has 1 partition, not the 3 of kafka.partitions" in warning["event"]
+    assert "So one replica of the group read records" in warning["event"]
+    assert "adding replicas adds no throughput" in warning["event"]
+    assert f"--topic {name} --partitions 3" in warning["event"]
     with capture_logs() as logs:  # as configured: nothing to say
         ensure_topics(kafka_bootstrap, transitions=f"{name}-m", partitions=3, **{
             **topics, "models": f"{name}-m2"})
     assert [e for e in logs if e["log_level"] == "warning"] == []
+
+
+def test_the_shortfall_message_counts_the_replicas_that_read() -> None:
+    text = partition_shortfall("t", 2, 6)
+    assert "t has 2 partitions, not the 6" in text and "at most 2 replicas" in text

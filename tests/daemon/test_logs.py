@@ -105,3 +105,35 @@ def test_a_library_repeating_itself_in_an_outage_is_one_line_per_window() -> Non
         "agent request failed, retrying", "agent request failed, retrying"]
     assert "repeated" not in lines[0] and lines[2]["repeated"] == 199
     assert [line["agent_url"] for line in lines[3:]] == ["http://a:1", "http://b:1"]
+
+
+def _slow_task(seconds: float) -> None:
+    # As kafka-python 3's NetworkSelector logs it: pre-formatted, no arguments.
+    logging.getLogger("kafka.net.selector").warning(
+        f"Task <kafka.net.selector.Task object at 0x7f822012c410> ran for {seconds:.3f}s "
+        "(>0.100s threshold). It is blocking the event loop -- likely a tight sync loop "
+        "inside a coroutine. Other pollers will time out.")
+
+
+def test_kafka_pythons_slow_task_warning_says_what_it_means_in_capwatch() -> None:
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream)
+    _slow_task(0.148)
+    _slow_task(2.5)
+    short, long = _lines(stream)
+    for line in (short, long):
+        assert str(line["event"]).startswith("Kafka client's network thread was held up")
+        assert "blocking the event loop" not in str(line["event"])
+        assert line["logger"] == "kafka.net.selector"
+    # Short holds are ordinary on a loaded replica; past a second they show as lag.
+    assert (short["level"], short["held_up_s"]) == ("info", 0.148)
+    assert (long["level"], long["held_up_s"]) == ("warning", 2.5)
+
+
+def test_a_short_hold_is_not_logged_at_level_warning() -> None:
+    stream = io.StringIO()
+    configure_logging("warning", "json", stream=stream)
+    _slow_task(0.3)
+    _slow_task(1.2)
+    [line] = _lines(stream)
+    assert line["held_up_s"] == 1.2

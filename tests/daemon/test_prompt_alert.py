@@ -80,6 +80,79 @@ def test_a_wake_routes_at_once_on_the_routing_thread() -> None:
     assert routing._thread is not None and not routing._thread.is_alive()
 
 
+class _SlowOutbox:
+    """Counts runs, how many were going at once, and holds each until told to finish."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.going = 0
+        self.most_at_once = 0
+        self.threads: set[str] = set()
+        self.lock = threading.Lock()
+        self.in_run = threading.Event()
+        self.finish = threading.Event()
+        self.ran = threading.Condition()
+
+    def run_once(self, now: datetime, force: bool = False) -> DeliveryReport:
+        with self.lock:
+            self.going += 1
+            self.most_at_once = max(self.most_at_once, self.going)
+            self.threads.add(threading.current_thread().name)
+        self.in_run.set()
+        self.finish.wait(30)
+        with self.lock:
+            self.going -= 1
+        with self.ran:
+            self.runs += 1
+            self.ran.notify_all()
+        return DeliveryReport()
+
+    def prune(self, now: datetime, keep: timedelta) -> int:
+        return 0
+
+
+def test_routing_runs_every_route_s_on_its_own_thread_one_run_at_a_time() -> None:
+    # Before session 14 an APScheduler job ran it every route_s beside the woken thread:
+    # a run longer than route_s made the scheduler skip the next with a warning
+    # ("maximum number of running instances reached") that looked like a fault.
+    outbox = _SlowOutbox()
+    routing = AlertRouting(AlertsConfig(route_s=0.01), outbox,  # type: ignore[arg-type]
+                           datetime.now)
+    routing.start()
+    try:
+        assert outbox.in_run.wait(30)  # unwoken: the interval alone started it
+        routing.wake()  # while a run is held: coalesces into one more run, later
+        routing.wake()
+        outbox.finish.set()
+        with outbox.ran:
+            assert outbox.ran.wait_for(lambda: outbox.runs >= 3, 30)
+    finally:
+        outbox.finish.set()
+        routing.close()
+    assert outbox.most_at_once == 1
+    assert outbox.threads == {"capwatch-alerts"}
+
+
+def test_the_scheduler_runs_a_late_job_once_and_has_no_routing_job(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("")
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    service = build_service(cfg, publisher=MemoryPublisher(), source=JsonlSource(str(path)))
+    try:
+        service._schedule()
+        service.scheduler.start(paused=True)  # the job defaults apply as jobs are added
+        jobs = {job.id: job for job in service.scheduler.get_jobs()}
+        assert set(jobs) == {"drift-audit", "canary", "checkpoint", "results"}
+        assert "alerts" not in jobs  # routing has its own thread
+        for job in jobs.values():
+            # A job only queues a command: run it however late (the default dropped a
+            # run over 1 s late with a "missed by" warning), and piled-up runs as one.
+            assert job.misfire_grace_time is None and job.coalesce and job.max_instances == 1
+    finally:
+        service.scheduler.shutdown(wait=False)
+        service.store.close()
+
+
 def test_a_graceful_stop_sends_the_alerts_still_waiting_in_their_group(
         tmp_path: Path) -> None:
     # A replica scaled down (or the last one stopped) has no next start to send them:

@@ -120,18 +120,40 @@ def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
 def _warn_partitions(admin: Any, topic: str, partitions: int) -> None:
     """A transitions topic made before the daemon (a broker's auto-create as a producer
     first wrote, say) keeps its own partition count: at most that many replicas get records,
-    whatever ``kafka.partitions`` says, and nothing else would tell the operator."""
+    whatever ``kafka.partitions`` says, and nothing else would tell the operator.
+
+    A warning, not a refusal: the daemon does not know how many replicas will join (the
+    chart's ``replicaCount`` is not in its configuration), one replica on a one-partition
+    topic is a valid set-up, and a replica beyond the partitions stands by, ready, and takes
+    over a partition when its owner stops (/readyz notes it)."""
     try:
         (described,) = admin.describe_topics([topic])
         found = len(described.get("partitions") or [])
     except Exception as e:  # a hint only: never fail the start over it
         log.debug("could not describe the transitions topic", topic=topic, error=error_text(e))
         return
-    if found and found != partitions:
-        log.warning("the transitions topic exists with another partition count; at most "
-                    "that many replicas get records (add partitions with kafka-topics.sh "
-                    "--alter, or set kafka.partitions to match)",
+    if found and found < partitions:
+        log.warning(partition_shortfall(topic, found, partitions),
                     topic=topic, partitions=found, configured=partitions)
+    elif found > partitions:
+        log.info("the transitions topic has more partitions than kafka.partitions; "
+                 "up to that many replicas share the records",
+                 topic=topic, partitions=found, configured=partitions)
+
+
+def partition_shortfall(topic: str, found: int, configured: int) -> str:
+    """What a transitions topic with fewer partitions than configured means for scale-out."""
+    readers = "one replica" if found == 1 else f"at most {found} replicas"
+    return (f"the transitions topic {topic} has {found} partition{'s' * (found != 1)}, not"
+            f" the {configured} of kafka.partitions (it existed before capwatch started: a"
+            f" broker's auto-create when a producer wrote first makes the broker's"
+            f" num.partitions, often 1). So {readers} of the group read records; any"
+            f" further replica stands by (/readyz: ready, \"standing by\") and only takes"
+            f" over when one stops: adding replicas adds no throughput. To spread the load,"
+            f" give the topic as many partitions as replicas (kafka-topics.sh --alter"
+            f" --topic {topic} --partitions {configured}) once the group has caught up:"
+            f" records already written stay where they are, an agent's later ones may go"
+            f" to another partition")
 
 
 TOPICS_READY_S = 30.0
