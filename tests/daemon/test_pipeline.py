@@ -276,7 +276,9 @@ def test_a_new_version_is_used_for_later_transitions(tmp_path: Path) -> None:
 
 
 def test_event_payloads_are_json_with_the_model_text(tmp_path: Path) -> None:
-    memory, _, _ = _jsonl_daemon(tmp_path, [refused_sample(step=i) for i in range(3)])
+    # The three by count, not two by time: at load a 2 s debounce ran out between records.
+    memory, _, _ = _jsonl_daemon(tmp_path, [refused_sample(step=i) for i in range(3)],
+                                 detection={"debounce_s": 3600.0})
     (event,) = memory.models
     data = json.loads(event.model_dump_json())
     assert data["type"] == "model_version" and data["agent_id"] == "rover-a"
