@@ -251,6 +251,13 @@ class AssessmentConfig(Section):
     re-estimated from the answers and published only once each is within this of the
     truth (but for the assessment's accepted error); otherwise the assessment fails
     closed. 1 publishes the estimate however wide."""
+    reassess_every_s: float | None = Field(default=None, gt=0)
+    """Re-assess each agent this replica watches with ``verify`` once per this period,
+    evidence or not (daemon.reassess): finds what the stream cannot show, such as a
+    precondition removed from an action the agent does not use. Off (null) by default: a
+    ``verify`` asks the agent ~70-250 queries, so a fleet of 10,000 agents re-assessed daily
+    asks ~10-30 queries/s of the fleet; choose the period for what the agents can take
+    (e.g. 604800, weekly). ``capwatch assess agent ID`` does one on demand."""
     max_query_atoms: int = Field(default=10_000, ge=1)
     """The largest initial state (atoms) of one query to the agent: probes beyond it wait
     for the next query. The agent sets up and runs a whole query within

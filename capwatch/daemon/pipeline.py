@@ -69,6 +69,7 @@ from capwatch.daemon.infra import (
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.lag import LagGauges
 from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.reassess import Reassessment
 from capwatch.daemon.registry import Registry, resume_queued, seed_baselines
 from capwatch.daemon.results import ResultApplier
 from capwatch.daemon.work import Result
@@ -181,6 +182,8 @@ class Pipeline:
         self.lag = LagGauges(source, self.metrics, self.batches.newest_stamp)
         self._swept_at = 0.0
         """When :meth:`sweep` last looked at every watch (time.monotonic())."""
+        every = config.assessment.reassess_every_s
+        self.reassessment = Reassessment(every, store, clock()) if every else None
         self.assigned: set[int] = set()
         """Source partitions this replica owns now (for operators and tests)."""
 
@@ -575,6 +578,11 @@ class Pipeline:
             log.info("drift audit rejected", agent_id=watch.agent_id, action=name,
                      q=finding.q_value)
             self.queue(watch)
+
+    def reassess(self) -> None:
+        """Queue the scheduled re-assessments now due (``assessment.reassess_every_s``)."""
+        if self.reassessment is not None:
+            self.reassessment.run(self.registry, self.clock())
 
     def canary(self, problems: Mapping[str, frozenset[GroundAtom]],
                objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:

@@ -201,6 +201,12 @@ class Service:
                                seconds=sched.checkpoint_s, id="checkpoint")
         self.scheduler.add_job(lambda: d.submit(d.poll_results), "interval",
                                seconds=sched.results_poll_s, id="results")
+        every = d.config.assessment.reassess_every_s
+        if every is not None:
+            # A round queues the agents whose phase passed since the last: a minute's
+            # rounds keep each agent's re-assessment within a minute of its phase.
+            self.scheduler.add_job(lambda: d.submit(d.reassess), "interval",
+                                   seconds=min(60.0, every), id="reassess")
 
     def run(self, exit_when_idle: bool = False, install_signals: bool = True) -> int:
         if install_signals and threading.current_thread() is threading.main_thread():

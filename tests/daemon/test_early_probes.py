@@ -86,7 +86,7 @@ def test_probes_answer_while_the_daemon_loads_and_waits_for_kafka(tmp_path: Path
             assert body["error"]["code"] == "starting"
             gate.touch()
             waiting = f"starting: waiting for Kafka at {broker} (PLAINTEXT)"
-            seen: list[Any] = []
+            seen: list[tuple[int, dict[str, Any] | None]] = []
 
             def awaits_kafka() -> bool:
                 seen.append(_get(f"{base}/readyz"))
