@@ -139,7 +139,6 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     engine.max_query_atoms = max_query_atoms
     for space in engine.vs.outcomes.values():
         space.error = outcome_error
-        space.groups = engine.query_groups.of_answer
         space.min_share = min_outcome_probability
     engine.observe(transitions_of(observations))
     notes: list[str] = []
@@ -354,10 +353,13 @@ class _Engine(Evidence):
         given up: it stays undecided (every known outcome changed, or all much rarer: no
         finite number of steps tells which).
 
-        An action in doubt that no answer ran twice (its outcomes must mix within one query
-        asked again verbatim: :mod:`capwatch.assess.mixing`) is asked alone, in the same
-        query every time, once nothing else is left to ask (``others``: other probes are
-        pending), one such action at a time."""
+        An action in doubt that no answer ran twice is asked alone, in the same query
+        every time, once nothing else is left to ask (``others``: other probes are
+        pending), one such action at a time: an added outcome must show in two answers.
+        A known outcome kept beside an added one is a doubt no such answer lifts
+        (:meth:`OutcomeSpace.unmixable`): once the action was asked again alone with that
+        doubt (as many steps as the packing lets one query run) and still no answer ran
+        it twice, it is given up and fails closed."""
         probes: list[Probe] = []
         self.offering.clear()
         verbatim: list[str] = []
@@ -368,6 +370,12 @@ class _Engine(Evidence):
             doubts = space.doubts()
             if doubts and not space.together() and not self._rare_only(space, doubts) and \
                     any(a is not None for r in space.records for a in r.answers):
+                if space.unmixable() and action in self.mix_tried:
+                    self.resample_given_up.add(action)
+                    self.notes.append(
+                        f"{action}: no answer ran it twice, so whether its outcomes mix "
+                        f"within one answer cannot be seen: {'; '.join(doubts)}")
+                    continue
                 verbatim.append(action)
                 continue
             probes.extend(self._resample(action, space, alone=False))
@@ -375,6 +383,8 @@ class _Engine(Evidence):
             for action in verbatim:
                 probes.extend(self._resample(action, self.vs.outcomes[action], alone=True))
                 if probes:
+                    if self.vs.outcomes[action].unmixable():
+                        self.mix_tried.add(action)
                     break
         return probes
 
@@ -510,7 +520,6 @@ class _Engine(Evidence):
         number = len(self.queries) + 1
         self.queries.append(QueryLog(number, query.state, tuple(query.plan), answer.executed,
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
-        self.query_groups.file(number, query.state, query.plan)
         executed, failed = read_answer(query, answer, after=self._after)
         self.final_ran += sum(1 for step, _ in executed if step.probe.kind in _FINAL_ORDER)
         if failed is not None and failed[0].probe.kind in _FINAL_ORDER:

@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from capwatch.assess.atoms import fixed_atoms, tied_atoms
 from capwatch.assess.design import Designer
 from capwatch.assess.entangled import update_entangled
-from capwatch.assess.mixing import QueryGroups
 from capwatch.assess.observations import Transition
 from capwatch.assess.outcomes import OutcomeSpace
 from capwatch.assess.probes import Probe
@@ -80,9 +79,10 @@ class Evidence:
         """Per action, the queries its resample steps were sent in."""
         self.offering: set[str] = set()
         """The actions asked again in the query being built."""
-        self.query_groups = QueryGroups()
-        """Answers to the same query asked verbatim (:mod:`capwatch.assess.mixing`)."""
         self.resample_given_up: set[str] = set()
+        self.mix_tried: set[str] = set()
+        """Actions asked again alone while a known outcome was kept beside an added one
+        and no answer had run them twice (:meth:`OutcomeSpace.unmixable`)."""
         self.settle_best: dict[str, int] = {}
         """Per action, the most steps that counted toward settling its open effects."""
         self.tired: dict[Probe, int] = {}

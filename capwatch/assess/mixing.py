@@ -8,64 +8,37 @@ others as the new, or some *states* as the old model and others as the new (rev1
 changed outcome, each in its own answers, and the union of both would be published (no
 replay or asking again refutes a model that allows every answer).
 
-The test is co-occurrence. Outcomes drawn independently of the state show side by side
-within one *group* of steps that share the same situation, once the group is large enough;
-an agent whose face is a function of the group never shows two faces in one group, however
-often it is asked. The groups are:
+The test is co-occurrence within one answer that runs the action twice
+(:meth:`~capwatch.assess.outcomes.OutcomeSpace.together`): outcomes drawn independently
+show side by side there once the action ran often enough; an agent choosing its face per
+answer (or per query, or per state) shows one face per answer, however often it is asked.
 
-* one answer, where an answer can run two steps of the action
-  (:meth:`~capwatch.assess.outcomes.OutcomeSpace.together`): an agent choosing its face
-  per answer shows one face per answer;
-* otherwise one query asked again verbatim (the same state and plan, in separate answers:
-  :class:`QueryGroups`): an agent choosing its face by anything in the query (state, plan,
-  object names) shows one face per query. An agent choosing its face at random per answer
-  is, for an action that runs once an answer, an agent whose outcomes are the mixture of
-  both faces' (the answers it gives have exactly that distribution), so no query can tell
-  it from one that has them all (docs/assessment.md).
+Where no answer runs the action twice (a chance effect on a 0-ary atom the next step needs:
+blocksworld's pick-up and ``handempty``, tireworld's move-car and ``not-flattire``), nothing
+can be seen side by side. Session 13 grouped the answers to one query asked again verbatim
+instead; that catches an agent choosing by the query, but one choosing at random per answer
+mixes across separate answers exactly as an agent with both outcomes does, and was
+published with both (13 of fuzz_assess's 16 wrong versions). Such a known outcome kept
+beside an added one is now a doubt no answer lifts
+(:meth:`~capwatch.assess.outcomes.OutcomeSpace.unmixable`): the action fails closed, an
+honest agent's too (docs/assessment.md, session 14, says what it costs and what query would
+lift it: two steps of the action in one answer with a step between that restores what the
+first one's outcome took).
 
-What it costs an honest agent: a group of n draws holds two outcomes of shares p and q but
-for a chance (1 - p)^n + (1 - q)^n; the engine asks one query verbatim up to
-``RESAMPLE_ROUNDS`` times the draws that show the least likely known outcome but for
-e^-3 (so such a pair fails to mix but for about 2 e^-9 when both are as likely as that),
-then fails closed. No chance of a wrong publication is traded: an agent whose face is a
-function of the group never passes.
+What the test costs an honest agent where answers run the action twice: an answer of n
+draws holds two outcomes of shares p and q but for a chance (1 - p)^n + (1 - q)^n.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable, Mapping
-
-from capwatch.model.domain import GroundAction, GroundAtom
-
-
-class QueryGroups:
-    """Numbers each distinct query (state, plan) and files each answer under its query's
-    number: answers filed together are the same query asked again verbatim."""
-
-    __slots__ = ("_ids", "of_answer")
-
-    def __init__(self) -> None:
-        self._ids: dict[tuple[frozenset[GroundAtom], tuple[GroundAction, ...]], int] = {}
-        self.of_answer: dict[int, int] = {}
-        """Answer (query number) -> group number."""
-
-    def file(self, answer: int, state: frozenset[GroundAtom],
-             plan: Iterable[GroundAction]) -> int:
-        key = (state, tuple(plan))
-        group = self._ids.setdefault(key, len(self._ids))
-        self.of_answer[answer] = group
-        return group
-
-    def size(self, group: int) -> int:
-        """How many answers were filed under ``group``."""
-        return sum(1 for g in self.of_answer.values() if g == group)
+from collections.abc import Collection, Hashable, Mapping
 
 
 def apart(outcomes: Mapping[int, Collection[Hashable]],
           beside: Collection[Hashable]) -> list[int]:
-    """The outcomes (index -> the groups their steps showed in) that showed, but in no
-    group in ``beside`` (the groups of the outcomes they must mix with)."""
+    """The outcomes (index -> the answers their steps showed in) that showed, but in no
+    answer in ``beside`` (the answers of the outcomes they must mix with)."""
     return [i for i, groups in outcomes.items() if groups and not set(groups) & set(beside)]
 
 
-__all__ = ["QueryGroups", "apart"]
+__all__ = ["apart"]

@@ -152,10 +152,6 @@ class OutcomeSpace:
     _distinct: dict[tuple[int, PaTuple, bool], tuple[int, int, int]] = field(
         default_factory=dict)
     _went: OutcomeRecord | None = None
-    groups: dict[int, int] = field(default_factory=dict)
-    """Answer -> the group of answers to the same query asked verbatim
-    (:class:`~capwatch.assess.mixing.QueryGroups`, shared by the engine): where no answer
-    runs the action twice, its outcomes must mix within one such group (:meth:`doubts`)."""
     answered: list[int | None] = field(default_factory=list)
     """Per executed step (as :attr:`befores`), the query whose answer it was (None: an
     observed step)."""
@@ -387,6 +383,17 @@ class OutcomeSpace:
                     out.append(r)
         return out
 
+    def unmixable(self) -> list[OutcomeRecord]:
+        """The known outcomes kept beside added ones (the answers showed them) where no
+        answer ran the action twice (:meth:`together`): whether they mix with the added
+        ones within one answer, as independent draws do, was never seen, so an agent
+        switching between two models per answer cannot be told from one with both
+        (:mod:`capwatch.assess.mixing`). Empty when an answer ran it twice."""
+        live = self.live()
+        if not any(r.origin is None for r in live) or self.together():
+            return []
+        return [r for r in live if r.origin is not None and self.witness_answers(r)]
+
     def doubts(self) -> list[str]:
         """Why the answers do not yet show the added outcomes to be the agent's own
         (empty when they do). An agent draws the outcome of each step independently, so
@@ -399,11 +406,8 @@ class OutcomeSpace:
         answer, and every known outcome kept beside the added ones (one the answers
         showed) shows in one answer with one of them, the outcomes are not decided.
         Where no answer runs the action twice (:meth:`together`), an added outcome must
-        show in two answers, and the known ones kept must show beside an added one in one
-        query asked again verbatim (:attr:`groups`): an agent choosing its behaviour by
-        the state shows one per state. One alternating at random per answer is then an
-        agent with both outcomes, as far as this action shows (:mod:`capwatch.assess.
-        mixing`)."""
+        show in two answers, and a known one kept beside it is a doubt that no answer
+        can lift (:meth:`unmixable`): the action fails closed."""
         live = self.live()
         added = [r for r in live if r.origin is None]
         if not added:
@@ -411,27 +415,24 @@ class OutcomeSpace:
         out = [f"added outcome {added.index(r) + 1} did not show again "
                f"({len(self.witness_answers(r))} asked steps): a wrong answer shows once"
                for r in self.unrepeated()]
-        # Within one answer where an answer can run it twice, else within one query
-        # asked again verbatim (capwatch.assess.mixing says why and what it costs).
-        together = self.together()
-        groups = self.groups
-
-        def group(a: int) -> int:
-            return a if together else groups.get(a, -1 - a)
-
-        mixed = {group(a) for r in added for a in self.witness_answers(r)}
-        kept = {i: {group(a) for a in self.witness_answers(r)} for i, r in enumerate(live)
-                if r.origin is not None}
-        for i in apart(kept, mixed):
-            r = live[i]
+        if self.together():
+            mixed = {a for r in added for a in self.witness_answers(r)}
+            kept = {i: set(self.witness_answers(r)) for i, r in enumerate(live)
+                    if r.origin is not None}
+            for i in apart(kept, mixed):
+                r = live[i]
+                assert r.origin is not None
+                out.append(
+                    f"known outcome {r.origin + 1} never showed in an answer beside an added "
+                    f"one: answers that alternate between two behaviours show each in its "
+                    f"own answers")
+        for r in self.unmixable():
             assert r.origin is not None
             out.append(
-                f"known outcome {r.origin + 1} never showed in an answer beside an added one: "
-                f"answers that alternate between two behaviours show each in its own answers"
-                if together else
-                f"known outcome {r.origin + 1} never showed beside an added one in one state "
-                f"asked again (the same query, in separate answers): an agent answering some "
-                f"states as one model and others as another shows each in its own states")
+                f"known outcome {r.origin + 1} and the added ones showed in separate answers "
+                f"only, and no answer ran the action twice: an agent switching between the "
+                f"old and the new model per answer gives such answers too, so a model with "
+                f"both is not published")
         if not out:
             # Shown again and beside the others, an added outcome may still be a wrong
             # answer the agent gives now and then (outcome_shares.rare_doubts).

@@ -7,8 +7,9 @@ engine must not publish the union of both (a model the agent is in no state) as 
 action's outcomes.
 
 The action here, ``place``, has its chance effect on a 0-ary atom (``armfree``): no answer
-can run it twice, so whether outcomes mix within one answer cannot be asked; asking the
-same query again (verbatim, in separate answers) can.
+runs it twice, so whether outcomes mix within one answer cannot be asked, and an added
+outcome kept beside a known one fails closed (session 14: asking the same query again in
+separate answers, session 13's test, passes an agent switching models per answer).
 """
 
 from __future__ import annotations
@@ -133,22 +134,39 @@ def test_old_model_in_some_states_new_in_others_is_not_published_as_both(seed: i
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_an_honest_agent_with_an_added_outcome_is_still_published(seed: int) -> None:
-    """The rule must not cost honest agents their answer: an outcome added beside the
-    known ones (drawn independently) shows beside them when one state is asked again."""
+def test_an_agent_switching_models_per_answer_is_not_published_as_both(seed: int) -> None:
+    """The old model in a random 30% of the answers: no answer runs ``place`` twice, so
+    every answer, asked any number of times, has the distribution of an agent with both
+    models' outcomes. Before (session 13's verbatim groups): published with both, since
+    the repeats of one query mix across separate answers."""
+    known, truth = _known(), _keeps_hold()
+    agent = _ByAnswer(SimulatedAgent(known, seed=seed), SimulatedAgent(truth, seed=seed + 50),
+                      seed)
+    model = _published(known, agent, _evidence(truth))
+    assert model is None or _effects(model.action("place")) == _effects(
+        truth.action("place")), model and model.action("place").outcomes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_an_honest_agent_with_an_added_outcome_fails_closed_naming_the_reason(
+        seed: int) -> None:
+    """The price of the rule: an honest agent with an outcome added beside the known ones
+    gives the same answers as the switcher above (no answer runs ``place`` twice), so it
+    fails closed too, with the reason in the notes, instead of being published."""
     known, truth = _known(), _added()
-    model = _published(known, SimulatedAgent(truth, seed=seed), _evidence(truth))
-    assert model is not None
-    assert _effects(model.action("place")) == _effects(truth.action("place"))
+    result = assess(known, _evidence(truth), SimulatedAgent(truth, seed=seed),
+                    method="verify", budget=300)
+    assert result.undecided_outcomes == ("place",)
+    assert "no answer ran the action twice" in result.undecided_reasons["place"]
 
 
-def test_the_asked_again_states_are_verbatim_and_the_reason_names_them() -> None:
+def test_the_reason_names_the_answers_that_never_ran_it_twice() -> None:
     known, truth = _known(), _keeps_hold()
     agent = _ByState(SimulatedAgent(known, seed=1), SimulatedAgent(truth, seed=51))
     result = assess(known, _evidence(truth), agent, method="verify", budget=300)
     if result.undecided_outcomes:
         assert result.undecided_outcomes == ("place",)
-        assert "state" in result.undecided_reasons["place"]
+        assert "no answer ran the action twice" in result.undecided_reasons["place"]
     else:
         assert _effects(result.domain().action("place")) == _effects(truth.action("place"))
 
