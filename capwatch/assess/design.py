@@ -212,6 +212,30 @@ class Designer:
                                    f"does {action} run without {required}?", risky=1))
         return safe_probes, risky, final
 
+    def check(self, action: str) -> list[Probe]:
+        """Two steps the evidence says surely run (every atom at a value a run showed
+        safe; the second with each atom that has two such values at its other one),
+        asked once before the result is taken (the engine's final check); none when an
+        atom has no safe value. A stationary agent runs both. One that changed after the
+        runs that showed those values safe (an agent drifting during the assessment,
+        rev13b) may refuse: its later refusals were each read as the one atom its probe
+        flipped, which rests on every other atom's value being safe still."""
+        pas = self.pas[action]
+        masks = self.vs.masks
+        if not pas or any(not SAFE_VALUES[masks[pa]] for pa in pas):
+            return []
+        tied = self.tied.get(action, {})
+        base = {pa.atom: SAFE_VALUES[masks[pa]][0] for pa in pas}
+        alt = {pa.atom: SAFE_VALUES[masks[pa]][-1] for pa in pas}
+        for atom, rep in tied.items():
+            base[atom], alt[atom] = base[rep], alt[rep]
+        out = [Probe(action, base, SAFE, f"{action}: does it run where the evidence says "
+                                         f"it surely does?")]
+        if alt != base:
+            out.append(Probe(action, alt, SAFE, f"{action}: does it run with the atoms "
+                                                f"that may be either at their other value?"))
+        return out
+
     def _probe(self, key: object, assignment: dict[LiftedAtom, bool], kind: str,
                purpose: str, risky: int = 0) -> Probe:
         """A new probe, or the one designed for the same question last round when its

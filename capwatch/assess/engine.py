@@ -244,7 +244,7 @@ class _Engine(Evidence):
             safe.extend(resample)
             if not (safe or risky or final):
                 break
-            if len(self.queries) >= self.budget:
+            if len(self.queries) >= self.budget - self._check_reserve():
                 self.budget_exhausted = True
                 break
             final = self._window(final)
@@ -283,6 +283,48 @@ class _Engine(Evidence):
             self.tired = {p: n for p, n in self.tired.items() if p.action not in moved}
             self._refresh_targets()
             self.check_known_model()
+        if self.budget_exhausted:
+            self._final_check(agent, objects, maker)
+
+    def _check_reserve(self) -> int:
+        """Queries kept back from the budget for :meth:`_final_check` (one, once a
+        deterministic action was refused and the budget allows two queries)."""
+        return 1 if self.budget >= 2 and any(
+            a not in self.vs.outcomes for a in self.refused_actions) else 0
+
+    def _final_check(self, agent: AgentQuery, objects: ObjectFactory,
+                     maker: StepMaker) -> None:
+        """When the budget ran out, every deterministic action some answer refused is
+        asked, in the query kept back for it, to run where the evidence says it surely
+        does (:meth:`Designer.check`). A refused step of a probe fixes a precondition on
+        the one atom it flipped only if every other atom's value is still safe; an agent
+        that changed after the runs that showed them safe (rev13b: a new precondition two
+        queries into the assessment, budget 8) had three such refusals read as
+        preconditions neither model has, and with the budget spent no probe contradicted
+        them (with budget to spare, the probes designed from the later evidence did).
+        Refused here, the evidence conflicts, the model does not explain the answer and
+        nothing is published. A stationary agent runs them."""
+        probes = [p for action in sorted(self.refused_actions)
+                  if action not in self.vs.outcomes and action in self.atoms
+                  for p in self.design.check(action)]
+        while probes and len(self.queries) < self.budget:
+            maker.retain(probes)
+            query = pack(probes, [], [], self.actions, objects, after=self._after,
+                         steps=maker, max_atoms=self.max_query_atoms)
+            if query is None:
+                return
+            answers = agent.query(query.state, query.plan, 1)
+            if not answers:
+                return
+            self._absorb(query, answers[0])
+            if answers[0].executed < len(query.steps):
+                self.notes.append(
+                    f"query {len(self.queries)}: {query.steps[answers[0].executed].probe.action}"
+                    f" refused where the evidence says it surely runs: the agent changed "
+                    f"during the assessment, or answers otherwise than a model would")
+                return
+            sent = {id(step.probe) for step in query.steps}
+            probes = [p for p in probes if id(p) not in sent]
 
     def _tire(self, query: Query, answer: QueryResult) -> bool:
         """Count a query that narrowed nothing against the probabilistic probes it ran;
@@ -531,6 +573,7 @@ class _Engine(Evidence):
                              number)
         if failed is not None:
             step, values = failed
+            self.refused_actions.add(step.probe.action)
             self.vs.failed(step.probe.action, values,
                            f"query {number} step {len(executed) + 1}: "
                            f"{show(step.ground_action)} refused")

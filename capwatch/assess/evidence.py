@@ -80,6 +80,8 @@ class Evidence:
         self.offering: set[str] = set()
         """The actions asked again in the query being built."""
         self.resample_given_up: set[str] = set()
+        self.refused_actions: set[str] = set()
+        """Actions a step of which some answer refused (the engine's final check)."""
         self.mix_tried: set[str] = set()
         """Actions asked again alone while a known outcome was kept beside an added one
         and no answer had run them twice (:meth:`OutcomeSpace.unmixable`)."""
