@@ -56,7 +56,13 @@ from capwatch.assess.probes import (
     pack,
     read_answer,
 )
-from capwatch.assess.result import AssessmentResult, Method, PalChange, QueryLog
+from capwatch.assess.result import (
+    AssessmentResult,
+    Method,
+    PalChange,
+    QueryLog,
+    RetiredOutcome,
+)
 from capwatch.assess.shortcuts import find_shortcuts
 from capwatch.assess.versionspace import (
     ALL_VALUES,
@@ -621,6 +627,7 @@ class _Engine(Evidence):
                 reasons[pal] = self._open_reason(pa)
         model = self.initial.with_modes(modes)
         outcomes = {}
+        retired: list[RetiredOutcome] = []
         for name, space in self.vs.outcomes.items():
             if name in self.resample_runs:
                 self.notes.append(f"{name}: asked again {self.resample_runs[name]} times "
@@ -628,10 +635,16 @@ class _Engine(Evidence):
             for r in space.records:
                 if space.retired(r) and r.origin is not None:
                     p = self.actions[name].outcomes[r.origin].probability
+                    n = space.known_steps()
+                    # What the steps show is a bound on its share, not its absence: a
+                    # drift that made it rarer (0.4 -> 0.03) retires it the same way.
+                    most = 1.0 - space.error ** (1.0 / n)
+                    retired.append(RetiredOutcome(name, r.origin, p, n, most))
                     self.notes.append(
                         f"{name}: known outcome {r.origin + 1} (p = {p:g}) retired: none of "
-                        f"{space.known_steps()} steps of its known outcomes showed it (a "
-                        f"chance of at most {space.error:g} were it still there)")
+                        f"{n} steps of its known outcomes showed it (a chance of at most "
+                        f"{space.error:g} were it still there at p = {p:g}); it may still "
+                        f"happen with a probability up to {most:.3f}")
             if space.records:
                 pre = {pa.atom: modes[pa.pal(Location.PRE)] for pa in space.pas}
                 outcomes[name] = space.outcomes(
@@ -680,7 +693,7 @@ class _Engine(Evidence):
                                 tuple(self.queries), tuple(self.vs.conflicts),
                                 tuple([*notes, *self.notes]), self.budget_exhausted, reasons,
                                 confirmed, outcomes, tuple(sorted(undecided)),
-                                undecided)
+                                undecided, tuple(retired))
 
 
 

@@ -44,6 +44,23 @@ class PalChange:
 
 
 @dataclass(frozen=True)
+class RetiredOutcome:
+    """A known outcome taken to be gone because no step showed it (session 14). The steps
+    bound its share from above, not to zero: an outcome the drift made rarer (0.4 ->
+    0.03) retires like a removed one, so the version says how rare it is shown to be."""
+
+    action: str
+    outcome: int
+    """Index of the known outcome (0-based) in the known action."""
+    known_probability: float
+    steps: int
+    """Steps of the known outcomes that were not it."""
+    share_at_most: float
+    """1 - error^(1/steps): a share above it would have shown in those steps but for a
+    chance of the accepted error (``outcome_error``)."""
+
+
+@dataclass(frozen=True)
 class AssessmentResult:
     method: Method
     initial: AbstractModel
@@ -73,6 +90,8 @@ class AssessmentResult:
     OutcomeSpace.unconfirmed`)."""
     undecided_reasons: Mapping[str, str] = field(default_factory=dict)
     """Why, per action of :attr:`undecided_outcomes` (what the alert says)."""
+    retired: tuple[RetiredOutcome, ...] = ()
+    """Known outcomes left out as gone, each with the share the steps bound it below."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))

@@ -125,6 +125,13 @@ class EngineAssessor:
             details["budget_exhausted"] = result.budget_exhausted
             details["notes"] = list(result.notes)
             details["coverage"] = coverage(result)
+            if result.retired:
+                # Left out as gone, but only bounded: the version says how rare each is
+                # shown to be (docs/assessment.md, "Outcomes made rarer").
+                details["retired_outcomes"] = [
+                    {"action": r.action, "outcome": r.outcome + 1,
+                     "known_probability": r.known_probability, "steps": r.steps,
+                     "share_at_most": round(r.share_at_most, 4)} for r in result.retired]
             if result.undecided_outcomes:
                 details["undecided_outcomes"] = list(result.undecided_outcomes)
             exhausted = result.budget_exhausted

@@ -191,3 +191,30 @@ def test_the_settings_are_checked() -> None:
         assess(_known(), [], SimulatedAgent(_known()), min_outcome_probability=1.0)
     with pytest.raises(ValueError, match="probability_tolerance"):
         assess(_known(), [], SimulatedAgent(_known()), probability_tolerance=0.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_outcome_made_much_rarer_is_retired_with_the_share_the_steps_bound(
+        seed: int) -> None:
+    """The case "Outcome probabilities" left open: the slip made much rarer (0.4 -> 0.03)
+    retires after the steps its known share predicts, as if gone. A version that leaves
+    it out says how rare it is shown to be (session 14): a bound the truth is within."""
+    known = _with(_known(), "pick", outcomes=tuple(
+        Outcome(o.add, o.delete, 0.6 if o.add else 0.4)
+        for o in _known().action("pick").outcomes))
+    truth = _loose_pick(known, 0.97)
+    before = frozenset({("at_robot", "r1", "hall"), ("at", "p1", "hall")})
+    after = frozenset({("at_robot", "r1", "hall"), ("carrying", "r1", "p1")})
+    evidence = [Transition(before, ("pick", "r1", "p1", "hall"), after, executed=True)]
+    result = assess(known, evidence, SimulatedAgent(truth, seed=seed), method="verify",
+                    budget=500)
+    if "pick" in result.undecided_outcomes:
+        return
+    kept = _effects(result.domain().action("pick"))
+    rare = {(o.add, o.delete) for o in truth.action("pick").outcomes if o.probability < 0.1}
+    if rare <= kept:
+        return  # it showed: kept, nothing to say
+    (gone,) = [r for r in result.retired if r.action == "pick"]
+    assert known.action("pick").outcomes[gone.outcome].probability == 0.4
+    assert gone.share_at_most >= 0.03, gone
+    assert f"up to {gone.share_at_most:.3f}" in " ".join(result.notes)
