@@ -385,12 +385,21 @@ class OutcomeSpace:
 
     def unmixable(self) -> list[OutcomeRecord]:
         """The known outcomes kept beside added ones (the answers showed them) where no
-        answer ran the action twice (:meth:`together`): whether they mix with the added
-        ones within one answer, as independent draws do, was never seen, so an agent
-        switching between two models per answer cannot be told from one with both
-        (:mod:`capwatch.assess.mixing`). Empty when an answer ran it twice."""
+        answer ran the action twice (:meth:`together`) and the steps added more outcomes
+        than they retired: whether the added ones are the kept ones' new forms or stand
+        beside them, as independent draws within one answer would show, was never seen,
+        so an agent switching between two models per answer cannot be told from one with
+        both (:mod:`capwatch.assess.mixing`). Empty when an answer ran it twice, or when
+        every added outcome stands for a retired one (the drift changed outcomes, and the
+        model has no more than the known one had: a switcher's old answers would have
+        kept the old forms)."""
         live = self.live()
-        if not any(r.origin is None for r in live) or self.together():
+        added = sum(1 for r in live if r.origin is None)
+        if not added or self.together():
+            return []
+        retired = sum(1 for r in self.records if r.origin is not None) - sum(
+            1 for r in live if r.origin is not None)
+        if added <= retired:
             return []
         return [r for r in live if r.origin is not None and self.witness_answers(r)]
 
