@@ -250,7 +250,7 @@ class _Engine(Evidence):
             safe.extend(resample)
             if not (safe or risky or final):
                 break
-            if len(self.queries) >= self.budget - self._check_reserve():
+            if len(self.queries) >= self.budget:
                 self.budget_exhausted = True
                 break
             final = self._window(final)
@@ -292,28 +292,25 @@ class _Engine(Evidence):
         if self.budget_exhausted:
             self._final_check(agent, objects, maker)
 
-    def _check_reserve(self) -> int:
-        """Queries kept back from the budget for :meth:`_final_check` (one, once a
-        deterministic action was refused and the budget allows two queries)."""
-        return 1 if self.budget >= 2 and any(
-            a not in self.vs.outcomes for a in self.refused_actions) else 0
-
     def _final_check(self, agent: AgentQuery, objects: ObjectFactory,
                      maker: StepMaker) -> None:
         """When the budget ran out, every deterministic action some answer refused is
-        asked, in the query kept back for it, to run where the evidence says it surely
-        does (:meth:`Designer.check`). A refused step of a probe fixes a precondition on
-        the one atom it flipped only if every other atom's value is still safe; an agent
-        that changed after the runs that showed them safe (rev13b: a new precondition two
-        queries into the assessment, budget 8) had three such refusals read as
-        preconditions neither model has, and with the budget spent no probe contradicted
-        them (with budget to spare, the probes designed from the later evidence did).
-        Refused here, the evidence conflicts, the model does not explain the answer and
-        nothing is published. A stationary agent runs them."""
+        asked, in one query past the budget (as the daemon asks its queries again past
+        it), to run where the evidence says it surely does (:meth:`Designer.check`). A
+        refused step of a probe fixes a precondition on the one atom it flipped only if
+        every other atom's value is still safe; an agent that changed after the runs that
+        showed them safe (rev13b: a new precondition two queries into the assessment,
+        budget 8) had three such refusals read as preconditions neither model has, and
+        with the budget spent no probe contradicted them (with budget to spare, the
+        probes designed from the later evidence did). Refused here, the evidence
+        conflicts, the model does not explain the answer and nothing is published. A
+        stationary agent runs them. (Kept back from the budget instead, it cost honest
+        agents 2-3 of ~90 right versions at budgets 8-12: one probe query fewer, and
+        they failed closed unexplained.)"""
         probes = [p for action in sorted(self.refused_actions)
                   if action not in self.vs.outcomes and action in self.atoms
                   for p in self.design.check(action)]
-        while probes and len(self.queries) < self.budget:
+        while probes and len(self.queries) < self.budget + 1:
             maker.retain(probes)
             query = pack(probes, [], [], self.actions, objects, after=self._after,
                          steps=maker, max_atoms=self.max_query_atoms)
