@@ -58,7 +58,8 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     try:
         yield broker
     finally:
-        broker.stop()
+        # Throw-away: no graceful shutdown (docs/performance.md, "Suite time").
+        broker.stop(graceful=False)
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +82,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
-        server.stop()
+        server.stop(graceful=False)
 
 
 @pytest.fixture(scope="session")

@@ -70,7 +70,7 @@ def own_postgres() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
-        server.stop()
+        server.stop(graceful=False)  # throw-away
 
 
 @pytest.fixture
@@ -85,4 +85,4 @@ def own_broker() -> Iterator[KafkaBroker]:
     finally:
         if broker.process is not None and broker.process.poll() is None:
             broker.process.send_signal(signal.SIGCONT)
-        broker.stop()
+        broker.stop(graceful=False)  # throw-away

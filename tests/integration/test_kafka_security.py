@@ -38,7 +38,7 @@ def broker() -> Iterator[KafkaBroker]:
     try:
         yield b
     finally:
-        b.stop()
+        b.stop(graceful=False)  # throw-away
 
 
 def kafka_section(b: KafkaBroker, mechanism: str, **over: Any) -> dict[str, Any]:

@@ -118,7 +118,9 @@ class PostgresServer(ManagedServer):
             for pid in stopped:
                 os.kill(pid, signal.SIGCONT)
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = True) -> None:
+        """``graceful`` False: ``-m immediate`` (no shutdown checkpoint) for a throw-away
+        server whose directory goes with it (the test session's)."""
         if self.external or self.workdir is None or self.bindir is None:
             return
         workdir, self.workdir = self.workdir, None
@@ -126,8 +128,8 @@ class PostgresServer(ManagedServer):
         if (data / "postmaster.pid").exists():
             t0 = time.monotonic()
             _run_as_service_user(
-                [str(self.bindir / "pg_ctl"), "stop", "-D", str(data), "-m", "fast", "-w",
-                 "-t", str(STOP_TIMEOUT_S)],
+                [str(self.bindir / "pg_ctl"), "stop", "-D", str(data), "-m",
+                 "fast" if graceful else "immediate", "-w", "-t", str(STOP_TIMEOUT_S)],
                 check=False,
             )  # fmt: skip
             self.timings["stop"] = time.monotonic() - t0
