@@ -7,14 +7,24 @@ commit waits for that (:meth:`Checkpointer.commit_offsets`); what was published 
 letters above all) is flushed before a commit. After a crash the source replays from the
 commit and the replay rebuilds exactly what was lost.
 
+The scheduled checkpoint's flush runs in a thread of its own (:class:`PendingCommit`):
+it waits for the broker's acknowledgements (and, as the publisher's flushes are one at a
+time, for the alert routing's or a worker's flush), and the main loop read nothing
+meanwhile, so a record arriving during it waited (docs/performance.md, "Alert latency").
+The offsets are taken on the main loop before the flush starts, so every output of the
+records before them was handed to the publisher already; the flush acknowledges at least
+those, and only then does the main loop commit them (:meth:`Checkpointer.finish_commit`).
+A crash between the two replays from the previous commit: the rule holds as before.
+
 Drift tables are soft state saved alongside: each snapshot carries the position it
 reflects and is written before the offsets, so a committed offset is never past a
 snapshot's position and a replay can skip exactly the records the snapshot counted.
-Everything here runs on the main loop.
+Everything here runs on the main loop but :meth:`PendingCommit.flush`.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -30,6 +40,25 @@ from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import SnapshotError, restore_agent, snapshot_agent
 
 log = structlog.get_logger("capwatch.daemon")
+
+
+class PendingCommit:
+    """Offsets waiting for the publisher's flush, which runs in a thread of its own."""
+
+    def __init__(self, offsets: dict[int, int], publisher: Publisher) -> None:
+        self.offsets = offsets
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        threading.Thread(target=self.flush, args=(publisher,), name="capwatch-commit-flush",
+                         daemon=True).start()
+
+    def flush(self, publisher: Publisher) -> None:
+        try:
+            publisher.flush()
+        except BaseException as e:  # handed to the main loop, which raises it there
+            self.error = e
+        finally:
+            self.done.set()
 
 
 class Checkpointer:
@@ -48,6 +77,8 @@ class Checkpointer:
         self._next: dict[int, int] = {}
         """Per owned partition: the offset after the last record handled."""
         self._committed: dict[int, int] = {}
+        self._pending: PendingCommit | None = None
+        """The scheduled checkpoint's offsets while its flush runs (at most one)."""
         self.saved_drift: dict[str, DriftSnapshot] = {}
         """Saved drift state of the batch's new agents (:meth:`prefetch_drift`), applied at
         their first record (:meth:`restore`)."""
@@ -96,22 +127,68 @@ class Checkpointer:
     def due(self) -> bool:
         return time.monotonic() - self._last >= self.interval_s
 
-    def checkpoint(self, partitions: set[int] | None = None) -> bool:
-        """Save drift state, then commit what is durable; True if an offset moved."""
+    def checkpoint(self, partitions: set[int] | None = None, *,
+                   background: bool = False) -> bool:
+        """Save drift state, then commit what is durable; True if an offset moved.
+
+        ``background`` (the scheduled checkpoint): the flush runs in its own thread and
+        the commit waits for :meth:`finish_commit`. Otherwise (a revoke, the shutdown, a
+        test) everything is done before returning, an earlier flush still running first.
+        """
         self._last = time.monotonic()
         self.save_drift_state(partitions)
         self.save_activity(partitions)
-        offsets = {p: o for p, o in self.commit_offsets(partitions).items()
-                   if self._committed.get(p) != o}
+        if not background:
+            moved = False
+            if self._pending is not None:
+                self._pending.done.wait()
+                moved = self.finish_commit()
+            offsets = self._changed(self.commit_offsets(partitions))
+            if not offsets:
+                return moved
+            self.publisher.flush()
+            self._commit(offsets)
+            return True
+        moved = self.finish_commit()
+        if self._pending is not None:
+            return moved  # its flush still runs: these offsets wait for the next checkpoint
+        offsets = self._changed(self.commit_offsets())
+        if offsets:
+            self._pending = PendingCommit(offsets, self.publisher)
+        return moved
+
+    def finish_commit(self) -> bool:
+        """Commit the offsets of a background checkpoint whose flush is done (the main
+        loop asks at every turn); raise what the flush raised (nothing is committed then,
+        and the next checkpoint tries again). True if an offset moved."""
+        pending = self._pending
+        if pending is None or not pending.done.is_set():
+            return False
+        self._pending = None
+        if pending.error is not None:
+            raise pending.error
+        # Partitions given up since (forget) are not this replica's to commit any more.
+        offsets = self._changed({p: o for p, o in pending.offsets.items() if p in self._next})
         if not offsets:
             return False
-        self.publisher.flush()
+        self._commit(offsets)
+        return True
+
+    @property
+    def committing(self) -> bool:
+        """A background checkpoint's flush has finished and its commit waits."""
+        pending = self._pending
+        return pending is not None and pending.done.is_set()
+
+    def _changed(self, offsets: dict[int, int]) -> dict[int, int]:
+        return {p: o for p, o in offsets.items() if self._committed.get(p) != o}
+
+    def _commit(self, offsets: dict[int, int]) -> None:
         self.store.save_offsets(self.group, {(self.source.name, p): o
                                              for p, o in offsets.items()}, self.clock())
         self.source.commit(offsets)
         self._committed.update(offsets)
         log.debug("checkpoint", offsets=offsets)
-        return True
 
     def save_activity(self, partitions: set[int] | None = None) -> int:
         """Add what agents did since the last save to the store's per-agent activity (the
@@ -285,6 +362,8 @@ class Checkpointer:
         for p in partitions:
             self._next.pop(p, None)
             self._committed.pop(p, None)
+            if self._pending is not None:
+                self._pending.offsets.pop(p, None)
         self._drift_partitions -= partitions
         self.end_prefetch()
         # Evicted agents' snapshots stay in the store for whichever replica gets them.

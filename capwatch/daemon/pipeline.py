@@ -331,7 +331,9 @@ class Pipeline:
             self.sweep()
         if self.checkpoints.due or self._outage is not None:
             # After an outage a checkpoint proves the store takes writes again.
-            self.checkpoint()
+            self.checkpoint(background=self._outage is None)
+        elif self.checkpoints.committing:
+            self.commit_flushed()
         return records
 
     def _failed(self, error: BaseException) -> None:
@@ -544,7 +546,10 @@ class Pipeline:
 
     # ------------------------------------------------------------------ scheduled jobs
 
-    def checkpoint(self, partitions: set[int] | None = None) -> None:
+    def checkpoint(self, partitions: set[int] | None = None, *,
+                   background: bool = False) -> None:
+        """``background``: the scheduled checkpoint, whose flush runs off the main loop
+        and whose commit follows at a later turn (:meth:`commit_flushed`)."""
         self.batches.flush_tally()  # counted in batches, added at most once a second
         # The fleet gauges move with assessments too, not only with offsets: a quiet stream
         # must not leave an assessed agent reported as awaiting one.
@@ -556,7 +561,17 @@ class Pipeline:
                 release_freed()  # what the agents held before (daemon.heap)
             self.eviction.silent(now)
         try:
-            moved = self.checkpoints.checkpoint(partitions)
+            moved = self.checkpoints.checkpoint(partitions, background=background)
+        except AssignmentLost as e:
+            self._lost(e)
+            return
+        if moved:
+            self.lag.refresh()
+
+    def commit_flushed(self) -> None:
+        """Commit a background checkpoint's offsets once its flush is done."""
+        try:
+            moved = self.checkpoints.finish_commit()
         except AssignmentLost as e:
             self._lost(e)
             return

@@ -197,7 +197,8 @@ class Service:
                                seconds=sched.drift_audit_s, id="drift-audit")
         self.scheduler.add_job(lambda: d.submit(lambda: d.canary(inits, objects)), "interval",
                                seconds=sched.canary_s, id="canary")
-        self.scheduler.add_job(lambda: d.submit(d.checkpoint), "interval",
+        self.scheduler.add_job(lambda: d.submit(lambda: d.checkpoint(background=True)),
+                               "interval",
                                seconds=sched.checkpoint_s, id="checkpoint")
         self.scheduler.add_job(lambda: d.submit(d.poll_results), "interval",
                                seconds=sched.results_poll_s, id="results")
