@@ -8,7 +8,7 @@ capwatch.contracts.store.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import msgspec
 
@@ -113,6 +113,20 @@ class Source(Protocol):
 
     # A source that is a consumer-group member (Kafka) also has
     # ``member_id() -> str | None``: its id in the group, None while it has none.
+
+
+@runtime_checkable
+class CommitsInBackground(Protocol):
+    """A source whose commit can be sent without waiting for its answer (the Kafka
+    clients in the daemon's own process): the scheduled checkpoint's commit then costs the
+    main loop no round trip to the broker."""
+
+    def commit_async(self, offsets: Mapping[int, int],
+                     done: Callable[[BaseException | None], None]) -> None:
+        """Send the commit; ``done`` is called on the thread that polls the source, at a
+        later poll, with None once the broker took it or with why it did not (nothing
+        is committed then: the caller commits again, synchronously)."""
+        ...
 
 
 class Publisher(Protocol):

@@ -31,7 +31,7 @@ from datetime import datetime
 
 import structlog
 
-from capwatch.contracts.ports import Publisher, Source
+from capwatch.contracts.ports import CommitsInBackground, Publisher, Source
 from capwatch.contracts.store import Checkpoints, DriftSnapshot
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
@@ -79,6 +79,10 @@ class Checkpointer:
         self._committed: dict[int, int] = {}
         self._pending: PendingCommit | None = None
         """The scheduled checkpoint's offsets while its flush runs (at most one)."""
+        self._refused: dict[int, int] = {}
+        """Offsets an asynchronous commit did not get through, committed again
+        synchronously at the next turn (which raises AssignmentLost if the group went on
+        without this member)."""
         self.saved_drift: dict[str, DriftSnapshot] = {}
         """Saved drift state of the batch's new agents (:meth:`prefetch_drift`), applied at
         their first record (:meth:`restore`)."""
@@ -161,34 +165,63 @@ class Checkpointer:
         """Commit the offsets of a background checkpoint whose flush is done (the main
         loop asks at every turn); raise what the flush raised (nothing is committed then,
         and the next checkpoint tries again). True if an offset moved."""
+        moved = False
+        if self._refused:
+            refused, self._refused = self._refused, {}
+            # Unless a later commit got through meanwhile.
+            offsets = {p: o for p, o in refused.items()
+                       if p in self._next and o > self._committed.get(p, -1)}
+            if offsets:
+                self._commit(offsets)
+                moved = True
         pending = self._pending
         if pending is None or not pending.done.is_set():
-            return False
+            return moved
         self._pending = None
         if pending.error is not None:
             raise pending.error
         # Partitions given up since (forget) are not this replica's to commit any more.
         offsets = self._changed({p: o for p, o in pending.offsets.items() if p in self._next})
         if not offsets:
-            return False
-        self._commit(offsets)
+            return moved
+        self._commit(offsets, background=True)
         return True
 
     @property
     def committing(self) -> bool:
-        """A background checkpoint's flush has finished and its commit waits."""
+        """A background checkpoint's flush has finished and its commit waits, or an
+        asynchronous commit was refused."""
         pending = self._pending
-        return pending is not None and pending.done.is_set()
+        return bool(self._refused) or (pending is not None and pending.done.is_set())
 
     def _changed(self, offsets: dict[int, int]) -> dict[int, int]:
         return {p: o for p, o in offsets.items() if self._committed.get(p) != o}
 
-    def _commit(self, offsets: dict[int, int]) -> None:
+    def _commit(self, offsets: dict[int, int], background: bool = False) -> None:
+        """Record the offsets in the store, then commit them to the source: without
+        waiting for the broker's answer if ``background`` and the source can."""
         self.store.save_offsets(self.group, {(self.source.name, p): o
                                              for p, o in offsets.items()}, self.clock())
-        self.source.commit(offsets)
-        self._committed.update(offsets)
         log.debug("checkpoint", offsets=offsets)
+        source = self.source
+        if background and isinstance(source, CommitsInBackground):
+            source.commit_async(offsets, lambda error: self._answered(offsets, error))
+            return
+        source.commit(offsets)
+        self._committed.update(offsets)
+
+    def _answered(self, offsets: dict[int, int], error: BaseException | None) -> None:
+        """An asynchronous commit's answer (at a later poll of the source)."""
+        owned = {p: o for p, o in offsets.items() if p in self._next}
+        if error is None:
+            # Never back: a synchronous commit of later offsets may have been answered first.
+            self._committed.update({p: o for p, o in owned.items()
+                                    if o >= self._committed.get(p, o)})
+            return
+        log.warning("commit not taken; committing again", offsets=owned,
+                    problem=str(error)[:300])
+        for p, o in owned.items():
+            self._refused[p] = max(o, self._refused.get(p, o))
 
     def save_activity(self, partitions: set[int] | None = None) -> int:
         """Add what agents did since the last save to the store's per-agent activity (the

@@ -9,6 +9,7 @@ before it is acknowledged. Here the publisher's flush waits for the test to let 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -45,12 +46,30 @@ class GatedPublisher(MemoryPublisher):
         self.flushed_letters.append(sent)
 
 
-def _pipeline(tmp_path: Path, lines: list[str]) -> tuple[Pipeline, GatedPublisher]:
+class AnsweringSource(JsonlSource):
+    """Commits in the background as the Kafka sources do; the test answers them."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.sent: list[tuple[dict[int, int], Callable[[BaseException | None], None]]] = []
+        self.synchronous: list[dict[int, int]] = []
+
+    def commit_async(self, offsets: Mapping[int, int],
+                     done: Callable[[BaseException | None], None]) -> None:
+        self.sent.append((dict(offsets), done))
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        self.synchronous.append(dict(offsets))
+
+
+def _pipeline(tmp_path: Path, lines: list[str], source: JsonlSource | None = None
+              ) -> tuple[Pipeline, GatedPublisher]:
     path = tmp_path / "in.jsonl"
     path.write_text("".join(line + "\n" for line in lines))
     publisher = GatedPublisher()
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
-    d = build_service(cfg, publisher=publisher, source=JsonlSource(str(path))).pipeline
+    d = build_service(cfg, publisher=publisher,
+                      source=source or JsonlSource(str(path))).pipeline
     d.seed_families()
     d.source.start(lambda p: None, lambda p: None, {})
     return d, publisher
@@ -158,3 +177,44 @@ def test_partitions_given_up_while_their_flush_runs_are_not_committed(
     _flushed(d)
     d.commit_flushed()
     assert _committed(d) == {}
+
+
+def test_an_asynchronous_commit_the_broker_refused_is_made_again_synchronously(
+        tmp_path: Path) -> None:
+    source = AnsweringSource(str(tmp_path / "in.jsonl"))
+    d, publisher = _pipeline(tmp_path, [good_sample(step=0), good_sample(step=1)], source)
+    publisher.gate.set()
+    _handle(d)
+    d.checkpoint(background=True)
+    _flushed(d)
+    d.commit_flushed()
+    (offsets, done), = source.sent
+    assert offsets == {0: 2} and source.synchronous == []
+    done(RuntimeError("the group is rebalancing"))  # at a later poll
+    assert d.checkpoints.committing
+    d.commit_flushed()  # the next turn
+    assert source.synchronous == [{0: 2}]
+    assert not d.checkpoints.committing
+    d.checkpoint(background=True)  # taken: nothing new to flush or commit
+    assert d.checkpoints._pending is None
+    assert len(source.sent) == 1 and source.synchronous == [{0: 2}]
+
+
+def test_an_answer_after_a_later_synchronous_commit_does_not_move_the_record_back(
+        tmp_path: Path) -> None:
+    source = AnsweringSource(str(tmp_path / "in.jsonl"))
+    d, publisher = _pipeline(tmp_path, [good_sample(step=0), good_sample(step=1)], source)
+    publisher.gate.set()
+    records = d.source.poll(1.0)
+    d.handle_batch(records[:1])
+    d.checkpoint(background=True)
+    _flushed(d)
+    d.commit_flushed()
+    d.handle_batch(records[1:])
+    d.checkpoint()  # the shutdown's: synchronous
+    assert source.synchronous == [{0: 2}]
+    (offsets, done), = source.sent
+    assert offsets == {0: 1}
+    done(None)  # answered late
+    d.checkpoint()
+    assert source.synchronous == [{0: 2}]  # still known committed: no commit again

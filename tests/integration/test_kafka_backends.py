@@ -639,3 +639,51 @@ def test_a_member_dropped_from_its_group_hands_out_nothing_of_its_partitions_unt
             assert min(r.offset for r in again if r.partition == p) == 1, again
     finally:
         source.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_asynchronous_commit_moves_the_group_once_answered_and_a_refused_one_says_why(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """The scheduled checkpoint's commit is sent without waiting (CommitsInBackground):
+    its answer comes at a later poll, in the order the commits were sent, and says when
+    the broker did not take it, so that the daemon commits again synchronously (which
+    raises AssignmentLost for a member dropped from its group, as above)."""
+    from capwatch.contracts.ports import CommitsInBackground
+
+    create(kafka_bootstrap, kafka_topic, 2)
+    produce(kafka_bootstrap, kafka_topic, [(f"k{i}".encode(), b"v") for i in range(40)])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    source = source_class(backend)(kafka_bootstrap, kafka_topic, group,
+                                   session_timeout_ms=6000, max_poll_records=5)
+    assert isinstance(source, CommitsInBackground)
+    held: set[int] = set()
+    source.start(held.update, held.difference_update, {})
+    try:
+        got: list[Record] = []
+        wait(lambda: bool(got.extend(source.poll(0.2))) or (
+            held == {0, 1} and {r.partition for r in got} == {0, 1}), 60, "records")
+        answers: list[BaseException | None] = []
+
+        def answered(n: int) -> bool:
+            source.poll(0.1)  # answers come at a poll
+            return len(answers) >= n
+
+        source.commit_async({0: 3, 1: 2}, answers.append)
+        wait(lambda: answered(1), 30, "the commit's answer")
+        assert answers == [None]
+        assert group_committed(kafka_bootstrap, kafka_topic, group) == {0: 3, 1: 2}
+        # A synchronous commit between two asynchronous ones (a revoke's checkpoint).
+        source.commit_async({0: 4, 1: 4}, answers.append)
+        source.commit({0: 5, 1: 5})
+        source.commit_async({0: 6, 1: 6}, answers.append)
+        wait(lambda: answered(3), 30, "both answers")
+        assert answers == [None, None, None]
+        assert group_committed(kafka_bootstrap, kafka_topic, group) == {0: 6, 1: 6}
+        # A commit the broker refuses (here a partition the topic does not have) says why.
+        answers.clear()
+        source.commit_async({5: 1}, answers.append)
+        wait(lambda: answered(1), 30, "the refusal")
+        assert isinstance(answers[0], Exception), answers
+        assert group_committed(kafka_bootstrap, kafka_topic, group) == {0: 6, 1: 6}
+    finally:
+        source.close()

@@ -457,6 +457,22 @@ class KafkaSource:
             self._rewind |= lost
             raise AssignmentLost(lost, error_text(e)) from e
 
+    def commit_async(self, offsets: Mapping[int, int],
+                     done: Callable[[BaseException | None], None]) -> None:
+        """See :class:`~capwatch.contracts.ports.CommitsInBackground`: kafka-python calls
+        ``done`` from a later :meth:`poll`. A membership lost shows in ``done``'s error;
+        the caller's synchronous commit then raises AssignmentLost as :meth:`commit` does."""
+        consumer = self._consumer
+        if consumer is None or not offsets:
+            done(None)
+            return
+
+        def answered(_: object, response: object) -> None:
+            done(response if isinstance(response, BaseException) else None)
+
+        consumer.commit_async({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                               for p, o in offsets.items()}, callback=answered)
+
     def exhausted(self) -> bool:
         return False
 

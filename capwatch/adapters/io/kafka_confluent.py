@@ -16,8 +16,9 @@ dependency), for both backends.
 
 from __future__ import annotations
 
+import collections
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -167,8 +168,13 @@ class ConfluentKafkaSource:
             # are assigned within 30 s, not after librdkafka's default 5 minutes.
             "topic.metadata.refresh.interval.ms": METADATA_MAX_AGE_MS,
             "error_cb": self._errors, "logger": _LIBRDKAFKA_LOG,
+            # Served by consume(), for asynchronous commits only, in the order sent.
+            "on_commit": self._answered,
             **librdkafka_security(security),
         }
+        self._commits: collections.deque[Callable[[BaseException | None], None]] = \
+            collections.deque()
+        """The ``done`` of each asynchronous commit not yet answered, oldest first."""
         self._consumer: Consumer | None = None
         self._closing = False
         self._lost: set[int] = set()
@@ -345,6 +351,31 @@ class ConfluentKafkaSource:
                 if tp.error.code() in _MEMBERSHIP_LOST:
                     self._lose(offsets, tp.error)
                 raise KafkaException(tp.error)
+
+    def commit_async(self, offsets: Mapping[int, int],
+                     done: Callable[[BaseException | None], None]) -> None:
+        """See :class:`~capwatch.contracts.ports.CommitsInBackground` and
+        :meth:`~capwatch.adapters.io.kafka.KafkaSource.commit_async`."""
+        if self._consumer is None or not offsets:
+            done(None)
+            return
+        self._errors.raise_pending()
+        self._commits.append(done)
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
+                asynchronous=True)
+        except BaseException:
+            self._commits.pop()
+            raise
+
+    def _answered(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if not self._commits:
+            return  # not one of commit_async's
+        done = self._commits.popleft()
+        if error is None:
+            error = next((tp.error for tp in partitions if tp.error is not None), None)
+        done(KafkaException(error) if error is not None else None)
 
     def _lose(self, offsets: Mapping[int, int], error: KafkaError) -> None:
         """The group went on without this member (see KafkaSource.commit): librdkafka
