@@ -219,7 +219,10 @@ def running(*services: Service) -> Iterator[list[threading.Thread]]:
 class CapwatchProcess:
     """``capwatch run`` in a subprocess, as an operator would start it."""
 
-    def __init__(self, config: dict[str, Any], tmp: Path, name: str) -> None:
+    def __init__(self, config: dict[str, Any], tmp: Path, name: str,
+                 command: Callable[[Path], list[str]] | None = None) -> None:
+        """``command``: the command line for the configuration file, if not ``capwatch
+        run --config FILE`` (a daemon with a fault injected)."""
         http = config.get("http", {})
         self.http_port: int | None = http.get("port") if http.get("enabled", True) else None
         path = tmp / f"{name}.yaml"
@@ -227,9 +230,10 @@ class CapwatchProcess:
         self.log_path = tmp / f"{name}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        argv = command(path) if command is not None else [
+            str(Path(sys.executable).parent / "capwatch"), "run", "--config", str(path)]
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "capwatch"), "run", "--config", str(path)],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+            argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
 
     def alive(self) -> bool:
         """True while running; a daemon that exited fails the test with its log."""

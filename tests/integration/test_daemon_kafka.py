@@ -118,10 +118,12 @@ class DaemonProcess(CapwatchProcess):
     ``overrides`` replace top-level sections (or fields) of the configuration."""
 
     def __init__(self, s: Setup, name: str, client: str = "kafka-python",
+                 command: Callable[[Path], list[str]] | None = None,
                  **overrides: Any) -> None:
         self.port = free_port()
         self.name = name
-        super().__init__({**daemon_config(s, self.port, client), **overrides}, s.tmp, name)
+        super().__init__({**daemon_config(s, self.port, client), **overrides}, s.tmp, name,
+                         command)
 
     def ready(self) -> bool:
         self.alive()
@@ -197,6 +199,78 @@ def test_restart_mid_stream_loses_and_duplicates_nothing(
         again.kill_quietly()
     assert first_half + second_half == 300 * 2 * AGENTS_PER_FAMILY
     _check_outputs(setup)
+
+
+def _produce_hostile(s: Setup, n: int) -> list[tuple[int, int]]:
+    """``n`` messages that are not transitions (each a dead letter), spread over the
+    partitions; their (partition, offset)."""
+    producer = KafkaProducer(bootstrap_servers=s.bootstrap, acks="all")
+    sent = [producer.send(s.topics.transitions, key=f"hostile-{i}".encode(),
+                          value=b"not a transition %d" % i) for i in range(n)]
+    producer.flush(30)
+    producer.close()
+    return [(m.partition, m.offset) for m in (f.get(30) for f in sent)]
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
+def test_a_kill_between_the_flush_and_the_commit_loses_nothing_and_repeats_only_the_replay(
+        setup: Setup, client: str) -> None:
+    """The scheduled checkpoint's flush runs off the main loop and its commit follows at a
+    later turn, sent without waiting for the answer (docs/daemon.md, "Checkpoints and the
+    commit rule"). Killed at that commit (tests/integration/killed_at_commit.py): every
+    output of the records before its offsets was acknowledged already, the commit itself
+    never landed, and the next start repeats only outputs of records at or after the commit
+    the group kept (the replay), nothing before it, and loses nothing."""
+    hostile: list[tuple[int, int]] = []
+    for _ in range(3):  # dead letters among the transitions
+        produce(setup, rounds=100)
+        hostile += _produce_hostile(setup, 8)
+    produce(setup, rounds=50)
+    # Killed at the first commit past a partition's last dead letter: one is owed then.
+    last: dict[int, int] = {}
+    for p, o in hostile:
+        last[p] = max(o, last.get(p, o))
+    sent = setup.tmp / "sent.jsonl"
+    daemon = DaemonProcess(setup, "killed", client, command=lambda path: [
+        sys.executable, "-m", "tests.integration.killed_at_commit", str(path),
+        json.dumps(last), str(sent)])
+    try:
+        code = daemon.proc.wait(120)
+    finally:
+        daemon.kill_quietly()
+    assert code == -signal.SIGKILL, daemon.tail()
+    commits = [json.loads(line) for line in sent.read_text().splitlines()]
+    assert commits[-1]["killed"] and not any(c["killed"] for c in commits[:-1])
+    killed = {int(p): o for p, o in commits[-1]["offsets"].items()}
+    kept = {tp.partition: o for tp, o in (committed(setup) or {}).items()
+            if tp.topic == setup.topics.transitions}
+    # The killed commit was not sent: it moves some partition past everything the group has.
+    assert any(o > kept.get(p, 0) for p, o in killed.items()), (killed, kept)
+    assert all(kept.get(p, 0) <= o for p, o in killed.items()), (killed, kept)
+    # The flush came first: every dead letter owed before the killed commit is there.
+    letters = {(d["partition"], d["offset"]) for d in read_all(setup, setup.topics.dead_letter)}
+    owed = {(p, o) for p, o in hostile if o < killed.get(p, 0)}
+    assert owed <= letters, sorted(owed - letters)
+
+    again = DaemonProcess(setup, "after", client)
+    try:
+        wait(again.ready, 60, "the restarted daemon to be ready")
+        wait(lambda: lag(setup) == 0, 90, "every transition to be committed")
+        wait(lambda: len(_change_alerts(setup)) >= len(DRIFTS), 90, "an alert per drift")
+        wait(lambda: again.settled(lambda: lag(setup)), 60, "the daemon to settle")
+        assert again.stop(signal.SIGTERM) == 0, again.tail()
+    finally:
+        again.kill_quietly()
+    _check_outputs(setup)
+    counts: dict[tuple[int, int], int] = {}
+    for d in read_all(setup, setup.topics.dead_letter):
+        key = (d["partition"], d["offset"])
+        counts[key] = counts.get(key, 0) + 1
+    assert set(counts) == set(hostile)  # none lost, none for a good record
+    repeated = {k for k, n in counts.items() if n > 1}
+    # Only what the replay from the kept commit handled again, and only once more.
+    assert all(o >= kept.get(p, 0) for p, o in repeated), (sorted(repeated), kept)
+    assert max(counts.values()) <= 2, counts
 
 
 def test_a_consumer_process_that_dies_stops_the_daemon_with_its_reason(
