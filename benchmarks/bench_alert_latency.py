@@ -344,8 +344,9 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
         svc = build_service(_config(tmp, bootstrap, topic, kafka_output=True),
                             agents=FleetDirectory(f))
         p = svc.pipeline
-        steps = _timed(p, ("checkpoint", "handle_batch", "alert_promptly", "drain", "sweep"))
-        steps.update(_timed(p.source, ("poll", "commit", "lag")))
+        steps = _timed(p, ("checkpoint", "commit_flushed", "handle_batch", "alert_promptly",
+                           "drain", "sweep"))
+        steps.update(_timed(p.source, ("poll", "commit", "commit_async", "lag")))
         steps.update({f"publisher.{k}": v for k, v in _timed(p.publisher, ("flush",)).items()})
         runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
         runner.start()
@@ -403,7 +404,9 @@ def _timed(obj: Any, names: Sequence[str]) -> dict[str, list[float]]:
     alert is late: a long poll, a checkpoint, a batch)."""
     out: dict[str, list[float]] = {}
     for name in names:
-        inner = getattr(obj, name)
+        inner = getattr(obj, name, None)
+        if inner is None:  # an older tree's (an A/B against it)
+            continue
         spent: list[float] = []
         out[name] = spent
 
