@@ -261,8 +261,9 @@ def main() -> int:
     parser.add_argument("--memory-limited", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fleet", type=Path, action="append", default=[], metavar="DIR",
                         help="measure the in-process rows on this fleet instead: DIR holds "
-                             "<family>.pddl (or <family>/domain.pddl) files and events.jsonl, "
-                             "wire events as `capwatch run` reads them (repeatable)")
+                             "<family>.pddl (or <family>/domain.pddl) files and events.jsonl "
+                             "(or events.json-seq), wire events as `capwatch run` reads them "
+                             "(repeatable)")
     parser.add_argument("--generated", nargs="+", metavar="NAME",
                         choices=["all", "producers", *GENERATED_FLEETS, *PRODUCER_FLEETS],
                         help="measure the in-process rows on generated fleets unlike the "

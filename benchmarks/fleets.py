@@ -5,7 +5,9 @@ A fleet on disk is a directory holding the families' domain models and the strea
 
 - ``<family>.pddl``, or ``<family>/domain.pddl``: the model each family was deployed with;
 - ``events.jsonl``: transition (or trace) events in the wire format, one per line, in the
-  order the stream delivers them, exactly as ``capwatch run`` reads a JSONL source.
+  order the stream delivers them, exactly as ``capwatch run`` reads a JSONL source;
+  or ``events.json-seq`` (RFC 7464: each event after an RS byte and before a line feed),
+  which keeps a producer's multi-line messages byte for byte (benchmarks/outside_fleet.py).
 
 The generated fleets carry their own data: random walks on the domains in
 tests/data/domains (none of capwatch's simulator), replayed by agents whose ids, objects,
@@ -36,6 +38,7 @@ from capwatch.model.simulate import step
 from tests.paths import DATA, IPC, STOCHASTIC
 
 EVENTS = "events.jsonl"
+EVENTS_SEQ = "events.json-seq"
 
 
 @dataclass
@@ -66,7 +69,12 @@ def load(path: Path, events: Path | None = None) -> Fleet:
     families.update({p.parent.name: p for p in sorted(path.glob("*/domain.pddl"))})
     if not families:
         raise SystemExit(f"{path}: no <family>.pddl nor <family>/domain.pddl")
-    lines = [ln for ln in (events or path / EVENTS).read_bytes().splitlines() if ln.strip()]
+    seq = path / EVENTS_SEQ
+    if events is None and seq.exists():
+        # Each record as written: the RS before it and the one line feed after it dropped.
+        lines = [r[:-1] if r.endswith(b"\n") else r for r in seq.read_bytes().split(b"\x1e")[1:]]
+    else:
+        lines = [ln for ln in (events or path / EVENTS).read_bytes().splitlines() if ln.strip()]
     head = msgspec.json.Decoder(_Head)
     ids = [head.decode(ln).agent_id for ln in lines]
     return Fleet(path.name, families, lines, ids)
