@@ -25,10 +25,14 @@ from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.logs import record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
-from capwatch.model.domain import GroundAtom
+from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.object_types import ObjectTypes
 
 log = structlog.get_logger("capwatch.daemon")
+
+MAX_VOCABULARIES = 1_024
+"""Models whose arities :meth:`Intake._in_vocabulary` keeps (each agent's published
+model is one; a family's baseline is shared by its agents)."""
 
 
 class Intake:
@@ -67,6 +71,9 @@ class Intake:
         next state from its state by them (for ``AgentWatch.observe``); else None."""
         self.steps_flipped: list[list[GroundAtom] | None] | None = None
         """For a trace, the same for each of its steps, in order; else None."""
+        self._vocabularies: dict[int, tuple[Domain, dict[str, int], dict[str, int]]] = {}
+        """A model, by its object id (the model held, so the id is never another's) →
+        its actions' and predicates' arities, for :meth:`_in_vocabulary`."""
 
     def read(self, record: Record) -> tuple[AgentWatch, list[AgentTransition]] | None:
         """The record's transitions and their agent's watch; None when there are none
@@ -141,13 +148,45 @@ class Intake:
                             where = f"step {t.step}: " if len(decoded) > 1 else ""
                             self.dead_letter(record, where + problem, "type")
                             return None
-        if len(decoded) > 1:
+        if len(decoded) > 1 and not self._in_vocabulary(watch.domain, decoded):
+            # Something is wrong: found step by step, as the reason names the first.
             for t in decoded:
                 problem = vocabulary_error(watch.domain, t)
                 if problem is not None:
                     self.dead_letter(record, f"step {t.step}: {problem}", "vocabulary")
                     return None
         return watch, decoded
+
+    def _in_vocabulary(self, domain: Domain, steps: list[AgentTransition]) -> bool:
+        """Whether no step of a trace has a vocabulary error (``vocabulary_error``: every
+        action of the model with its arity, every atom of a predicate with its arity);
+        False also for what that check would name otherwise or fail on (an empty atom).
+
+        Each state is checked once: a step's next state is the next step's state, the
+        very set (wire_fast), and a refused step's two states are one set. Checking each
+        step whole (``vocabulary_error``, uncompiled, building the model's maps at each
+        call) cost more than the rest of a trace's step on a fleet of traces (session 14,
+        docs/performance.md "A fleet from an outside producer")."""
+        got = self._vocabularies.get(id(domain))
+        if got is None or got[0] is not domain:
+            if len(self._vocabularies) >= MAX_VOCABULARIES:
+                self._vocabularies.clear()  # a bound on memory; made again when used
+            got = (domain, {a.name: a.arity for a in domain.actions},
+                   {p.name: p.arity for p in domain.predicates})
+            self._vocabularies[id(domain)] = got
+        actions, predicates = got[1], got[2]
+        checked: frozenset[GroundAtom] | None = None
+        for t in steps:
+            action = t.action
+            if not action or actions.get(action[0], -1) != len(action) - 1:
+                return False
+            for state in (t.state, t.next_state):
+                if state is not checked:
+                    for atom in state:
+                        if not atom or predicates.get(atom[0], -1) != len(atom) - 1:
+                            return False
+                    checked = state
+        return True
 
     def _load(self, record: Record, prior: AgentWatch | None, first: AgentTransition
               ) -> AgentWatch | None:
