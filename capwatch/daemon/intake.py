@@ -33,6 +33,10 @@ log = structlog.get_logger("capwatch.daemon")
 MAX_VOCABULARIES = 1_024
 """Models whose arities :meth:`Intake._in_vocabulary` keeps (each agent's published
 model is one; a family's baseline is shared by its agents)."""
+MAX_CHECKED_VOCABULARIES = 64
+MAX_CHECKED_ATOMS = 20_000
+"""Atoms found right kept for one vocabulary, of up to 64 (a set of 20,000 takes ~1 MB;
+the atoms are mostly the decoder's interned tuples, held anyway)."""
 
 
 class Intake:
@@ -71,9 +75,13 @@ class Intake:
         next state from its state by them (for ``AgentWatch.observe``); else None."""
         self.steps_flipped: list[list[GroundAtom] | None] | None = None
         """For a trace, the same for each of its steps, in order; else None."""
-        self._vocabularies: dict[int, tuple[Domain, dict[str, int], dict[str, int]]] = {}
+        self._vocabularies: dict[int, tuple[Domain, dict[str, int], dict[str, int],
+                                            set[GroundAtom]]] = {}
         """A model, by its object id (the model held, so the id is never another's) →
-        its actions' and predicates' arities, for :meth:`_in_vocabulary`."""
+        its actions' and predicates' arities and its atoms found right, for
+        :meth:`_in_vocabulary`."""
+        self._checked: dict[tuple[tuple[str, int], ...], set[GroundAtom]] = {}
+        """Predicates' arities → the atoms found of them, each with its arity."""
 
     def read(self, record: Record) -> tuple[AgentWatch, list[AgentTransition]] | None:
         """The record's transitions and their agent's watch; None when there are none
@@ -163,30 +171,51 @@ class Intake:
         False also for what that check would name otherwise or fail on (an empty atom).
 
         Each state is checked once: a step's next state is the next step's state, the
-        very set (wire_fast), and a refused step's two states are one set. Checking each
-        step whole (``vocabulary_error``, uncompiled, building the model's maps at each
-        call) cost more than the rest of a trace's step on a fleet of traces (session 14,
-        docs/performance.md "A fleet from an outside producer")."""
+        very set (wire_fast), and a refused step's two states are one set; and an atom
+        found right before, for a model of the same predicates' arities, is not checked
+        again (one subset test of the state's set, whose atoms' hashes it holds).
+        Checking each step whole (``vocabulary_error``, uncompiled, building the model's
+        maps at each call) cost more than the rest of a trace's step on a fleet of traces
+        (session 14, docs/performance.md "A fleet from an outside producer")."""
         got = self._vocabularies.get(id(domain))
         if got is None or got[0] is not domain:
-            if len(self._vocabularies) >= MAX_VOCABULARIES:
-                self._vocabularies.clear()  # a bound on memory; made again when used
-            got = (domain, {a.name: a.arity for a in domain.actions},
-                   {p.name: p.arity for p in domain.predicates})
-            self._vocabularies[id(domain)] = got
-        actions, predicates = got[1], got[2]
-        checked: frozenset[GroundAtom] | None = None
+            got = self._vocabulary(domain)
+        actions, predicates, checked = got[1], got[2], got[3]
+        last: frozenset[GroundAtom] | None = None
         for t in steps:
             action = t.action
             if not action or actions.get(action[0], -1) != len(action) - 1:
                 return False
             for state in (t.state, t.next_state):
-                if state is not checked:
-                    for atom in state:
+                if state is last or state <= checked:
+                    continue
+                last = state
+                for atom in state:
+                    if atom not in checked:
                         if not atom or predicates.get(atom[0], -1) != len(atom) - 1:
                             return False
-                    checked = state
+                        if len(checked) >= MAX_CHECKED_ATOMS:
+                            checked.clear()  # a bound on memory; refilled as traces come
+                        checked.add(atom)
         return True
+
+    def _vocabulary(self, domain: Domain) -> tuple[Domain, dict[str, int], dict[str, int],
+                                                  set[GroundAtom]]:
+        """The model's actions' and predicates' arities, and the atoms found right for
+        models of those predicates' arities (one set for a family's models: a model
+        learnt for an agent keeps its family's predicates)."""
+        predicates = {p.name: p.arity for p in domain.predicates}
+        shape = tuple(sorted(predicates.items()))
+        checked = self._checked.get(shape)
+        if checked is None:
+            if len(self._checked) >= MAX_CHECKED_VOCABULARIES:
+                self._checked.clear()  # a bound on memory; refilled when used
+            checked = self._checked[shape] = set()
+        if len(self._vocabularies) >= MAX_VOCABULARIES:
+            self._vocabularies.clear()
+        got = (domain, {a.name: a.arity for a in domain.actions}, predicates, checked)
+        self._vocabularies[id(domain)] = got
+        return got
 
     def _load(self, record: Record, prior: AgentWatch | None, first: AgentTransition
               ) -> AgentWatch | None:
