@@ -320,6 +320,68 @@ def _told(state: frozenset[GroundAtom], state_ids: list[int],
     return told
 
 
+_Step = tuple[bytes, int, frozenset[GroundAtom], list[int], list[GroundAtom]]
+"""A next state seen read from a state: its text (the state reads' table's own copy,
+wire_atoms.Kept's), atom count, set and ids, and the atoms in exactly one of the two
+reads' sets (:func:`_told`'s list, shared)."""
+_StepsFrom = tuple[list[int], int, list[_Step]]
+"""A state read's ids list (held, so that its object id is never another list's), the
+vocabulary generation its steps were read in, and its steps, oldest first."""
+_STEPS: dict[int, _StepsFrom] = {}
+"""A state read, by its ids list's object id → the next states read from it: agents of a
+family step between the states they share, so the record's next state is most often
+one of the few texts some agent stepped to from this very read, and is found by
+comparing it with them (memcmp, stopping at the first difference) where looking it up
+in wire_atoms.STATES hashed the whole text (SipHash, ~1.5 instructions a byte) and
+then looked the pair's atoms up in :data:`_DIFFS`."""
+_OLDER_STEPS: dict[int, _StepsFrom] = {}
+_steps_bytes = 0
+MAX_STEP_BYTES = 4_000_000
+"""The memory a generation of :data:`_STEPS` may take, counted as if no step's text,
+ids or atoms were held by anything else (most are, by wire_atoms.STATES and the memos)."""
+STEPS_FROM_A_STATE = 8
+"""Steps kept per state read (the newest): a lookup compares the text with each."""
+_KEPT_TEXT: Final[list[bytes | None]] = [None]
+"""The table's own copy of the text :func:`_next_state` last read from a table (a step
+or wire_atoms.STATES), else None: the agent's memo keeps that object (see _fast)."""
+
+
+def _step_from(state_ids: list[int], generation: int, text: bytes) -> _Step | None:
+    """The step from the read whose ids are ``state_ids`` to ``text``, if kept."""
+    key = id(state_ids)
+    for table in (_STEPS, _OLDER_STEPS):
+        entry = table.get(key)
+        if entry is not None and entry[0] is state_ids and entry[1] == generation:
+            for step in entry[2]:
+                if step[0] == text:
+                    return step
+    return None
+
+
+def _keep_step(state_ids: list[int], generation: int, step: _Step) -> None:
+    global _STEPS, _OLDER_STEPS, _steps_bytes
+    key = id(state_ids)
+    cost = 200 + len(step[0]) + 8 * len(step[4])
+    entry = _STEPS.get(key)
+    fresh = entry is None or entry[0] is not state_ids or entry[1] != generation
+    if fresh:
+        cost += 300 + 8 * len(state_ids)
+    if _steps_bytes + cost > MAX_STEP_BYTES:
+        _OLDER_STEPS, _STEPS = _STEPS, _OLDER_STEPS
+        _STEPS.clear()
+        _steps_bytes = 0
+        if not fresh:
+            cost += 300 + 8 * len(state_ids)
+            fresh = True
+    if fresh or entry is None:
+        entry = _STEPS[key] = (state_ids, generation, [])
+    steps = entry[2]
+    if len(steps) >= STEPS_FROM_A_STATE:
+        del steps[0]
+    steps.append(step)
+    _steps_bytes += cost
+
+
 def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
                 state_ids: list[int], state_generation: int, remember: bool = True
                 ) -> tuple[_Read, list[GroundAtom] | None]:
@@ -332,19 +394,33 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
     (wire_atoms.known_state: 20 -> 15 us a record on 46-atom states). With the read,
     the atoms that differ (None: not known), which the monitor encodes the next state
     from."""
+    _KEPT_TEXT[0] = None
     generation = wire_atoms.generation
     if state_generation != generation:
         return _state(text, max_atoms, remember), None
+    step = _step_from(state_ids, generation, text)
+    if step is not None:
+        # A step some agent took from this very read: what the lookups below found then.
+        n, told = step[1], step[4]
+        if n > max_atoms:
+            raise _Refused
+        _KEPT_TEXT[0] = step[0]
+        return (n, step[2] if told else state, step[3], generation), told or None
     seen = wire_atoms.known_state(text)
     if seen is not None:
         # The atoms that differ found by the two sets' own hashes.
         n, after, seen_ids = seen[0], seen[1], seen[2]
         if n > max_atoms:
             raise _Refused
+        _KEPT_TEXT[0] = seen[3]
         if after is state:
-            return (n, state, seen_ids, generation), None
-        told = _told(state, state_ids, after, seen_ids) if seen_ids is not None \
-            else list(state.symmetric_difference(after))
+            told = []
+        elif seen_ids is not None:
+            told = _told(state, state_ids, after, seen_ids)
+        else:
+            told = list(state.symmetric_difference(after))
+        if seen_ids is not None:
+            _keep_step(state_ids, generation, (seen[3], n, after, seen_ids, told))
         return (n, after if told else state, seen_ids, generation), told or None
     known = wire_atoms.ids(text)
     if known is None:
@@ -561,6 +637,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     # encodes it once).
     same = next_state == state
     flipped = None
+    kept_text: bytes | None = None
     if same:
         n2, s2, ids2, generation2 = n, s, ids, generation
     elif ids is None or len(next_state) <= _SMALL_STATE:
@@ -570,6 +647,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     else:
         (n2, s2, ids2, generation2), flipped = _next_state(
             next_state, max_atoms, s, ids, generation)
+        kept_text = _KEPT_TEXT[0]
     if n > max_atoms:
         raise _Refused  # a memo made under other limits
     if reordered:
@@ -588,12 +666,16 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             fingerprint = last[0]  # the text the memo holds: the same
         else:
             # A long text read by its canonical form (reordered) is not its own read's.
-            shared = None if reordered else wire_atoms.STATES.get(text)
             # The table's own copy of the text, every agent's memo sharing it: matching
             # the next record's state is then a comparison, where its length and hash
             # took hashing that state (SipHash over 1.4-2.8 KB, ~0.5-1 us) at each
-            # record. The lookup finds the hash kept by the read just made.
-            fingerprint = shared[3] if shared is not None else (len(text), hash(text))
+            # record. The read just made found it (a step, or a lookup whose hash the
+            # text keeps), else it is looked up.
+            if kept_text is not None and not reordered:
+                fingerprint = kept_text
+            else:
+                shared = None if reordered else wire_atoms.STATES.get(text)
+                fingerprint = shared[3] if shared is not None else (len(text), hash(text))
         memo[0] = (fingerprint, n2, s2, ids2, generation2)
         if len(memo) > 1:
             memo[1] = flipped

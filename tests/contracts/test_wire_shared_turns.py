@@ -49,6 +49,11 @@ def test_shared_steps_read_right_while_the_vocabulary_turns(
     monkeypatch.setattr(wire_fast, "_DIFFS", {})
     monkeypatch.setattr(wire_fast, "_OLDER_DIFFS", {})
     monkeypatch.setattr(wire_fast, "_diffs_bytes", 0)
+    # The steps' table too (wire_fast._STEPS), over a few states' steps a generation.
+    monkeypatch.setattr(wire_fast, "MAX_STEP_BYTES", 3_000)
+    monkeypatch.setattr(wire_fast, "_STEPS", {})
+    monkeypatch.setattr(wire_fast, "_OLDER_STEPS", {})
+    monkeypatch.setattr(wire_fast, "_steps_bytes", 0)
     shrink_decoder(monkeypatch, atoms=60, pieces=40, state_bytes=5_000)
     scenery = [["road", f"w{i}", f"w{i + 1}"] for i in range(12)]
     scenes = [[["at", "r", f"w{k}"], *scenery] for k in range(8)]

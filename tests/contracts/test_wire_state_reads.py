@@ -158,6 +158,38 @@ def test_a_step_between_shared_states_is_diffed_once(
                     ^ {wire_atoms.ATOM[i] for i in after}
 
 
+def test_a_step_taken_before_from_the_same_read_is_found_by_its_text() -> None:
+    # wire_fast._STEPS: a next state some agent stepped to from the very read an agent's
+    # memo holds is that step's read, found by comparing texts, without wire_atoms.STATES
+    # (emptied here: a lookup there would miss, and the memo would keep a hash).
+    wire_atoms.forget()
+    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(16)]
+    at = [[["at", "r", f"w{k}"], *scenery] for k in range(3)]
+    assert len(json.dumps(at[0])) > 512  # a memo keeps a text this long by the table's copy
+    for state in at:  # every text read before
+        wire_fast.decode(variant(TRANSITION, agent_id="scout", state=state,
+                                 next_state=state), _WIDE)
+    first: list[Any] = [None, None]
+    raw = variant(TRANSITION, agent_id="rover-1", state=at[0], next_state=at[1])
+    assert wire_fast.decode(raw, _WIDE, memo=first) == wire.decode(raw, _WIDE)
+    second = [first[0], None]  # another agent whose memo holds the same read of at[1]
+    raw = variant(TRANSITION, agent_id="rover-1", state=at[1], next_state=at[2])
+    assert wire_fast.decode(raw, _WIDE, memo=first) == wire.decode(raw, _WIDE)
+    wire_atoms.STATES.clear()
+    wire_atoms._OLDER_STATES.clear()
+    raw = variant(TRANSITION, agent_id="rover-2", state=at[1], next_state=at[2])
+    got = wire_fast.decode(raw, _WIDE, memo=second)
+    assert got == wire.decode(raw, _WIDE)
+    assert second[0][0] is first[0][0]  # the step's own text, not a hash
+    assert second[0][2] is first[0][2]  # the same set, which the monitor then reuses
+    assert second[1] is first[1]
+    assert set(second[1]) == {("at", "r", "w1"), ("at", "r", "w2")}
+    # Under tighter limits the message is refused, with the schema's reason.
+    tight = DecodeLimits(max_message_bytes=100_000, max_state_atoms=16)
+    assert wire_fast.decode(raw, tight, memo=[first[0], None]) == wire.decode(raw, tight)
+    wire_atoms.forget()
+
+
 def test_a_trace_reads_its_states_as_a_transition_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A trace's states are read from their texts: once their atoms' texts are known, none
