@@ -29,6 +29,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+import msgspec
+
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.contracts.wire_fast import StateMemo
@@ -52,7 +54,7 @@ from capwatch.daemon.watch_records import explained_positions as explained_posit
 from capwatch.daemon.watch_records import still_inconsistent
 from capwatch.daemon.work import DriftProbe, WorkItem
 from capwatch.model.consistency import Verdict, explain
-from capwatch.model.domain import Domain, GroundAtom
+from capwatch.model.domain import Domain, GroundAction, GroundAtom
 from capwatch.model.grounding import SharedGrounding
 from capwatch.monitor.attribution import attribution_from_mask
 from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
@@ -72,6 +74,14 @@ _APPLIED, _INCONSISTENT = Verdict.APPLIED, Verdict.INCONSISTENT
 DUPLICATE = Finding(Verdict.APPLIED)
 """The finding of a step the agent already sent (:meth:`AgentWatch.observe`): not
 observed again. Told apart by identity."""
+_FIELDS: Final = msgspec.structs.astuple
+"""An AgentTransition's fields as a tuple, in the order below (checked at import)."""
+_FIELD_ORDER = ("agent_id", "family", "episode_id", "step", "time", "state", "action",
+                "next_state", "optimal", "executed", "partition", "offset")
+if tuple(f.name for f in msgspec.structs.fields(AgentTransition)) != _FIELD_ORDER:
+    raise ImportError("AgentTransition's fields moved: AgentWatch.observe reads them by "
+                      "position")
+
 STEP_WINDOW: Final = 8
 """How many of an agent's last steps (episode, step, action) a repeat is looked for in: a
 producer's retry resends what it sent last (a batch of a few records at most)."""
@@ -187,6 +197,15 @@ class AgentWatch:
         Raises ModelError (unknown vocabulary) before anything changes, so a refused
         record leaves the watch as it was.
         """
+        # The fields read once, in one C call: each attribute of a msgspec Struct read
+        # from compiled code is a generic lookup (PyObject_GetAttr), and this method read
+        # some ten of them a record (~2,000 instructions; callgrind, planned fleet).
+        fields = _FIELDS(t)
+        episode: str | None = fields[2]
+        step: int | None = fields[3]
+        ground: GroundAction = fields[6]
+        next_state: frozenset[GroundAtom] = fields[7]
+        offset: int = fields[11]
         # A step sent again (same episode, step and action: a producer's retry) is not
         # counted again: counted twice, it would bias the drift statistics and buffer
         # its evidence twice. Only a record that names its episode and step is checked.
@@ -198,18 +217,15 @@ class AgentWatch:
         key = 0
         keyed = False
         repeat = False
-        step = t.step
-        if step is not None:
-            episode = t.episode_id
-            if episode is not None:
-                key = hash((episode, step, t.action))
-                keyed = True
-                steps = self.steps
-                repeat = steps is not None and key in steps
+        if step is not None and episode is not None:
+            key = hash((episode, step, ground))
+            keyed = True
+            steps = self.steps
+            repeat = steps is not None and key in steps
         monitor = self._monitor
         if monitor is None:
             monitor = self.thaw()
-        obs = monitor.observe(t.state, t.action, t.next_state, t.offset, flipped)
+        obs = monitor.observe(fields[5], ground, next_state, offset, flipped)
         if repeat and (obs.verdict is not _INCONSISTENT or self._buffered(t)):
             return DUPLICATE
         if keyed and not repeat:
@@ -223,11 +239,11 @@ class AgentWatch:
                     del steps[0]
         verdict = obs.verdict
         self.transitions += 1
-        self.last_offset = t.offset
-        self._last_state = t.next_state
+        self.last_offset = offset
+        self._last_state = next_state
         if verdict is _APPLIED:
-            self._last_executed[t.action[0]] = self.clock()
-            if t.optimal:
+            self._last_executed[ground[0]] = self.clock()
+            if fields[8]:
                 optimal = self._optimal
                 if optimal is None:
                     optimal = self._optimal = OptimalRuns()
@@ -237,7 +253,7 @@ class AgentWatch:
                 return _PLAIN_APPLIED  # one outcome: no drift table counts it
             restored = self.drift_restored
             # A replayed record the restored tables already counted is not counted again.
-            if restored is not None and t.partition == restored[0] and t.offset < restored[1]:
+            if restored is not None and fields[10] == restored[0] and offset < restored[1]:
                 return _PLAIN_APPLIED
             if self.explained and self._settled(t):
                 return _PLAIN_APPLIED  # the version's tables start after its evidence
@@ -269,7 +285,7 @@ class AgentWatch:
         # on-call engineer expects whatever else is pending (ripe() keeps it unqueued
         # until the work ends, and the buffer holds the commit meanwhile).
         if self.awaiting is not None and self._queued_kinds \
-                and _assessed(t.action[0], self._queued_kinds):
+                and _assessed(ground[0], self._queued_kinds):
             return _PLAIN[verdict]
         evidence = Evidence(t, monitor.last_inconsistency().explanation)
         if not self._buffer(evidence):

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
+import msgspec
 import structlog
 
 from capwatch.contracts.ports import Publisher, Record
@@ -37,6 +38,12 @@ MAX_CHECKED_VOCABULARIES = 64
 MAX_CHECKED_ATOMS = 20_000
 """Atoms found right kept for one vocabulary, of up to 64 (a set of 20,000 takes ~1 MB;
 the atoms are mostly the decoder's interned tuples, held anyway)."""
+
+_RECORD_FIELDS: Final = msgspec.structs.astuple
+"""A Record's fields as a tuple, in the order below (checked at import)."""
+if tuple(f.name for f in msgspec.structs.fields(Record)) != (
+        "source", "partition", "offset", "key", "value", "timestamp", "size", "sha256"):
+    raise ImportError("Record's fields moved: Intake.read reads them by position")
 
 
 class Intake:
@@ -91,7 +98,11 @@ class Intake:
         before changing anything; a trace's steps are all checked here first, because a
         trace is applied whole or not at all.
         """
-        key = record.key
+        # The record's fields read once, in one C call (a msgspec Struct's attribute
+        # read from compiled code is a generic lookup each).
+        fields = _RECORD_FIELDS(record)
+        partition: int = fields[1]
+        key: bytes | None = fields[3]
         if key is None:
             if self.require_key:
                 self.dead_letter(record, "Kafka record without a key: transitions must be "
@@ -110,9 +121,9 @@ class Intake:
                 prior.thaw()
         memo: list[Any] = [None if prior is None else prior.state_memo, None, None]
         # A loaded watch's agent id and family came from a message the decoder checked.
-        decoded = decode(record.value, self.limits, key=key,
-                         partition=record.partition, offset=record.offset, size=record.size,
-                         sha256=record.sha256, memo=memo,
+        decoded = decode(fields[4], self.limits, key=key,
+                         partition=partition, offset=fields[2], size=fields[6],
+                         sha256=fields[7], memo=memo,
                          known_ids=None if prior is None else (prior.agent_id, prior.family))
         self.flipped = memo[1]
         self.steps_flipped = memo[2]
@@ -137,7 +148,7 @@ class Intake:
             # The agent's watch is loaded, for this family: handed out as Registry.load
             # does (without its call, on the per-record path).
             watch = prior
-            watch.partition = record.partition
+            watch.partition = partition
             watch.seen = self._next_tick()
         watch.state_memo = memo[0]
         if not watch.restore_tried:
