@@ -349,12 +349,16 @@ or wire_atoms.STATES), else None: the agent's memo keeps that object (see _fast)
 def _step_from(state_ids: list[int], generation: int, text: bytes) -> _Step | None:
     """The step from the read whose ids are ``state_ids`` to ``text``, if kept."""
     key = id(state_ids)
-    for table in (_STEPS, _OLDER_STEPS):
-        entry = table.get(key)
-        if entry is not None and entry[0] is state_ids and entry[1] == generation:
-            for step in entry[2]:
-                if step[0] == text:
-                    return step
+    entry = _STEPS.get(key)
+    if entry is None or entry[0] is not state_ids:
+        entry = _OLDER_STEPS.get(key)
+        if entry is None or entry[0] is not state_ids:
+            return None
+    if entry[1] != generation:
+        return None
+    for step in entry[2]:
+        if step[0] == text:
+            return step
     return None
 
 
