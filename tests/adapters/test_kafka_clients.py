@@ -4,6 +4,7 @@ against a real one, test_kafka_security.py over SASL_SSL."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -195,3 +196,95 @@ def test_a_partition_fetch_is_the_setting_or_more_than_the_message_limit() -> No
                                          max_message_bytes=limit)
         assert python._config["max_partition_fetch_bytes"] == expected
         assert confluent._config["max.partition.fetch.bytes"] == expected
+
+
+class _FakeFuture:
+    """kafka-python's FutureRecordMetadata as the publisher reads it."""
+
+    def __init__(self) -> None:
+        self.is_done = False
+        self.exception: Exception | None = None
+
+    def fail(self, error: Exception) -> None:
+        self.is_done, self.exception = True, error
+
+    def get(self, timeout: float | None = None) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        if not self.is_done:
+            raise KafkaTimeoutError(f"Timeout after waiting for {timeout} secs.")
+        if self.exception is not None:
+            raise self.exception
+
+
+class _WedgingProducer:
+    """kafka-python's idempotent KafkaProducer after a batch expired (its topic deleted
+    and auto-created with fewer partitions, rev14's reproduction): the first one made
+    expires the first record at its first flush and from then on answers nothing (its
+    flush only times out); later ones deliver everything."""
+
+    made: ClassVar[list[_WedgingProducer]] = []
+    def __init__(self, **config: object) -> None:
+        self.sent: list[_FakeFuture] = []
+        self.delivered = 0
+        self.flushes = 0
+        self.wedged = False
+        self.first = not _WedgingProducer.made
+        _WedgingProducer.made.append(self)
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> _FakeFuture:
+        self.sent.append(_FakeFuture())
+        return self.sent[-1]
+
+    def flush(self, timeout: float | None = None) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        self.flushes += 1
+        waiting = [f for f in self.sent if not f.is_done]
+        if self.first and self.flushes == 1 and waiting:
+            waiting[0].fail(KafkaTimeoutError("Expiring 1 record(s) for m-1: 120000 ms"))
+            self.wedged = True
+            waiting = waiting[1:]
+        if self.wedged and waiting:
+            raise KafkaTimeoutError("Timeout waiting for future")
+        if not self.wedged:
+            for f in waiting:
+                f.is_done = True
+                self.delivered += 1
+
+    def close(self, timeout: float | None = None) -> None:
+        from kafka.errors import IllegalStateError
+
+        for f in self.sent:
+            if not f.is_done:
+                f.fail(IllegalStateError("Producer is closed forcefully."))
+
+
+@pytest.mark.parametrize("records", [1, 2], ids=["expiry seen by the flush",
+                                                 "flush wedged before it is seen"])
+def test_a_producer_that_expired_a_record_is_replaced_and_its_records_sent_again(
+        monkeypatch: pytest.MonkeyPatch, records: int) -> None:
+    """kafka-python's idempotent producer delivers nothing more once it expired a batch,
+    and reports no fatal error; before, the record was sent again through it and no flush
+    (so no version, alert or commit) ever succeeded again."""
+    from datetime import UTC, datetime
+
+    from capwatch.adapters.io import kafka as kafka_module
+    from capwatch.adapters.io.kafka import KafkaPublisher
+    from capwatch.contracts.wire import DeadLetterRecord
+
+    _WedgingProducer.made = []
+    monkeypatch.setattr(kafka_module, "KafkaProducer", _WedgingProducer)
+    pub = KafkaPublisher("unused:9092", models_topic="m", alerts_topic="a",
+                         dead_letter_topic="d")
+    for _ in range(records):
+        pub.dead_letter(DeadLetterRecord(reason="r", raw_base64="", source="s",
+                                         time=datetime.now(UTC)))
+    for _ in range(3):
+        with contextlib.suppress(Exception):  # PublishError, or the wedged flush's timeout
+            pub.flush(0.01)
+        if pub.pending() == 0:
+            break
+    assert len(_WedgingProducer.made) == 2, "the wedged producer was not replaced"
+    assert pub.pending() == 0
+    assert _WedgingProducer.made[1].delivered == records

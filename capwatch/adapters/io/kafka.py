@@ -30,6 +30,7 @@ from kafka.admin import NewTopic
 from kafka.errors import (
     CommitFailedError,
     IllegalGenerationError,
+    KafkaTimeoutError,
     RebalanceInProgressError,
     TopicAlreadyExistsError,
     UnknownMemberIdError,
@@ -513,11 +514,45 @@ class KafkaPublisher(PendingPublisher):
             **(security or {}),
         )
         self._producer = KafkaProducer(**self._config)
+        self._generation = 0
+        """Which producer a record went through (a handle is ``(generation, future)``)."""
+        self._gave_up = threading.Event()
+        """Set when the current producer expired a record itself (see :meth:`_expired`)."""
 
     def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
-        return self._producer.send(topic, key=key, value=value)
+        if self._gave_up.is_set():
+            self._renew_producer("it expired a record")
+        return self._generation, self._producer.send(topic, key=key, value=value)
+
+    def _renew_producer(self, why: str) -> None:
+        """A new producer; the old one's records not yet answered fail ("closed
+        forcefully") and are sent again through it. At least once: one the old producer
+        did deliver goes out twice, the same record."""
+        log.warning("kafka producer replaced", reason=why)
+        self._gave_up.clear()
+        self._producer.close(timeout=0)
+        self._producer = KafkaProducer(**self._config)
+        self._generation += 1
+
+    def _expired(self, handle: Any) -> bool:
+        """The current producer gave the record up itself: its batch expired after
+        delivery_timeout_ms (its partition vanished with a deleted topic, a broker down
+        that long). kafka-python's idempotent producer then delivers nothing more, to any
+        topic, and reports no fatal error: with the models topic deleted and auto-created
+        with fewer partitions, no version, alert or commit went out for as long as the
+        daemon ran, and a SIGTERM took 108 s (docs/reliability.md, session 14). Only a
+        new producer sends again."""
+        generation, future = handle
+        return generation == self._generation and future.is_done and \
+            isinstance(future.exception, KafkaTimeoutError)
 
     def _flush_client(self, timeout_s: float) -> None:
+        with self._lock:
+            handles = [r.handle for r in self._pending if not isinstance(r.handle, Exception)]
+        if self._gave_up.is_set() or any(self._expired(h) for h in handles):
+            # Before flushing: a wedged producer's flush only times out, so the records
+            # it expired would never be looked at again.
+            self._renew_producer("it expired a record")
         self._producer.flush(timeout=timeout_s)
         # kafka-python's idempotent producer turns any non-retriable refusal of one record
         # (a record over the topic's max.message.bytes) into a fatal state: it sends nothing
@@ -526,13 +561,14 @@ class KafkaPublisher(PendingPublisher):
         manager = getattr(self._producer, "_transaction_manager", None)
         if manager is not None and manager.has_fatal_error():
             log.error("kafka producer failed for good; replacing it")
-            self._producer.close(timeout=0)
-            self._producer = KafkaProducer(**self._config)
+            self._renew_producer("failed for good")
 
     def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
         try:
-            handle.get(timeout=timeout_s)
+            handle[1].get(timeout=timeout_s)
         except Exception as e:
+            if self._expired(handle):
+                self._gave_up.set()  # the record is sent again, through a new producer
             return e, False
         return None, False
 
