@@ -221,7 +221,7 @@ class _WedgingProducer:
     """kafka-python's idempotent KafkaProducer after a batch expired (its topic deleted
     and auto-created with fewer partitions, rev14's reproduction): the first one made
     expires the first record at its first flush and from then on answers nothing (its
-    flush only times out); later ones deliver everything."""
+    flush, and so its close, only time out); later ones deliver everything."""
 
     made: ClassVar[list[_WedgingProducer]] = []
     def __init__(self, **config: object) -> None:
@@ -253,6 +253,14 @@ class _WedgingProducer:
                 self.delivered += 1
 
     def close(self, timeout: float | None = None) -> None:
+        self.flush(timeout)  # as kafka-python's: raises while a batch is incomplete
+        self._sender.force_close()
+
+    @property
+    def _sender(self) -> _WedgingProducer:
+        return self
+
+    def force_close(self) -> None:
         from kafka.errors import IllegalStateError
 
         for f in self.sent:

@@ -528,11 +528,21 @@ class KafkaPublisher(PendingPublisher):
         """A new producer; the old one's records not yet answered fail ("closed
         forcefully") and are sent again through it. At least once: one the old producer
         did deliver goes out twice, the same record."""
-        log.warning("kafka producer replaced", reason=why)
-        self._gave_up.clear()
-        self._producer.close(timeout=0)
-        self._producer = KafkaProducer(**self._config)
+        old, self._producer = self._producer, KafkaProducer(**self._config)
         self._generation += 1
+        self._gave_up.clear()
+        log.warning("kafka producer replaced", reason=why)
+        try:
+            old.close(timeout=0)
+        except KafkaTimeoutError:
+            # kafka-python's close() flushes first and raises while any batch is
+            # incomplete, before it force-closes: the old sender would go on retrying,
+            # its records never failed, so never sent again (and, before the new producer
+            # was made first, the old one stayed in use: rev14's frozen broker run
+            # "replaced" it 174 times and published nothing).
+            sender = getattr(old, "_sender", None)
+            if sender is not None:
+                sender.force_close()
 
     def _expired(self, handle: Any) -> bool:
         """The current producer gave the record up itself: its batch expired after
