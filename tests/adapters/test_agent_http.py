@@ -335,6 +335,32 @@ def test_trickling_server_hits_the_whole_answer_deadline() -> None:
             client.query(frozenset(), [])
 
 
+def test_an_answer_cut_short_of_its_content_length_is_retried() -> None:
+    """The connection closed mid-body (a proxy or network cutting it) is retried as a
+    reset is; before, the truncated JSON was called a protocol error and never retried."""
+    calls = {"n": 0}
+    body = json.dumps({"results": [{"executed": 0, "state": [["ready"]]}]}).encode()
+
+    class Cut(Stub):
+        def do_POST(self) -> None:
+            self.read_body()
+            calls["n"] += 1
+            if calls["n"] > 1:
+                self.reply(200, body)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    with serve(Cut) as url:
+        client = HttpAgentClient(url, timeout=5, retries=1, backoff=0.01)
+        assert client.query(frozenset(), [])[0].executed == 0
+    assert calls["n"] == 2
+
+
 def flaky(failures: int, status: int, results: list[dict[str, Any]],
           retry_after: str | None = "0") -> type[BaseHTTPRequestHandler]:
     calls = {"n": 0}

@@ -229,6 +229,13 @@ class HttpAgentClient:
                 sock.settimeout(_remaining(deadline))
             chunk = response.read1(65536)
             if not chunk:
+                if response.length:
+                    # read1() returns b"" when the connection closes early, where read()
+                    # would raise IncompleteRead: a cut answer is the network's fault,
+                    # retried like a reset, not the agent breaking the protocol (that
+                    # failed the assessment for good on a flaky connection: rev14).
+                    raise _Retryable(f"the connection closed {response.length} bytes "
+                                     f"short of the answer's Content-Length")
                 return b"".join(chunks)
             total += len(chunk)
             if total > self.max_response_bytes:
