@@ -517,20 +517,24 @@ class KafkaPublisher(PendingPublisher):
         self._generation = 0
         """Which producer a record went through (a handle is ``(generation, future)``)."""
         self._gave_up = threading.Event()
+        self._renewing = threading.Lock()
         """Set when the current producer expired a record itself (see :meth:`_expired`)."""
 
     def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
         if self._gave_up.is_set():
-            self._renew_producer("it expired a record")
+            self._renew_producer("it expired a record", only_if_gave_up=True)
         return self._generation, self._producer.send(topic, key=key, value=value)
 
-    def _renew_producer(self, why: str) -> None:
+    def _renew_producer(self, why: str, only_if_gave_up: bool = False) -> None:
         """A new producer; the old one's records not yet answered fail ("closed
         forcefully") and are sent again through it. At least once: one the old producer
         did deliver goes out twice, the same record."""
-        old, self._producer = self._producer, KafkaProducer(**self._config)
-        self._generation += 1
-        self._gave_up.clear()
+        with self._renewing:  # senders and a flush may find it expired at once: one new
+            if only_if_gave_up and not self._gave_up.is_set():
+                return
+            old, self._producer = self._producer, KafkaProducer(**self._config)
+            self._generation += 1
+            self._gave_up.clear()
         log.warning("kafka producer replaced", reason=why)
         try:
             old.close(timeout=0)
