@@ -85,10 +85,10 @@ class HttpDirectory:
                 # A configured URL is used as given; a template only over a valid id.
                 url = self.urls.get(agent_id) or agent_url(self.url_template, agent_id,
                                                            family)
-                # An answer is a state: far below 8 MiB within the state-size limits, and a
-                # body beyond it is refused while it is read.
+                # The client's own cap (64 MiB, docs/agent-query-protocol.md): an answer
+                # holds one state per sample, up to 1,000 samples of a query's state, so
+                # a cap sized for one state failed sampled queries on large states.
                 client = HttpAgentClient(url, timeout=self.timeout_s, retries=2, backoff=0.2,
-                                         max_response_bytes=8 * 1024 * 1024,
                                          headers=self.headers, ssl_context=self.ssl_context,
                                          agent_id=agent_id)
                 self._clients[agent_id] = client
