@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capwatch.daemon.config import ConfigError, DaemonConfig, load_config
 from capwatch.model.errors import ModelError
+
+if TYPE_CHECKING:
+    from capwatch.model.domain import Domain, Problem
 
 
 def register(sub: Any) -> None:
@@ -87,6 +90,20 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
     return 0
 
 
+def _families(config: DaemonConfig, path: str
+              ) -> tuple[dict[str, Domain], dict[str, Problem]] | int:
+    """The configured family models, or 2 after saying on stderr why one cannot be read."""
+    from capwatch.daemon.service import load_families
+
+    try:
+        return load_families(config)
+    except ConfigError as e:
+        print(f"capwatch run: {e}", file=sys.stderr)
+    except (ModelError, OSError) as e:
+        print(f"capwatch run: {path}: family model: {e}", file=sys.stderr)
+    return 2
+
+
 def handle(args: argparse.Namespace) -> int:
     from capwatch.daemon.logs import configure_logging
 
@@ -99,15 +116,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"capwatch run: {e}", file=sys.stderr)
         return 2
     if args.check:
-        from capwatch.daemon.service import load_families
-
-        try:
-            load_families(config)
-        except ConfigError as e:
-            print(f"capwatch run: {e}", file=sys.stderr)
-            return 2
-        except (ModelError, OSError) as e:
-            print(f"capwatch run: {args.config}: family model: {e}", file=sys.stderr)
+        if isinstance(_families(config, args.config), int):
             return 2
         if args.connect:
             configure_logging(config.log.level, config.log.format)
@@ -127,16 +136,11 @@ def handle(args: argparse.Namespace) -> int:
     try:
         early.startup.doing = "loading capwatch's modules"
         from capwatch.daemon.heap import settle_heap
-        from capwatch.daemon.service import DependencyError, build_service, load_families
+        from capwatch.daemon.service import DependencyError, build_service
 
         early.startup.doing = "reading the family models"
-        try:
-            families = load_families(config)
-        except ConfigError as e:
-            print(f"capwatch run: {e}", file=sys.stderr)
-            return 2
-        except (ModelError, OSError) as e:
-            print(f"capwatch run: {args.config}: family model: {e}", file=sys.stderr)
+        families = _families(config, args.config)
+        if isinstance(families, int):
             return 2
         try:
             service = build_service(config, early=early, families=families)
