@@ -88,6 +88,9 @@ STATES: dict[bytes, Kept] = {}
 """A state's whole text → its read, for texts read before (:func:`known_state`)."""
 _OLDER_STATES: dict[bytes, Kept] = {}
 _states_bytes = 0
+state_turns = 0
+"""How many times :data:`STATES` turned (its older generation dropped): wire_fast's
+step table, which holds STATES' texts, turns with it."""
 MAX_STATE_BYTES = 12_000_000
 """The memory a generation of :data:`STATES` may take (two generations, as the
 pieces'), counted as :func:`_state_cost` per state."""
@@ -138,12 +141,13 @@ def remember_state(text: bytes, state: State) -> None:
 
 
 def _keep_state(text: bytes, kept: Kept) -> None:
-    global STATES, _OLDER_STATES, _states_bytes
+    global STATES, _OLDER_STATES, _states_bytes, state_turns
     cost = _state_cost(text)
     if _states_bytes + cost > MAX_STATE_BYTES:
         _OLDER_STATES, STATES = STATES, _OLDER_STATES
         STATES.clear()
         _states_bytes = 0
+        state_turns += 1
     STATES[text] = kept
     _states_bytes += cost
 

@@ -337,8 +337,14 @@ then looked the pair's atoms up in :data:`_DIFFS`."""
 _OLDER_STEPS: dict[int, _StepsFrom] = {}
 _steps_bytes = 0
 MAX_STEP_BYTES = 4_000_000
-"""The memory a generation of :data:`_STEPS` may take, counted as if no step's text,
-ids or atoms were held by anything else (most are, by wire_atoms.STATES and the memos)."""
+"""The memory a generation of :data:`_STEPS` may take: a step's tuple and the atoms
+that differ, a read's entry and its ids. Not a step's text, set and ids: they are
+wire_atoms.STATES' own objects, counted there, and the tables turn whenever STATES'
+do (:data:`_steps_turn`), so no step outlives a text STATES let go of by more than one
+of STATES' generations. (Counting the text here too held ~1,500 steps of 3 KB states:
+on 2,000 agents the table turned before steps came round again, session 14.)"""
+_steps_turn = 0
+"""wire_atoms.state_turns when the step tables last turned with STATES."""
 STEPS_FROM_A_STATE = 8
 """Steps kept per state read (the newest): a lookup compares the text with each."""
 _KEPT_TEXT: Final[list[bytes | None]] = [None]
@@ -363,17 +369,20 @@ def _step_from(state_ids: list[int], generation: int, text: bytes) -> _Step | No
 
 
 def _keep_step(state_ids: list[int], generation: int, step: _Step) -> None:
-    global _STEPS, _OLDER_STEPS, _steps_bytes
+    global _STEPS, _OLDER_STEPS, _steps_bytes, _steps_turn
     key = id(state_ids)
-    cost = 200 + len(step[0]) + 8 * len(step[4])
+    cost = 200 + 8 * len(step[4])
     entry = _STEPS.get(key)
     fresh = entry is None or entry[0] is not state_ids or entry[1] != generation
     if fresh:
         cost += 300 + 8 * len(state_ids)
-    if _steps_bytes + cost > MAX_STEP_BYTES:
+    if _steps_bytes + cost > MAX_STEP_BYTES or _steps_turn != wire_atoms.state_turns:
+        if wire_atoms.state_turns - _steps_turn > 1:
+            _STEPS.clear()  # STATES turned twice since: both generations are older
         _OLDER_STEPS, _STEPS = _STEPS, _OLDER_STEPS
         _STEPS.clear()
         _steps_bytes = 0
+        _steps_turn = wire_atoms.state_turns
         if not fresh:
             cost += 300 + 8 * len(state_ids)
             fresh = True

@@ -220,3 +220,35 @@ def test_a_trace_reads_its_states_as_a_transition_does(
     narrow = DecodeLimits(max_message_bytes=100_000, max_state_atoms=17)
     refused = wire.decode(raw, narrow)
     assert isinstance(refused, DeadLetter) and wire_fast.decode(raw, narrow) == refused
+
+
+def test_the_steps_table_counts_what_a_step_adds_and_turns_with_the_state_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A step's text is wire_atoms.STATES' own object: counting it here too made the table
+    # turn before a fleet's steps came round again (session 14). Instead it turns with
+    # STATES, so no step holds a text STATES let go of beyond one of its generations.
+    monkeypatch.setattr(wire_fast, "_STEPS", {})
+    monkeypatch.setattr(wire_fast, "_OLDER_STEPS", {})
+    monkeypatch.setattr(wire_fast, "_steps_bytes", 0)
+    monkeypatch.setattr(wire_fast, "_steps_turn", wire_atoms.state_turns)
+    monkeypatch.setattr(wire_fast, "MAX_STEP_BYTES", 100_000)
+    generation = wire_atoms.generation
+    reads = [[i, i + 1] for i in range(20)]
+    texts = [bytes([65 + i]) * 50_000 for i in range(20)]  # 1 MB of texts in all
+    steps: list[tuple[bytes, int, frozenset[Any], list[int], list[Any]]] = [
+        (text, 2, frozenset(), [0], []) for text in texts]
+    for read, step in zip(reads, steps, strict=True):
+        wire_fast._keep_step(read, generation, step)
+    assert all(wire_fast._step_from(read, generation, step[0]) == step
+               for read, step in zip(reads, steps, strict=True))
+    turns = wire_atoms.state_turns
+    monkeypatch.setattr(wire_atoms, "state_turns", turns + 1)
+    later: tuple[bytes, int, frozenset[Any], list[int], list[Any]] = (
+        b"[]", 0, frozenset(), [], [])
+    wire_fast._keep_step([99], generation, later)
+    # One turn of STATES: the steps are the older generation's, still found.
+    assert wire_fast._step_from(reads[0], generation, texts[0]) == steps[0]
+    monkeypatch.setattr(wire_atoms, "state_turns", turns + 3)
+    wire_fast._keep_step([98], generation, later)
+    assert wire_fast._step_from(reads[0], generation, texts[0]) is None
+    assert wire_fast._step_from([99], generation, b"[]") is None
