@@ -264,7 +264,7 @@ class _Engine(Evidence):
             if not answers:
                 self.notes.append("the agent returned no answer; stopped")
                 self.stalled = True
-                break
+                return
             before = (sum(self.vs.version.values()), len(self.vs.clauses))
             versions = dict(self.vs.version)
             sampled = self._sampled()
@@ -289,34 +289,44 @@ class _Engine(Evidence):
             self.tired = {p: n for p, n in self.tired.items() if p.action not in moved}
             self._refresh_targets()
             self.check_known_model()
-        if self.budget_exhausted:
-            self._final_check(agent, objects, maker)
+        self._final_check(agent, objects, maker)
 
     def _final_check(self, agent: AgentQuery, objects: ObjectFactory,
                      maker: StepMaker) -> None:
-        """When the budget ran out, every deterministic action some answer refused is
-        asked, in one query past the budget (as the daemon asks its queries again past
-        it), to run where the evidence says it surely does (:meth:`Designer.check`). A
-        refused step of a probe fixes a precondition on the one atom it flipped only if
-        every other atom's value is still safe; an agent that changed after the runs that
-        showed them safe (rev13b: a new precondition two queries into the assessment,
-        budget 8) had three such refusals read as preconditions neither model has, and
-        with the budget spent no probe contradicted them (with budget to spare, the
-        probes designed from the later evidence did). Refused here, the evidence
-        conflicts, the model does not explain the answer and nothing is published. A
-        stationary agent runs them. (Kept back from the budget instead, it cost honest
-        agents 2-3 of ~90 right versions at budgets 8-12: one probe query fewer, and
-        they failed closed unexplained.)"""
-        probes = [p for action in sorted(self.refused_actions)
-                  if action not in self.vs.outcomes and action in self.atoms
+        """After every other query, each deterministic action is asked once more to run
+        where the evidence says it surely does (:meth:`Designer.check`: every atom at a
+        value a run showed safe, and a second step with each atom that has two such
+        values at its other one), past the budget (as the daemon asks its queries again
+        past it). A version describes the agent as it is at the end of the assessment,
+        and the evidence for an action may all predate a change: the observations and
+        the early answers come from the agent before it changed. Two ways that went
+        wrong (rev13b, an agent drifting during the assessment): refused steps of a
+        probe read as a precondition on the one atom it flipped, which rests on every
+        other atom's value being safe still (parking, budget 8: three preconditions
+        neither model has); and effects decided from the observations of an action no
+        later answer ran, its probes sitting behind refused steps (grid, budget 12:
+        pickup published deleting ``(at ?key ?curpos)``, which the changed agent no
+        longer does; and with budget to spare, where the loop ended with nothing left
+        to ask about pickup). The check's steps show each decided effect (every atom at
+        each of its safe values) and each safe value: the changed agent refuses one, or
+        its step contradicts the older evidence, the model does not explain the answer
+        and nothing is published. A stationary agent runs them and they agree with
+        what it showed before. Not caught: a change no safe value shows (a new
+        precondition on an atom only ever seen at the value it now needs), a change
+        after the check, and probabilistic actions (a step in a state that surely runs
+        teaches their outcomes too, which the check must not disturb)."""
+        probes = [p for action in sorted(self.atoms)
+                  if action not in self.vs.outcomes
                   for p in self.design.check(action)]
-        while probes and len(self.queries) < self.budget + 1:
+        asked = 0
+        while probes and asked < len(probes):
             maker.retain(probes)
             query = pack(probes, [], [], self.actions, objects, after=self._after,
                          steps=maker, max_atoms=self.max_query_atoms)
-            if query is None:
+            if query is None or not query.steps:
                 return
             answers = agent.query(query.state, query.plan, 1)
+            asked += 1
             if not answers:
                 return
             self._absorb(query, answers[0])
