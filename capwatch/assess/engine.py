@@ -182,6 +182,7 @@ class _Engine(Evidence):
         self.tolerance = tolerance
         self.shares: dict[str, tuple[int, int, ShareEstimate]] = {}
         self.max_query_atoms: int | None = None
+        self.checks = 0
 
     # ------------------------------------------------------------------ probabilities
 
@@ -315,8 +316,11 @@ class _Engine(Evidence):
         precondition on an atom only ever seen at the value it now needs), a change
         after the check, and probabilistic actions (a step in a state that surely runs
         teaches their outcomes too, which the check must not disturb)."""
+        # The actions the version states: every one for verify and aia, daaisy's targets
+        # (its untouched actions carry the known modes over, no claim).
         probes = [p for action in sorted(self.atoms)
                   if action not in self.vs.outcomes
+                  and any(pa in self.targets for pa in self.pas[action])
                   for p in self.design.check(action)]
         asked = 0
         while probes and asked < len(probes):
@@ -329,6 +333,7 @@ class _Engine(Evidence):
             asked += 1
             if not answers:
                 return
+            self.checks += 1
             self._absorb(query, answers[0])
             if answers[0].executed < len(query.steps):
                 self.notes.append(
@@ -700,7 +705,7 @@ class _Engine(Evidence):
                                 tuple(self.queries), tuple(self.vs.conflicts),
                                 tuple([*notes, *self.notes]), self.budget_exhausted, reasons,
                                 confirmed, outcomes, tuple(sorted(undecided)),
-                                undecided, tuple(retired))
+                                undecided, tuple(retired), self.checks)
 
 
 

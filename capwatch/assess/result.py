@@ -92,6 +92,11 @@ class AssessmentResult:
     """Why, per action of :attr:`undecided_outcomes` (what the alert says)."""
     retired: tuple[RetiredOutcome, ...] = ()
     """Known outcomes left out as gone, each with the share the steps bound it below."""
+    checks: int = 0
+    """How many of :attr:`queries` (the last ones) were the final check's: each action
+    the version states run once more after the other queries, past the budget
+    (docs/assessment.md, "The final check"). A guard against an agent that changed during
+    the assessment, not a question about the model: the papers' query counts have none."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "open_reasons", MappingProxyType(dict(self.open_reasons)))

@@ -69,7 +69,9 @@ def _run(name: str, method: str) -> list[tuple[AssessmentResult, float]]:
 @pytest.mark.parametrize("name", DETERMINISTIC_NAMES)
 def test_daaisy_beats_the_research_implementation_at_half_drift(name: str) -> None:
     runs = _run(name, "daaisy")
-    queries = statistics.mean(r.query_count for r, _ in runs)
+    # The final check (one query past the budget, against an agent changing during the
+    # assessment) is no question about the model: the research implementation has none.
+    queries = statistics.mean(r.query_count - r.checks for r, _ in runs)
     accuracy = statistics.mean(a for _, a in runs)
     research_queries, research_accuracy, _ = RESEARCH[name]
     assert accuracy >= research_accuracy
@@ -111,9 +113,10 @@ def test_the_budget_is_respected_and_what_is_left_is_reported() -> None:
     truth, _, trace = _inputs("blocksworld")
     initial = read_domain(DOMAINS / "blocksworld" / "initial-models" / "domain_25_0.pddl")
     result = assess(initial, [trace], SimulatedAgent(truth), method="verify", budget=2)
-    # Past the budget, at most the one query checking what refusals decided (session 14).
-    checks = sum(1 for q in result.queries if any("surely does" in p for p in q.purposes))
-    assert checks <= 1 and result.query_count - checks == 2
+    # Past the budget, only the final check's queries (result.checks).
+    assert result.query_count - result.checks == 2
+    assert all(any("surely" in p or "other value" in p for p in q.purposes)
+               for q in result.queries[2:])
     assert result.budget_exhausted
     assert result.unresolved
 
