@@ -110,7 +110,8 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
            outcome_error: float = OUTCOME_ERROR,
            min_outcome_probability: float = MIN_OUTCOME_PROBABILITY,
            probability_tolerance: float = PROBABILITY_TOLERANCE,
-           max_query_atoms: int = MAX_QUERY_ATOMS) -> AssessmentResult:
+           max_query_atoms: int = MAX_QUERY_ATOMS,
+           independent_draws: bool = False) -> AssessmentResult:
     """Assess how ``agent`` now behaves, relative to the ``known`` model.
 
     ``observations`` are the agent's recent transitions or traces (optimal ones enable
@@ -128,6 +129,12 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     chance of 1%, docs/assessment.md, "Outcome probabilities"); otherwise the action's
     outcomes are undecided. ``max_query_atoms`` caps a query's initial state (probes
     that do not fit wait for the next query; docs/agent-query-protocol.md, "Query size").
+    ``independent_draws`` is the caller's word that the agent draws every step's outcome
+    independently (it does not switch between models per answer): an outcome added
+    beside kept known ones on an action no answer runs twice is then published, where
+    by default it fails closed (:meth:`OutcomeSpace.unmixable`; docs/assessment.md,
+    "Agents declared to draw independently": a per-answer switcher is then published
+    with both models' outcomes).
     """
     if max_query_atoms < 1:
         raise ValueError(f"max_query_atoms must be at least 1, got {max_query_atoms!r}")
@@ -146,6 +153,7 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     for space in engine.vs.outcomes.values():
         space.error = outcome_error
         space.min_share = min_outcome_probability
+        space.independent = independent_draws
     engine.observe(transitions_of(observations))
     notes: list[str] = []
     if m is Method.DAAISY:

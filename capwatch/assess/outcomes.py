@@ -157,6 +157,10 @@ class OutcomeSpace:
     observed step)."""
     min_share: float = 0.0
     """The least probability an added outcome must be shown to have (:meth:`doubts`)."""
+    independent: bool = False
+    """The operator's word that the agent draws each step's outcome independently and
+    never switches between models per answer (``assess(independent_draws=True)``):
+    :meth:`unmixable` then raises no doubt. Nothing the answers show checks it."""
     _rare: tuple[tuple[int, int, float], list[str]] = ((-1, -1, 0.0), [])
     counted: dict[tuple[int, ...], tuple[int, list[int], int]] = field(default_factory=dict)
     """outcome_shares.counts, counted on from the last call while no outcome changed."""
@@ -393,6 +397,8 @@ class OutcomeSpace:
         every added outcome stands for a retired one (the drift changed outcomes, and the
         model has no more than the known one had: a switcher's old answers would have
         kept the old forms)."""
+        if self.independent:
+            return []
         live = self.live()
         added = sum(1 for r in live if r.origin is None)
         if not added or self.together():

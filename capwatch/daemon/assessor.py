@@ -51,6 +51,8 @@ class AssessmentRequest:
     """See AssessmentConfig.probability_tolerance."""
     max_query_atoms: int = 10_000
     """See AssessmentConfig.max_query_atoms."""
+    independent_draws: bool = False
+    """See AssessmentConfig.independent_draws."""
     method: str | None = None
     """An operator's request ("assess now"): this method, with or without evidence."""
     optimal_traces: Sequence[Sequence[tuple[str, ...]]] = ()
@@ -116,7 +118,8 @@ class EngineAssessor:
                             objects=self.objects.get(request.family),
                             min_outcome_probability=request.min_outcome_probability,
                             probability_tolerance=request.probability_tolerance,
-                            max_query_atoms=request.max_query_atoms)
+                            max_query_atoms=request.max_query_atoms,
+                            independent_draws=request.independent_draws)
             queries += result.query_count
             model = result.domain()
             details["method"] = result.method.value

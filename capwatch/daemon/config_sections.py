@@ -258,6 +258,16 @@ class AssessmentConfig(Section):
     ``verify`` asks the agent ~70-250 queries, so a fleet of 10,000 agents re-assessed daily
     asks ~10-30 queries/s of the fleet; choose the period for what the agents can take
     (e.g. 604800, weekly). ``capwatch assess agent ID`` does one on demand."""
+    independent_draws: bool = False
+    """The operator's word that the agents draw each step's outcome of a probabilistic
+    action independently and never answer some queries as one model and others as
+    another. Off (the default), an outcome a drift added beside kept known ones, on an
+    action no answer runs twice, fails closed: such answers are also what an agent
+    switching models per answer gives, and a model with both would be published. On,
+    it is published (honest agents' added outcomes, ~21 of 298 versions of the outcome
+    sweep), and a per-answer switcher is published wrong with both models' outcomes:
+    nothing the answers show checks the word (docs/assessment.md, "Agents declared to
+    draw independently")."""
     max_query_atoms: int = Field(default=10_000, ge=1)
     """The largest initial state (atoms) of one query to the agent: probes beyond it wait
     for the next query. The agent sets up and runs a whole query within

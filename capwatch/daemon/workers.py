@@ -401,6 +401,7 @@ class AssessmentWorkers:
                     min_outcome_probability=self.config.assessment.min_outcome_probability,
                     probability_tolerance=self.config.assessment.probability_tolerance,
                     max_query_atoms=self.config.assessment.max_query_atoms,
+                    independent_draws=self.config.assessment.independent_draws,
                     method=item.method))
             finally:
                 # Every attempt that asked the agent, ended or not: an agent too slow to
