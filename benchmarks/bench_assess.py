@@ -31,9 +31,12 @@ action, through the daemon's path (walks, assessment with method verify and budg
 replay, asking again); per domain and kind how many were right, wrong (published, not the
 truth: must be 0), failed closed (undecided outcomes, or unexplained by replay or asking
 again) or unseen (no step the known model contradicts), and the queries and agent steps.
+``--independent-draws``: the same with ``assess(independent_draws=True)``
+(assessment.independent_draws, docs/assessment.md).
 
 Usage: python benchmarks/bench_assess.py [--quick] [--domains gripper,ferry] [--out DIR]
        python benchmarks/bench_assess.py --outcomes 100 [--domains gripper,tireworld]
+           [--independent-draws]
 """
 
 from __future__ import annotations
@@ -119,7 +122,8 @@ OUTCOME_DOMAINS = ("stochastic/tireworld", "stochastic/explodingblocks",
 OUTCOME_KINDS = ("change", "common", "add")
 
 
-def run_outcomes(selected: set[str] | None, seeds: int) -> int:
+def run_outcomes(selected: set[str] | None, seeds: int, independent_draws: bool = False
+                 ) -> int:
     sys.path.insert(0, str(ROOT))
     from tests.assess.outcome_drifts import outcome_drift, run_drift
 
@@ -139,7 +143,7 @@ def run_outcomes(selected: set[str] | None, seeds: int) -> int:
                 drift = outcome_drift(folder, kind, seed)
                 status = "none" if drift is None else ""
                 if drift is not None:
-                    verdict = run_drift(drift, seed)
+                    verdict = run_drift(drift, seed, independent_draws=independent_draws)
                     status = verdict.status
                     if status != "unseen":
                         queries.append(verdict.queries)
@@ -299,10 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     parser.add_argument("--outcomes", type=int, default=0, metavar="SEEDS",
                         help="run the outcome-drift sweep with this many seeds instead")
+    parser.add_argument("--independent-draws", action="store_true",
+                        help="--outcomes with assess(independent_draws=True): the "
+                             "operator's word that agents never switch models per answer")
     args = parser.parse_args(argv)
     selected = {d for d in args.domains.split(",") if d} or None
     if args.outcomes:
-        return run_outcomes(selected, args.outcomes)
+        return run_outcomes(selected, args.outcomes, args.independent_draws)
     drifts = ("1", "half") if args.quick else DRIFTS
     seeds = (0,) if args.quick else SEEDS
     rows = run_grid(selected, drifts, seeds) + run_research(selected, args.quick)
