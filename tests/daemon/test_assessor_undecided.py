@@ -6,10 +6,12 @@ query budget runs out first does the assessment still fail closed."""
 
 from __future__ import annotations
 
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
 from tests.assess.outcome_drifts import probability_error
 from tests.assess.test_outcomes import gripper_slip_drift, gripper_walks
+from tests.assess.test_state_dependent_outcomes import _added, _evidence, _known
 
 
 def test_an_undecided_outcome_set_ends_unexplained_with_its_reason() -> None:
@@ -44,3 +46,23 @@ def test_an_undecided_outcome_set_ends_unexplained_with_its_reason() -> None:
                     (o.add, o.delete) for o in truth.action("move").outcomes}, seed
                 assert probability_error(move, truth.action("move")) <= 0.1, seed
     assert undecided > 0 and published > 0
+
+
+def test_the_operators_independent_draws_reach_the_engine() -> None:
+    """assessment.independent_draws travels with the request: the honest agent whose
+    added outcome fails closed by default (tests/assess/test_state_dependent_outcomes.py)
+    is published with its three outcomes when the operator declares the draws
+    independent, and fails closed naming the reason when not."""
+    known, truth = _known(), _added()
+    bad = [AgentTransition("s-1", "shelf", "ep", i, None, t.state, t.action, t.next_state,
+                           False, t.executed) for i, t in enumerate(_evidence(truth))]
+    outcomes = {}
+    for declared in (False, True):
+        outcomes[declared] = EngineAssessor().assess(AssessmentRequest(
+            "s-1", "shelf", known, SimulatedAgent(truth, seed=0), inconsistent=bad,
+            confirm_queries=16, query_budget=300, independent_draws=declared))
+    assert outcomes[False].details.get("undecided_outcomes") == ["place"]
+    assert not outcomes[True].unexplained and not outcomes[True].details.get(
+        "undecided_outcomes")
+    assert {(o.add, o.delete) for o in outcomes[True].model.action("place").outcomes} == {
+        (o.add, o.delete) for o in truth.action("place").outcomes}
