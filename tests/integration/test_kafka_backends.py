@@ -462,6 +462,43 @@ def test_a_record_the_broker_refuses_fails_every_flush_until_it_is_written(
         pub.close()
 
 
+def test_a_record_bound_for_a_partition_its_topic_lost_is_sent_again_soon(
+        publisher_backend: str, kafka_bootstrap: str, out_topics: dict[str, str]) -> None:
+    """An output topic deleted while the daemon runs and made again with fewer partitions
+    (the broker's auto-creation makes one). A record routed by the old metadata to a
+    partition the topic no longer has can never be delivered: kafka-python retried it
+    until its delivery timeout (120 s), and its producer delivered nothing else meanwhile,
+    so every output (versions, alerts, dead letters) and every commit stalled for two
+    minutes (faults15, docs/reliability.md). It must be routed again well before that."""
+    pub = publisher_class(publisher_backend)(kafka_bootstrap, **out_topics)
+    alerts = out_topics["alerts_topic"]
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    # kafka-python's partitioner sends key "rover-2" to partition 2 of 3.
+    try:
+        admin.delete_topics([alerts])
+        wait(lambda: alerts not in admin.list_topics(), 60, "the one-partition topic gone")
+        create(kafka_bootstrap, alerts, 3)
+        pub.alert(_alert("rover-2", "rover"))
+        pub.flush(30)  # the producer knows the topic's 3 partitions
+        admin.delete_topics([alerts])
+        wait(lambda: alerts not in admin.list_topics(), 60, "the topic deleted")
+        create(kafka_bootstrap, alerts, 1)
+        pub.alert(_alert("rover-2", "rover"))
+
+        def goes_through() -> bool:
+            try:
+                pub.flush(2)
+            except Exception:  # a delivery error, or the client's flush timing out
+                return False
+            return True
+
+        wait(goes_through, 60, "the record to reach the topic made again")
+        assert [k for k, _ in _read(kafka_bootstrap, alerts, 1)] == [b"rover-2"]
+    finally:
+        admin.close()
+        pub.close()
+
+
 def test_an_oversized_message_reaches_the_consumer_whole(
         backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
     """A message over the fetch size must not stall its partition: the decoder refuses

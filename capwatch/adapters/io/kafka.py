@@ -560,6 +560,24 @@ class KafkaPublisher(PendingPublisher):
         return generation == self._generation and future.is_done and \
             isinstance(future.exception, KafkaTimeoutError)
 
+    def _stranded(self, handle: Any) -> bool:
+        """The record waits for a partition its topic no longer has: the topic was deleted
+        and made again with fewer partitions (the broker's auto-creation makes one).
+        kafka-python chose the partition at send() and retries it until
+        delivery_timeout_ms (120 s), its producer delivering nothing else meanwhile: every
+        output and commit stalled for two minutes (faults15). A new producer routes it
+        again by the topic's metadata now. A topic not known at all (deleted, not yet made
+        again) is waited for."""
+        generation, future = handle
+        if generation != self._generation or future.is_done:
+            return False
+        partition = getattr(getattr(future, "_produce_future", None), "topic_partition", None)
+        metadata = getattr(self._producer, "_metadata", None)
+        if partition is None or metadata is None:
+            return False
+        partitions = metadata.partitions_for_topic(partition.topic)
+        return partitions is not None and partition.partition not in partitions
+
     def _flush_client(self, timeout_s: float) -> None:
         with self._lock:
             handles = [r.handle for r in self._pending if not isinstance(r.handle, Exception)]
@@ -567,6 +585,9 @@ class KafkaPublisher(PendingPublisher):
             # Before flushing: a wedged producer's flush only times out, so the records
             # it expired would never be looked at again.
             self._renew_producer("it expired a record")
+        elif any(self._stranded(h) for h in handles):
+            self._renew_producer("a record waits for a partition its topic no longer has"
+                                 " (the topic was deleted and made again)")
         self._producer.flush(timeout=timeout_s)
         # kafka-python's idempotent producer turns any non-retriable refusal of one record
         # (a record over the topic's max.message.bytes) into a fatal state: it sends nothing
