@@ -27,7 +27,7 @@ from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.enqueue import EvidenceQueue
 from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS
 from capwatch.daemon.intake import Intake
-from capwatch.daemon.logs import record_context
+from capwatch.daemon.logs import RECORD, TRANSITION, record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
 from capwatch.model.consistency import Verdict
@@ -98,8 +98,8 @@ class Batches:
                                          for k in {r.key for r in records} if k is not None)
             self.checkpoints.prefetch_drift(new)
             for record in records:
-                slot.record = record
-                slot.transition = None
+                slot[RECORD] = record
+                slot[TRANSITION] = None
                 try:
                     got = read(record)
                     if got is not None:
@@ -144,7 +144,7 @@ class Batches:
                         record, f"internal error: {error_text(e)}", "internal")
                 done += 1
         finally:
-            slot.record = slot.transition = None
+            slot[RECORD] = slot[TRANSITION] = None
             self.processed = start + done
             self.registry.end_prefetch()
             self.checkpoints.end_prefetch()

@@ -23,7 +23,7 @@ from capwatch.contracts.wire import (
 from capwatch.contracts.wire_fast import decode
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.checkpoint import Checkpointer
-from capwatch.daemon.logs import record_context
+from capwatch.daemon.logs import TRANSITION, record_context
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry
 from capwatch.model.domain import Domain, GroundAtom
@@ -133,7 +133,7 @@ class Intake:
         if not decoded:
             return None
         first = decoded[0]
-        self.slot.transition = first
+        self.slot[TRANSITION] = first
         family = first.family
         if len(decoded) > 1:
             agent_id = first.agent_id

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 
 import structlog
 
@@ -137,3 +138,33 @@ def test_a_short_hold_is_not_logged_at_level_warning() -> None:
     _slow_task(1.2)
     [line] = _lines(stream)
     assert line["held_up_s"] == 1.2
+
+
+def test_a_line_logged_while_a_record_is_handled_names_its_position_and_agent(
+        tmp_path: Path) -> None:
+    """The batch loop sets the log context per record (a plain slot, written from
+    compiled code): the "inconsistent transition" line carries the record's partition,
+    offset, agent and episode; a line logged after the batch carries none of them."""
+    from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+    from capwatch.daemon.service import build_service
+    from tests.daemon.helpers import config, good_sample, refused_sample
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in
+                            (good_sample(step=0), good_sample(step=1), refused_sample(step=2))))
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    d = build_service(cfg, publisher=MemoryPublisher(), source=JsonlSource(str(path))).pipeline
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream)
+    d.seed_families()
+    d.source.start(lambda p: None, lambda p: None, {})
+    d.handle_batch(d.source.poll(1.0))
+    structlog.get_logger().info("after the batch")
+    lines = _lines(stream)
+    (line,) = [x for x in lines if x["event"] == "inconsistent transition"]
+    assert (line["partition"], line["offset"]) == (0, 2)
+    assert (line["agent_id"], line["episode"]) == ("rover-a", "ep")
+    (after,) = [x for x in lines if x["event"] == "after the batch"]
+    assert not {"partition", "offset", "agent_id", "episode"} & after.keys()
+    d.source.close()
+    d.store.close()
