@@ -213,12 +213,17 @@ class WorkQueue(Protocol):
 
     def claim(self, worker: str, now: datetime, lease_seconds: float,
               limit: int = 1) -> list[PendingAssessment]:
-        """Take up to ``limit`` pending items, or items whose lease ran out, oldest first."""
+        """Take up to ``limit`` pending items, or items whose lease ran out, oldest first.
+
+        Whose clock says what is due and which lease ran out is the store's (``now``,
+        the caller's clock, only where the store keeps the caller's: SQLite, tests): a
+        store several replicas share keeps the database's, so that one replica's clock
+        stepped back or running ahead neither stalls work nor takes a live lease."""
         ...
 
     def renew(self, key: str, worker: str, now: datetime, lease_seconds: float) -> None:
-        """Extend the lease of claimed work ``worker`` holds to ``now + lease_seconds``;
-        :class:`LeaseLost` when it no longer holds it."""
+        """Extend the lease of claimed work ``worker`` holds to ``lease_seconds`` from the
+        store's now (see :meth:`claim`); :class:`LeaseLost` when it no longer holds it."""
         ...
 
     def complete(self, key: str, worker: str,
@@ -230,10 +235,14 @@ class WorkQueue(Protocol):
 
     def release(self, key: str, worker: str, error: str, not_before: datetime,
                 max_attempts: int = 5,
-                failure_alerts: Sequence[OutboxAlert] = ()) -> bool:
+                failure_alerts: Sequence[OutboxAlert] = (),
+                now: datetime | None = None) -> bool:
         """Give claimed work back after a failure; it is ``failed`` after max_attempts.
         Returns True when it failed for good, and only then writes ``failure_alerts``
-        to the outbox, in the same transaction."""
+        to the outbox, in the same transaction. ``now``: the caller's clock when it
+        reckoned ``not_before``; a store on the database's clock keeps the delay
+        between them, not the caller's time (without it, ``not_before`` is taken as the
+        store's own time)."""
         ...
 
     def queue_items(self, status: str | None = None) -> list[PendingAssessment]: ...

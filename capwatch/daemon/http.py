@@ -369,6 +369,12 @@ class ApiServer:
             why = self._store_probe().check()
             if why is not None:
                 problems.append(f"store unreachable: {why}")
+            # A store that answers its probe may still refuse this replica's writes (a
+            # full disk answers a select): docs/operations.md, "Readiness".
+            failing = getattr(self.store, "write_failures", None)
+            if failing is not None:
+                problems.extend(f"store writes failing ({kind}): {why}"
+                                for kind, why in sorted(failing().items()))
         status = HTTPStatus.OK if not problems else HTTPStatus.SERVICE_UNAVAILABLE
         body: dict[str, Any] = {"ready": not problems, "problems": problems}
         notes = self.notes() if self.store is not None else []

@@ -11,7 +11,7 @@ counters); ``promtool check metrics`` runs on the exposition in the tests.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from prometheus_client import (
@@ -23,6 +23,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from capwatch import __version__
 
@@ -214,3 +216,31 @@ class DaemonMetrics:
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(self.registry)
+
+
+class StoreWrites(Collector):
+    """``capwatch_store_writes_failing{kind}`` (1 while the store's last write of that
+    kind failed, as /readyz says) and ``capwatch_store_write_failures_total{kind}``,
+    read from the store at each scrape (``SqlBase.write_failures``)."""
+
+    KINDS = ("model_versions", "other")
+
+    def __init__(self, failing: Callable[[], Mapping[str, str]],
+                 counts: Mapping[str, int]) -> None:
+        self._failing = failing
+        self._counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        failing = self._failing()
+        g = GaugeMetricFamily("capwatch_store_writes_failing",
+                              "1 while this replica's last write of the kind to the models "
+                              "store failed (a full disk, a revoked privilege), 0 once one "
+                              "changed a row again.", labels=["kind"])
+        c = CounterMetricFamily("capwatch_store_write_failures",
+                                "Writes of the kind the models store refused.",
+                                labels=["kind"])
+        for kind in self.KINDS:
+            g.add_metric([kind], 1.0 if kind in failing else 0.0)
+            c.add_metric([kind], float(self._counts.get(kind, 0)))
+        yield g
+        yield c

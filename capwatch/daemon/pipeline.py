@@ -373,7 +373,10 @@ class Pipeline:
         earlier run of this one, say). It goes out once its hold
         (alerts.delivery_lease_s) runs out, so a finite run waits for it; one a sink
         refused (it has an error) waits for the next start instead."""
-        now = self.clock()
+        # A hold runs out on the store's clock (the database's, for PostgreSQL), which
+        # this replica's may be apart from or stepped back from by far more than a hold.
+        store_now = getattr(self.store, "store_now", None)
+        now = store_now(self.clock()) if store_now is not None else self.clock()
         return any(d.attempts > 0 and d.last_error is None and d.not_before is not None
                    and d.not_before > now for d in self.store.deliveries("pending"))
 

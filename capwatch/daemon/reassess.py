@@ -19,8 +19,9 @@ the agent (stopped, idle and evicted) is not made up: the agent's next period is
 from __future__ import annotations
 
 import math
+import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import structlog
@@ -46,16 +47,28 @@ def period(at_s: float, family: str, agent_id: str, every_s: float) -> int:
 
 
 class Reassessment:
-    def __init__(self, every_s: float, store: ModelStore, started: datetime) -> None:
+    def __init__(self, every_s: float, store: ModelStore, started: datetime,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.every_s = every_s
         self.store = action_store(store)
         self._last = started.timestamp()
         """When the previous round looked (epoch s): phases passed since are due."""
+        self._monotonic = monotonic
+        self._last_mono = monotonic()
 
     def run(self, watches: Iterable[AgentWatch], now: datetime) -> list[str]:
         """Queue the re-assessments due since the last round; the agents queued. An agent
-        awaiting an assessment already is left: that one answers the question too."""
-        at = now.timestamp()
+        awaiting an assessment already is left: that one answers the question too.
+
+        A round's time never falls behind the last round's plus the time elapsed since
+        (monotonic): a wall clock stepped back an hour held every phase back for the
+        hour. Periods are still numbered on the wall clock, which the replicas share
+        (roughly: replicas whose clocks are X apart may, for an agent that moves between
+        them, queue one re-assessment more or one a period late when a phase falls
+        within X; a verify that finds nothing publishes nothing)."""
+        mono = self._monotonic()
+        at = max(now.timestamp(), self._last + (mono - self._last_mono))
+        self._last_mono = mono
         queued = []
         for watch in watches:
             if watch.awaiting is not None:

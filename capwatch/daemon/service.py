@@ -34,7 +34,7 @@ from capwatch.daemon.config import ConfigError, DaemonConfig, KafkaConfig
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.ingest import IngestEndpoints
-from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.metrics import DaemonMetrics, StoreWrites
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.redact import redact_url
 from capwatch.daemon.startup import EarlyStart, Startup, start_early
@@ -409,6 +409,10 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
            alert_sinks: list[AlertSink] | None, clock: Clock) -> Service:
     if store is None:
         store = open_store_waiting(config, startup)
+    failing = getattr(store, "write_failures", None)
+    counts = getattr(store, "write_failure_count", None)
+    if failing is not None and counts is not None:
+        metrics.registry.register(StoreWrites(failing, counts))
     needs_kafka = (source is None and config.source.kind == "kafka") or \
         (publisher is None and config.output.kind == "kafka")
     if needs_kafka:

@@ -138,7 +138,8 @@ class AssessmentWorkers:
                     failed = self.store.release(
                         item.key, item.claimed_by, "replica restarted", now, limit,
                         [outbox_record(alert, failed_alert_key(item.key)),
-                         *awaiting_ended(item, now, "failed", self.policy.severities)])
+                         *awaiting_ended(item, now, "failed", self.policy.severities)],
+                        now=now)
                 except StoreError:
                     continue
                 if failed:
@@ -159,8 +160,9 @@ class AssessmentWorkers:
         self._finished.set()
         for worker, item in unfinished.items():
             with contextlib.suppress(StoreError):
-                self.store.release(item.key, worker, "replica shutting down", self.clock(),
-                                   self._never_failing(item))
+                at = self.clock()
+                self.store.release(item.key, worker, "replica shutting down", at,
+                                   self._never_failing(item), now=at)
 
     def _never_failing(self, item: PendingAssessment) -> int:
         """An attempt limit under which handing ``item`` back does not fail it for good
@@ -293,9 +295,9 @@ class AssessmentWorkers:
         wait_s = min(cfg.lease_s, max(1.0, cfg.retry_after_s) * 2 ** max(0, now.attempts - 1))
         try:
             # Never failed for good by this: the outage was not the work's failure.
-            self.store.release(item.key, worker, problem,
-                               self.clock() + timedelta(seconds=wait_s),
-                               self._never_failing(now))
+            at = self.clock()
+            self.store.release(item.key, worker, problem, at + timedelta(seconds=wait_s),
+                               self._never_failing(now), now=at)
         except INFRASTRUCTURE_ERRORS:
             # Answered a read, failed a write (a full disk): the lease runs out instead.
             log.warning("assessment interrupted by an outage; tried again after its lease",
@@ -324,7 +326,7 @@ class AssessmentWorkers:
             failed = self.store.release(
                 item.key, worker, failure.message, now + wait, limit,
                 [outbox_record(alert, failed_alert_key(item.key)),
-                 *awaiting_ended(item, now, "failed", self.policy.severities)])
+                 *awaiting_ended(item, now, "failed", self.policy.severities)], now=now)
         except INFRASTRUCTURE_ERRORS:
             return  # the lease runs out and the work is claimed again
         self.metrics.assessments.labels(item.family, "retry").inc()
@@ -356,7 +358,7 @@ class AssessmentWorkers:
             self.store.release(pending.key, worker, message, now, 0,
                                [outbox_record(alert, failed_alert_key(pending.key)),
                                 *awaiting_ended(pending, now, "failed",
-                                                self.policy.severities)])
+                                                self.policy.severities)], now=now)
         except StoreError:
             return
         self.metrics.assessments.labels(pending.family, "failed").inc()

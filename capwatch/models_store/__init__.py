@@ -26,15 +26,21 @@ from capwatch.models_store.lineage import lineage_chain, record_new_model
 
 
 def open_store(url: str, *, migrate: bool = True,
-               statement_timeout_s: float | None = None) -> ModelStore:
+               statement_timeout_s: float | None = None,
+               clock: str | None = None) -> ModelStore:
     """``postgresql://...`` (or ``postgres://``) opens PostgreSQL; ``sqlite:///path``, a plain
     path or ``:memory:`` opens SQLite. ``statement_timeout_s`` bounds each round trip to a
-    PostgreSQL server (default :data:`~capwatch.models_store.postgres.STATEMENT_TIMEOUT_S`)."""
+    PostgreSQL server (default :data:`~capwatch.models_store.postgres.STATEMENT_TIMEOUT_S`).
+    ``clock`` (``"database"`` or ``"caller"``, see ``SqlBase.clock``): by default the
+    server's for PostgreSQL and the caller's for SQLite (one replica on one host)."""
     if url.startswith(("postgresql://", "postgres://")):
         from capwatch.models_store.postgres import STATEMENT_TIMEOUT_S, PostgresModelStore
 
         return PostgresModelStore(url, migrate=migrate, statement_timeout_s=(
-            STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s))
+            STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s),
+            clock=clock or "database")
+    if clock not in (None, "caller"):
+        raise ValueError(f"a SQLite store keeps the caller's clock, not {clock!r}")
     if url.startswith("sqlite://"):
         url = url.removeprefix("sqlite://") or ":memory:"
     elif "://" in url:

@@ -157,11 +157,12 @@ class ActionsSql(SqlBase):
                 self._put(tx, version)
             if work is not None:
                 at = self._ts_in(as_utc(work.enqueued_at))
+                due = self._ts_in(self._store_now(tx, work.enqueued_at))
                 tx.run("INSERT INTO pending_assessments (key, agent_id, family, payload, "
                        "status, attempts, enqueued_at, not_before) "
                        "VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) ON CONFLICT (key) DO NOTHING",
                        (work.key, work.agent_id, work.family, self._json_in(work.payload),
-                        at, at))
+                        at, due))
             t = action.target
             tx.run(f"INSERT INTO operator_actions ({_COLUMNS}) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

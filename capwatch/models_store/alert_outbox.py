@@ -68,6 +68,7 @@ class AlertOutboxSql(SqlBase):
         now_p = self._ts_in(as_utc(now))
         with self._tx() as tx:
             self._lock_alert_routing(tx)
+            due = self._ts_in(self._store_now(tx, now))
             pending = [self._outbox_from_row(r) for r in tx.rows(
                 f"SELECT {_OUTBOX_COLUMNS} FROM alert_outbox WHERE status = 'pending' "
                 "ORDER BY created_at, key")]
@@ -95,7 +96,7 @@ class AlertOutboxSql(SqlBase):
                 tx.run(f"INSERT INTO alert_deliveries ({_DELIVERY_COLUMNS}) "
                        "VALUES (?, ?, ?, 'pending', ?, ?, 0, NULL)",
                        (d.key, self._json_in(d.alert), self._json_in(list(d.sinks_pending)),
-                        self._ts_in(as_utc(d.created_at)), now_p))
+                        self._ts_in(as_utc(d.created_at)), due))
                 for member in d.members:
                     tx.run("UPDATE alert_outbox SET status = 'routed', delivery = ?, "
                            "routed_at = ? WHERE key = ?", (d.key, now_p, member))
@@ -108,10 +109,12 @@ class AlertOutboxSql(SqlBase):
 
     def claim_deliveries(self, now: datetime, lease_seconds: float,
                          limit: int = 100) -> list[AlertDelivery]:
-        until = lease_until(now, lease_seconds, limit)
-        lease = self._ts_in(until)
-        now_p = self._ts_in(as_utc(now))
+        lease_until(now, lease_seconds, limit)  # checks the arguments before the database
         with self._tx() as tx:
+            at = self._store_now(tx, now)
+            now_p = self._ts_in(at)
+            until = lease_until(at, lease_seconds, limit)
+            lease = self._ts_in(until)
             rows = tx.rows(
                 f"SELECT {_DELIVERY_COLUMNS} FROM alert_deliveries WHERE status = 'pending' "
                 f"AND not_before <= ? ORDER BY created_at, key LIMIT ?{self.claim_lock_clause}",
@@ -136,7 +139,8 @@ class AlertOutboxSql(SqlBase):
             d = self._delivery_from_row(rows[0])
             left = tuple(s for s in d.sinks_pending if s not in set(delivered))
             if left:
-                due = self._ts_in(as_utc(retry_at if retry_at is not None else now))
+                due = self._ts_in(self._store_time(
+                    tx, retry_at if retry_at is not None else now, now))
                 tx.run("UPDATE alert_deliveries SET sinks_pending = ?, not_before = ?, "
                        "last_error = ? WHERE key = ?",
                        (self._json_in(list(left)), due, error, key))

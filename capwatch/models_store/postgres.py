@@ -89,12 +89,16 @@ class _PgTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         with self._conn.cursor() as cur:
             cur.execute(_pg(sql), tuple(params))
+            if cur.rowcount > 0:
+                self.wrote = True
             return cur.rowcount
 
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         with self._conn.cursor() as cur:
             cur.executemany(_pg(sql), [tuple(r) for r in rows])
             # psycopg 3 sums the rows affected over an executemany without RETURNING.
+            if cur.rowcount > 0:
+                self.wrote = True
             return cur.rowcount
 
 
@@ -105,11 +109,14 @@ class PostgresModelStore(SqlModelStore):
     def __init__(self, dsn: str, *, connect_timeout_s: int | None = None,
                  migrate: bool = True,
                  idle_in_transaction_timeout_s: float = IDLE_IN_TRANSACTION_TIMEOUT_S,
-                 statement_timeout_s: float | None = STATEMENT_TIMEOUT_S) -> None:
+                 statement_timeout_s: float | None = STATEMENT_TIMEOUT_S,
+                 clock: str = "database") -> None:
         """``statement_timeout_s`` bounds each round trip to the server (None: no bound);
         ``connect_timeout_s`` each (re)connection, by default the same (libpq counts
-        whole seconds, at least 2)."""
-        super().__init__()
+        whole seconds, at least 2). ``clock``: see :attr:`SqlBase.clock`; the server's
+        by default, since several replicas share this store and their clocks may
+        differ or be stepped."""
+        super().__init__(clock)
         self.dsn = dsn
         if connect_timeout_s is None:
             connect_timeout_s = (10 if statement_timeout_s is None
@@ -206,6 +213,11 @@ class PostgresModelStore(SqlModelStore):
             raise
         self._failure = None
 
+    def _database_now(self, tx: Tx) -> datetime:
+        # clock_timestamp(), not now(): now() is when the transaction began, which a
+        # claim that waited for a row lock would read as the past.
+        return self._ts_out(tx.rows("SELECT clock_timestamp()")[0][0])
+
     def _lock_migrations(self, tx: Tx) -> None:
         tx.rows("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_ID,))
 
@@ -235,6 +247,9 @@ class PostgresModelStore(SqlModelStore):
 
     def _is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, pg_errors.UniqueViolation)
+
+    def _write_fault(self, exc: BaseException) -> bool:
+        return isinstance(exc, psycopg.Error) and not isinstance(exc, psycopg.IntegrityError)
 
     def close(self) -> None:
         with self._lock:

@@ -37,7 +37,13 @@ from capwatch.model.diff import change_from_json, change_to_json
 from capwatch.models_store.actions import ActionsSql
 from capwatch.models_store.alert_outbox import AlertOutboxSql
 from capwatch.models_store.drift_state import DriftStateSql
-from capwatch.models_store.sql_base import Row, Tx, lease_until, validate_alerts
+from capwatch.models_store.sql_base import (
+    MODEL_VERSIONS,
+    Row,
+    Tx,
+    lease_until,
+    validate_alerts,
+)
 
 _T = TypeVar("_T")
 
@@ -149,7 +155,7 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
         validate_alerts(alerts)
 
         def attempt() -> ModelVersion:
-            with self._tx() as tx:
+            with self._tx(kind=MODEL_VERSIONS) as tx:
                 if held is not None:
                     # First, so that the row stays locked (PostgreSQL) or the database
                     # (SQLite) until the version is in: a claim by another worker waits
@@ -290,6 +296,9 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
         # One commit for all: a commit waits for the disk (~0.4-4 ms), and a sweep queues
         # the evidence of every agent that ripened by time since the last one.
         with self._tx() as tx:
+            # Due at once, on the store's clock: with the database's, a replica whose clock
+            # was stepped back does not find its own work written ahead of its now.
+            due = self._ts_in(self._store_now(tx, items[0][0].enqueued_at))
             for item, alerts in items:
                 at = self._ts_in(as_utc(item.enqueued_at))
                 n = tx.run(
@@ -298,16 +307,19 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                     "VALUES (?, ?, ?, ?, 'pending', 0, ?, ?) ON CONFLICT (key) DO NOTHING",
                     (item.key, item.agent_id, item.family,
                      self._json_in_finite(item.payload) if item.finite
-                     else self._json_in(item.payload), at, at))
+                     else self._json_in(item.payload), at,
+                     due if self.clock == "database" else at))
                 self._add_alerts(tx, alerts)
                 created.append(n == 1)
         return created
 
     def claim(self, worker: str, now: datetime, lease_seconds: float,
               limit: int = 1) -> list[PendingAssessment]:
-        lease = self._ts_in(lease_until(now, lease_seconds, limit))
-        now_p = self._ts_in(as_utc(now))
+        lease_until(now, lease_seconds, limit)  # checks the arguments before the database
         with self._tx() as tx:
+            at = self._store_now(tx, now)
+            now_p = self._ts_in(at)
+            lease = self._ts_in(lease_until(at, lease_seconds, limit))
             keys = [r[0] for r in tx.rows(
                 "SELECT key FROM pending_assessments WHERE (status = 'pending' AND "
                 "not_before <= ?) OR (status = 'claimed' AND lease_until < ?) "
@@ -329,7 +341,7 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
 
     def _renew(self, tx: Tx, key: str, worker: str, now: datetime,
                lease_seconds: float) -> None:
-        lease = self._ts_in(lease_until(now, lease_seconds, 1))
+        lease = self._ts_in(lease_until(self._store_now(tx, now), lease_seconds, 1))
         n = tx.run("UPDATE pending_assessments SET lease_until = ? "
                    "WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
                    (lease, key, worker))
@@ -348,14 +360,16 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
 
     def release(self, key: str, worker: str, error: str, not_before: datetime,
                 max_attempts: int = 5,
-                failure_alerts: Sequence[OutboxAlert] = ()) -> bool:
+                failure_alerts: Sequence[OutboxAlert] = (),
+                now: datetime | None = None) -> bool:
         validate_alerts(failure_alerts)
         with self._tx() as tx:
+            due = self._store_time(tx, not_before, now if now is not None else not_before)
             n = tx.run(
                 "UPDATE pending_assessments SET status = CASE WHEN attempts >= ? THEN 'failed' "
                 "ELSE 'pending' END, claimed_by = NULL, lease_until = NULL, last_error = ?, "
                 "not_before = ? WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
-                (max_attempts, error, self._ts_in(as_utc(not_before)), key, worker))
+                (max_attempts, error, self._ts_in(due), key, worker))
             if n == 0:
                 self._explain_not_held(tx, key, worker)
             failed = tx.rows("SELECT status FROM pending_assessments WHERE key = ?",

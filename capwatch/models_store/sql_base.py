@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
@@ -19,11 +20,21 @@ from capwatch.contracts.store import OutboxAlert
 from capwatch.contracts.versions import as_utc
 
 Row = tuple[Any, ...]
+MODEL_VERSIONS = "model_versions"
+OTHER_WRITES = "other"
+WRITE_FAILURE_HOLD_S = 300.0
+"""How long a failed write of a kind no later write of that kind has changed is reported
+(:meth:`SqlBase.write_failures`): a retry of the work it was for comes within the
+assessment lease (``assessment.lease_s``, 300 s by default) at the latest."""
+CLOCKS = ("database", "caller")
 _T = TypeVar("_T")
 
 
 class Tx(abc.ABC):
     """One open transaction."""
+
+    wrote = False
+    """A statement of it changed a row (set by the backend's :meth:`run`)."""
 
     @abc.abstractmethod
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
@@ -41,10 +52,51 @@ class Tx(abc.ABC):
 class SqlBase(abc.ABC):
     """Transactions and value conversion over one DB-API connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: str = "caller") -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, not {clock!r}")
+        self.clock = clock
+        """Whose clock decides when queued work and deliveries are due and when a lease
+        runs out: ``"database"``, the database server's (one clock for every replica,
+        which a replica's clock stepped back or running apart from the others' cannot
+        move), or ``"caller"``, the ``now`` each call passes (a store one process uses
+        alone, and tests that drive time themselves)."""
         self._lock = threading.RLock()
         self._failure: str | None = None
         """Why the last transaction could not reach the database, None once one did."""
+        self._write_failed: dict[str, tuple[float, str]] = {}
+        """Kind of write → (monotonic time, why) of its last failure, until a write of
+        that kind changed a row again (:meth:`write_failures`)."""
+        self.write_failure_count: dict[str, int] = {}
+        """Kind of write → failures since the store was opened."""
+
+    def _database_now(self, tx: Tx) -> datetime:
+        """The database's clock, read in ``tx``; only a backend with ``"database"`` among
+        its clocks is asked."""
+        raise NotImplementedError(f"{type(self).__name__} has no database clock")
+
+    def _store_now(self, tx: Tx, now: datetime) -> datetime:
+        """What time it is for the store: the database's clock, or the caller's ``now``."""
+        return self._database_now(tx) if self.clock == "database" else as_utc(now)
+
+    def store_now(self, now: datetime) -> datetime:
+        """What time it is on the clock that decides leases and due times (see
+        :attr:`clock`; ``now``, the caller's, is the answer on the caller's clock): to
+        compare with a lease or a ``not_before`` the store returned."""
+        if self.clock == "caller":
+            return as_utc(now)
+        with self._tx(write=False) as tx:
+            return self._database_now(tx)
+
+    def _store_time(self, tx: Tx, at: datetime, now: datetime,
+                    store_now: datetime | None = None) -> datetime:
+        """The store's time for ``at``, which the caller reckoned on its own clock when
+        that clock read ``now``: the same delay from the store's now (a retry due in 30 s
+        is due in 30 s whichever clock counts them)."""
+        if self.clock == "caller":
+            return as_utc(at)
+        base = store_now if store_now is not None else self._database_now(tx)
+        return base + (as_utc(at) - as_utc(now))
 
     @abc.abstractmethod
     def _transaction(self, write: bool) -> Any:
@@ -67,10 +119,42 @@ class SqlBase(abc.ABC):
     @abc.abstractmethod
     def _json_out(self, v: Any) -> Any: ...
 
+    def _write_fault(self, exc: BaseException) -> bool:
+        """``exc`` is the database refusing a write (a full disk, a revoked privilege, a
+        read-only server), not a conflict the caller handles (a unique key taken)."""
+        return False
+
     @contextmanager
-    def _tx(self, write: bool = True) -> Iterator[Tx]:
-        with self._lock, self._transaction(write) as tx:
-            yield tx
+    def _tx(self, write: bool = True, kind: str = OTHER_WRITES) -> Iterator[Tx]:
+        """One transaction; a write's failure or success is kept per ``kind`` of write
+        (:meth:`write_failures`)."""
+        with self._lock:
+            try:
+                with self._transaction(write) as tx:
+                    yield tx
+            except Exception as e:
+                if write and self._write_fault(e):
+                    self._write_failed[kind] = (time.monotonic(), error_text(e))
+                    self.write_failure_count[kind] = self.write_failure_count.get(kind, 0) + 1
+                raise
+            if tx.wrote:
+                self._write_failed.pop(kind, None)
+
+    def write_failures(self, hold_s: float = WRITE_FAILURE_HOLD_S) -> dict[str, str]:
+        """Kind of write → why its last attempt failed, for each kind whose last attempt
+        failed less than ``hold_s`` ago and that has changed no row since.
+
+        A select answers on a full disk, and so may a small update (free room in a page
+        and in the write-ahead log): /readyz's ``SELECT 1`` said ready while every model
+        version this replica learned failed to be stored. Kinds are kept apart so that
+        a lease renewed between two failed version writes does not say writes work
+        again; ``hold_s`` ends the report of a kind this replica stopped trying (its
+        work taken over by another replica), since no success of that kind will."""
+        now = time.monotonic()
+        # Without the store's lock: /readyz asks while a call may hold it for as long as
+        # a server that stopped answering takes.
+        return {kind: why for kind, (at, why) in dict(self._write_failed).items()
+                if now - at < hold_s}
 
     def _probing(self, wait_s: float) -> AbstractContextManager[object]:
         """Bounds the round trips of :meth:`unreachable`'s probe by ``wait_s``, where

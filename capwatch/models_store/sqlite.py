@@ -28,11 +28,17 @@ class _SqliteTx(Tx):
         return list(self._conn.execute(sql, tuple(params)).fetchall())
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._conn.execute(sql, tuple(params)).rowcount
+        n: int = self._conn.execute(sql, tuple(params)).rowcount
+        if n > 0:
+            self.wrote = True
+        return n
 
     def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         # The cursor's rowcount after executemany is the sum over the rows (sqlite3).
-        return self._conn.executemany(sql, rows).rowcount
+        n: int = self._conn.executemany(sql, rows).rowcount
+        if n > 0:
+            self.wrote = True
+        return n
 
 
 class SqliteModelStore(SqlModelStore):
@@ -92,6 +98,9 @@ class SqliteModelStore(SqlModelStore):
 
     def _is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError)
+
+    def _write_fault(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError)
 
     def close(self) -> None:
         with self._lock:

@@ -118,3 +118,28 @@ def test_a_scheduled_verify_finds_a_precondition_removed_on_an_unused_action(
     finally:
         d.source.close()
         d.store.close()
+
+
+def test_a_wall_clock_stepped_back_holds_no_phase_back(tmp_path: Path) -> None:
+    """The round's time goes on from the last round's by the monotonic clock: a wall clock
+    stepped back an hour held every agent's phase back for the hour."""
+    store = _store(tmp_path)
+    try:
+        agents = [f"rover-{i:02d}" for i in range(40)]
+        elapsed = [0.0]
+        r = Reassessment(3600.0, store, T0, monotonic=lambda: elapsed[0])
+        stepped = T0 - timedelta(hours=1)  # the step, right after the start
+        queued: set[str] = set()
+        for minute in range(1, 61):
+            elapsed[0] = minute * 60.0
+            queued.update(r.run(_watches(*agents), stepped + timedelta(minutes=minute)))
+        # Each agent's phase passed once in the hour the monotonic clock counted.
+        assert queued == set(agents)
+        # The same hour on a replica whose clock was right queues nothing more.
+        again = Reassessment(3600.0, store, T0)
+        keys = {i.key for i in store.queue_items()}
+        for minute in range(1, 61):
+            again.run(_watches(*agents), T0 + timedelta(minutes=minute))
+        assert {i.key for i in store.queue_items()} == keys
+    finally:
+        store.close()

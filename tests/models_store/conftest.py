@@ -44,11 +44,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def open_new(store_url: str) -> Iterator[StoreFactory]:
     """Opens another handle on the same database, as a restarted daemon or a second
-    replica would; all are closed at the end."""
+    replica would; all are closed at the end.
+
+    On the caller's clock, both backends: these tests say what time it is at each call
+    (a lease run out an hour later, without waiting an hour). PostgreSQL's own clock,
+    what a replica uses by default, is tested in test_database_clock."""
     opened: list[ModelStore] = []
 
     def factory() -> ModelStore:
-        s = open_store(store_url)
+        s = open_store(store_url, clock="caller")
         opened.append(s)
         return s
 

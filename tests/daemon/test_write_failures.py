@@ -1,0 +1,133 @@
+"""A replica whose model-version writes the database refuses says so on /readyz and in
+its metrics while its store still answers a probe, and recovers once such a write
+succeeds (docs/operations.md, "Readiness").
+
+The fault is real: the INSERT privilege on model_versions revoked from the replica's
+PostgreSQL role (a full disk refuses the same writes the same way: rev14 saw /readyz stay
+200 through it)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from capwatch.contracts.store import Held
+from capwatch.daemon.http import ApiServer, RecentAlerts
+from capwatch.daemon.metrics import StoreWrites
+from capwatch.model.pddl_reader import read_domain
+from capwatch.models_store import ModelRef, PendingAssessment, build_version, open_store
+from capwatch.models_store.sql import SqlModelStore
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "capwatch" / "examples"
+
+
+def readyz(url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def failing_gauge(registry: CollectorRegistry, kind: str) -> float | None:
+    return registry.get_sample_value("capwatch_store_writes_failing", {"kind": kind})
+
+
+@pytest.fixture
+def role_url(postgres_dsn: str) -> Iterator[tuple[str, str, str]]:
+    """(the replica's store URL under a role of its own, the admin DSN, schema)."""
+    tag = uuid.uuid4().hex[:10]
+    schema, role = f"t_{tag}", f"replica_{tag}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {role}")
+    parts = urlsplit(postgres_dsn)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    url = parts._replace(netloc=f"{role}@{host}").geturl()
+    sep = "&" if "?" in url else "?"
+    yield f"{url}{sep}options={quote(f'-csearch_path={schema}')}", postgres_dsn, schema
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        conn.execute(f"DROP ROLE {role}")
+
+
+def test_refused_version_writes_fail_readiness_until_one_lands(
+        role_url: tuple[str, str, str]) -> None:
+    url, admin, schema = role_url
+    role = urlsplit(url).netloc.split("@")[0]
+    store = open_store(url)
+    assert isinstance(store, SqlModelStore)
+    registry = CollectorRegistry()
+    registry.register(StoreWrites(store.write_failures, store.write_failure_count))
+    server = ApiServer(store, registry, ready=lambda: True, families_of=lambda a: None,
+                       alerts=RecentAlerts()).start()
+    try:
+        assert readyz(server.url) == (200, {"ready": True, "problems": []})
+        now = datetime.now(UTC)
+        store.enqueue(PendingAssessment("k", "a1", "rover", {"n": 1}, now))
+        (item,) = store.claim("r/w0", now, 60)
+        v = build_version(ModelRef("rover", None, 1), read_domain(EXAMPLES / "rover.pddl"),
+                          now, evidence={"assessment_key": item.key})
+
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"REVOKE INSERT ON {schema}.model_versions FROM {role}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            store.put(v, (), Held("k", "r/w0", now, 60))
+        # Other writes still land, and the probe's select answers: before, /readyz said
+        # ready here.
+        store.renew("k", "r/w0", now, 60)
+        assert store.unreachable(1.5) is None
+        status, body = readyz(server.url)
+        assert status == 503 and not body["ready"]
+        (problem,) = body["problems"]
+        assert problem.startswith("store writes failing (model_versions): ")
+        assert "permission denied" in problem
+        assert failing_gauge(registry, "model_versions") == 1.0
+        assert failing_gauge(registry, "other") == 0.0
+        assert registry.get_sample_value("capwatch_store_write_failures_total",
+                                         {"kind": "model_versions"}) == 1.0
+        assert store.history("rover") == []  # nothing half written
+
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"GRANT INSERT ON {schema}.model_versions TO {role}")
+        assert store.put(v, (), Held("k", "r/w0", now, 60)) == v
+        assert readyz(server.url) == (200, {"ready": True, "problems": []})
+        assert failing_gauge(registry, "model_versions") == 0.0
+        assert [h.key for h in store.history("rover")] == [v.key]
+    finally:
+        server.close()
+        store.close()
+
+
+def test_a_failure_no_later_write_retries_is_reported_for_a_while_only(
+        role_url: tuple[str, str, str]) -> None:
+    """Work another replica took over leaves no version write to retry here: the report
+    ends after its hold rather than keep the replica out of rotation for good."""
+    url, admin, schema = role_url
+    role = urlsplit(url).netloc.split("@")[0]
+    store = open_store(url)
+    assert isinstance(store, SqlModelStore)
+    now = datetime.now(UTC)
+    v = build_version(ModelRef("rover", None, 1), read_domain(EXAMPLES / "rover.pddl"), now)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"REVOKE INSERT ON {schema}.model_versions FROM {role}")
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            store.put(v)
+        assert set(store.write_failures()) == {"model_versions"}
+        assert store.write_failures(hold_s=0.0) == {}
+    finally:
+        store.close()

@@ -1,0 +1,150 @@
+"""Replicas sharing a PostgreSQL store whose clocks disagree: the server's clock decides
+when work is due and when a lease runs out (``SqlBase.clock``, ``"database"``).
+
+Each replica is a store handle of its own and the clock it passes as ``now``, stepped
+or set apart by the test (the machine's clock is shared and left alone)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+from capwatch.contracts.store import AlertDelivery, Held, LeaseLost, OutboxAlert, RoutingPlan
+from capwatch.model.domain import Domain
+from capwatch.models_store import (
+    ModelRef,
+    ModelStore,
+    PendingAssessment,
+    build_version,
+    open_store,
+)
+
+pytestmark = pytest.mark.integration
+
+Clock = Callable[[], datetime]
+
+
+def shifted(by: timedelta) -> Clock:
+    return lambda: datetime.now(UTC) + by
+
+
+BEHIND = shifted(timedelta(hours=-1))
+"""A replica whose clock was stepped back an hour."""
+
+
+@pytest.fixture
+def replicas(postgres_dsn: str) -> Iterator[Callable[..., ModelStore]]:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in postgres_dsn else "?"
+    url = f"{postgres_dsn}{sep}options={quote(f'-csearch_path={schema}')}"
+    opened: list[ModelStore] = []
+
+    def replica(clock: str | None = None) -> ModelStore:
+        s = open_store(url, clock=clock)
+        opened.append(s)
+        return s
+
+    yield replica
+    for s in opened:
+        s.close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def work(key: str, at: datetime) -> PendingAssessment:
+    return PendingAssessment(key=key, agent_id="a1", family="rover", payload={"n": 1},
+                             enqueued_at=at)
+
+
+def claim_within(store: ModelStore, worker: str, clock: Clock, lease_s: float,
+                 deadline_s: float) -> list[PendingAssessment]:
+    """Claims until something is claimed or ``deadline_s`` passed (monotonic)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        got = store.claim(worker, clock(), lease_s)
+        if got or time.monotonic() > end:
+            return got
+        time.sleep(0.05)
+
+
+def test_replica_stepped_back_an_hour_claims_work_when_due(
+        replicas: Callable[..., ModelStore]) -> None:
+    a, b, old = replicas(), replicas(), replicas("caller")
+    a.enqueue(work("from-a", datetime.now(UTC)))
+    b.enqueue(work("from-b", BEHIND()))  # its own work, stamped an hour back
+    old.enqueue(work("old-rule", datetime.now(UTC)))
+    # On the replica's own clock (the store's old rule) it waits an hour for all of it:
+    assert old.claim("old/w0", BEHIND(), 60, 5) == []
+    got = b.claim("b/w0", BEHIND(), 60, 5)
+    assert sorted(i.key for i in got) == ["from-a", "from-b", "old-rule"]
+
+    # A retry the stepped replica sets 30 s out is 30 s out, not 30 s less an hour (due
+    # at once); one set 0.3 s out is claimed in about that.
+    for key, wait_s in (("from-a", 30.0), ("old-rule", 30.0), ("from-b", 0.3)):
+        at = BEHIND()
+        b.release(key, "b/w0", "agent unreachable", at + timedelta(seconds=wait_s), 9,
+                  now=at)
+    (again,) = claim_within(b, "b/w0", BEHIND, 60, 30.0)
+    assert again.key == "from-b"
+    assert b.claim("b/w0", BEHIND(), 60, 5) == []
+
+
+def test_replicas_ten_minutes_apart_keep_each_others_live_leases(
+        replicas: Callable[..., ModelStore], rover: Domain) -> None:
+    now, ahead = shifted(timedelta(0)), shifted(timedelta(minutes=10))
+    a, b = replicas(), replicas()
+    a.enqueue_many([(work("k1", now()), ()), (work("k2", now()), ())])
+    (held_a,) = a.claim("a/w0", now(), 60)
+    (held_b,) = b.claim("b/w0", ahead(), 60)
+    assert b.claim("b/w1", ahead(), 60) == []
+    assert a.claim("a/w1", now(), 60) == []
+    # The lease's end is the server's now + 60 s, whichever replica's clock claimed it.
+    assert held_a.lease_until is not None and held_b.lease_until is not None
+    assert abs((held_b.lease_until - held_a.lease_until).total_seconds()) < 30
+    # A version written under b's lease with b's clock renews it from the server's now.
+    v = build_version(ModelRef("rover", None, 1), rover, ahead(),
+                      evidence={"assessment_key": held_b.key})
+    assert b.put(v, (), Held(held_b.key, "b/w0", ahead(), 60)) == v
+    b.renew(held_b.key, "b/w0", ahead(), 60)
+    assert a.claim("a/w1", now(), 60) == []
+
+    # Alert deliveries: held for their lease by the server's clock too.
+    alert = OutboxAlert(key="al1", dedup_key="d", group_key="g", family="rover",
+                        alert_type="drift", alert={"x": 1}, created_at=now())
+
+    def each(pending: object, last: object) -> RoutingPlan:
+        return RoutingPlan(deliveries=(AlertDelivery(
+            "dl1", {"x": 1}, ("kafka",), alert.created_at, members=("al1",)),))
+
+    a.add_alerts([alert])
+    a.route_alerts(each, now())
+    assert len(a.claim_deliveries(now(), 60)) == 1
+    assert b.claim_deliveries(ahead(), 60) == []
+
+    # On the caller's clock (the store's old rule) the replica ahead takes both at once:
+    old = replicas("caller")
+    assert sorted(i.key for i in old.claim("old/w0", ahead(), 60, 5)) == ["k1", "k2"]
+    assert len(old.claim_deliveries(ahead(), 60)) == 1
+
+
+def test_lease_runs_out_when_its_holder_dies(replicas: Callable[..., ModelStore]) -> None:
+    ahead, behind = shifted(timedelta(minutes=10)), shifted(timedelta(minutes=-10))
+    a, b = replicas(), replicas()
+    a.enqueue_many([(work("long", behind()), ()), (work("short", behind()), ())])
+    (first,) = a.claim("a/w0", ahead(), 600)
+    (second,) = a.claim("a/w0", ahead(), 0.5)
+    assert (first.key, second.key) == ("long", "short")
+    a.close()  # the holder dies, its clock ten minutes ahead of b's
+    (taken,) = claim_within(b, "b/w0", behind, 60, 30.0)
+    assert (taken.key, taken.attempts) == ("short", 2)
+    assert b.claim("b/w0", behind(), 60) == []  # "long" is still held
+    with pytest.raises(LeaseLost):
+        b.renew("short", "a/w0", ahead(), 60)
