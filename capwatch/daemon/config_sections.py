@@ -79,6 +79,12 @@ class StoreConfig(Section):
     ``sqlite:///capwatch.db`` would put the store at the file system's root."""
     connect_timeout_s: float = Field(default=60.0, gt=0)
     """PostgreSQL: how long to keep trying to connect at start before giving up."""
+    clock: Literal["auto", "caller"] = "auto"
+    """Whose clock says when queued work is due and when a lease runs out. ``auto``: the
+    PostgreSQL server's (replicas whose clocks differ or are stepped agree on it); with
+    SQLite, the daemon's wall clock made never to go back (a step back of the host's
+    clock holds no work back). ``caller``: the daemon's clock as it is, for runs that
+    drive time themselves (tests, replays of recorded time)."""
 
     @field_validator("url")
     @classmethod

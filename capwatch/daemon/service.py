@@ -348,7 +348,8 @@ def open_store_waiting(config: DaemonConfig, startup: Startup | None = None,
         log.info("opening the store", store=shown, attempt=attempt)
         try:
             store = open_store(config.store.url,
-                               statement_timeout_s=config.store.statement_timeout_s)
+                               statement_timeout_s=config.store.statement_timeout_s,
+                               clock=None if config.store.clock == "auto" else "caller")
         except Exception as e:
             import psycopg
 

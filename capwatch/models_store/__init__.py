@@ -31,23 +31,22 @@ def open_store(url: str, *, migrate: bool = True,
     """``postgresql://...`` (or ``postgres://``) opens PostgreSQL; ``sqlite:///path``, a plain
     path or ``:memory:`` opens SQLite. ``statement_timeout_s`` bounds each round trip to a
     PostgreSQL server (default :data:`~capwatch.models_store.postgres.STATEMENT_TIMEOUT_S`).
-    ``clock`` (``"database"`` or ``"caller"``, see ``SqlBase.clock``): by default the
-    server's for PostgreSQL and the caller's for SQLite (one replica on one host)."""
+    ``clock`` (see ``SqlBase.clock``): by default the server's (``"database"``) for
+    PostgreSQL and ``"monotonic"`` for SQLite (one replica); ``"caller"`` for either."""
     if url.startswith(("postgresql://", "postgres://")):
         from capwatch.models_store.postgres import STATEMENT_TIMEOUT_S, PostgresModelStore
 
         return PostgresModelStore(url, migrate=migrate, statement_timeout_s=(
             STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s),
             clock=clock or "database")
-    if clock not in (None, "caller"):
-        raise ValueError(f"a SQLite store keeps the caller's clock, not {clock!r}")
     if url.startswith("sqlite://"):
         url = url.removeprefix("sqlite://") or ":memory:"
     elif "://" in url:
         raise ValueError(f"unsupported store URL {url!r}: use a SQLite path or postgresql://")
     from capwatch.models_store.sqlite import SqliteModelStore
 
-    return SqliteModelStore(Path(url) if url != ":memory:" else url, migrate=migrate)
+    return SqliteModelStore(Path(url) if url != ":memory:" else url, migrate=migrate,
+                            clock=clock or "monotonic")
 
 
 __all__ = [

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from capwatch.contracts.errors import error_text
@@ -26,7 +26,7 @@ WRITE_FAILURE_HOLD_S = 300.0
 """How long a failed write of a kind no later write of that kind has changed is reported
 (:meth:`SqlBase.write_failures`): a retry of the work it was for comes within the
 assessment lease (``assessment.lease_s``, 300 s by default) at the latest."""
-CLOCKS = ("database", "caller")
+CLOCKS = ("database", "monotonic", "caller")
 _T = TypeVar("_T")
 
 
@@ -52,15 +52,23 @@ class Tx(abc.ABC):
 class SqlBase(abc.ABC):
     """Transactions and value conversion over one DB-API connection."""
 
-    def __init__(self, clock: str = "caller") -> None:
+    def __init__(self, clock: str = "caller",
+                 wall_clock: Callable[[], datetime] | None = None) -> None:
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, not {clock!r}")
         self.clock = clock
         """Whose clock decides when queued work and deliveries are due and when a lease
         runs out: ``"database"``, the database server's (one clock for every replica,
         which a replica's clock stepped back or running apart from the others' cannot
-        move), or ``"caller"``, the ``now`` each call passes (a store one process uses
-        alone, and tests that drive time themselves)."""
+        move); ``"monotonic"``, this process's wall clock made never to go back (a
+        store one process writes: a step back of the host's clock holds nothing back,
+        a step forward is followed); or ``"caller"``, the ``now`` each call passes
+        (tests and replays that drive time themselves)."""
+        self._steady: tuple[datetime, float] | None = None
+        """The ``"monotonic"`` clock's last reading and the monotonic time it was read."""
+        self._steady_lock = threading.Lock()
+        self._wall = wall_clock if wall_clock is not None else _utc_now
+        """The ``"monotonic"`` clock's wall clock (a test steps it)."""
         self._lock = threading.RLock()
         self._failure: str | None = None
         """Why the last transaction could not reach the database, None once one did."""
@@ -75,9 +83,24 @@ class SqlBase(abc.ABC):
         its clocks is asked."""
         raise NotImplementedError(f"{type(self).__name__} has no database clock")
 
+    def _steady_now(self) -> datetime:
+        """The wall clock, but never behind its last reading plus the monotonic time since
+        (``"monotonic"``): after a step back by X it runs X ahead of the wall clock, on
+        the time the rows already written were stamped with."""
+        wall, mono = as_utc(self._wall()), time.monotonic()
+        with self._steady_lock:
+            if self._steady is not None:
+                last, at = self._steady
+                wall = max(wall, last + timedelta(seconds=mono - at))
+            self._steady = (wall, mono)
+        return wall
+
+    def _own_now(self, tx: Tx) -> datetime:
+        return self._steady_now() if self.clock == "monotonic" else self._database_now(tx)
+
     def _store_now(self, tx: Tx, now: datetime) -> datetime:
-        """What time it is for the store: the database's clock, or the caller's ``now``."""
-        return self._database_now(tx) if self.clock == "database" else as_utc(now)
+        """What time it is for the store: its own clock, or the caller's ``now``."""
+        return as_utc(now) if self.clock == "caller" else self._own_now(tx)
 
     def store_now(self, now: datetime) -> datetime:
         """What time it is on the clock that decides leases and due times (see
@@ -85,6 +108,8 @@ class SqlBase(abc.ABC):
         compare with a lease or a ``not_before`` the store returned."""
         if self.clock == "caller":
             return as_utc(now)
+        if self.clock == "monotonic":
+            return self._steady_now()
         with self._tx(write=False) as tx:
             return self._database_now(tx)
 
@@ -95,7 +120,7 @@ class SqlBase(abc.ABC):
         is due in 30 s whichever clock counts them)."""
         if self.clock == "caller":
             return as_utc(at)
-        base = store_now if store_now is not None else self._database_now(tx)
+        base = store_now if store_now is not None else self._own_now(tx)
         return base + (as_utc(at) - as_utc(now))
 
     @abc.abstractmethod
@@ -197,6 +222,10 @@ class SqlBase(abc.ABC):
         with self._tx(write=False) as tx:
             rows = tx.rows(f"{select} ORDER BY {order}, key", params)
         return [from_row(r) for r in rows]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def validate_alerts(alerts: Sequence[OutboxAlert]) -> None:

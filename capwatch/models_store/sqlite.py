@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,8 +45,14 @@ class SqliteModelStore(SqlModelStore):
     dialect = "sqlite"
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = 10_000,
-                 migrate: bool = True) -> None:
-        super().__init__()
+                 migrate: bool = True, clock: str = "monotonic",
+                 wall_clock: Callable[[], datetime] | None = None) -> None:
+        """``clock`` (``SqlBase.clock``): ``"monotonic"`` or ``"caller"``; SQLite's own
+        time would be the host's wall clock, which a step moves."""
+        if clock == "database":
+            raise ValueError("a SQLite store has no clock of its own: use 'monotonic' "
+                             "(one process) or 'caller'")
+        super().__init__(clock, wall_clock)
         self.path = str(path)
         if self.path != ":memory:":
             parent = Path(self.path).parent

@@ -67,7 +67,8 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(db: Path) -> Iterator[ModelStore]:
-    s = open_store(str(db))
+    # On the caller's clock: these tests say what time it is at each call.
+    s = open_store(str(db), clock="caller")
     yield s
     s.close()
 
@@ -183,7 +184,7 @@ def test_force_closes_open_groups_and_no_sink_is_an_error() -> None:
 # -- the outbox over a store ---------------------------------------------------------------
 
 def test_suppression_holds_across_a_restart(db: Path) -> None:
-    first = open_store(str(db))
+    first = open_store(str(db), clock="caller")
     sink = Sink("kafka")
     first.add_alerts([outbox_record(reduced("r1", at(0)), "v1")])
     AlertOutbox(first, [sink], POLICY).run_once(at(30))
@@ -191,7 +192,7 @@ def test_suppression_holds_across_a_restart(db: Path) -> None:
     first.close()
 
     # A new process: nothing in memory, the store remembers what went out.
-    second = open_store(str(db))
+    second = open_store(str(db), clock="caller")
     sink2 = Sink("kafka")
     suppressed: list[str] = []
     outbox = AlertOutbox(second, [sink2], POLICY,

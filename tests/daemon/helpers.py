@@ -28,7 +28,9 @@ def example(name: str) -> Domain:
 def config(tmp_path: Path, **overrides: Any) -> DaemonConfig:
     base: dict[str, Any] = {
         "replica_id": "test",
-        "store": {"url": f"sqlite:///{tmp_path / 'models.db'}"},
+        # The tests drive time through the daemon's clock (a lease run out an hour
+        # later without waiting an hour); the store's own clocks: test_clock_steps.
+        "store": {"url": f"sqlite:///{tmp_path / 'models.db'}", "clock": "caller"},
         "families": {
             "rover-v1": {"domain": str(EXAMPLES / "rover.pddl"),
                          "problem": str(EXAMPLES / "rover-problem.pddl")},

@@ -43,7 +43,7 @@ def test_a_replica_stepped_back_an_hour_runs_work_another_replica_queued(
         path = tmp_path / name / "in.jsonl"
         path.write_text("")
         memory = MemoryPublisher()
-        cfg = config(tmp_path / name, replica_id=name, store={"url": pg_url},
+        cfg = config(tmp_path / name, replica_id=name, store={"url": pg_url, "clock": "auto"},
                      source={"kind": "jsonl", "path": str(path)})
         d = build_service(cfg, publisher=memory, agents=agents, source=JsonlSource(str(path)),
                           clock=lambda: datetime.now(UTC) + by).pipeline

@@ -1,5 +1,6 @@
 """Replicas sharing a PostgreSQL store whose clocks disagree: the server's clock decides
-when work is due and when a lease runs out (``SqlBase.clock``, ``"database"``).
+when work is due and when a lease runs out (``SqlBase.clock``, ``"database"``); and the
+one replica of a SQLite store whose clock is stepped back (``"monotonic"``).
 
 Each replica is a store handle of its own and the clock it passes as ``now``, stepped
 or set apart by the test (the machine's clock is shared and left alone)."""
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
@@ -24,8 +26,7 @@ from capwatch.models_store import (
     build_version,
     open_store,
 )
-
-pytestmark = pytest.mark.integration
+from capwatch.models_store.sqlite import SqliteModelStore
 
 Clock = Callable[[], datetime]
 
@@ -75,6 +76,7 @@ def claim_within(store: ModelStore, worker: str, clock: Clock, lease_s: float,
         time.sleep(0.05)
 
 
+@pytest.mark.integration
 def test_replica_stepped_back_an_hour_claims_work_when_due(
         replicas: Callable[..., ModelStore]) -> None:
     a, b, old = replicas(), replicas(), replicas("caller")
@@ -97,6 +99,7 @@ def test_replica_stepped_back_an_hour_claims_work_when_due(
     assert b.claim("b/w0", BEHIND(), 60, 5) == []
 
 
+@pytest.mark.integration
 def test_replicas_ten_minutes_apart_keep_each_others_live_leases(
         replicas: Callable[..., ModelStore], rover: Domain) -> None:
     now, ahead = shifted(timedelta(0)), shifted(timedelta(minutes=10))
@@ -135,6 +138,7 @@ def test_replicas_ten_minutes_apart_keep_each_others_live_leases(
     assert len(old.claim_deliveries(ahead(), 60)) == 1
 
 
+@pytest.mark.integration
 def test_lease_runs_out_when_its_holder_dies(replicas: Callable[..., ModelStore]) -> None:
     ahead, behind = shifted(timedelta(minutes=10)), shifted(timedelta(minutes=-10))
     a, b = replicas(), replicas()
@@ -148,3 +152,35 @@ def test_lease_runs_out_when_its_holder_dies(replicas: Callable[..., ModelStore]
     assert b.claim("b/w0", behind(), 60) == []  # "long" is still held
     with pytest.raises(LeaseLost):
         b.renew("short", "a/w0", ahead(), 60)
+
+
+def test_sqlite_replica_whose_clock_steps_back_an_hour_holds_nothing_back(
+        tmp_path: Path) -> None:
+    step = [timedelta(0)]
+
+    def wall() -> datetime:
+        return datetime.now(UTC) + step[0]
+
+    store = SqliteModelStore(tmp_path / "m.db", wall_clock=wall)
+    old = SqliteModelStore(tmp_path / "m.db", clock="caller")
+    try:
+        store.enqueue_many([(work("k1", wall()), ()), (work("k2", wall()), ())])
+        (held,) = store.claim("w0", wall(), 60)
+        step[0] = timedelta(hours=-1)
+        # The old rule (the daemon's clock as it is) waits an hour for k2:
+        assert old.claim("old/w0", wall(), 60) == []
+        (got,) = store.claim("w1", wall(), 60)
+        assert (held.key, got.key) == ("k1", "k2")
+        # The leases run from the store's clock, not an hour short: both still held.
+        assert store.claim("w2", wall(), 60) == []
+        at = wall()
+        store.release("k2", "w1", "agent unreachable", at + timedelta(seconds=0.3), 9,
+                      now=at)
+        (again,) = claim_within(store, "w1", wall, 60, 30.0)
+        assert again.key == "k2"
+        # A step forward is followed: the leases (60 s) run out at once.
+        step[0] = timedelta(minutes=2)
+        assert sorted(i.key for i in store.claim("w3", wall(), 60, 5)) == ["k1", "k2"]
+    finally:
+        store.close()
+        old.close()
