@@ -2,13 +2,17 @@
 its metrics while its store still answers a probe, and recovers once such a write
 succeeds (docs/operations.md, "Readiness").
 
-The fault is real: the INSERT privilege on model_versions revoked from the replica's
-PostgreSQL role (a full disk refuses the same writes the same way: rev14 saw /readyz stay
-200 through it)."""
+The faults are real: the INSERT privilege on model_versions revoked from the replica's
+PostgreSQL role, and the disk under model_versions full (its own tablespace on a small
+tmpfs) while the rest of the database has room, as rev14 saw it: /readyz stayed 200."""
 
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import subprocess
+import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -28,6 +32,7 @@ from capwatch.daemon.metrics import StoreWrites
 from capwatch.model.pddl_reader import read_domain
 from capwatch.models_store import ModelRef, PendingAssessment, build_version, open_store
 from capwatch.models_store.sql import SqlModelStore
+from tests.support.postgres_server import SERVICE_USER, PostgresServer
 
 pytestmark = pytest.mark.integration
 
@@ -131,3 +136,80 @@ def test_a_failure_no_later_write_retries_is_reported_for_a_while_only(
         assert store.write_failures(hold_s=0.0) == {}
     finally:
         store.close()
+
+
+@pytest.fixture
+def small_disk(postgres_server: PostgresServer) -> Iterator[Path]:
+    """A 2 MiB tmpfs the test server's user owns (needs root and the local server)."""
+    if postgres_server.external or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for the server needs root and a local server")
+    path = Path(tempfile.mkdtemp(prefix="capwatch-ts-", dir="/tmp"))
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)],
+                       check=False, capture_output=True)
+    if r.returncode != 0:
+        path.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    pw = pwd.getpwnam(SERVICE_USER)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+        path.rmdir()
+
+
+def fill(disk: Path) -> Path:
+    """Write zeros to ``disk`` until it is full; the filler file."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_under_the_versions_only_fails_readiness_until_a_version_lands(
+        role_url: tuple[str, str, str], small_disk: Path) -> None:
+    url, admin, schema = role_url
+    store = open_store(url)
+    assert isinstance(store, SqlModelStore)
+    space = f"ts_{schema}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLESPACE {space} LOCATION '{small_disk}'")
+        conn.execute(f"ALTER TABLE {schema}.model_versions SET TABLESPACE {space}")
+    registry = CollectorRegistry()
+    registry.register(StoreWrites(store.write_failures, store.write_failure_count))
+    server = ApiServer(store, registry, ready=lambda: True, families_of=lambda a: None,
+                       alerts=RecentAlerts()).start()
+    try:
+        now = datetime.now(UTC)
+        store.enqueue(PendingAssessment("k", "a1", "rover", {"n": 1}, now))
+        (item,) = store.claim("r/w0", now, 60)
+        v = build_version(ModelRef("rover", None, 1), read_domain(EXAMPLES / "rover.pddl"),
+                          now, evidence={"assessment_key": item.key})
+        filler = fill(small_disk)
+        with pytest.raises(psycopg.errors.DiskFull):
+            store.put(v, (), Held("k", "r/w0", now, 60))
+        store.renew("k", "r/w0", now, 60)  # the rest of the database has room
+        assert store.unreachable(1.5) is None
+        status, body = readyz(server.url)
+        assert status == 503, body
+        (problem,) = body["problems"]
+        assert problem.startswith("store writes failing (model_versions): DiskFull")
+        assert failing_gauge(registry, "model_versions") == 1.0
+        assert store.history("rover") == []
+
+        filler.unlink()
+        assert store.put(v, (), Held("k", "r/w0", now, 60)) == v
+        assert readyz(server.url) == (200, {"ready": True, "problems": []})
+        assert failing_gauge(registry, "model_versions") == 0.0
+    finally:
+        server.close()
+        store.close()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            conn.execute(f"CREATE SCHEMA {schema}")  # the fixture drops it again
+            conn.execute(f"DROP TABLESPACE {space}")
