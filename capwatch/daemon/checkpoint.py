@@ -18,8 +18,17 @@ A crash between the two replays from the previous commit: the rule holds as befo
 
 Drift tables are soft state saved alongside: each snapshot carries the position it
 reflects and is written before the offsets, so a committed offset is never past a
-snapshot's position and a replay can skip exactly the records the snapshot counted.
-Everything here runs on the main loop but :meth:`PendingCommit.flush`.
+snapshot's position and a replay can skip exactly the records the snapshot counted. The
+scheduled checkpoint takes the snapshots and the activity rows on the main loop (the
+tables change there) and writes them in the flush's thread, before the flush: at load the
+write took 0.04-0.77 s (p99) of the main loop's time (docs/performance.md, "Alert
+latency"). Eviction assumes that a saved agent's tables are in the store (it writes only
+those changed since a checkpoint took them, and the agent's next record reads them back),
+so whatever writes drift tables or activity on the main loop (an eviction, a synchronous
+checkpoint, a partition given up) first waits for a write in flight
+(:meth:`Checkpointer.await_writes`); if that write failed, what it held is marked unsaved
+again and written by the next one. Everything here runs on the main loop but
+:meth:`PendingCommit.run`.
 """
 
 from __future__ import annotations
@@ -43,21 +52,44 @@ log = structlog.get_logger("capwatch.daemon")
 
 
 class PendingCommit:
-    """Offsets waiting for the publisher's flush, which runs in a thread of its own."""
+    """A scheduled checkpoint's store writes and the publisher's flush, which run in a
+    thread of its own, and the offsets waiting for them."""
 
-    def __init__(self, offsets: dict[int, int], publisher: Publisher) -> None:
+    def __init__(self, offsets: dict[int, int], publisher: Publisher,
+                 write: Callable[[], None] | None = None,
+                 snaps: Sequence[DriftSnapshot] = (),
+                 rows: Sequence[AgentActivity] = (), activity_mark: int = 0) -> None:
         self.offsets = offsets
+        self.snaps = snaps
+        self.rows = rows
+        """What ``write`` writes: put back (:meth:`Checkpointer.await_writes`) if it fails."""
+        self.activity_mark = activity_mark
+        """The registry's ``tick`` of the activity save before this one."""
         self.error: BaseException | None = None
+        self.write_failed = False
+        self.settled = False
+        """The main loop has seen the write end (and put back what a failed one held)."""
+        self.written = threading.Event()
         self.done = threading.Event()
-        threading.Thread(target=self.flush, args=(publisher,), name="capwatch-commit-flush",
+        threading.Thread(target=self.run, args=(publisher, write), name="capwatch-commit-flush",
                          daemon=True).start()
 
-    def flush(self, publisher: Publisher) -> None:
+    def run(self, publisher: Publisher, write: Callable[[], None] | None) -> None:
         try:
-            publisher.flush()
+            if write is not None:
+                try:
+                    write()
+                except BaseException:
+                    self.write_failed = True  # no flush: these offsets are not committed
+                    raise
+                finally:
+                    self.written.set()
+            if self.offsets:
+                publisher.flush()
         except BaseException as e:  # handed to the main loop, which raises it there
             self.error = e
         finally:
+            self.written.set()
             self.done.set()
 
 
@@ -133,20 +165,23 @@ class Checkpointer:
 
     def checkpoint(self, partitions: set[int] | None = None, *,
                    background: bool = False) -> bool:
-        """Save drift state, then commit what is durable; True if an offset moved.
+        """Save drift state and activity, then commit what is durable; True if an offset
+        moved.
 
-        ``background`` (the scheduled checkpoint): the flush runs in its own thread and
-        the commit waits for :meth:`finish_commit`. Otherwise (a revoke, the shutdown, a
-        test) everything is done before returning, an earlier flush still running first.
+        ``background`` (the scheduled checkpoint): the snapshots and rows are taken here
+        and written, then flushed, in a thread of their own; the commit waits for
+        :meth:`finish_commit`. Otherwise (a revoke, the shutdown, a test) everything is
+        done before returning, an earlier checkpoint's thread finished first.
         """
         self._last = time.monotonic()
-        self.save_drift_state(partitions)
-        self.save_activity(partitions)
         if not background:
             moved = False
             if self._pending is not None:
+                self.await_writes()
                 self._pending.done.wait()
                 moved = self.finish_commit()
+            self.save_drift_state(partitions)
+            self.save_activity(partitions)
             offsets = self._changed(self.commit_offsets(partitions))
             if not offsets:
                 return moved
@@ -155,11 +190,51 @@ class Checkpointer:
             return True
         moved = self.finish_commit()
         if self._pending is not None:
-            return moved  # its flush still runs: these offsets wait for the next checkpoint
+            # Its thread still runs: what changed since and these offsets wait for the
+            # next checkpoint (one write in flight at a time keeps them in order).
+            return moved
+        snaps = self._drift_snapshots(None)
+        mark = self._activity_mark
+        rows = self._activity_rows(None)
         offsets = self._changed(self.commit_offsets())
-        if offsets:
-            self._pending = PendingCommit(offsets, self.publisher)
+        if snaps or rows or offsets:
+            self._pending = PendingCommit(
+                offsets, self.publisher,
+                (lambda: self._write(snaps, rows)) if snaps or rows else None, snaps, rows, mark)
         return moved
+
+    def _write(self, snaps: Sequence[DriftSnapshot], rows: Sequence[AgentActivity]) -> None:
+        """The background checkpoint's store writes (its thread): the snapshots before the
+        offsets, as on the main loop."""
+        if snaps:
+            self.store.save_drift_snapshots(self.group, snaps)
+        if rows:
+            assert isinstance(self.store, ActionStore)
+            self.store.save_activity(rows)
+
+    def await_writes(self) -> None:
+        """Wait for a background checkpoint's store writes (not its flush); if they failed,
+        mark its agents' tables unsaved and their activity unwritten again, so that the
+        next write (this caller's, an eviction's) writes them. Called before anything on
+        the main loop writes or drops drift tables or activity: an agent must never be
+        evicted, or read back, on a write not yet in the store, and an older snapshot
+        must not land after a newer one."""
+        pending = self._pending
+        if pending is None or pending.settled:
+            return
+        pending.written.wait()
+        pending.settled = True
+        if not pending.write_failed:
+            return
+        self.drift.mark_changed(s.agent_id for s in pending.snaps
+                                if self.registry.get(s.agent_id) is not None)
+        # The next save visits the watches this one did (only those seen since its mark).
+        self._activity_mark = min(self._activity_mark, pending.activity_mark)
+        for row in pending.rows:
+            watch = self.registry.get(row.agent_id)
+            if watch is not None:
+                watch.saved_transitions = max(0, watch.saved_transitions - row.transitions)
+                watch.saved_inconsistent = max(0, watch.saved_inconsistent - row.inconsistent)
 
     def finish_commit(self) -> bool:
         """Commit the offsets of a background checkpoint whose flush is done (the main
@@ -177,6 +252,7 @@ class Checkpointer:
         pending = self._pending
         if pending is None or not pending.done.is_set():
             return moved
+        self.await_writes()  # done: returns at once, a failed write put back
         self._pending = None
         if pending.error is not None:
             raise pending.error
@@ -227,8 +303,17 @@ class Checkpointer:
         """Add what agents did since the last save to the store's per-agent activity (the
         operator console lists every agent from it); soft state, so a store without it is
         skipped."""
+        rows = self._activity_rows(partitions)
+        if rows:
+            assert isinstance(self.store, ActionStore)
+            self.store.save_activity(rows)
+        return len(rows)
+
+    def _activity_rows(self, partitions: set[int] | None) -> list[AgentActivity]:
+        """What agents did since the last save, marked saved (put back by
+        :meth:`await_writes` if the write fails)."""
         if not isinstance(self.store, ActionStore):
-            return 0
+            return []
         now = self.clock()
         rows = []
         # A watch's counts change only in a record's handling, which hands it out (and
@@ -245,11 +330,9 @@ class Checkpointer:
                 watch.family, watch.agent_id, max(0, t - watch.saved_transitions),
                 max(0, i - watch.saved_inconsistent), now, self.replica))
             watch.saved_transitions, watch.saved_inconsistent = t, i
-        if rows:
-            self.store.save_activity(rows)
         if partitions is None:
             self._activity_mark = mark
-        return len(rows)
+        return rows
 
     # ------------------------------------------------------------------ drift snapshots
 
@@ -259,6 +342,18 @@ class Checkpointer:
         Each snapshot carries the position it reflects: the next offset of the agent's
         partition (every record before it handled).
         """
+        snaps = self._drift_snapshots(partitions)
+        if snaps:
+            try:
+                self.store.save_drift_snapshots(self.group, snaps)
+            except BaseException:
+                self.drift.mark_changed(s.agent_id for s in snaps)
+                raise
+        return len(snaps)
+
+    def _drift_snapshots(self, partitions: set[int] | None) -> list[DriftSnapshot]:
+        """The snapshots of agents whose tables changed since they were last taken (of
+        ``partitions`` only, if given; the others stay marked changed)."""
         changed = self.drift.take_changed()
         later: set[str] = set()
         snaps: list[DriftSnapshot] = []
@@ -281,13 +376,7 @@ class Checkpointer:
                 agent_id, watch.version.ref, self.source.name, watch.partition, nxt,
                 snapshot_agent(self.drift, agent_id, watch.version.ref.to_json()), now))
         self.drift.mark_changed(later)
-        if snaps:
-            try:
-                self.store.save_drift_snapshots(self.group, snaps)
-            except BaseException:
-                self.drift.mark_changed(s.agent_id for s in snaps)
-                raise
-        return len(snaps)
+        return snaps
 
     def load_drift_state(self, partitions: set[int]) -> None:
         """Newly assigned ``partitions``: their agents get the tables saved for them at their
@@ -327,6 +416,9 @@ class Checkpointer:
         """Evict these idle watches (see :meth:`evict`); returns how many went."""
         if not watches:
             return 0
+        # A checkpoint's write in flight may hold these agents' tables, which the test
+        # below then takes as saved: they must be in the store before the agents go.
+        self.await_writes()
         self.save_activity()
         snaps = []
         had: set[str] = set()
@@ -392,6 +484,8 @@ class Checkpointer:
 
     def forget(self, partitions: set[int]) -> None:
         """The partitions moved away (after a final checkpoint of them)."""
+        # Their agents are read back from the store if the partitions come back.
+        self.await_writes()
         for p in partitions:
             self._next.pop(p, None)
             self._committed.pop(p, None)

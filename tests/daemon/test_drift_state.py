@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from capwatch.adapters.io.streams import MemoryPublisher
+from capwatch.contracts.store import StoreError
 from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
 from capwatch.models_store.lineage import record_new_model
@@ -239,6 +243,103 @@ def test_eviction_writes_only_the_tables_changed_since_they_were_saved(tmp_path:
     assert sorted(written) == sorted(changed)
     d.handle_batch(records[410:])
     ref.handle_batch(records[410:])
+    for a in agents:
+        assert snapshot_agent(d.drift, a) == snapshot_agent(ref.drift, a)
+    for p in (d, ref):
+        p.source.close()
+        p.store.close()
+
+
+HANG_S = 60.0
+"""A hang guard for waits on the checkpoint's thread, not a speed target."""
+
+
+def _started(path: Path) -> Any:
+    path.mkdir()
+    d = build_service(_fleet(path, 100), publisher=MemoryPublisher()).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    return d
+
+
+def test_an_agent_evicted_while_its_tables_are_written_comes_back_exact(
+        tmp_path: Path) -> None:
+    """The scheduled checkpoint writes the snapshots in a thread of its own; eviction
+    takes the tables it took as saved. Evicted while that write is in flight, an agent
+    must not go (nor be read back) before its tables are in the store."""
+    d, ref = _started(tmp_path / "evicted"), _started(tmp_path / "reference")
+    records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
+    d.handle_batch(records[:400])
+    ref.handle_batch(records[:400])
+    agents = sorted(w.agent_id for w in d.registry if d.drift.has(w.agent_id))
+    assert agents
+    gate, writing = threading.Event(), threading.Event()
+    held_when_written: list[int] = []
+    save = d.store.save_drift_snapshots
+
+    def gated(group: str, snaps: Any) -> Any:
+        if not writing.is_set():  # the checkpoint's write: held until the gate opens
+            writing.set()
+            assert gate.wait(HANG_S), "the test never opened the gate"
+            held_when_written.append(len(d.registry))
+        return save(group, snaps)
+
+    d.store.save_drift_snapshots = gated  # type: ignore[method-assign]
+    d.checkpoint(background=True)
+    assert writing.wait(HANG_S)  # in flight; every agent's tables taken as saved
+    assert not any(d.drift.changed(a) for a in agents)
+    held = len(d.registry)
+    evicting = threading.Thread(target=d.checkpoints.evict, args=(0,))
+    evicting.start()
+    # Gives a wrong eviction time to drop the agents under the write (it does not wait
+    # for anything): how long the test looks, not a condition it waits for.
+    evicting.join(0.5)
+    gate.set()
+    evicting.join(HANG_S)
+    assert not evicting.is_alive()
+    assert held_when_written == [held]  # nothing went while its tables were in flight
+    assert len(d.registry) == 0
+    d.handle_batch(records[400:])  # every agent read back from the store
+    ref.handle_batch(records[400:])
+    for a in agents:
+        assert snapshot_agent(d.drift, a) == snapshot_agent(ref.drift, a)
+    for p in (d, ref):
+        p.source.close()
+        p.store.close()
+
+
+def test_a_failed_background_write_is_made_by_the_eviction_after_it(tmp_path: Path) -> None:
+    """The checkpoint's write fails in its thread: the agents' tables and activity count as
+    unsaved again, so an eviction writes them itself; nothing is committed, and the error
+    reaches the main loop."""
+    d, ref = _started(tmp_path / "evicted"), _started(tmp_path / "reference")
+    records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
+    d.handle_batch(records[:400])
+    ref.handle_batch(records[:400])
+    agents = sorted(w.agent_id for w in d.registry if d.drift.has(w.agent_id))
+    transitions = sum(w.transitions for w in d.registry)
+    save = d.store.save_drift_snapshots
+    failed: list[int] = []
+
+    def failing(group: str, snaps: Any) -> Any:
+        if not failed:
+            failed.append(len(snaps))
+            raise StoreError("the store is down")
+        return save(group, snaps)
+
+    d.store.save_drift_snapshots = failing  # type: ignore[method-assign]
+    d.checkpoint(background=True)
+    pending = d.checkpoints._pending
+    assert pending is not None and pending.done.wait(HANG_S)
+    assert failed == [len(agents)]
+    d.checkpoints.evict(0)
+    assert len(d.registry) == 0
+    with pytest.raises(StoreError):
+        d.commit_flushed()  # the main loop's next turn
+    assert d.store.load_offsets("capwatch") == {}
+    assert sum(a.transitions for a in d.store.activity()) == transitions
+    d.handle_batch(records[400:])
+    ref.handle_batch(records[400:])
     for a in agents:
         assert snapshot_agent(d.drift, a) == snapshot_agent(ref.drift, a)
     for p in (d, ref):
