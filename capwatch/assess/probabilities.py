@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from capwatch.assess.agent import AgentQuery, State
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
@@ -89,6 +88,7 @@ def _successors(action: Action, ground_action: GroundAction, state: State
 def _samples_needed(estimate: MultinomialEstimate, half_width: float, level: float) -> int:
     # Plan the next batch from the most pessimistic p still plausible (the interval end
     # nearest 1/2), so that one more round trip usually suffices.
+    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
     z = float(sps.norm.isf((1.0 - level) / 2.0))
     worst = 0.0
     for lo, hi in zip(estimate.low, estimate.high, strict=True):

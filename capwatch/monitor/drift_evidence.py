@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
 
 from capwatch.model.domain import Action, Outcome
 from capwatch.monitor.stats import (
@@ -191,6 +190,7 @@ def planned_samples(estimate: MultinomialEstimate, half_width: float, confidence
     so the confirmation's coverage is the interval's nominal coverage.
     """
     level = simultaneous_level(confidence, len(estimate.probabilities))
+    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
     z = float(sps.norm.isf((1.0 - level) / 2.0))
     worst = max(min(max(0.5, lo), hi) * (1.0 - min(max(0.5, lo), hi))
                 for lo, hi in zip(estimate.low, estimate.high, strict=True))

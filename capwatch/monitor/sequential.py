@@ -37,8 +37,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
-from scipy.sparse import linalg as sparse_linalg
 from scipy.special import logsumexp
 
 from capwatch.monitor.attribution import Attribution
@@ -472,6 +470,11 @@ def cusum_arl(llr: npt.ArrayLike, probs: npt.ArrayLike, threshold: float,
     the expected absorption time from W = 0 solves (I − P) L = 1. Use the in-control
     ``probs`` for ARL₀ (time to false alarm), the post-change ones for the delay.
     """
+    # Imported here: the daemon never calls this (a calibration aid), and SciPy's sparse
+    # linear algebra took ~0.2 s of CPU at every start (docs/performance.md, "Start-up").
+    from scipy import sparse
+    from scipy.sparse import linalg as sparse_linalg
+
     values = np.asarray(llr, dtype=np.float64)
     pr = np.asarray(probs, dtype=np.float64)
     if threshold <= 0:

@@ -16,7 +16,6 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 from scipy import special
-from scipy import stats as sps
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -58,6 +57,7 @@ def wilson_interval(successes: npt.ArrayLike, n: int, confidence: float = 0.95
     x = np.asarray(successes, dtype=np.float64)
     if n <= 0:
         return np.zeros_like(x), np.ones_like(x)
+    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
     z = float(sps.norm.isf((1.0 - confidence) / 2.0))
     z2 = z * z
     centre = (x + z2 / 2.0) / (n + z2)
@@ -71,6 +71,7 @@ def clopper_pearson_interval(successes: npt.ArrayLike, n: int, confidence: float
     x = np.asarray(successes, dtype=np.float64)
     if n <= 0:
         return np.zeros_like(x), np.ones_like(x)
+    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
     alpha = 1.0 - confidence
     with np.errstate(invalid="ignore"):
         lo = np.where(x > 0, sps.beta.ppf(alpha / 2.0, x, n - x + 1.0), 0.0)
@@ -327,6 +328,7 @@ def benjamini_hochberg(p_values: Sequence[float] | npt.ArrayLike, q: float = 0.0
     ps = np.asarray(p_values, dtype=np.float64)
     if ps.size == 0:
         return np.zeros(0, dtype=bool), np.zeros(0)
+    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
     adjusted = np.asarray(sps.false_discovery_control(ps, method="by" if dependent else "bh"),
                           dtype=np.float64)
     return adjusted <= q, adjusted
