@@ -28,7 +28,7 @@ so whatever writes drift tables or activity on the main loop (an eviction, a syn
 checkpoint, a partition given up) first waits for a write in flight
 (:meth:`Checkpointer.await_writes`); if that write failed, what it held is marked unsaved
 again and written by the next one. Everything here runs on the main loop but
-:meth:`PendingCommit.run`.
+:meth:`PendingCommit.run`, in :class:`Writer`'s thread.
 """
 
 from __future__ import annotations
@@ -52,14 +52,16 @@ log = structlog.get_logger("capwatch.daemon")
 
 
 class PendingCommit:
-    """A scheduled checkpoint's store writes and the publisher's flush, which run in a
-    thread of its own, and the offsets waiting for them."""
+    """A scheduled checkpoint's store writes and the publisher's flush, which run in the
+    checkpoints' thread (:class:`Writer`), and the offsets waiting for them."""
 
     def __init__(self, offsets: dict[int, int], publisher: Publisher,
                  write: Callable[[], None] | None = None,
                  snaps: Sequence[DriftSnapshot] = (),
                  rows: Sequence[AgentActivity] = (), activity_mark: int = 0) -> None:
         self.offsets = offsets
+        self.publisher = publisher
+        self.write = write
         self.snaps = snaps
         self.rows = rows
         """What ``write`` writes: put back (:meth:`Checkpointer.await_writes`) if it fails."""
@@ -71,26 +73,60 @@ class PendingCommit:
         """The main loop has seen the write end (and put back what a failed one held)."""
         self.written = threading.Event()
         self.done = threading.Event()
-        threading.Thread(target=self.run, args=(publisher, write), name="capwatch-commit-flush",
-                         daemon=True).start()
 
-    def run(self, publisher: Publisher, write: Callable[[], None] | None) -> None:
+    def run(self) -> None:
         try:
-            if write is not None:
+            if self.write is not None:
                 try:
-                    write()
+                    self.write()
                 except BaseException:
                     self.write_failed = True  # no flush: these offsets are not committed
                     raise
                 finally:
                     self.written.set()
             if self.offsets:
-                publisher.flush()
+                self.publisher.flush()
         except BaseException as e:  # handed to the main loop, which raises it there
             self.error = e
         finally:
             self.written.set()
             self.done.set()
+
+
+class Writer:
+    """The thread that runs the scheduled checkpoints' writes and flushes, one at a time.
+
+    One thread kept between checkpoints, not one started for each: ``Thread.start`` waits
+    until the new thread runs, which at load cost the main loop ~5-15 ms a checkpoint (the
+    new thread took the interpreter lock first). It ends after ``idle_s`` without work (a
+    pipeline a test drops keeps no thread) and starts again with the next.
+    """
+
+    def __init__(self, idle_s: float = 60.0) -> None:
+        self.idle_s = idle_s
+        self._wake = threading.Condition()
+        self._jobs: list[PendingCommit] = []
+        self._running = False
+
+    def submit(self, job: PendingCommit) -> None:
+        with self._wake:
+            self._jobs.append(job)
+            if self._running:
+                self._wake.notify()
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="capwatch-checkpoint", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                if not self._jobs:
+                    self._wake.wait(self.idle_s)
+                if not self._jobs:
+                    self._running = False
+                    return
+                job = self._jobs.pop(0)
+            job.run()
 
 
 class Checkpointer:
@@ -110,6 +146,9 @@ class Checkpointer:
         """Per owned partition: the offset after the last record handled."""
         self._committed: dict[int, int] = {}
         self._pending: PendingCommit | None = None
+        self._writer = Writer()
+        self._activity_store = store if isinstance(store, ActionStore) else None
+        """The store as an ActionStore, if it is one (a Protocol's isinstance is slow)."""
         """The scheduled checkpoint's offsets while its flush runs (at most one)."""
         self._refused: dict[int, int] = {}
         """Offsets an asynchronous commit did not get through, committed again
@@ -201,6 +240,7 @@ class Checkpointer:
             self._pending = PendingCommit(
                 offsets, self.publisher,
                 (lambda: self._write(snaps, rows)) if snaps or rows else None, snaps, rows, mark)
+            self._writer.submit(self._pending)
         return moved
 
     def _write(self, snaps: Sequence[DriftSnapshot], rows: Sequence[AgentActivity]) -> None:
@@ -208,9 +248,8 @@ class Checkpointer:
         offsets, as on the main loop."""
         if snaps:
             self.store.save_drift_snapshots(self.group, snaps)
-        if rows:
-            assert isinstance(self.store, ActionStore)
-            self.store.save_activity(rows)
+        if rows and self._activity_store is not None:
+            self._activity_store.save_activity(rows)
 
     def await_writes(self) -> None:
         """Wait for a background checkpoint's store writes (not its flush); if they failed,
@@ -304,15 +343,14 @@ class Checkpointer:
         operator console lists every agent from it); soft state, so a store without it is
         skipped."""
         rows = self._activity_rows(partitions)
-        if rows:
-            assert isinstance(self.store, ActionStore)
-            self.store.save_activity(rows)
+        if rows and self._activity_store is not None:
+            self._activity_store.save_activity(rows)
         return len(rows)
 
     def _activity_rows(self, partitions: set[int] | None) -> list[AgentActivity]:
         """What agents did since the last save, marked saved (put back by
         :meth:`await_writes` if the write fails)."""
-        if not isinstance(self.store, ActionStore):
+        if self._activity_store is None:
             return []
         now = self.clock()
         rows = []
