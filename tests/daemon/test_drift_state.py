@@ -186,7 +186,7 @@ def test_a_batch_reads_its_new_agents_saved_tables_in_one_query(tmp_path: Path) 
         reads.append(sorted(args[3]) if len(args) > 3 else None)
         return load(*args, **kwargs)
 
-    d.store.load_drift_snapshots = counted  # type: ignore[method-assign]
+    d.store.load_drift_snapshots = counted
     d.handle_batch(records[:500])  # replayed: already counted in the saved tables
     assert len(reads) == 1 and len(reads[0] or ()) == 6  # the six agents, together
     assert snapshot_agent(d.drift, AGENT) == before
@@ -237,7 +237,7 @@ def test_eviction_writes_only_the_tables_changed_since_they_were_saved(tmp_path:
         written.extend(s.agent_id for s in snaps)
         return save(group, snaps)
 
-    d.store.save_drift_snapshots = counted  # type: ignore[method-assign]
+    d.store.save_drift_snapshots = counted
     d.checkpoints.evict(0)
     assert len(d.registry) == 0
     assert sorted(written) == sorted(changed)
@@ -284,7 +284,7 @@ def test_an_agent_evicted_while_its_tables_are_written_comes_back_exact(
             held_when_written.append(len(d.registry))
         return save(group, snaps)
 
-    d.store.save_drift_snapshots = gated  # type: ignore[method-assign]
+    d.store.save_drift_snapshots = gated
     d.checkpoint(background=True)
     assert writing.wait(HANG_S)  # in flight; every agent's tables taken as saved
     assert not any(d.drift.changed(a) for a in agents)
@@ -327,7 +327,7 @@ def test_a_failed_background_write_is_made_by_the_eviction_after_it(tmp_path: Pa
             raise StoreError("the store is down")
         return save(group, snaps)
 
-    d.store.save_drift_snapshots = failing  # type: ignore[method-assign]
+    d.store.save_drift_snapshots = failing
     d.checkpoint(background=True)
     pending = d.checkpoints._pending
     assert pending is not None and pending.done.wait(HANG_S)
