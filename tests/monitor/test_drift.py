@@ -181,14 +181,14 @@ def test_alarm_is_confirmed_on_fresh_executions(move_car: Action) -> None:
     # ±0.05 around p ≈ 0.35 needs roughly 1.96² · 0.23 / 0.05² ≈ 350 fresh executions.
     assert 250 <= alarm.fresh_samples_planned <= 600
     assert not mon.confirming
-    ev = confirmation.evidence
-    assert ev.detector == "confirmation"
-    assert ev.gof.n == alarm.fresh_samples_planned
-    assert ev.window[1] - ev.window[0] == alarm.fresh_samples_planned
-    assert ev.estimate.method == "clopper-pearson"
-    assert ev.estimate.covers(p1)
-    assert max(ev.estimate.half_widths) <= 0.055
-    assert ev.gof.p_value < 1e-3
+    evidence = confirmation.evidence
+    assert evidence.detector == "confirmation"
+    assert evidence.gof.n == alarm.fresh_samples_planned
+    assert evidence.window[1] - evidence.window[0] == alarm.fresh_samples_planned
+    assert evidence.estimate.method == "clopper-pearson"
+    assert evidence.estimate.covers(p1)
+    assert max(evidence.estimate.half_widths) <= 0.055
+    assert evidence.gof.p_value < 1e-3
 
 
 def test_confirmation_can_be_disabled(move_car: Action) -> None:

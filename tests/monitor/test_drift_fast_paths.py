@@ -124,7 +124,7 @@ def test_sequential_detector_matches_the_reference_bit_for_bit(
 def test_outcome_window_counts_as_a_plain_record_does() -> None:
     rng = random.Random(5)
     for kind in ("sliding", "tumbling"):
-        w = OutcomeWindow(3, 50, kind)  # type: ignore[arg-type]
+        w = OutcomeWindow(3, 50, kind)
         values: list[int] = []
         for _ in range(400):
             v = rng.choice([0, 1, 2, -1])
@@ -136,7 +136,7 @@ def test_outcome_window_counts_as_a_plain_record_does() -> None:
             want = [last.count(i) for i in range(3)]
             assert w.counts().tolist() == want and w.counts().dtype == np.int64
             assert w.ambiguous() == last.count(-1)
-        copy = OutcomeWindow(3, 50, kind)  # type: ignore[arg-type]
+        copy = OutcomeWindow(3, 50, kind)
         copy.load_state(w.export_state())
         assert copy.export_state() == w.export_state()
         for v in (0, 2, 1):
