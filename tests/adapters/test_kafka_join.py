@@ -11,6 +11,7 @@ tests/integration/test_kafka_backends.py.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ class FakeConsumer:
 
 def test_the_source_waits_until_its_metadata_lists_the_partitions(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kafka_io.time, "sleep", lambda s: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     consumer = FakeConsumer([set(), set(), set()])
     KafkaSource("127.0.0.1:1", "t", "g")._await_topic(consumer)
     assert consumer.asked == 4
@@ -41,8 +42,8 @@ def test_the_source_waits_until_its_metadata_lists_the_partitions(
 def test_a_topic_that_never_shows_up_does_not_hold_the_start_forever(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter(range(0, 10_000, 5))
-    monkeypatch.setattr(kafka_io.time, "monotonic", lambda: float(next(clock)))
-    monkeypatch.setattr(kafka_io.time, "sleep", lambda s: None)
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(time, "sleep", lambda s: None)
 
     class Never(FakeConsumer):
         def partitions_for_topic(self, topic: str) -> set[int]:

@@ -4,6 +4,7 @@ moment after CreateTopics (the topic, and no partitions yet)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -49,7 +50,7 @@ def test_the_created_topics_are_awaited_until_every_partition_has_a_leader(
         monkeypatch: pytest.MonkeyPatch) -> None:
     admin = Admin()
     monkeypatch.setattr(kafka_io, "KafkaAdminClient", lambda **_: admin)
-    monkeypatch.setattr(kafka_io.time, "sleep", lambda s: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     created = ensure_topics("b:9092", transitions="tr", models="m", alerts="a",
                             dead_letter="d", partitions=3)
     assert sorted(created) == ["a", "d", "m", "tr"]

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from capwatch.adapters.io import streams
 from capwatch.adapters.io.streams import JsonlPublisher, JsonlSource
 from capwatch.contracts.wire import DeadLetter, DeadLetterRecord, dead_letter_record
 
@@ -138,7 +137,7 @@ def test_a_full_disk_leaves_no_torn_line_and_every_line_once_after_it(
     pub.dead_letter(_letter(0))
     pub.flush()
     full = DiskFull(room=4500)  # one and a half lines fit
-    monkeypatch.setattr(streams.os, "write", full.write)
+    monkeypatch.setattr(os, "write", full.write)
     for i in range(1, 4):
         pub.dead_letter(_letter(i))
     for _ in range(3):  # the daemon retries while the disk stays full
@@ -155,7 +154,7 @@ def test_a_full_disk_leaves_no_torn_line_and_every_line_once_after_it(
 def test_lines_waiting_past_the_limit_are_flushed_and_a_failure_keeps_none_twice(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pub = JsonlPublisher(tmp_path, max_pending_bytes=10_000)
-    monkeypatch.setattr(streams.os, "write", DiskFull(room=0).write)
+    monkeypatch.setattr(os, "write", DiskFull(room=0).write)
     handed = 0
     for i in range(10):
         try:
