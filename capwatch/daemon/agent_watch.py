@@ -218,18 +218,10 @@ class AgentWatch:
         keyed = False
         repeat = False
         if step is not None and episode is not None:
-            # Shifted into the range of a compiled int held unboxed (62 bits), so that the
-            # window is scanned by comparing machine words: ``key in steps`` compared
-            # Python ints through PyObject_RichCompare, ~115 instructions each, ~920 a
-            # record with the window full (callgrind, stochastic fleet's steady pass).
-            key = hash((episode, step, ground)) >> 2
+            key = hash((episode, step, ground))
             keyed = True
             steps = self.steps
-            if steps is not None:
-                for kept in steps:
-                    if kept == key:
-                        repeat = True
-                        break
+            repeat = steps is not None and key in steps
         monitor = self._monitor
         if monitor is None:
             monitor = self.thaw()
