@@ -85,6 +85,14 @@ def test_each_drift_yields_one_exact_model_version_and_one_alert(tmp_path: Path)
     tests = registry.get_sample_value("capwatch_drift_tests_total", {
         "family": "courier-v1", "action": "pick", "test": "sequential"})
     assert tests is not None and tests >= 100
+    # Counted per finding: only executions of a probabilistic action are drift-tested.
+    applied = registry.get_sample_value("capwatch_transitions_total", {
+        "family": "courier-v1", "action": "pick", "verdict": "applied"})
+    assert applied is not None and tests <= applied
+    assert registry.get_sample_value("capwatch_transitions_total", {
+        "family": "courier-v1", "action": "move", "verdict": "applied"})
+    assert registry.get_sample_value("capwatch_drift_tests_total", {
+        "family": "courier-v1", "action": "move", "test": "sequential"}) is None
 
 
 def _write(path: Path, lines: list[str | bytes]) -> Path:
