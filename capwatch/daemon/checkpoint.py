@@ -72,6 +72,10 @@ class PendingCommit:
         self.settled = False
         """The main loop has seen the write end (and put back what a failed one held)."""
         self.written = threading.Event()
+        if write is None:
+            # Nothing to write: what waits for the write (an eviction on the main loop)
+            # must not wait for the flush, which waits on the broker.
+            self.written.set()
         self.done = threading.Event()
 
     def run(self) -> None:

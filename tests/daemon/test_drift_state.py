@@ -345,3 +345,43 @@ def test_a_failed_background_write_is_made_by_the_eviction_after_it(tmp_path: Pa
     for p in (d, ref):
         p.source.close()
         p.store.close()
+
+
+def test_an_eviction_does_not_wait_for_the_flush_of_a_checkpoint_that_writes_nothing(
+        tmp_path: Path) -> None:
+    """A scheduled checkpoint with only offsets to commit (no table or activity changed
+    since the last: dead letters, say) has no store write; an eviction waits for a
+    checkpoint's write, never for its flush, which waits on the broker and is what the
+    thread is for."""
+    d = _started(tmp_path / "d")
+    records = d.source.poll(1.0)
+    d.handle_batch(records)
+    d.checkpoint()  # every table and count saved, every offset committed
+    (partition, nxt), *_ = d.checkpoints._next.items()
+    d.checkpoints.handled(partition, nxt)  # a record that changed no agent's state
+    gate, flushing = threading.Event(), threading.Event()
+    flush = d.publisher.flush
+
+    def gated(timeout_s: float = 10.0) -> None:
+        flushing.set()
+        assert gate.wait(HANG_S), "the test never opened the gate"
+        flush(timeout_s)
+
+    d.publisher.flush = gated
+    d.checkpoint(background=True)
+    pending = d.checkpoints._pending
+    assert pending is not None and pending.write is None
+    assert flushing.wait(HANG_S)  # the broker has not answered the flush
+    evicting = threading.Thread(target=d.checkpoints.evict, args=(0,))
+    evicting.start()
+    evicting.join(HANG_S)
+    waited = evicting.is_alive()
+    gate.set()
+    evicting.join(HANG_S)
+    assert not waited, "the eviction waited for the checkpoint's flush"
+    assert len(d.registry) == 0
+    assert pending.done.wait(HANG_S)
+    d.commit_flushed()
+    assert d.store.load_offsets("capwatch")[(d.source.name, partition)] == nxt + 1
+    d.source.close()
+    d.store.close()
