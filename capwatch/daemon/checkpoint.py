@@ -219,9 +219,19 @@ class Checkpointer:
         self._last = time.monotonic()
         if not background:
             moved = False
-            if self._pending is not None:
+            pending = self._pending
+            if pending is not None:
                 self.await_writes()
-                self._pending.done.wait()
+                pending.done.wait()
+                if pending.error is not None:
+                    # Done again here: a failed write's tables and activity were put
+                    # back (await_writes), and these offsets are flushed and committed
+                    # below. Raised, a revoke or the shutdown coming before the main
+                    # loop's next turn gave its partitions up uncommitted and unsaved on
+                    # an error the store or broker may be over by now.
+                    log.warning("background checkpoint failed; the synchronous one does "
+                                "its work", problem=str(pending.error)[:300])
+                    self._pending = None
                 moved = self.finish_commit()
             self.save_drift_state(partitions)
             self.save_activity(partitions)

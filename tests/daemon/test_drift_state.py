@@ -385,3 +385,39 @@ def test_an_eviction_does_not_wait_for_the_flush_of_a_checkpoint_that_writes_not
     assert d.store.load_offsets("capwatch")[(d.source.name, partition)] == nxt + 1
     d.source.close()
     d.store.close()
+
+
+def test_a_revoke_after_a_failed_background_write_saves_and_commits_its_partitions(
+        tmp_path: Path) -> None:
+    """The checkpoint's write failed in its thread and the store is back before the main
+    loop saw it: a revoke (or the shutdown) coming first does the work itself, the
+    tables put back by the failure written and the partitions' offsets committed, rather
+    than failing on the earlier error and leaving the next owner a longer replay."""
+    d = _started(tmp_path / "d")
+    records = d.source.poll(1.0) + d.source.poll(1.0)
+    d.handle_batch(records)
+    agents = sorted(w.agent_id for w in d.registry if d.drift.has(w.agent_id))
+    assert agents
+    save = d.store.save_drift_snapshots
+    failed: list[int] = []
+
+    def failing(group: str, snaps: Any) -> Any:
+        if not failed:
+            failed.append(len(snaps))
+            raise StoreError("the store is down")
+        return save(group, snaps)
+
+    d.store.save_drift_snapshots = failing
+    d.checkpoint(background=True)
+    pending = d.checkpoints._pending
+    assert pending is not None and pending.done.wait(HANG_S)
+    assert failed == [len(agents)]
+    partitions = set(d.checkpoints._next)
+    expected = dict(d.checkpoints.commit_offsets())
+    d.revoke(partitions)
+    assert len(d.registry) == 0
+    assert {p: o for (_, p), o in d.store.load_offsets("capwatch").items()} == expected
+    saved = {s.agent_id for s in d.store.load_drift_snapshots("capwatch", d.source.name)}
+    assert set(agents) <= saved
+    d.source.close()
+    d.store.close()
