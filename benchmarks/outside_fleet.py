@@ -280,12 +280,22 @@ def _atoms(s: frozenset[Atom], rng: random.Random) -> list[list[str]]:
     return out
 
 
-def encode(event: dict[str, object], rng: random.Random) -> bytes:
-    """The event as one of several producers writes it, its fields in a new order."""
+def encode(event: dict[str, object], rng: random.Random, writers: str = "default") -> bytes:
+    """The event as one of several producers writes it, its fields in a new order
+    (``writers="other"``: another set of producers, spacing their JSON otherwise, to
+    check that a change is not tuned to the default's spellings)."""
     items = list(event.items())
     rng.shuffle(items)
     obj = dict(items)
     k = rng.random()
+    if writers == "other":
+        if k < 0.35:
+            return (json.dumps(obj, indent="\t") + "\r\n").encode()
+        if k < 0.6:
+            return json.dumps(obj, separators=(" , ", " : ")).encode()
+        if k < 0.8:
+            return (json.dumps(obj, indent=4, sort_keys=True) + "\n").encode()
+        return ("\n" + json.dumps(obj, separators=(",", ": ")) + "\n\n").encode()
     if k < 0.3:
         return json.dumps(obj, separators=(",", ":")).encode()
     if k < 0.5:
@@ -296,7 +306,9 @@ def encode(event: dict[str, object], rng: random.Random) -> bytes:
 
 
 def generate(out: Path, steps: int = 1500, seed: int = 13, per_domain: int = 8,
-             domains: tuple[str, ...] = DOMAINS, duplicates: float = 0.02) -> int:
+             domains: tuple[str, ...] = DOMAINS, duplicates: float = 0.02,
+             trace_steps: tuple[int, int] = (2, 12), trace_share: float = 0.5,
+             writers: str = "default") -> int:
     """Write the fleet to ``out``; returns the number of messages."""
     rng = random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -326,7 +338,7 @@ def generate(out: Path, steps: int = 1500, seed: int = 13, per_domain: int = 8,
         if not live:
             continue
         a = rng.choice(live)
-        want = 1 if rng.random() < 0.5 else rng.randint(2, 12)
+        want = 1 if rng.random() < 1 - trace_share else rng.randint(*trace_steps)
         taken: list[Step] = []
         while len(taken) < want:
             st = a.act()
@@ -361,7 +373,7 @@ def generate(out: Path, steps: int = 1500, seed: int = 13, per_domain: int = 8,
                 .replace("+00:00", "Z")
         if rng.random() < 0.3:
             event["v"] = 1
-        raw = encode(event, rng)
+        raw = encode(event, rng, writers)
         messages.append(raw)
         if rng.random() < duplicates:
             messages.append(raw)
@@ -377,9 +389,18 @@ def main() -> int:
     p.add_argument("--per-domain", type=int, default=8, help="agents per domain (default 8)")
     p.add_argument("--domains", default=",".join(DOMAINS),
                    help="IPC domains of tests/data/domains/ipc, comma-separated")
+    p.add_argument("--trace-steps", default="2,12",
+                   help="a trace's steps, MIN,MAX (default 2,12)")
+    p.add_argument("--trace-share", type=float, default=0.5,
+                   help="the share of messages that are traces (default 0.5)")
+    p.add_argument("--writers", choices=("default", "other"), default="default",
+                   help="the producers' spellings: 'other' spaces JSON otherwise (tabs, "
+                        "indent=4 with sorted keys, spaced separators)")
     args = p.parse_args()
+    low, high = (int(x) for x in args.trace_steps.split(","))
     n = generate(args.out, args.steps, args.seed, args.per_domain,
-                 tuple(args.domains.split(",")))
+                 tuple(args.domains.split(",")), trace_steps=(low, high),
+                 trace_share=args.trace_share, writers=args.writers)
     print(f"{args.out}: {n} messages")
     return 0
 
