@@ -12,6 +12,8 @@
  * way, which is complete on its own. Strings may hold escapes (a backslash takes the byte
  * after it); a key holding one is not compared here, and the message is not cut.
  *
+ * split_trace(raw) does the same for a trace event's "states", each state's text cut out.
+ *
  * canonical(text) sorts a state text's atoms when they are out of order (wire_split.py's
  * canonical has the contract and the reasons), for the decoder's texts not read before.
  *
@@ -353,6 +355,88 @@ static PyObject *canonical(const unsigned char *a, const unsigned char *b, int e
     return result;
 }
 
+/* The members' walk of both splitters (wire_split._members): 1 when the text [start, end)
+ * is one object whose keys hold no backslash and are all different, its member count in
+ * *keys and, for each name of cut (NULL-terminated) given, its value's span (an array:
+ * else 0) in spans; 0 otherwise. */
+typedef struct {
+    const unsigned char *at, *end;
+} span;
+
+static int members(const unsigned char *start, const unsigned char *end, int escapes,
+                   const char *const *cut, span *spans, int *keys_out) {
+    const unsigned char *key_at[MAX_KEYS];
+    Py_ssize_t key_len[MAX_KEYS];
+    int keys = 0;
+    const unsigned char *p = skip_ws(start, end);
+    if (p == end || *p != '{')
+        return 0;
+    p = skip_ws(p + 1, end);
+    for (;;) {
+        if (p == end || *p != '"')
+            return 0;
+        const unsigned char *k = p + 1;
+        const unsigned char *k_end = memchr(k, '"', (size_t)(end - k));
+        if (k_end == NULL || keys == MAX_KEYS)
+            return 0;
+        Py_ssize_t len = k_end - k;
+        /* A key with an escape is compared as its bytes nowhere: not cut. */
+        if (escapes && memchr(k, '\\', (size_t)len) != NULL)
+            return 0;
+        for (int i = 0; i < keys; i++) {
+            if (key_len[i] == len && memcmp(key_at[i], k, (size_t)len) == 0)
+                return 0;  /* a key twice: the schema's decoder says so */
+        }
+        key_at[keys] = k;
+        key_len[keys++] = len;
+        p = skip_ws(k_end + 1, end);
+        if (p == end || *p != ':')
+            return 0;
+        p = skip_ws(p + 1, end);
+        if (p == end)
+            return 0;
+        const unsigned char *value = p;
+        if (*p == '"') {
+            p = skip_string(p, end);
+            if (p == NULL)
+                return 0;
+        } else if (*p == '[') {
+            p = skip_array(p, end, escapes);
+            if (p == NULL)
+                return 0;
+        } else if (*p == '{') {
+            return 0;  /* no member of an event is an object */
+        } else {
+            while (p < end && *p != ',' && *p != '}' && *p != ']' && !is_ws(*p))
+                p++;
+        }
+        for (int i = 0; cut[i] != NULL; i++) {
+            if ((size_t)len == strlen(cut[i]) && memcmp(k, cut[i], (size_t)len) == 0) {
+                if (*value != '[')
+                    return 0;
+                spans[i].at = value;
+                spans[i].end = p;
+                break;
+            }
+        }
+        p = skip_ws(p, end);
+        if (p == end)
+            return 0;
+        if (*p == '}')
+            break;
+        if (*p != ',')
+            return 0;
+        p = skip_ws(p + 1, end);
+    }
+    if (skip_ws(p + 1, end) != end)
+        return 0;
+    *keys_out = keys;
+    return 1;
+}
+
+static const char *const STATE_KEYS[] = {"state", "next_state", NULL};
+static const char *const STATES_KEY[] = {"states", NULL};
+
 static PyObject *split(PyObject *module, PyObject *arg) {
     (void)module;
     if (!PyBytes_CheckExact(arg)) {
@@ -363,74 +447,13 @@ static PyObject *split(PyObject *module, PyObject *arg) {
     Py_ssize_t n = PyBytes_GET_SIZE(arg);
     const unsigned char *end = start + n;
     int escapes = memchr(start, '\\', (size_t)n) != NULL;
-    const unsigned char *key_at[MAX_KEYS];
-    Py_ssize_t key_len[MAX_KEYS];
+    span spans[2] = {{NULL, NULL}, {NULL, NULL}};
     int keys = 0;
-    const unsigned char *state = NULL, *state_end = NULL, *next = NULL, *next_end = NULL;
-    const unsigned char *p = skip_ws(start, end);
-    if (p == end || *p != '{')
+    if (!members(start, end, escapes, STATE_KEYS, spans, &keys)
+        || spans[0].at == NULL || spans[1].at == NULL)
         Py_RETURN_NONE;
-    p = skip_ws(p + 1, end);
-    for (;;) {
-        if (p == end || *p != '"')
-            Py_RETURN_NONE;
-        const unsigned char *k = p + 1;
-        const unsigned char *k_end = memchr(k, '"', (size_t)(end - k));
-        if (k_end == NULL || keys == MAX_KEYS)
-            Py_RETURN_NONE;
-        Py_ssize_t len = k_end - k;
-        /* A key with an escape is compared as its bytes nowhere: not cut. */
-        if (escapes && memchr(k, '\\', (size_t)len) != NULL)
-            Py_RETURN_NONE;
-        for (int i = 0; i < keys; i++) {
-            if (key_len[i] == len && memcmp(key_at[i], k, (size_t)len) == 0)
-                Py_RETURN_NONE;  /* a key twice: the schema's decoder says so */
-        }
-        key_at[keys] = k;
-        key_len[keys++] = len;
-        p = skip_ws(k_end + 1, end);
-        if (p == end || *p != ':')
-            Py_RETURN_NONE;
-        p = skip_ws(p + 1, end);
-        if (p == end)
-            Py_RETURN_NONE;
-        const unsigned char *value = p;
-        if (*p == '"') {
-            p = skip_string(p, end);
-            if (p == NULL)
-                Py_RETURN_NONE;
-        } else if (*p == '[') {
-            p = skip_array(p, end, escapes);
-            if (p == NULL)
-                Py_RETURN_NONE;
-        } else if (*p == '{') {
-            Py_RETURN_NONE;  /* no member of an event is an object */
-        } else {
-            while (p < end && *p != ',' && *p != '}' && *p != ']' && !is_ws(*p))
-                p++;
-        }
-        if (len == 5 && memcmp(k, "state", 5) == 0) {
-            if (*value != '[')
-                Py_RETURN_NONE;
-            state = value;
-            state_end = p;
-        } else if (len == 10 && memcmp(k, "next_state", 10) == 0) {
-            if (*value != '[')
-                Py_RETURN_NONE;
-            next = value;
-            next_end = p;
-        }
-        p = skip_ws(p, end);
-        if (p == end)
-            Py_RETURN_NONE;
-        if (*p == '}')
-            break;
-        if (*p != ',')
-            Py_RETURN_NONE;
-        p = skip_ws(p + 1, end);
-    }
-    if (skip_ws(p + 1, end) != end || state == NULL || next == NULL)
-        Py_RETURN_NONE;
+    const unsigned char *state = spans[0].at, *state_end = spans[0].end;
+    const unsigned char *next = spans[1].at, *next_end = spans[1].end;
     /* The envelope: the message with each state's array replaced by "[]". */
     const unsigned char *a = state, *b = state_end, *c = next, *d = next_end;
     if (c < a) {
@@ -474,6 +497,79 @@ static PyObject *split(PyObject *module, PyObject *arg) {
     return result;
 }
 
+/* wire_split.reference_trace: a trace's states' texts cut out of its message, msgspec
+ * then parsing the rest only (it skipped the texts byte by byte for their Raw members,
+ * and the key guard counted the colons over them). */
+static PyObject *split_trace(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!PyBytes_CheckExact(arg)) {
+        PyErr_SetString(PyExc_TypeError, "split_trace() takes bytes");
+        return NULL;
+    }
+    const unsigned char *start = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    const unsigned char *end = start + n;
+    int escapes = memchr(start, '\\', (size_t)n) != NULL;
+    span spans[1] = {{NULL, NULL}};
+    int keys = 0;
+    if (!members(start, end, escapes, STATES_KEY, spans, &keys) || spans[0].at == NULL)
+        Py_RETURN_NONE;
+    const unsigned char *a = spans[0].at, *b = spans[0].end, *last = b - 1;
+    PyObject *states = PyList_New(0);
+    if (states == NULL)
+        return NULL;
+    const unsigned char *p = skip_ws(a + 1, last);
+    while (p < last) {
+        if (*p != '[')
+            goto uncut;
+        /* Inside the array: it closes before the array does. */
+        const unsigned char *q = skip_array(p, last, escapes);
+        if (q == NULL)
+            goto uncut;
+        PyObject *text = PyBytes_FromStringAndSize((const char *)p, q - p);
+        if (text == NULL || PyList_Append(states, text) < 0) {
+            Py_XDECREF(text);
+            Py_DECREF(states);
+            return NULL;
+        }
+        Py_DECREF(text);
+        p = skip_ws(q, last);
+        if (p == last)
+            break;
+        if (*p != ',')
+            goto uncut;
+        p = skip_ws(p + 1, last);
+        if (p == last)
+            goto uncut;  /* a comma before the closing bracket */
+    }
+    PyObject *envelope = PyBytes_FromStringAndSize(NULL, n - (b - a) + 2);
+    if (envelope == NULL) {
+        Py_DECREF(states);
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(envelope);
+    memcpy(out, start, (size_t)(a - start));
+    out += a - start;
+    memcpy(out, "[]", 2);
+    out += 2;
+    memcpy(out, b, (size_t)(end - b));
+    PyObject *count = PyLong_FromLong(keys);
+    PyObject *result = count == NULL ? NULL : PyTuple_New(3);
+    if (result == NULL) {
+        Py_DECREF(envelope);
+        Py_DECREF(states);
+        Py_XDECREF(count);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, envelope);
+    PyTuple_SET_ITEM(result, 1, states);
+    PyTuple_SET_ITEM(result, 2, count);
+    return result;
+uncut:
+    Py_DECREF(states);
+    Py_RETURN_NONE;
+}
+
 static PyObject *canonical_text(PyObject *module, PyObject *arg) {
     (void)module;
     if (!PyBytes_CheckExact(arg)) {
@@ -499,6 +595,8 @@ static PyMethodDef methods[] = {
      "canonical(text) -> bytes: see capwatch/contracts/wire_split.py"},
     {"split", split, METH_O,
      "split(raw) -> (envelope, state, next_state, keys) | None: see capwatch/contracts/wire_split.py"},
+    {"split_trace", split_trace, METH_O,
+     "split_trace(raw) -> (envelope, states, keys) | None: see capwatch/contracts/wire_split.py"},
     {NULL, NULL, 0, NULL},
 };
 
