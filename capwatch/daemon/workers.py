@@ -228,6 +228,13 @@ class AssessmentWorkers:
 
     def run_claimed(self, worker: str, item: PendingAssessment) -> None:
         """Run work ``worker`` holds the lease of; a failure gives it back to the queue."""
+        # The agent names every line of the assessment and none after it: bound to the
+        # thread's context and left there, it named the worker's next lines (a claim
+        # failing on an outage) and, run on the main thread (a test), every line after.
+        with structlog.contextvars.bound_contextvars(agent_id=item.agent_id):
+            self._run_claimed(worker, item)
+
+    def _run_claimed(self, worker: str, item: PendingAssessment) -> None:
         stage = ["reading the models the work names"]
         try:
             self._run(worker, item, stage)
@@ -370,7 +377,6 @@ class AssessmentWorkers:
         t0 = time.monotonic()
         item = WorkItem.from_pending(pending)
         family, agent_id = item.family, item.agent_id
-        structlog.contextvars.bind_contextvars(agent_id=agent_id)
         base = self.store.get(item.base)
         if base is None:
             raise StoreError(f"queued work names {item.base}, which the store does not have")

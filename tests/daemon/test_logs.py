@@ -168,3 +168,43 @@ def test_a_line_logged_while_a_record_is_handled_names_its_position_and_agent(
     assert not {"partition", "offset", "agent_id", "episode"} & after.keys()
     d.source.close()
     d.store.close()
+
+
+def test_a_worker_line_after_an_assessment_names_no_agent(tmp_path: Path) -> None:
+    """A worker's log lines name the agent of the assessment it runs; the ones after it
+    (a claim that fails on an outage, the next item before it is read) must not name the
+    last one. The agent was bound to the thread's context and never unbound: every later
+    line of the thread carried it (and a test running work on the main thread, as
+    tests/daemon/helpers.run_queued does, left it on every line of the tests after)."""
+    from datetime import UTC, datetime, timedelta
+
+    from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+    from capwatch.daemon.service import build_service
+    from tests.daemon.helpers import config, good_sample, run_queued
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample(step=0) + "\n")
+    day = 86400.0
+    now = [datetime(2026, 11, 27, tzinfo=UTC)]
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 assessment={"reassess_every_s": day})
+    d = build_service(cfg, publisher=MemoryPublisher(), source=JsonlSource(str(path)),
+                      clock=lambda: now[0]).pipeline
+    stream = io.StringIO()
+    try:
+        d.seed_families()
+        d.source.start(lambda p: None, lambda p: None, {})
+        d.handle_batch(d.source.poll(1.0))
+        now[0] += timedelta(seconds=day)
+        d.reassess()
+        configure_logging("info", "json", stream=stream)
+        assert run_queued(d) == 1  # on this thread, as a worker thread runs it
+        structlog.get_logger().info("after the assessment")
+    finally:
+        structlog.contextvars.clear_contextvars()
+        d.source.close()
+        d.store.close()
+    lines = _lines(stream)
+    (after,) = [x for x in lines if x["event"] == "after the assessment"]
+    assert any(x.get("agent_id") == "rover-a" for x in lines if x is not after)
+    assert "agent_id" not in after
