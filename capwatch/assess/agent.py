@@ -37,3 +37,9 @@ class AgentQuery(Protocol):
 
 class AgentUnavailable(RuntimeError):
     """The agent could not be asked (unreachable, timed out, refused)."""
+
+
+class QueryNotAttempted(AgentUnavailable):
+    """The agent answered that it cannot attempt the query at all: a state it cannot be
+    put in (an agent bound to one map, whose objects are its cells), vocabulary it
+    lacks. Asking again will not help."""

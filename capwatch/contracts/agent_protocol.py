@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import models_json_schema
 
-from capwatch.assess.agent import AgentUnavailable, QueryResult, State
+from capwatch.assess.agent import AgentUnavailable, QueryNotAttempted, QueryResult, State
 from capwatch.contracts.wire import AGENT_ID_PATTERN, MAX_AGENT_ID
 from capwatch.model.domain import GroundAction, GroundAtom
 
@@ -75,6 +75,10 @@ class AgentRejectedQuery(AgentUnavailable):
         self.status = status
         self.code = code
         self.reason = message
+
+
+class AgentCannotAttempt(AgentRejectedQuery, QueryNotAttempted):
+    """The agent's ``invalid_query``: a query it cannot attempt (:class:`InvalidQuery`)."""
 
 
 class AgentProtocolError(AgentUnavailable):

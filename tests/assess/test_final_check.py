@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import AgentQuery, QueryResult
+from capwatch.assess.agent import AgentQuery, QueryNotAttempted, QueryResult
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
 from capwatch.assess.replay import replay
@@ -142,3 +142,56 @@ def test_an_effect_the_agent_dropped_after_the_evidence_for_it_is_not_published(
         return  # no claim
     assert at not in model.action("pickup").outcomes[0].delete, (
         "published the effect the agent dropped")
+
+
+class _MapBound:
+    """An agent bound to its own world (the Gymnasium taxi's map): every designed state,
+    on objects the engine names, is one it cannot be put in. After ``answers`` queries
+    answered by ``agent``."""
+
+    def __init__(self, agent: AgentQuery | None = None, answers: int = 0) -> None:
+        self.agent, self.answers, self.n = agent, answers, 0
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        self.n += 1
+        if self.agent is None or self.n > self.answers:
+            raise QueryNotAttempted("'qcar1' is not a car of this lot")
+        return self.agent.query(state, plan, samples)
+
+
+def _parking_walks(seed: int) -> tuple[Domain, Domain, list[Transition]]:
+    known = read_domain(PARKING / "domain.pddl").without_action_literals()
+    first, _ = _drifts(known)
+    walker = SimulatedAgent(first, seed=seed, problem=read_problem(PARKING / "problem.pddl"))
+    evidence = []
+    for _ in range(40):
+        ep = walker.random_walk(20, p_inapplicable=0.15)
+        evidence += [Transition(ep.states[i], act, ep.states[i + 1], executed=ep.executed[i])
+                     for i, act in enumerate(ep.actions)]
+    return known, first, evidence
+
+
+def test_an_agent_that_cannot_attempt_designed_queries_keeps_the_observations_version() -> None:
+    # With no query asked (budget 0, or the observations decided everything: the taxi of
+    # tests/client), the final check is the first designed query the agent sees; one bound
+    # to its own world refuses it. The version learnt from the observations is what it
+    # was before the check existed, and says the check was not made; failing instead
+    # left such agents without any version (tests/client's taxi, session 15).
+    known, first, evidence = _parking_walks(0)
+    reference = assess(known, evidence, SimulatedAgent(first, seed=0), method="daaisy",
+                       budget=0)
+    result = assess(known, evidence, _MapBound(), method="daaisy", budget=0)
+    assert result.checks == 0 and not result.queries
+    assert any(n.startswith("final check not made") for n in result.notes)
+    assert result.domain() == reference.domain()
+
+
+def test_an_agent_that_answered_designed_queries_may_not_refuse_the_check() -> None:
+    # It was put in designed states before: refusing the check the same way is no
+    # excuse, and nothing is published (the refusal reaches the daemon as the query's).
+    known, first, evidence = _parking_walks(0)
+    agent = _MapBound(SimulatedAgent(first, seed=0), answers=1)
+    with pytest.raises(QueryNotAttempted):
+        assess(known, evidence, agent, method="daaisy", budget=50)
+    assert agent.n == 2  # one learning query answered, the check refused

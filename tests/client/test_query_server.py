@@ -11,7 +11,7 @@ import pytest
 
 from capwatch.adapters.io.agent_client import HttpAgentClient
 from capwatch.client import CallableExecutor, QueryServer, Vocabulary
-from capwatch.contracts.agent_protocol import AgentRejectedQuery
+from capwatch.contracts.agent_protocol import AgentCannotAttempt, AgentRejectedQuery
 from capwatch.model.domain import GroundAction, GroundAtom
 from capwatch.model.pddl_reader import parse_domain
 
@@ -100,6 +100,7 @@ def test_the_token_is_required(server: QueryServer) -> None:
     with pytest.raises(AgentRejectedQuery) as info:
         _client(server, token="wrong").query(START, PLAN)
     assert (info.value.status, info.value.code) == (401, "unauthorized")
+    assert not isinstance(info.value, AgentCannotAttempt)  # not the query's own fault
     status, body = _post(server, b'{"state": [], "plan": []}',
                          {"Content-Type": "application/json"})
     assert status == 401 and body["error"]["code"] == "unauthorized"
@@ -108,8 +109,8 @@ def test_the_token_is_required(server: QueryServer) -> None:
 
 def test_vocabulary_outside_the_domain_is_refused_before_the_executor_runs(
         server: QueryServer, corridor: Corridor) -> None:
-    with pytest.raises(AgentRejectedQuery, match="plan step 0: unknown action 'jump'"):
-        _client(server).query(START, [("jump", "c0")])
+    with pytest.raises(AgentCannotAttempt, match="plan step 0: unknown action 'jump'"):
+        _client(server).query(START, [("jump", "c0")])  # the engine's QueryNotAttempted
     with pytest.raises(AgentRejectedQuery, match=r"predicate 'at' takes 1 argument\(s\)"):
         _client(server).query(frozenset({("at", "c0", "c1")}), PLAN)
     assert corridor.resets == 0

@@ -27,6 +27,7 @@ from capwatch.contracts.agent_protocol import (
     DRIFT_PATH,
     HEALTH_PATH,
     QUERY_PATH,
+    AgentCannotAttempt,
     AgentProtocolError,
     AgentRejectedQuery,
     DriftRequest,
@@ -247,6 +248,8 @@ class HttpAgentClient:
         if 400 <= status < 500:
             try:
                 err = ErrorResponse.model_validate_json(data).error
+                if err.code == "invalid_query":
+                    raise AgentCannotAttempt(status, err.code, err.message)
                 raise AgentRejectedQuery(status, err.code, err.message)
             except ValidationError:
                 raise AgentRejectedQuery(status, "unknown", _message(data)) from None
