@@ -334,6 +334,17 @@ def run(fleet_dir: Path, *, quick: bool, repeat: int, memory: bool = True,
               f"held (fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f}"
               f" bytes RSS per agent held" + ("   target <= 2 KB per idle agent" if frozen
                                               else ""), flush=True)
+    # The figure above divides by the agents all the process's growth, including the
+    # decoder's process-wide tables (wire_atoms' state texts and pieces, wire_fast's steps
+    # and differences: bounded, shared by every agent) filling up during the run. On a
+    # fleet whose warm-up leaves them far from full (the outside producer's: 3.8 KB an
+    # agent at 10,000 agents, 2.6 KB at 30,000, session 15) that is no agent's cost. What
+    # one more idle agent costs is the growth between two runs of different sizes.
+    half = run_memory_child(fleet_dir, idle_agents // 2, 30, frozen=True)
+    added = (child["rss"] - half["rss"]) / (child["held"] - half["held"])
+    print(f"  memory, idle agents held as bytes, {half['held']:,} -> {child['held']:,} agents"
+          f" (fresh processes): +{added:,.0f} bytes RSS per agent added (what both runs"
+          f" hold cancels: family models, most of the decoder's bounded tables)", flush=True)
 
 
 def generate(names: list[str], transitions: int, into: Path) -> list[Path]:
