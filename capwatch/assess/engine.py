@@ -330,8 +330,11 @@ class _Engine(Evidence):
                   if action not in self.vs.outcomes
                   and any(pa in self.targets for pa in self.pas[action])
                   for p in self.design.check(action)]
-        asked = 0
-        while probes and asked < len(probes):
+        # A bound in case a query sends none of them; the probes left shrink as they go,
+        # so bounding by those stopped once the queries asked reached them (8 probes, 3 a
+        # query: the last 2 never sent).
+        asked, most = 0, len(probes)
+        while probes and asked < most:
             maker.retain(probes)
             query = pack(probes, [], [], self.actions, objects, after=self._after,
                          steps=maker, max_atoms=self.max_query_atoms)

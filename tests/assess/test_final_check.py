@@ -195,3 +195,47 @@ def test_an_agent_that_answered_designed_queries_may_not_refuse_the_check() -> N
     with pytest.raises(QueryNotAttempted):
         assess(known, evidence, agent, method="daaisy", budget=50)
     assert agent.n == 2  # one learning query answered, the check refused
+
+
+def test_the_final_check_sends_every_probe_when_they_take_several_queries(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queries small enough (``max_query_atoms``) that the check's probes take several:
+    every one is sent. The loop's bound was the probes still unsent, which shrinks as
+    they go: after k queries it stopped once k reached what was left (8 probes sent 3
+    and 3 a query: the last 2 never ran, their actions' safe values unchecked)."""
+    from capwatch.assess import engine
+    from capwatch.assess import probes as probes_module
+
+    known = read_domain(PARKING / "domain.pddl").without_action_literals()
+    problem = read_problem(PARKING / "problem.pddl")
+    walker = SimulatedAgent(known, seed=0, problem=problem)
+    evidence = []
+    for _ in range(6):
+        ep = walker.random_walk(20, p_inapplicable=0.15)
+        evidence += [Transition(ep.states[i], act, ep.states[i + 1], executed=ep.executed[i])
+                     for i, act in enumerate(ep.actions)]
+    checking: list[int] = []
+    """The probes to check, then the steps each check query sent."""
+    final_check, pack = engine._Engine._final_check, probes_module.pack
+
+    def recorded_check(self: object, *args: object) -> None:
+        checking.append(-1)  # the check starts: its first pack's probes come next
+        final_check(self, *args)  # type: ignore[arg-type]
+
+    def recorded_pack(probes: Sequence[object], *args: object, **kwargs: object) -> object:
+        query = pack(probes, *args, **kwargs)  # type: ignore[arg-type]
+        if checking:
+            if checking[-1] == -1:
+                checking[-1] = len(probes)
+            if query is not None:
+                checking.append(len(query.steps))
+        return query
+
+    monkeypatch.setattr(engine._Engine, "_final_check", recorded_check)
+    monkeypatch.setattr(engine, "pack", recorded_pack)
+    result = assess(known, evidence, SimulatedAgent(known, seed=0, problem=problem),
+                    method="verify", budget=20, max_query_atoms=20)
+    probes, *sent = checking
+    assert len(sent) > 1, "the check must take several queries here"
+    assert result.checks == len(sent)
+    assert sum(sent) == probes
