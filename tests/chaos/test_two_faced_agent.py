@@ -4,7 +4,7 @@ one or one still on the old model (chosen from the query's bytes), and as the ot
 when the same query comes again. Before the second asking (``assessment.confirm_queries``)
 the engine learnt a model explaining every answer it got once, and capwatch published it:
 a wrong version (Δ 1-2 to the agent's true model). Now the assessment fails, with the
-reason, and no version is published."""
+reason, and no version is published (the final check, session 15, may catch it first)."""
 
 from __future__ import annotations
 
@@ -114,6 +114,9 @@ def test_a_two_faced_agent_yields_a_failed_assessment_not_a_wrong_version(
               .splitlines()]
     failed = [a for a in alerts if a["alert_type"] == "assessment_failed"]
     assert failed, [a["alert_type"] for a in alerts]
-    assert "answered differently" in json.dumps(failed[0])
+    # Caught by asking a query again ("answered differently") or, since session 15, by
+    # the final check first: an action refused where the evidence says it surely runs.
+    reason = json.dumps(failed[0])
+    assert "answered differently" in reason or "answers otherwise than a model would" in reason
     assert proxy.asked, "the agent was never asked"
     assert code == 0 and committed == len(lines) and daemon.tracebacks() == 0
