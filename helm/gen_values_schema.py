@@ -100,6 +100,7 @@ def chart_schema() -> dict[str, Any]:
                                          window=DURATION),
                 "alertDeliveryFailing": _rule(window=DURATION),
                 "noRecords": _rule(window=DURATION),
+                "storeWritesFailing": _rule(),
                 "absent": _rule(),
             })}),
         "grafanaDashboard": _obj({"enabled": {"type": "boolean"}, "labels": labels,

@@ -25,7 +25,7 @@ OTHER_WRITES = "other"
 WRITE_FAILURE_HOLD_S = 300.0
 """How long a failed write of a kind no later write of that kind has changed is reported
 (:meth:`SqlBase.write_failures`): a retry of the work it was for comes within the
-assessment lease (``assessment.lease_s``, 300 s by default) at the latest."""
+assessment lease (``assessment.lease_s``, 120 s by default) at the latest."""
 CLOCKS = ("database", "monotonic", "caller")
 _T = TypeVar("_T")
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from capwatch.daemon.http import ApiServer, RecentAlerts
-from capwatch.daemon.metrics import OTHER, DaemonMetrics
+from capwatch.daemon.metrics import OTHER, DaemonMetrics, StoreWrites
 from capwatch.models_store.sqlite import SqliteModelStore
 from tests.support.prometheus_server import prometheus_binary, start_prometheus
 
@@ -46,6 +46,9 @@ def exercised() -> DaemonMetrics:
     m.lag_seconds.labels("0").set(4.5)
     m.last_record.labels("capwatch.transitions").set(1_790_000_000.0)
     m.canaries.labels("rover-v3", "applied").inc()
+    # The service registers this collector over its store (service.py).
+    m.registry.register(StoreWrites(lambda: {"model_versions": "DiskFull: disk is full"},
+                                    {"model_versions": 1}))
     return m
 
 

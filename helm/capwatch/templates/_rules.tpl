@@ -113,6 +113,15 @@ groups:
           summary: "capwatch has read no records for {{ $r.noRecords.window }}"
           description: "The daemon runs but no transition has arrived: producers stopped, the topic or the consumer group is wrong, or the broker refuses the daemon. Nothing is being monitored."
           runbook_url: "{{ $rb }}#capwatchnorecords"
+      - alert: CapwatchStoreWritesFailing
+        expr: count by (kind) (capwatch_store_writes_failing == 1)
+        for: {{ $r.storeWritesFailing.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{ include "capwatch.prom" "$value" }} capwatch replica(s) cannot write {{ include "capwatch.prom" "$labels.kind" }} to the models store"
+          description: "The models store has refused this kind of write (a full disk, a revoked privilege, a read-only server) and the retries have kept failing for {{ $r.storeWritesFailing.for }}; those replicas answer /readyz 503. With kind model_versions, learned models are not published (nothing half written: the work waits for a retry)."
+          runbook_url: "{{ $rb }}#capwatchstorewritesfailing"
       - alert: CapwatchAbsent
         expr: absent(capwatch_build_info)
         for: {{ $r.absent.for }}
