@@ -82,6 +82,40 @@ def coverage(result: AssessmentResult) -> dict[str, Any]:
             "unresolved_pal_tuples": sorted(str(p) for p in unresolved)}
 
 
+EVIDENCE_STATE_ATOMS = 64
+"""A state of an unexplained answer up to this many atoms is shown whole, a larger one by
+its size and the atoms that changed."""
+EVIDENCE_PLAN_STEPS = 64
+
+
+def unexplained_json(u: Unexplained) -> dict[str, Any]:
+    """An unexplained observation or answer as the failure's evidence, bounded.
+
+    The evidence goes whole into the ``assessment_failed`` alert (the alerts topic,
+    Alertmanager). A query runs its probes one after another on fresh objects, so its
+    start state can hold thousands of atoms: twenty such answers made a 6 MB alert that a
+    broker's default ``message.max.bytes`` refuses, on every attempt. What tells an
+    operator what the agent did is the plan's start, the steps executed and what changed;
+    ``capwatch assess offline`` reproduces the whole query."""
+    out = u.to_json()
+    if max(len(u.state), len(u.final_state)) > EVIDENCE_STATE_ATOMS:
+        del out["state"], out["final_state"]
+        out["state_atoms"], out["final_state_atoms"] = len(u.state), len(u.final_state)
+        made_true = sorted(list(a) for a in u.final_state - u.state)
+        made_false = sorted(list(a) for a in u.state - u.final_state)
+        out["made_true"] = made_true[:EVIDENCE_STATE_ATOMS]
+        out["made_false"] = made_false[:EVIDENCE_STATE_ATOMS]
+        if len(made_true) + len(made_false) > 2 * EVIDENCE_STATE_ATOMS:
+            out["changed_atoms"] = len(made_true) + len(made_false)
+    if len(u.plan) > EVIDENCE_PLAN_STEPS:
+        # The steps around the last executed one say where the answer parted from the model.
+        end = min(len(u.plan), max(u.executed or 0, 0) + 1)
+        start = max(0, end - EVIDENCE_PLAN_STEPS)
+        out["plan"] = [list(a) for a in u.plan[start:start + EVIDENCE_PLAN_STEPS]]
+        out["plan_steps"], out["plan_from"] = len(u.plan), start
+    return out
+
+
 class Assessor(Protocol):
     """Re-learns the parts of a model the evidence says changed (DAAISy, AIA, estimation)."""
 
@@ -154,7 +188,7 @@ class EngineAssessor:
                 queries += asked
                 details["asked_again"] = asked
             if unexplained:
-                details["unexplained"] = [u.to_json() for u in unexplained[:20]]
+                details["unexplained"] = [unexplained_json(u) for u in unexplained[:20]]
         if request.drifted_actions:
             structural = {a.name: a for a in model.actions}
             for name, updated in request.drifted_actions.items():
