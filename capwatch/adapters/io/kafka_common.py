@@ -25,6 +25,11 @@ MAX_REQUEST_BYTES = 8_388_608
 """The producer's largest record: a model version of a big domain fits; a dead letter is
 cut far below it (contracts.wire.MAX_DEAD_LETTER_RAW)."""
 
+MAX_ALERT_BYTES = 512 * 1024
+"""The largest alert record: half a broker's default ``message.max.bytes`` (1 MB), which
+topics made by others keep. A larger alert goes out without its evidence (see
+:func:`alert_record`)."""
+
 LINGER_MS = 5
 
 FETCH_MAX_WAIT_MS = 100
@@ -69,6 +74,29 @@ def fetch_bytes(max_message_bytes: int, partition_fetch_bytes: int = PARTITION_F
 
 def heartbeat_ms(session_timeout_ms: int) -> int:
     return max(1000, session_timeout_ms // 3)
+
+
+def alert_record(event: AlertEvent) -> bytes:
+    """The alert as one record, without its evidence when it would exceed MAX_ALERT_BYTES.
+
+    A record the broker refuses for its size is refused again on every attempt, and the
+    flush it fails also carries the model versions and dead letters a commit waits for:
+    one 6 MB alert (an operator's run: an unexplained assessment's query states) stopped
+    everything the daemon published. The summary and detail say what happened; the
+    evidence stays whole in the store's outbox (``capwatch alerts show``)."""
+    value = event.model_dump_json().encode()
+    if len(value) <= MAX_ALERT_BYTES:
+        return value
+    note = (f"the evidence ({len(value):,} bytes with it) is left out of this record, which"
+            f" is limited to {MAX_ALERT_BYTES:,} bytes; `capwatch alerts show` prints it")
+    cut = event.model_copy(update={"evidence": {"omitted": note}}).model_dump_json().encode()
+    if len(cut) <= MAX_ALERT_BYTES:
+        return cut
+    # A grouped alert's detail (one cause per agent) can be large as well.
+    return event.model_copy(update={
+        "evidence": {"omitted": note},
+        "detail": {"omitted": f"the detail is left out too; {note}"},
+    }).model_dump_json().encode()
 
 
 class Sent(NamedTuple):
@@ -135,7 +163,7 @@ class PendingPublisher:
         # A grouped alert ("*": several agents) is keyed by its family, so a family's
         # grouped alerts stay in order without all landing on the partition of key "*".
         key = event.family if event.agent_id == "*" else event.agent_id
-        self._send(self.alerts_topic, key, event.model_dump_json().encode())
+        self._send(self.alerts_topic, key, alert_record(event))
 
     def dead_letter(self, record: DeadLetterRecord) -> None:
         self._send(self.dead_letter_topic, None, record.model_dump_json().encode())
