@@ -116,7 +116,9 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                     tx.run(statement)
                 tx.run("INSERT INTO schema_version (version, name, applied_at) "
                        "VALUES (?, ?, CURRENT_TIMESTAMP)", (number, name))
-            return newest
+        if self.clock == "monotonic":
+            self._resume_clock()  # its table exists once migrated
+        return newest
 
     def schema_version(self) -> int:
         with self._tx(write=False) as tx:

@@ -66,6 +66,9 @@ class SqlBase(abc.ABC):
         (tests and replays that drive time themselves)."""
         self._steady: tuple[datetime, float] | None = None
         """The ``"monotonic"`` clock's last reading and the monotonic time it was read."""
+        self._keeps_clock = False
+        """Each write keeps the ``"monotonic"`` clock's reading in ``store_clock`` (set
+        once the schema has that table and the reading kept there was resumed)."""
         self._steady_lock = threading.Lock()
         self._wall = wall_clock if wall_clock is not None else _utc_now
         """The ``"monotonic"`` clock's wall clock (a test steps it)."""
@@ -87,13 +90,47 @@ class SqlBase(abc.ABC):
         """The wall clock, but never behind its last reading plus the monotonic time since
         (``"monotonic"``): after a step back by X it runs X ahead of the wall clock, on
         the time the rows already written were stamped with."""
+        return self._steady_reading()[0]
+
+    def _steady_reading(self) -> tuple[datetime, datetime]:
+        """(:meth:`_steady_now`, the wall clock it was read beside)."""
         wall, mono = as_utc(self._wall()), time.monotonic()
+        now = wall
         with self._steady_lock:
             if self._steady is not None:
                 last, at = self._steady
-                wall = max(wall, last + timedelta(seconds=mono - at))
-            self._steady = (wall, mono)
-        return wall
+                now = max(wall, last + timedelta(seconds=mono - at))
+            self._steady = (now, mono)
+        return now, wall
+
+    def _keep_clock(self, tx: Tx) -> None:
+        """Keeps the ``"monotonic"`` clock's reading in the transaction of a write: what
+        a restarted process resumes from (:meth:`_resume_clock`). Only a larger reading
+        replaces the kept one (another process on the file may run ahead)."""
+        now, wall = self._steady_reading()
+        tx.run("INSERT INTO store_clock (id, reading, wall) VALUES (1, ?, ?) "
+               "ON CONFLICT (id) DO UPDATE SET reading = excluded.reading, "
+               "wall = excluded.wall WHERE store_clock.reading < excluded.reading",
+               (self._ts_in(now), self._ts_in(wall)))
+
+    def _resume_clock(self) -> None:
+        """Starts the ``"monotonic"`` clock from the reading the last write kept, plus the
+        wall-clock time since if the wall clock went forward since (the downtime): the
+        wall clock alone, stepped back by X before or during a restart, held work the
+        old process had queued as due back by X (clock15). A step back during the
+        downtime is not seen: the clock resumes from the kept reading, so what was due
+        stays due, and what was not waits up to the downtime longer."""
+        with self._tx(write=False) as tx:
+            rows = tx.rows("SELECT reading, wall FROM store_clock WHERE id = 1")
+        self._keeps_clock = True
+        if not rows:
+            return
+        reading, then = self._ts_out(rows[0][0]), self._ts_out(rows[0][1])
+        wall = as_utc(self._wall())
+        resumed = max(wall, reading + max(timedelta(0), wall - then))
+        with self._steady_lock:
+            if self._steady is None or self._steady[0] < resumed:
+                self._steady = (resumed, time.monotonic())
 
     def _own_now(self, tx: Tx) -> datetime:
         return self._steady_now() if self.clock == "monotonic" else self._database_now(tx)
@@ -157,6 +194,8 @@ class SqlBase(abc.ABC):
             try:
                 with self._transaction(write) as tx:
                     yield tx
+                    if tx.wrote and self._keeps_clock:
+                        self._keep_clock(tx)
             except Exception as e:
                 if write and self._write_fault(e):
                     self._write_failed[kind] = (time.monotonic(), error_text(e))

@@ -190,3 +190,35 @@ def test_sqlite_replica_whose_clock_steps_back_an_hour_holds_nothing_back(
     finally:
         store.close()
         old.close()
+
+
+@pytest.mark.parametrize("stepped", ["before the restart", "while stopped"])
+def test_sqlite_restart_after_a_step_back_keeps_due_work_due(tmp_path: Path,
+                                                             stepped: str) -> None:
+    step = [timedelta(0)]
+
+    def wall() -> datetime:
+        return datetime.now(UTC) + step[0]
+
+    store = SqliteModelStore(tmp_path / "m.db", wall_clock=wall)
+    store.enqueue_many([(work(k, wall()), ()) for k in ("k1", "k2", "k3")])
+    held, later = store.claim("w0", wall(), 60, 2)
+    at = wall()
+    store.release(later.key, "w0", "agent unreachable", at + timedelta(seconds=600), 9, now=at)
+    if stepped == "before the restart":
+        step[0] = timedelta(hours=-1)
+        store.renew(held.key, "w0", wall(), 60)  # a write on the stepped clock
+        store.close()
+    else:
+        store.close()
+        step[0] = timedelta(hours=-1)
+    again = SqliteModelStore(tmp_path / "m.db", wall_clock=wall)
+    try:
+        # k3 was due before the restart (on the old process's clock, an hour ahead of the
+        # wall clock now): due at once, not in an hour. k1's lease and k2's retry delay
+        # still run on that clock: neither is taken early.
+        assert [i.key for i in again.claim("w1", wall(), 60, 5)] == ["k3"]
+        assert (held.key, later.key) == ("k1", "k2")
+        assert again.store_now(wall()) > wall() + timedelta(minutes=59)
+    finally:
+        again.close()
