@@ -53,7 +53,7 @@ lint: $(STAMP)
 # benchmarks too (their errors hid real ones: bench_assess's research table reused the
 # grid's names); fuzz_assess.py, an untyped research harness, is not checked yet.
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict --exclude 'benchmarks/(fuzz_assess|probe_assess_rev12b)\.py$$' capwatch benchmarks
+	$(BIN)/mypy --strict --exclude 'benchmarks/(fuzz_assess|probe_assess_rev12b)\.py$$' capwatch benchmarks tests
 
 # The pure-Python path stays tested: the parity tests of what is compiled (the decoders,
 # the monitor and drift statistics, the consistency check) run first from source too, with

@@ -12,6 +12,7 @@ tests/integration/test_kafka_backends.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -122,7 +123,7 @@ def test_nothing_is_driven_without_an_unfinished_round() -> None:
 
 def test_the_first_round_waits_for_the_group_metadata_to_list_the_topic() -> None:
     group = FakeCoordinator(1)
-    filled = iter([{}, {}, {"t": set()}, {"t": {0, 1}}])
+    filled: Iterator[dict[str, set[int]]] = iter([{}, {}, {"t": set()}, {"t": {0, 1}}])
 
     def sleep(s: float) -> None:
         group._metadata_snapshot = next(filled)
@@ -145,6 +146,7 @@ def test_the_installed_kafka_python_still_has_what_kafka_join_reaches_for() -> N
     renames them must fail here rather than bring the lost rounds back silently."""
     import inspect
 
+    from kafka import KafkaConsumer
     from kafka.coordinator.base import BaseCoordinator
     from kafka.coordinator.consumer import ConsumerCoordinator
 
@@ -152,4 +154,4 @@ def test_the_installed_kafka_python_still_has_what_kafka_join_reaches_for() -> N
     assert callable(ConsumerCoordinator.poll)
     assert "self._join_task = " in inspect.getsource(BaseCoordinator.__init__)
     assert "self._metadata_snapshot = " in inspect.getsource(ConsumerCoordinator.__init__)
-    assert "self._coordinator = " in inspect.getsource(kafka_io.KafkaConsumer.__init__)
+    assert "self._coordinator = " in inspect.getsource(KafkaConsumer.__init__)

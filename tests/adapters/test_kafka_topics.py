@@ -84,7 +84,9 @@ def test_a_transitions_topic_made_before_with_other_partitions_is_warned_about(
         admin.close()
     topics = {"models": f"{name}-m", "alerts": f"{name}-a", "dead_letter": f"{name}-d"}
     with capture_logs() as logs:
-        ensure_topics(kafka_bootstrap, transitions=name, partitions=3, **topics)
+        ensure_topics(kafka_bootstrap, transitions=name, partitions=3,
+                      models=topics["models"], alerts=topics["alerts"],
+                      dead_letter=topics["dead_letter"])
     (warning,) = [e for e in logs if e["log_level"] == "warning"]
     assert (warning["topic"], warning["partitions"], warning["configured"]) == (name, 1, 3)
     # What it means for scale-out, and the fix, in the line itself.
@@ -93,8 +95,9 @@ def test_a_transitions_topic_made_before_with_other_partitions_is_warned_about(
     assert "adding replicas adds no throughput" in warning["event"]
     assert f"--topic {name} --partitions 3" in warning["event"]
     with capture_logs() as logs:  # as configured: nothing to say
-        ensure_topics(kafka_bootstrap, transitions=f"{name}-m", partitions=3, **{
-            **topics, "models": f"{name}-m2"})
+        ensure_topics(kafka_bootstrap, transitions=f"{name}-m", partitions=3,
+                      models=f"{name}-m2", alerts=topics["alerts"],
+                      dead_letter=topics["dead_letter"])
     assert [e for e in logs if e["log_level"] == "warning"] == []
 
 

@@ -10,7 +10,7 @@ from capwatch.adapters.io.spool import Spool, SpoolFull, SpoolSource
 
 
 def _drain(source: SpoolSource) -> list[tuple[int, bytes]]:
-    out = []
+    out: list[tuple[int, bytes]] = []
     while records := source.poll(0.01):
         out.extend((r.offset, r.value) for r in records)
     return out

@@ -15,7 +15,7 @@ from capwatch.contracts.wire import DeadLetter, DeadLetterRecord, dead_letter_re
 
 
 def _all(source: JsonlSource) -> list[tuple[int, bytes]]:
-    out = []
+    out: list[tuple[int, bytes]] = []
     while True:
         batch = source.poll(0.01)
         if not batch:

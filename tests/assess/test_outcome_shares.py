@@ -7,6 +7,7 @@ action fails closed (docs/assessment.md, "Outcome probabilities")."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 
@@ -14,20 +15,24 @@ from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
 from capwatch.assess.outcome_shares import estimate, probability_gap
+from capwatch.assess.outcomes import OutcomeSpace
 from capwatch.assess.replay import replay
-from capwatch.model.domain import Domain, Outcome
+from capwatch.model.domain import Domain, LiftedAtom, Outcome
+from capwatch.model.pal import PaTuple
 from tests.assess.outcome_drifts import probability_error
 from tests.assess.test_outcomes import FREE, _effects, _known, _seen, _space, _with
 
 ASKED = itertools.count(10_000)
 
-FULL = (True, False), (True, False), (False, True)
-SLIP = (True, True), (True, True), (False, False)
-KEEPS_FREE = (True, True), (True, False), (False, True)
+Step = tuple[tuple[bool, bool], tuple[bool, bool], tuple[bool, bool]]
+"""What one step shows of the free, at and carrying pa-tuples (before, after)."""
+FULL: Step = (True, False), (True, False), (False, True)
+SLIP: Step = (True, True), (True, True), (False, False)
+KEEPS_FREE: Step = (True, True), (True, False), (False, True)
 """A variant of the full pick that leaves the gripper free."""
 
 
-def _feed(space, pas, steps: list[tuple[tuple[bool, bool], ...]]) -> None:  # type: ignore[no-untyped-def]
+def _feed(space: OutcomeSpace, pas: dict[LiftedAtom, PaTuple], steps: Sequence[Step]) -> None:
     """The steps, all in one answer (an agent drawing its outcomes independently mixes
     them there: only the share is in question here)."""
     answer = next(ASKED)

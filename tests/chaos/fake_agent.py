@@ -19,6 +19,11 @@ class Recorder(ThreadingHTTPServer):
         self.rng = random.Random(0)
         super().__init__(("127.0.0.1", 0), _Handler)
 
+    @property
+    def host_port(self) -> str:
+        """``host:port`` it listens on (``server_address`` is typed for any family)."""
+        return f"127.0.0.1:{self.server_address[1]}"
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: Recorder

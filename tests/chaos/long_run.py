@@ -39,7 +39,7 @@ def _pg_kafka(n: int, inp: Any, ref: Any, work: Path, seed: int) -> dict[str, An
     from tests.support.postgres_server import start_postgres_server
 
     rng = random.Random(seed)
-    rows = []
+    rows: list[dict[str, Any]] = []
     with start_kafka_broker() as broker, start_postgres_server() as server:
         pg = KillablePostgres(server)
         for i in range(n):
@@ -85,7 +85,7 @@ def _pg_kafka(n: int, inp: Any, ref: Any, work: Path, seed: int) -> dict[str, An
 def _scenarios(kind: str, n: int, inp: Any, ref: Any, work: Path, seed: int
                ) -> dict[str, Any]:
     rng = random.Random(seed)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(n):
         t0 = time.monotonic()
         run = work / f"{kind}-{i:02d}"

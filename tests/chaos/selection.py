@@ -10,6 +10,7 @@ and took a third of the suite (session 13, docs/reliability.md "Running it").
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TypeVar
 
 EVERY = bool(os.environ.get("CAPWATCH_CHAOS"))
@@ -18,7 +19,7 @@ EVERY = bool(os.environ.get("CAPWATCH_CHAOS"))
 _T = TypeVar("_T")
 
 
-def cases(default: list[_T], every: list[_T]) -> list[_T]:
+def cases(default: Sequence[_T], every: Sequence[_T]) -> list[_T]:
     """``every`` under ``make chaos``, else ``default`` (a few of them)."""
     assert all(c in every for c in default), "make test's cases are some of make chaos's"
-    return every if EVERY else default
+    return list(every if EVERY else default)

@@ -34,8 +34,7 @@ def _one_agent(inp: FleetInput, agent: str, rename: str) -> list[bytes]:
 
 def test_an_agent_id_cannot_send_queries_elsewhere(
         drift_fleet: FleetInput, recorder: Recorder, tmp_path: Path) -> None:
-    host, port = recorder.server_address[:2]
-    hostile = f"{host}:{port}/ssrf-0#"
+    hostile = f"{recorder.host_port}/ssrf-0#"
     lines = _one_agent(drift_fleet, drift_fleet.drifted[0], rename=hostile)
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -43,7 +42,8 @@ def test_an_agent_id_cannot_send_queries_elsewhere(
     config["agents"] = {"url_template": "http://{agent_id}.agents.svc:8080", "timeout_s": 2}
     code, _ = run_to_end(config, tmp_path, "ssrf")
     versions, _ = read_sqlite_store(tmp_path / "s.db")
-    assert recorder.requests == [], f"capwatch asked {host}:{port}: {recorder.requests[:3]}"
+    assert recorder.requests == [], \
+        f"capwatch asked {recorder.host_port}: {recorder.requests[:3]}"
     assert versions == {}
     dead = (tmp_path / "out" / "deadletter.jsonl").read_text().splitlines()
     assert len(dead) == len(lines), "records of an invalid agent id must be dead letters"

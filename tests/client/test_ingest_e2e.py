@@ -9,7 +9,7 @@ import http.client
 import json
 import signal
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,8 @@ def test_opentelemetry_sdk_spans_reach_the_daemon_and_drift_is_detected(
             rng = np.random.default_rng(seed)
             obs, info = env.reset(seed=seed)
             for _ in range(steps):
-                allowed = np.flatnonzero(info["action_mask"]) if "action_mask" in info else []
+                allowed: Sequence[int] = (np.flatnonzero(info["action_mask"]).tolist()
+                                          if "action_mask" in info else [])
                 action = int(rng.choice(allowed)) if len(allowed) else int(rng.integers(6))
                 ground = hooks.action(obs, action)
                 with tracer.start_as_current_span("taxi.step") as span:

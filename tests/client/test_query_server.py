@@ -5,7 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
 
@@ -76,7 +77,8 @@ def _client(server: QueryServer, token: str = TOKEN) -> HttpAgentClient:
     return HttpAgentClient(server.url, retries=0, headers={"Authorization": f"Bearer {token}"})
 
 
-def _post(server: QueryServer, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+def _post(server: QueryServer, body: bytes, headers: dict[str, str]
+          ) -> tuple[int, dict[str, Any]]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
         conn.request("POST", "/capwatch/v1/query", body=body, headers=headers)
@@ -162,7 +164,12 @@ def test_a_factory_gives_each_worker_its_own_executor() -> None:
 
 def test_plain_functions_make_an_executor_and_health_reports_counts() -> None:
     state: set[GroundAtom] = set()
-    executor = CallableExecutor(lambda atoms: (state.clear(), state.update(atoms))[-1],
+
+    def reset(atoms: Iterable[GroundAtom]) -> None:
+        state.clear()
+        state.update(atoms)
+
+    executor = CallableExecutor(reset,
                                 lambda action: False, lambda: frozenset(state))
     with QueryServer(executor, token=None, vocabulary=VOCAB) as server:
         [r] = HttpAgentClient(server.url, retries=0).query(START, PLAN)

@@ -6,6 +6,7 @@ with the schema's."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
@@ -31,8 +32,9 @@ _names = st.one_of(
                      ",", "é", "\u2028", "x" * 40]),
     st.text(alphabet=st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=6))
 _state = st.lists(st.lists(_names, min_size=1, max_size=4), max_size=30)
-_style = st.sampled_from([{}, {"separators": (",", ":")}, {"indent": 1},
-                          {"separators": (" ,", " : ")}, {"ensure_ascii": False}])
+_style: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
+    [{}, {"separators": (",", ":")}, {"indent": 1}, {"separators": (" ,", " : ")},
+     {"ensure_ascii": False}])
 
 
 @st.composite
@@ -167,7 +169,7 @@ def test_the_decoder_agrees_with_the_schema_on_any_bytes(way: str, raw: bytes) -
         wire_fast._SPLIT = kept
 
 
-CANONICALS: dict[str, Any] = {"Python": wire_split.canonical}
+CANONICALS: dict[str, Callable[[bytes], bytes]] = {"Python": wire_split.canonical}
 if wire_split.CANONICAL is not None:
     CANONICALS["C"] = wire_split.CANONICAL
 _STRICT_STATE = msgspec.json.Decoder(list[list[str]])

@@ -203,6 +203,7 @@ def test_a_trace_reads_its_states_as_a_transition_does(
     actions = [["move", "r", f"w{k % 7}", f"w{(k + 1) % 7}"] for k in range(29)]
     raw = variant(TRACE, states=states, actions=actions, executed=[True] * 29)
     first = wire_fast.decode(raw, _WIDE)
+    assert isinstance(first, list)
     assert first == wire.decode(raw, _WIDE) and len(first) == 29
     assert not any(json.dumps(s).encode() in wire_atoms.STATES for s in states)
     parsed: list[bytes] = []

@@ -125,9 +125,9 @@ def test_an_id_names_one_atom_within_a_generation(monkeypatch: pytest.MonkeyPatc
         wire_atoms.learn(atoms)
         for a in atoms:
             assert given.setdefault((wire_atoms.generation, wire_atoms.ID[a]), a) == a
-        for i, a in enumerate(wire_atoms.ATOM):
-            if a != ():
-                assert given.setdefault((wire_atoms.generation, i), a) == a
+        for i, slot in enumerate(wire_atoms.ATOM):
+            if slot != ():
+                assert given.setdefault((wire_atoms.generation, i), slot) == slot
     # Bounded: the forgotten atoms' slots are given again.
     assert len(wire_atoms.ATOM) <= 20 and wire_atoms.turns >= 5
     wire_atoms.forget()

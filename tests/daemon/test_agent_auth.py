@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from capwatch.adapters.io.agent_client import AgentUnavailable
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.adapters.sim.agent_server import AgentServer, _Handler
+from capwatch.assess.agent import AgentUnavailable
 from capwatch.daemon.config import load_config
 from capwatch.daemon.service import HttpDirectory
 from capwatch.model.pddl_reader import read_problem

@@ -80,9 +80,8 @@ def _first_finding(tmp_path: Path, phase: float, lost_at: float, drift: Path,
         now[0] = t
         if t >= lost_at and agent.sim.model_version == 1:
             agent.sim.switch_model(read_domain(drift))
-        for name in watch.last_executed:
-            if t < lost_at or name != stops:
-                watch.last_executed[name] = t
+        watch.last_executed = {name: t if t < lost_at or name != stops else at
+                               for name, at in watch.last_executed.items()}
         if own_state is not None:
             watch.last_state = frozenset(tuple(a) for a in own_state)
         prober.probe_idle([watch], problems, objects)
@@ -243,6 +242,11 @@ def test_a_round_queued_before_shutdown_probes_nothing_after_close() -> None:
     prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]
 
 
+def _reading(cell: list[float]) -> Callable[[], float]:
+    """A clock that reads what the test last put in ``cell``."""
+    return lambda: cell[0]
+
+
 class Recorder:
     """Answers as the modelled rover and records every probe it is asked."""
 
@@ -281,7 +285,7 @@ def test_an_agent_held_as_bytes_is_probed_as_if_it_was_not(tmp_path: Path) -> No
             watch = d.registry.load(agent, "rover-v1", 0)
             assert watch is not None
             now = [0.0]
-            watch.clock = lambda now=now: now[0]
+            watch.clock = _reading(now)
             for t in _stream(40):
                 watch.observe(t)
             watches.append((watch, now))
@@ -291,9 +295,9 @@ def test_an_agent_held_as_bytes_is_probed_as_if_it_was_not(tmp_path: Path) -> No
         prober = CanaryProber(agents=recorder, metrics=DaemonMetrics(), idle_s=120.0,
                               busy_s=240.0, clock=d.clock, post=lambda r: None,
                               executor=Inline(), seed=3)
-        for t in range(0, 1200, 60):
+        for at in range(0, 1200, 60):
             for watch, now in watches:
-                now[0] = float(t)
+                now[0] = float(at)
                 if freeze and not watch.frozen:
                     watch.compact()
                     assert watch.freeze()

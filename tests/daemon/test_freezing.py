@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +26,7 @@ from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
 from capwatch.model.grounding import SharedGrounding
 from capwatch.models_store import open_store
+from capwatch.models_store.actions import action_store
 from capwatch.monitor.compact_bytes import decompress
 from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import snapshot_agent
@@ -232,7 +234,7 @@ def _chunked_run(tmp_path: Path, freeze: bool) -> tuple[Any, MemoryPublisher, in
     handle = p.handle_batch
     thawed = 0
 
-    def chunked(records: list[Record]) -> None:
+    def chunked(records: Sequence[Record]) -> None:
         nonlocal thawed
         for i in range(0, len(records), 7):
             before = {w.agent_id for w in p.registry if w.frozen}
@@ -280,7 +282,7 @@ def test_agents_frozen_after_every_batch_alarm_and_learn_as_if_never_frozen(
     stores = [open_store(f"sqlite:///{d / 'models.db'}") for d in (reference_dir, tmp_path)]
     try:
         activity = [sorted((a.agent_id, a.transitions, a.inconsistent)
-                           for a in s.activity()) for s in stores]
+                           for a in action_store(s).activity()) for s in stores]
         assert activity[0] == activity[1] != []
     finally:
         for s in stores:

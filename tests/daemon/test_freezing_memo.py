@@ -43,7 +43,7 @@ def _pipeline(tmp_path: Path) -> Pipeline:
 def _run(p: Pipeline, records: list[Record], freeze: bool) -> list[Any]:
     """Each record read and observed as the batch does, then every watch trimmed and,
     with ``freeze``, held as bytes (two rounds: the second finds all idle)."""
-    out = []
+    out: list[Any] = []
     for record in records:
         read = p.intake.read(record)
         assert read is not None
@@ -91,7 +91,7 @@ def test_a_frozen_watch_decodes_its_next_state_from_the_memo(tmp_path: Path) -> 
     try:
         _run(p, records, freeze=True)
     finally:
-        wire_fast._state = state_of  # type: ignore[assignment]
+        wire_fast._state = state_of
     assert [w for w in p.registry if w._frozen is not None]
     # Each record's state was its agent's last next-state (an episode's steps), except
     # at a reset: a frozen agent's record then parses its next state only.

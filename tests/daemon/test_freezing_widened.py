@@ -90,7 +90,9 @@ def test_frozen_agents_on_a_widening_family_index_do_what_unfrozen_ones_do() -> 
             after |= {("p", "x", "y")}
         # The decoder hands over the very set the monitor saw last, and the atoms that
         # differ when it made the next state from the state by them.
-        s = seen[agent] if seen[agent] == before and rng.random() < 0.8 else frozenset(before)
+        last_seen = seen[agent]
+        s = last_seen if last_seen is not None and last_seen == before \
+            and rng.random() < 0.8 else frozenset(before)
         s2 = frozenset(after)
         flipped = list(s ^ s2) if rng.random() < 0.6 else None
         got: object

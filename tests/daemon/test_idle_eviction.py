@@ -4,6 +4,7 @@ agent must cost about 0.2 KB, not the few KB a held watch costs)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -47,7 +48,7 @@ def _feed(p: Pipeline, agent: str, step: int, offset: int) -> None:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
     fake = SimpleNamespace(monotonic=c.monotonic, time=c.time,
-                           process_time=pipeline_module.time.process_time)
+                           process_time=time.process_time)
     monkeypatch.setattr(pipeline_module, "time", fake)
     return c
 

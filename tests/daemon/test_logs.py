@@ -7,13 +7,14 @@ import io
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from capwatch.daemon.logs import configure_logging
 
 
-def _lines(stream: io.StringIO) -> list[dict[str, object]]:
+def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 

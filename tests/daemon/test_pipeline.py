@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -79,9 +80,9 @@ def test_each_drift_yields_one_exact_model_version_and_one_alert(tmp_path: Path)
     # The metrics agree: courier-v1-002's change is probability-only (Δ 0) and still drifted,
     # and the sequential test that caught it counts as drift tests run.
     registry = service.pipeline.metrics.registry
-    drifted = {f: registry.get_sample_value("capwatch_agents_drifted", {"family": f})
-               for f in ("rover-v1", "courier-v1")}
-    assert drifted == {"rover-v1": 1, "courier-v1": 2}
+    per_family = {f: registry.get_sample_value("capwatch_agents_drifted", {"family": f})
+                  for f in ("rover-v1", "courier-v1")}
+    assert per_family == {"rover-v1": 1, "courier-v1": 2}
     tests = registry.get_sample_value("capwatch_drift_tests_total", {
         "family": "courier-v1", "action": "pick", "test": "sequential"})
     assert tests is not None and tests >= 100
@@ -405,10 +406,15 @@ def test_an_outage_at_shutdown_is_not_fatal_and_everything_is_closed(
     closed: list[str] = []
     source_close, publisher_close = d.source.close, d.publisher.close
     monkeypatch.setattr(d.source, "commit", kicked_out)
-    monkeypatch.setattr(d.source, "close", lambda: (closed.append("source"),
-                                                    source_close())[1])
-    monkeypatch.setattr(d.publisher, "close", lambda: (closed.append("publisher"),
-                                                       publisher_close())[1])
+
+    def closing(name: str, close: Callable[[], None]) -> Callable[[], None]:
+        def noted() -> None:
+            closed.append(name)
+            close()
+        return noted
+
+    monkeypatch.setattr(d.source, "close", closing("source", source_close))
+    monkeypatch.setattr(d.publisher, "close", closing("publisher", publisher_close))
     d.submit(d.checkpoint)  # the scheduler's, queued when SIGTERM came
     d.stop()
     assert d.run() == 0

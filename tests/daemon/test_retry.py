@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -136,7 +136,8 @@ def test_an_agent_that_refuses_the_query_gets_the_ordinary_retries(tmp_path: Pat
     d, now, out = _daemon(tmp_path, Flaky(100, AgentRejectedQuery(400, "bad_request", "no")),
                           max_attempts=2)
     assert _attempt(d, now, T0)
-    assert d.store.queue_items("pending")[0].last_error.startswith("agent refused the query")
+    assert (d.store.queue_items("pending")[0].last_error or "").startswith(
+        "agent refused the query")
     assert not _attempt(d, now, T0 + timedelta(seconds=6))
     assert _attempt(d, now, T0 + timedelta(seconds=7))
     (failed,) = d.store.queue_items("failed")
@@ -211,7 +212,7 @@ def _landing_then_failing(real: Any) -> Any:
     return call
 
 
-def _outage_events(logs: list[dict[str, Any]]) -> list[str]:
+def _outage_events(logs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [e["event"] for e in logs if "outage" in e["event"]]
 
 

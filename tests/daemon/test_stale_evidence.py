@@ -10,17 +10,8 @@ from capwatch.assess.observations import Transition
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
 from capwatch.model.domain import Outcome
-from tests.assess.test_adversarial_outcomes import (
-    AT,
-    CARRYING,
-    FULL,
-    _effects,
-    _jammed,
-    _jammed_drop,
-    _known,
-    _pick_steps,
-    _with,
-)
+from tests.assess.test_adversarial_outcomes import FULL, _jammed_drop, _known, _pick_steps
+from tests.assess.test_outcomes import AT, CARRYING, _effects, _jammed, _with
 
 
 def _wire(t: Transition, i: int) -> AgentTransition:

@@ -37,6 +37,12 @@ def _readyz(url: str) -> tuple[int, dict[str, Any]]:
         return 0, {}
 
 
+def _asked(seen: list[tuple[int, dict[str, Any]]], url: str) -> dict[str, Any]:
+    """Asks /readyz once, keeping the answer in ``seen``: its body."""
+    seen.append(_readyz(url))
+    return seen[-1][1]
+
+
 class OtherMember:
     """A member of the daemon's group that sorts first (the range assignor gives it the
     first partitions) and polls until told to stop polling, or to leave."""
@@ -104,12 +110,12 @@ def test_a_replica_standing_by_in_a_group_with_more_members_than_partitions_is_r
         other: list[OtherMember]) -> None:
     service = _daemon(tmp_path, kafka_bootstrap, kafka_topic, partitions=1, client=client)
     assert service.api is not None
+    url = service.api.url
     other.append(first := OtherMember(kafka_bootstrap, kafka_topic, f"{kafka_topic}-g"))
     wait(lambda: first.held() == {0}, 90, "the other member to hold the partition")
     with running(service):
         seen: list[tuple[int, dict[str, Any]]] = []
-        wait(lambda: seen.append(_readyz(service.api.url)) or  # type: ignore[union-attr]
-             "notes" in seen[-1][1], 90, "/readyz to say the replica stands by")
+        wait(lambda: "notes" in _asked(seen, url), 90, "/readyz to say the replica stands by")
         status, body = seen[-1]
         assert status == 200 and body["ready"] is True and body["problems"] == [], seen[-1]
         assert body["notes"] == [f"standing by: the group {kafka_topic}-g has 2 members "
@@ -131,8 +137,8 @@ def test_a_replica_left_without_partitions_is_not_ready_and_says_why(
     stuck.polling.clear()
     with running(service):
         seen: list[tuple[int, dict[str, Any]]] = []
-        wait(lambda: seen.append(_readyz(url)) or any(
-            "no partitions held" in p for p in seen[-1][1].get("problems", [])), 90,
+        wait(lambda: any("no partitions held" in p
+                         for p in _asked(seen, url).get("problems", [])), 90,
              "/readyz to say the replica holds no partitions")
         status, body = seen[-1]
         assert status == 503 and body["ready"] is False, body

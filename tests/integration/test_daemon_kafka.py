@@ -420,7 +420,7 @@ def _group_assignments(s: Setup) -> list[set[int]] | None:
             name, parts = (topic.get("topic"), topic.get("partitions")) \
                 if isinstance(topic, dict) else topic
             if name == s.topics.transitions:
-                owned.update(parts)
+                owned.update(parts or ())
         out.append(owned)
     return out
 

@@ -59,7 +59,7 @@ HALL = [["at_robot", "robot1", "hall"], ["carrying", "robot1", "parcel1"]]
 
 def _partition(agent_id: str) -> int:
     """Where Kafka's default partitioner puts an agent's records."""
-    return (murmur2(agent_id.encode()) & 0x7FFFFFFF) % PARTITIONS
+    return int(murmur2(agent_id.encode()) & 0x7FFFFFFF) % PARTITIONS
 
 
 def _send_ghost(bootstrap: str, topic: str) -> None:
@@ -106,10 +106,11 @@ def _reference(tmp: Path, rounds: int) -> tuple[int, dict[str, Any]]:
     fleet = _fleet()
     path = tmp / "reference.jsonl"
     path.write_bytes(b"".join(e.value + b"\n" for e in fleet.events(rounds)))
-    cfg = DaemonConfig(replica_id="reference", source={"kind": "jsonl", "path": str(path)},
-                       store={"url": f"sqlite:///{tmp / 'reference.db'}"},
-                       families=families_config("courier-v1"), output={"kind": "log"},
-                       http={"enabled": False}, log={"level": "error"})
+    cfg = DaemonConfig.model_validate({
+        "replica_id": "reference", "source": {"kind": "jsonl", "path": str(path)},
+        "store": {"url": f"sqlite:///{tmp / 'reference.db'}"},
+        "families": families_config("courier-v1"), "output": {"kind": "log"},
+        "http": {"enabled": False}, "log": {"level": "error"}})
     out = MemoryPublisher()
     service = build_service(cfg, publisher=out, agents=_Agents(fleet),
                             source=JsonlSource(str(path)))

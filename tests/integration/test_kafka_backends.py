@@ -149,6 +149,12 @@ class Member:
         self.source.close()
 
 
+def polled(source: Source, into: list[Record]) -> set[int]:
+    """Polls ``source`` once into ``into``: the partitions read so far."""
+    into.extend(source.poll(0.2))
+    return {r.partition for r in into}
+
+
 def poll_until(members: list[Member], done: Callable[[], bool], timeout_s: float,
                what: str) -> None:
     try:
@@ -650,8 +656,8 @@ def test_a_member_dropped_from_its_group_hands_out_nothing_of_its_partitions_unt
     source.start(assigned, revoked, {})
     try:
         first: list[Record] = []
-        wait(lambda: bool(first.extend(source.poll(0.2))) or (
-            held == {0, 1} and {r.partition for r in first} == {0, 1}), 60, "records")
+        wait(lambda: polled(source, first) == {0, 1} and held == {0, 1},
+             60, "records")
         source.commit({0: 1, 1: 1})
         _dropped(source, kafka_bootstrap, group)
         lost: list[AssignmentLost] = []
@@ -667,8 +673,8 @@ def test_a_member_dropped_from_its_group_hands_out_nothing_of_its_partitions_unt
         wait(commit_fails, 30, "a commit to find the member dropped")
         assert lost[0].partitions == {0, 1}
         again: list[Record] = []
-        wait(lambda: bool(again.extend(source.poll(0.2))) or (
-            held == {0, 1} and {r.partition for r in again} == {0, 1}), 60,
+        wait(lambda: polled(source, again) == {0, 1} and held == {0, 1},
+             60,
             "the partitions given back")
         # Nothing handed out before the group gave them back, and then from the commit.
         assert events[-1][0] == "assign"
@@ -697,8 +703,8 @@ def test_an_asynchronous_commit_moves_the_group_once_answered_and_a_refused_one_
     source.start(held.update, held.difference_update, {})
     try:
         got: list[Record] = []
-        wait(lambda: bool(got.extend(source.poll(0.2))) or (
-            held == {0, 1} and {r.partition for r in got} == {0, 1}), 60, "records")
+        wait(lambda: polled(source, got) == {0, 1} and held == {0, 1},
+             60, "records")
         answers: list[BaseException | None] = []
 
         def answered(n: int) -> bool:

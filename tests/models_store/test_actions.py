@@ -18,6 +18,7 @@ from capwatch.models_store.actions import (
     reviews,
     rollback,
 )
+from capwatch.models_store.sql import SqlModelStore
 from tests.models_store.conftest import T0
 
 
@@ -156,11 +157,12 @@ def test_activity_rows_are_indexed_by_their_key_alone(store: ModelStore) -> None
     # query reads, cost a third of that (migration 0005 drops it).
     s = action_store(store)
     s.save_activity([AgentActivity("rover-v3", "rover-1", 1, 0, hours(1), "r1")])
+    assert isinstance(store, SqlModelStore)
     sql = ("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
            if store.dialect == "sqlite" else
            "SELECT indexname FROM pg_indexes WHERE tablename = ? "
            "AND schemaname = current_schema()")
-    with store._tx(write=False) as tx:  # type: ignore[attr-defined]
+    with store._tx(write=False) as tx:
         names = {str(r[0]) for r in tx.rows(sql, ("agent_activity",))}
     assert "agent_activity_seen" not in names
     assert len(names) == 1  # the primary key's

@@ -45,7 +45,7 @@ def test_the_explanation_read_is_the_one_made_at_once() -> None:
 
 
 def test_an_inconsistency_nobody_reads_is_not_explained() -> None:
-    with mock.patch.object(observations, "explain", wraps=observations.explain) as made:
+    with mock.patch.object(observations, "explain", wraps=explain) as made:
         monitor = _drifted_monitor()
         n = len(monitor.inconsistencies)
         assert n > 1 and made.call_count == 0

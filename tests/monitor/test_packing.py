@@ -5,7 +5,7 @@ state, the same audit."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -54,7 +54,7 @@ def _dump(alarm: Any) -> Any:
 
 @pytest.mark.parametrize("kind", ["sliding", "tumbling"])
 def test_packed_tables_continue_exactly_like_tables_never_packed(
-        move_car: Action, three_way: Action, kind: str) -> None:
+        move_car: Action, three_way: Action, kind: Literal["sliding", "tumbling"]) -> None:
     cfg = DriftConfig(window=300, window_kind=kind, min_samples=100)
     plain, packed = DriftMonitor(cfg), DriftMonitor(cfg)
     rng = np.random.default_rng(7)

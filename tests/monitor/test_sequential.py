@@ -74,7 +74,7 @@ def test_log_and_linear_kernels_agree() -> None:
 
 def test_detector_class_matches_batch_kernel() -> None:
     p0 = np.array([0.8, 0.2])
-    det = SequentialDetector(p0, false_alarm_rate=1e-3)
+    det = SequentialDetector(p0.tolist(), false_alarm_rate=1e-3)
     rng = np.random.default_rng(9)
     xs = (rng.random(5000) < 0.35).astype(int)
     q, logw = tilted_alternatives(p0)
@@ -109,7 +109,7 @@ def test_detects_a_shift_and_locates_the_change() -> None:
     rng = np.random.default_rng(3)
     errors, delays = [], []
     for _ in range(40):
-        det = SequentialDetector(p0, false_alarm_rate=1e-5)
+        det = SequentialDetector(p0.tolist(), false_alarm_rate=1e-5)
         nu = 300
         for t in range(5000):
             x = int(rng.random() < (p0[1] if t < nu else p1[1]))
@@ -136,7 +136,7 @@ def test_partially_ambiguous_observations_use_group_likelihood() -> None:
     q, _ = tilted_alternatives(p0)
     llr = block_llr(p0, q, (1, 2))
     assert np.allclose(llr, np.log(q[:, 1:].sum(axis=1) / 0.4))
-    det = SequentialDetector(p0)
+    det = SequentialDetector(p0.tolist())
     det.update(Attribution(((0,), (1, 2)), 1))
     assert det.n == 1
 

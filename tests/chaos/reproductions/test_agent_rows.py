@@ -40,9 +40,8 @@ def test_a_lying_agent_yields_a_failed_assessment_not_a_version(
     lines = _one_agent(drift_fleet, agent)
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
-    host, port = recorder.server_address[:2]
     config = _failing_fast(jsonl_config(tmp_path, drift_fleet, path, str(tmp_path / "s.db")))
-    config["agents"] = {"urls": {agent: f"http://{host}:{port}"}, "timeout_s": 10}
+    config["agents"] = {"urls": {agent: f"http://{recorder.host_port}"}, "timeout_s": 10}
     code, _ = run_to_end(config, tmp_path, "liar")
     versions, _ = read_sqlite_store(tmp_path / "s.db")
     alerts = [json.loads(a) for a in

@@ -39,7 +39,7 @@ OUTAGE_S = 30.0
 
 
 def _ride_out(drift_fleet: FleetInput, reference: Outcome, broker: KafkaBroker,
-              tmp_path: Path, fault: Callable[[], None], recover: Callable[[], None]
+              tmp_path: Path, fault: Callable[[], None], recover: Callable[[], object]
               ) -> dict[str, float]:
     topics = make_topics(broker.bootstrap)
     half = len(drift_fleet.lines) // 2

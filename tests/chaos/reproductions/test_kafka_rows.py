@@ -88,7 +88,8 @@ def test_every_dead_letter_reaches_the_topic_before_its_offset_is_committed(
     # Under the daemon's 1 MB limit, but as base64 in a dead letter over the broker's 1 MB.
     big = [b"{" + b"x" * 800_000 for _ in range(6)]
     values = [m.value for m in messages] + big
-    keys: list[str | None] = [m.key for m in messages] + ["big"] * len(big)
+    keys: list[str | None] = [m.key for m in messages]
+    keys += ["big"] * len(big)
     expected_dead = sum(m.expect == "dead" for m in messages) + len(big)
     topics = make_topics(kafka_bootstrap)
     produce(topics, values, keys, max_request_size=2_000_000)
