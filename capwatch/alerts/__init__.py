@@ -8,8 +8,9 @@ and the wire formats, before the probes' server could start (docs/performance.md
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from capwatch.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from capwatch.alerts.outbox import (
@@ -56,11 +57,4 @@ _MODULE_OF = {
                      "assessment_failed_alert", "inconsistency_alert"), "types"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
+__getattr__ = lazy_getattr(__name__, _MODULE_OF, globals())

@@ -10,8 +10,9 @@ daemon's probes answered; docs/performance.md, "Start-up").
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from capwatch.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from capwatch.model.consistency import (
@@ -75,11 +76,4 @@ __all__ = [
     "shared_ground_atoms", "summarise_changes", "write_domain", "write_plan", "write_problem",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
+__getattr__ = lazy_getattr(__name__, _MODULE_OF, globals())
