@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from capwatch.cli._common import load_domain
-from capwatch.model import AbstractModel, pal_tuples, summarise_changes
+from capwatch.model import AbstractModel, pal_tuples
+from capwatch.model.diff import describe_changes
 from capwatch.model.pal import Mode
 
 
@@ -20,7 +21,8 @@ def register(sub: Any) -> None:
     stats.add_argument("domain")
     stats.set_defaults(handler=_stats)
 
-    diff = msub.add_parser("diff", help="pal-tuples whose modes differ, and Δ")
+    diff = msub.add_parser(
+        "diff", help="what changed, in words (modes and outcome probabilities), and Δ")
     diff.add_argument("a")
     diff.add_argument("b")
     diff.add_argument("--json", action="store_true", help="machine-readable output")
@@ -47,9 +49,13 @@ def _diff(args: argparse.Namespace) -> int:
               "headers or types); Δ is defined only over the same pal-tuples", file=sys.stderr)
         return 2
     changes = ma.diff(mb)
+    # Δ counts pal-tuples only: a change of outcome probabilities has Δ 0 and is still a
+    # difference (the lines a version's summary has).
+    lines = describe_changes(a, b, changes)
     if args.json:
         print(json.dumps({
             "delta": len(changes),
+            "summary": lines,
             "pal_tuples": len(ma.modes),
             "changes": [
                 {"action": p.action, "atom": [p.atom.predicate, *p.atom.args],
@@ -58,10 +64,10 @@ def _diff(args: argparse.Namespace) -> int:
             ],
         }))
     else:
-        for line in summarise_changes(changes, a):
+        for line in lines:
             print(line)
         print(f"Δ = {len(changes)} of {len(ma.modes)} pal-tuples")
-    return 0 if not changes else 1
+    return 0 if not lines and not changes else 1
 
 
 def _m(mode: Mode) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from capwatch.model.domain import Domain, LiftedAtom
+from capwatch.model.domain import Domain, LiftedAtom, Outcome
 from capwatch.model.pal import AbstractModel, Location, Mode, PalTuple, summarise_changes
 
 Change = tuple[PalTuple, Mode, Mode]
@@ -120,6 +120,37 @@ def probability_changes(old: Domain, new: Domain) -> list[str]:
     return lines
 
 
+def _outcome_text(outcome: Outcome) -> str:
+    made = [*(f"{a} true" for a in sorted(outcome.add)),
+            *(f"{a} false" for a in sorted(outcome.delete))]
+    effect = f"makes {', '.join(made)}" if made else "no effect"
+    return f"{outcome.probability:.3g} ({effect})"
+
+
+def outcome_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
+    """Lines for actions whose outcomes changed where neither a pal-tuple of the action nor
+    a shift of its known outcomes' probabilities says so.
+
+    A deterministic action that now sometimes does nothing (a new, empty outcome) keeps
+    every mode (Δ 0), and its old outcome's probability has no partner among the new
+    ones, so :func:`probability_shifts` skips it: without these lines it was described
+    nowhere."""
+    moved = {c[0].action for c in changes} | set(probability_shifts(old, new))
+    old_actions = old.action_map
+    lines = []
+    for action in new.actions:
+        before = old_actions.get(action.name)
+        if before is None or action.name in moved:
+            continue
+        was = sorted(before.outcomes, key=Outcome.sort_key)
+        now = sorted(action.outcomes, key=Outcome.sort_key)
+        if was != now:
+            lines.append(f"{action.header()} outcomes changed: "
+                         f"{', '.join(map(_outcome_text, was))} → "
+                         f"{', '.join(map(_outcome_text, now))}")
+    return lines
+
+
 def describe_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
     """Human lines for a model change, in the model's own vocabulary."""
     new_actions = new.action_map
@@ -127,4 +158,4 @@ def describe_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> lis
     lines = summarise_changes(known, new)
     gone = sorted({c[0].action for c in changes if c[0].action not in new_actions})
     lines += [f"{old.action(name).header()} removed from the model" for name in gone]
-    return lines + probability_changes(old, new)
+    return lines + probability_changes(old, new) + outcome_changes(old, new, changes)

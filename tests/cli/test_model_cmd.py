@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from capwatch.cli import main
-from tests.paths import DATA, DOMAINS
+from tests.paths import DATA, DOMAINS, REPO_ROOT
 
 
 @pytest.mark.parametrize(("name", "pals", "actions"), [("gripper", 20, 3), ("miconic", 36, 4),
@@ -47,3 +47,40 @@ def test_bad_file_names_file_line_and_problem(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as info:
         main(["model", "stats", str(bad)])
     assert f"{bad}:3:22: unknown predicate 'q'" in str(info.value)
+
+
+EXAMPLES = REPO_ROOT / "capwatch" / "examples"
+
+
+def test_diff_says_when_only_outcome_probabilities_changed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's own probability drift (courier's pick, 0.9 -> 0.5) has Δ 0: diff printed
+    only 'Δ = 0' and exited 0, 'the same', for two models an operator must tell apart."""
+    a, b = EXAMPLES / "courier.pddl", EXAMPLES / "courier-pick-wear.pddl"
+    assert main(["model", "diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "pick(?r ?p ?x) outcome probabilities changed: 0.9→0.5, 0.1→0.5" in out
+    assert "Δ = 0 of 22" in out
+    assert main(["model", "diff", "--json", str(a), str(b)]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["delta"] == 0 and data["summary"] == [
+        "pick(?r ?p ?x) outcome probabilities changed: 0.9→0.5, 0.1→0.5"]
+
+
+def test_diff_says_when_a_deterministic_action_became_stochastic(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """drive succeeding only 60% of the time keeps every pal-tuple's mode (Δ 0) and is no
+    shift of known outcomes' probabilities (a new, empty outcome): it was described
+    nowhere, not by diff, not in a version's summary."""
+    text = (DATA / "ipc" / "depot" / "domain.pddl").read_text()
+    once = "(and (at ?x ?z) (not (at ?x ?y))))"
+    assert text.count(once) == 1
+    slips = tmp_path / "depot-slips.pddl"
+    slips.write_text(text.replace("(:requirements :strips)",
+                                  "(:requirements :strips :probabilistic-effects)")
+                     .replace(once, "(probabilistic 0.6 (and (at ?x ?z) (not (at ?x ?y)))))"))
+    assert main(["model", "diff", str(DATA / "ipc" / "depot" / "domain.pddl"),
+                 str(slips)]) == 1
+    out = capsys.readouterr().out
+    assert ("drive(?x ?y ?z) outcomes changed: 1 (makes (at ?x ?z) true, (at ?x ?y) false)"
+            " → 0.6 (makes (at ?x ?z) true, (at ?x ?y) false), 0.4 (no effect)") in out
