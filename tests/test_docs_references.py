@@ -43,3 +43,19 @@ def test_the_index_links_every_page() -> None:
     linked = set(_MD_LINK.findall((DOCS / "index.md").read_text(encoding="utf-8")))
     pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
     assert pages <= linked, f"pages missing from docs/index.md: {sorted(pages - linked)}"
+
+
+_STARTING = re.compile(r"""(?:\.starting|\.doing) = f?"([^"{]+)""")
+
+
+def test_every_readiness_status_of_a_start_is_in_the_daemons_table() -> None:
+    """An operator reads /readyz's "starting: ..." against docs/daemon.md's table: the
+    SciPy step ("loading SciPy's statistics", since d617bf4) was missing from it, and the
+    page still said SciPy's statistics load at the first drift alarm."""
+    table = (DOCS / "daemon.md").read_text(encoding="utf-8")
+    said = {m.strip() for path in sorted((REPO_ROOT / "capwatch" / "daemon").rglob("*.py"))
+            + [REPO_ROOT / "capwatch" / "cli" / "run_cmd.py"]
+            for m in _STARTING.findall(path.read_text(encoding="utf-8"))}
+    assert len(said) >= 10, said
+    missing = sorted(s for s in said if f"`starting: {s}" not in table)
+    assert not missing, f"docs/daemon.md's /readyz table lacks {missing}"
