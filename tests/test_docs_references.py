@@ -53,8 +53,9 @@ def test_every_readiness_status_of_a_start_is_in_the_daemons_table() -> None:
     SciPy step ("loading SciPy's statistics", since d617bf4) was missing from it, and the
     page still said SciPy's statistics load at the first drift alarm."""
     table = (DOCS / "daemon.md").read_text(encoding="utf-8")
-    said = {m.strip() for path in sorted((REPO_ROOT / "capwatch" / "daemon").rglob("*.py"))
-            + [REPO_ROOT / "capwatch" / "cli" / "run_cmd.py"]
+    sources = [*sorted((REPO_ROOT / "capwatch" / "daemon").rglob("*.py")),
+               REPO_ROOT / "capwatch" / "cli" / "run_cmd.py"]
+    said = {m.strip() for path in sources
             for m in _STARTING.findall(path.read_text(encoding="utf-8"))}
     assert len(said) >= 10, said
     missing = sorted(s for s in said if f"`starting: {s}" not in table)
