@@ -151,6 +151,35 @@ def outcome_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list
     return lines
 
 
+def outside_changes(old: Domain, new: Domain) -> list[str]:
+    """Lines for precondition changes no pal-tuple can hold: atoms over a constant or a
+    repeated parameter, equality constraints (docs/models.md). Δ and the assessment do not
+    see them; a diff of two files must still not call such models the same."""
+    gamma = AbstractModel.from_domain(new).modes.keys() | AbstractModel.from_domain(
+        old).modes.keys()
+    old_actions = old.action_map
+    lines = []
+    for action in new.actions:
+        before = old_actions.get(action.name)
+        if before is None:
+            continue
+
+        def outside(atoms: frozenset[LiftedAtom], name: str = action.name) -> list[LiftedAtom]:
+            return sorted(a for a in atoms if PalTuple(name, a, Location.PRE) not in gamma)
+
+        parts = [*(f"now requires {a}" for a in outside(action.pre_pos - before.pre_pos)),
+                 *(f"now requires (not {a})" for a in outside(action.pre_neg - before.pre_neg)),
+                 *(f"no longer requires {a}" for a in outside(before.pre_pos - action.pre_pos)),
+                 *(f"no longer requires (not {a})"
+                   for a in outside(before.pre_neg - action.pre_neg))]
+        if (action.equal, action.distinct) != (before.equal, before.distinct):
+            parts.append("its equality constraints changed")
+        if parts:
+            lines.append(f"{action.header()} {'; '.join(parts)}, outside the pal-tuples "
+                         "(not counted in Δ, not assessed)")
+    return lines
+
+
 def describe_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
     """Human lines for a model change, in the model's own vocabulary."""
     new_actions = new.action_map

@@ -84,3 +84,24 @@ def test_diff_says_when_a_deterministic_action_became_stochastic(
     out = capsys.readouterr().out
     assert ("drive(?x ?y ?z) outcomes changed: 1 (makes (at ?x ?z) true, (at ?x ?y) false)"
             " → 0.6 (makes (at ?x ?z) true, (at ?x ?y) false), 0.4 (no effect)") in out
+
+
+def test_diff_says_when_a_change_lies_outside_the_pal_tuples(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A precondition over a constant is no pal-tuple (docs/models.md): diff printed
+    'Δ = 0' and exited 0, 'the models agree', for woodworking's load-highspeed-saw that
+    now needs a rough board."""
+    base = DATA / "ipc" / "woodworking" / "domain.pddl"
+    text = base.read_text()
+    old = "(empty ?m)\n            (available ?b))"
+    assert text.count(old) == 1
+    drifted = tmp_path / "ww.pddl"
+    drifted.write_text(text.replace(
+        old, "(empty ?m)\n            (available ?b)\n            (surface-condition ?b rough))"))
+    assert main(["model", "diff", str(base), str(drifted)]) == 1
+    out = capsys.readouterr().out
+    assert ("load-highspeed-saw(?b ?m) now requires (surface-condition ?b rough), outside "
+            "the pal-tuples") in out
+    assert main(["model", "diff", "--json", str(drifted), str(base)]) == 1
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary and "no longer requires (surface-condition ?b rough)" in summary[0]
