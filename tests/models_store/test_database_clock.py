@@ -201,6 +201,7 @@ def test_sqlite_restart_after_a_step_back_keeps_due_work_due(tmp_path: Path,
         return datetime.now(UTC) + step[0]
 
     store = SqliteModelStore(tmp_path / "m.db", wall_clock=wall)
+    store.keep_clock_every_s = 0.0  # every write keeps its reading (1 s apart by default)
     store.enqueue_many([(work(k, wall()), ()) for k in ("k1", "k2", "k3")])
     held, later = store.claim("w0", wall(), 60, 2)
     at = wall()
@@ -222,3 +223,27 @@ def test_sqlite_restart_after_a_step_back_keeps_due_work_due(tmp_path: Path,
         assert again.store_now(wall()) > wall() + timedelta(minutes=59)
     finally:
         again.close()
+
+
+def test_sqlite_keeps_its_clock_at_most_every_keep_clock_every_s(tmp_path: Path) -> None:
+    store = SqliteModelStore(tmp_path / "m.db")
+    store.keep_clock_every_s = 3600.0  # the default 1 s, made long enough for a loaded host
+
+    def kept() -> list[tuple[str, str]]:
+        with store._tx(write=False) as tx:
+            return [(str(r[0]), str(r[1])) for r in
+                    tx.rows("SELECT reading, wall FROM store_clock")]
+
+    try:
+        assert kept() == []
+        store.enqueue(work("k1", datetime.now(UTC)))
+        first = kept()
+        assert len(first) == 1
+        store.enqueue(work("k2", datetime.now(UTC)))  # within the period: not kept again
+        assert kept() == first
+        store.keep_clock_every_s = 0.0
+        store.enqueue(work("k3", datetime.now(UTC)))
+        (again,) = kept()
+        assert again[0] > first[0][0]
+    finally:
+        store.close()
