@@ -46,7 +46,7 @@ from datetime import datetime
 
 import structlog
 
-from capwatch.contracts.ports import CommitsInBackground, Publisher, Source
+from capwatch.contracts.ports import CommitsInBackground, DeliveryError, Publisher, Source
 from capwatch.contracts.store import Checkpoints, DriftSnapshot
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
@@ -55,6 +55,15 @@ from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import SnapshotError, restore_agent, snapshot_agent
 
 log = structlog.get_logger("capwatch.daemon")
+
+SYNC_WAIT_S = 30.0
+"""How long a synchronous checkpoint (a revoke, the shutdown) waits for a background
+checkpoint's write and flush already running. A revoke holds the whole group's rebalance:
+no replica consumes until every member has rejoined, so a flush waiting on a broker that
+does not answer held every partition of the group for as long (unbounded before session
+16). Three of the publisher's 10 s flush timeouts: a flush still running after that waits
+on a broker or store that is not answering. The partitions are then given up without a
+commit (never committed early): their next owner replays them from their last commit."""
 
 
 class PendingCommit:
@@ -156,6 +165,7 @@ class Checkpointer:
         """Per owned partition: the offset after the last record handled."""
         self._committed: dict[int, int] = {}
         self._pending: PendingCommit | None = None
+        self.sync_wait_s = SYNC_WAIT_S
         self._writer = Writer()
         self._activity_store = store if isinstance(store, ActionStore) else None
         """The store as an ActionStore, if it is one (a Protocol's isinstance is slow)."""
@@ -227,8 +237,11 @@ class Checkpointer:
             moved = False
             pending = self._pending
             if pending is not None:
+                if not pending.done.wait(self.sync_wait_s):
+                    raise DeliveryError(
+                        f"the background checkpoint's write and flush did not finish within "
+                        f"{self.sync_wait_s:g} s; nothing more is committed until it has")
                 self.await_writes()
-                pending.done.wait()
                 if pending.error is not None:
                     # Done again here: a failed write's tables and activity were put
                     # back (await_writes), and these offsets are flushed and committed

@@ -218,3 +218,34 @@ def test_an_answer_after_a_later_synchronous_commit_does_not_move_the_record_bac
     done(None)  # answered late
     d.checkpoint()
     assert source.synchronous == [{0: 2}]  # still known committed: no commit again
+
+
+def test_a_revoke_gives_its_partitions_up_uncommitted_when_a_running_flush_does_not_end(
+        tmp_path: Path) -> None:
+    # A revoke holds the whole group's rebalance: it may not wait without limit for a
+    # flush waiting on a broker that does not answer. Bounded, it gives the partitions up
+    # without a commit (their next owner replays them), never commits them early, and
+    # the flush ending later commits nothing of them either.
+    d, publisher = _pipeline(tmp_path, [good_sample(step=0), "not json"])
+    _handle(d)
+    d.checkpoint(background=True)
+    assert publisher.flushing.wait(HANG_S)
+    d.checkpoints.sync_wait_s = 0.05
+    revoked = threading.Event()
+
+    def revoke() -> None:
+        d.revoke({0})
+        revoked.set()
+
+    threading.Thread(target=revoke, daemon=True).start()
+    try:
+        # The gate stays shut: before, the revoke waited for the flush (HANG_S).
+        assert revoked.wait(HANG_S / 2), "the revoke waited for the flush without limit"
+        assert _committed(d) == {}
+        assert 0 not in d.assigned and len(d.registry) == 0
+    finally:
+        publisher.gate.set()
+    _flushed(d)
+    d.commit_flushed()
+    assert _committed(d) == {}
+    assert d.checkpoints._pending is None
