@@ -34,6 +34,13 @@ STATEMENT_TIMEOUT_S = 15.0
 (:class:`_DeadlineConnection`)."""
 
 
+_UNFINISHED_WRITE_STATES = ("08", "40", "55P03", "57")
+"""SQLSTATE classes and codes of a write that did not finish but was not refused: a
+connection exception (08), a transaction rolled back for a deadlock or serialization
+failure (40), a lock not available (55P03, ``lock_timeout``), operator intervention (57:
+``statement_timeout``'s query_canceled 57014, the server shutting down)."""
+
+
 class ServerNotAnswering(psycopg.OperationalError):
     """The server took a round trip's whole deadline without answering."""
 
@@ -249,7 +256,19 @@ class PostgresModelStore(SqlModelStore):
         return isinstance(exc, pg_errors.UniqueViolation)
 
     def _write_fault(self, exc: BaseException) -> bool:
-        return isinstance(exc, psycopg.Error) and not isinstance(exc, psycopg.IntegrityError)
+        """The server refused the write (a full disk, a revoked privilege, a read-only
+        server), not a conflict, and not a write that only did not finish this time: a
+        statement or lock timeout (a lock another session held), a deadlock or
+        serialization failure, the connection lost or the server not answering within
+        the store's deadline (no SQLSTATE: the client's own error). Those say nothing
+        about the next write, and the connection's state is /readyz's own probe's to
+        report; taken as refusals, one statement timeout kept an idle replica (no
+        version to write, so no success to clear it) at 503 for the whole hold
+        (:data:`~capwatch.models_store.sql_base.WRITE_FAILURE_HOLD_S`, 300 s)."""
+        if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.IntegrityError):
+            return False
+        state = exc.sqlstate
+        return state is not None and not state.startswith(_UNFINISHED_WRITE_STATES)
 
     def close(self) -> None:
         with self._lock:

@@ -213,3 +213,39 @@ def test_a_full_disk_under_the_versions_only_fails_readiness_until_a_version_lan
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
             conn.execute(f"CREATE SCHEMA {schema}")  # the fixture drops it again
             conn.execute(f"DROP TABLESPACE {space}")
+
+
+@pytest.mark.parametrize("timeout", ["the store's deadline", "statement_timeout",
+                                     "lock_timeout"])
+def test_a_version_write_that_timed_out_does_not_fail_readiness(
+        role_url: tuple[str, str, str], timeout: str) -> None:
+    """A write that only did not finish (it waited on a lock another session held) is
+    not the database refusing writes: before, it marked version writes failing, and a
+    replica with no version left to write (idle, its work taken over) answered 503 for
+    the whole hold (300 s) while every write would have landed."""
+    url, admin, schema = role_url
+    options = {"the store's deadline": None, "statement_timeout": "statement_timeout=500",
+               "lock_timeout": "lock_timeout=500"}[timeout]
+    if options is not None:
+        url += quote(f" -c{options}")
+    store = open_store(url, statement_timeout_s=1.0 if options is None else 10.0)
+    assert isinstance(store, SqlModelStore)
+    server = ApiServer(store, CollectorRegistry(), ready=lambda: True,
+                       families_of=lambda a: None, alerts=RecentAlerts()).start()
+    try:
+        now = datetime.now(UTC)
+        store.enqueue(PendingAssessment("k", "a1", "rover", {"n": 1}, now))
+        (item,) = store.claim("r/w0", now, 60)
+        v = build_version(ModelRef("rover", None, 1), read_domain(EXAMPLES / "rover.pddl"),
+                          now, evidence={"assessment_key": item.key})
+        with psycopg.connect(admin) as locker:
+            locker.execute(f"LOCK TABLE {schema}.model_versions IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(psycopg.OperationalError):
+                store.put(v, (), Held("k", "r/w0", now, 60))
+            locker.rollback()
+        assert store.write_failures() == {}
+        assert readyz(server.url) == (200, {"ready": True, "problems": []})
+        assert store.put(v, (), Held("k", "r/w0", now, 60)) == v  # it would have landed
+    finally:
+        server.close()
+        store.close()
