@@ -296,3 +296,45 @@ def test_a_producer_that_expired_a_record_is_replaced_and_its_records_sent_again
     assert len(_WedgingProducer.made) == 2, "the wedged producer was not replaced"
     assert pub.pending() == 0
     assert _WedgingProducer.made[1].delivered == records
+
+
+def test_a_record_is_labelled_with_the_producer_it_went_through_when_one_is_replaced_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush replaces the producer (its thread) while a worker sends (another): the
+    handle must name the producer the record went through, or the new producer expiring
+    it (or its partition vanishing) is never seen and the wedged producer stays in use.
+    The replacement is made to fall between the sender's reads of the generation and of
+    the producer, wherever nothing stops it from coming there (the interleaving two
+    threads can reach)."""
+
+    from kafka.errors import KafkaTimeoutError
+
+    from capwatch.adapters.io import kafka as kafka_module
+    from capwatch.adapters.io.kafka import KafkaPublisher
+
+    class RacedPublisher(KafkaPublisher):
+        race = False
+
+        @property
+        def _producer(self) -> _WedgingProducer:
+            if self.race and not self._renewing.locked():
+                self.race = False
+                self._renew_producer("a flush, meanwhile")
+            return self.__dict__["_producer"]  # type: ignore[no-any-return]
+
+        @_producer.setter
+        def _producer(self, value: _WedgingProducer) -> None:
+            self.__dict__["_producer"] = value
+
+    _WedgingProducer.made = []
+    monkeypatch.setattr(kafka_module, "KafkaProducer", _WedgingProducer)
+    pub = RacedPublisher("unused:9092", models_topic="m", alerts_topic="a",
+                         dead_letter_topic="d")
+    pub.race = True
+    handle = pub._produce("d", None, b"x")
+    generation, future = handle
+    holder = next(i for i, p in enumerate(_WedgingProducer.made) if future in p.sent)
+    assert generation == holder, "the record is labelled with another producer's generation"
+    if holder == pub._generation:
+        future.fail(KafkaTimeoutError("Expiring 1 record(s) for d-0: 120000 ms"))
+        assert pub._expired(handle)

@@ -523,7 +523,15 @@ class KafkaPublisher(PendingPublisher):
     def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
         if self._gave_up.is_set():
             self._renew_producer("it expired a record", only_if_gave_up=True)
-        return self._generation, self._producer.send(topic, key=key, value=value)
+        # The producer and its generation read together: a flush replacing the producer
+        # between two unlocked reads labelled a record sent through the new producer with
+        # the old generation, so that its expiry or a lost partition (_expired, _stranded)
+        # was never seen and the wedged producer stayed in use until some other record
+        # expired (up to another delivery_timeout_ms). The send itself is outside the
+        # lock: it may wait for metadata (max_block_ms).
+        with self._renewing:
+            generation, producer = self._generation, self._producer
+        return generation, producer.send(topic, key=key, value=value)
 
     def _renew_producer(self, why: str, only_if_gave_up: bool = False) -> None:
         """A new producer; the old one's records not yet answered fail ("closed
