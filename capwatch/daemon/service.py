@@ -31,6 +31,7 @@ from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 from capwatch.daemon.assessor import Assessor, EngineAssessor
 from capwatch.daemon.config import ConfigError, DaemonConfig, KafkaConfig
+from capwatch.daemon.events import resend_newest_versions
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.ingest import IngestEndpoints
@@ -521,6 +522,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             # Older than a session, the group may have moved on: say it is not known.
             return probe.group_view(max_age_s=probe.timeout_s)
 
+    resend_newest_versions(publisher, store)
     startup.doing = "building the pipeline"
     pipeline = Pipeline(config, store=store, source=source,
                         publisher=TeePublisher(publisher, recent), agents=agents,

@@ -126,6 +126,14 @@ class PendingPublisher:
         """Every record sent and not yet acknowledged, kept until it is: a failed one is
         sent again, and until it goes through no flush succeeds (so nothing is committed
         past it)."""
+        self.newest_model: Callable[[bytes], bytes] | None = None
+        """Given a model-version record about to be sent again, the record to send: its
+        agent's newest version (the daemon's store answers). A record sent again goes out
+        after whatever was sent meanwhile, by this publisher or another replica's: a
+        version kept here while its work's new holder published it and then a newer one
+        landed behind the newer, and the compacted topic kept the older for good
+        (docs/reliability.md, session 16). Raising, the record is kept unsent and the
+        flush fails (nothing is committed past it) until it answers."""
 
     # ------------------------------------------------------------------ the backend's part
 
@@ -182,14 +190,25 @@ class PendingPublisher:
                 if error is None:
                     continue
                 failed.append(error)
-                keep.append(record if in_flight else record._replace(
-                    handle=self._attempt(record.topic, record.key, record.value)))
+                keep.append(record if in_flight else self._again(record))
             with self._lock:
                 done = {id(r) for r in sent}
                 self._pending = [r for r in self._pending if id(r) not in done] + keep
             if failed:
                 raise PublishError(f"{len(failed)} record(s) could not be written to Kafka"
                                    f" (sent again): {failed[0]}")
+
+    def _again(self, record: Sent) -> Sent:
+        """``record`` sent again (a model version: its agent's newest, see
+        :attr:`newest_model`)."""
+        value = record.value
+        if record.topic == self.models_topic and self.newest_model is not None:
+            try:
+                value = self.newest_model(value)
+            except Exception as e:  # the store is down: the record waits, unsent
+                return record._replace(handle=e)
+        return record._replace(value=value,
+                               handle=self._attempt(record.topic, record.key, value))
 
     def _outcome(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
         if isinstance(handle, Exception):
