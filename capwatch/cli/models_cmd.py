@@ -50,6 +50,7 @@ def store_options(json_flag: bool = False) -> argparse.ArgumentParser:
 
 def register(sub: Any) -> None:
     from capwatch.cli.actions_cmd import register_models
+    from capwatch.cli.republish_cmd import register_republish
 
     common = store_options()
     with_json = store_options(json_flag=True)
@@ -83,6 +84,7 @@ def register(sub: Any) -> None:
     p.add_argument("-o", "--output", help="file to write (default: standard output)")
     p.set_defaults(handler=_export)
     register_models(msub)
+    register_republish(msub)
 
 
 def parse_ref(text: str) -> tuple[str, str | None, int | None]:
