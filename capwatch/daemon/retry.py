@@ -50,7 +50,9 @@ def describe_agent_failure(e: AgentUnavailable) -> Failure:
     """A failed query as a :class:`Failure`: an agent that answered but refused the query
     (4xx) or broke the protocol will not be cured by waiting, so it is not reported as
     unreachable and gets the ordinary retries, not the backoff."""
-    if isinstance(e, AgentRejectedQuery | AgentProtocolError):
+    if isinstance(e, AgentProtocolError):
+        return Failure(FailureKind.AGENT_REFUSED, f"agent broke the query protocol: {e}")
+    if isinstance(e, AgentRejectedQuery):
         return Failure(FailureKind.AGENT_REFUSED, f"agent refused the query: {e}")
     return Failure(FailureKind.AGENT_UNREACHABLE, f"agent unavailable: {e}")
 

@@ -358,3 +358,21 @@ def test_work_handed_back_at_a_shutdown_is_never_failed_by_it(tmp_path: Path) ->
     assert _failed_alerts(d, out) == []
     d.source.close()
     d.store.close()
+
+
+def test_an_answer_outside_the_protocol_is_not_called_a_refusal() -> None:
+    """An operator's agent answered HTML to a query: the alert said 'agent refused the
+    query: agent at ... answered outside the protocol: : Invalid JSON ...', a refusal
+    (4xx) it was not, and an empty field name."""
+    from capwatch.adapters.io.agent_client import HttpAgentClient
+    from capwatch.contracts.agent_protocol import AgentProtocolError, QueryResponse
+    from capwatch.daemon.retry import describe_agent_failure
+
+    broken = describe_agent_failure(AgentProtocolError("agent at u answered HTTP 302: x"))
+    assert broken.message.startswith("agent broke the query protocol: ")
+    refused = describe_agent_failure(AgentRejectedQuery(400, "bad_request", "no"))
+    assert refused.message.startswith("agent refused the query: ")
+    client = HttpAgentClient("http://127.0.0.1:9")
+    with pytest.raises(AgentProtocolError) as info:
+        client._decode(200, b"<html>oops</html>", QueryResponse)
+    assert ": :" not in str(info.value) and "the answer: Invalid JSON" in str(info.value)

@@ -260,7 +260,7 @@ class HttpAgentClient:
             answer = model.model_validate_json(data)
         except ValidationError as e:
             first = e.errors(include_url=False, include_input=False)[0]
-            loc = ".".join(str(p) for p in first["loc"])
+            loc = ".".join(str(p) for p in first["loc"]) or "the answer"
             raise AgentProtocolError(
                 f"agent at {self.url} answered outside the protocol: {loc}: {first['msg']}"
             ) from None
