@@ -354,6 +354,50 @@ class Designer:
             state[atom] = state[rep]
         return state
 
+    def restorer(self, need: Mapping[LiftedAtom, bool], free: frozenset[LiftedAtom],
+                 exclude: str) -> tuple[str, dict[LiftedAtom, bool]] | None:
+        """A step of another, deterministic action that sets each shared atom of
+        ``need`` to its value there whatever it was before: it runs whatever the atoms of
+        ``free`` (those a chance effect left unknown, ``need``'s among them) are, since
+        both of their values are safe for it, and every value the evidence still allows
+        it leaves each atom of ``need`` at that value; every other atom at a value a run
+        showed safe, and every other shared atom's value after it predictable. Between
+        two resampled steps of ``exclude`` whose chance effect takes those atoms, it lets
+        one answer draw that action twice (docs/assessment.md, "Two draws in one
+        answer"). The action and its state (the atoms of ``free`` it has are free in its
+        probe); None when no action does so. Fewest atoms first, then by name."""
+        if any(a.startswith("?") for atom in free for a in atom.args):
+            return None
+        found: list[tuple[int, str, dict[LiftedAtom, bool]]] = []
+        masks = self.vs.masks
+        for name in sorted(self.pas):
+            pas = self.pas[name]
+            if name == exclude or name in self.vs.outcomes or self.actions[name].equal:
+                continue
+            atoms = {pa.atom for pa in pas}
+            if not all(atom in atoms for atom in need):
+                continue
+            own = set(self.actions[name].parameter_names)
+            state: dict[LiftedAtom, bool] = {}
+            for pa in pas:
+                m = masks[pa]
+                safe = SAFE_VALUES[m]
+                if pa.atom in free:
+                    if safe != (False, True) or (
+                            pa.atom in need and AFTER[m] != (need[pa.atom], need[pa.atom])):
+                        break
+                    state[pa.atom] = need.get(pa.atom, False)
+                    continue
+                if not safe or (own.isdisjoint(pa.atom.args) and AFTER[m][safe[0]] is None):
+                    break
+                state[pa.atom] = safe[0]
+            else:
+                found.append((len(pas), name, state))
+        if not found:
+            return None
+        _, name, state = min(found, key=lambda f: (f[0], f[1]))
+        return name, state
+
     def _from_known(self, pa: PaTuple) -> bool:
         if self.from_scratch:
             return False

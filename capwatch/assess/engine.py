@@ -25,7 +25,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 
 from capwatch.assess.agent import AgentQuery, QueryNotAttempted, QueryResult
-from capwatch.assess.design import AFTER, COUNT
+from capwatch.assess.design import AFTER, COUNT, SAFE_VALUES
+from capwatch.assess.effect_masks import posts
 from capwatch.assess.evidence import Evidence, show
 from capwatch.assess.observations import (
     Observation,
@@ -49,6 +50,7 @@ from capwatch.assess.probes import (
     EXPLORE,
     FAIL,
     RESAMPLE,
+    RESTORE,
     ObjectFactory,
     Probe,
     Query,
@@ -69,6 +71,7 @@ from capwatch.assess.versionspace import (
     is_single,
     mask_of,
     values_of,
+    violating,
 )
 from capwatch.model.domain import Domain, LiftedAtom, Outcome
 from capwatch.model.pal import (
@@ -530,8 +533,11 @@ class _Engine(Evidence):
             show = max(show, self._shares(action).needed(self.tolerance))
         if doubts:
             show = max(show, min(rare_needed(space, space.min_share), RESAMPLE_STEPS))
-        count = RESAMPLE_STEPS if doubts and space.together() else \
+        two = self._two_draws(action, state) if doubts else None
+        count = RESAMPLE_STEPS if doubts and (two is not None or space.together()) else \
             min(max(space.steps_to_retire(), show, 1), RESAMPLE_STEPS)
+        if two is not None:
+            return self._drawn_twice(action, state, two, count)
         if not kept or kept[0].assignment != state:
             kept = []
         while len(kept) < count:
@@ -539,6 +545,79 @@ class _Engine(Evidence):
                               f"{action}: do its unseen outcomes still happen?"))
         self.resample_steps[action] = kept
         return kept[:count]
+
+    def _two_draws(self, action: str, state: Mapping[LiftedAtom, bool]
+                   ) -> tuple[frozenset[LiftedAtom], tuple[str, dict[LiftedAtom, bool]] | None
+                              ] | None:
+        """How one answer can run the action's resampled step more than once where its
+        effect on a shared atom (a 0-ary one: blocksworld's pick-up and ``handempty``,
+        by chance or not) would otherwise end what may follow it (docs/assessment.md,
+        "Two draws in one answer"): the atoms the step leaves unknown or changed, and,
+        for those of them
+        whose value the next step needs (not both safe for it), a step of another,
+        deterministic action that sets them back whatever they were
+        (:meth:`Designer.restorer`). None when the step leaves no shared atom unknown
+        (the packing chains it already), when no restoring step exists, or when its
+        steps could not be told apart: every two live outcomes must differ on an atom of
+        the step's own objects, since a shared atom's value between two steps shows in no
+        answer (a step two outcomes explain alike teaches nothing, and one that looks
+        like a known outcome no earlier step showed would keep it). An agent drawing
+        independently then mixes its outcomes within one answer; one that switches models
+        per answer never does (:meth:`OutcomeSpace.doubts`)."""
+        act = self.actions[action]
+        if act.equal:
+            return None
+        own = set(act.parameter_names)
+        space = self.vs.outcomes[action]
+        # The shared atoms a step leaves unknown or at another value than the next one
+        # needs: those end the chain.
+        opaque = [pa for pa in self.pas[action] if own.isdisjoint(pa.atom.args)
+                  and self._after(pa, state[pa.atom]) != state[pa.atom]]
+        if not opaque:
+            return None
+        live = space.live()
+        owned = [pa for pa in self.pas[action] if not own.isdisjoint(pa.atom.args)]
+        for i, a in enumerate(live):
+            for k in live[i + 1:]:
+                if not any(not posts(a.possible(pa), state[pa.atom]) &
+                           posts(k.possible(pa), state[pa.atom]) for pa in owned):
+                    return None
+        free = frozenset(pa.atom for pa in opaque)
+        need = {pa.atom: state[pa.atom] for pa in opaque
+                if SAFE_VALUES[self.vs.masks[pa]] != (False, True)}
+        if not need:
+            return free, None
+        restorer = self.design.restorer(need, free, action)
+        return None if restorer is None else (free, restorer)
+
+    def _drawn_twice(self, action: str, state: Mapping[LiftedAtom, bool],
+                     two: tuple[frozenset[LiftedAtom], tuple[str, dict[LiftedAtom, bool]] | None],
+                     count: int) -> list[Probe]:
+        """The steps of a two-draw query (:meth:`_two_draws`): the resampled step at its
+        state, ``count`` - 1 more with the atoms its chance effect leaves unknown free
+        where both their values are safe, and as many restoring steps, which the packing
+        places between them (:func:`pack`). Kept while the same, so that their objects
+        are too."""
+        free, restorer = two
+        key = (dict(state), free, restorer)
+        hit = self.two_draws.get(action)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        need = {} if restorer is None else {
+            a: state[a] for a in free if a in restorer[1] and
+            SAFE_VALUES[self.vs.masks[PaTuple(action, a)]] != (False, True)}
+        purpose = f"{action}: do its outcomes mix within one answer?"
+        steps = [Probe(action, state, RESAMPLE, purpose)]
+        steps += [Probe(action, state, RESAMPLE, purpose, free=free - set(need))
+                  for _ in range(count - 1)]
+        if restorer is not None:
+            name, assignment = restorer
+            steps += [Probe(name, assignment, RESTORE,
+                            f"{name}: sets back what {action}'s chance effect took",
+                            free=frozenset(a for a in free if a in assignment))
+                      for _ in range(count - 1)]
+        self.two_draws[action] = (key, steps)
+        return steps
 
     def _resampled(self, query: Query, answer: QueryResult,
                    sampled: dict[str, tuple[int, int, int, int]]) -> bool:
@@ -596,7 +675,11 @@ class _Engine(Evidence):
 
     def _after(self, pa: PaTuple, before: bool | None) -> bool | None:
         if before is None:
-            return None
+            # Unknown before (a free atom after a chance step): known after only when
+            # every value at which the step can run leaves the same one.
+            afters = {self._after(pa, v) for v in (False, True)
+                      if self.vs.masks[pa] & ~violating(v) & ALL_VALUES}
+            return afters.pop() if len(afters) == 1 else None
         if pa.action in self.vs.outcomes:
             return self.vs.after(pa, before)
         return AFTER[self.vs.masks[pa]][before]

@@ -85,6 +85,9 @@ class Evidence:
         self.mix_tried: set[str] = set()
         """Actions asked again alone while a known outcome was kept beside an added one
         and no answer had run them twice (:meth:`OutcomeSpace.unmixable`)."""
+        self.two_draws: dict[str, tuple[object, list[Probe]]] = {}
+        """Per action asked again in two-draw queries, what the steps were built for and
+        the steps (resampled ones and the restoring ones between them)."""
         self.settle_best: dict[str, int] = {}
         """Per action, the most steps that counted toward settling its open effects."""
         self.tired: dict[Probe, int] = {}

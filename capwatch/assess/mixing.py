@@ -21,9 +21,16 @@ mixes across separate answers exactly as an agent with both outcomes does, and w
 published with both (13 of fuzz_assess's 16 wrong versions). Such a known outcome kept
 beside an added one is now a doubt no answer lifts
 (:meth:`~capwatch.assess.outcomes.OutcomeSpace.unmixable`): the action fails closed, an
-honest agent's too (docs/assessment.md, session 14, says what it costs and what query would
-lift it: two steps of the action in one answer with a step between that restores what the
-first one's outcome took).
+honest agent's too (docs/assessment.md, session 14, says what it costs).
+
+Session 16 asks for the two draws where it can (``engine._two_draws``, docs/assessment.md,
+"Two draws in one answer"): the action again in the same answer, with the shared atom free
+where it runs at either value, or after a step of another, deterministic action on objects
+of its own that sets the atom back whatever it was (blocksworld's put-down of a block held
+from the start). Once an answer ran the action twice, the rule above (co-occurrence within
+one answer) decides, and a per-answer switcher still never mixes. Where no such step exists,
+or the outcomes differ only on the shared atom (tireworld's move-car: a shared atom's value
+between two steps shows in no answer), the action still fails closed.
 
 What the test costs an honest agent where answers run the action twice: an answer of n
 draws holds two outcomes of shares p and q but for a chance (1 - p)^n + (1 - q)^n.

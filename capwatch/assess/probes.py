@@ -14,7 +14,10 @@ Kinds of probe, by what the engine expects:
   risky    – expected to execute under the hypothesis, may fail (one atom in doubt);
   fail     – expected to fail: confirms one precondition literal;
   explore  – looking for any state where the action executes at all;
-  resample – safe, asked again and again to see which outcomes the action still has.
+  resample – safe, asked again and again to see which outcomes the action still has;
+  restore  – a step of a deterministic action that sets a shared atom a resampled step's
+             chance effect left unknown back to the value the next one needs (a two-draw
+             query, docs/assessment.md).
 Steps expected to fail go last: a failure ends the plan, so each query settles every
 guess before its first real failure, plus that failure.
 
@@ -37,6 +40,8 @@ from capwatch.model.pal import Mode, PaTuple
 SAFE, RISKY, FAIL, EXPLORE = "safe", "risky", "fail", "explore"
 RESAMPLE = "resample"
 """A safe step of an undecided probabilistic action, asked again to see its outcomes."""
+RESTORE = "restore"
+"""A safe step whose effect sets a shared atom whatever its value before (see ``free``)."""
 _FINAL_PRIORITY = {EXPLORE: 0, FAIL: 1}
 
 
@@ -49,11 +54,16 @@ class Probe:
     purpose: str
     risky: int = 0
     """How many atoms are set to a value that might violate a precondition."""
+    free: frozenset[LiftedAtom] = frozenset()
+    """Shared atoms whose value before does not matter (both values are safe): the step
+    may follow one that left them unknown or changed, so that an answer can run a
+    probabilistic action twice (:func:`pack`); a ``restore`` step goes only there."""
 
 
-Shared = tuple[GroundAtom, bool, PaTuple | None, bool | None]
-"""A ground atom other steps may touch too: (atom, value the step needs, its pa-tuple or
-None for a fixed atom, a fixed atom's value after the step or None if unchanged)."""
+Shared = tuple[GroundAtom, bool | None, PaTuple | None, bool | None]
+"""A ground atom other steps may touch too: (atom, value the step needs or None for a
+free one (:attr:`Probe.free`), its pa-tuple or None for a fixed atom, a fixed atom's
+value after the step or None if unchanged)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -184,10 +194,10 @@ def ground_probe(probe: Probe, action: Action, objects: ObjectFactory,
     atoms = tuple(zip(pas, grounds, strict=True))
     if any_shared:
         true_atoms: list[GroundAtom] = []
-        for (_, pa, _, _, is_shared), g, value in zip(template, grounds,
+        for (atom, pa, _, _, is_shared), g, value in zip(template, grounds,
                                                       assignment.values(), strict=True):
             if is_shared:
-                shared.append((g, value, pa, None))
+                shared.append((g, None if atom in probe.free else value, pa, None))
             elif value:
                 true_atoms.append(g)
     else:
@@ -298,8 +308,15 @@ def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
     state: set[GroundAtom] = set()
 
     def add(step: Step) -> bool:
+        if step.probe.kind == RESTORE and not any(
+                g in value and (set_to := after_of(pa, None)) is not None and
+                value[g] != set_to for g, v, pa, _ in step.shared if v is None and pa):
+            # A restoring step goes only where an earlier step left an atom it sets
+            # otherwise (or unknown): elsewhere it would restore nothing, and every
+            # restoring step would line up before the first step it is for.
+            return False
         for g, v, _, _ in step.shared:
-            if g in value and value[g] != v:
+            if v is not None and g in value and value[g] != v:
                 return False
         if max_atoms is not None and chosen and \
                 len(state) + len(step.true_atoms) + len(step.shared) > max_atoms:
@@ -327,11 +344,18 @@ def pack(safe: Sequence[Probe], risky: Sequence[Probe], final: Sequence[Probe],
         return any(pa is not None and after_of(pa, v) is None for _, v, pa, _ in step.shared)
 
     first = [*safe, *sorted(risky, key=lambda p: p.risky)]
-    dark = [p for p in first if opaque(maker.step(p))]
+    # Steps with a free atom can only follow a dark one: they are placed with them.
+    dark = [p for p in first if p.free or opaque(maker.step(p))]
     if dark:
-        first = [p for p in first if not opaque(maker.step(p))]
-    place(first)
-    place(dark)
+        first = [p for p in first if not (p.free or opaque(maker.step(p)))]
+    if any(p.kind == RESTORE for p in dark):
+        # A two-draw query: the steps a restoring one is for may be predictable (an
+        # effect that leaves a shared atom at another value than the next one needs),
+        # so they and the restoring steps are placed in one loop, alternating.
+        place([*first, *dark])
+    else:
+        place(first)
+        place(dark)
     # Expected failures go last, as many as fit: the agent stops at the first real
     # failure, and every probe before it that ran was a wrong guess now settled, so a
     # query costs one failure however many guesses it clears.

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from capwatch.assess.agent import QueryResult
-from capwatch.assess.probes import FAIL, RISKY, SAFE, ObjectFactory, Probe, pack, read_answer
+from capwatch.assess.probes import (
+    FAIL,
+    RESAMPLE,
+    RESTORE,
+    RISKY,
+    SAFE,
+    ObjectFactory,
+    Probe,
+    pack,
+    read_answer,
+)
 from capwatch.model.domain import Action, LiftedAtom, Outcome, Parameter
 from capwatch.model.pal import Mode, PaTuple
 
@@ -50,6 +60,26 @@ def test_shared_atom_is_chained_only_when_the_earlier_effect_is_known() -> None:
     assert known is not None and unknown is not None
     assert len(known.steps) == 2
     assert len(unknown.steps) == 1
+
+
+def test_restoring_steps_go_between_steps_whose_effect_on_a_shared_atom_is_chance() -> None:
+    """A two-draw query (docs/assessment.md): grab's effect on handempty is not known (as
+    a chance one), put sets it whatever it was; put's steps, free on handempty, go only
+    where a grab left it unknown, so the grabs interleave with them. Before, the packing
+    had no free atom and stopped at the first grab."""
+    grabs = [Probe("grab", {HOLD: False, EMPTY: True}, RESAMPLE, "g") for _ in range(3)]
+    puts = [Probe("put", {HOLD: True, EMPTY: True}, RESTORE, "p", free=frozenset({EMPTY}))
+            for _ in range(2)]
+    effect = lambda pa: Mode.POS if pa.action == "put" else Mode.UNKNOWN  # noqa: E731
+    q = pack([*grabs, *puts], [], [], ACTIONS, ObjectFactory(set()), effect=effect)
+    assert q is not None
+    assert [s.ground_action[0] for s in q.steps] == ["grab", "put", "grab", "put", "grab"]
+    assert ("handempty",) in q.state
+    # Held from the start, on objects of its own: each put runs whatever handempty is.
+    puts_held = [("holding", s.ground_action[1]) for s in q.steps if s.probe.kind == RESTORE]
+    assert all(g in q.state for g in puts_held)
+    # Where nothing left handempty unknown, a restoring step is not sent at all.
+    assert pack(puts, [], [], ACTIONS, ObjectFactory(set()), effect=effect) is None
 
 
 def test_read_answer_reports_before_after_and_the_failed_step() -> None:

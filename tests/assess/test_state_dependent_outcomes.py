@@ -6,10 +6,13 @@ and the others as the new one shows, in each state, the outcomes of one model on
 engine must not publish the union of both (a model the agent is in no state) as the
 action's outcomes.
 
-The action here, ``place``, has its chance effect on a 0-ary atom (``armfree``): no answer
-runs it twice, so whether outcomes mix within one answer cannot be asked, and an added
-outcome kept beside a known one fails closed (session 14: asking the same query again in
-separate answers, session 13's test, passes an agent switching models per answer).
+The action here, ``place``, has its chance effect on a 0-ary atom (``armfree``): a step
+after it that needs ``armfree`` at a designed value cannot follow it. Until session 16 no
+answer ran it twice, and an added outcome kept beside a known one failed closed (session
+14: asking the same query again in separate answers, session 13's test, passes an agent
+switching models per answer). ``place`` runs whatever ``armfree`` is, so a two-draw query
+runs it again with that atom free (docs/assessment.md, "Two draws in one answer"): an
+honest agent mixes its outcomes there, a per-answer switcher never does.
 """
 
 from __future__ import annotations
@@ -148,16 +151,23 @@ def test_an_agent_switching_models_per_answer_is_not_published_as_both(seed: int
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_an_honest_agent_with_an_added_outcome_fails_closed_naming_the_reason(
+def test_an_honest_agent_with_an_added_outcome_is_published_from_two_draws_in_one_answer(
         seed: int) -> None:
-    """The price of the rule: an honest agent with an outcome added beside the known ones
-    gives the same answers as the switcher above (no answer runs ``place`` twice), so it
-    fails closed too, with the reason in the notes, instead of being published."""
+    """Session 14's price: an honest agent with an outcome added beside the known ones gave
+    the switcher's answers (no answer ran ``place`` twice) and failed closed. The
+    two-draw query runs ``place`` again in one answer with ``armfree`` free (it runs
+    either way): the agent's outcomes mix there and it is published with its three
+    outcomes, by default. Before: undecided, "no answer ran the action twice"."""
     known, truth = _known(), _added()
-    result = assess(known, _evidence(truth), SimulatedAgent(truth, seed=seed),
-                    method="verify", budget=300)
-    assert result.undecided_outcomes == ("place",)
-    assert "no answer ran the action twice" in result.undecided_reasons["place"]
+    evidence = _evidence(truth)
+    result = assess(known, evidence, SimulatedAgent(truth, seed=seed), method="verify",
+                    budget=300)
+    assert not result.undecided_outcomes, result.undecided_reasons
+    assert any(sum(1 for a in q.plan[:q.executed] if a[0] == "place") > 1
+               for q in result.queries)
+    model = result.domain()
+    assert not replay(model, evidence, result.queries)
+    assert _effects(model.action("place")) == _effects(truth.action("place"))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -200,7 +210,11 @@ def test_the_reason_names_the_answers_that_never_ran_it_twice() -> None:
     result = assess(known, _evidence(truth), agent, method="verify", budget=300)
     if result.undecided_outcomes:
         assert result.undecided_outcomes == ("place",)
-        assert "no answer ran the action twice" in result.undecided_reasons["place"]
+        # Answers that run it twice show one model's outcomes each (session 16: the
+        # two-draw query); without them, that none ran it twice.
+        assert "never showed in an answer beside an added one" in \
+            result.undecided_reasons["place"] or \
+            "no answer ran the action twice" in result.undecided_reasons["place"]
     else:
         assert _effects(result.domain().action("place")) == _effects(truth.action("place"))
 
