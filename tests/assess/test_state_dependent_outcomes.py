@@ -56,8 +56,16 @@ def _known() -> Domain:
     return parse_domain(SHELF)
 
 
-def _place(*outcomes: Outcome) -> Domain:
-    known = _known()
+def _known_strict() -> Domain:
+    """The shelf whose ``place`` needs the arm not free (its likely outcome frees it): the
+    next step of it cannot follow one that freed the arm, and no action takes ``armfree``
+    back whatever it is (``grab`` needs it): no two-draw query exists."""
+    return parse_domain(SHELF.replace(":precondition (and (held ?b))",
+                                      ":precondition (and (held ?b) (not (armfree)))"))
+
+
+def _place(*outcomes: Outcome, known: Domain | None = None) -> Domain:
+    known = known if known is not None else _known()
     return known.replace_action(known.action("place").replace(outcomes=outcomes))
 
 
@@ -67,11 +75,11 @@ def _keeps_hold() -> Domain:
                   Outcome(frozenset(), frozenset({HELD}), 0.3))
 
 
-def _added() -> Domain:
+def _added(known: Domain | None = None) -> Domain:
     """The drift: a new outcome (the box placed and still held) beside both known ones."""
     return _place(Outcome(frozenset({PLACED, ARMFREE}), frozenset({HELD}), 0.5),
                   Outcome(frozenset(), frozenset({HELD}), 0.3),
-                  Outcome(frozenset({PLACED, ARMFREE}), frozenset(), 0.2))
+                  Outcome(frozenset({PLACED, ARMFREE}), frozenset(), 0.2), known=known)
 
 
 def _effects(action: Action) -> set[tuple[frozenset[LiftedAtom], frozenset[LiftedAtom]]]:
@@ -168,6 +176,20 @@ def test_an_honest_agent_with_an_added_outcome_is_published_from_two_draws_in_on
     model = result.domain()
     assert not replay(model, evidence, result.queries)
     assert _effects(model.action("place")) == _effects(truth.action("place"))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_without_a_two_draw_query_an_honest_added_outcome_still_fails_closed(seed: int) -> None:
+    """Where no answer can run the action twice (the strict shelf: ``place`` needs the arm
+    not free, its likely outcome frees it, and no action takes ``armfree`` back whatever
+    it is), session 14's rule stands: the honest agent's added outcome fails closed,
+    naming the reason."""
+    known = _known_strict()
+    truth = _added(known)
+    result = assess(known, _evidence(truth), SimulatedAgent(truth, seed=seed),
+                    method="verify", budget=300)
+    assert result.undecided_outcomes == ("place",)
+    assert "no answer ran the action twice" in result.undecided_reasons["place"]
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -11,7 +11,7 @@ from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
 from tests.assess.outcome_drifts import probability_error
 from tests.assess.test_outcomes import gripper_slip_drift, gripper_walks
-from tests.assess.test_state_dependent_outcomes import _added, _evidence, _known
+from tests.assess.test_state_dependent_outcomes import _added, _evidence, _known_strict
 
 
 def test_an_undecided_outcome_set_ends_unexplained_with_its_reason() -> None:
@@ -50,10 +50,12 @@ def test_an_undecided_outcome_set_ends_unexplained_with_its_reason() -> None:
 
 def test_the_operators_independent_draws_reach_the_engine() -> None:
     """assessment.independent_draws travels with the request: the honest agent whose
-    added outcome fails closed by default (tests/assess/test_state_dependent_outcomes.py)
-    is published with its three outcomes when the operator declares the draws
-    independent, and fails closed naming the reason when not."""
-    known, truth = _known(), _added()
+    added outcome fails closed by default (tests/assess/test_state_dependent_outcomes.py;
+    the strict shelf, where no two-draw query exists since session 16) is published with
+    its three outcomes when the operator declares the draws independent, and fails
+    closed naming the reason when not."""
+    known = _known_strict()
+    truth = _added(known)
     bad = [AgentTransition("s-1", "shelf", "ep", i, None, t.state, t.action, t.next_state,
                            False, t.executed) for i, t in enumerate(_evidence(truth))]
     outcomes = {}
