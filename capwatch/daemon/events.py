@@ -48,28 +48,32 @@ def model_event(v: ModelVersion) -> ModelVersionEvent:
 
 
 def resend_newest_versions(publisher: object, store: ModelStore) -> None:
-    """A model version ``publisher`` sends again is its agent's newest in ``store``.
+    """``publisher`` never leaves an agent's older version last on the models topic:
+    a version it sends again goes out as the agent's newest in ``store``, and once it has
+    a version acknowledged, it sends a newer one stored meanwhile after it.
 
     The models topic is compacted by agent: its last record of a key is the version every
-    consumer keeps. A replica whose version N failed to go out (cut off from the broker,
-    frozen past its lease, refused) keeps sending it again; meanwhile the work's new
-    holder publishes N and, after a new drift, N+1; N sent again then lands behind N+1
-    (tests/integration/test_kafka_version_order.py). Sending the newest instead, the
-    last record of the agent is the newest stored when it was sent. At least once as
-    before: the newest may go out twice, the same content."""
+    consumer keeps. A replica whose version N did not go out (cut off from the broker,
+    frozen past its lease, refused) keeps sending it again, or holds it in its client
+    until the connection comes back; meanwhile the work's new holder publishes N and,
+    after a new drift, N+1; N then lands behind N+1
+    (tests/integration/test_kafka_version_order.py). Whichever record lands last, the
+    newest stored when it was acknowledged follows it: a version stored later is
+    published by its own worker after that. At least once as before: the newest may go
+    out twice, the same content."""
     if not isinstance(publisher, PendingPublisher):
         return  # JSONL and log outputs append in order, one writer each
 
-    def newest(value: bytes) -> bytes:
+    def newer(value: bytes) -> bytes | None:
         event = ModelVersionEvent.model_validate_json(value)
         if not event.agent_id:
-            return value
+            return None
         latest = store.latest(event.family, event.agent_id)
         if latest is None or latest.version <= event.version:
-            return value
-        log.warning("a model version sent again is superseded; its agent's newest is sent "
-                    "instead", agent_id=event.agent_id, version=event.version,
+            return None
+        log.warning("a newer version of the agent is stored; it is published after this "
+                    "one", agent_id=event.agent_id, version=event.version,
                     newest=latest.version)
         return model_event(latest).model_dump_json().encode()
 
-    publisher.newest_model = newest
+    publisher.newest_model = newer

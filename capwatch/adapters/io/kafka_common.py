@@ -126,14 +126,18 @@ class PendingPublisher:
         """Every record sent and not yet acknowledged, kept until it is: a failed one is
         sent again, and until it goes through no flush succeeds (so nothing is committed
         past it)."""
-        self.newest_model: Callable[[bytes], bytes] | None = None
-        """Given a model-version record about to be sent again, the record to send: its
-        agent's newest version (the daemon's store answers). A record sent again goes out
-        after whatever was sent meanwhile, by this publisher or another replica's: a
-        version kept here while its work's new holder published it and then a newer one
-        landed behind the newer, and the compacted topic kept the older for good
-        (docs/reliability.md, session 16). Raising, the record is kept unsent and the
-        flush fails (nothing is committed past it) until it answers."""
+        self.newest_model: Callable[[bytes], bytes | None] | None = None
+        """Given a model-version record, its agent's newest version's record if that is
+        newer, else None (the daemon's store answers). A replica's version can reach the
+        topic after a newer one another replica published meanwhile (the work's new
+        holder, after this replica was cut off from the broker, frozen past its lease, or
+        refused): sent again at a later flush, or held inside the client until the
+        connection came back. The compacted topic then kept the older for good
+        (docs/reliability.md, session 16). So a record sent again goes out as the newest,
+        and once a model version is acknowledged, a newer one stored meanwhile is sent
+        after it: whichever replica's record lands last, the newest follows it. Raising
+        (the store is down), the record waits as unsent or unchecked and the next flush
+        fails (nothing is committed past it) until it answers."""
 
     # ------------------------------------------------------------------ the backend's part
 
@@ -188,6 +192,9 @@ class PendingPublisher:
             for record in sent:
                 error, in_flight = self._outcome(record.handle, timeout_s)
                 if error is None:
+                    newer = self._newer(record)
+                    if newer is not None:
+                        keep.append(newer)
                     continue
                 failed.append(error)
                 keep.append(record if in_flight else self._again(record))
@@ -204,11 +211,25 @@ class PendingPublisher:
         value = record.value
         if record.topic == self.models_topic and self.newest_model is not None:
             try:
-                value = self.newest_model(value)
+                value = self.newest_model(value) or value
             except Exception as e:  # the store is down: the record waits, unsent
                 return record._replace(handle=e)
         return record._replace(value=value,
                                handle=self._attempt(record.topic, record.key, value))
+
+    def _newer(self, acknowledged: Sent) -> Sent | None:
+        """After a model version was acknowledged: its agent's newer version, sent now so
+        that it lands after it (see :attr:`newest_model`); None if there is none."""
+        if acknowledged.topic != self.models_topic or self.newest_model is None:
+            return None
+        try:
+            value = self.newest_model(acknowledged.value)
+        except Exception as e:  # the store is down: checked again at the next flush
+            return acknowledged._replace(handle=e)
+        if value is None:
+            return None
+        return acknowledged._replace(
+            value=value, handle=self._attempt(acknowledged.topic, acknowledged.key, value))
 
     def _outcome(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
         if isinstance(handle, Exception):
