@@ -323,15 +323,21 @@ class _Engine(Evidence):
         each of its safe values) and each safe value: the changed agent refuses one, or
         its step contradicts the older evidence, the model does not explain the answer
         and nothing is published. A stationary agent runs them and they agree with
-        what it showed before. Not caught: a change no safe value shows (a new
-        precondition on an atom only ever seen at the value it now needs), a change
-        after the check, and probabilistic actions (a step in a state that surely runs
-        teaches their outcomes too, which the check must not disturb)."""
+        what it showed before. Probabilistic actions are asked too (session 16), their
+        refusals read as any other; their steps that ran are not learnt from (they would
+        teach outcomes after the loop decided them, and an outcome seen once there could
+        neither show again nor retire): what such a step ran is left to the replay of
+        the answers, where an outcome the version lacks is unexplained. Not caught: a
+        change no safe value shows (a new precondition on an atom only ever seen at the
+        value it now needs), and a change after the check."""
         # The actions the version states: every one for verify and aia, daaisy's targets
         # (its untouched actions carry the known modes over, no claim).
+        # Probabilistic actions too (session 16): a refusal of theirs is read as any
+        # other; a step of theirs that ran is not learnt from (below), so the check
+        # cannot add or settle an outcome after the loop decided them. The replay of
+        # the daemon still sees its answer: an outcome the version lacks fails it.
         probes = [p for action in sorted(self.atoms)
-                  if action not in self.vs.outcomes
-                  and any(pa in self.targets for pa in self.pas[action])
+                  if any(pa in self.targets for pa in self.pas[action])
                   for p in self.design.check(action)]
         # A bound in case a query sends none of them; the probes left shrink as they go,
         # so bounding by those stopped once the queries asked reached them (8 probes, 3 a
@@ -362,7 +368,7 @@ class _Engine(Evidence):
             if not answers:
                 return
             self.checks += 1
-            self._absorb(query, answers[0])
+            self._absorb(query, answers[0], outcomes=False)
             if answers[0].executed < len(query.steps):
                 self.notes.append(
                     f"query {len(self.queries)}: {query.steps[answers[0].executed].probe.action}"
@@ -684,7 +690,9 @@ class _Engine(Evidence):
             return self.vs.after(pa, before)
         return AFTER[self.vs.masks[pa]][before]
 
-    def _absorb(self, query: Query, answer: QueryResult) -> None:
+    def _absorb(self, query: Query, answer: QueryResult, *, outcomes: bool = True) -> None:
+        """Read the answer into the evidence. ``outcomes=False`` (the final check): the
+        executed steps of probabilistic actions are not attributed to outcomes."""
         number = len(self.queries) + 1
         self.queries.append(QueryLog(number, query.state, tuple(query.plan), answer.executed,
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
@@ -694,6 +702,8 @@ class _Engine(Evidence):
             self.final_ran += 1
             self.final_failed += 1
         for i, (step, seen) in enumerate(executed):
+            if not outcomes and step.probe.action in self.vs.outcomes:
+                continue
             self.vs.executed(step.probe.action, seen,
                              f"query {number} step {i + 1}: {show(step.ground_action)} ran",
                              number)

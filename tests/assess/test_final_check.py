@@ -25,7 +25,8 @@ from capwatch.assess.observations import Transition
 from capwatch.assess.replay import replay
 from capwatch.model.domain import Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
 from capwatch.model.pal import Location, PaTuple
-from capwatch.model.pddl_reader import read_domain, read_problem
+from capwatch.model.pddl_reader import parse_domain, read_domain, read_problem
+from tests.assess.test_two_draws import HAND, HANDEMPTY, HOLDING
 
 PARKING = Path(__file__).resolve().parent.parent / "data" / "domains" / "ipc" / "parking"
 
@@ -239,3 +240,41 @@ def test_the_final_check_sends_every_probe_when_they_take_several_queries(
     assert len(sent) > 1, "the check must take several queries here"
     assert result.checks == len(sent)
     assert sum(sent) == probes
+
+
+def _hand_switch() -> tuple[Domain, Domain, Domain, list[Transition]]:
+    """The hand domain (tests/assess/test_two_draws.py): drop no longer puts the box on
+    the table (the drift the evidence shows); later in the assessment the agent changes
+    again, and the probabilistic pick now requires the box not held."""
+    known = parse_domain(HAND)
+    drop = known.action("drop")
+    first = known.replace_action(drop.replace(
+        outcomes=(Outcome(frozenset({HANDEMPTY}), frozenset({HOLDING}), 1.0),)))
+    pick = first.action("pick")
+    second = first.replace_action(pick.replace(pre_neg=pick.pre_neg | {HOLDING}))
+    evidence = [Transition(frozenset({("holding", "b0")}), ("drop", "b0"),
+                           frozenset({("handempty",)}), executed=True, source="drop")]
+    return known, first, second, evidence
+
+
+@pytest.mark.parametrize("after", range(4, 40, 6))
+def test_a_precondition_a_probabilistic_action_gained_after_its_evidence_is_not_missed(
+        after: int) -> None:
+    """pick's safe values (the box held or not) come from answers before the change;
+    later it was asked again only in states of one value (its outcomes), so the version
+    said pick runs with the box held, which the changed agent refuses. The final check
+    now asks probabilistic actions too (session 16): pick is refused with the box held,
+    and nothing is published. Before: a wrong precondition published at 4 of these 6
+    switch points (12 of 39 runs over switch points 4 to 76, seeds 0-2)."""
+    known, first, second, evidence = _hand_switch()
+    for seed in range(3):
+        agent = _Switch(SimulatedAgent(first, seed=seed), SimulatedAgent(second, seed=seed + 9),
+                        after)
+        result = assess(known, evidence, agent, method="verify", budget=300)
+        if result.undecided_outcomes or replay(result.domain(), evidence, result.queries):
+            continue
+        now = second if agent.n > after else first
+        model = result.domain()
+        for name in ("pick", "drop"):
+            got, want = model.action(name), now.action(name)
+            assert (got.pre_pos, got.pre_neg) == (want.pre_pos, want.pre_neg), (seed, name)
