@@ -20,6 +20,10 @@ _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 """Fixed width, so text order is time order and ``created_at <= ?`` compares correctly."""
 
 
+_UNFINISHED_WRITE_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT)
+"""Primary result codes of a write that did not finish but was not refused."""
+
+
 class _SqliteTx(Tx):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -106,7 +110,15 @@ class SqliteModelStore(SqlModelStore):
         return isinstance(exc, sqlite3.IntegrityError)
 
     def _write_fault(self, exc: BaseException) -> bool:
-        return isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError)
+        """The database refused the write (a full disk, a read-only file), not a conflict
+        and not a write that only waited out ``busy_timeout`` for another writer (an
+        operator's command holding the file, SQLITE_BUSY or SQLITE_LOCKED) or was
+        interrupted: taken as a refusal, that kept a replica with no version left to
+        write at /readyz 503 for the whole 300 s hold (as PostgreSQL's timeouts did)."""
+        if not isinstance(exc, sqlite3.Error) or isinstance(exc, sqlite3.IntegrityError):
+            return False
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code is None or code & 0xFF not in _UNFINISHED_WRITE_CODES
 
     def close(self) -> None:
         with self._lock:
