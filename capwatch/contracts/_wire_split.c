@@ -17,6 +17,11 @@
  * canonical(text) sorts a state text's atoms when they are out of order (wire_split.py's
  * canonical has the contract and the reasons), for the decoder's texts not read before.
  *
+ * piece_ids(text, pieces) is wire_atoms.ids' lookup of a state's pieces in one table
+ * (wire_atoms.reference_ids has the contract): the pieces cut at each ']' and looked up
+ * here, where bytes.split built a list of them, _first the first one's spelling, and
+ * map() called the dict's __getitem__ through its method wrapper for each.
+ *
  * Built by setup.py with CAPWATCH_COMPILE=1 beside the mypyc modules; never required.
  */
 #define PY_SSIZE_T_CLEAN
@@ -597,6 +602,95 @@ static PyObject *canonical_text(PyObject *module, PyObject *arg) {
     return canonical(a, a + n, escapes);
 }
 
+/* wire_atoms.reference_ids over one table: the ids of the atoms of a state's text, cut
+ * into pieces at every ']' (the first piece spelt as wire_atoms._first spells it), each
+ * looked up in `pieces` (a dict: piece -> id); None when the text is not so cut or a
+ * piece is not in the table. */
+static PyObject *piece_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "piece_ids() takes bytes and a dict");
+        return NULL;
+    }
+    PyObject *pieces = args[1];
+    const char *a = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    if (n < 1 || a[0] != '[')
+        Py_RETURN_NONE;
+    /* text[1:-1] */
+    const char *p = a + 1;
+    const char *end = n >= 2 ? a + n - 1 : a + 1;
+    Py_ssize_t count = 0;
+    const char *last = p; /* the start of the piece after the last ']' */
+    for (const char *q = p; q < end;) {
+        const char *c = memchr(q, ']', (size_t)(end - q));
+        if (c == NULL)
+            break;
+        count++;
+        q = last = c + 1;
+    }
+    for (const char *q = last; q < end; q++)
+        if (!is_ws((unsigned char)*q))
+            Py_RETURN_NONE;
+    PyObject *out = PyList_New(count);
+    if (out == NULL)
+        return NULL;
+    if (count == 0)
+        return out;
+    const char *first_end = memchr(p, ']', (size_t)(end - p));
+    PyObject *key = NULL;
+    if (count > 1) {
+        const char *head = p;
+        while (head < first_end && is_ws((unsigned char)*head))
+            head++;
+        if (head < first_end && *head == '[') {
+            const char *second = first_end + 1;
+            const char *second_end = memchr(second, ']', (size_t)(end - second));
+            const char *at = memchr(second, '[', (size_t)(second_end - second));
+            if (at != NULL && at > second) {
+                key = PyBytes_FromStringAndSize(NULL, (at - second) + (first_end - head));
+                if (key == NULL)
+                    goto error;
+                char *k = PyBytes_AS_STRING(key);
+                memcpy(k, second, (size_t)(at - second));
+                memcpy(k + (at - second), head, (size_t)(first_end - head));
+            }
+        }
+    }
+    if (key == NULL) {
+        key = PyBytes_FromStringAndSize(NULL, 1 + (first_end - p));
+        if (key == NULL)
+            goto error;
+        char *k = PyBytes_AS_STRING(key);
+        k[0] = ',';
+        memcpy(k + 1, p, (size_t)(first_end - p));
+    }
+    const char *q = first_end + 1;
+    for (Py_ssize_t i = 0;;) {
+        PyObject *found = PyDict_GetItemWithError(pieces, key);
+        Py_DECREF(key);
+        if (found == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        Py_INCREF(found);
+        PyList_SET_ITEM(out, i, found);
+        if (++i == count)
+            break;
+        const char *c = memchr(q, ']', (size_t)(end - q));
+        key = PyBytes_FromStringAndSize(q, c - q);
+        if (key == NULL)
+            goto error;
+        q = c + 1;
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"canonical", canonical_text, METH_O,
      "canonical(text) -> bytes: see capwatch/contracts/wire_split.py"},
@@ -604,6 +698,8 @@ static PyMethodDef methods[] = {
      "split(raw) -> (envelope, state, next_state, keys) | None: see capwatch/contracts/wire_split.py"},
     {"split_trace", split_trace, METH_O,
      "split_trace(raw) -> (envelope, states, keys) | None: see capwatch/contracts/wire_split.py"},
+    {"piece_ids", (PyCFunction)(void (*)(void))piece_ids, METH_FASTCALL,
+     "piece_ids(text, pieces) -> list[int] | None: see capwatch/contracts/wire_atoms.py"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -271,15 +271,18 @@ def reference_trace(raw: bytes) -> tuple[bytes, list[bytes], int] | None:
     return raw[:a] + b"[]" + raw[b:], states, keys
 
 
-def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes]] | None:
+PieceIds = Callable[[bytes, dict[bytes, int]], list[int] | None]
+
+
+def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes], PieceIds] | None:
     from capwatch import native
 
     if not native.compiled():
         return None
     from capwatch.contracts._wire_split import canonical as native_canonical
-    from capwatch.contracts._wire_split import split, split_trace
+    from capwatch.contracts._wire_split import piece_ids, split, split_trace
 
-    return split, split_trace, native_canonical
+    return split, split_trace, native_canonical, piece_ids
 
 
 _BUILT = _native()
@@ -292,3 +295,6 @@ CANONICAL: Callable[[bytes], bytes] | None = None if _BUILT is None else _BUILT[
 """:func:`canonical` in C when the hot path runs compiled (the text itself, the very
 object, when it is its own canonical form), else None: pure Python does without (the
 Python function costs more than the states it would save reading)."""
+PIECE_IDS: PieceIds | None = None if _BUILT is None else _BUILT[3]
+"""wire_atoms.reference_ids over one table of pieces, in C (``piece_ids``), when the hot
+path runs compiled, else None."""
