@@ -44,7 +44,7 @@ from capwatch.contracts import wire, wire_fast
 from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import DeadLetter
 from capwatch.daemon.config import DaemonConfig
-from capwatch.daemon.heap import settle_heap
+from capwatch.daemon.heap import release_freed, settle_heap
 from capwatch.daemon.logs import configure_logging
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import FleetDirectory, Service, build_service
@@ -185,6 +185,9 @@ def memory_child(agents: int, steps: int, quick: bool, frozen: bool, traced: boo
         offset = len(warm)
         del warm
         gc.collect()
+        # The warm-up's records are the benchmark's, freed in the middle of the heap:
+        # returned as the daemon's next trim would (see below).
+        release_freed()
         if traced:
             tracemalloc.start()
         rss0, held0 = rss_bytes(), len(p.registry)
@@ -202,6 +205,11 @@ def memory_child(agents: int, steps: int, quick: bool, frozen: bool, traced: boo
         assert isinstance(p.source, Replay)
         p.source.records = []  # the benchmark's last chunk, held by its source until replaced
         gc.collect()
+        # Freed after the last checkpoint's trim, the last chunk's records (~5.5 KB each on
+        # fleets of large messages) stayed resident: 40 agents' on 10,000 agents, 80 on
+        # 20,000, ~650 B of the per-agent growth between the two (docs/performance.md,
+        # session 16). The daemon trims after its next checkpoint that froze or evicted.
+        release_freed()
         assert p.dead_letters == 0 and p.checkpoints.evictions == 0
         traced_bytes = tracemalloc.get_traced_memory()[0] if traced else 0
         n_frozen = sum(w.frozen for w in p.registry)
@@ -399,6 +407,13 @@ def main() -> int:
               f"({child['actions']:.1f} actions, {child['tables']:.1f} drift tables), {how}, "
               f"all held (fresh process): +{(child['rss'] - child['rss0']) / child['held']:,.0f}"
               f" bytes RSS per agent held" + ("   target <= 2 KB per idle agent" if frozen else ""))
+    # The row above divides by the agents all the growth since the first figure, less
+    # what the run reused of memory freed before it: what one more idle agent costs is
+    # the growth between two runs of different sizes (as bench_fleet prints it).
+    half = run_memory_child(idle_agents // 2, idle_steps, args.quick, True)
+    added = (child["rss"] - half["rss"]) / (child["held"] - half["held"])
+    print(f"  memory, idle agents held as bytes, {half['held']:,.0f} -> {child['held']:,.0f} "
+          f"agents (fresh processes): +{added:,.0f} bytes RSS per agent added")
     # Longer histories: RSS growth would be memory the run freed being reused, so the bytes
     # still allocated (tracemalloc) are what this row gives.
     for frozen in (False, True):

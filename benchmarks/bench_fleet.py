@@ -52,7 +52,7 @@ from capwatch.contracts import wire, wire_atoms, wire_fast
 from capwatch.contracts.ports import Record
 from capwatch.contracts.wire import DeadLetter
 from capwatch.daemon.config import DaemonConfig
-from capwatch.daemon.heap import settle_heap
+from capwatch.daemon.heap import release_freed, settle_heap
 from capwatch.daemon.logs import configure_logging
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
@@ -212,6 +212,9 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool,
         offset = len(warm)
         del warm
         gc.collect()
+        # The warm-up's records are the benchmark's, freed in the middle of the heap:
+        # returned as the daemon's next trim would (see below).
+        release_freed()
         rss0, held0 = rss_bytes(), len(p.registry)
         chunk = max(1, 5_000 // steps)
         for first in range(0, agents, chunk):
@@ -224,6 +227,11 @@ def memory_child(fleet_dir: Path, agents: int, steps: int, limited: bool,
         assert isinstance(p.source, Replay)
         p.source.records = []  # the benchmark's records, held by its source until replaced
         gc.collect()
+        # Freed after the last checkpoint's trim, the last chunk's records (~5.5 KB each on
+        # fleets of large messages) stayed resident: 40 agents' on 10,000 agents, 80 on
+        # 20,000, ~650 B of the per-agent growth between the two (docs/performance.md,
+        # session 16). The daemon trims after its next checkpoint that froze or evicted.
+        release_freed()
         print(json.dumps({"rss0": rss0, "rss": rss_bytes(), "anon": anon_bytes(),
                           "held": len(p.registry) - held0,
                           "frozen": sum(w.frozen for w in p.registry),
