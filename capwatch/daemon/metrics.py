@@ -155,12 +155,16 @@ class DaemonMetrics:
             "Alerts in the store that some sink has not taken yet (every replica's, as of "
             "this replica's last routing pass): waiting to be routed, grouped, retried, or "
             "held by a replica sending them.", registry=r)
-        self.model_delta = gauge("capwatch_model_delta_from_baseline",
-                                 "Pal-tuples differing from the family baseline (max).",
-                                 ("family",))
+        # The fleet's figures, read from the store (fleet_drift.py): the same on every
+        # replica, so dashboards and rules take max across replicas, not sum.
+        self.model_delta = gauge(
+            "capwatch_model_delta_from_baseline",
+            "Pal-tuples differing from the family's newest baseline, max over the fleet's "
+            "agents (every replica reports the whole fleet: take max, not sum).", ("family",))
         self.agents_drifted = gauge(
-            "capwatch_agents_drifted", "Agents whose model differs from their family baseline.",
-            ("family",))
+            "capwatch_agents_drifted",
+            "The fleet's agents whose model differs from the family's newest baseline "
+            "(every replica reports the whole fleet: take max, not sum).", ("family",))
         self.agents = Gauge("capwatch_agents", "Agents held by this replica.", registry=r)
         self.evictions = Counter(
             "capwatch_agent_evictions_total", "Idle agents written to the store and dropped "
@@ -190,29 +194,6 @@ class DaemonMetrics:
             "capwatch_ingest_spool_bytes",
             "Bytes in the ingest spool not yet released (committed segments are deleted).",
             registry=r)
-        self._deltas: dict[str, dict[str, int]] = {}
-        self._drifted: dict[str, set[str]] = {}
-        self._delta_lock = threading.Lock()
-
-    def observe_model_delta(self, family: str, agent_id: str, delta: int,
-                            differs: bool | None = None) -> None:
-        """Record one agent's Δ from its baseline; exported per family as the maximum and
-        the number of drifted agents, so the agent id never becomes a label. ``differs``:
-        the model is not the baseline's even where Δ (which counts modes) is 0, i.e. only
-        probabilities changed; None means ``delta > 0``."""
-        with self._delta_lock:
-            per_agent = self._deltas.setdefault(family, {})
-            per_agent[agent_id] = delta
-            drifted_agents = self._drifted.setdefault(family, set())
-            if delta > 0 or differs:
-                drifted_agents.add(agent_id)
-            else:
-                drifted_agents.discard(agent_id)
-            worst = max(per_agent.values())
-            drifted = len(drifted_agents)
-        self.model_delta.labels(family).set(worst)
-        self.agents_drifted.labels(family).set(drifted)
-
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(self.registry)

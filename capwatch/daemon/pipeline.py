@@ -58,6 +58,7 @@ from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.enqueue import EvidenceQueue
 from capwatch.daemon.eviction import Eviction
+from capwatch.daemon.fleet_drift import FleetDrift
 from capwatch.daemon.health import Health
 from capwatch.daemon.heap import release_freed
 from capwatch.daemon.infra import (
@@ -136,10 +137,12 @@ class Pipeline:
             interval_s=config.scheduler.checkpoint_s, replica=config.replica_id)
         self._results: queue.SimpleQueue[Result] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.fleet_drift = FleetDrift(store, self.metrics, self.families)
+        """The drift gauges, the fleet's, read from the store off the main loop."""
         self.workers = AssessmentWorkers(
             config, store=store, agents=agents, assessor=assessor, publisher=publisher,
             metrics=self.metrics, policy=self.alert_policy, clock=clock,
-            post=self._results.put)
+            post=self._results.put, on_version=self.fleet_drift.wake)
         self.canaries = CanaryProber(agents=agents, metrics=self.metrics,
                                      idle_s=config.scheduler.canary_idle_s, clock=clock,
                                      post=self._results.put,
@@ -288,6 +291,7 @@ class Pipeline:
             self.source.start(self.assign, self.revoke, self.checkpoints.resume_offsets())
             self.workers.start()
             self.alerts.start()
+            self.fleet_drift.start()
             self._consuming = True
             self.starting = None
             self.health.running(True)
@@ -388,6 +392,10 @@ class Pipeline:
         log.info("daemon stopping")
         self.workers.stop(self.config.shutdown_grace_s)
         self.canaries.close()
+        self.fleet_drift.close()
+        # The figures as this run leaves them (a finite run's versions of its last
+        # seconds), for whoever reads the registry after the run.
+        self.fleet_drift.refresh_logged()
         try:
             self.drain()
         except INFRASTRUCTURE_ERRORS as e:

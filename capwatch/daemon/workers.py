@@ -75,7 +75,8 @@ class AssessmentWorkers:
     def __init__(self, config: DaemonConfig, *, store: WorkerStore, agents: AgentDirectory,
                  assessor: Assessor, publisher: Publisher, metrics: DaemonMetrics,
                  policy: AlertPolicy, clock: Callable[[], datetime],
-                 post: Callable[[Result], None]) -> None:
+                 post: Callable[[Result], None],
+                 on_version: Callable[[], None] = lambda: None) -> None:
         self.config = config
         self.store = store
         self.agents = agents
@@ -86,6 +87,9 @@ class AssessmentWorkers:
         self.clock = clock
         self.post = post
         """Hands a result to the main loop (thread-safe)."""
+        self.on_version = on_version
+        """Called after each version published (thread-safe): the drift gauges read the
+        store again (fleet_drift.py)."""
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._wake = threading.Event()
@@ -497,20 +501,11 @@ class AssessmentWorkers:
         self.store.complete(item.key, worker)
         self.metrics.model_versions.labels(family).inc()
         self.metrics.assessments.labels(family, "changed").inc()
-        self.metrics.observe_model_delta(family, agent_id, version.delta_to_baseline,
-                                         self._differs_from_baseline(version))
+        self.on_version()
         log.info("model version published", version=version.version,
                  delta=version.delta_to_parent, summary=list(version.summary),
                  queries=queries, alerts=len(events))
         self.post(Installed(agent_id, version))
-
-    def _differs_from_baseline(self, version: ModelVersion) -> bool:
-        """Δ counts modes only: a probability-only change leaves it 0 but is a drift."""
-        if version.delta_to_baseline > 0:
-            return True
-        baseline = next((v for v in reversed(lineage_chain(self.store, version.ref))
-                         if v.agent_id is None), None)
-        return baseline is not None and baseline.domain() != version.domain()
 
     def _version_alerts(self, parent: ModelVersion, version: ModelVersion,
                         pending: PendingAssessment) -> list[OutboxAlert]:

@@ -39,7 +39,9 @@ def exercised() -> DaemonMetrics:
     m.alerts.labels("rover-v3", "capability_reduced").inc()
     m.alerts_suppressed.labels("capability_reduced").inc()
     m.alert_delivery_failures.labels("alertmanager").inc()
-    m.observe_model_delta("rover-v3", "rover-17", 5)
+    # Read from the store in a daemon (fleet_drift.py, tests/daemon/test_drift_gauges.py).
+    m.model_delta.labels("rover-v3").set(5)
+    m.agents_drifted.labels("rover-v3").set(1)
     m.agents.set(3)
     m.pending.set(1)
     m.lag.labels("0").set(12)
@@ -92,31 +94,6 @@ def test_label_values_beyond_the_limit_fold_into_other() -> None:
     assert by_action == {"a0": 1, "a1": 1, "a2": 1, OTHER: 7}
     with pytest.raises(ValueError, match="expected labels"):
         m.transitions.labels("f", "a0")
-
-
-def test_model_delta_is_the_family_maximum() -> None:
-    m = DaemonMetrics()
-    m.observe_model_delta("rover-v3", "r1", 5)
-    m.observe_model_delta("rover-v3", "r2", 2)
-    m.observe_model_delta("rover-v3", "r1", 0)
-    values = {s.name: s.value for f in text_string_to_metric_families(m.exposition().decode())
-              for s in f.samples if s.labels.get("family") == "rover-v3"}
-    assert values == {"capwatch_model_delta_from_baseline": 2, "capwatch_agents_drifted": 1}
-
-
-def test_a_probability_only_change_counts_as_drifted() -> None:
-    """Δ counts modes: an agent whose outcome probabilities changed has Δ 0 but drifted."""
-    m = DaemonMetrics()
-    m.observe_model_delta("courier", "c7", 0, differs=True)
-    m.observe_model_delta("courier", "c8", 0, differs=False)
-
-    def drifted() -> float:
-        return next(s.value for f in text_string_to_metric_families(m.exposition().decode())
-                    for s in f.samples if s.name == "capwatch_agents_drifted")
-
-    assert drifted() == 1
-    m.observe_model_delta("courier", "c7", 0, differs=False)  # back to the baseline
-    assert drifted() == 0
 
 
 @pytest.mark.integration

@@ -117,3 +117,19 @@ def test_panel_promql_parses(tmp_path: Path) -> None:
                          text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"SUCCESS: {len(rules)} rules found" in run.stdout
+
+
+FLEET_GAUGES = ("capwatch_agents_drifted", "capwatch_model_delta_from_baseline")
+
+
+def test_fleet_wide_gauges_are_combined_across_replicas_with_max() -> None:
+    """Every replica reports the whole fleet's drift gauges (fleet_drift.py): a ``sum``
+    over replicas would count each drifted agent once per replica (3 replicas, 3x)."""
+    checked = 0
+    for title, expr in queries(dashboard()):
+        for gauge in FLEET_GAUGES:
+            uses = len(re.findall(rf"\b{gauge}\{{", expr))
+            under_max = len(re.findall(rf"max by \(family\) \({gauge}\{{[^}}]*\}}\)", expr))
+            assert uses == under_max, f"{title}: {gauge} not taken with max by (family): {expr}"
+            checked += uses
+    assert checked >= 4

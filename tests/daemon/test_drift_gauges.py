@@ -1,0 +1,152 @@
+"""``capwatch_agents_drifted`` and ``capwatch_model_delta_from_baseline`` tell the truth
+after a restart, a rollback, a promotion and with several replicas: each replica reads the
+fleet's figures from the store (fleet_drift.py). Before session 16 they were set only by
+the worker that published a version, so a restarted daemon reported nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import AgentQuery
+from capwatch.contracts.versions import ModelRef
+from capwatch.daemon.fleet_drift import FamilyDrift, FleetDrift
+from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.service import Service, build_service
+from capwatch.models_store import open_store
+from capwatch.models_store.actions import action_store, promote, request_assessment, rollback
+from capwatch.models_store.lineage import record_new_model
+from capwatch.models_store.sqlite import SqliteModelStore
+from tests.daemon.helpers import config, example, good_sample
+
+T0 = datetime(2026, 11, 27, 12, tzinfo=UTC)
+
+
+class Drifted:
+    """Every agent follows the DAAISy example's drifted rover."""
+
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=1)
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.sim
+
+
+def _run(tmp_path: Path, lines: list[str]) -> Service:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 assessment={"method": "daaisy"})
+    service = build_service(cfg, publisher=MemoryPublisher(), agents=Drifted(),
+                            source=JsonlSource(str(path)))
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    return service
+
+
+def _gauges(registry: CollectorRegistry, family: str) -> tuple[float | None, float | None]:
+    return (registry.get_sample_value("capwatch_agents_drifted", {"family": family}),
+            registry.get_sample_value("capwatch_model_delta_from_baseline",
+                                      {"family": family}))
+
+
+def test_a_restarted_daemon_reports_the_drift_its_store_holds(tmp_path: Path) -> None:
+    """The operator's repro: drift an agent, restart, the gauge must still say 1."""
+    _run(tmp_path, [good_sample(step=0)])
+    store = action_store(open_store(str(tmp_path / "models.db")))
+    try:
+        request_assessment(store, "rover-v1", "rover-a", "verify", "alice", "spot check",
+                           datetime.now(UTC), key="a1")
+    finally:
+        store.close()
+    first = _run(tmp_path, [])
+    drifted, worst = _gauges(first.pipeline.metrics.registry, "rover-v1")
+    assert drifted == 1 and worst is not None and worst > 0
+    # A new process over the same store, which publishes nothing itself (before: absent).
+    again = _run(tmp_path, [])
+    assert _gauges(again.pipeline.metrics.registry, "rover-v1") == (drifted, worst)
+    # A family without drift reads 0, not absent: "no drift" and "no figure" differ.
+    assert _gauges(again.pipeline.metrics.registry, "courier-v1") == (0, 0)
+    # A rollback to the baseline (the CLI writes the store; the daemon's next run
+    # publishes it) ends the drift on a replica that did not publish the rollback.
+    store = action_store(open_store(str(tmp_path / "models.db")))
+    try:
+        rollback(store, "rover-v1", "rover-a", ModelRef("rover-v1", None, 1), "bob",
+                 "reverted", datetime.now(UTC) + timedelta(seconds=1), key="r1")
+    finally:
+        store.close()
+    assert _gauges(_run(tmp_path, []).pipeline.metrics.registry, "rover-v1") == (0, 0)
+
+
+def _fleet(tmp_path: Path) -> SqliteModelStore:
+    """rover-v1's baseline, rover-a and rover-b on the drifted model, rover-c back on the
+    baseline's after a drift."""
+    store = SqliteModelStore(str(tmp_path / "fleet.db"))
+    rover, drifted = example("rover.pddl"), example("rover-sample-drift.pddl")
+    record_new_model(store, "rover-v1", None, rover, T0)
+    for i, agent in enumerate(("rover-a", "rover-b", "rover-c")):
+        record_new_model(store, "rover-v1", agent, drifted, T0 + timedelta(seconds=i + 1))
+    record_new_model(store, "rover-v1", "rover-c", rover, T0 + timedelta(seconds=10))
+    return store
+
+
+def test_every_replica_reports_the_whole_fleet_whatever_it_holds(tmp_path: Path) -> None:
+    """Three replicas over one store: the same figures on each (the dashboard and rules
+    take max across replicas), none of them depending on which agents a replica holds or
+    has published for."""
+    store = _fleet(tmp_path)
+    try:
+        registries = []
+        for _ in range(3):
+            metrics = DaemonMetrics()
+            FleetDrift(store, metrics, ["rover-v1"]).refresh()
+            registries.append(metrics.registry)
+        figures = {_gauges(r, "rover-v1") for r in registries}
+        assert len(figures) == 1
+        ((drifted, worst),) = figures
+        assert drifted == 2 and worst is not None and worst > 0
+    finally:
+        store.close()
+
+
+def test_rollback_and_promotion_move_the_figures(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    actions = action_store(store)
+    try:
+        metrics = DaemonMetrics()
+        gauges = FleetDrift(store, metrics, ["rover-v1"])
+        gauges.refresh()
+        worst = _gauges(metrics.registry, "rover-v1")[1]
+        assert _gauges(metrics.registry, "rover-v1")[0] == 2
+        # Read as soon as the action is in the store, before any daemon published it.
+        rollback(actions, "rover-v1", "rover-a", ModelRef("rover-v1", None, 1), "bob",
+                 "reverted", T0 + timedelta(minutes=1))
+        gauges.refresh()
+        assert _gauges(metrics.registry, "rover-v1") == (1, worst)
+        # The drifted model becomes the baseline: rover-b runs the baseline's model now,
+        # rover-a and rover-c (on the old baseline's) differ from it.
+        promote(actions, ModelRef("rover-v1", "rover-b", 1), "carol", "firmware 2.1",
+                T0 + timedelta(minutes=2))
+        gauges.refresh()
+        assert _gauges(metrics.registry, "rover-v1") == (2, worst)
+        assert gauges.figures() == {"rover-v1": FamilyDrift(int(worst or 0), 2)}
+    finally:
+        store.close()
+
+
+def test_a_probability_only_change_counts_as_drifted_with_delta_0(tmp_path: Path) -> None:
+    """Δ counts modes: an agent whose outcome probabilities changed has Δ 0 but drifted."""
+    store = SqliteModelStore(str(tmp_path / "fleet.db"))
+    try:
+        courier = example("courier.pddl")
+        record_new_model(store, "courier-v1", None, courier, T0)
+        record_new_model(store, "courier-v1", "c7", example("courier-pick-wear.pddl"),
+                         T0 + timedelta(seconds=1))
+        metrics = DaemonMetrics()
+        FleetDrift(store, metrics).refresh()
+        assert _gauges(metrics.registry, "courier-v1") == (1, 0)
+    finally:
+        store.close()
