@@ -9,7 +9,7 @@ from typing import Any
 
 from capwatch.cli._common import load_domain
 from capwatch.model import AbstractModel, pal_tuples
-from capwatch.model.diff import describe_changes, outside_changes
+from capwatch.model.diff import describe_changes
 from capwatch.model.pal import Mode
 
 
@@ -51,7 +51,7 @@ def _diff(args: argparse.Namespace) -> int:
     changes = ma.diff(mb)
     # Δ counts pal-tuples only: a change of outcome probabilities has Δ 0 and is still a
     # difference (the lines a version's summary has).
-    lines = describe_changes(a, b, changes) + outside_changes(a, b)
+    lines = describe_changes(a, b, changes)
     if args.json:
         print(json.dumps({
             "delta": len(changes),

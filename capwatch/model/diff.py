@@ -181,10 +181,13 @@ def outside_changes(old: Domain, new: Domain) -> list[str]:
 
 
 def describe_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
-    """Human lines for a model change, in the model's own vocabulary."""
+    """Human lines for a model change, in the model's own vocabulary: the same for two
+    files (``capwatch model diff``), two stored versions (``capwatch models diff``, the
+    API) and a version's summary (a family baseline seeded again from a changed file)."""
     new_actions = new.action_map
     known = observable_changes([c for c in changes if c[0].action in new_actions], new)
     lines = summarise_changes(known, new)
     gone = sorted({c[0].action for c in changes if c[0].action not in new_actions})
     lines += [f"{old.action(name).header()} removed from the model" for name in gone]
-    return lines + probability_changes(old, new) + outcome_changes(old, new, changes)
+    return (lines + probability_changes(old, new) + outcome_changes(old, new, changes)
+            + outside_changes(old, new))

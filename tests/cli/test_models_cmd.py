@@ -12,6 +12,7 @@ from capwatch.cli import main
 from capwatch.model.pddl_reader import parse_domain, read_domain
 from capwatch.model.serialize import domain_from_json
 from capwatch.models_store import open_store, record_new_model
+from tests.paths import DATA
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "capwatch" / "examples"
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -127,3 +128,30 @@ def test_missing_store_is_not_created(tmp_path: Path,
     code, _, err = run(capsys, "models", "list", "--store", str(path))
     assert code == 1 and "no model store at" in err
     assert not path.exists()
+
+
+def test_diff_of_stored_versions_says_when_a_change_lies_outside_the_pal_tuples(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A family baseline seeded again from a configuration whose precondition over a
+    constant changed (woodworking's load-highspeed-saw now needs a rough board): Δ 0, and
+    `models diff` of the two versions printed nothing else and exited 0, 'the same',
+    unlike `capwatch model diff` of the two files (and the version's summary was empty)."""
+    text = (DATA / "ipc" / "woodworking" / "domain.pddl").read_text()
+    old = "(empty ?m)\n            (available ?b))"
+    assert text.count(old) == 1
+    drifted = text.replace(
+        old, "(empty ?m)\n            (available ?b)\n            (surface-condition ?b rough))")
+    path = str(tmp_path / "models.db")
+    store = open_store(path)
+    record_new_model(store, "ww", None, parse_domain(text), T0)
+    second = record_new_model(store, "ww", None, parse_domain(drifted), T0 + timedelta(hours=1))
+    store.close()
+    assert second.delta_to_parent == 0
+    assert any("now requires (surface-condition ?b rough)" in s for s in second.summary)
+    code, out, _ = run(capsys, "models", "diff", "ww@1", "ww@2", "--store", path)
+    assert code == 1
+    assert "load-highspeed-saw(?b ?m) now requires (surface-condition ?b rough)" in out
+    code, out, _ = run(capsys, "models", "diff", "ww@2", "ww@1", "--store", path, "--json")
+    assert code == 1
+    assert any("no longer requires (surface-condition ?b rough)" in s
+               for s in json.loads(out)["summary"])
