@@ -5,6 +5,8 @@ the worker that published a version, so a restarted daemon reported nothing."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -149,4 +151,32 @@ def test_a_probability_only_change_counts_as_drifted_with_delta_0(tmp_path: Path
         FleetDrift(store, metrics).refresh()
         assert _gauges(metrics.registry, "courier-v1") == (1, 0)
     finally:
+        store.close()
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_thread_reads_at_start_and_again_when_woken(tmp_path: Path) -> None:
+    """A running daemon's figures: read when the thread starts (a restart seeds them
+    without publishing anything) and at a wake (a worker published), long before the
+    interval is up (an hour here, so only the wake can explain the second read)."""
+    store = _fleet(tmp_path)
+    metrics = DaemonMetrics()
+    gauges = FleetDrift(store, metrics, ["rover-v1"], interval_s=3600)
+    try:
+        gauges.start()
+        assert _until(lambda: _gauges(metrics.registry, "rover-v1")[0] == 2)
+        record_new_model(store, "rover-v1", "rover-b", example("rover.pddl"),
+                         T0 + timedelta(minutes=1))
+        gauges.wake()
+        assert _until(lambda: _gauges(metrics.registry, "rover-v1")[0] == 1)
+    finally:
+        gauges.close()
         store.close()
