@@ -35,7 +35,7 @@ def register_republish(msub: Any) -> None:
 
 def _republish(args: argparse.Namespace) -> int:
     from capwatch.daemon.config import ConfigError, load_config
-    from capwatch.daemon.events import model_event
+    from capwatch.daemon.events import model_event, resend_newest_versions
     from capwatch.daemon.service import kafka_clients
     from capwatch.models_store import ModelRef, open_store
 
@@ -59,6 +59,9 @@ def _republish(args: argparse.Namespace) -> int:
                                 dead_letter_topic=k.dead_letter_topic,
                                 client_id=f"{k.client_id}-republish",
                                 security=k.client_options())
+    # As the daemon's publisher: a version sent again (a refused one, at a failed run's
+    # last flush too) goes out as the agent's newest, never behind a daemon's newer one.
+    resend_newest_versions(publisher, store)
     try:
         sent: dict[tuple[str, str], int] = {}
         for _ in range(ROUNDS):

@@ -1,0 +1,85 @@
+"""``capwatch models republish`` over a scripted Kafka client (the real broker:
+tests/integration/test_republish_kafka.py): a version it sends again goes out as its
+agent's newest stored version, as the daemon's do (PendingPublisher.newest_model)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capwatch.adapters.io.kafka_common import PendingPublisher
+from capwatch.cli import main
+from capwatch.model.pddl_reader import read_domain
+from capwatch.models_store import ModelRef, ModelStore, build_version, open_store
+from tests.paths import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "capwatch" / "examples"
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+
+
+def _put_next(store: ModelStore) -> None:
+    """A daemon's worker storing the agent's next version (and publishing it itself)."""
+    latest = store.latest("rover-v1", "rover-1")
+    assert latest is not None
+    store.put(build_version(ModelRef("rover-v1", "rover-1", latest.version + 1),
+                            latest.domain(), NOW, parent=latest, baseline=latest.domain()))
+
+
+def test_a_version_republish_sends_again_is_the_agents_newest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker refuses republish's first record; meanwhile a daemon stores version 2
+    (and publishes it). Sent again as it was, version 1 went out after the daemon's 2 (at
+    the failed run's last flush), and the compacted topic kept 1."""
+    rover = read_domain(EXAMPLES / "rover.pddl")
+    store_url = f"sqlite:///{tmp_path / 'models.db'}"
+    store = open_store(store_url)
+    base = store.put(build_version(ModelRef("rover-v1", None, 1), rover, NOW))
+    store.put(build_version(ModelRef("rover-v1", "rover-1", 1), rover, NOW, parent=base))
+    sent: list[int] = []
+
+    class Scripted(PendingPublisher):
+        def __init__(self, *args: Any, models_topic: str, alerts_topic: str,
+                     dead_letter_topic: str, **kwargs: Any) -> None:
+            super().__init__(models_topic=models_topic, alerts_topic=alerts_topic,
+                             dead_letter_topic=dead_letter_topic)
+
+        def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
+            sent.append(json.loads(value)["version"])
+            return len(sent) - 1
+
+        def _flush_client(self, timeout_s: float) -> None:
+            pass
+
+        def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
+            if handle == 0:
+                _put_next(store)
+                return RuntimeError("refused"), False
+            return None, False
+
+        def close(self) -> None:
+            self.close_with(lambda: None)
+
+    import capwatch.daemon.service as service
+    monkeypatch.setattr(service, "kafka_clients", lambda k: (None, Scripted))
+    config = {
+        "source": {"kind": "kafka"}, "output": {"kind": "kafka"},
+        "kafka": {"bootstrap_servers": "localhost:1", "transitions_topic": "tr",
+                  "models_topic": "models", "alerts_topic": "alerts",
+                  "dead_letter_topic": "dlq", "group_id": "g"},
+        "store": {"url": store_url},
+        "families": {"rover-v1": {"domain": str(EXAMPLES / "rover.pddl"),
+                                  "problem": str(EXAMPLES / "rover-problem.pddl")}},
+    }
+    path = tmp_path / "capwatch.yaml"
+    path.write_text(yaml.safe_dump(config))
+    try:
+        main(["models", "republish", "--config", str(path)])
+    finally:
+        store.close()
+    assert sent[0] == 1 and sent[-1] == 2
+    assert 1 not in sent[1:]  # nothing of version 1 after the daemon's 2 was stored
