@@ -105,7 +105,7 @@ def unexplained_json(u: Unexplained) -> dict[str, Any]:
         made_false = sorted(list(a) for a in u.state - u.final_state)
         out["made_true"] = made_true[:EVIDENCE_STATE_ATOMS]
         out["made_false"] = made_false[:EVIDENCE_STATE_ATOMS]
-        if len(made_true) + len(made_false) > 2 * EVIDENCE_STATE_ATOMS:
+        if max(len(made_true), len(made_false)) > EVIDENCE_STATE_ATOMS:  # a list was cut
             out["changed_atoms"] = len(made_true) + len(made_false)
     if len(u.plan) > EVIDENCE_PLAN_STEPS:
         # The steps around the last executed one say where the answer parted from the model.

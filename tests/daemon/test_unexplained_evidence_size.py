@@ -79,3 +79,16 @@ def test_a_large_state_is_given_by_its_size_and_what_changed() -> None:
     small = Unexplained("executed[0]", frozenset({("p", "a")}), (("a", "a"),), None,
                         frozenset({("q", "a")}), "no outcome")
     assert unexplained_json(small) == small.to_json()
+
+
+def test_a_cut_list_of_changed_atoms_says_how_many_there_were() -> None:
+    """Each list of changed atoms keeps 64; the total was said only when both together
+    passed 128, so 100 atoms made true and none made false showed as 64, cut silently."""
+    state = frozenset(("p", f"o{i}") for i in range(200))
+    final = state | {("q", f"o{i}") for i in range(100)}
+    out = unexplained_json(Unexplained("query 1", state, (("a", "o1"),), 1, final, "r"))
+    assert len(out["made_true"]) == 64 and out["made_false"] == []
+    assert out["changed_atoms"] == 100
+    few = final - {("q", f"o{i}") for i in range(40)}  # 60 made true: nothing cut
+    assert "changed_atoms" not in unexplained_json(
+        Unexplained("query 1", state, (("a", "o1"),), 1, few, "r"))
