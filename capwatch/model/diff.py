@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from capwatch.model.domain import Domain, LiftedAtom, Outcome
+from capwatch.model.domain import Action, Domain, LiftedAtom, Outcome
 from capwatch.model.pal import AbstractModel, Location, Mode, PalTuple, summarise_changes
 
 Change = tuple[PalTuple, Mode, Mode]
@@ -127,6 +127,13 @@ def _outcome_text(outcome: Outcome) -> str:
     return f"{outcome.probability:.3g} ({effect})"
 
 
+def _outside_effects(action: Action, gamma: set[PalTuple]) -> list[tuple[list[LiftedAtom], ...]]:
+    """Each outcome's effects on atoms outside the pal-tuples ``gamma``, sorted."""
+    def outside(atoms: frozenset[LiftedAtom]) -> list[LiftedAtom]:
+        return sorted(a for a in atoms if PalTuple(action.name, a, Location.EFF) not in gamma)
+    return sorted((outside(o.add), outside(o.delete)) for o in action.outcomes)
+
+
 def outcome_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
     """Lines for actions whose outcomes changed where neither a pal-tuple of the action nor
     a shift of its known outcomes' probabilities says so.
@@ -134,20 +141,31 @@ def outcome_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list
     A deterministic action that now sometimes does nothing (a new, empty outcome) keeps
     every mode (Δ 0), and its old outcome's probability has no partner among the new
     ones, so :func:`probability_shifts` skips it: without these lines it was described
-    nowhere."""
+    nowhere. So was an effect outside the pal-tuples (over a constant) changed beside a
+    mode of the same action: that action's line is printed too."""
     moved = {c[0].action for c in changes} | set(probability_shifts(old, new))
     old_actions = old.action_map
+    gamma: set[PalTuple] | None = None
     lines = []
     for action in new.actions:
         before = old_actions.get(action.name)
-        if before is None or action.name in moved:
+        if before is None:
             continue
         was = sorted(before.outcomes, key=Outcome.sort_key)
         now = sorted(action.outcomes, key=Outcome.sort_key)
-        if was != now:
-            lines.append(f"{action.header()} outcomes changed: "
-                         f"{', '.join(map(_outcome_text, was))} → "
-                         f"{', '.join(map(_outcome_text, now))}")
+        if was == now:
+            continue
+        if action.name in moved:
+            # The modes or probabilities say what changed, unless an effect no pal-tuple
+            # holds (an atom over a constant) changed beside them: described nowhere else.
+            if gamma is None:
+                gamma = set(AbstractModel.from_domain(new).modes) | set(
+                    AbstractModel.from_domain(old).modes)
+            if _outside_effects(before, gamma) == _outside_effects(action, gamma):
+                continue
+        lines.append(f"{action.header()} outcomes changed: "
+                     f"{', '.join(map(_outcome_text, was))} → "
+                     f"{', '.join(map(_outcome_text, now))}")
     return lines
 
 

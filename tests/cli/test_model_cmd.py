@@ -105,3 +105,22 @@ def test_diff_says_when_a_change_lies_outside_the_pal_tuples(
     assert main(["model", "diff", "--json", str(drifted), str(base)]) == 1
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary and "no longer requires (surface-condition ?b rough)" in summary[0]
+
+
+def test_diff_says_when_an_effect_outside_the_pal_tuples_changed_beside_a_mode(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An effect over a constant is no pal-tuple: changed alone it is printed ('outcomes
+    changed'), but beside a mode change of the same action only the mode was printed, and
+    the new effect (load-highspeed-saw now makes (surface-condition ?b rough) true) was
+    described nowhere, in diff nor in a version's summary."""
+    base = DATA / "ipc" / "woodworking" / "domain.pddl"
+    text = base.read_text()
+    old = "            (not (empty ?m))\n            (in-highspeed-saw ?b ?m)))"
+    assert text.count(old) == 1
+    drifted = tmp_path / "ww.pddl"
+    drifted.write_text(text.replace(
+        old, "            (in-highspeed-saw ?b ?m)\n            (surface-condition ?b rough)))"))
+    assert main(["model", "diff", str(base), str(drifted)]) == 1
+    out = capsys.readouterr().out
+    assert "load-highspeed-saw(?b ?m) no longer makes (empty ?m) false" in out
+    assert "(surface-condition ?b rough) true" in out
