@@ -13,11 +13,12 @@ wire_keys counts the keys). ``tests/contracts/test_wire_split.py`` checks that b
 when ``raw``, read the way a JSON parser reads a valid message (a backslash in a string
 taking the byte after it, as JSON's escapes do), is one object whose members' keys hold
 no backslash and are all different (compared as bytes: without escapes, equal bytes are
-equal strings) and whose ``"state"`` and ``"next_state"`` members' values are arrays;
-``state`` and ``next_state`` are then those arrays' texts and ``envelope`` is ``raw``
-with each of them replaced by ``[]``; ``keys`` is the number of members. (Until session
-12 a backslash anywhere, an escaped name or a ``\\u`` in any string, left the message
-uncut.)
+equal strings), none of them ``"states"`` (a trace's: no transition event has it, and
+the trace splitter walks the message next; the walk stops at it, session 16), and whose
+``"state"`` and ``"next_state"`` members' values are arrays; ``state`` and
+``next_state`` are then those arrays' texts and ``envelope`` is ``raw`` with each of
+them replaced by ``[]``; ``keys`` is the number of members. (Until session 12 a
+backslash anywhere, an escaped name or a ``\\u`` in any string, left the message uncut.)
 
 ``split_trace(raw)`` (:func:`reference_trace`, ``SPLIT_TRACE`` in C) does the same for a
 ``trace`` event's ``"states"``: ``(envelope, states, keys)``, each state's text cut out,
@@ -165,11 +166,11 @@ def canonical(text: bytes) -> bytes:
     return b"[" + b", ".join(sorted(atoms)) + b"]"
 
 
-def _members(raw: bytes, cut: tuple[bytes, ...]
+def _members(raw: bytes, cut: tuple[bytes, ...], stop: bytes | None = None
              ) -> tuple[dict[bytes, tuple[int, int]], int] | None:
     """The spans of the values of the members named in ``cut`` (each an array) and the
     number of members, when ``raw`` is one object whose keys hold no backslash and are
-    all different (the splitters' walk); None otherwise."""
+    all different (the splitters' walk) and none of them is ``stop``; None otherwise."""
     keys: set[bytes] = set()
     spans: dict[bytes, tuple[int, int]] = {}
     i = _skip_ws(raw, 0)
@@ -188,6 +189,8 @@ def _members(raw: bytes, cut: tuple[bytes, ...]
         if key in keys:
             return None
         keys.add(key)
+        if key == stop:
+            return None
         i = _skip_ws(raw, k_end + 1)
         if raw[i:i + 1] != b":":
             return None
@@ -228,7 +231,7 @@ def _members(raw: bytes, cut: tuple[bytes, ...]
 
 def reference(raw: bytes) -> tuple[bytes, bytes, bytes, int] | None:
     """The splitter, in Python (the contract of ``_wire_split.split``; slow)."""
-    walked = _members(raw, (b"state", b"next_state"))
+    walked = _members(raw, (b"state", b"next_state"), b"states")
     if walked is None or len(walked[0]) != 2:
         return None
     spans, keys = walked

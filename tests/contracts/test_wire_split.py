@@ -155,6 +155,23 @@ def test_what_is_cut() -> None:
         assert wire_split.reference(refused) is None
 
 
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_a_message_with_a_states_member_is_not_cut_and_stays_the_schemas(at: str) -> None:
+    # A trace's member: the walk stops at its key (the trace splitter walks the message
+    # next), before or after the states, and the decoder still answers as the schema.
+    members = [b'"type": "transition"', b'"agent_id": "a-1"', b'"family": "f"',
+               b'"state": [["a"]]', b'"action": ["x"]', b'"next_state": [["b"]]']
+    cut = b"{" + b", ".join(members) + b"}"
+    at_index = {"first": 0, "middle": 3, "last": len(members)}[at]
+    raw = b"{" + b", ".join([*members[:at_index], b'"states": [[["a"]]]',
+                             *members[at_index:]]) + b"}"
+    for split in SPLITTERS.values():
+        assert split(cut) is not None
+        assert split(raw) is None
+    assert wire_fast.decode(raw) == wire.decode(raw)
+    assert isinstance(wire.decode(raw), wire.DeadLetter)
+
+
 @pytest.mark.parametrize("way", list(SPLITTERS))
 @settings(max_examples=examples(300), deadline=None)
 @given(raw=_mutated())
