@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.config import DaemonConfig
@@ -132,3 +133,13 @@ def queued_refusal(tmp_path: Path, agent: AgentQuery, clock: Callable[[], dateti
         d.handle(r)
     assert len(d.store.queue_items("pending")) == 1
     return d, out
+
+
+class Drifted:
+    """Every agent follows the DAAISy example's drifted rover."""
+
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=1)
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self.sim

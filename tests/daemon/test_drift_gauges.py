@@ -13,8 +13,6 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
-from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.versions import ModelRef
 from capwatch.daemon.fleet_drift import FamilyDrift, FleetDrift
 from capwatch.daemon.metrics import DaemonMetrics
@@ -23,19 +21,9 @@ from capwatch.models_store import open_store
 from capwatch.models_store.actions import action_store, promote, request_assessment, rollback
 from capwatch.models_store.lineage import record_new_model
 from capwatch.models_store.sqlite import SqliteModelStore
-from tests.daemon.helpers import config, example, good_sample
+from tests.daemon.helpers import Drifted, config, example, good_sample
 
 T0 = datetime(2026, 11, 27, 12, tzinfo=UTC)
-
-
-class Drifted:
-    """Every agent follows the DAAISy example's drifted rover."""
-
-    def __init__(self) -> None:
-        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=1)
-
-    def agent(self, agent_id: str, family: str) -> AgentQuery:
-        return self.sim
 
 
 def _run(tmp_path: Path, lines: list[str]) -> Service:

@@ -6,8 +6,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
-from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import AgentQuery
 from capwatch.daemon.service import build_service
 from capwatch.model.pal import delta
 from capwatch.models_store import ModelRef, open_store
@@ -17,17 +15,7 @@ from capwatch.models_store.actions import (
     request_assessment,
     rollback,
 )
-from tests.daemon.helpers import config, example, good_sample
-
-
-class Drifted:
-    """Every agent follows the DAAISy example's drifted rover."""
-
-    def __init__(self) -> None:
-        self.sim = SimulatedAgent(example("rover-sample-drift.pddl"), seed=1)
-
-    def agent(self, agent_id: str, family: str) -> AgentQuery:
-        return self.sim
+from tests.daemon.helpers import Drifted, config, example, good_sample
 
 
 def _run(tmp_path: Path, lines: list[str]) -> MemoryPublisher:
