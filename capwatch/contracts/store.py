@@ -195,6 +195,12 @@ class ModelRegistry(Protocol):
 
     def lineages(self, family: str | None = None) -> list[LineageSummary]: ...
 
+    def newest_versions(self) -> list[ModelRef]:
+        """The newest version of every lineage (baselines' agent_id None), ordered by
+        family and agent: what :meth:`lineages` names, read from the primary key alone
+        (every replica's drift gauges ask every 15 s)."""
+        ...
+
 
 
 class WorkQueue(Protocol):

@@ -23,22 +23,30 @@ a promotion of an agent's model ends it for every agent that runs that model. (A
 stored ``delta_to_baseline`` is against the baseline its lineage forked from, which a
 promotion does not move.) Versions never change, so the comparison of a pair (agent
 version, baseline version) is kept and only a new version or baseline costs a model load.
+
+A new pair costs a model load and its pal-tuple modes (~3-4 ms of CPU on this thread,
+holding the interpreter's lock the main loop needs): a restarted replica's first read and
+each promotion compare every agent anew. So the baseline's modes are computed once, and
+the comparison is kept per (model, baseline) as well, keyed by the model's content: the
+agents that learned the same model (one drift across the fleet) cost one comparison
+(docs/performance.md, "The drift gauges' store read").
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
-from capwatch.contracts.versions import LineageSummary, ModelRef, ModelVersion
+from capwatch.contracts.versions import ModelRef, ModelVersion, content_key
 from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, OutageLog
 from capwatch.daemon.metrics import DaemonMetrics
-from capwatch.model.diff import model_changes
+from capwatch.model.diff import mode_changes
 from capwatch.model.domain import Domain
+from capwatch.model.pal import AbstractModel, Mode, PalTuple
 
 log = structlog.get_logger("capwatch.daemon")
 
@@ -48,9 +56,13 @@ bound on how long a version another replica (or the CLI) wrote takes to show her
 
 
 class DriftSource(Protocol):
-    def lineages(self, family: str | None = None) -> list[LineageSummary]: ...
+    def newest_versions(self) -> list[ModelRef]: ...
 
     def get(self, ref: ModelRef) -> ModelVersion | None: ...
+
+
+_Pair = tuple[int, bool, str]
+"""An agent's figures against a baseline: (Δ, drifted, the model's content key)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,11 @@ class FleetDrift:
         # Families the daemon watches show 0 before any version: an absent series and a
         # fleet without drift would read differently on the dashboard.
         self._reported: set[str] = set(families)
-        self._pairs: dict[tuple[ModelRef, ModelRef], tuple[int, bool]] = {}
-        self._baselines: dict[ModelRef, Domain] = {}
+        self._pairs: dict[tuple[ModelRef, ModelRef], _Pair] = {}
+        self._by_model: dict[tuple[str, ModelRef], _Pair] = {}
+        """(the model's content key, baseline) → the pair's figures: agents whose newest
+        versions hold the same model share one comparison."""
+        self._baselines: dict[ModelRef, tuple[Domain, Mapping[PalTuple, Mode]]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
@@ -82,47 +97,54 @@ class FleetDrift:
     def figures(self) -> dict[str, FamilyDrift]:
         """Per family: the largest Δ of an agent's current model from the family's newest
         baseline, and the number of agents whose model is not that baseline's."""
-        summaries = self.store.lineages()
-        baselines = {s.family: ModelRef(s.family, None, s.latest_version)
-                     for s in summaries if s.agent_id is None}
-        pairs: dict[tuple[ModelRef, ModelRef], tuple[int, bool]] = {}
+        newest = self.store.newest_versions()
+        baselines = {r.family: r for r in newest if r.agent_id is None}
+        pairs: dict[tuple[ModelRef, ModelRef], _Pair] = {}
         out: dict[str, FamilyDrift] = {}
-        for s in summaries:
-            base = baselines.get(s.family)
-            if s.agent_id is None or base is None:
+        for ref in newest:
+            base = baselines.get(ref.family)
+            if ref.agent_id is None or base is None:
                 continue
-            key = (ModelRef(s.family, s.agent_id, s.latest_version), base)
+            key = (ref, base)
             pair = self._pairs.get(key)
             if pair is None:
                 pair = self._compare(*key)
             if pair is None:
                 continue  # deleted between the two reads: the next refresh sees the truth
             pairs[key] = pair
-            delta, differs = pair
-            was = out.get(s.family, FamilyDrift(0, 0))
-            out[s.family] = FamilyDrift(max(was.worst_delta, delta),
+            delta, differs, _ = pair
+            was = out.get(ref.family, FamilyDrift(0, 0))
+            out[ref.family] = FamilyDrift(max(was.worst_delta, delta),
                                         was.drifted + (1 if differs else 0))
         for family in baselines:
             out.setdefault(family, FamilyDrift(0, 0))
         # Only the pairs still current are kept: the cache is as large as the fleet.
         self._pairs = pairs
+        self._by_model = {(p[2], k[1]): p for k, p in pairs.items()}
         live = set(baselines.values())
         self._baselines = {r: d for r, d in self._baselines.items() if r in live}
         return out
 
-    def _compare(self, agent: ModelRef, base: ModelRef) -> tuple[int, bool] | None:
+    def _compare(self, agent: ModelRef, base: ModelRef) -> _Pair | None:
         version = self.store.get(agent)
         baseline = self._baselines.get(base)
         if baseline is None:
             b = self.store.get(base)
             if b is None:
                 return None
-            baseline = self._baselines[base] = b.domain()
+            domain = b.domain()
+            baseline = self._baselines[base] = (domain, AbstractModel.from_domain(domain).modes)
         if version is None:
             return None
+        model = content_key(version.model_json)
+        known = self._by_model.get((model, base))
+        if known is not None:
+            return known
         domain = version.domain()
-        delta = len(model_changes(baseline, domain))
-        return delta, delta > 0 or domain != baseline
+        delta = len(mode_changes(baseline[1], AbstractModel.from_domain(domain).modes))
+        pair = self._by_model[(model, base)] = (delta, delta > 0 or domain != baseline[0],
+                                                model)
+        return pair
 
     def refresh(self) -> None:
         """Read the figures and set the gauges (raises what the store raises)."""

@@ -35,8 +35,13 @@ def model_changes(old: Domain, new: Domain) -> list[Change]:
     or predicate added or dropped): a pal-tuple one side lacks counts as absent there,
     which is what an operator means by "this action no longer makes X true".
     """
-    a = AbstractModel.from_domain(old).modes
-    b = AbstractModel.from_domain(new).modes
+    return mode_changes(AbstractModel.from_domain(old).modes,
+                        AbstractModel.from_domain(new).modes)
+
+
+def mode_changes(a: Mapping[PalTuple, Mode], b: Mapping[PalTuple, Mode]) -> list[Change]:
+    """:func:`model_changes` from the two models' modes (``AbstractModel.modes``), for a
+    caller that compares many models with one and keeps that one's modes."""
     changes = [(p, a.get(p, Mode.ABSENT), b.get(p, Mode.ABSENT)) for p in {*a, *b}]
     return sorted((c for c in changes if c[1] is not c[2]), key=lambda c: c[0])
 

@@ -9,14 +9,17 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
-from capwatch.contracts.versions import ModelRef
+from capwatch.contracts.versions import ModelRef, ModelVersion
 from capwatch.daemon.fleet_drift import FamilyDrift, FleetDrift
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.service import Service, build_service
+from capwatch.model.diff import model_changes
+from capwatch.model.domain import Domain
 from capwatch.models_store import open_store
 from capwatch.models_store.actions import action_store, promote, request_assessment, rollback
 from capwatch.models_store.lineage import record_new_model
@@ -24,6 +27,14 @@ from capwatch.models_store.sqlite import SqliteModelStore
 from tests.daemon.helpers import Drifted, config, example, good_sample
 
 T0 = datetime(2026, 11, 27, 12, tzinfo=UTC)
+
+
+class _Loaded:
+    """A stored version whose ``domain()`` is counted (the model loads the test counts)."""
+
+    def __init__(self, version: ModelVersion, domain: Callable[[], Domain]) -> None:
+        self.model_json = version.model_json
+        self.domain = domain
 
 
 def _run(tmp_path: Path, lines: list[str]) -> Service:
@@ -138,6 +149,50 @@ def test_a_probability_only_change_counts_as_drifted_with_delta_0(tmp_path: Path
         metrics = DaemonMetrics()
         FleetDrift(store, metrics).refresh()
         assert _gauges(metrics.registry, "courier-v1") == (1, 0)
+    finally:
+        store.close()
+
+
+def test_agents_that_learned_the_same_model_cost_one_comparison(tmp_path: Path) -> None:
+    """A restarted replica's first read compares every agent with its baseline (a model
+    load and its pal-tuple modes each, ~3-4 ms): kept per model content, the agents that
+    learned the same model (one drift across a fleet) cost one; a different model still
+    gets its own figures."""
+    store = SqliteModelStore(str(tmp_path / "fleet.db"))
+    loaded: list[ModelRef] = []
+
+    class Counting:
+        def newest_versions(self) -> list[ModelRef]:
+            return store.newest_versions()
+
+        def get(self, ref: ModelRef) -> ModelVersion | None:
+            v = store.get(ref)
+            if v is not None:
+                calls = loaded.append
+                original = v.domain
+
+                def domain() -> Domain:
+                    calls(ref)
+                    return original()
+                # Only model_json and domain() are read from a version here.
+                return cast(ModelVersion, _Loaded(v, domain))
+            return v
+
+    try:
+        record_new_model(store, "rover-v1", None, example("rover.pddl"), T0)
+        for i in range(5):
+            record_new_model(store, "rover-v1", f"rover-{i}", example("rover-sample-drift.pddl"),
+                             T0 + timedelta(seconds=1 + i))
+        record_new_model(store, "rover-v1", "rover-p", example("rover.pddl"),
+                         T0 + timedelta(seconds=9))
+        gauges = FleetDrift(Counting(), DaemonMetrics())
+        figures = gauges.figures()
+        worst = len(model_changes(example("rover.pddl"), example("rover-sample-drift.pddl")))
+        assert worst > 0 and figures == {"rover-v1": FamilyDrift(worst, 5)}
+        # The baseline, one of the five drifted agents and rover-p (the baseline's model
+        # under an agent's lineage: a model not compared yet).
+        assert len(loaded) == 3
+        assert gauges.figures() == figures and len(loaded) == 3
     finally:
         store.close()
 

@@ -140,6 +140,10 @@ def test_history_lineages_and_diff(store: ModelStore, rover: Domain, drifted: Do
                  for s in store.lineages("rover-v3")}
     assert summaries == {(None, 1, 0), ("rover-1", 2, 0), ("rover-2", 1, 5)}
     assert store.lineages("no-such-family") == []
+    # The drift gauges' read: the same lineages, their newest versions, from the key.
+    assert store.newest_versions() == [ModelRef("rover-v3", None, 1),
+                                       ModelRef("rover-v3", "rover-1", 2),
+                                       ModelRef("rover-v3", "rover-2", 1)]
 
     a = store.get(ModelRef("rover-v3", "rover-2", 1))
     b = store.get(ModelRef("rover-v3", None, 1))
