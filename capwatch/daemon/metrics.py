@@ -216,7 +216,8 @@ class StoreWrites(Collector):
         g = GaugeMetricFamily("capwatch_store_writes_failing",
                               "1 while this replica's last write of the kind to the models "
                               "store failed (a full disk, a revoked privilege), 0 once one "
-                              "changed a row again.", labels=["kind"])
+                              "changed a row again or the store took /readyz's probe write "
+                              "of the kind.", labels=["kind"])
         c = CounterMetricFamily("capwatch_store_write_failures",
                                 "Writes of the kind the models store refused.",
                                 labels=["kind"])

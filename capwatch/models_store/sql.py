@@ -7,9 +7,12 @@ Every public method is one transaction, so a crash leaves either all of a write 
 from __future__ import annotations
 
 import abc
+import base64
 import json
+import os
+import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -39,6 +42,7 @@ from capwatch.models_store.alert_outbox import AlertOutboxSql
 from capwatch.models_store.drift_state import DriftStateSql
 from capwatch.models_store.sql_base import (
     MODEL_VERSIONS,
+    PROBE_WRITE_BYTES,
     Row,
     Tx,
     lease_until,
@@ -124,6 +128,25 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
         with self._tx(write=False) as tx:
             rows = tx.rows("SELECT MAX(version) FROM schema_version")
         return int(rows[0][0] or 0)
+
+    def _probe_write(self, tx: Tx, kind: str) -> bool:
+        # A family no version can have ('' is refused by _validate_ref) and an id of its
+        # own, so that two replicas' probes never wait on each other's row.
+        tag = f"probe-{uuid.uuid4().hex}"
+        filler = base64.b64encode(os.urandom(PROBE_WRITE_BYTES * 3 // 4)).decode()
+        now = self._ts_in(datetime.now(UTC))
+        if kind == MODEL_VERSIONS:
+            tx.run(f"INSERT INTO model_versions ({_VERSION_COLUMNS}) "
+                   "VALUES (?, ?, 1, NULL, NULL, NULL, 0, 0, ?, ?, ?, ?, ?, ?, ?)",
+                   ("", tag, self._json_in([]), self._json_in([]), self._json_in({}),
+                    self._json_in({}), filler, now, tag))
+        else:
+            # Any other write: the queue's table stands for them (the drift snapshots,
+            # outbox and offsets are in the same database, seldom refused alone).
+            tx.run("INSERT INTO pending_assessments (key, agent_id, family, payload, status, "
+                   "attempts, enqueued_at, not_before) VALUES (?, ?, '', ?, 'done', 0, ?, ?)",
+                   (tag, tag, self._json_in({"probe": filler}), now, now))
+        return True
 
     # -- model versions --------------------------------------------------------------------
     def _version_from_row(self, r: Row) -> ModelVersion:

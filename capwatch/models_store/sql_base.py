@@ -25,7 +25,17 @@ OTHER_WRITES = "other"
 WRITE_FAILURE_HOLD_S = 300.0
 """How long a failed write of a kind no later write of that kind has changed is reported
 (:meth:`SqlBase.write_failures`): a retry of the work it was for comes within the
-assessment lease (``assessment.lease_s``, 120 s by default) at the latest."""
+assessment lease (``assessment.lease_s``, 120 s by default) at the latest. /readyz's
+probe (:meth:`SqlBase.unreachable`) tries a write of each failing kind, so the report
+ends as soon as such a write would land, and lasts while it would not."""
+PROBE_WRITE_BYTES = 512 * 1024
+"""The size of a probe write (:meth:`SqlBase._probe_write`), incompressible: a probe
+smaller than the write that was refused fits in room that write left behind (SQLite's
+write-ahead log keeps the frames of a rolled-back write: a 64 KiB probe was taken on a
+full disk that had refused a 200 KB version) or in free space of existing pages. 512 KiB
+is more than a version or queued work usually holds (a model and its bounded evidence:
+tens to a few hundred KB); a larger write refused after the probe was taken marks its
+kind again."""
 CLOCKS = ("database", "monotonic", "caller")
 KEEP_CLOCK_EVERY_S = 1.0
 """How often a write keeps the ``"monotonic"`` clock's reading (:meth:`SqlBase._keep_clock`):
@@ -249,13 +259,40 @@ class SqlBase(abc.ABC):
         if not self._lock.acquire(timeout=wait_s):
             return self._busy(wait_s)
         try:
-            with self._probing(wait_s), self._transaction(write=False) as tx:
-                tx.rows("SELECT 1")
+            with self._probing(wait_s):
+                with self._transaction(write=False) as tx:
+                    tx.rows("SELECT 1")
+                self._probe_failing_writes()
         except Exception as e:
             return error_text(e)
         finally:
             self._lock.release()
         return None
+
+    def _probe_failing_writes(self) -> None:
+        """For each kind of write whose last attempt the database refused: a write of
+        that kind, rolled back (:meth:`_probe_write`). If it is taken, the kind is no
+        longer reported: the store accepts such writes again, and waiting for a real
+        one (a version to write) kept an idle replica at 503 for up to the whole hold.
+        A refusal keeps reporting the kind (and restarts its hold: the store still
+        refuses); a write that only did not finish (a timeout, the connection lost)
+        changes nothing, and /readyz's ``SELECT 1`` reports a lost connection."""
+        for kind in list(self._write_failed):
+            try:
+                with self._transaction(write=True) as tx:
+                    if not self._probe_write(tx, kind):
+                        continue
+                    raise _ProbeTaken
+            except _ProbeTaken:
+                self._write_failed.pop(kind, None)
+            except Exception as e:
+                if self._write_fault(e):
+                    self._write_failed[kind] = (time.monotonic(), error_text(e))
+
+    def _probe_write(self, tx: Tx, kind: str) -> bool:
+        """Writes a row of :data:`PROBE_WRITE_BYTES` where writes of ``kind`` go, in
+        ``tx`` (which is rolled back); False when this store has no probe for it."""
+        return False
 
     def _busy(self, wait_s: float) -> str | None:
         """:meth:`unreachable` while another caller holds the connection: the last
@@ -275,6 +312,10 @@ class SqlBase(abc.ABC):
         with self._tx(write=False) as tx:
             rows = tx.rows(f"{select} ORDER BY {order}, key", params)
         return [from_row(r) for r in rows]
+
+
+class _ProbeTaken(Exception):
+    """Rolls a probe write's transaction back once the database took it."""
 
 
 def _utc_now() -> datetime:

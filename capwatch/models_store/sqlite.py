@@ -78,7 +78,10 @@ class SqliteModelStore(SqlModelStore):
         try:
             yield _SqliteTx(self._conn)
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            # SQLite ends the transaction itself on some errors (a full disk while a
+            # statement spilled pages): a ROLLBACK then fails and would hide the error.
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
 
@@ -108,6 +111,18 @@ class SqliteModelStore(SqlModelStore):
 
     def _is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError)
+
+    def _probe_write(self, tx: Tx, kind: str) -> bool:
+        # Uncommitted pages stay in the page cache (2 MiB by default) until the commit,
+        # which a probe never reaches: its write never met the disk, and a full disk
+        # took it. With a cache of a few pages the write spills into the write-ahead log
+        # as it goes, and needs the room a real write does.
+        size = int(self._conn.execute("PRAGMA cache_size").fetchone()[0])
+        self._conn.execute("PRAGMA cache_size = 8")
+        try:
+            return super()._probe_write(tx, kind)
+        finally:
+            self._conn.execute(f"PRAGMA cache_size = {size}")
 
     def _write_fault(self, exc: BaseException) -> bool:
         """The database refused the write (a full disk, a read-only file), not a conflict

@@ -1,6 +1,8 @@
 """A replica whose model-version writes the database refuses says so on /readyz and in
-its metrics while its store still answers a probe, and recovers once such a write
-succeeds (docs/operations.md, "Readiness").
+its metrics while its store still answers a probe, and recovers as soon as the database
+takes such a write again: /readyz's probe tries one (rolled back) for each failing kind,
+so no real write has to come first (before session 17 an idle replica stayed at 503 for up
+to 300 s) (docs/operations.md, "Readiness").
 
 The faults are real: the INSERT privilege on model_versions revoked from the replica's
 PostgreSQL role, and the disk under model_versions full (its own tablespace on a small
@@ -13,6 +15,7 @@ import os
 import pwd
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -45,6 +48,17 @@ def readyz(url: str) -> tuple[int, dict[str, Any]]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def ready_soon(url: str, timeout_s: float = 15.0) -> bool:
+    """/readyz says ready within ``timeout_s`` (it reuses its store probe's answer for a
+    second: store_probe.FRESH_S)."""
+    deadline = time.monotonic() + timeout_s
+    while readyz(url) != (200, {"ready": True, "problems": []}):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def failing_gauge(registry: CollectorRegistry, kind: str) -> float | None:
@@ -106,11 +120,22 @@ def test_refused_version_writes_fail_readiness_until_one_lands(
                                          {"kind": "model_versions"}) == 1.0
         assert store.history("rover") == []  # nothing half written
 
+        # Still refused: the probe's write (/readyz's, run here at once) is refused too.
+        assert store.unreachable(1.5) is None
+        assert "permission denied" in store.write_failures()["model_versions"]
+        assert readyz(server.url)[0] == 503
+        assert failing_gauge(registry, "model_versions") == 1.0
+
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"GRANT INSERT ON {schema}.model_versions TO {role}")
-        assert store.put(v, (), Held("k", "r/w0", now, 60)) == v
-        assert readyz(server.url) == (200, {"ready": True, "problems": []})
+        # Ready again with no version written: the probe's write was taken.
+        assert store.unreachable(1.5) is None and store.write_failures() == {}
+        assert ready_soon(server.url)
         assert failing_gauge(registry, "model_versions") == 0.0
+        assert store.history("rover") == []  # the probe left nothing
+        assert registry.get_sample_value("capwatch_store_write_failures_total",
+                                         {"kind": "model_versions"}) == 1.0
+        assert store.put(v, (), Held("k", "r/w0", now, 60)) == v
         assert [h.key for h in store.history("rover")] == [v.key]
     finally:
         server.close()
@@ -202,10 +227,16 @@ def test_a_full_disk_under_the_versions_only_fails_readiness_until_a_version_lan
         assert failing_gauge(registry, "model_versions") == 1.0
         assert store.history("rover") == []
 
+        # The probe's write needs room as the version did, and is refused too.
+        assert store.unreachable(1.5) is None
+        assert store.write_failures()["model_versions"].startswith("DiskFull")
+        assert readyz(server.url)[0] == 503
         filler.unlink()
-        assert store.put(v, (), Held("k", "r/w0", now, 60)) == v
-        assert readyz(server.url) == (200, {"ready": True, "problems": []})
+        assert store.unreachable(1.5) is None and store.write_failures() == {}
+        assert ready_soon(server.url)
         assert failing_gauge(registry, "model_versions") == 0.0
+        assert store.history("rover") == []
+        assert store.put(v, (), Held("k", "r/w0", now, 60)) == v
     finally:
         server.close()
         store.close()

@@ -5,7 +5,10 @@ PostgreSQL's counterpart: tests/daemon/test_write_failures.py."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,5 +50,71 @@ def test_a_read_only_database_is_still_reported(tmp_path: Path) -> None:
         with pytest.raises(sqlite3.OperationalError):
             store.put(v)
         assert set(store.write_failures()) == {"model_versions"}
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path = tmp_path / "disk"
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)],
+                       check=False, capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+
+def test_a_full_disk_is_reported_until_the_store_takes_a_write_again(
+        small_disk: Path) -> None:
+    """/readyz's probe (``unreachable``) tries a write of each refused kind: the report
+    lasts while the disk is full and ends once there is room, before any version is
+    written (it waited for one, or 300 s)."""
+    store = SqliteModelStore(small_disk / "models.db")
+    v = build_version(ModelRef("rover", None, 1), read_domain(EXAMPLES / "rover.pddl"),
+                      datetime.now(UTC), evidence={"filler": "x" * 200_000})
+    filler = small_disk / "filler"
+    try:
+        with open(filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            store.put(v)
+        assert set(store.write_failures()) == {"model_versions"}
+        assert store.unreachable(1.5) is None  # a select still answers
+        assert "full" in store.write_failures()["model_versions"]  # the probe was refused
+        filler.unlink()
+        assert store.unreachable(1.5) is None
+        assert store.write_failures() == {}
+        assert store.history("rover") == []  # the probe left nothing
+        assert store.put(v) == v
+    finally:
+        store.close()
+
+
+def test_a_read_only_connection_is_reported_until_it_takes_writes_again(
+        tmp_path: Path) -> None:
+    store = SqliteModelStore(tmp_path / "models.db")
+    v = build_version(ModelRef("rover", None, 1), read_domain(EXAMPLES / "rover.pddl"),
+                      datetime.now(UTC))
+    store._conn.execute("PRAGMA query_only = ON")
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            store.put(v)
+        assert store.unreachable(1.5) is None
+        assert set(store.write_failures()) == {"model_versions"}
+        store._conn.execute("PRAGMA query_only = OFF")
+        assert store.unreachable(1.5) is None
+        assert store.write_failures() == {}
+        assert store.history("rover") == []
     finally:
         store.close()
