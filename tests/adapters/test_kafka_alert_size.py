@@ -20,13 +20,14 @@ import pytest
 from kafka import KafkaConsumer
 
 from capwatch.adapters.io.kafka import KafkaPublisher, ensure_topics
-from capwatch.adapters.io.kafka_common import MAX_ALERT_BYTES, PendingPublisher
+from capwatch.adapters.io.kafka_common import MAX_ALERT_BYTES, PendingPublisher, alert_record
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord
 
 
-def _alert(evidence_bytes: int) -> AlertEvent:
+def _alert(evidence_bytes: int,
+           summary: str = "assessment failed (unexplained): ...") -> AlertEvent:
     return AlertEvent(alert_type="assessment_failed", severity="warning", agent_id="depot-1",
-                      family="depot", summary="assessment failed (unexplained): ...",
+                      family="depot", summary=summary,
                       detail={"reason": "unexplained"},
                       evidence={"assessment": {"unexplained": ["x" * evidence_bytes]}},
                       dedup_key="assessment_failed|depot|depot-1|-|unexplained",
@@ -76,6 +77,32 @@ def test_an_alert_too_large_for_the_broker_goes_out_without_its_evidence(
     _read(kafka_bootstrap, f"{prefix}-d", 1)
 
 
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
+def test_an_alert_whose_summary_alone_is_too_large_goes_out_with_its_beginning(
+        kafka_bootstrap: str, client: str) -> None:
+    """Without its evidence and detail the record was still over the broker's limit: the
+    summary (one line per cause, or text an agent supplied) is cut to its beginning."""
+    prefix = f"size-{uuid.uuid4().hex[:8]}"
+    pub = _publisher(client, kafka_bootstrap, prefix)
+    summary = "assessment failed (unexplained): " + "state (at depot0 truck1); " * 60_000  # 1.56 MB
+    try:
+        pub.alert(_alert(10, summary))
+        pub.alert(_alert(10))
+        pub.dead_letter(DeadLetterRecord(reason="r", raw_base64="", source="s",
+                                         time=datetime.now(UTC)))
+        pub.flush(30.0)  # raised PublishError (MessageSizeTooLarge) on every attempt
+    finally:
+        pub.close()
+    big, small = _read(kafka_bootstrap, f"{prefix}-a", 2)
+    assert small["summary"] == "assessment failed (unexplained): ..."
+    kept, note = big["summary"].split(" [... ", 1)
+    assert summary.startswith(kept) and len(kept) > 400_000
+    assert f"{len(summary) - len(kept):,} more characters" in note
+    assert "capwatch alerts show" in note
+    assert big["dedup_key"] == small["dedup_key"]
+    _read(kafka_bootstrap, f"{prefix}-d", 1)
+
+
 def test_an_alert_is_cut_only_when_it_would_not_fit() -> None:
     class Kept(PendingPublisher):
         def __init__(self) -> None:
@@ -94,3 +121,16 @@ def test_an_alert_is_cut_only_when_it_would_not_fit() -> None:
     assert whole["evidence"] == fits.evidence
     assert set(cut["evidence"]) == {"omitted"}
     assert len(pub.values[1]) < 4_000
+
+
+@pytest.mark.parametrize("char", ["x", "\u00e9", "\U0001f680", "\u0000"])
+def test_a_summary_of_any_characters_is_cut_to_fit(char: str) -> None:
+    """A character is one to six bytes in the record (UTF-8, or an escape): whatever the
+    summary holds, the record fits and starts with the summary's beginning."""
+    event = _alert(10, char * 800_000)
+    value = alert_record(event)
+    assert len(value) <= MAX_ALERT_BYTES
+    summary = json.loads(value)["summary"]
+    kept = summary.split(" [... ", 1)[0]
+    assert kept and event.summary.startswith(kept)
+    assert len(value) > MAX_ALERT_BYTES // 2  # not cut far more than needed

@@ -77,7 +77,8 @@ def heartbeat_ms(session_timeout_ms: int) -> int:
 
 
 def alert_record(event: AlertEvent) -> bytes:
-    """The alert as one record, without its evidence when it would exceed MAX_ALERT_BYTES.
+    """The alert as one record, without its evidence when it would exceed MAX_ALERT_BYTES
+    (then without its detail, then with its summary cut, while it still would).
 
     A record the broker refuses for its size is refused again on every attempt, and the
     flush it fails also carries the model versions and dead letters a commit waits for:
@@ -93,10 +94,33 @@ def alert_record(event: AlertEvent) -> bytes:
     if len(cut) <= MAX_ALERT_BYTES:
         return cut
     # A grouped alert's detail (one cause per agent) can be large as well.
-    return event.model_copy(update={
+    bare = event.model_copy(update={
         "evidence": {"omitted": note},
         "detail": {"omitted": f"the detail is left out too; {note}"},
-    }).model_dump_json().encode()
+    })
+    cut = bare.model_dump_json().encode()
+    if len(cut) <= MAX_ALERT_BYTES:
+        return cut
+    # So can the summary (one line per cause, or text an agent supplied): its beginning
+    # is kept. A character is 1 to 6 bytes in the record (UTF-8 or an escape), so the
+    # cut is by the bytes per character of what is kept, measured again until it fits
+    # (once or twice; every round keeps fewer characters, so it ends).
+    summary = event.summary
+    empty = len(bare.model_copy(update={"summary": ""}).model_dump_json().encode())
+    keep, size = len(summary), len(cut) - empty
+    def tail(kept: int) -> str:
+        return (f" [... {len(summary) - kept:,} more characters of the summary left out;"
+                " `capwatch alerts show` prints it whole]")
+
+    while True:
+        room = MAX_ALERT_BYTES - empty - len(tail(0).encode()) - 64
+        keep = max(0, min(keep - 1, keep * room // max(size, 1)))
+        cut = bare.model_copy(update={"summary": summary[:keep] + tail(keep)}
+                              ).model_dump_json().encode()
+        if len(cut) <= MAX_ALERT_BYTES or keep == 0:
+            return cut
+        size = len(bare.model_copy(update={"summary": summary[:keep]}).model_dump_json()
+                   .encode()) - empty
 
 
 class Sent(NamedTuple):
