@@ -48,7 +48,8 @@ def test_dashboard_is_valid_and_complete() -> None:
     assert len(ids) == len(set(ids))
     titles = " | ".join(p["title"].lower() for p in d["panels"])
     for needed in ["drift alarms by family and action", "inconsistency rate",
-                   "assessment latency", "queries", "consumer lag", "alerts by type"]:
+                   "assessment latency", "queries", "consumer lag", "alerts by type",
+                   "store writes failing"]:
         assert needed in titles
     for p in d["panels"]:
         if p["type"] == "row":
@@ -133,3 +134,26 @@ def test_fleet_wide_gauges_are_combined_across_replicas_with_max() -> None:
             assert uses == under_max, f"{title}: {gauge} not taken with max by (family): {expr}"
             checked += uses
     assert checked >= 4
+
+
+def test_store_writes_failing_counts_the_replicas_by_kind() -> None:
+    """Each replica reports its own writes (``capwatch_store_writes_failing{kind}``, 1
+    while the store refuses them): the panel adds replicas up per kind, as the rule
+    CapwatchStoreWritesFailing counts them, and shows the refusals beside; it sits in
+    the Pipeline row, before the Alerts row, without overlapping another panel."""
+    d = dashboard()
+    (panel,) = [p for p in d["panels"] if p["title"] == "Store writes failing"]
+    exprs = [t["expr"] for t in panel["targets"]]
+    assert any(re.fullmatch(r"sum by \(kind\) \(capwatch_store_writes_failing\{[^}]*\}\)", e)
+               for e in exprs), exprs
+    assert any("capwatch_store_write_failures_total" in e and "increase(" in e
+               for e in exprs), exprs
+    rows = {p["title"]: p["gridPos"]["y"] for p in d["panels"] if p["type"] == "row"}
+    assert rows["Pipeline"] < panel["gridPos"]["y"] < rows["Alerts"]
+    cells: set[tuple[int, int]] = set()
+    for p in d["panels"]:
+        g = p["gridPos"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"])
+                for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, f"{p['title']} overlaps another panel"
+        cells |= mine
