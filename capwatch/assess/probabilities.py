@@ -28,6 +28,7 @@ from capwatch.monitor.stats import (
     IntervalMethod,
     MultinomialEstimate,
     multinomial_mle,
+    normal_isf,
     simultaneous_level,
 )
 
@@ -88,8 +89,7 @@ def _successors(action: Action, ground_action: GroundAction, state: State
 def _samples_needed(estimate: MultinomialEstimate, half_width: float, level: float) -> int:
     # Plan the next batch from the most pessimistic p still plausible (the interval end
     # nearest 1/2), so that one more round trip usually suffices.
-    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
-    z = float(sps.norm.isf((1.0 - level) / 2.0))
+    z = normal_isf((1.0 - level) / 2.0)
     worst = 0.0
     for lo, hi in zip(estimate.low, estimate.high, strict=True):
         p = min(max(0.5, lo), hi)

@@ -78,7 +78,6 @@ from capwatch.daemon.workers import AssessmentWorkers
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.object_types import ObjectTypes
 from capwatch.monitor.drift import DriftConfig, DriftMonitor
-from capwatch.monitor.stats import load_quantiles
 
 log = structlog.get_logger("capwatch.daemon")
 
@@ -266,8 +265,6 @@ class Pipeline:
         seed_baselines(self.store, self.families, self.clock())
 
     def _prepare(self) -> None:
-        self.starting = "loading SciPy's statistics"
-        load_quantiles()
         self.starting = "recording the family models as baselines"
         self.seed_families()
         self.starting = "recovering this replica's assessment claims"

@@ -20,6 +20,7 @@ from capwatch.monitor.stats import (
     GofResult,
     MultinomialEstimate,
     TvdEstimate,
+    normal_isf,
     simultaneous_level,
 )
 
@@ -190,8 +191,7 @@ def planned_samples(estimate: MultinomialEstimate, half_width: float, confidence
     so the confirmation's coverage is the interval's nominal coverage.
     """
     level = simultaneous_level(confidence, len(estimate.probabilities))
-    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
-    z = float(sps.norm.isf((1.0 - level) / 2.0))
+    z = normal_isf((1.0 - level) / 2.0)
     worst = max(min(max(0.5, lo), hi) * (1.0 - min(max(0.5, lo), hi))
                 for lo, hi in zip(estimate.low, estimate.high, strict=True))
     return max(30, math.ceil(z * z * worst / half_width**2 * 1.1))

@@ -51,27 +51,29 @@ def _as_probs(probs: Sequence[float] | npt.ArrayLike, k: int) -> FloatArray:
 # --------------------------------------------------------------------------- intervals
 
 
+# The quantiles below call scipy.special's functions, the very ones scipy.stats' methods
+# evaluate (norm.isf is -ndtri; beta.ppf agrees with betaincinv wherever a level can
+# take it, tests/monitor/test_stats_special.py): importing scipy.stats cost every
+# replica ~50 MB of RSS and ~0.45 s of CPU for a handful of calls (docs/performance.md,
+# "SciPy's stats left out of the daemon").
+
+
+def normal_isf(q: float) -> float:
+    """Upper ``q`` quantile of the standard normal, as ``scipy.stats.norm.isf(q)``."""
+    return -float(special.ndtri(q))
+
+
 def wilson_interval(successes: npt.ArrayLike, n: int, confidence: float = 0.95
                     ) -> tuple[FloatArray, FloatArray]:
     """Wilson score interval for binomial proportions (vectorised over ``successes``)."""
     x = np.asarray(successes, dtype=np.float64)
     if n <= 0:
         return np.zeros_like(x), np.ones_like(x)
-    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
-    z = float(sps.norm.isf((1.0 - confidence) / 2.0))
+    z = normal_isf((1.0 - confidence) / 2.0)
     z2 = z * z
     centre = (x + z2 / 2.0) / (n + z2)
     half = z / (n + z2) * np.sqrt(x * (n - x) / n + z2 / 4.0)
     return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
-
-
-def load_quantiles() -> None:
-    """Import SciPy's statistics (~0.45 s of CPU), which the intervals here use: the
-    daemon calls this before it consumes, after its probes answer. Left to the first use,
-    the import ran on the main loop at the first record of a probabilistic action
-    (:func:`tvd_interval` is on the batch path), a stall of 0.4-0.8 s soon after every
-    start (the stochastic fleet's first pass: 9.8 -> 13.5 us a record, session 15)."""
-    from scipy import stats  # noqa: F401
 
 
 def clopper_pearson_interval(successes: npt.ArrayLike, n: int, confidence: float = 0.95
@@ -80,11 +82,10 @@ def clopper_pearson_interval(successes: npt.ArrayLike, n: int, confidence: float
     x = np.asarray(successes, dtype=np.float64)
     if n <= 0:
         return np.zeros_like(x), np.ones_like(x)
-    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
     alpha = 1.0 - confidence
     with np.errstate(invalid="ignore"):
-        lo = np.where(x > 0, sps.beta.ppf(alpha / 2.0, x, n - x + 1.0), 0.0)
-        hi = np.where(x < n, sps.beta.ppf(1.0 - alpha / 2.0, x + 1.0, n - x), 1.0)
+        lo = np.where(x > 0, special.betaincinv(x, n - x + 1.0, alpha / 2.0), 0.0)
+        hi = np.where(x < n, special.betaincinv(x + 1.0, n - x, 1.0 - alpha / 2.0), 1.0)
     return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 
 
@@ -334,13 +335,36 @@ def benjamini_hochberg(p_values: Sequence[float] | npt.ArrayLike, q: float = 0.0
     ``dependent=True`` uses Benjamini–Yekutieli, valid under arbitrary dependence
     (for instance overlapping sliding windows of one stream tested at many times).
     """
-    ps = np.asarray(p_values, dtype=np.float64)
-    if ps.size == 0:
-        return np.zeros(0, dtype=bool), np.zeros(0)
-    from scipy import stats as sps  # at first use (docs/performance.md, "Start-up")
-    adjusted = np.asarray(sps.false_discovery_control(ps, method="by" if dependent else "bh"),
-                          dtype=np.float64)
+    adjusted = fdr_adjusted(p_values, dependent=dependent)
     return adjusted <= q, adjusted
+
+
+def fdr_adjusted(p_values: Sequence[float] | npt.ArrayLike, *, dependent: bool = False
+                 ) -> FloatArray:
+    """Benjamini–Hochberg (or –Yekutieli) adjusted p-values of a 1-d vector, in its order.
+
+    The same arithmetic, in the same order, as ``scipy.stats.false_discovery_control``
+    (so the same floats): sorted p_(i) · m / i (· Σ 1/i for BY), the running minimum
+    from the largest down, clipped to [0, 1]. A p-value outside [0, 1] (NaN too) is an
+    error, as there.
+    """
+    ps = np.asarray(p_values, dtype=np.float64)
+    if ps.ndim != 1:
+        raise ValueError("p-values must be a 1-d vector")
+    if not ((ps >= 0.0) & (ps <= 1.0)).all():
+        raise ValueError("p-values must be numbers between 0 and 1")
+    m = ps.size
+    if m <= 1:
+        return ps.copy()
+    order = np.argsort(ps)
+    ranks = np.arange(1, m + 1, dtype=np.float64)
+    adjusted = ps[order] * (m / ranks)
+    if dependent:
+        adjusted *= np.sum(1.0 / ranks)
+    np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return np.asarray(np.clip(out, 0.0, 1.0), dtype=np.float64)
 
 
 # --------------------------------------------------------------------------- estimation
