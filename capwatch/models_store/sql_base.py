@@ -40,8 +40,14 @@ CLOCKS = ("database", "monotonic", "caller")
 KEEP_CLOCK_EVERY_S = 1.0
 """How often a write keeps the ``"monotonic"`` clock's reading (:meth:`SqlBase._keep_clock`):
 keeping it in every write transaction cost ~17 us of CPU each (SQLite, an enqueue 62 ->
-79 us); a second's staleness delays at most the work that fell due in the last second
-before a restart whose step back came while the process was stopped."""
+79 us). A step back of the wall clock seen by a reading makes the next write keep it
+whatever the period (:data:`STEP_BACK_S`). What the period leaves: after a restart whose
+step back came while the process was stopped, or after its last write, work waits up to
+the time from the last reading kept to the stop (under this period) plus the downtime
+longer (:meth:`SqlBase._resume_clock`)."""
+STEP_BACK_S = 0.25
+"""A reading whose lead over the wall clock grew by more than this since the one before
+saw a step back of the wall clock (a slewing clock moves ~0.5 ms a second at most)."""
 _T = TypeVar("_T")
 
 
@@ -85,7 +91,9 @@ class SqlBase(abc.ABC):
         """Writes keep the ``"monotonic"`` clock's reading in ``store_clock`` (set once
         the schema has that table and the reading kept there was resumed)."""
         self._kept_at: float | None = None
-        """Monotonic time a write last kept the clock's reading."""
+        """Monotonic time a write last kept the clock's reading (None: keep at the next)."""
+        self._lead = timedelta(0)
+        """How far the ``"monotonic"`` clock's last reading ran ahead of the wall clock."""
         self.keep_clock_every_s = KEEP_CLOCK_EVERY_S
         """:data:`KEEP_CLOCK_EVERY_S` for this store (a test keeps every reading)."""
         self._steady_lock = threading.Lock()
@@ -120,6 +128,13 @@ class SqlBase(abc.ABC):
                 last, at = self._steady
                 now = max(wall, last + timedelta(seconds=mono - at))
             self._steady = (now, mono)
+            if now - wall > self._lead + timedelta(seconds=STEP_BACK_S):
+                # The wall clock stepped back since the last reading: the reading kept
+                # (up to keep_clock_every_s old) holds the wall clock from before the
+                # step, and a restart would resume from it as if no time had passed
+                # since (the step hides the time between). The next write keeps this.
+                self._kept_at = None
+            self._lead = now - wall
         return now, wall
 
     def _keep_clock(self, tx: Tx) -> None:
@@ -142,8 +157,12 @@ class SqlBase(abc.ABC):
         wall-clock time since if the wall clock went forward since (the downtime): the
         wall clock alone, stepped back by X before or during a restart, held work the
         old process had queued as due back by X (clock15). A step back during the
-        downtime is not seen: the clock resumes from the kept reading, so what was due
-        stays due, and what was not waits up to the downtime longer."""
+        downtime, or after the old process's last write, is not seen: the clock resumes
+        from the kept reading, which is up to ``keep_clock_every_s`` older than the
+        stop. What was due when that reading was kept stays due; what fell due after
+        it, or was not due yet, waits up to the time from that reading to the stop plus
+        the downtime longer (a delay, never work taken early). A step back the old
+        process saw while it ran is kept by its next write (:meth:`_steady_reading`)."""
         with self._tx(write=False) as tx:
             rows = tx.rows("SELECT reading, wall FROM store_clock WHERE id = 1")
         self._keeps_clock = True

@@ -247,3 +247,35 @@ def test_sqlite_keeps_its_clock_at_most_every_keep_clock_every_s(tmp_path: Path)
         assert again[0] > first[0][0]
     finally:
         store.close()
+
+
+def test_sqlite_a_step_back_inside_the_keep_period_is_kept_by_the_next_write(
+        tmp_path: Path) -> None:
+    """rev16's doubt: the clock's reading is kept at most once a period, so a step back
+    that came after the last reading kept and before a restart was not in the store: the
+    new process resumed from the reading before the step, as if no time had passed since
+    (the step hides it), and held back work that was due at the stop by that much. Here
+    the wall clock goes 10 minutes forward (the clock follows) then an hour back, inside
+    one keep period, and work handed back after it is due at once on the store's clock.
+    Before, the restart resumed 10 minutes behind and claimed nothing; now the write after
+    the step keeps its reading."""
+    step = [timedelta(0)]
+
+    def wall() -> datetime:
+        return datetime.now(UTC) + step[0]
+
+    store = SqliteModelStore(tmp_path / "m.db", wall_clock=wall)
+    store.keep_clock_every_s = 3600.0  # the default 1 s, made long enough for a loaded host
+    store.enqueue(work("k0", wall()))
+    assert [i.key for i in store.claim("w0", wall(), 60)] == ["k0"]
+    step[0] = timedelta(minutes=10)
+    store.store_now(wall())  # a reading follows the step forward
+    step[0] = timedelta(minutes=10) - timedelta(hours=1)
+    at = wall()
+    store.release("k0", "w0", "retry at once", at, 9, now=at)  # due now, store's clock
+    store.close()
+    again = SqliteModelStore(tmp_path / "m.db", wall_clock=wall)
+    try:
+        assert [i.key for i in again.claim("w1", wall(), 60)] == ["k0"]
+    finally:
+        again.close()
