@@ -18,7 +18,11 @@ from typing import Any, Protocol
 from capwatch.assess.agent import AgentQuery
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Transition as EngineObservation
-from capwatch.assess.probabilities import UnidentifiableOutcomes, estimate_outcome_probabilities
+from capwatch.assess.probabilities import (
+    ProbabilityEstimate,
+    UnidentifiableOutcomes,
+    estimate_outcome_probabilities,
+)
 from capwatch.assess.replay import Unexplained, confirm, replay
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.work import DriftProbe
@@ -114,6 +118,15 @@ def unexplained_json(u: Unexplained) -> dict[str, Any]:
         out["plan"] = [list(a) for a in u.plan[start:start + EVIDENCE_PLAN_STEPS]]
         out["plan_steps"], out["plan_from"] = len(u.plan), start
     return out
+
+
+def _agrees(est: ProbabilityEstimate, action: Action) -> bool:
+    """Every outcome's probability in ``action`` lies within the estimate's simultaneous
+    interval (outcomes in ``action``'s order, as the estimate counted them)."""
+    known = [o.probability for o in action.outcomes]
+    e = est.estimate
+    return len(known) == len(e.low) and all(
+        lo <= p <= hi for p, lo, hi in zip(known, e.low, e.high, strict=True))
 
 
 class Assessor(Protocol):
@@ -215,7 +228,16 @@ class EngineAssessor:
                             "probabilities": list(est.estimate.probabilities),
                             "low": list(est.estimate.low), "high": list(est.estimate.high)}
                         if est.converged and not est.structural_anomalies:
-                            updated = est.updated_action(current)
+                            if _agrees(est, current):
+                                # The answers fit the probabilities the agent is known to
+                                # draw: the alarm was a false one (the audit's, which no
+                                # stream confirmation precedes) or a shift below what the
+                                # estimate can tell. Publishing the sampled frequencies
+                                # would make a version and an alert of sampling noise.
+                                details["estimates"][name]["agrees_with_current"] = True
+                                updated = current
+                            else:
+                                updated = est.updated_action(current)
                 model = model.replace_action(updated)
             details["reestimated"] = sorted(request.drifted_actions)
         return AssessmentOutcome(model, queries, details, tuple(unexplained), exhausted)
