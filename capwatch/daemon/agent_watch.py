@@ -225,7 +225,7 @@ class AgentWatch:
         monitor = self._monitor
         if monitor is None:
             monitor = self.thaw()
-        obs = monitor.observe(fields[5], ground, next_state, offset, flipped)
+        obs = monitor.observe(fields[5], ground, next_state, offset, flipped, fields[9])
         if repeat and (obs.verdict is not _INCONSISTENT or self._buffered(t)):
             return DUPLICATE
         if keyed and not repeat:
@@ -437,7 +437,7 @@ class AgentWatch:
             return False
         self.thaw()
         return self._buffer(Evidence(t, explain(self.domain, t.action, t.state,
-                                                 t.next_state)))
+                                                 t.next_state, t.executed)))
 
     def add_audit_alarm(self, evidence: DriftEvidence, action_name: str) -> DriftAlarm | None:
         """A drift the fleet-wide audit found; None (ignored) while work is awaited."""

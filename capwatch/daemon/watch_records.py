@@ -13,7 +13,13 @@ from types import MappingProxyType
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.config import DaemonConfig
-from capwatch.model.consistency import Inconsistency, PaContradiction, Verdict, check, explain
+from capwatch.model.consistency import (
+    Inconsistency,
+    PaContradiction,
+    Verdict,
+    check_declared,
+    explain,
+)
 from capwatch.model.domain import Domain
 from capwatch.model.errors import ModelError
 from capwatch.model.grounding import Grounder
@@ -125,6 +131,8 @@ def still_inconsistent(domain: Domain, evidence: Sequence[Evidence]) -> list[Evi
         except ModelError:
             kept.append(e)
             continue
-        if check(op, encode(t.state), encode(t.next_state))[0] is Verdict.INCONSISTENT:
-            kept.append(Evidence(t, explain(domain, t.action, t.state, t.next_state)))
+        if check_declared(op, encode(t.state), encode(t.next_state),
+                          t.executed)[0] is Verdict.INCONSISTENT:
+            kept.append(Evidence(t, explain(domain, t.action, t.state, t.next_state,
+                                            t.executed)))
     return kept

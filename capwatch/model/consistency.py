@@ -40,6 +40,22 @@ _INCONSISTENT = (Verdict.INCONSISTENT, 0)
 more than the bit operations of a check."""
 
 
+def check_declared(op: GroundOperator, state: StateMask, next_state: StateMask,
+                   executed: bool | None) -> tuple[Verdict, int]:
+    """:func:`check` with the producer's word on whether the agent executed the action
+    (the wire's ``executed``; None: not said). An unchanged state is read as a refusal where
+    the model says the action does not apply, and as an execution that changed nothing
+    where it applies; a producer that said otherwise contradicts the model: an action run
+    although a precondition is false (a precondition lost, whose effects held already),
+    or refused although every precondition held (one gained)."""
+    result = check(op, state, next_state)
+    if executed is None or state != next_state or result[0] is Verdict.INCONSISTENT:
+        return result
+    if (result[0] is Verdict.APPLIED) != executed:
+        return _INCONSISTENT
+    return result
+
+
 def check(op: GroundOperator, state: StateMask, next_state: StateMask) -> tuple[Verdict, int]:
     """The hot path: verdict and a bitmask of the outcomes that explain the transition."""
     pre = op.pre_pos
@@ -290,7 +306,7 @@ def _facts(domain: Domain, name: str) -> _ActionFacts:
 
 
 def explain(domain: Domain, ground_action: GroundAction, state: frozenset[GroundAtom],
-            next_state: frozenset[GroundAtom]) -> Inconsistency:
+            next_state: frozenset[GroundAtom], declared: bool | None = None) -> Inconsistency:
     """Apply Table 2 to every pa-tuple of the action (slow path, for inconsistencies only).
 
     Where repeated objects make several atoms of the action name one ground atom, Table 2
@@ -305,7 +321,9 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
     applicable = not violated and all(g in state for g in grounding.pre_pos) and (
         not any(g in state for g in grounding.pre_neg))
     changed = state ^ next_state
-    executed: bool | None = True if changed else (None if applicable else False)
+    # ``declared``: the producer's word for an unchanged state (check_declared).
+    executed: bool | None = True if changed else (
+        declared if declared is not None else (None if applicable else False))
     entangled = grounding.entangled
     known = grounding.possible
     contradicted: list[PaContradiction] = []
@@ -323,7 +341,8 @@ def explain(domain: Domain, ground_action: GroundAction, state: frozenset[Ground
             ruled_out = not (outcomes & possible)
         if executed is not False and ruled_out:
             contradicted.append(PaContradiction(pa, g, current, possible))
-        if executed is None and current[0] is Mode.ABSENT:
+        if (executed is None or (executed is False and applicable)) \
+                and current[0] is Mode.ABSENT:
             blocking = Mode.NEG if g in state else Mode.POS
             allowed = frozenset(v for v in possible if v[0] is blocking) or frozenset(
                 {(blocking, Mode.ABSENT)})

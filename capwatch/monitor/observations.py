@@ -43,7 +43,8 @@ class InconsistentTransition:
     what a reader gets is the same.
     """
 
-    __slots__ = ("_domain", "_explanation", "action", "next_state", "position", "state")
+    __slots__ = ("_declared", "_domain", "_explanation", "action", "next_state", "position",
+                 "state")
 
     def __init__(self, position: int, state: frozenset[GroundAtom], action: GroundAction,
                  next_state: frozenset[GroundAtom], explanation: Inconsistency) -> None:
@@ -53,12 +54,14 @@ class InconsistentTransition:
         self.next_state = next_state
         self._explanation: Inconsistency | None = explanation
         self._domain: Domain | None = None
+        self._declared: bool | None = None
 
     @classmethod
     def unexplained(cls, position: int, state: frozenset[GroundAtom], action: GroundAction,
-                    next_state: frozenset[GroundAtom], domain: Domain
-                    ) -> InconsistentTransition:
-        """The transition, explained against ``domain`` when its explanation is first read."""
+                    next_state: frozenset[GroundAtom], domain: Domain,
+                    declared: bool | None = None) -> InconsistentTransition:
+        """The transition, explained against ``domain`` when its explanation is first read;
+        ``declared``: the producer's word on whether the agent executed it."""
         kept = cls.__new__(cls)
         kept.position = position
         kept.state = state
@@ -66,6 +69,7 @@ class InconsistentTransition:
         kept.next_state = next_state
         kept._explanation = None
         kept._domain = domain
+        kept._declared = declared
         return kept
 
     @property
@@ -75,7 +79,7 @@ class InconsistentTransition:
             domain = self._domain
             assert domain is not None
             made = self._explanation = explain(domain, self.action, self.state,
-                                               self.next_state)
+                                               self.next_state, self._declared)
             self._domain = None  # the model is let go once it has explained
         return made
 

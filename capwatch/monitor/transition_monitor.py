@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final
 
-from capwatch.model.consistency import Verdict, check
+from capwatch.model.consistency import Verdict, check, check_declared
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
 from capwatch.model.grounding import (
@@ -338,8 +338,13 @@ class TransitionMonitor:
 
     def observe(self, state: frozenset[GroundAtom], action: GroundAction,
                 next_state: frozenset[GroundAtom], position: int = -1,
-                flipped: Collection[GroundAtom] | None = None) -> Observation:
+                flipped: Collection[GroundAtom] | None = None,
+                executed: bool | None = None) -> Observation:
         """Check a transition given as sets of atoms (see :meth:`observe_lists`).
+
+        ``executed``: the producer's word on whether the agent executed the action (the
+        wire's field; None: not said), which decides an unchanged state
+        (:func:`check_declared`).
 
         ``flipped``: the atoms in exactly one of ``state`` and ``next_state``, no atom
         twice, when the caller knows them (the decoder made the next state from the
@@ -391,10 +396,12 @@ class TransitionMonitor:
             if self._ops.get(action) is not op:
                 op = self._operator(action)  # the agent moved to an index of its own
         self._last_lists, self._last_mask = next_state, s2
-        result = check(op, s, s2)
+        result = check(op, s, s2) if executed is None or s != s2 \
+            else check_declared(op, s, s2, executed)
         verdict = result[0]
         if verdict is not _APPLIED:
-            return self._record(op, action, s, s2, result, position, state, next_state)
+            return self._record(op, action, s, s2, result, position, state, next_state,
+                                executed)
         # An execution, most transitions: _record's bookkeeping inline (a call and its
         # argument tuple cost a tenth of the whole check on this path). The name is the
         # ground action's own (an operator is grounded from the action of that name),
@@ -557,9 +564,11 @@ class TransitionMonitor:
     def _record(self, op: GroundOperator, action: GroundAction, s: StateMask, s2: StateMask,
                 result: tuple[Verdict, int], position: int,
                 state: frozenset[GroundAtom] | None = None,
-                next_state: frozenset[GroundAtom] | None = None) -> Observation:
+                next_state: frozenset[GroundAtom] | None = None,
+                executed: bool | None = None) -> Observation:
         """``state``, ``next_state``: the sets ``s``, ``s2`` encode, if the caller has them
-        (decoding them again cost more than the check on large states)."""
+        (decoding them again cost more than the check on large states); ``executed`` as
+        for :meth:`observe`."""
         verdict, outcomes = result
         name = op.action.name
         self.transitions += 1
@@ -572,7 +581,7 @@ class TransitionMonitor:
             if kept is None:
                 kept = self._inconsistencies = deque(maxlen=self.limits.max_inconsistencies)
             kept.append(InconsistentTransition.unexplained(position, fs, action, fs2,
-                                                           self.domain))
+                                                           self.domain, executed))
             if s != s2:
                 self._keep_executed(name, position, s, action, s2)
         # tuple.__new__ skips the NamedTuple's Python-level constructor (hot path).

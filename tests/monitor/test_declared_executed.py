@@ -1,0 +1,58 @@
+"""The wire's ``executed`` decides a transition whose state did not change.
+
+An unchanged state reads as a refusal where the model says the action does not apply, and
+as an execution that changed nothing where it applies. A producer that says otherwise
+contradicts the model. Before, the monitor never read the field: an agent that had lost a
+precondition (hiking's put_down no longer requiring (up ?t)) and ran the action where its
+effects held already (the tent down) looked like a refusal, so the drift was never seen
+(oper17's run over a real broker: 0 inconsistencies in ~500 episodes of such an agent, ~1.6%
+of whose steps were that), though every such step said ``"executed": true``."""
+
+from __future__ import annotations
+
+from capwatch.model import Verdict
+from capwatch.model.domain import LiftedAtom
+from capwatch.model.pal import Mode, PaTuple
+from capwatch.model.pddl_domain import parse_domain
+from capwatch.monitor.transition_monitor import TransitionMonitor
+
+TENT = parse_domain("""(define (domain tent)
+  (:requirements :typing)
+  (:types tent)
+  (:predicates (up ?t - tent) (down ?t - tent) (staked ?t - tent))
+  (:action put_down :parameters (?t - tent)
+    :precondition (up ?t) :effect (and (down ?t) (not (up ?t))))
+  (:action stake :parameters (?t - tent)
+    :precondition (down ?t) :effect (staked ?t)))""", "tent")
+DOWN = frozenset({("down", "t1")})
+STAKED = frozenset({("down", "t1"), ("staked", "t1")})
+
+
+def test_an_execution_said_where_a_precondition_is_false_is_inconsistent() -> None:
+    monitor = TransitionMonitor(TENT)
+    assert monitor.observe(DOWN, ("put_down", "t1"), DOWN, 0).verdict \
+        is Verdict.NOT_APPLICABLE  # not said: a refusal, as before
+    assert monitor.observe(DOWN, ("put_down", "t1"), DOWN, 1, executed=False).verdict \
+        is Verdict.NOT_APPLICABLE
+    obs = monitor.observe(DOWN, ("put_down", "t1"), DOWN, 2, executed=True)
+    assert obs.verdict is Verdict.INCONSISTENT
+    why = monitor.last_inconsistency().explanation
+    assert why.executed is True
+    up = PaTuple("put_down", LiftedAtom("up", ("?t",)))
+    assert up in {c.pa for c in why.contradicted}
+
+
+def test_a_refusal_said_where_the_action_applies_and_changes_nothing_is_inconsistent() -> None:
+    monitor = TransitionMonitor(TENT)
+    assert monitor.observe(STAKED, ("stake", "t1"), STAKED, 0).verdict is Verdict.APPLIED
+    assert monitor.observe(STAKED, ("stake", "t1"), STAKED, 1, executed=True).verdict \
+        is Verdict.APPLIED
+    obs = monitor.observe(STAKED, ("stake", "t1"), STAKED, 2, executed=False)
+    assert obs.verdict is Verdict.INCONSISTENT
+    why = monitor.last_inconsistency().explanation
+    assert why.executed is False and not why.contradicted
+    # A precondition gained: each atom the action does not mention yet, required at the
+    # value it did not have (staked held: now required false; up did not: now required).
+    blocking = {c.pa.atom.predicate: {v[0] for v in c.possible}
+                for c in why.missing_precondition_candidates}
+    assert blocking == {"staked": {Mode.NEG}, "up": {Mode.POS}}
