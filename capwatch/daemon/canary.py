@@ -34,7 +34,7 @@ from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.work import CanaryFinding, Result
-from capwatch.model.consistency import Verdict, check
+from capwatch.model.consistency import Verdict, check_declared
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.grounding import Grounder
 
@@ -246,12 +246,11 @@ class CanaryProber:
         grounder = Grounder(domain)
         op = grounder.operator(ground)
         s = grounder.index.encode(state)
-        verdict, _ = check(op, s, grounder.index.encode(answer.state))
-        if answer.executed == 0 and verdict is not Verdict.INCONSISTENT and op.applicable(s):
-            # Refused although the model says it applies, and nothing changed: the check
-            # above calls that NOT_APPLICABLE only if the precondition failed, so a
-            # refusal of an applicable action is a finding too.
-            verdict = Verdict.INCONSISTENT
+        # The answer says whether the agent executed: a refusal of an action the model
+        # says applies (or an execution of one it says does not), nothing changed, is a
+        # finding too.
+        verdict, _ = check_declared(op, s, grounder.index.encode(answer.state),
+                                    answer.executed > 0)
         self.metrics.canaries.labels(family, verdict.name.lower()).inc()
         if verdict is Verdict.INCONSISTENT:
             t = AgentTransition(agent_id, family, "canary", None, self.clock(), state, ground,
