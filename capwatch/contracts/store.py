@@ -201,6 +201,13 @@ class ModelRegistry(Protocol):
         (every replica's drift gauges ask every 15 s)."""
         ...
 
+    def model_texts(self, refs: Sequence[ModelRef]) -> dict[ModelRef, str]:
+        """The model (``ModelVersion.model_json``) of each of ``refs`` that is stored, as
+        the store's JSON text, in a few round trips: the drift gauges' first read compares
+        every agent's model, and tells equal models apart by their text without parsing
+        them. Equal models have equal texts within one store (not across backends)."""
+        ...
+
 
 
 class WorkQueue(Protocol):

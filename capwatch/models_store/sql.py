@@ -310,6 +310,24 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                            "GROUP BY family, agent_id ORDER BY family, agent_id")
         return [ModelRef(r[0], r[1] or None, int(r[2])) for r in rows]
 
+    def model_texts(self, refs: Sequence[ModelRef]) -> dict[ModelRef, str]:
+        found: dict[ModelRef, str] = {}
+        # A statement per 300 versions (900 parameters, below every driver's bound), each
+        # its own transaction: the store's lock is not held for the whole fleet.
+        for i in range(0, len(refs), 300):
+            chunk = refs[i:i + 300]
+            marks = ",".join(["(?, ?, ?)"] * len(chunk))
+            with self._tx(write=False) as tx:
+                # A join with the list, not "(family, agent_id, version) IN (VALUES
+                # ...)": SQLite answers that with a scan of the whole table per statement.
+                rows = tx.rows("SELECT m.family, m.agent_id, m.version, "
+                               f"CAST(m.model_json AS TEXT) FROM (VALUES {marks}) AS w "
+                               "JOIN model_versions m ON m.family = w.column1 AND "
+                               "m.agent_id = w.column2 AND m.version = w.column3",
+                               [x for r in chunk for x in self._pk(r)])
+            found.update((ModelRef(r[0], r[1] or None, int(r[2])), str(r[3])) for r in rows)
+        return found
+
     # -- pending assessments ---------------------------------------------------------------
     def _item_from_row(self, r: Row) -> PendingAssessment:
         return PendingAssessment(

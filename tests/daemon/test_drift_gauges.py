@@ -6,20 +6,22 @@ the worker that published a version, so a restarted daemon reported nothing."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import cast
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
-from capwatch.contracts.versions import ModelRef, ModelVersion
+from capwatch.contracts.versions import JSON, ModelRef, ModelVersion
+from capwatch.daemon import fleet_drift
 from capwatch.daemon.fleet_drift import FamilyDrift, FleetDrift
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.service import Service, build_service
 from capwatch.model.diff import model_changes
 from capwatch.model.domain import Domain
+from capwatch.model.serialize import domain_from_json
 from capwatch.models_store import open_store
 from capwatch.models_store.actions import action_store, promote, request_assessment, rollback
 from capwatch.models_store.lineage import record_new_model
@@ -27,14 +29,6 @@ from capwatch.models_store.sqlite import SqliteModelStore
 from tests.daemon.helpers import Drifted, config, example, good_sample
 
 T0 = datetime(2026, 11, 27, 12, tzinfo=UTC)
-
-
-class _Loaded:
-    """A stored version whose ``domain()`` is counted (the model loads the test counts)."""
-
-    def __init__(self, version: ModelVersion, domain: Callable[[], Domain]) -> None:
-        self.model_json = version.model_json
-        self.domain = domain
 
 
 def _run(tmp_path: Path, lines: list[str]) -> Service:
@@ -153,31 +147,35 @@ def test_a_probability_only_change_counts_as_drifted_with_delta_0(tmp_path: Path
         store.close()
 
 
-def test_agents_that_learned_the_same_model_cost_one_comparison(tmp_path: Path) -> None:
+def test_agents_that_learned_the_same_model_cost_one_comparison(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A restarted replica's first read compares every agent with its baseline (a model
-    load and its pal-tuple modes each, ~3-4 ms): kept per model content, the agents that
-    learned the same model (one drift across a fleet) cost one; a different model still
-    gets its own figures."""
+    load and its pal-tuple modes each, ~3-4 ms): the models come in one batch (not one
+    store round trip per agent), the comparison is kept per model content, so the agents
+    that learned the same model (one drift across a fleet) cost one, and a different model
+    still gets its own figures. The next read fetches no model."""
     store = SqliteModelStore(str(tmp_path / "fleet.db"))
-    loaded: list[ModelRef] = []
+    batches: list[list[ModelRef]] = []
+    gets: list[ModelRef] = []
+    loads: list[JSON] = []
 
     class Counting:
         def newest_versions(self) -> list[ModelRef]:
             return store.newest_versions()
 
+        def model_texts(self, refs: Sequence[ModelRef]) -> dict[ModelRef, str]:
+            batches.append(list(refs))
+            return store.model_texts(refs)
+
         def get(self, ref: ModelRef) -> ModelVersion | None:
-            v = store.get(ref)
-            if v is not None:
-                calls = loaded.append
-                original = v.domain
+            gets.append(ref)
+            return store.get(ref)
 
-                def domain() -> Domain:
-                    calls(ref)
-                    return original()
-                # Only model_json and domain() are read from a version here.
-                return cast(ModelVersion, _Loaded(v, domain))
-            return v
+    def counted(data: JSON) -> Domain:
+        loads.append(data)
+        return domain_from_json(data)
 
+    monkeypatch.setattr(fleet_drift, "domain_from_json", counted)
     try:
         record_new_model(store, "rover-v1", None, example("rover.pddl"), T0)
         for i in range(5):
@@ -189,10 +187,12 @@ def test_agents_that_learned_the_same_model_cost_one_comparison(tmp_path: Path) 
         figures = gauges.figures()
         worst = len(model_changes(example("rover.pddl"), example("rover-sample-drift.pddl")))
         assert worst > 0 and figures == {"rover-v1": FamilyDrift(worst, 5)}
-        # The baseline, one of the five drifted agents and rover-p (the baseline's model
-        # under an agent's lineage: a model not compared yet).
-        assert len(loaded) == 3
-        assert gauges.figures() == figures and len(loaded) == 3
+        assert [len(b) for b in batches] == [6] and gets == [ModelRef("rover-v1", None, 1)]
+        # One of the five drifted agents and rover-p (the baseline's model under an
+        # agent's lineage: a model not compared yet); the baseline came through get().
+        assert len(loads) == 2
+        assert gauges.figures() == figures
+        assert len(batches) == 1 and len(gets) == 1 and len(loads) == 2
     finally:
         store.close()
 

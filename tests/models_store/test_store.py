@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -144,6 +145,15 @@ def test_history_lineages_and_diff(store: ModelStore, rover: Domain, drifted: Do
     assert store.newest_versions() == [ModelRef("rover-v3", None, 1),
                                        ModelRef("rover-v3", "rover-1", 2),
                                        ModelRef("rover-v3", "rover-2", 1)]
+    wanted = [*store.newest_versions(), ModelRef("rover-v3", "rover-9", 1)]
+    models = store.model_texts(wanted)
+    assert set(models) == set(wanted[:3])  # what is not stored is left out
+    for ref, model in models.items():
+        stored = store.get(ref)
+        assert stored is not None and json.loads(model) == stored.model_json
+    # rover-2@1 and rover-1@1 hold one model: the same text.
+    both = store.model_texts([ModelRef("rover-v3", a, 1) for a in ("rover-1", "rover-2")])
+    assert len(set(both.values())) == 1
 
     a = store.get(ModelRef("rover-v3", "rover-2", 1))
     b = store.get(ModelRef("rover-v3", None, 1))
