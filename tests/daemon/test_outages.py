@@ -128,3 +128,39 @@ def test_an_outage_names_the_error_class_once() -> None:
         "Kafka unavailable: KafkaTimeoutError: Unable to bootstrap from 127.0.0.1:1"
     assert describe_outage(sqlite3.OperationalError("database or disk is full")) == \
         "models store unavailable: OperationalError: database or disk is full"
+
+
+def test_queuing_that_fails_in_one_outage_is_logged_once(tmp_path: Path) -> None:
+    """Every record of an agent whose evidence is ripe tries to queue it again while the
+    store is down; the log says so once an outage (oper17: a 50 s PostgreSQL stop logged
+    103 warnings for two agents), and again for the next outage."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from structlog.testing import capture_logs
+
+    from capwatch.daemon.pipeline import Pipeline
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("")
+    service = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}),
+                            publisher=MemoryPublisher())
+    pipeline = service.pipeline
+    assert isinstance(pipeline, Pipeline)
+    watch: Any = SimpleNamespace(agent_id="rover-a")  # all _queue_or_keep reads of it
+
+    def down(_watch: object) -> None:
+        raise StoreError("database is unreachable")
+
+    pipeline.queue = down  # type: ignore[method-assign,assignment]
+    with capture_logs() as logs:
+        for _ in range(5):
+            pipeline._queue_or_keep(watch)
+        pipeline._outage = None  # the main loop saw the store answer again
+        for _ in range(3):
+            pipeline._queue_or_keep(watch)
+    warned = [e for e in logs if e["event"].startswith("queuing failed")]
+    assert len(warned) == 2 and all(e["agent_id"] == "rover-a" for e in warned)
+    assert any(p.startswith("models store unavailable") for p in pipeline.problems())
+    pipeline.source.close()
+    pipeline.store.close()
