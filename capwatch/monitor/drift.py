@@ -24,7 +24,6 @@ always found them, as are ActionMonitor and DriftConfig).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -89,8 +88,8 @@ class DriftMonitor:
     audit tests them, :meth:`agent_states` exports them.
     """
 
-    __slots__ = ("_blobs", "_by_agent", "_changed", "_monitors", "_packed", "_waiting",
-                 "config")
+    __slots__ = ("_audited", "_audited_packed", "_blobs", "_by_agent", "_changed", "_monitors",
+                 "_packed", "_waiting", "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
@@ -107,6 +106,13 @@ class DriftMonitor:
         """Tables' bytes → their packed blob, for the last :data:`SHARED_BLOBS` distinct ones:
         agents whose tables went through the same executions (agents admitted with a
         record or two above all) hold the same bytes, compressed once and held once."""
+        self._audited: dict[tuple[str, str], tuple[tuple[float, ...], GofResult]] = {}
+        """(agent, action name) → (the probabilities it was tested against, the result) of
+        the last :meth:`audit`, for live tables it tested or would have tested; rebuilt by
+        every audit, so a table gone is forgotten then."""
+        self._audited_packed: dict[str, tuple[tuple[Any, ...], list[tuple[Action, GofResult]]]] = {}
+        """Agent → (its packed tuple, its tables' results that were tested) of the last
+        :meth:`audit`; an agent unpacked is dropped at once (its blob is no longer held)."""
         self._waiting: list[SequentialDetector] = []
         """Detectors that began to hold back updates since the last :meth:`apply_waiting`
         (some may have applied them since, or been dropped: applying those is a no-op)."""
@@ -157,8 +163,33 @@ class DriftMonitor:
         for name in names:
             del self._monitors[(agent_id, name)]
         del self._by_agent[agent_id]
-        self._packed[agent_id] = (blob, seen, *(m.action for m in mons))
+        packed = (blob, seen, *(m.action for m in mons))
+        self._packed[agent_id] = packed
+        results = self._kept_results(agent_id, mons)
+        if results is not None:
+            self._audited_packed[agent_id] = (packed, results)
         return True
+
+    def _kept_results(self, agent_id: str, mons: list[ActionMonitor]
+                      ) -> list[tuple[Action, GofResult]] | None:
+        """The results the last :meth:`audit` kept for these tables of the agent, those it
+        tested, if it kept a current one for every table it would test now; else None.
+        Packing and unpacking move them along (no count changes either way), so an agent
+        packed or unpacked between two audits is not tested again for that."""
+        least = max(1, self.config.min_samples)
+        kept = self._audited
+        results = []
+        for mon in mons:
+            if mon.detector is None:
+                continue
+            counts = mon.window.tested_counts()
+            if sum(counts) < least:
+                continue
+            entry = kept.get((agent_id, mon.action.name))
+            if entry is None or entry[1].counts != counts or entry[0] != mon.probabilities:
+                return None
+            results.append((mon.action, entry[1]))
+        return results
 
     def packed(self, agent_id: str) -> bool:
         """Whether the agent's tables are packed (:meth:`pack`)."""
@@ -177,10 +208,16 @@ class DriftMonitor:
     def _unpack(self, agent_id: str) -> None:
         packed = self._packed.pop(agent_id, None)
         if packed is not None:
+            kept = self._audited_packed.pop(agent_id, None)
             names = self._by_agent.setdefault(agent_id, set())
             for mon in self._unpacked(packed):
                 self._monitors[(agent_id, mon.action.name)] = mon
                 names.add(mon.action.name)
+            if kept is not None:
+                # The packed tables' results, as the live tables' (see _kept_results).
+                for action, gof in kept[1]:
+                    key = (agent_id, action.name)
+                    self._audited[key] = (self._monitors[key].probabilities, gof)
 
     def _tables(self, agent_id: str) -> dict[str, ActionMonitor]:
         """Action name → the agent's table; packed ones are unpacked for the caller only."""
@@ -280,6 +317,7 @@ class DriftMonitor:
 
     def forget(self, agent_id: str) -> None:
         self._packed.pop(agent_id, None)
+        self._audited_packed.pop(agent_id, None)
         for name in self._by_agent.pop(agent_id, ()):
             del self._monitors[(agent_id, name)]
         self._changed.add(agent_id)
@@ -295,29 +333,78 @@ class DriftMonitor:
         return len(self._monitors) + sum(len(p) - 2 for p in self._packed.values())
 
     def audit(self) -> list[AuditFinding]:
-        """Chi-square on every stochastic table with enough data, BH across all of them."""
-        tested: list[tuple[str, ActionMonitor, GofResult]] = []
+        """Chi-square on every stochastic table with enough data, BH across all of them.
+
+        A table's test is a function of its window's counts, its probabilities and the
+        settings alone (``ActionMonitor.test``), and most tables of a large fleet do not
+        change between two audits (an idle agent's, a packed one's): each table's result
+        is kept from the last audit and reused while those are the same, a packed agent's
+        while the same packed tuple holds its tables (they do not change while packed).
+        BH then runs over every tested table's p-value, kept or new, as before, so the
+        findings are those of testing every table afresh (docs/performance.md, "The drift
+        audit on the main loop"). A table with fewer usable executions than the test
+        needs is not tested, as ``chi_square_gof`` would decide, without building its
+        arrays (most tables of a fleet just admitted).
+        """
+        cfg = self.config
+        enough = cfg.min_samples
+        least = max(1, enough)
+        kept_live = self._audited
+        kept_packed = self._audited_packed
+        audited: dict[tuple[str, str], tuple[tuple[float, ...], GofResult]] = {}
+        audited_packed: dict[str, tuple[tuple[Any, ...], list[tuple[Action, GofResult]]]] = {}
+        tested: list[tuple[str, Action, ActionMonitor | None, GofResult]] = []
+        for key, mon in self._monitors.items():
+            if mon.detector is None:
+                continue  # not stochastic
+            if mon.config is not cfg:
+                # A table put with settings of its own (``put``): tested as it says.
+                gof = mon.test()
+            else:
+                counts = mon.window.tested_counts()
+                if sum(counts) < least:
+                    continue  # what chi_square_gof decides for a stochastic table (k >= 2)
+                kept = kept_live.get(key)
+                probabilities = mon.probabilities
+                if kept is not None and kept[1].counts == counts and kept[0] == probabilities:
+                    gof = kept[1]
+                else:
+                    gof = mon.test()
+                audited[key] = (probabilities, gof)
+            if gof.tested:
+                tested.append((key[0], mon.action, mon, gof))
         # A table tests at most the executions its window has seen: packed ones with too
         # few to be tested are not unpacked to find that out.
-        enough = self.config.min_samples
-        packed = ((agent_id, mon) for agent_id, p in self._packed.items() if p[1] >= enough
-                  for mon in self._unpacked(p))
-        live = ((agent_id, mon) for (agent_id, _), mon in self._monitors.items())
-        for agent_id, mon in itertools.chain(live, packed):
-            if not mon.stochastic:
+        for agent_id, packed in self._packed.items():
+            if packed[1] < enough:
                 continue
-            gof = mon.test()
-            if gof.tested:
-                tested.append((agent_id, mon, gof))
+            kept_p = kept_packed.get(agent_id)
+            if kept_p is not None and kept_p[0] is packed:
+                results = kept_p[1]
+            else:
+                results = []
+                for mon in self._unpacked(packed):
+                    if mon.stochastic:
+                        gof = mon.test()
+                        if gof.tested:
+                            results.append((mon.action, gof))
+            audited_packed[agent_id] = (packed, results)
+            for action, gof in results:
+                tested.append((agent_id, action, None, gof))
+        self._audited = audited
+        self._audited_packed = audited_packed
         if not tested:
             return []
-        rejected, q_values = benjamini_hochberg([g.p_value for _, _, g in tested],
+        rejected, q_values = benjamini_hochberg([g.p_value for _, _, _, g in tested],
                                                 self.config.fdr)
         findings = []
-        for (agent_id, mon, gof), rej, q in zip(tested, rejected, q_values, strict=True):
+        for (agent_id, action, live, gof), rej, q in zip(tested, rejected, q_values,
+                                                         strict=True):
             evidence = None
             if rej:
-                evidence = replace(mon.evidence(), agent_id=agent_id, q_value=float(q))
-            findings.append(AuditFinding(agent_id, mon.action.header(), gof, float(q), bool(rej),
-                                         evidence, mon.action.name))
+                # A packed table's is unpacked for its evidence only.
+                table = live if live is not None else self._tables(agent_id)[action.name]
+                evidence = replace(table.evidence(), agent_id=agent_id, q_value=float(q))
+            findings.append(AuditFinding(agent_id, action.header(), gof, float(q), bool(rej),
+                                         evidence, action.name))
         return findings

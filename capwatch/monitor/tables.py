@@ -111,6 +111,16 @@ class OutcomeWindow:
             return np.array(self._completed[: self._k], dtype=np.int64)
         return np.array(self._counts[: self._k], dtype=np.int64)
 
+    def tested_counts(self) -> tuple[int, ...]:
+        """:meth:`counts` as a tuple, without numpy: what the audit's test of this window
+        is a function of (with the table's probabilities and settings), so the fleet
+        audit keeps a table's result while these stay the same (``DriftMonitor.audit``)."""
+        if self.kind == "tumbling":
+            if self._completed is None:
+                return (0,) * self._k
+            return tuple(self._completed[: self._k])
+        return tuple(self._counts[: self._k])
+
     def ambiguous(self) -> int:
         """Observations in the tested window that were set aside as ambiguous."""
         if self.kind == "tumbling":
