@@ -88,8 +88,8 @@ class DriftMonitor:
     audit tests them, :meth:`agent_states` exports them.
     """
 
-    __slots__ = ("_audited", "_audited_packed", "_blobs", "_by_agent", "_changed", "_monitors",
-                 "_packed", "_waiting", "config")
+    __slots__ = ("_audited", "_audited_packed", "_blobs", "_by_agent", "_changed", "_evidence",
+                 "_monitors", "_packed", "_waiting", "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
@@ -113,6 +113,9 @@ class DriftMonitor:
         self._audited_packed: dict[str, tuple[tuple[Any, ...], list[tuple[Action, GofResult]]]] = {}
         """Agent → (its packed tuple, its tables' results that were tested) of the last
         :meth:`audit`; an agent unpacked is dropped at once (its blob is no longer held)."""
+        self._evidence: dict[tuple[str, str], tuple[Action, DriftEvidence]] = {}
+        """(agent, action name) → (the action, the evidence) of the live tables the last
+        :meth:`audit` rejected."""
         self._waiting: list[SequentialDetector] = []
         """Detectors that began to hold back updates since the last :meth:`apply_waiting`
         (some may have applied them since, or been dropped: applying those is a no-op)."""
@@ -394,17 +397,39 @@ class DriftMonitor:
         self._audited = audited
         self._audited_packed = audited_packed
         if not tested:
+            self._evidence = {}
             return []
         rejected, q_values = benjamini_hochberg([g.p_value for _, _, _, g in tested],
                                                 self.config.fdr)
+        kept_evidence = self._evidence
+        evidences: dict[tuple[str, str], tuple[Action, DriftEvidence]] = {}
         findings = []
         for (agent_id, action, live, gof), rej, q in zip(tested, rejected, q_values,
                                                          strict=True):
             evidence = None
             if rej:
-                # A packed table's is unpacked for its evidence only.
-                table = live if live is not None else self._tables(agent_id)[action.name]
-                evidence = replace(table.evidence(), agent_id=agent_id, q_value=float(q))
+                if live is None:
+                    # A packed table's is unpacked for its evidence only (and its agent
+                    # is unpacked anyway if the alarm is taken: AgentWatch.add_audit_alarm).
+                    found = self._tables(agent_id)[action.name].evidence()
+                elif live.config is not cfg:
+                    found = live.evidence()
+                else:
+                    # A rejected table's evidence (intervals by optimisation: ~1 ms) is a
+                    # function of its action, its counts, its window's span and ambiguous
+                    # executions and the settings: kept while all of them are the same.
+                    key = (agent_id, action.name)
+                    had = kept_evidence.get(key)
+                    window = live.window
+                    if (had is not None and had[0] is action and had[1].gof.counts == gof.counts
+                            and had[1].window == window.span()
+                            and had[1].ambiguous == window.ambiguous()):
+                        found = had[1]
+                    else:
+                        found = live.evidence()
+                    evidences[key] = (action, found)
+                evidence = replace(found, agent_id=agent_id, q_value=float(q))
             findings.append(AuditFinding(agent_id, action.header(), gof, float(q), bool(rej),
                                          evidence, action.name))
+        self._evidence = evidences
         return findings

@@ -81,7 +81,7 @@ def _reference(findings: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def _run(seed: int, config: DriftConfig) -> tuple[int, int, int]:
+def _run(seed: int, config: DriftConfig) -> tuple[int, int, int, int]:
     rng = random.Random(seed)
     drift = DriftMonitor(config)
     agents = [f"a{i}" for i in range(12)]
@@ -91,7 +91,7 @@ def _run(seed: int, config: DriftConfig) -> tuple[int, int, int]:
     skew = {(a, act.name): ([rng.random() ** 3 for _ in act.outcomes] if i % 3 == 0
                             else [o.probability for o in act.outcomes])
             for i, a in enumerate(agents) for act in used}
-    rejected = kept = packed_audits = 0
+    rejected = kept = packed_audits = kept_evidence = 0
     for _ in range(120):
         for agent in rng.sample(agents, k=rng.randrange(0, len(agents) + 1)):
             for _ in range(rng.randrange(1, 25)):
@@ -124,13 +124,16 @@ def _run(seed: int, config: DriftConfig) -> tuple[int, int, int]:
                 # An unpacked read of a packed agent changes nothing.
                 drift.tables(agent)
         before = {key: entry[1] for key, entry in drift._audited.items()}
+        evidence_before = {key: entry[1] for key, entry in drift._evidence.items()}
         got = drift.audit()
         assert _findings(got) == _reference(_full_audit(drift))
         rejected += sum(f.rejected for f in got)
         kept += sum(drift._audited[key][1] is gof for key, gof in before.items()
                     if key in drift._audited)
+        kept_evidence += sum(drift._evidence[key][1] is ev for key, ev in evidence_before.items()
+                             if key in drift._evidence)
         packed_audits += sum(1 for f in got if drift.packed(f.agent_id))
-    return rejected, kept, packed_audits
+    return rejected, kept, packed_audits, kept_evidence
 
 
 @pytest.mark.parametrize("kind", ["sliding", "tumbling"])
@@ -138,9 +141,10 @@ def test_an_audit_that_keeps_results_finds_what_a_full_audit_finds(kind: str) ->
     config = DriftConfig(window=150, min_samples=40, false_alarm_rate=1e-3,
                          window_kind=kind)  # type: ignore[arg-type]
     totals = [sum(t) for t in zip(*(_run(seed, config) for seed in range(3)), strict=True)]
-    rejected, kept, packed_audits = totals
-    # Not vacuous: tables were rejected, results were reused, packed tables tested.
-    assert rejected > 10 and kept > 100 and packed_audits > 10, totals
+    rejected, kept, packed_audits, kept_evidence = totals
+    # Not vacuous: tables were rejected, results and evidence were reused, packed tables
+    # tested.
+    assert rejected > 10 and kept > 100 and packed_audits > 10 and kept_evidence > 10, totals
 
 
 def test_an_unchanged_table_keeps_its_result_and_a_changed_one_is_retested() -> None:
