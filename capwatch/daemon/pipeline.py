@@ -595,19 +595,28 @@ class Pipeline:
 
     def audit(self) -> None:
         """The fleet-wide windowed chi-square with BH control."""
-        for finding in self.drift.audit():
-            watch = self.registry.get(finding.agent_id)
-            name = finding.action_name
-            self.metrics.drift_tests.labels(watch.family if watch else "-", name, "audit").inc()
-            if not finding.rejected or finding.evidence is None or watch is None:
-                continue
-            if watch.add_audit_alarm(finding.evidence, name) is None:
-                continue
-            self.enqueue.note_buffered(watch)  # until queued: the store may fail below
-            self.metrics.drift_alarms.labels(watch.family, name).inc()
-            log.info("drift audit rejected", agent_id=watch.agent_id, action=name,
-                     q=finding.q_value)
-            self.queue(watch)
+        # Every tested table counts as a test of this audit (a result the audit kept from
+        # the last one too), added up per label first: a large fleet's audit tests tens of
+        # thousands of tables, and a labelled counter's increment costs microseconds.
+        tests: dict[tuple[str, str], int] = {}
+        try:
+            for finding in self.drift.audit():
+                watch = self.registry.get(finding.agent_id)
+                name = finding.action_name
+                labels = (watch.family if watch else "-", name)
+                tests[labels] = tests.get(labels, 0) + 1
+                if not finding.rejected or finding.evidence is None or watch is None:
+                    continue
+                if watch.add_audit_alarm(finding.evidence, name) is None:
+                    continue
+                self.enqueue.note_buffered(watch)  # until queued: the store may fail below
+                self.metrics.drift_alarms.labels(watch.family, name).inc()
+                log.info("drift audit rejected", agent_id=watch.agent_id, action=name,
+                         q=finding.q_value)
+                self.queue(watch)
+        finally:
+            for (family, name), n in tests.items():
+                self.metrics.drift_tests.labels(family, name, "audit").inc(n)
 
     def reassess(self) -> None:
         """Queue the scheduled re-assessments now due (``assessment.reassess_every_s``)."""

@@ -133,6 +133,14 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> 
     assert drift["estimated_probabilities"][0] < 0.7
     assert item.payload["drift_probes"]["pick"]["action"] == ["pick", "robot1", "parcel1",
                                                               "hall"]
+    audits = {"family": "courier-v1", "action": "pick", "test": "audit"}
+    metrics = d.metrics.registry
+    assert metrics.get_sample_value("capwatch_drift_tests_total", audits) == 1
+    # The next audit reuses the unchanged table's result (DriftMonitor.audit): still a
+    # test of that audit; the agent awaits its assessment, so nothing more is queued.
+    d.audit()
+    assert metrics.get_sample_value("capwatch_drift_tests_total", audits) == 2
+    assert len(d.store.queue_items()) == 1
     d.source.close()
     d.store.close()
 
