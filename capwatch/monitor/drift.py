@@ -113,9 +113,10 @@ class DriftMonitor:
         self._audited_packed: dict[str, tuple[tuple[Any, ...], list[tuple[Action, GofResult]]]] = {}
         """Agent → (its packed tuple, its tables' results that were tested) of the last
         :meth:`audit`; an agent unpacked is dropped at once (its blob is no longer held)."""
-        self._evidence: dict[tuple[str, str], tuple[Action, DriftEvidence]] = {}
-        """(agent, action name) → (the action, the evidence) of the live tables the last
-        :meth:`audit` rejected."""
+        self._evidence: dict[tuple[str, str], tuple[Action, tuple[Any, ...] | None,
+                                                    DriftEvidence]] = {}
+        """(agent, action name) → (the action, the packed tuple that held the table or None
+        for a live one, the evidence) of the tables the last :meth:`audit` rejected."""
         self._waiting: list[SequentialDetector] = []
         """Detectors that began to hold back updates since the last :meth:`apply_waiting`
         (some may have applied them since, or been dropped: applying those is a no-op)."""
@@ -356,7 +357,9 @@ class DriftMonitor:
         kept_packed = self._audited_packed
         audited: dict[tuple[str, str], tuple[tuple[float, ...], GofResult]] = {}
         audited_packed: dict[str, tuple[tuple[Any, ...], list[tuple[Action, GofResult]]]] = {}
-        tested: list[tuple[str, Action, ActionMonitor | None, GofResult]] = []
+        # (agent, action, its live table or None, its packed tuple or None, the result)
+        tested: list[tuple[str, Action, ActionMonitor | None, tuple[Any, ...] | None,
+                           GofResult]] = []
         for key, mon in self._monitors.items():
             if mon.detector is None:
                 continue  # not stochastic
@@ -375,7 +378,7 @@ class DriftMonitor:
                     gof = mon.test()
                 audited[key] = (probabilities, gof)
             if gof.tested:
-                tested.append((key[0], mon.action, mon, gof))
+                tested.append((key[0], mon.action, mon, None, gof))
         # A table tests at most the executions its window has seen: packed ones with too
         # few to be tested are not unpacked to find that out.
         for agent_id, packed in self._packed.items():
@@ -393,41 +396,48 @@ class DriftMonitor:
                             results.append((mon.action, gof))
             audited_packed[agent_id] = (packed, results)
             for action, gof in results:
-                tested.append((agent_id, action, None, gof))
+                tested.append((agent_id, action, None, packed, gof))
         self._audited = audited
         self._audited_packed = audited_packed
         if not tested:
             self._evidence = {}
             return []
-        rejected, q_values = benjamini_hochberg([g.p_value for _, _, _, g in tested],
+        rejected, q_values = benjamini_hochberg([t[4].p_value for t in tested],
                                                 self.config.fdr)
         kept_evidence = self._evidence
-        evidences: dict[tuple[str, str], tuple[Action, DriftEvidence]] = {}
+        evidences: dict[tuple[str, str], tuple[Action, tuple[Any, ...] | None,
+                                                DriftEvidence]] = {}
         findings = []
-        for (agent_id, action, live, gof), rej, q in zip(tested, rejected, q_values,
-                                                         strict=True):
+        for (agent_id, action, live, holder, gof), rej, q in zip(tested, rejected, q_values,
+                                                                 strict=True):
             evidence = None
             if rej:
+                # A rejected table's evidence (intervals by optimisation: ~1 ms) is a
+                # function of its action, its counts, its window's span and ambiguous
+                # executions and the settings: kept while all of them are the same, a
+                # packed table's while the same packed tuple holds it.
+                key = (agent_id, action.name)
+                had = kept_evidence.get(key)
                 if live is None:
-                    # A packed table's is unpacked for its evidence only (and its agent
-                    # is unpacked anyway if the alarm is taken: AgentWatch.add_audit_alarm).
-                    found = self._tables(agent_id)[action.name].evidence()
+                    if had is not None and had[0] is action and had[1] is holder:
+                        found = had[2]
+                    else:
+                        # Unpacked for its evidence only (its agent is unpacked anyway if
+                        # the alarm is taken: AgentWatch.add_audit_alarm).
+                        found = self._tables(agent_id)[action.name].evidence()
+                    evidences[key] = (action, holder, found)
                 elif live.config is not cfg:
                     found = live.evidence()
                 else:
-                    # A rejected table's evidence (intervals by optimisation: ~1 ms) is a
-                    # function of its action, its counts, its window's span and ambiguous
-                    # executions and the settings: kept while all of them are the same.
-                    key = (agent_id, action.name)
-                    had = kept_evidence.get(key)
                     window = live.window
-                    if (had is not None and had[0] is action and had[1].gof.counts == gof.counts
-                            and had[1].window == window.span()
-                            and had[1].ambiguous == window.ambiguous()):
-                        found = had[1]
+                    if (had is not None and had[0] is action and had[1] is None
+                            and had[2].gof.counts == gof.counts
+                            and had[2].window == window.span()
+                            and had[2].ambiguous == window.ambiguous()):
+                        found = had[2]
                     else:
                         found = live.evidence()
-                    evidences[key] = (action, found)
+                    evidences[key] = (action, None, found)
                 evidence = replace(found, agent_id=agent_id, q_value=float(q))
             findings.append(AuditFinding(agent_id, action.header(), gof, float(q), bool(rej),
                                          evidence, action.name))

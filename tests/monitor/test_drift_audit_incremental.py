@@ -124,13 +124,13 @@ def _run(seed: int, config: DriftConfig) -> tuple[int, int, int, int]:
                 # An unpacked read of a packed agent changes nothing.
                 drift.tables(agent)
         before = {key: entry[1] for key, entry in drift._audited.items()}
-        evidence_before = {key: entry[1] for key, entry in drift._evidence.items()}
+        evidence_before = {key: entry[2] for key, entry in drift._evidence.items()}
         got = drift.audit()
         assert _findings(got) == _reference(_full_audit(drift))
         rejected += sum(f.rejected for f in got)
         kept += sum(drift._audited[key][1] is gof for key, gof in before.items()
                     if key in drift._audited)
-        kept_evidence += sum(drift._evidence[key][1] is ev for key, ev in evidence_before.items()
+        kept_evidence += sum(drift._evidence[key][2] is ev for key, ev in evidence_before.items()
                              if key in drift._evidence)
         packed_audits += sum(1 for f in got if drift.packed(f.agent_id))
     return rejected, kept, packed_audits, kept_evidence
