@@ -606,17 +606,264 @@ static PyObject *canonical_text(PyObject *module, PyObject *arg) {
     return canonical(a, a + n, escapes);
 }
 
+/* PieceIndex: wire_atoms.PIECES' current table mirrored for piece_ids (wire_atoms has
+ * the contract: every entry here is one of PIECES', with its id; PIECES may hold more).
+ * piece_ids over a dict made a bytes object of each piece, hashed it with SipHash and
+ * looked it up (~20% of a trace's decode on an outside producer's fleet, session 16);
+ * here a piece is hashed where it lies in the text, with a keyed multiply-mix hash, and
+ * compared in place with its key (memcmp): no object is made. The hash is no defence
+ * against collisions chosen by a producer, so a probe stops after MAX_PROBE slots: a
+ * piece beyond that is not added (add() returns False) and is not found, and its state
+ * is parsed whole by msgspec as any state with a piece not known (correct, slower). */
+#define MAX_PROBE 32
+
+typedef struct {
+    uint64_t hash; /* 0: an empty slot */
+    PyObject *key;  /* bytes */
+    PyObject *value;
+} index_slot;
+
+typedef struct {
+    PyObject_HEAD
+    index_slot *slots;
+    Py_ssize_t size; /* a power of two, or 0 */
+    Py_ssize_t used;
+    uint64_t seed;
+} PieceIndex;
+
+static inline uint64_t load64(const unsigned char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+static inline uint64_t mix(uint64_t a, uint64_t b) {
+    /* The high and low halves of a 64x64 product folded (wyhash's "mum"). */
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+/* A piece's hash, as wyhash reads a short text: 16 bytes at a time, the last 1-7 by
+ * overlapping loads; the length is mixed in first. */
+static inline uint32_t load32(const unsigned char *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
+
+static inline uint64_t piece_hash(uint64_t seed, const unsigned char *p, Py_ssize_t n) {
+    uint64_t h = seed ^ mix((uint64_t)n ^ 0x9E3779B97F4A7C15ull, 0xA0761D6478BD642Full);
+    while (n >= 16) {
+        h = mix(load64(p) ^ h ^ 0xA0761D6478BD642Full, load64(p + 8) ^ 0xE7037ED1A0B428DBull);
+        p += 16;
+        n -= 16;
+    }
+    uint64_t a = 0, b = 0;
+    if (n >= 8) {
+        a = load64(p);
+        b = load64(p + n - 8);
+    } else if (n >= 4) {
+        a = load32(p);
+        b = load32(p + n - 4);
+    } else if (n > 0) {
+        a = ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1];
+    }
+    h = mix(a ^ h ^ 0x8EBC6AF09C88C6E3ull, b ^ 0x589965CC75374CC3ull);
+    h = mix(h ^ seed, 0x1D8E4E27C47D124Full);
+    return h == 0 ? 1 : h;
+}
+
+/* The slot of the piece [a, a + an) (found: its key equal), or NULL. */
+static inline index_slot *index_find(PieceIndex *index, const unsigned char *a, Py_ssize_t an) {
+    if (index->used == 0)
+        return NULL;
+    uint64_t h = piece_hash(index->seed, a, an);
+    Py_ssize_t mask = index->size - 1, at = (Py_ssize_t)(h >> 7) & mask;
+    for (int probe = 0; probe < MAX_PROBE; probe++) {
+        index_slot *slot = &index->slots[at];
+        if (slot->hash == 0)
+            return NULL;
+        if (slot->hash == h && PyBytes_GET_SIZE(slot->key) == an
+            && memcmp(PyBytes_AS_STRING(slot->key), a, (size_t)an) == 0)
+            return slot;
+        at = (at + 1) & mask;
+    }
+    return NULL;
+}
+
+static void index_release(PieceIndex *index) {
+    for (Py_ssize_t i = 0; i < index->size; i++) {
+        if (index->slots[i].hash != 0) {
+            Py_DECREF(index->slots[i].key);
+            Py_DECREF(index->slots[i].value);
+        }
+    }
+    PyMem_Free(index->slots);
+    index->slots = NULL;
+    index->size = 0;
+    index->used = 0;
+}
+
+/* Places an entry (its hash known) in a table with room; 0 when MAX_PROBE slots are all
+ * taken. */
+static int index_place(index_slot *slots, Py_ssize_t size, index_slot entry) {
+    Py_ssize_t mask = size - 1, at = (Py_ssize_t)(entry.hash >> 7) & mask;
+    for (int probe = 0; probe < MAX_PROBE; probe++) {
+        if (slots[at].hash == 0) {
+            slots[at] = entry;
+            return 1;
+        }
+        at = (at + 1) & mask;
+    }
+    return 0;
+}
+
+/* Whether a slot within MAX_PROBE of the hash's is free. */
+static int index_free(PieceIndex *index, uint64_t hash) {
+    Py_ssize_t mask = index->size - 1, at = (Py_ssize_t)(hash >> 7) & mask;
+    for (int probe = 0; probe < MAX_PROBE && index->size > 0; probe++) {
+        if (index->slots[at].hash == 0)
+            return 1;
+        at = (at + 1) & mask;
+    }
+    return 0;
+}
+
+static PyObject *index_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PieceIndex *index = (PieceIndex *)self;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add() takes bytes and an int");
+        return NULL;
+    }
+    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    index_slot *found = index_find(index, k, n);
+    if (found != NULL) {
+        Py_INCREF(args[1]);
+        Py_SETREF(found->value, args[1]);
+        Py_RETURN_TRUE;
+    }
+    index_slot entry = {piece_hash(index->seed, k, n), args[0], args[1]};
+    /* Grown to twice its size when half full, or when the probe is too long and the
+     * table a quarter full (chance); a probe too long in a sparser table is collisions
+     * (chosen ones, say): the piece is not kept. An entry that no longer fits its probe
+     * in the grown table is dropped (the index holds a subset of PIECES). */
+    while (2 * (index->used + 1) > index->size
+           || (!index_free(index, entry.hash) && 4 * index->used > index->size)) {
+        Py_ssize_t size = index->size == 0 ? 1024 : 2 * index->size;
+        index_slot *slots = PyMem_Calloc((size_t)size, sizeof(index_slot));
+        if (slots == NULL)
+            return PyErr_NoMemory();
+        Py_ssize_t used = 0;
+        for (Py_ssize_t i = 0; i < index->size; i++) {
+            index_slot e = index->slots[i];
+            if (e.hash == 0)
+                continue;
+            if (index_place(slots, size, e)) {
+                used++;
+            } else {
+                Py_DECREF(e.key);
+                Py_DECREF(e.value);
+            }
+        }
+        PyMem_Free(index->slots);
+        index->slots = slots;
+        index->size = size;
+        index->used = used;
+    }
+    if (!index_place(index->slots, index->size, entry))
+        Py_RETURN_FALSE;
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    index->used++;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *index_get(PyObject *self, PyObject *arg) {
+    if (!PyBytes_CheckExact(arg)) {
+        PyErr_SetString(PyExc_TypeError, "get() takes bytes");
+        return NULL;
+    }
+    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(arg);
+    index_slot *found = index_find((PieceIndex *)self, k, PyBytes_GET_SIZE(arg));
+    if (found == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(found->value);
+    return found->value;
+}
+
+static PyObject *index_clear(PyObject *self, PyObject *unused) {
+    (void)unused;
+    index_release((PieceIndex *)self);
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t index_len(PyObject *self) {
+    return ((PieceIndex *)self)->used;
+}
+
+static PyObject *index_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "PieceIndex() takes no arguments");
+        return NULL;
+    }
+    PieceIndex *index = (PieceIndex *)type->tp_alloc(type, 0);
+    if (index == NULL)
+        return NULL;
+    /* Keyed per index from Python's own random hash secret (a bytes hash, different per
+     * process unless PYTHONHASHSEED fixes it) and the object's address. */
+    PyObject *probe = PyBytes_FromStringAndSize("capwatch piece index", 20);
+    if (probe == NULL) {
+        Py_DECREF(index);
+        return NULL;
+    }
+    Py_hash_t h = PyObject_Hash(probe);
+    Py_DECREF(probe);
+    index->seed = mix((uint64_t)h ^ 0x2D358DCCAA6C78A5ull,
+                      (uint64_t)(uintptr_t)index ^ 0x8BB84B93962EACC9ull);
+    return (PyObject *)index;
+}
+
+static void index_dealloc(PyObject *self) {
+    index_release((PieceIndex *)self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyMethodDef index_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))index_add, METH_FASTCALL,
+     "add(piece, id) -> bool: False when the piece is not kept (its probe too long)"},
+    {"get", index_get, METH_O, "get(piece) -> int | None"},
+    {"clear", index_clear, METH_NOARGS, "clear() -> None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMappingMethods index_mapping = {index_len, NULL, NULL};
+
+static PyTypeObject PieceIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "capwatch.contracts._wire_split.PieceIndex",
+    .tp_basicsize = sizeof(PieceIndex),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "wire_atoms.PIECES' current table mirrored for piece_ids (a subset of it).",
+    .tp_new = index_new,
+    .tp_dealloc = index_dealloc,
+    .tp_methods = index_methods,
+    .tp_as_mapping = &index_mapping,
+};
+
 /* wire_atoms.reference_ids over one table: the ids of the atoms of a state's text, cut
  * into pieces at every ']' (the first piece spelt as wire_atoms._first spells it), each
- * looked up in `pieces` (a dict: piece -> id); None when the text is not so cut or a
- * piece is not in the table. */
+ * looked up in `pieces` (a dict: piece -> id, or a PieceIndex); None when the text is not
+ * so cut or a piece is not in the table. */
 static PyObject *piece_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "piece_ids() takes bytes and a dict");
+    if (nargs != 2 || !PyBytes_CheckExact(args[0])
+        || !(PyDict_CheckExact(args[1]) || Py_IS_TYPE(args[1], &PieceIndexType))) {
+        PyErr_SetString(PyExc_TypeError, "piece_ids() takes bytes and a dict or PieceIndex");
         return NULL;
     }
     PyObject *pieces = args[1];
+    PieceIndex *index = PyDict_CheckExact(pieces) ? NULL : (PieceIndex *)pieces;
     const char *a = PyBytes_AS_STRING(args[0]);
     Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
     if (n < 1 || a[0] != '[')
@@ -636,46 +883,77 @@ static PyObject *piece_ids(PyObject *module, PyObject *const *args, Py_ssize_t n
     for (const char *q = last; q < end; q++)
         if (!is_ws((unsigned char)*q))
             Py_RETURN_NONE;
+    if (index != NULL && index->used == 0 && count > 0)
+        Py_RETURN_NONE;
     PyObject *out = PyList_New(count);
     if (out == NULL)
         return NULL;
     if (count == 0)
         return out;
     const char *first_end = memchr(p, ']', (size_t)(end - p));
-    PyObject *key = NULL;
+    /* The first piece: sep then head (sep empty: "," then the piece as it is). */
+    const char *sep = ",", *head = p;
+    Py_ssize_t sep_n = 1;
     if (count > 1) {
-        const char *head = p;
-        while (head < first_end && is_ws((unsigned char)*head))
-            head++;
-        if (head < first_end && *head == '[') {
+        const char *h = p;
+        while (h < first_end && is_ws((unsigned char)*h))
+            h++;
+        if (h < first_end && *h == '[') {
             const char *second = first_end + 1;
             const char *second_end = memchr(second, ']', (size_t)(end - second));
             const char *at = memchr(second, '[', (size_t)(second_end - second));
             if (at != NULL && at > second) {
-                key = PyBytes_FromStringAndSize(NULL, (at - second) + (first_end - head));
-                if (key == NULL)
-                    goto error;
-                char *k = PyBytes_AS_STRING(key);
-                memcpy(k, second, (size_t)(at - second));
-                memcpy(k + (at - second), head, (size_t)(first_end - head));
+                sep = second;
+                sep_n = at - second;
+                head = h;
             }
         }
     }
-    if (key == NULL) {
-        key = PyBytes_FromStringAndSize(NULL, 1 + (first_end - p));
-        if (key == NULL)
-            goto error;
-        char *k = PyBytes_AS_STRING(key);
-        k[0] = ',';
-        memcpy(k + 1, p, (size_t)(first_end - p));
-    }
     const char *q = first_end + 1;
+    const char *piece = head, *piece_end = first_end;
     for (Py_ssize_t i = 0;;) {
-        PyObject *found = PyDict_GetItemWithError(pieces, key);
-        Py_DECREF(key);
-        if (found == NULL) {
-            if (PyErr_Occurred())
+        PyObject *found;
+        if (index != NULL) {
+            index_slot *slot;
+            if (i == 0) {
+                /* The first piece spelt in a buffer of its own (its separator and head
+                 * are apart in the text). */
+                Py_ssize_t len = sep_n + (piece_end - piece);
+                unsigned char local[256];
+                unsigned char *buf = len <= 256 ? local : PyMem_Malloc((size_t)len);
+                if (buf == NULL) {
+                    PyErr_NoMemory();
+                    goto error;
+                }
+                memcpy(buf, sep, (size_t)sep_n);
+                memcpy(buf + sep_n, piece, (size_t)(piece_end - piece));
+                slot = index_find(index, buf, len);
+                if (buf != local)
+                    PyMem_Free(buf);
+            } else {
+                slot = index_find(index, (const unsigned char *)piece, piece_end - piece);
+            }
+            found = slot == NULL ? NULL : slot->value;
+        } else {
+            PyObject *key;
+            if (i == 0) {
+                key = PyBytes_FromStringAndSize(NULL, sep_n + (piece_end - piece));
+                if (key != NULL) {
+                    char *k = PyBytes_AS_STRING(key);
+                    memcpy(k, sep, (size_t)sep_n);
+                    memcpy(k + sep_n, piece, (size_t)(piece_end - piece));
+                }
+            } else {
+                key = PyBytes_FromStringAndSize(piece, piece_end - piece);
+            }
+            if (key == NULL)
                 goto error;
+            found = PyDict_GetItemWithError(pieces, key);
+            Py_DECREF(key);
+            if (found == NULL && PyErr_Occurred())
+                goto error;
+        }
+        if (found == NULL) {
             Py_DECREF(out);
             Py_RETURN_NONE;
         }
@@ -684,15 +962,106 @@ static PyObject *piece_ids(PyObject *module, PyObject *const *args, Py_ssize_t n
         if (++i == count)
             break;
         const char *c = memchr(q, ']', (size_t)(end - q));
-        key = PyBytes_FromStringAndSize(q, c - q);
-        if (key == NULL)
-            goto error;
+        piece = q;
+        piece_end = c;
         q = c + 1;
     }
     return out;
 error:
     Py_DECREF(out);
     return NULL;
+}
+
+/* wire_fast.reference_flips: the ids in exactly one of two ids lists (as sets), each
+ * once, as ATOM's atoms (`atoms`, the vocabulary's list: id -> atom); the state's first
+ * (`before`, in its order), then the next state's (`after`). Both lists are a state
+ * read's ids of one generation, so that ids and atoms correspond one to one: an id only
+ * one list holds is an atom only one of the two sets holds. The Python way built a
+ * frozenset of one list (each id hashed and inserted), took its symmetric difference with
+ * the other and mapped the result through ATOM.__getitem__ (~22% of a trace's decode on
+ * an outside producer's fleet with the atoms' sets' differences, session 16). */
+typedef struct {
+    Py_ssize_t id;
+    int seen; /* 1: in before, 2: in after, 4: written out */
+} slot;
+
+static PyObject *flips(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])
+        || !PyList_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "flips() takes three lists");
+        return NULL;
+    }
+    PyObject *before = args[0], *after = args[1], *atoms = args[2];
+    Py_ssize_t nb = PyList_GET_SIZE(before), na = PyList_GET_SIZE(after);
+    Py_ssize_t size = 64;
+    while (size < 2 * (nb + na))
+        size <<= 1;
+    slot local[256];
+    slot *table = local;
+    if (size > 256) {
+        table = PyMem_Malloc(sizeof(slot) * (size_t)size);
+        if (table == NULL)
+            return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < size; i++)
+        table[i].seen = 0;
+    PyObject *out = NULL;
+    Py_ssize_t mask = size - 1, differ = 0;
+    for (int side = 0; side < 2; side++) {
+        PyObject *list = side == 0 ? before : after;
+        int bit = side == 0 ? 1 : 2;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+            PyObject *item = PyList_GET_ITEM(list, i);
+            if (!PyLong_CheckExact(item)) {
+                PyErr_SetString(PyExc_TypeError, "flips() takes lists of ids");
+                goto done;
+            }
+            Py_ssize_t id = PyLong_AsSsize_t(item);
+            if (id == -1 && PyErr_Occurred())
+                goto done;
+            Py_ssize_t h = (Py_ssize_t)(((size_t)id * (size_t)0x9E3779B97F4A7C15ull) >> 7) & mask;
+            while (table[h].seen && table[h].id != id)
+                h = (h + 1) & mask;
+            if (!table[h].seen) {
+                table[h].id = id;
+                table[h].seen = bit;
+                differ++;
+            } else if (!(table[h].seen & bit)) {
+                table[h].seen |= bit;
+                differ--;
+            }
+        }
+    }
+    out = PyList_New(differ);
+    if (out == NULL || differ == 0)
+        goto done;
+    Py_ssize_t at = 0, n_atoms = PyList_GET_SIZE(atoms);
+    for (int side = 0; side < 2; side++) {
+        PyObject *list = side == 0 ? before : after;
+        int bit = side == 0 ? 1 : 2;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+            Py_ssize_t id = PyLong_AsSsize_t(PyList_GET_ITEM(list, i));
+            Py_ssize_t h = (Py_ssize_t)(((size_t)id * (size_t)0x9E3779B97F4A7C15ull) >> 7) & mask;
+            while (table[h].id != id)
+                h = (h + 1) & mask;
+            if (table[h].seen != bit)
+                continue; /* in both, or written out already */
+            table[h].seen |= 4;
+            if (id < 0 || id >= n_atoms) {
+                PyErr_SetString(PyExc_IndexError, "flips(): an id with no atom");
+                Py_CLEAR(out);
+                goto done;
+            }
+            PyObject *atom = PyList_GET_ITEM(atoms, id);
+            Py_INCREF(atom);
+            PyList_SET_ITEM(out, at++, atom);
+        }
+    }
+done:
+    if (table != local)
+        PyMem_Free(table);
+    return out;
 }
 
 static PyMethodDef methods[] = {
@@ -704,6 +1073,8 @@ static PyMethodDef methods[] = {
      "split_trace(raw) -> (envelope, states, keys) | None: see capwatch/contracts/wire_split.py"},
     {"piece_ids", (PyCFunction)(void (*)(void))piece_ids, METH_FASTCALL,
      "piece_ids(text, pieces) -> list[int] | None: see capwatch/contracts/wire_atoms.py"},
+    {"flips", (PyCFunction)(void (*)(void))flips, METH_FASTCALL,
+     "flips(before, after, atoms) -> list: see capwatch/contracts/wire_fast.py"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -713,5 +1084,16 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__wire_split(void) {
-    return PyModule_Create(&module_def);
+    if (PyType_Ready(&PieceIndexType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&PieceIndexType);
+    if (PyModule_AddObject(module, "PieceIndex", (PyObject *)&PieceIndexType) < 0) {
+        Py_DECREF(&PieceIndexType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

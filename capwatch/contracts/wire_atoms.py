@@ -58,6 +58,15 @@ _PIECE_IDS: wire_split.PieceIds | None = wire_split.PIECE_IDS
 """The pieces' lookup in C (wire_split.PIECE_IDS), or None (pure Python); a module
 variable, so that a test may set it."""
 
+_INDEX: wire_split.Index | None = None if wire_split.PIECE_INDEX is None \
+    else wire_split.PIECE_INDEX()
+"""Compiled, :data:`PIECES` mirrored in C for :data:`_PIECE_IDS` (``PieceIndex``: each
+piece hashed and compared where it lies in the text, where a dict's lookup made a bytes
+object of it and hashed that with SipHash, ~20% of a trace's decode, session 16). Every
+entry is one of PIECES' with its id; it may hold fewer (a piece whose probe is too long
+is not added, see _wire_split.c), and :func:`ids` then asks PIECES. Written wherever
+PIECES is (:func:`_keep`, :func:`_turn`, :func:`forget`)."""
+
 ID: dict[GroundAtom, int] = {}
 """Atom → its id, for every atom known (seen valid, and not forgotten since)."""
 ATOM: list[GroundAtom] = []
@@ -118,6 +127,8 @@ def forget() -> None:
     _FRESH.clear()
     PIECES.clear()
     _OLDER.clear()
+    if _INDEX is not None:
+        _INDEX.clear()
     STATES.clear()
     _OLDER_STATES.clear()
     _states_bytes = 0
@@ -161,12 +172,16 @@ def _turn() -> None:
     global PIECES, _OLDER
     _OLDER, PIECES = PIECES, _OLDER
     PIECES.clear()
+    if _INDEX is not None:
+        _INDEX.clear()
 
 
 def _keep(piece: bytes, known: int) -> None:
     if len(PIECES) >= MAX_PIECES:
         _turn()
     PIECES[piece] = known
+    if _INDEX is not None:
+        _INDEX.add(piece, known)
 
 
 def learn(atoms: Iterable[GroundAtom]) -> None:
@@ -254,12 +269,19 @@ def ids(text: bytes) -> list[int] | None:
     Compiled, the current table's pieces are cut and looked up in C
     (:data:`_PIECE_IDS`): the split's list, :func:`_first`'s copies and ``map``'s calls
     of the dict's ``__getitem__`` took ~60% of this function's instructions (session
-    16). A piece it does not find is looked for again here when the older table
-    holds pieces (:func:`reference_ids`, which moves it back)."""
+    16), in the mirror :data:`_INDEX` (session 17). A piece it does not find is looked
+    for again here when the older table holds pieces (:func:`reference_ids`, which
+    moves it back), or when the index holds fewer pieces than PIECES."""
     if _PIECE_IDS is not None:
-        got = _PIECE_IDS(text, PIECES)
-        if got is not None or not _OLDER:
-            return got
+        if _INDEX is None:
+            got = _PIECE_IDS(text, PIECES)
+            if got is not None or not _OLDER:
+                return got
+        else:
+            got = _PIECE_IDS(text, _INDEX)
+            # The index is a subset of PIECES: as large, it is PIECES.
+            if got is not None or (not _OLDER and len(_INDEX) == len(PIECES)):
+                return got
     return reference_ids(text)
 
 

@@ -46,6 +46,7 @@ compares ``keys`` with the fields msgspec decoded, since msgspec takes a struct'
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 Split = Callable[[bytes], tuple[bytes, bytes, bytes, int] | None]
 SplitTrace = Callable[[bytes], tuple[bytes, list[bytes], int] | None]
@@ -274,18 +275,31 @@ def reference_trace(raw: bytes) -> tuple[bytes, list[bytes], int] | None:
     return raw[:a] + b"[]" + raw[b:], states, keys
 
 
-PieceIds = Callable[[bytes, dict[bytes, int]], list[int] | None]
+PieceIds = Callable[[bytes, Any], list[int] | None]
+"""``piece_ids(text, pieces)``: ``pieces`` a dict (piece -> id) or an :class:`Index`."""
+Flips = Callable[[list[int], list[int], list[Any]], list[Any]]
 
 
-def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes], PieceIds] | None:
+class Index(Protocol):
+    """``_wire_split.PieceIndex``: wire_atoms.PIECES' current table mirrored for
+    ``piece_ids`` (a subset of it, each piece with its id)."""
+
+    def add(self, piece: bytes, known: int, /) -> bool: ...
+    def get(self, piece: bytes, /) -> int | None: ...
+    def clear(self) -> None: ...
+    def __len__(self) -> int: ...
+
+
+def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes], PieceIds, Flips,
+                       Callable[[], Index]] | None:
     from capwatch import native
 
     if not native.compiled():
         return None
+    from capwatch.contracts._wire_split import PieceIndex, flips, piece_ids, split, split_trace
     from capwatch.contracts._wire_split import canonical as native_canonical
-    from capwatch.contracts._wire_split import piece_ids, split, split_trace
 
-    return split, split_trace, native_canonical, piece_ids
+    return split, split_trace, native_canonical, piece_ids, flips, PieceIndex
 
 
 _BUILT = _native()
@@ -301,3 +315,9 @@ Python function costs more than the states it would save reading)."""
 PIECE_IDS: PieceIds | None = None if _BUILT is None else _BUILT[3]
 """wire_atoms.reference_ids over one table of pieces, in C (``piece_ids``), when the hot
 path runs compiled, else None."""
+FLIPS: Flips | None = None if _BUILT is None else _BUILT[4]
+"""wire_fast.reference_flips in C (``flips``: two state reads' ids lists diffed in a
+table of its own, no set built), when the hot path runs compiled, else None."""
+PIECE_INDEX: Callable[[], Index] | None = None if _BUILT is None else _BUILT[5]
+"""``_wire_split.PieceIndex`` (a table of pieces hashed and compared where they lie in a
+state's text) when the hot path runs compiled, else None."""

@@ -1,7 +1,9 @@
 """The pieces' lookup in C (``_wire_split.piece_ids``, wire_atoms.ids' way when compiled)
 against its Python reference (wire_atoms.reference_ids over one table): the same ids, or
 None, for state texts of any spelling, for tables holding any of their pieces, and for
-mutated bytes."""
+mutated bytes; over a dict and over the C index of the same pieces (``PieceIndex``,
+which hashes and compares a piece where it lies in the text); and wire_atoms.ids, whose
+index may hold fewer pieces than PIECES, agrees with the reference either way."""
 
 from __future__ import annotations
 
@@ -75,12 +77,66 @@ def _reference(text: bytes, table: dict[bytes, int]) -> list[int] | None:
         wire_atoms.forget()
 
 
+def _index(table: dict[bytes, int]) -> wire_split.Index:
+    assert wire_split.PIECE_INDEX is not None
+    index = wire_split.PIECE_INDEX()
+    for piece, known in table.items():
+        assert index.add(piece, known)  # no probe this long with so few pieces
+    assert len(index) == len(table)
+    return index
+
+
 @settings(max_examples=examples(1500), deadline=None)
 @given(_case())
 def test_the_c_lookup_is_the_reference(case: tuple[bytes, dict[bytes, int]]) -> None:
     text, table = case
     assert wire_split.PIECE_IDS is not None
-    assert wire_split.PIECE_IDS(text, table) == _reference(text, table), (text, table)
+    expected = _reference(text, table)
+    assert wire_split.PIECE_IDS(text, table) == expected, (text, table)
+    index = _index(table)
+    assert wire_split.PIECE_IDS(text, index) == expected, (text, table)
+    for piece, known in table.items():
+        assert index.get(piece) == known
+    for piece in [*_keys(text), b"", b",", b"x" * 17]:
+        assert index.get(piece) == table.get(piece), piece
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(_case(), st.integers(0, 5))
+def test_ids_with_an_index_holding_fewer_pieces(case: tuple[bytes, dict[bytes, int]],
+                                                 left_out: int) -> None:
+    """PIECES written behind the index's back (as a piece too long to probe is left
+    out of it): wire_atoms.ids still answers as the reference does."""
+    text, table = case
+    expected = _reference(text, table)
+    wire_atoms.forget()
+    try:
+        for i, (piece, known) in enumerate(table.items()):
+            if i < left_out:
+                wire_atoms.PIECES[piece] = known
+            else:
+                wire_atoms._keep(piece, known)
+        assert wire_atoms.ids(text) == expected, (text, table)
+    finally:
+        wire_atoms.forget()
+
+
+def test_the_index_grows_and_clears() -> None:
+    assert wire_split.PIECE_INDEX is not None
+    index = wire_split.PIECE_INDEX()
+    pieces = {f', ["at", "r{i}", "w{i % 7}"'.encode(): i for i in range(5000)}
+    for piece, known in pieces.items():
+        assert index.add(piece, known)
+    assert len(index) == len(pieces)
+    assert all(index.get(p) == k for p, k in pieces.items())
+    text = b"[" + b"]".join(p.lstrip(b",") if i == 0 else p
+                            for i, p in enumerate(pieces)) + b"]]"
+    assert wire_split.PIECE_IDS is not None
+    assert wire_split.PIECE_IDS(text, index) == list(pieces.values())
+    assert index.add(next(iter(pieces)), -1) and index.get(next(iter(pieces))) == -1
+    index.clear()
+    assert len(index) == 0 and index.get(next(iter(pieces))) is None
+    assert wire_split.PIECE_IDS(text, index) is None
 
 
 @pytest.mark.parametrize("text", [
@@ -98,8 +154,15 @@ def test_edge_cases_every_table(text: bytes) -> None:
 
 
 def test_refuses_what_is_not_bytes_and_a_dict() -> None:
-    assert wire_split.PIECE_IDS is not None
+    assert wire_split.PIECE_IDS is not None and wire_split.PIECE_INDEX is not None
+    index = wire_split.PIECE_INDEX()
+    with pytest.raises(TypeError):
+        index.add("x", 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        index.add(b"x", "1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        index.get("x")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         wire_split.PIECE_IDS(bytearray(b"[]"), {})  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        wire_split.PIECE_IDS(b"[]", [])  # type: ignore[arg-type]
+        wire_split.PIECE_IDS(b"[]", [])
