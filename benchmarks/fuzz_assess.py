@@ -317,6 +317,7 @@ def run(case: Case, seed: int, agent_kind: str, budget: int = 500) -> dict:
     if out.unexplained:
         rec["status"] = "failed_closed"
         rec["why"] = out.unexplained[0].source
+        rec["reason"] = out.unexplained[0].reason
         return rec
     if out.model == case.known:
         if out.budget_exhausted:

@@ -127,7 +127,9 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     ``outcome_error`` is the accepted chance of dropping an outcome of a probabilistic
     action that the agent still has (docs/assessment.md, "Probabilistic actions").
     ``min_outcome_probability``: an outcome the steps added is published only once its
-    probability is shown to be at least this; ``probability_tolerance``: re-estimated
+    probability is shown to be at least this, and a known one no step showed is taken
+    to be gone only once its probability is shown to be below it (0: at its known
+    probability, session 14's rule); ``probability_tolerance``: re-estimated
     outcome probabilities are published only once within this of the truth (but for a
     chance of 1%, docs/assessment.md, "Outcome probabilities"); otherwise the action's
     outcomes are undecided. ``max_query_atoms`` caps a query's initial state (probes
@@ -137,7 +139,8 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     beside kept known ones on an action no answer runs twice is then published, where
     by default it fails closed (:meth:`OutcomeSpace.unmixable`; docs/assessment.md,
     "Agents declared to draw independently": a per-answer switcher is then published
-    with both models' outcomes).
+    with both models' outcomes); it also turns off the test that the answers draw from
+    one distribution (:meth:`OutcomeSpace.mixed_answers`).
     """
     if max_query_atoms < 1:
         raise ValueError(f"max_query_atoms must be at least 1, got {max_query_atoms!r}")
@@ -393,9 +396,9 @@ class _Engine(Evidence):
         return bool(ran)
 
     def _sampled(self) -> dict[str, tuple[int, int, int, int]]:
-        """Per action asked again, how far it is from settling: the steps of its known
-        outcomes while a known one is unseen (on the way to retiring it,
-        :meth:`OutcomeSpace.retired`), else minus the number of its open effects
+        """Per action asked again, how far it is from settling: the steps that count
+        against its unseen known outcomes while one is live (on the way to retiring it,
+        :meth:`OutcomeSpace.absence_steps`), else minus the number of its open effects
         (settling open effects is no progress while a known outcome no step showed may
         never show: the action would stay undecided anyway). Only those asked again: one
         that cannot be (no state in which it surely runs) adds known steps through other
@@ -409,7 +412,8 @@ class _Engine(Evidence):
             space = self.vs.outcomes[name]
             # The phase first: from unconfirmed to only open effects left is progress.
             opened = 0 if space.unconfirmed() else len(self.vs.open_effects(name))
-            out[name] = (0, space.known_steps(), 0, 0) if space.unconfirmed() else \
+            out[name] = (0, min((space.absence_steps(r) for r in space.unseen_known()),
+                                default=space.known_steps()), 0, 0) if space.unconfirmed() else \
                 (1, 0, -opened, 0) if opened else (2, 0, 0, self._shares(name).n)
         return out
 
@@ -460,6 +464,14 @@ class _Engine(Evidence):
         for action, space in sorted(self.vs.outcomes.items()):
             if not space.records or action in self.resample_given_up or \
                     not self._unsettled(action):
+                continue
+            mixed = space.mixed_answers()
+            if mixed:
+                # More answers give a switcher more answers in which to show either
+                # model: asking again cannot lift it.
+                self.resample_given_up.add(action)
+                self.notes.append(f"{action}: its answers do not draw from one "
+                                  f"distribution: {'; '.join(mixed)}")
                 continue
             doubts = space.doubts()
             if doubts and not space.together() and not self._rare_only(space, doubts) and \
@@ -539,7 +551,10 @@ class _Engine(Evidence):
             show = max(show, self._shares(action).needed(self.tolerance))
         if doubts:
             show = max(show, min(rare_needed(space, space.min_share), RESAMPLE_STEPS))
-        two = self._two_draws(action, state) if doubts else None
+        # A known outcome no step showed retires only once the steps bound its share
+        # below the minimum outcome probability (OutcomeSpace.retired): hundreds of
+        # steps, which an action one answer runs once cannot pay within the budget.
+        two = self._two_draws(action, state) if doubts or space.unseen_known() else None
         count = RESAMPLE_STEPS if doubts and (two is not None or space.together()) else \
             min(max(space.steps_to_retire(), show, 1), RESAMPLE_STEPS)
         if two is not None:
@@ -765,16 +780,16 @@ class _Engine(Evidence):
             for r in space.records:
                 if space.retired(r) and r.origin is not None:
                     p = self.actions[name].outcomes[r.origin].probability
-                    n = space.known_steps()
-                    # What the steps show is a bound on its share, not its absence: a
-                    # drift that made it rarer (0.4 -> 0.03) retires it the same way.
+                    n = space.absence_steps(r)
+                    at = space.retire_share(r)
+                    # What the steps show is a bound on its share, not its absence.
                     most = 1.0 - space.error ** (1.0 / n)
                     retired.append(RetiredOutcome(name, r.origin, p, n, most))
                     self.notes.append(
                         f"{name}: known outcome {r.origin + 1} (p = {p:g}) retired: none of "
-                        f"{n} steps of its known outcomes showed it (a chance of at most "
-                        f"{space.error:g} were it still there at p = {p:g}); it may still "
-                        f"happen with a probability up to {most:.3f}")
+                        f"{n} steps showed it (a chance of at most {space.error:g} were it "
+                        f"still there at p = {at:g}); it may still happen with a "
+                        f"probability up to {most:.3f}")
             if space.records:
                 pre = {pa.atom: modes[pa.pal(Location.PRE)] for pa in space.pas}
                 outcomes[name] = space.outcomes(
@@ -806,7 +821,7 @@ class _Engine(Evidence):
             self.notes.append(f"query budget ({self.budget}) spent with {len(reasons)} "
                               f"pal-tuples open")
         undecided = {
-            name: "; ".join(space.doubts()) or (
+            name: "; ".join([*space.doubts(), *space.mixed_answers()]) or (
                 "a known outcome no step showed is still live: changed or added beside a "
                 "new one, removed or unchanged cannot be told" if space.unconfirmed() else
                 "an effect of an outcome that its steps left open could not be settled: "

@@ -95,6 +95,27 @@ def counts(space: OutcomeSpace, outcomes: Sequence[OutcomeRecord],
     return list(out), n
 
 
+def per_answer(space: OutcomeSpace, outcomes: Sequence[OutcomeRecord]) -> list[list[int]]:
+    """Per answer to a query, the steps that were each of ``outcomes``, among the steps
+    whose state tells every two of them apart (as :func:`counts`: which steps those are
+    does not depend on which outcome ran, nor on when the outcomes were learnt, so an
+    agent drawing independently gives every answer the same shares). Counted on from
+    the last call while no outcome changed (as :func:`counts`)."""
+    key = (space.shape, *map(id, outcomes))
+    start, rows = space.tabled[1] if space.tabled[0] == key else (0, {})
+    for i in range(start, len(space.befores)):
+        before, sig, _ = space.befores[i]
+        answer = space.answered[i]
+        if answer is None or not all(_apart(a, b, before) for j, a in enumerate(outcomes)
+                                     for b in outcomes[j + 1:]):
+            continue
+        fit = [j for j, r in enumerate(outcomes) if _fits(r, sig)]
+        if len(fit) == 1:
+            rows.setdefault(answer, [0] * len(outcomes))[fit[0]] += 1
+    space.tabled = (key, (len(space.befores), rows))
+    return [list(row) for row in rows.values()]
+
+
 def rare_doubts(space: OutcomeSpace, min_share: float) -> list[str]:
     """Why the live added outcomes are not shown to be at least ``min_share`` likely (empty
     when they are): an agent that errs (a noisy answer) now and then has, by its steps,

@@ -52,8 +52,9 @@ from capwatch.assess.effect_masks import (
     summary_effects,
     under,
 )
+from capwatch.assess.homogeneity import heterogeneous
 from capwatch.assess.mixing import apart
-from capwatch.assess.outcome_shares import rare_doubts
+from capwatch.assess.outcome_shares import per_answer, rare_doubts
 from capwatch.model.domain import Action, LiftedAtom, Outcome
 from capwatch.model.pal import Mode, PaTuple
 
@@ -156,7 +157,9 @@ class OutcomeSpace:
     """Per executed step (as :attr:`befores`), the query whose answer it was (None: an
     observed step)."""
     min_share: float = 0.0
-    """The least probability an added outcome must be shown to have (:meth:`doubts`)."""
+    """The least probability an added outcome must be shown to have (:meth:`doubts`), and
+    the share below which a known outcome no step showed must be shown to be before it is
+    taken to be gone (:meth:`retired`)."""
     independent: bool = False
     """The operator's word that the agent draws each step's outcome independently and
     never switches between models per answer (``assess(independent_draws=True)``):
@@ -164,6 +167,13 @@ class OutcomeSpace:
     _rare: tuple[tuple[int, int, float], list[str]] = ((-1, -1, 0.0), [])
     counted: dict[tuple[int, ...], tuple[int, list[int], int]] = field(default_factory=dict)
     """outcome_shares.counts, counted on from the last call while no outcome changed."""
+    _per_answer: tuple[int, dict[int, int], int] = (-1, {}, 0)
+    """Cached on :attr:`stamp`: per record (by id) its asked steps, and all asked steps
+    that went to one outcome (:meth:`absence_steps`)."""
+    tabled: tuple[tuple[int, ...], tuple[int, dict[int, list[int]]]] = ((), (0, {}))
+    """outcome_shares.per_answer, counted on from the last call while no outcome changed."""
+    _mixed: tuple[int, list[str]] = (-1, [])
+    """:meth:`mixed_answers`, cached on :attr:`stamp`."""
 
     @classmethod
     def of(cls, action: Action, pas: Sequence[PaTuple], *, known: bool = True
@@ -465,31 +475,107 @@ class OutcomeSpace:
         return sum(self.witnesses(r) for r in self.records if r.origin is not None)
 
     def retired(self, r: OutcomeRecord) -> bool:
-        """Whether a known outcome no step showed is taken to be gone: among the steps of
-        the known outcomes, where
-        it would have had its known share p, none was it, which has a chance (1 - p)^n
-        below :attr:`error` were it still there. The bound holds while the drift left the
-        known outcomes' shares among themselves as they were (an added outcome taking its
-        probability from all of them alike); one that also made the unseen outcome rarer
-        is beyond any finite number of steps. No added outcome is needed: a drift that
-        removed an outcome adds none, and kept, the outcome would be published with
-        effects the agent no longer has (rev11a's fuzzing). Only steps that showed it
-        (:meth:`witnesses`) keep it."""
+        """Whether a known outcome no step showed is taken to be gone: none of the n steps
+        that count against it (:meth:`absence_steps`) was it, which has a chance
+        (1 - p)^n below :attr:`error` were its share still p (:meth:`retire_share`).
+
+        Absence at the known share is not absence: a drift that made the outcome rarer
+        (0.10 -> 0.01) leaves it, and the steps bound its share only by
+        1 - error^(1/n) (0.048 at 139 steps: the fuzzer's explodingblocks stack was
+        published without its 0.01 outcome, retired after 66 steps at 0.1). So with a
+        minimum outcome probability (:attr:`min_share`, the least share the settings tell
+        from none: an added outcome must be shown above it to be published) p is the
+        smaller of the two, ~690 steps at 0.01, and the steps are every asked step that
+        was another outcome: the bound is then on its own share, whatever the drift did
+        to the others'. Until then it stays live and unconfirmed: asked again, or failed
+        closed. With ``min_share`` 0 (every share counts) p is its known probability
+        among the known outcomes' steps, session 14's rule, which holds only while the
+        drift left the known outcomes' shares among themselves as they were.
+
+        No added outcome is needed: a drift that removed an outcome adds none, and kept,
+        the outcome would be published with effects the agent no longer has (rev11a's
+        fuzzing). Only steps that showed it (:meth:`witnesses`) keep it. Whether the
+        answers it is kept or retired on are one distribution's draws is
+        :meth:`mixed_answers`'s question."""
         if r.origin is None or self.witnesses(r):
             return False
-        p = min(self.action.outcomes[r.origin].probability, 1.0 - 1e-12)
-        return self.known_steps() * -math.log1p(-p) > -math.log(self.error)
+        return self.absence_steps(r) * -math.log1p(-self.retire_share(r)) > \
+            -math.log(self.error)
+
+    def retire_share(self, r: OutcomeRecord) -> float:
+        """The share at which the steps must have shown a known outcome for its absence
+        to retire it (:meth:`retired`): its known probability, or with a minimum outcome
+        probability (:attr:`min_share`) the smaller of the two."""
+        assert r.origin is not None
+        p = self.action.outcomes[r.origin].probability
+        if self.min_share > 0.0:
+            p = min(p, self.min_share)
+        return min(p, 1.0 - 1e-12)
+
+    def absence_steps(self, r: OutcomeRecord) -> int:
+        """The steps that count against a known outcome no step showed (:meth:`retired`).
+        Without a minimum outcome probability, the steps of the known outcomes
+        (:meth:`known_steps`), where it would have had its known share. With one, the
+        bound is on its own share, whatever the drift did to the others': every asked
+        step that went to another outcome, added ones too (an outcome the known one's
+        effects cannot explain is a draw that was not it), but not one two outcomes
+        explained alike (it may have been it) nor an observed one (it may predate the
+        drift, and the monitor chose it)."""
+        if self.min_share <= 0.0:
+            return self.known_steps()
+        if self._per_answer[0] != self.stamp:
+            mine = {id(x): sum(1 for a in x.answers if a is not None) for x in self.records}
+            self._per_answer = (self.stamp, mine, sum(mine.values()))
+        _, mine, total = self._per_answer
+        return total - mine.get(id(r), 0)
+
+    def mixed_answers(self) -> list[str]:
+        """Why the answers do not look like draws of one distribution (empty when they
+        do): per answer, how many of its asked steps went to each outcome; an outcome
+        whose counts differ across the answers more than one distribution allows, but
+        for a chance :attr:`error` (:func:`capwatch.assess.homogeneity.heterogeneous`),
+        shows an agent answering some queries as one model and others as another (the
+        old model's outcome shows in its answers only), or one that changed during the
+        assessment. An outcome kept or retired on such answers would be a guess about
+        which of them is the agent now: the action fails closed. Only the asked steps
+        whose state tells every two live outcomes apart count
+        (:func:`capwatch.assess.outcome_shares.per_answer`): which outcome a step went to
+        when it was read depends on the outcomes known then and on how its state hid
+        their differences, which differs from answer to answer for an honest agent too. Not
+        for aia (no known outcomes to compare) nor when the operator declared the draws
+        independent (:attr:`independent`)."""
+        if self._mixed[0] != self.stamp:
+            self._test_answers()
+        return self._mixed[1]
+
+    def _test_answers(self) -> None:
+        out: list[str] = []
+        if self.from_known and not self.independent:
+            live = self.live()
+            table = per_answer(self, live)
+            for j, p in heterogeneous(table, self.error):
+                r = live[j]
+                name = f"known outcome {r.origin + 1}" if r.origin is not None else \
+                    f"added outcome {[x for x in live if x.origin is None].index(r) + 1}"
+                shown = sum(1 for row in table if row[j])
+                out.append(
+                    f"{name} showed in {shown} of {len(table)} answers, in shares that one "
+                    f"distribution gives with a chance of {p:.2g} at most: an agent "
+                    f"answering as two models (or one that changed while asked) gives such "
+                    f"answers, so neither keeping nor retiring an outcome on them is "
+                    f"published")
+        self._mixed = (self.stamp, out)
 
     def steps_to_retire(self) -> int:
         """More steps of the known outcomes after which every live known outcome no step
         showed would retire (0 when none is left)."""
         need = 0
-        n = self.known_steps()
         for r in self.live():
             if r.origin is None or self.witnesses(r):
                 continue
-            p = min(self.action.outcomes[r.origin].probability, 1.0 - 1e-12)
-            need = max(need, math.floor(-math.log(self.error) / -math.log1p(-p)) + 1 - n)
+            p = self.retire_share(r)
+            need = max(need, math.floor(-math.log(self.error) / -math.log1p(-p)) + 1 -
+                       self.absence_steps(r))
         return need
 
     def live(self) -> list[OutcomeRecord]:
@@ -526,7 +612,7 @@ class OutcomeSpace:
         effects nothing has confirmed, so the engine asks the action again. So too while
         the answers leave an added outcome in doubt (:meth:`doubts`)."""
         return self.from_known and any(r.steps for r in self.records) and \
-            bool(self.unseen_known() or self.doubts())
+            bool(self.unseen_known() or self.doubts() or self.mixed_answers())
 
     def unseen_known(self) -> list[OutcomeRecord]:
         """The live known outcomes no step has shown."""

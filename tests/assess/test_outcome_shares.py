@@ -7,17 +7,19 @@ action fails closed (docs/assessment.md, "Outcome probabilities")."""
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Sequence
 
 import pytest
 
 from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import QueryResult
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
 from capwatch.assess.outcome_shares import estimate, probability_gap
 from capwatch.assess.outcomes import OutcomeSpace
-from capwatch.assess.replay import replay
-from capwatch.model.domain import Domain, LiftedAtom, Outcome
+from capwatch.assess.replay import confirm, replay
+from capwatch.model.domain import Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
 from capwatch.model.pal import PaTuple
 from tests.assess.outcome_drifts import probability_error
 from tests.assess.test_outcomes import FREE, _effects, _known, _seen, _space, _with
@@ -201,9 +203,12 @@ def test_the_settings_are_checked() -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_an_outcome_made_much_rarer_is_retired_with_the_share_the_steps_bound(
         seed: int) -> None:
-    """The case "Outcome probabilities" left open: the slip made much rarer (0.4 -> 0.03)
-    retires after the steps its known share predicts, as if gone. A version that leaves
-    it out says how rare it is shown to be (session 14): a bound the truth is within."""
+    """The case "Outcome probabilities" left open: the slip made much rarer (0.4 -> 0.03).
+    Session 14 retired it after the steps its known share predicts, as if gone; since
+    session 16 it retires only once the steps bound its share below the minimum outcome
+    probability (0.01, below the truth's 0.03: it shows, or the action fails closed). A
+    version that leaves an outcome out says how rare it is shown to be: a bound the truth
+    is within."""
     known = _with(_known(), "pick", outcomes=tuple(
         Outcome(o.add, o.delete, 0.6 if o.add else 0.4)
         for o in _known().action("pick").outcomes))
@@ -223,3 +228,139 @@ def test_an_outcome_made_much_rarer_is_retired_with_the_share_the_steps_bound(
     assert known.action("pick").outcomes[gone.outcome].probability == 0.4
     assert gone.share_at_most >= 0.03, gone
     assert f"up to {gone.share_at_most:.3f}" in " ".join(result.notes)
+
+
+def test_a_known_outcome_no_step_showed_retires_only_once_bounded_below_the_minimum() -> None:
+    """A drift that made the slip rarer (0.1 -> 0.01) leaves it: the 66 steps its known
+    share predicts bound its share by 0.1 only, and retiring it there published a version
+    without an outcome the agent still has (the fuzzer's explodingblocks stack). It is
+    taken to be gone only once the steps bound its share below the minimum outcome
+    probability, the least the settings tell from none (~690 steps at 0.01)."""
+    space, pas = _space()
+    space.min_share = 0.01
+    _feed(space, pas, [FULL] * 200)
+    assert [r.origin for r in space.live()] == [0, 1]
+    assert space.unconfirmed()
+    assert space.steps_to_retire() == 688 - 200  # (1 - 0.01)^688 < 0.001 < 0.99^687
+    _feed(space, pas, [FULL] * 487)
+    assert [r.origin for r in space.live()] == [0, 1]
+    _feed(space, pas, [FULL])
+    assert [r.origin for r in space.live()] == [0]
+    assert space.steps_to_retire() == 0
+
+
+def test_without_a_minimum_the_known_share_alone_retires_an_unseen_outcome() -> None:
+    space, pas = _space()
+    _feed(space, pas, [FULL] * 66)  # 0.9^66 < 0.001 < 0.9^65
+    assert [r.origin for r in space.live()] == [0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_outcome_made_rarer_is_never_published_as_gone(seed: int) -> None:
+    """The slip made rarer (0.1 -> 0.01) beside a precondition drift that has pick asked
+    again: published, the version keeps the slip (it showed, or the steps never bounded it
+    below the minimum outcome probability and the action failed closed)."""
+    known = _known()
+    truth = _loose_pick(known, 0.99)
+    before = frozenset({("at_robot", "r1", "hall"), ("at", "p1", "hall")})
+    after = frozenset({("at_robot", "r1", "hall"), ("carrying", "r1", "p1")})
+    evidence = [Transition(before, ("pick", "r1", "p1", "hall"), after, executed=True)]
+    result = assess(known, evidence, SimulatedAgent(truth, seed=seed), method="verify",
+                    budget=500)
+    assert not [r for r in result.retired if r.action == "pick"]
+    if "pick" not in result.undecided_outcomes:
+        assert _effects(result.domain().action("pick")) == _effects(truth.action("pick"))
+
+
+def test_steps_of_an_added_outcome_count_against_an_unseen_known_one() -> None:
+    """The bound is on the unseen outcome's own share: a step that went to an outcome the
+    steps added (the full pick that now leaves the gripper free) was not the slip either,
+    so it counts as the full pick's steps do."""
+    space, pas = _space()
+    space.min_share = 0.01
+    _feed(space, pas, [FULL] * 600 + [KEEPS_FREE] * 87)
+    assert 1 in [r.origin for r in space.live()]
+    _feed(space, pas, [KEEPS_FREE])
+    assert 1 not in [r.origin for r in space.live()]
+
+
+def _answers(space: OutcomeSpace, pas: dict[LiftedAtom, PaTuple],
+             answers: Sequence[Sequence[Step]]) -> None:
+    for steps in answers:
+        _feed(space, pas, steps)
+
+
+def test_an_outcome_shown_only_in_some_answers_is_a_doubt() -> None:
+    """A per-answer switcher whose new model lost the slip (gripper prob2 101): the old
+    model's answers show it, the new model's never do. Kept, it would be published though
+    the agent (as it answers most queries) has none; the answers are not one
+    distribution's draws, so the action stays unconfirmed (the engine gives it up)."""
+    space, pas = _space()
+    space.min_share = 0.01
+    _answers(space, pas, [[FULL] * 58 + [SLIP] * 6] * 3 + [[FULL] * 64] * 7)
+    assert [r.origin for r in space.live()] == [0, 1]
+    (doubt,) = space.mixed_answers()
+    assert doubt.startswith("known outcome 2 showed in 3 of 10 answers")
+    assert space.unconfirmed()
+    space.independent = True
+    space.stamp += 1
+    assert space.mixed_answers() == []
+
+
+def test_an_honest_agents_answers_are_one_distribution() -> None:
+    rng = random.Random(5)
+    space, pas = _space()
+    space.min_share = 0.01
+    _answers(space, pas, [[SLIP if rng.random() < 0.1 else FULL for _ in range(64)]
+                          for _ in range(10)])
+    assert space.mixed_answers() == []
+    assert not space.unconfirmed()
+
+
+def _published(known: Domain, agent: object, evidence: list[Transition]) -> Domain | None:
+    """The model the daemon would publish (None: it fails closed)."""
+    result = assess(known, evidence, agent, method="verify", budget=500)  # type: ignore[arg-type]
+    if result.undecided_outcomes:
+        return None
+    model = result.domain()
+    if replay(model, evidence, result.queries) or \
+            confirm(model, agent, result.queries, 64)[0]:  # type: ignore[arg-type]
+        return None
+    return model
+
+
+class _NewFirst:
+    """A per-answer switcher whose first answers are the new model's (so a removed outcome
+    does not show in the steps its known share asks for), then the old model in a random
+    30% of the answers (seeded)."""
+
+    def __init__(self, old: SimulatedAgent, new: SimulatedAgent, seed: int) -> None:
+        self.old, self.new, self.rng, self.answers = old, new, random.Random(seed), 0
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        self.answers += 1
+        old = self.answers > 3 and self.rng.random() < 0.3
+        return (self.old if old else self.new).query(state, plan, samples)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_switcher_of_an_outcome_made_rarer_is_never_published_without_it(seed: int) -> None:
+    """The fuzzer's explodingblocks prob 104 on the courier: the slip made rarer (0.1 ->
+    0.01) beside a precondition drift, the agent answering 30% of the queries as the known
+    shares after its first answers. The version keeps the slip (retired at its known share
+    after 66 steps, in the first answers, the version lacked it, and only the daemon's
+    asking again before publishing, when it met an old answer, kept it from publication)."""
+    known = _known()
+    truth = _loose_pick(known, 0.99)
+    before = frozenset({("at_robot", "r1", "hall"), ("at", "p1", "hall")})
+    after = frozenset({("at_robot", "r1", "hall"), ("carrying", "r1", "p1")})
+    evidence = [Transition(before, ("pick", "r1", "p1", "hall"), after, executed=True)]
+    old = SimulatedAgent(_loose_pick(known, 0.9), seed=seed)
+    agent = _NewFirst(old, SimulatedAgent(truth, seed=seed), seed)
+    # The assessment's own version: the daemon's asking again before publishing (replay,
+    # confirm) may or may not meet an old answer that shows the slip, which is luck.
+    result = assess(known, evidence, agent, method="verify",
+                    budget=500)
+    if "pick" not in result.undecided_outcomes:
+        assert _effects(result.domain().action("pick")) == _effects(truth.action("pick"))

@@ -520,11 +520,7 @@ def test_a_retired_outcome_still_counts_when_a_step_value_is_read_through_it() -
     assert space.after(pas[CARRYING], False) is None
 
 
-def test_when_every_known_outcome_changed_asking_again_gives_up_and_fails_closed() -> None:
-    """Every step goes to an added outcome: none of the known ones shows, so none can be
-    retired by the steps of the others. Asking again stops once a known outcome would
-    have shown at the least likely known probability (0.9^66 < 0.001), and the outcomes
-    stay undecided instead of being guessed."""
+def _every_outcome_changed() -> tuple[Domain, Domain, list[Transition]]:
     known = _known()
     robot_at = LiftedAtom("at_robot", ("?r", "?x"))
     pick = known.action("pick")
@@ -533,12 +529,40 @@ def test_when_every_known_outcome_changed_asking_again_gives_up_and_fails_closed
     lost = BEFORE_PICK - {("at_robot", "r1", "hall")}
     evidence = [Transition(BEFORE_PICK, ("pick", "r1", "p1", "hall"), lost, executed=True,
                            source="lost, slipped")]
+    return known, truth, evidence
+
+
+def test_without_a_minimum_when_every_known_outcome_changed_asking_again_fails_closed(
+        ) -> None:
+    """Every step goes to an added outcome: none of the known ones shows, and without a
+    minimum outcome probability a known one retires only by the steps of the other known
+    ones (session 14's rule). Asking again stops once a known outcome would have shown at
+    the least likely known probability (0.9^66 < 0.001), and the outcomes stay undecided
+    instead of being guessed."""
+    known, truth, evidence = _every_outcome_changed()
     result = assess(known, evidence, SimulatedAgent(truth, seed=0), method="verify",
-                    budget=300)
+                    budget=300, min_outcome_probability=0.0)
     assert result.undecided_outcomes == ("pick",)
     assert any("ran no known outcome" in n for n in result.notes)
     ran = sum(1 for q in result.queries for a in q.plan[:q.executed] if a[0] == "pick")
     assert 66 <= ran < 66 + 2 * 64
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_when_every_known_outcome_changed_the_old_forms_retire_below_the_minimum(
+        seed: int) -> None:
+    """The same drift with the minimum outcome probability (0.01): a known outcome retires
+    once the asked steps that were other outcomes, the added ones included, bound its own
+    share below it (688 steps), so the old forms retire and the new ones are published."""
+    known, truth, evidence = _every_outcome_changed()
+    result = assess(known, evidence, SimulatedAgent(truth, seed=seed), method="verify",
+                    budget=300)
+    assert result.undecided_outcomes == ()
+    assert _effects(result.domain().action("pick")) == _effects(truth.action("pick"))
+    assert {r.outcome for r in result.retired if r.action == "pick"} == {0, 1}
+    assert all(r.steps >= 688 and r.share_at_most <= 0.01 for r in result.retired)
+    ran = sum(1 for q in result.queries for a in q.plan[:q.executed] if a[0] == "pick")
+    assert 688 <= ran < 688 + 2 * 64
 
 
 def test_a_step_in_which_the_change_did_not_show_does_not_keep_the_old_outcome() -> None:

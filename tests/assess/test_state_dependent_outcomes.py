@@ -208,12 +208,15 @@ def test_declared_independent_draws_publish_an_honest_agents_added_outcome(seed:
 
 
 def test_declared_independent_draws_are_the_operators_risk() -> None:
-    """What the setting gives up, stated as a test: the per-answer switcher, refused by
-    default (above), is published with both models' outcomes in some seed once the
-    operator declares the draws independent (docs/assessment.md states the risk; should
-    no seed publish it any more, that page is out of date)."""
+    """What the setting gives up, stated as a test until session 16: the per-answer
+    switcher, refused by default (above), was published with both models' outcomes in
+    some seed once the operator declared the draws independent. Since session 17 place's
+    unseen known outcome is asked in two-draw queries while it retires (it must be
+    bounded below the minimum outcome probability), and an answer that ran place twice
+    lets session 12's rule (an outcome kept beside an added one must show in one answer
+    with it) refuse the switcher, which the setting does not turn off: no seed publishes
+    it. The risk stays where no two-draw query exists (docs/assessment.md)."""
     known, truth = _known(), _keeps_hold()
-    both = []
     for seed in range(6):
         agent = _ByAnswer(SimulatedAgent(known, seed=seed),
                           SimulatedAgent(truth, seed=seed + 50), seed)
@@ -221,9 +224,7 @@ def test_declared_independent_draws_are_the_operators_risk() -> None:
                         independent_draws=True)
         if result.undecided_outcomes:
             continue
-        got = _effects(result.domain().action("place"))
-        both.append(got != _effects(truth.action("place")))
-    assert any(both)
+        assert _effects(result.domain().action("place")) == _effects(truth.action("place"))
 
 
 def test_the_reason_names_the_answers_that_never_ran_it_twice() -> None:
