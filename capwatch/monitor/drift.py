@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from capwatch.model.domain import Action
 from capwatch.monitor.action_drift import ActionMonitor as ActionMonitor
@@ -49,7 +49,7 @@ from capwatch.monitor.stats import (
     benjamini_hochberg,
 )
 
-APPLY_TOGETHER = 512
+APPLY_TOGETHER: Final = 512
 """Detectors with waiting updates (``SequentialDetector.update``) gathered before they are
 applied together (``sequential.apply_waiting``): the more of one table's detectors a
 step applies, the fewer numpy calls per update; the references are all it holds."""

@@ -33,7 +33,7 @@ import functools
 import math
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -52,14 +52,14 @@ per-step evidence to grid mismatch, and 24 alternatives per outcome cost log(24)
 nats of extra threshold."""
 
 PROBABILITY_CLIP = 1e-6
-_BOUND_SLACK = 1.0 + 1e-12
+_BOUND_SLACK: Final = 1.0 + 1e-12
 """Widens each step's bound on the mixture statistic past every rounding in it (the stored
 R's two, the bound's own three: each under 1.2e-16 relative)."""
-_DOT_SLACK = 1.0 + 1e-9
+_DOT_SLACK: Final = 1.0 + 1e-9
 """A computed dot product of G non-negative terms is within G · 1.2e-16 of the exact sum,
 in any order of summation and with or without fused multiply-adds: 1e-9 covers G up to
 millions."""
-_NEAR = 1.0 + 3e-9
+_NEAR: Final = 1.0 + 3e-9
 """A bound this close below the threshold (over both of those slacks) may hide an alarm."""
 _PACK_HEAD = struct.Struct("<q??")
 WAITING_CAP = 32

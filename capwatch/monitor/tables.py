@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -21,8 +21,8 @@ from capwatch.monitor.attribution import Attribution
 WindowKind = Literal["sliding", "tumbling"]
 IntArray = npt.NDArray[np.int64]
 
-_AMBIGUOUS = -1
-_EMPTY = -2
+_AMBIGUOUS: Final = -1
+_EMPTY: Final = -2
 _FIRST_ROOM = 16
 
 
