@@ -33,6 +33,13 @@ def _native() -> Any:
     return module
 
 
+# The manifest of the sources as they were before mypyc read them: hashed after the build, a
+# source edited while it ran would be recorded as built and `native.py --check` would pass
+# on a stale build. Hashed first, such an edit leaves the manifest older than the source,
+# so the check fails and the next build catches up.
+_manifest_before_build: str | None = None
+
+
 class _BuildExt(build_ext):  # type: ignore[misc]
     """build_ext, then the manifest of the sources the modules were built from."""
 
@@ -41,7 +48,8 @@ class _BuildExt(build_ext):  # type: ignore[misc]
         if not self.extensions:
             return  # a pure build: a manifest now would vouch for an older build's files
         native = _native()
-        manifest = native.manifest_text()
+        manifest = _manifest_before_build
+        assert manifest is not None, "extensions come only from _ext_modules, which hashes"
         if self.inplace:
             native.MANIFEST.write_text(manifest, encoding="utf-8")
         else:
@@ -55,7 +63,9 @@ def _ext_modules() -> list[Any]:
         return []
     from mypyc.build import mypycify
 
+    global _manifest_before_build
     native = _native()
+    _manifest_before_build = native.manifest_text()
     # The C extensions (native.EXTENSIONS): each from the .c beside its module's path.
     extensions = [Extension(m, [str(native.source(m).with_suffix(".c").relative_to(ROOT))],
                             extra_compile_args=["-O3"]) for m in native.EXTENSIONS]
