@@ -68,7 +68,7 @@ class DriftSource(Protocol):
 
 
 _Pair = tuple[int, bool, str]
-"""An agent's figures against a baseline: (Δ, drifted, the model's content key)."""
+"""An agent's figures against a baseline: (Δ, drifted, a hash of its model's stored text)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class FleetDrift:
         self._reported: set[str] = set(families)
         self._pairs: dict[tuple[ModelRef, ModelRef], _Pair] = {}
         self._by_model: dict[tuple[str, ModelRef], _Pair] = {}
-        """(the model's content key, baseline) → the pair's figures: agents whose newest
+        """(the hash of the model's stored text, baseline) → the pair's figures: agents whose newest
         versions hold the same model share one comparison."""
         self._baselines: dict[ModelRef, tuple[Domain, Mapping[PalTuple, Mode]]] = {}
         self._newest: list[ModelRef] | None = None
