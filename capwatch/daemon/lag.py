@@ -4,7 +4,7 @@ handled record is (its age while records wait behind it)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from capwatch.contracts.ports import Source
 from capwatch.daemon.metrics import DaemonMetrics
@@ -39,3 +39,12 @@ class LagGauges:
             stamp = self.newest_stamp.get(p)
             self.metrics.lag_seconds.labels(str(p)).set(
                 max(0.0, now - stamp) if lag > 0 and stamp is not None else 0.0)
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Drop the gauges of partitions given up (revoked or lost): kept, a replica went
+        on reporting the lag it last saw on a partition another replica now owns (at its
+        last value, which it no longer refreshes), so a fleet's lag summed over replicas
+        counted the partition twice and an alert on it never cleared."""
+        for p in partitions:
+            self.metrics.lag.metric.remove(str(p))
+            self.metrics.lag_seconds.metric.remove(str(p))

@@ -472,6 +472,7 @@ class Pipeline:
         self._give_up(partitions)
 
     def _give_up(self, partitions: set[int]) -> None:
+        self.lag.forget(partitions)
         self._backlog = [r for r in self._backlog if r.partition not in partitions]
         watches = self.registry.in_partitions(partitions)
         for w in watches:
