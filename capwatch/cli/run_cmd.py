@@ -119,9 +119,11 @@ def handle(args: argparse.Namespace) -> int:
         if isinstance(_families(config, args.config), int):
             return 2
         if args.connect:
-            configure_logging(config.log.level, config.log.format)
+            configure_logging(config.log.level, config.log.format,
+                      kafka_client=config.kafka.client)
         return _check(config, args.config, args.connect)
-    configure_logging(config.log.level, config.log.format)
+    configure_logging(config.log.level, config.log.format,
+                      kafka_client=config.kafka.client)
     # The probes first: the rest of the daemon (the monitor, SciPy, the assessment engine,
     # ~1.2 s of CPU in pure Python) is imported while /healthz already answers and /readyz
     # says what the daemon is doing (capwatch.daemon.startup).

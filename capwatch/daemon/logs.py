@@ -147,6 +147,22 @@ class LibraryLines(logging.Filter):
     """A tenth of the default session timeout: past it, fetches and heartbeats are late
     enough to show as lag, and a few such in a row put the membership at risk."""
 
+    _CONSUMER = ("Kafka client's network thread was held up: its fetches and heartbeats "
+                 "ran late (the main loop held the interpreter checking a batch, or the "
+                 "machine is short of CPU); harmless well below kafka.session_timeout_ms. "
+                 "Often or long: give the replica more CPU, or set kafka.consumer_process "
+                 "or kafka.client: confluent-kafka")
+    _ADMIN = ("Kafka client's network thread was held up: kafka-python's admin client "
+              "(topics, the group's state; records and heartbeats go through "
+              "confluent-kafka) ran late (the main loop held the interpreter, or the "
+              "machine is short of CPU); consumption is not affected")
+    """Under kafka.client: confluent-kafka only the admin work uses kafka-python: the
+    consumer's advice (switch to confluent-kafka) was wrong there (oper17b)."""
+
+    def __init__(self, kafka_client: str = "kafka-python") -> None:
+        super().__init__()
+        self.confluent = kafka_client == "confluent-kafka"
+
     _SLOW_TASK = re.compile(r"ran for ([0-9.]+)s \(>[0-9.]+s threshold\)\. It is blocking")
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -154,12 +170,7 @@ class LibraryLines(logging.Filter):
             found = self._SLOW_TASK.search(record.getMessage())
             if found is not None:
                 seconds = float(found.group(1))
-                record.msg = ("Kafka client's network thread was held up: its fetches and "
-                              "heartbeats ran late (the main loop held the interpreter "
-                              "checking a batch, or the machine is short of CPU); harmless "
-                              "well below kafka.session_timeout_ms. Often or long: give the "
-                              "replica more CPU, or set kafka.consumer_process or "
-                              "kafka.client: confluent-kafka")
+                record.msg = (self._ADMIN if self.confluent else self._CONSUMER)
                 record.args = ()
                 record.held_up_s = round(seconds, 3)
                 if seconds < self.WARN_S:
@@ -169,7 +180,8 @@ class LibraryLines(logging.Filter):
 
 
 def configure_logging(level: str = "info", fmt: str = "json",
-                      stream: TextIO | None = None) -> None:
+                      stream: TextIO | None = None, kafka_client: str = "kafka-python"
+                      ) -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer(sort_keys=True) if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
@@ -186,12 +198,12 @@ def configure_logging(level: str = "info", fmt: str = "json",
         logger_factory=structlog.PrintLoggerFactory(stream or _CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    _route_stdlib_logging(level, renderer, shared, stream)
+    _route_stdlib_logging(level, renderer, shared, stream, kafka_client)
 
 
 def _route_stdlib_logging(level: str, renderer: structlog.typing.Processor,
                           shared: list[structlog.typing.Processor],
-                          stream: TextIO | None) -> None:
+                          stream: TextIO | None, kafka_client: str) -> None:
     formatter = structlog.stdlib.ProcessorFormatter(
         # ExtraAdder: capwatch's own stdlib loggers (the agent client) put what matters
         # (the URL, the error, the retry wait) in `extra`; without it the line said only
@@ -204,7 +216,7 @@ def _route_stdlib_logging(level: str, renderer: structlog.typing.Processor,
     handler = logging.StreamHandler(stream or _CurrentStderr())
     handler.set_name(_STDLIB_HANDLER_NAME)
     handler.setFormatter(formatter)
-    handler.addFilter(LibraryLines())
+    handler.addFilter(LibraryLines(kafka_client))
     handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     # Reconfiguring (tests, demo after run) replaces our handler instead of stacking copies.

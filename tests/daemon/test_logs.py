@@ -132,6 +132,18 @@ def test_kafka_pythons_slow_task_warning_says_what_it_means_in_capwatch() -> Non
     assert (long["level"], long["held_up_s"]) == ("warning", 2.5)
 
 
+def test_under_confluent_kafka_the_line_does_not_advise_switching_to_it() -> None:
+    # Only kafka-python's admin client runs there: its consumer advice was wrong (oper17b).
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, kafka_client="confluent-kafka")
+    _slow_task(0.3)
+    [line] = _lines(stream)
+    assert str(line["event"]).startswith("Kafka client's network thread was held up")
+    assert "admin client" in str(line["event"])
+    assert "kafka.client: confluent-kafka" not in str(line["event"])
+    assert line["held_up_s"] == 0.3
+
+
 def test_a_short_hold_is_not_logged_at_level_warning() -> None:
     stream = io.StringIO()
     configure_logging("warning", "json", stream=stream)
