@@ -27,6 +27,8 @@ from capwatch.monitor.drift import with_probabilities
 from capwatch.monitor.stats import (
     IntervalMethod,
     MultinomialEstimate,
+    chi2_isf,
+    max_pearson_over_box,
     multinomial_mle,
     normal_isf,
     simultaneous_level,
@@ -44,6 +46,28 @@ class UnidentifiableOutcomes(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class AuditPrecision:
+    """How well the fleet drift audit could tell the published probabilities from the truth.
+
+    The audit tests a model's probabilities by Pearson's X² over up to ``window`` of the
+    stream's executions at ``level`` (docs/drift-detection.md §5). ``statistic`` is the
+    largest X² that ``window`` executions' expected counts would give against the estimate
+    to be published, over every distribution in the estimate's simultaneous confidence
+    region: while it is at most ``critical``, the audit would not reject the published
+    model on the expected counts of any distribution the answers leave plausible, the true
+    one included (at the estimate's confidence)."""
+
+    window: int
+    level: float
+    statistic: float
+    critical: float
+
+    @property
+    def reached(self) -> bool:
+        return self.statistic <= self.critical
+
+
+@dataclass(frozen=True, slots=True)
 class ProbabilityEstimate:
     action: str
     ground_action: GroundAction
@@ -58,7 +82,16 @@ class ProbabilityEstimate:
     half_width: float
     """The requested half-width."""
     converged: bool
-    """Every interval's half-width reached ``half_width`` before the sample budget ran out."""
+    """Every interval's half-width reached ``half_width`` before the sample budget ran out
+    (the audit's precision is ``audit``'s to say)."""
+    audit: AuditPrecision | None = None
+    """The drift audit's precision target and whether the estimate reached it (None when
+    none was asked)."""
+
+    @property
+    def audit_precise(self) -> bool:
+        """The estimate reached the audit's precision target, or none was asked."""
+        return self.audit is None or self.audit.reached
 
     @property
     def structural_anomalies(self) -> int:
@@ -98,13 +131,51 @@ def _samples_needed(estimate: MultinomialEstimate, half_width: float, level: flo
     return math.ceil(1.1 * z * z * worst / (half_width * half_width))
 
 
+def _published(action: Action, estimate: MultinomialEstimate) -> list[float]:
+    # What updated_action would publish, in the estimate's outcome order: an outcome never
+    # seen keeps with_probabilities' floor (0.5 / n, capped by its old value), which the
+    # audit then divides by. Computed here because with_probabilities re-sorts outcomes.
+    probs = np.asarray(estimate.probabilities, dtype=np.float64)
+    old = np.array([o.probability for o in action.outcomes], dtype=np.float64)
+    floored = np.where(probs <= 0, np.minimum(old, 0.5 / estimate.n), probs)
+    return [float(v) for v in floored / floored.sum()]
+
+
+def audit_precision(action: Action, estimate: MultinomialEstimate, window: int,
+                    level: float) -> AuditPrecision:
+    """The audit's view of ``estimate`` once published (see AuditPrecision)."""
+    k = len(estimate.counts)
+    statistic = (math.inf if estimate.n == 0 else
+                 max_pearson_over_box(estimate.low, estimate.high,
+                                      _published(action, estimate), window))
+    return AuditPrecision(window, level, statistic, chi2_isf(level, k - 1))
+
+
+def _audit_samples(k: int, window: int, level: float, confidence: float) -> int:
+    # An interval of half-width z·sqrt(p(1-p)/n) per outcome puts the region's farthest
+    # point at X² ≈ window · z² · Σ(1 - p_i) / n ≤ window · z² · (k-1) / n against the
+    # estimate, whatever the p_i: the same relative precision for a rare outcome as for a
+    # common one. Sized for that to meet the audit's critical value, with the 10% that
+    # Clopper-Pearson's width adds (as _samples_needed).
+    z = normal_isf((1.0 - simultaneous_level(confidence, k)) / 2.0)
+    return math.ceil(1.1 * window * z * z * (k - 1) / chi2_isf(level, k - 1))
+
+
 def estimate_outcome_probabilities(
     agent: AgentQuery, action: Action, ground_action: GroundAction, state: State, *,
     half_width: float = 0.05, confidence: float = 0.95,
     method: IntervalMethod = "clopper-pearson", pilot: int = 30, max_samples: int = 20_000,
-    max_anomaly_fraction: float = 0.5,
+    max_anomaly_fraction: float = 0.5, audit_window: int | None = None,
+    audit_level: float = 0.05,
 ) -> ProbabilityEstimate:
     """Sample ⟨state, [ground_action]⟩ until each outcome probability is within ±half_width.
+
+    With ``audit_window``, also until the fleet drift audit (Pearson's X² over up to
+    ``audit_window`` executions at ``audit_level``) would not reject the estimate on the
+    expected counts of any distribution in its confidence region (AuditPrecision): a
+    precision relative to each probability, which ±half_width alone is not near 0 (an
+    outcome at 0.01 was published at 0.00578, then 0.00288, and the audit rejected it).
+    ``audit`` says whether it was reached within ``max_samples``.
 
     A pilot of ``pilot`` samples sizes the next stage (from the largest variance its
     interval still allows); the estimate reported is the last stage's. ``samples``
@@ -140,8 +211,12 @@ def estimate_outcome_probabilities(
                                    MultinomialEstimate((1.0,), (1.0,), (1.0,), 0, (0,), level,
                                                        method),
                                    0, 0, 0, half_width, True)
+    if audit_window is not None and (audit_window < 1 or not 0.0 < audit_level < 1.0):
+        raise ValueError("audit_window must be positive and audit_level in (0, 1)")
     request = min(pilot, max_samples)
     est = current()
+    audit: AuditPrecision | None = None
+    sized_for_audit = False
     while request > 0:
         # Each stage's size is fixed by the previous stage and its estimate uses its own
         # samples only: conditional on that size the samples are fresh, so the reported
@@ -159,17 +234,34 @@ def estimate_outcome_probabilities(
             else:
                 counts[hit] += 1
         est = current()
-        if est.n and max(est.half_widths) <= half_width:
+        if audit_window is not None:
+            audit = audit_precision(action, est, audit_window, audit_level)
+        if est.n and max(est.half_widths) <= half_width and (audit is None or audit.reached):
             return ProbabilityEstimate(action.header(), ground_action, est, asked,
-                                       not_executed, unexplained, half_width, True)
+                                       not_executed, unexplained, half_width, True, audit)
         if asked >= max_samples or (not_executed + unexplained) > max_anomaly_fraction * asked:
             break
         needed = _samples_needed(est, half_width, level) if est.n else pilot
+        if audit is not None and est.n:
+            needed = max(needed, _audit_samples(k, audit.window, audit_level, confidence))
+            if sized_for_audit and math.isfinite(audit.statistic):
+                # A stage sized for the audit that fell short (a rare outcome's skewed
+                # interval) is followed by one sized from its own shortfall: the region's
+                # X² shrinks as 1/n (with Clopper-Pearson's 10% as in the plan). Not from
+                # the pilot's, which a rare outcome's unseen floor dominates.
+                needed = max(needed,
+                             math.ceil(1.1 * est.n * audit.statistic / audit.critical))
+            sized_for_audit = True
         # Scale by the usable fraction so anomalies do not leave the next stage short.
         usable = max(est.n / request, 1.0 - max_anomaly_fraction)
         request = min(max(math.ceil(needed / usable), pilot), max_samples - asked)
+        if audit is not None and request < math.ceil(needed / usable):
+            # A stage cut short by the budget would report a wider estimate than this one
+            # (each stage's estimate is its own): report this one, short of the target.
+            break
     return ProbabilityEstimate(action.header(), ground_action, est, asked, not_executed,
-                               unexplained, half_width, False)
+                               unexplained, half_width,
+                               bool(est.n) and max(est.half_widths) <= half_width, audit)
 
 
 def estimate_domain_probabilities(

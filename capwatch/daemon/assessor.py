@@ -5,8 +5,10 @@ capwatch.assess.engine in DAAISy mode with the agent's recent executed transitio
 pin many modes without a query. Effect-distribution drift is re-estimated
 by repeated one-step queries from a state the action was seen executing in
 (capwatch.assess.probabilities, sampling until every outcome's probability is known to
-±``half_width``); without such a state, or if sampling does not converge, the monitor's
-estimate over the window since the change point is installed instead.
+±``half_width`` and precisely enough, relative to it, that the fleet drift audit would
+not reject the estimate on the truth); without such a state, or if sampling does not
+converge, the monitor's estimate over the window since the change point is installed
+instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.work import DriftProbe
 from capwatch.model.domain import Action, Domain
 from capwatch.model.pal import PalTuple
+from capwatch.monitor.drift import DriftConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +138,20 @@ class Assessor(Protocol):
     def assess(self, request: AssessmentRequest) -> AssessmentOutcome: ...
 
 
+_DRIFT_DEFAULTS = DriftConfig()
+
+
 class EngineAssessor:
     def __init__(self, objects: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-                 method: str = "verify", half_width: float = 0.05) -> None:
+                 method: str = "verify", half_width: float = 0.05, *,
+                 audit_window: int | None = _DRIFT_DEFAULTS.window,
+                 audit_level: float = _DRIFT_DEFAULTS.fdr) -> None:
         self.half_width = half_width
+        self.audit_window = audit_window
+        """The fleet drift audit's window and level (DriftConfig.window, .fdr): a
+        re-estimate is sized so that the audit would not reject it on the truth's expected
+        counts (capwatch.assess.probabilities.AuditPrecision); None: ±half_width only."""
+        self.audit_level = audit_level
         self.method = Method(method)
         self.objects = dict(objects or {})
         """Family → type → object names, for the engine's optimal-plan comparison."""
@@ -218,7 +231,8 @@ class EngineAssessor:
                     try:
                         est = estimate_outcome_probabilities(
                             request.agent, current, probe.action, probe.state,
-                            half_width=self.half_width, max_samples=request.query_budget * 20)
+                            half_width=self.half_width, max_samples=request.query_budget * 20,
+                            audit_window=self.audit_window, audit_level=self.audit_level)
                     except UnidentifiableOutcomes:
                         est = None
                     if est is not None:
@@ -227,6 +241,16 @@ class EngineAssessor:
                             "samples": est.samples, "converged": est.converged,
                             "probabilities": list(est.estimate.probabilities),
                             "low": list(est.estimate.low), "high": list(est.estimate.high)}
+                        if est.audit is not None:
+                            # Short of it within the budget, the estimate is still
+                            # published (it is within ±half_width, nearer the truth than
+                            # the alarm's or the current model's), and says so: the audit
+                            # may flag it again (docs/assessment.md, "Rare outcomes").
+                            details["estimates"][name]["audit"] = {
+                                "window": est.audit.window, "level": est.audit.level,
+                                "statistic_at_most": est.audit.statistic,
+                                "critical": est.audit.critical,
+                                "reached": est.audit.reached}
                         if est.converged and not est.structural_anomalies:
                             if _agrees(est, current):
                                 # The answers fit the probabilities the agent is known to

@@ -503,7 +503,9 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
     objects = {name: {t: list(objs) for t, objs in p.objects_by_type(domains[name]).items()}
                for name, p in problems.items() if name in domains}
     if assessor is None:
-        assessor = EngineAssessor(objects, config.assessment.method)
+        det = config.detection
+        assessor = EngineAssessor(objects, config.assessment.method,
+                                  audit_window=det.drift_window, audit_level=det.drift_fdr)
     liveness = None
     if needs_kafka:
         k = config.kafka

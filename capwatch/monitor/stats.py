@@ -143,6 +143,53 @@ def chi2_sf(statistic: float, dof: int) -> float:
     return float(special.chdtrc(dof, statistic))
 
 
+def chi2_isf(level: float, dof: int) -> float:
+    """The chi-square statistic of ``dof`` degrees of freedom whose upper tail is ``level``
+    (``scipy.stats.chi2.isf``): the critical value of a test at ``level``."""
+    return float(special.chdtri(dof, level))
+
+
+def max_pearson_over_box(low: Sequence[float] | npt.ArrayLike,
+                         high: Sequence[float] | npt.ArrayLike,
+                         model: Sequence[float] | npt.ArrayLike, n: int) -> float:
+    """The largest Pearson statistic of ``n`` observations' expected counts, n·q, against
+    ``model`` over every distribution q in the box [low, high] on the simplex.
+
+    That is the non-centrality of a chi-square test of ``model`` on ``n`` draws from q:
+    the statistic its expected counts would give. X²(q) = n Σ (q_i − m_i)² / m_i is convex
+    in q, so its maximum over the polytope box ∩ simplex lies at a vertex, where every
+    coordinate but at most one sits at a bound of its interval and that one is fixed by
+    Σ q = 1: k · 2^(k−1) candidates, enumerated up to 12 outcomes. Beyond, the box's
+    maximum without the simplex (each coordinate at its farther bound) bounds it above.
+    """
+    lo = np.asarray(low, dtype=np.float64)
+    hi = np.asarray(high, dtype=np.float64)
+    m = np.asarray(model, dtype=np.float64)
+    k = m.size
+    if lo.shape != (k,) or hi.shape != (k,):
+        raise ValueError("one interval per outcome is required")
+    if (m <= 0).any():
+        raise ValueError("model probabilities must be positive")
+    far = np.maximum((lo - m) ** 2, (hi - m) ** 2)
+    loose = float(n * (far / m).sum())
+    if k > 12 or k < 2:
+        return loose
+    best = -1.0
+    masks = ((np.arange(2 ** (k - 1))[:, None] >> np.arange(k - 1)) & 1).astype(bool)
+    for free in range(k):
+        others = [i for i in range(k) if i != free]
+        q = np.where(masks, hi[others], lo[others])
+        rest = 1.0 - q.sum(axis=1)
+        ok = (rest >= lo[free] - 1e-12) & (rest <= hi[free] + 1e-12)
+        if not ok.any():
+            continue
+        dev = ((q[ok] - m[others]) ** 2 / m[others]).sum(axis=1) \
+            + (rest[ok] - m[free]) ** 2 / m[free]
+        best = max(best, float(dev.max()))
+    # No vertex only when rounding leaves the box off the simplex: the loose bound holds.
+    return n * best if best >= 0.0 else loose
+
+
 def pearson_statistic(counts: npt.ArrayLike, expected: npt.ArrayLike) -> float:
     c = np.asarray(counts, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
