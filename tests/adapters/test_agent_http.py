@@ -19,6 +19,7 @@ from capwatch.adapters.sim.agent_server import AgentServer
 from capwatch.assess.agent import AgentUnavailable
 from capwatch.contracts.agent_protocol import (
     EPISODE_PATH,
+    MAX_SAMPLES,
     QUERY_PATH,
     AgentProtocolError,
     AgentRejectedQuery,
@@ -90,6 +91,19 @@ def test_samples_of_a_stochastic_agent() -> None:
     assert len(results) == 40
     kinds = {("heads",) in r.state for r in results}
     assert kinds == {True, False}
+
+
+def test_more_samples_than_one_request_may_hold_are_asked_in_several() -> None:
+    """A re-estimate sized to the drift audit asks thousands of samples; the protocol's
+    request holds at most MAX_SAMPLES (the request was refused before it was sent)."""
+    with AgentServer(SimulatedAgent(parse_domain(COIN), seed=1), poll_interval=0.02) as s:
+        client = HttpAgentClient(s.url)
+        results = client.query(frozenset({("ready",)}), [("toss",)],
+                               samples=2 * MAX_SAMPLES + 7)
+        assert len(results) == 2 * MAX_SAMPLES + 7
+        assert client.stats.queries == 3 and client.stats.samples == 2 * MAX_SAMPLES + 7
+    heads = sum(("heads",) in r.state for r in results)
+    assert 0.45 < heads / len(results) < 0.55
 
 
 def test_drift_injection_over_http(server: AgentServer, gripper_domain: Domain) -> None:

@@ -26,6 +26,7 @@ from capwatch.contracts.agent_protocol import (
     AGENT_ID_HEADER,
     DRIFT_PATH,
     HEALTH_PATH,
+    MAX_SAMPLES,
     QUERY_PATH,
     AgentCannotAttempt,
     AgentProtocolError,
@@ -117,6 +118,14 @@ class HttpAgentClient:
 
     def query(self, state: State, plan: Sequence[GroundAction], samples: int = 1
               ) -> list[QueryResult]:
+        if samples > MAX_SAMPLES:
+            # The protocol bounds one request's samples; a probability re-estimate sized to
+            # the drift audit asks thousands (capwatch.assess.probabilities): in requests
+            # of at most MAX_SAMPLES each, answered as one.
+            results: list[QueryResult] = []
+            while len(results) < samples:
+                results += self.query(state, plan, min(MAX_SAMPLES, samples - len(results)))
+            return results
         body = QueryRequest.of(state, plan, samples).model_dump_json().encode()
         try:
             # A timeout says how large the query was: an assessment's can hold hundreds of
