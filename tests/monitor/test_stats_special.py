@@ -11,6 +11,7 @@ from scipy import stats as sps
 
 from capwatch.monitor.stats import (
     benjamini_hochberg,
+    chi2_isf,
     chi2_sf,
     clopper_pearson_interval,
     fdr_adjusted,
@@ -34,6 +35,15 @@ def _same(a: object, b: object) -> bool:
 def test_normal_isf_is_scipys() -> None:
     for q in _QS:
         assert _same(normal_isf(q), sps.norm.isf(q)), q
+
+
+def test_chi2_isf_is_scipys_and_inverts_chi2_sf() -> None:
+    """The drift audit's critical value, which a re-estimate is sized to."""
+    for dof in (1, 2, 3, 7, 15):
+        for level in (1e-6, 0.001, 0.01, 0.05, 0.1, 0.5):
+            x = chi2_isf(level, dof)
+            assert x == pytest.approx(float(sps.chi2.isf(level, dof)), rel=1e-12), (level, dof)
+            assert chi2_sf(x, dof) == pytest.approx(level, rel=1e-9), (level, dof)
 
 
 def _scipy_clopper_pearson(x: np.ndarray, n: int, confidence: float
