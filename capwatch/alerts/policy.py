@@ -27,6 +27,9 @@ DEFAULT_SUPPRESSION: Mapping[AlertType, timedelta] = {
     AlertType.EFFECT_DISTRIBUTION_DRIFT: timedelta(hours=6),
     AlertType.UNEXPLAINED_INCONSISTENCY: timedelta(hours=1),
     AlertType.ASSESSMENT_FAILED: timedelta(hours=1),
+    # As long as a drift's: a drift the answers keep not confirming is raised again after
+    # each settling, and one line per window says it.
+    AlertType.DRIFT_NOT_CONFIRMED: timedelta(hours=6),
 }
 
 DEFAULT_GROUP_WAIT_BY_TYPE: Mapping[AlertType, timedelta] = {

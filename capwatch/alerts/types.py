@@ -40,6 +40,9 @@ class AlertType(enum.Enum):
     """A transition contradicts the model and no assessment has explained it yet."""
     ASSESSMENT_FAILED = "assessment_failed"
     """The agent could not be assessed (unreachable, query budget exhausted, ...)."""
+    DRIFT_NOT_CONFIRMED = "drift_not_confirmed"
+    """The stream's drift detector alarmed on an action, and the agent's answers to the
+    re-estimation's queries fit the model's probabilities: nothing was published."""
 
     @property
     def alertname(self) -> str:
@@ -70,6 +73,7 @@ DEFAULT_SEVERITY: Mapping[AlertType, Severity] = {
     AlertType.EFFECT_DISTRIBUTION_DRIFT: Severity.WARNING,
     AlertType.UNEXPLAINED_INCONSISTENCY: Severity.WARNING,
     AlertType.ASSESSMENT_FAILED: Severity.WARNING,
+    AlertType.DRIFT_NOT_CONFIRMED: Severity.INFO,
 }
 
 
@@ -291,4 +295,27 @@ def assessment_failed_alert(
         # the same reason, most often for the same cause (a bad URL template, a rejected
         # token); each agent's own message is in the grouped alert's detail.causes.
         group_summary=f"assessment failed ({words}): {message}",
+    )
+
+
+def drift_not_confirmed_alert(
+    *, family: str, agent_id: str, action: str, time: datetime, stream: Mapping[str, Any],
+    answers: Mapping[str, Any], evidence: Mapping[str, Any] | None = None,
+    severities: Mapping[AlertType, Severity] = DEFAULT_SEVERITY,
+) -> Alert:
+    """The stream's drift alarm on ``action`` (its evidence record, ``stream``) and the
+    re-estimate by queries (``answers``: probabilities and simultaneous intervals) that
+    holds every probability of the model: the two disagree, so no version was made.
+
+    Said, not silent: the stream's detector guarantees a low false-alarm rate, so a drift
+    the answers do not show is as likely an agent that answers queries unlike it acts on
+    the stream (another state, another build behind the endpoint) as a false alarm."""
+    summary = (f"{action}: drift seen on the stream was not confirmed by the agent's "
+               f"answers to queries; the model was kept")
+    return Alert(
+        type=AlertType.DRIFT_NOT_CONFIRMED,
+        severity=severities[AlertType.DRIFT_NOT_CONFIRMED], family=family,
+        agent_id=agent_id, action=action, summary=summary, time=time,
+        detail={"stream": dict(stream), "answers": dict(answers)},
+        evidence=dict(evidence or {}), group_summary=summary,
     )

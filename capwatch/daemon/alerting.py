@@ -18,7 +18,13 @@ from capwatch.alerts.sinks import (
     LogSink,
     alert_event,
 )
-from capwatch.alerts.types import Alert, AlertType, Severity, inconsistency_alert
+from capwatch.alerts.types import (
+    Alert,
+    AlertType,
+    Severity,
+    drift_not_confirmed_alert,
+    inconsistency_alert,
+)
 from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import Publisher
 from capwatch.contracts.store import AlertOutboxStore, OutboxAlert, PendingAssessment
@@ -179,6 +185,48 @@ def build_outbox(config: AlertsConfig, store: AlertOutboxStore, sinks: Sequence[
 
 def version_alert_key(version: ModelVersion, alert: Alert) -> str:
     return f"version:{version.ref}|{alert.dedup_key}"
+
+
+def unconfirmed_alert_key(assessment_key: str, action: str) -> str:
+    return f"unconfirmed:{assessment_key}|{action}"
+
+
+def unconfirmed_drifts(drift: Mapping[str, Mapping[str, object]],
+                       details: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(action, detector) of each drift alarm the work re-estimated whose answers held
+    every probability of the model (the assessor's ``agrees_with_current``)."""
+    estimates = details.get("estimates")
+    if not isinstance(estimates, dict):
+        return []
+    return [(name, str(drift[name].get("detector", "")))
+            for name, est in sorted(estimates.items())
+            if name in drift and isinstance(est, dict) and est.get("agrees_with_current")]
+
+
+def unconfirmed_alerts(key: str, family: str, agent_id: str,
+                       drift: Mapping[str, Mapping[str, object]],
+                       details: Mapping[str, object], now: datetime,
+                       severities: Mapping[AlertType, Severity]) -> list[OutboxAlert]:
+    """A ``drift_not_confirmed`` alert for each drift the stream's detector raised and the
+    answers did not show. None for the fleet audit's alarms: the audit runs at a 5% false
+    discovery rate every minute with no confirmation on the stream before the work is
+    queued, so its unconfirmed alarms are expected and only counted
+    (``capwatch_drift_not_confirmed_total``)."""
+    estimates = details.get("estimates")
+    out = []
+    for name, detector in unconfirmed_drifts(drift, details):
+        if detector == "audit" or not isinstance(estimates, dict):
+            continue
+        stream = drift[name]
+        alert = drift_not_confirmed_alert(
+            family=family, agent_id=agent_id, action=name, time=now,
+            stream={k: stream.get(k) for k in (
+                "detector", "window", "n", "model_probabilities", "estimated_probabilities",
+                "estimate_ci", "summary")},
+            answers=dict(estimates[name]), evidence={"assessment_key": key},
+            severities=severities)
+        out.append(outbox_record(alert, unconfirmed_alert_key(key, name)))
+    return out
 
 
 def queued_alert_key(assessment_key: str) -> str:

@@ -130,6 +130,12 @@ class DaemonMetrics:
         self.drift_alarms = counter("capwatch_drift_alarms_total",
                                     "Drift tests that failed (effect-distribution drift "
                                     "alarms after FDR control).", ("family", "action"))
+        self.drift_not_confirmed = counter(
+            "capwatch_drift_not_confirmed_total",
+            "Drift alarms whose re-estimate by queries held every probability of the model "
+            "(nothing published): detector=sequential from the stream (each also a "
+            "drift_not_confirmed alert), detector=audit from the fleet audit (counted "
+            "only).", ("family", "detector"))
         self.assessments_queued = counter("capwatch_assessments_queued_total",
                                           "Assessments queued.", ("family",))
         self.assessments = counter("capwatch_assessments_total", "Assessments finished.",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -47,7 +47,13 @@ from capwatch.contracts.store import (
     WorkQueue,
 )
 from capwatch.contracts.versions import ModelRef, ModelVersion, build_version, unchecked_summary
-from capwatch.daemon.alerting import awaiting_ended, failed_alert_key, version_alert_key
+from capwatch.daemon.alerting import (
+    awaiting_ended,
+    failed_alert_key,
+    unconfirmed_alerts,
+    unconfirmed_drifts,
+    version_alert_key,
+)
 from capwatch.daemon.assessor import AssessmentRequest, Assessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.events import model_event
@@ -447,8 +453,12 @@ class AssessmentWorkers:
                 # With the work's end, in one transaction: a worker whose lease another
                 # took (which may find a version) must not end the awaiting alert with
                 # "no change".
-                self.store.complete(item.key, worker, awaiting_ended(
-                    pending, self.clock(), "no change", self.policy.severities))
+                now = self.clock()
+                self.store.complete(item.key, worker, [
+                    *awaiting_ended(pending, now, "no change", self.policy.severities),
+                    *unconfirmed_alerts(item.key, family, agent_id, item.drift,
+                                        outcome.details, now, self.policy.severities)])
+                self._count_unconfirmed(family, item.drift, outcome.details)
                 self.metrics.assessments.labels(family, "unchanged").inc()
                 log.info("assessment found no change", key=item.key, queries=queries)
                 self.post(Settled(agent_id, item.key, Settlement.UNCHANGED))
@@ -501,11 +511,19 @@ class AssessmentWorkers:
         self.store.complete(item.key, worker)
         self.metrics.model_versions.labels(family).inc()
         self.metrics.assessments.labels(family, "changed").inc()
+        assessment = version.evidence.get("assessment")
+        if isinstance(assessment, dict):
+            self._count_unconfirmed(family, item.drift, assessment)
         self.on_version()
         log.info("model version published", version=version.version,
                  delta=version.delta_to_parent, summary=list(version.summary),
                  queries=queries, alerts=len(events))
         self.post(Installed(agent_id, version))
+
+    def _count_unconfirmed(self, family: str, drift: Mapping[str, Mapping[str, object]],
+                           details: Mapping[str, object]) -> None:
+        for _, detector in unconfirmed_drifts(drift, details):
+            self.metrics.drift_not_confirmed.labels(family, detector).inc()
 
     def _version_alerts(self, parent: ModelVersion, version: ModelVersion,
                         pending: PendingAssessment) -> list[OutboxAlert]:
@@ -514,6 +532,12 @@ class AssessmentWorkers:
         out += awaiting_ended(pending, version.created_at, f"version {version.version}",
                               self.policy.severities)
         assessment = version.evidence.get("assessment")
+        if isinstance(assessment, dict) and version.agent_id is not None:
+            # Another action of the work changed; this one's stream drift was not shown.
+            item = WorkItem.from_pending(pending)
+            out += unconfirmed_alerts(item.key, version.family, version.agent_id,
+                                      item.drift, assessment, version.created_at,
+                                      self.policy.severities)
         if isinstance(assessment, dict) and assessment.get("budget_exhausted") \
                 and version.agent_id is not None:
             key = str(version.evidence.get("assessment_key", version.ref))
