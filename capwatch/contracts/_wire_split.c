@@ -985,14 +985,13 @@ typedef struct {
     int seen; /* 1: in before, 2: in after, 4: written out */
 } slot;
 
-static PyObject *flips(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])
-        || !PyList_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "flips() takes three lists");
+/* The diff itself, for flips() and step(): the list, with in *gone how many of its
+ * atoms (its first ones) are the state's (ids only `before` holds). */
+static PyObject *diff(PyObject *before, PyObject *after, PyObject *atoms, Py_ssize_t *gone) {
+    if (!PyList_CheckExact(before) || !PyList_CheckExact(after) || !PyList_CheckExact(atoms)) {
+        PyErr_SetString(PyExc_TypeError, "flips() and step() take lists of ids and atoms");
         return NULL;
     }
-    PyObject *before = args[0], *after = args[1], *atoms = args[2];
     Py_ssize_t nb = PyList_GET_SIZE(before), na = PyList_GET_SIZE(after);
     Py_ssize_t size = 64;
     while (size < 2 * (nb + na))
@@ -1057,10 +1056,68 @@ static PyObject *flips(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             Py_INCREF(atom);
             PyList_SET_ITEM(out, at++, atom);
         }
+        if (side == 0)
+            *gone = at;
     }
 done:
     if (table != local)
         PyMem_Free(table);
+    return out;
+}
+
+static PyObject *flips(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "flips() takes three lists");
+        return NULL;
+    }
+    Py_ssize_t gone = 0;
+    return diff(args[0], args[1], args[2], &gone);
+}
+
+/* wire_fast.reference_step: the diff (as flips) and the next state's set made from the
+ * state's by its two halves: `state` less the atoms of ids only `before` holds, with
+ * those of ids only `after` holds; the state itself, the very object, when none differ.
+ * Under the decoder's invariant (`state` is the set of `before`'s atoms) that is the
+ * symmetric difference the Python way takes, which built a set of the flipped atoms
+ * (each tuple hashed again) and inserted every atom of the state into it, growing its
+ * table twice (~10% of a trace's decode on an outside producer's fleet, session 17).
+ * Here the state's table is copied with its stored hashes (PySet_New of a frozenset),
+ * the few flipped atoms discarded or added, and the result copied once more into a
+ * frozenset (the public API has no discard on a frozenset). */
+static PyObject *step(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 4 || !PyFrozenSet_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "step() takes a frozenset and three lists");
+        return NULL;
+    }
+    PyObject *state = args[0];
+    Py_ssize_t gone = 0;
+    PyObject *flipped = diff(args[1], args[2], args[3], &gone);
+    if (flipped == NULL)
+        return NULL;
+    PyObject *next = NULL, *work = NULL, *out = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(flipped);
+    if (n == 0) {
+        next = Py_NewRef(state);
+    } else {
+        work = PySet_New(state);
+        if (work == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *atom = PyList_GET_ITEM(flipped, i);
+            if ((i < gone ? PySet_Discard(work, atom) : PySet_Add(work, atom)) < 0)
+                goto done;
+        }
+        next = PyFrozenSet_New(work);
+        if (next == NULL)
+            goto done;
+    }
+    out = PyTuple_Pack(2, flipped, next);
+done:
+    Py_XDECREF(work);
+    Py_XDECREF(next);
+    Py_DECREF(flipped);
     return out;
 }
 
@@ -1075,6 +1132,8 @@ static PyMethodDef methods[] = {
      "piece_ids(text, pieces) -> list[int] | None: see capwatch/contracts/wire_atoms.py"},
     {"flips", (PyCFunction)(void (*)(void))flips, METH_FASTCALL,
      "flips(before, after, atoms) -> list: see capwatch/contracts/wire_fast.py"},
+    {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL,
+     "step(state, before, after, atoms) -> (list, frozenset): see capwatch/contracts/wire_fast.py"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -82,6 +82,8 @@ miss: keeping the canonical text there made every later record of such an agent 
 (~10 us for a 13 KB state)."""
 _FLIPS: Final = wire_split.FLIPS
 """Two reads' ids lists diffed in C (:func:`reference_flips`), or None (pure Python)."""
+_STEP: Final = wire_split.STEP
+"""A step's diff and next set made in C (:func:`reference_step`), or None (pure Python)."""
 _ATOM_TEXT: Final = msgspec.json.Decoder(tuple[str, ...]).decode
 _ACTIONS: Final[dict[bytes, GroundAtom]] = {}
 """An action's text → its interned atom, for the vocabulary's :data:`_actions_generation`
@@ -196,6 +198,18 @@ def reference_flips(before: list[int], after: list[int]) -> list[GroundAtom]:
     ``before`` then ``after``, where this returns them in a set's order (the monitor
     toggles their bits: order does not matter)."""
     return list(map(_ATOM_OF, frozenset(after).symmetric_difference(before)))
+
+
+def reference_step(state: frozenset[GroundAtom], before: list[int], after: list[int]
+                   ) -> tuple[list[GroundAtom], frozenset[GroundAtom]]:
+    """A step read by its ids: the atoms that differ (:func:`reference_flips`) and the
+    next state's set, made from ``state`` (the set of ``before``'s atoms) by them; the
+    state itself, the very object, when none differ. The contract of
+    ``_wire_split.step``, which makes the set as ``state`` less the atoms of ids only
+    ``before`` holds, with those of ids only ``after`` holds (the same set when ``state``
+    is ``before``'s atoms)."""
+    flipped = reference_flips(before, after)
+    return flipped, state.symmetric_difference(flipped) if flipped else state
 
 
 def _atoms(atoms: list[GroundAtom]) -> frozenset[GroundAtom]:
@@ -412,6 +426,49 @@ def _keep_step(state_ids: list[int], generation: int, step: _Step) -> None:
     _steps_bytes += cost
 
 
+PASSING_HIT_SHARE: Final = 4
+PASSING_PROBE: Final = 16
+PASSING_WARM: Final = 32
+PASSING_WINDOW: Final = 1024
+
+
+class _Passing:
+    """How often a trace's passing states were found by their texts (wire_atoms.STATES):
+    a passing state is not remembered there, so it is found only when some transition or
+    trace's last state sent the same text, and a lookup that misses hashed the whole
+    text for nothing (SipHash, ~1.5 instructions a byte) where a hit saves reading it by
+    its pieces and the step's set (~5 a byte). Worth looking up while at least one in
+    :data:`PASSING_HIT_SHARE` is found (the costs' ratio, not a fleet's figure); below
+    that, one passing state in :data:`PASSING_PROBE` still is, so that the estimate
+    follows a fleet whose agents start sharing states. The counts are halved every
+    :data:`PASSING_WINDOW` lookups: recent traffic weighs most."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+        self.hits = 0
+        self.skipped = 0
+
+    def worth(self) -> bool:
+        if self.tries < PASSING_WARM or self.hits * PASSING_HIT_SHARE >= self.tries:
+            return True
+        self.skipped += 1
+        if self.skipped >= PASSING_PROBE:
+            self.skipped = 0
+            return True
+        return False
+
+    def tally(self, hit: bool) -> None:
+        self.tries += 1
+        if hit:
+            self.hits += 1
+        if self.tries >= PASSING_WINDOW:
+            self.tries >>= 1
+            self.hits >>= 1
+
+
+_PASSING: Final = _Passing()
+
+
 def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
                 state_ids: list[int], state_generation: int, remember: bool = True
                 ) -> tuple[_Read, list[GroundAtom] | None]:
@@ -436,7 +493,13 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
             raise _Refused
         _KEPT_TEXT[0] = step[0]
         return (n, step[2] if told else state, step[3], generation), told or None
-    seen = wire_atoms.known_state(text)
+    seen = None
+    if remember:
+        seen = wire_atoms.known_state(text)
+    elif _PASSING.worth():
+        # A trace's passing state: looked up while lookups find enough (_Passing).
+        seen = wire_atoms.known_state(text)
+        _PASSING.tally(seen is not None)
     if seen is not None:
         # The atoms that differ found by the two sets' own hashes.
         n, after, seen_ids = seen[0], seen[1], seen[2]
@@ -457,11 +520,13 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
         return _state(text, max_atoms, remember), None
     if len(known) > max_atoms:
         raise _Refused
-    # The ids that differ, diffed in C when built (a frozenset of one list and its
-    # symmetric difference with the other took ~15% of a trace's decode, session 16).
-    flipped = (_FLIPS(state_ids, known, _ATOM_LIST) if _FLIPS is not None
-               else reference_flips(state_ids, known)) or None
-    read = len(known), state.symmetric_difference(flipped) if flipped else state, known
+    # The ids that differ and the next set made from the state's by them, in C when
+    # built (a frozenset of one list and its symmetric difference with the other took
+    # ~15% of a trace's decode, session 16; the set's copy ~10%, session 17).
+    told, after = (_STEP(state, state_ids, known, _ATOM_LIST) if _STEP is not None
+                   else reference_step(state, state_ids, known))
+    flipped = told or None
+    read = len(known), after, known
     if remember:
         wire_atoms.remember_state(text, read)
     return (*read, generation), flipped

@@ -278,6 +278,8 @@ def reference_trace(raw: bytes) -> tuple[bytes, list[bytes], int] | None:
 PieceIds = Callable[[bytes, Any], list[int] | None]
 """``piece_ids(text, pieces)``: ``pieces`` a dict (piece -> id) or an :class:`Index`."""
 Flips = Callable[[list[int], list[int], list[Any]], list[Any]]
+Step = Callable[[frozenset[Any], list[int], list[int], list[Any]],
+                tuple[list[Any], frozenset[Any]]]
 
 
 class Index(Protocol):
@@ -291,15 +293,22 @@ class Index(Protocol):
 
 
 def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes], PieceIds, Flips,
-                       Callable[[], Index]] | None:
+                       Callable[[], Index], Step] | None:
     from capwatch import native
 
     if not native.compiled():
         return None
-    from capwatch.contracts._wire_split import PieceIndex, flips, piece_ids, split, split_trace
+    from capwatch.contracts._wire_split import (
+        PieceIndex,
+        flips,
+        piece_ids,
+        split,
+        split_trace,
+        step,
+    )
     from capwatch.contracts._wire_split import canonical as native_canonical
 
-    return split, split_trace, native_canonical, piece_ids, flips, PieceIndex
+    return split, split_trace, native_canonical, piece_ids, flips, PieceIndex, step
 
 
 _BUILT = _native()
@@ -321,3 +330,7 @@ table of its own, no set built), when the hot path runs compiled, else None."""
 PIECE_INDEX: Callable[[], Index] | None = None if _BUILT is None else _BUILT[5]
 """``_wire_split.PieceIndex`` (a table of pieces hashed and compared where they lie in a
 state's text) when the hot path runs compiled, else None."""
+STEP: Step | None = None if _BUILT is None else _BUILT[6]
+"""wire_fast.reference_step in C (``step``: the diff as ``flips`` gives it, and the next
+state's set made from the state's by the diff's two halves), when the hot path runs
+compiled, else None."""

@@ -76,3 +76,64 @@ def test_reference_is_the_sets_difference() -> None:
         assert sorted(got) == sorted(_ATOMS[:3] + _ATOMS[6:10])
     finally:
         wire_atoms.forget()
+
+
+def _stepped(state: frozenset[tuple[str, ...]], before: list[int], after: list[int]
+             ) -> frozenset[tuple[str, ...]]:
+    # The contract's set: the state less the atoms of ids only before holds, with those of
+    # ids only after holds.
+    gone = {_ATOMS[i] for i in set(before) - set(after)}
+    new = {_ATOMS[i] for i in set(after) - set(before)}
+    return frozenset((state - gone) | new)
+
+
+@settings(max_examples=examples(1500), deadline=None)
+@given(_ids, _ids, st.booleans(), st.sets(st.integers(0, len(_ATOMS) - 1), max_size=40))
+def test_the_c_step_is_the_reference(before: list[int], after: list[int], overlap: bool,
+                                     extra: set[int]) -> None:
+    if overlap:  # a step: most ids shared
+        after = before[: len(before) // 2] + after[:5]
+    assert wire_split.STEP is not None
+    # Under the decoder's invariant: the state is before's atoms, as the reference takes it.
+    state = frozenset(_ATOMS[i] for i in before)
+    flipped, got = wire_split.STEP(state, before, after, list(_ATOMS))
+    assert flipped == _expected(before, after)
+    assert type(got) is frozenset
+    assert got == frozenset(_ATOMS[i] for i in after)
+    ref_flipped, ref = _reference_step(state, before, after)
+    assert got == ref and sorted(flipped) == sorted(ref_flipped)
+    if not flipped:
+        assert got is state  # the very object: the monitor reuses its encoding
+    # Any other set: the two halves applied as the contract says (never a wrong atom kept).
+    other = frozenset(_ATOMS[i] for i in extra)
+    flipped, got = wire_split.STEP(other, before, after, list(_ATOMS))
+    assert got == (_stepped(other, before, after) if flipped else other)
+
+
+def _reference_step(state: frozenset[tuple[str, ...]], before: list[int], after: list[int]
+                    ) -> tuple[list[tuple[str, ...]], frozenset[tuple[str, ...]]]:
+    # wire_fast.reference_step over this module's atoms (it maps ids by the vocabulary's).
+    wire_atoms.forget()
+    try:
+        wire_atoms.learn(_ATOMS)
+        assert all(wire_atoms.ID[a] == i for i, a in enumerate(_ATOMS))
+        return wire_fast.reference_step(state, before, after)
+    finally:
+        wire_atoms.forget()
+
+
+def test_the_c_step_refuses_what_it_cannot_read() -> None:
+    assert wire_split.STEP is not None
+    state = frozenset(_ATOMS[:3])
+    with pytest.raises(TypeError):
+        wire_split.STEP(set(_ATOMS[:3]), [1], [2], list(_ATOMS))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        wire_split.STEP(state, (1,), [2], list(_ATOMS))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        wire_split.STEP(state, [1], [2])  # type: ignore[call-arg]
+    with pytest.raises(IndexError):
+        wire_split.STEP(state, [1], [5], list(_ATOMS[:3]))
+    with pytest.raises(TypeError):  # an atom that cannot be a set's
+        wire_split.STEP(state, [0], [1], [("a",), ["b"]])
+    flipped, same = wire_split.STEP(state, [1, 2], [2, 1], list(_ATOMS[:3]))
+    assert flipped == [] and same is state

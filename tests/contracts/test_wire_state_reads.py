@@ -253,3 +253,51 @@ def test_the_steps_table_counts_what_a_step_adds_and_turns_with_the_state_reads(
     wire_fast._keep_step([98], generation, later)
     assert wire_fast._step_from(reads[0], generation, texts[0]) is None
     assert wire_fast._step_from([99], generation, b"[]") is None
+
+
+def test_a_traces_passing_states_are_looked_up_while_lookups_find_them() -> None:
+    # The estimate: looked up while at least one lookup in PASSING_HIT_SHARE finds its
+    # text, else one passing state in PASSING_PROBE; the hits of the probes bring the
+    # lookups back.
+    passing = wire_fast._Passing()
+    for _ in range(wire_fast.PASSING_WARM):
+        assert passing.worth()
+        passing.tally(False)
+    looked = 0
+    for _ in range(10 * wire_fast.PASSING_PROBE):
+        if passing.worth():
+            looked += 1
+            passing.tally(False)
+    assert looked == 10
+    for _ in range(30 * wire_fast.PASSING_PROBE):  # 30 probes: 30 hits past 42 misses
+        if passing.worth():
+            passing.tally(True)
+    assert passing.worth() and passing.hits * wire_fast.PASSING_HIT_SHARE >= passing.tries
+    for _ in range(5000):  # the window: the counts stay bounded
+        passing.tally(True)
+    assert passing.tries < wire_fast.PASSING_WINDOW
+
+
+def test_a_trace_whose_passing_states_are_not_looked_up_reads_what_the_schema_reads() -> None:
+    # Passing states known as texts (a transition sent them) read by their pieces when
+    # the decoder no longer looks them up: the same transitions either way.
+    wire_atoms.forget()
+    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(16)]
+    states = [[["at", "r", f"w{k % 7}"], *scenery] for k in range(20)]
+    actions = [["move", "r", f"w{k % 7}", f"w{(k + 1) % 7}"] for k in range(19)]
+    for k in range(19):
+        step = variant(TRANSITION, agent_id=f"rover-{k}", state=states[k],
+                       action=actions[k], next_state=states[k + 1])
+        assert wire_fast.decode(step, _WIDE) == wire.decode(step, _WIDE)
+    raw = variant(TRACE, states=states, actions=actions, executed=[True] * 19)
+    for tries, hits in ((0, 0), (10_000, 0)):
+        wire_fast._PASSING.tries, wire_fast._PASSING.hits = tries, hits
+        memo: list[Any] = [None, None, None]
+        got = wire_fast.decode(raw, _WIDE, memo=memo)
+        assert got == wire.decode(raw, _WIDE)
+        assert isinstance(got, list) and memo[2] is not None
+        for flipped, t in zip(memo[2], got, strict=True):
+            if flipped is not None:
+                assert set(flipped) == t.state ^ t.next_state
+    wire_fast._PASSING.tries = wire_fast._PASSING.hits = 0
+    wire_atoms.forget()
