@@ -77,7 +77,7 @@ from capwatch.daemon.work import Result
 from capwatch.daemon.workers import AssessmentWorkers
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.object_types import ObjectTypes
-from capwatch.monitor.drift import DriftConfig, DriftMonitor
+from capwatch.monitor.drift import AuditFinding, DriftConfig, DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")
 
@@ -329,6 +329,13 @@ class Pipeline:
             raise
         self.alert_promptly()  # a retry, if the store failed it in handle_batch
         self.drain()
+        if self.drift.auditing:
+            try:
+                self.audit_slice()
+            except INFRASTRUCTURE_ERRORS:
+                raise  # an outage: the main loop says so and retries (the round goes on)
+            except Exception:
+                log.exception("drift audit slice failed")
         now = time.monotonic()
         if now - self._swept_at >= SWEEP_EVERY_S:
             self._swept_at = now
@@ -595,13 +602,31 @@ class Pipeline:
             self.lag.refresh()
 
     def audit(self) -> None:
-        """The fleet-wide windowed chi-square with BH control."""
+        """The fleet-wide windowed chi-square with BH control, whole, now."""
+        self._apply_audit(self.drift.audit())
+
+    def start_audit(self) -> None:
+        """The scheduled audit: begun now and done in slices at the next turns
+        (:meth:`audit_slice`), or whole with ``scheduler.drift_audit_slice`` 0. One under
+        way is left to finish."""
+        if self.config.scheduler.drift_audit_slice <= 0:
+            self.audit()
+        elif self.drift.start_audit():
+            self.audit_slice()
+
+    def audit_slice(self) -> None:
+        """The audit's next slice; its findings applied once its round is done."""
+        findings = self.drift.audit_step(self.config.scheduler.drift_audit_slice)
+        if findings is not None:
+            self._apply_audit(findings)
+
+    def _apply_audit(self, findings: list[AuditFinding]) -> None:
         # Every tested table counts as a test of this audit (a result the audit kept from
         # the last one too), added up per label first: a large fleet's audit tests tens of
         # thousands of tables, and a labelled counter's increment costs microseconds.
         tests: dict[tuple[str, str], int] = {}
         try:
-            for finding in self.drift.audit():
+            for finding in findings:
                 watch = self.registry.get(finding.agent_id)
                 name = finding.action_name
                 labels = (watch.family if watch else "-", name)

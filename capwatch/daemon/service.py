@@ -194,7 +194,7 @@ class Service:
         d, sched = self.pipeline, self.pipeline.config.scheduler
         inits: dict[str, frozenset[GroundAtom]] = {n: p.init for n, p in self.problems.items()}
         objects = self._objects()
-        self.scheduler.add_job(lambda: d.submit(d.audit), "interval",
+        self.scheduler.add_job(lambda: d.submit(d.start_audit), "interval",
                                seconds=sched.drift_audit_s, id="drift-audit")
         self.scheduler.add_job(lambda: d.submit(lambda: d.canary(inits, objects)), "interval",
                                seconds=sched.canary_s, id="canary")

@@ -59,6 +59,11 @@ SHARED_BLOBS = 1024
 agent's tables costs ~10 us, the lookup of tables already seen well under 1 us, and the
 bound keeps the map to ~1 MB."""
 
+WALK_PER_TEST: Final = 32
+"""A slice of the audit (:meth:`DriftMonitor.audit_step`) visits at most this many tables
+per table it may test: a table whose result is kept costs a walk over its counts (~2 us
+against a test's ~50-150 us), and a slice over a large idle fleet must stay bounded too."""
+
 SHARED_UP_TO_SEEN = 64
 """Only tables of at most this many executions are looked up and kept by their bytes:
 agents alike are those admitted with a few records, and longer tables (kilobytes each,
@@ -89,7 +94,7 @@ class DriftMonitor:
     """
 
     __slots__ = ("_audited", "_audited_packed", "_blobs", "_by_agent", "_changed", "_evidence",
-                 "_monitors", "_packed", "_waiting", "config")
+                 "_monitors", "_packed", "_round", "_waiting", "config")
 
     def __init__(self, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
@@ -117,6 +122,8 @@ class DriftMonitor:
                                                     DriftEvidence]] = {}
         """(agent, action name) → (the action, the packed tuple that held the table or None
         for a live one, the evidence) of the tables the last :meth:`audit` rejected."""
+        self._round: _AuditRound | None = None
+        """The audit in slices under way (:meth:`start_audit`), if any."""
         self._waiting: list[SequentialDetector] = []
         """Detectors that began to hold back updates since the last :meth:`apply_waiting`
         (some may have applied them since, or been dropped: applying those is a no-op)."""
@@ -349,61 +356,60 @@ class DriftMonitor:
         audit on the main loop"). A table with fewer usable executions than the test
         needs is not tested, as ``chi_square_gof`` would decide, without building its
         arrays (most tables of a fleet just admitted).
+
+        The whole audit in one call: :meth:`start_audit` and :meth:`audit_step` do the
+        same round in slices.
         """
+        round_ = _AuditRound(self)
+        while not round_.visit(self, -1):
+            pass
+        return self._finish(round_)
+
+    def start_audit(self) -> bool:
+        """Begin an audit done in slices (:meth:`audit_step`) over the agents held now;
+        False (and nothing begun) while one is under way."""
+        if self._round is not None:
+            return False
+        self._round = _AuditRound(self)
+        return True
+
+    @property
+    def auditing(self) -> bool:
+        """Whether an audit begun by :meth:`start_audit` is under way."""
+        return self._round is not None
+
+    def audit_step(self, tests: int) -> list[AuditFinding] | None:
+        """Visit the round's next agents until ``tests`` tables were tested (unpacked,
+        for a packed agent's) or ``tests`` * :data:`WALK_PER_TEST` visited; the findings
+        once every agent was visited, else None.
+
+        Each table is judged on its counts when its agent is visited (a table that
+        changes later is seen by the next round), BH runs once over every table the
+        round tested, and a rejected table's evidence describes the counts it was tested
+        on (a copy is kept of a live table that could be rejected). A table whose action
+        was replaced (a new model version) or whose agent was forgotten after its visit
+        keeps its p-value in the BH, but a rejection has no evidence then (nothing is
+        alarmed on a table that no longer exists). Agents admitted during the round are
+        in the next one (docs/performance.md, "The audit in slices").
+        """
+        round_ = self._round
+        if round_ is None:
+            return None
+        if not round_.visit(self, max(1, tests)):
+            return None
+        self._round = None
+        return self._finish(round_)
+
+    def _finish(self, round_: _AuditRound) -> list[AuditFinding]:
+        """BH over the round's tested tables, and the rejected ones' evidence."""
         cfg = self.config
-        enough = cfg.min_samples
-        least = max(1, enough)
-        kept_live = self._audited
-        kept_packed = self._audited_packed
-        audited: dict[tuple[str, str], tuple[tuple[float, ...], GofResult]] = {}
-        audited_packed: dict[str, tuple[tuple[Any, ...], list[tuple[Action, GofResult]]]] = {}
-        # (agent, action, its live table or None, its packed tuple or None, the result)
-        tested: list[tuple[str, Action, ActionMonitor | None, tuple[Any, ...] | None,
-                           GofResult]] = []
-        for key, mon in self._monitors.items():
-            if mon.detector is None:
-                continue  # not stochastic
-            if mon.config is not cfg:
-                # A table put with settings of its own (``put``): tested as it says.
-                gof = mon.test()
-            else:
-                counts = mon.window.tested_counts()
-                if sum(counts) < least:
-                    continue  # what chi_square_gof decides for a stochastic table (k >= 2)
-                kept = kept_live.get(key)
-                probabilities = mon.probabilities
-                if kept is not None and kept[1].counts == counts and kept[0] == probabilities:
-                    gof = kept[1]
-                else:
-                    gof = mon.test()
-                audited[key] = (probabilities, gof)
-            if gof.tested:
-                tested.append((key[0], mon.action, mon, None, gof))
-        # A table tests at most the executions its window has seen: packed ones with too
-        # few to be tested are not unpacked to find that out.
-        for agent_id, packed in self._packed.items():
-            if packed[1] < enough:
-                continue
-            kept_p = kept_packed.get(agent_id)
-            if kept_p is not None and kept_p[0] is packed:
-                results = kept_p[1]
-            else:
-                results = []
-                for mon in self._unpacked(packed):
-                    if mon.stochastic:
-                        gof = mon.test()
-                        if gof.tested:
-                            results.append((mon.action, gof))
-            audited_packed[agent_id] = (packed, results)
-            for action, gof in results:
-                tested.append((agent_id, action, None, packed, gof))
-        self._audited = audited
-        self._audited_packed = audited_packed
+        self._audited = round_.audited
+        self._audited_packed = round_.audited_packed
+        tested = round_.tested
         if not tested:
             self._evidence = {}
             return []
-        rejected, q_values = benjamini_hochberg([t[4].p_value for t in tested],
-                                                self.config.fdr)
+        rejected, q_values = benjamini_hochberg([t[4].p_value for t in tested], cfg.fdr)
         kept_evidence = self._evidence
         evidences: dict[tuple[str, str], tuple[Action, tuple[Any, ...] | None,
                                                 DriftEvidence]] = {}
@@ -411,7 +417,7 @@ class DriftMonitor:
         for (agent_id, action, live, holder, gof), rej, q in zip(tested, rejected, q_values,
                                                                  strict=True):
             evidence = None
-            if rej:
+            if rej and self._current_action(agent_id, action):
                 # A rejected table's evidence (intervals by optimisation: ~1 ms) is a
                 # function of its action, its counts, its window's span and ambiguous
                 # executions and the settings: kept while all of them are the same, a
@@ -422,24 +428,141 @@ class DriftMonitor:
                     if had is not None and had[0] is action and had[1] is holder:
                         found = had[2]
                     else:
-                        # Unpacked for its evidence only (its agent is unpacked anyway if
-                        # the alarm is taken: AgentWatch.add_audit_alarm).
-                        found = self._tables(agent_id)[action.name].evidence()
+                        # The packed tuple the round tested (immutable): its counts then.
+                        assert holder is not None
+                        found = self._packed_table(holder, action.name).evidence()
                     evidences[key] = (action, holder, found)
                 elif live.config is not cfg:
                     found = live.evidence()
                 else:
+                    source = live
                     window = live.window
+                    copy = round_.copies.get(key)
+                    if copy is not None and copy[0] != window.seen:
+                        # It ran since its visit: its copy then.
+                        source, _ = ActionMonitor.unpack(action, cfg, copy[1])
+                        window = source.window
                     if (had is not None and had[0] is action and had[1] is None
                             and had[2].gof.counts == gof.counts
                             and had[2].window == window.span()
                             and had[2].ambiguous == window.ambiguous()):
                         found = had[2]
                     else:
-                        found = live.evidence()
+                        found = source.evidence()
                     evidences[key] = (action, None, found)
                 evidence = replace(found, agent_id=agent_id, q_value=float(q))
             findings.append(AuditFinding(agent_id, action.header(), gof, float(q), bool(rej),
                                          evidence, action.name))
         self._evidence = evidences
         return findings
+
+    def _current_action(self, agent_id: str, action: Action) -> bool:
+        """Whether the agent still counts ``action`` (not forgotten, not a new version)."""
+        packed = self._packed.get(agent_id)
+        if packed is not None:
+            return any(a is action or a == action for a in packed[2:])
+        mon = self._monitors.get((agent_id, action.name))
+        return mon is not None and (mon.action is action or mon.action == action)
+
+    def _packed_table(self, packed: tuple[Any, ...], name: str) -> ActionMonitor:
+        for mon in self._unpacked(packed):
+            if mon.action.name == name:
+                return mon
+        raise KeyError(name)
+
+
+class _AuditRound:
+    """One audit's progress over the agents held when it began (:meth:`DriftMonitor.audit`
+    in one call, :meth:`DriftMonitor.audit_step` in slices)."""
+
+    def __init__(self, monitor: DriftMonitor) -> None:
+        # Every agent is live or packed, never both: each is visited once, as it is then.
+        self.agents: list[str] = [*monitor._by_agent, *monitor._packed]
+        self.at = 0
+        self.audited: dict[tuple[str, str], tuple[tuple[float, ...], GofResult]] = {}
+        self.audited_packed: dict[str, tuple[tuple[Any, ...],
+                                             list[tuple[Action, GofResult]]]] = {}
+        # (agent, action, its live table or None, its packed tuple or None, the result)
+        self.tested: list[tuple[str, Action, ActionMonitor | None, tuple[Any, ...] | None,
+                                GofResult]] = []
+        self.copies: dict[tuple[str, str], tuple[int, bytes]] = {}
+        """A live table's executions seen and bytes when it was tested with a p-value BH
+        could reject (at most the FDR level), for its evidence if it runs on before the
+        round ends."""
+        self.sliced = False
+
+    def visit(self, monitor: DriftMonitor, tests: int) -> bool:
+        """Visit agents until ``tests`` tables were tested (all of them if negative);
+        True once every agent was visited."""
+        cfg = monitor.config
+        enough = cfg.min_samples
+        least = max(1, enough)
+        fdr = cfg.fdr
+        kept_live = monitor._audited
+        kept_packed = monitor._audited_packed
+        monitors = monitor._monitors
+        audited = self.audited
+        tested = self.tested
+        agents = self.agents
+        done = 0
+        walked = 0
+        walk = tests * WALK_PER_TEST
+        sliced = tests >= 0
+        if sliced:
+            self.sliced = True
+        copy = self.sliced
+        while self.at < len(agents):
+            if sliced and (done >= tests or walked >= walk):
+                return False
+            agent_id = agents[self.at]
+            self.at += 1
+            packed = monitor._packed.get(agent_id)
+            if packed is None:
+                for name in monitor._by_agent.get(agent_id, ()):
+                    key = (agent_id, name)
+                    mon = monitors[key]
+                    walked += 1
+                    if mon.detector is None:
+                        continue  # not stochastic
+                    if mon.config is not cfg:
+                        # A table put with settings of its own (``put``): tested as it says.
+                        gof = mon.test()
+                        done += 1
+                    else:
+                        counts = mon.window.tested_counts()
+                        if sum(counts) < least:
+                            continue  # what chi_square_gof decides for a stochastic table
+                        kept = kept_live.get(key)
+                        probabilities = mon.probabilities
+                        if (kept is not None and kept[1].counts == counts
+                                and kept[0] == probabilities):
+                            gof = kept[1]
+                        else:
+                            gof = mon.test()
+                            done += 1
+                        audited[key] = (probabilities, gof)
+                    if gof.tested:
+                        tested.append((agent_id, mon.action, mon, None, gof))
+                        if copy and gof.p_value <= fdr:
+                            self.copies[key] = (mon.window.seen, mon.pack())
+                continue
+            walked += len(packed) - 2
+            # A table tests at most the executions its window has seen: packed ones with
+            # too few to be tested are not unpacked to find that out.
+            if packed[1] < enough:
+                continue
+            kept_p = kept_packed.get(agent_id)
+            if kept_p is not None and kept_p[0] is packed:
+                results = kept_p[1]
+            else:
+                results = []
+                for mon in monitor._unpacked(packed):
+                    if mon.stochastic:
+                        gof = mon.test()
+                        done += 1
+                        if gof.tested:
+                            results.append((mon.action, gof))
+            self.audited_packed[agent_id] = (packed, results)
+            for action, gof in results:
+                tested.append((agent_id, action, None, packed, gof))
+        return True
