@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery
@@ -105,7 +107,9 @@ def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: P
     d.store.close()
 
 
-def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sliced", [False, True])
+def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path,
+                                                             sliced: bool) -> None:
     import json
     import random
 
@@ -125,8 +129,17 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> 
     service = _consume_jsonl(tmp_path, path, detection={"drift_false_alarm_rate": 1e-100,
                                                          "drift_min_samples": 100})
     d = service.pipeline
+
+    def audit() -> None:
+        if not sliced:
+            d.audit()
+            return
+        d.start_audit()  # the scheduled one: its first slice now, the rest at next turns
+        while d.drift.auditing:
+            d.audit_slice()
+
     assert d.store.queue_items() == []
-    d.audit()
+    audit()
     (item,) = d.store.queue_items()
     drift = item.payload["drift"]["pick"]
     assert drift["detector"] == "audit" and drift["q_value"] < 0.05
@@ -138,7 +151,7 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path) -> 
     assert metrics.get_sample_value("capwatch_drift_tests_total", audits) == 1
     # The next audit reuses the unchanged table's result (DriftMonitor.audit): still a
     # test of that audit; the agent awaits its assessment, so nothing more is queued.
-    d.audit()
+    audit()
     assert metrics.get_sample_value("capwatch_drift_tests_total", audits) == 2
     assert len(d.store.queue_items()) == 1
     d.source.close()
