@@ -6,6 +6,10 @@ agents) into an in-process pipeline, then times ``DriftMonitor.audit`` (wall, an
 thread's CPU): on the fleet as fed, again with nothing changed, after a tenth of the agents
 ran 20 more records, with every agent packed, and again. For an A/B, run it from each tree's
 root with that tree's interpreter, alternately, several pairs (``TAG`` labels the lines).
+With ``SLICE=N`` set, then: every agent runs 20 more records (every table changed, as
+between two audits of a busy fleet) and the audit runs in slices of N tests
+(``DriftMonitor.start_audit``/``audit_step``: the steps, the longest and their sum), then
+every agent runs 20 more and the whole audit is timed for comparison.
 
     .venv/bin/python benchmarks/audit_scale.py /tmp/lead/fleets/stochastic 200 500 2000
 """
@@ -67,6 +71,33 @@ def main() -> None:
                 ("all packed", packed), ("again", packed_again)))
             print(f"{tag} agents {n:,}: stochastic tables {stochastic:,}, {len(found)} tested,"
                   f" {sum(f.rejected for f in found)} rejected; audit {cells}", flush=True)
+            if os.environ.get("SLICE"):
+                sliced(p, own, n, steps, offset + 20 * n, int(os.environ["SLICE"]), tag)
+                offset += 40 * n + 20 * n
+
+
+def sliced(p: Any, own: Any, n: int, steps: int, offset: int, size: int, tag: str) -> None:
+    del steps
+    records = replays(own, range(0, n), 20, offset)
+    feed(p, records)
+    del records
+    p.drift.start_audit()
+    times = []
+    while True:
+        found, *t = _timed(lambda: p.drift.audit_step(size))
+        times.append(t)
+        if found is not None:
+            break
+    records = replays(own, range(0, n), 20, offset + 20 * n)
+    feed(p, records)
+    del records
+    whole, *w = _timed(p.drift.audit)
+    longest = max(times, key=lambda t: t[1])
+    print(f"{tag} agents {n:,}, every table changed: sliced ({size} tests a step) "
+          f"{len(times)} steps, longest {longest[0]:.4f} s ({longest[1]:.4f} CPU), "
+          f"sum {sum(t[0] for t in times):.4f} s ({sum(t[1] for t in times):.4f} CPU), "
+          f"{len(found)} tested; whole {w[0]:.4f} s ({w[1]:.4f} CPU), {len(whole)} tested",
+          flush=True)
 
 
 if __name__ == "__main__":
