@@ -518,7 +518,8 @@ class _AuditRound:
             self.at += 1
             packed = monitor._packed.get(agent_id)
             if packed is None:
-                for name in monitor._by_agent.get(agent_id, ()):
+                # In the order a packed agent's tables are in (:meth:`DriftMonitor.pack`).
+                for name in sorted(monitor._by_agent.get(agent_id, ())):
                     key = (agent_id, name)
                     mon = monitors[key]
                     walked += 1
