@@ -136,6 +136,8 @@ class Pipeline:
             interval_s=config.scheduler.checkpoint_s, replica=config.replica_id)
         self._results: queue.SimpleQueue[Result] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._audit_alarms: list[AuditFinding] = []
+        """A sliced audit's rejections not yet raised (:meth:`audit_slice`)."""
         self.fleet_drift = FleetDrift(store, self.metrics, self.families)
         """The drift gauges, the fleet's, read from the store off the main loop."""
         self.workers = AssessmentWorkers(
@@ -329,7 +331,7 @@ class Pipeline:
             raise
         self.alert_promptly()  # a retry, if the store failed it in handle_batch
         self.drain()
-        if self.drift.auditing:
+        if self.auditing:
             try:
                 self.audit_slice()
             except INFRASTRUCTURE_ERRORS:
@@ -603,7 +605,7 @@ class Pipeline:
 
     def audit(self) -> None:
         """The fleet-wide windowed chi-square with BH control, whole, now."""
-        self._apply_audit(self.drift.audit())
+        self._raise_audit_alarms(self._count_audit(self.drift.audit()))
 
     def start_audit(self) -> None:
         """The scheduled audit: begun now and done in slices at the next turns
@@ -611,38 +613,60 @@ class Pipeline:
         way is left to finish."""
         if self.config.scheduler.drift_audit_slice <= 0:
             self.audit()
-        elif self.drift.start_audit():
+        elif not self.auditing and self.drift.start_audit():
             self.audit_slice()
 
-    def audit_slice(self) -> None:
-        """The audit's next slice; its findings applied once its round is done."""
-        findings = self.drift.audit_step(self.config.scheduler.drift_audit_slice)
-        if findings is not None:
-            self._apply_audit(findings)
+    @property
+    def auditing(self) -> bool:
+        """Whether a sliced audit is under way (tables to test or rejections to raise)."""
+        return self.drift.auditing or bool(self._audit_alarms)
 
-    def _apply_audit(self, findings: list[AuditFinding]) -> None:
+    def audit_slice(self) -> None:
+        """The audit's next slice: ``scheduler.drift_audit_slice`` tables tested, or once
+        its round is done, a sixteenth as many of its rejections raised (each thaws its
+        agent, re-estimates the action, writes a work item to the store: milliseconds)."""
+        size = self.config.scheduler.drift_audit_slice
+        if not self._audit_alarms:
+            findings = self.drift.audit_step(size)
+            if findings is not None:
+                self._audit_alarms = self._count_audit(findings)
+            return
+        alarms = self._audit_alarms
+        now = alarms[:max(1, size // 16)]
+        self._audit_alarms = alarms[len(now):]
+        self._raise_audit_alarms(now)
+
+    def _count_audit(self, findings: list[AuditFinding]) -> list[AuditFinding]:
+        """Count the audit's tests; its rejections with evidence (to be raised)."""
         # Every tested table counts as a test of this audit (a result the audit kept from
         # the last one too), added up per label first: a large fleet's audit tests tens of
         # thousands of tables, and a labelled counter's increment costs microseconds.
         tests: dict[tuple[str, str], int] = {}
-        try:
-            for finding in findings:
-                watch = self.registry.get(finding.agent_id)
-                name = finding.action_name
-                labels = (watch.family if watch else "-", name)
-                tests[labels] = tests.get(labels, 0) + 1
-                if not finding.rejected or finding.evidence is None or watch is None:
-                    continue
-                if watch.add_audit_alarm(finding.evidence, name) is None:
-                    continue
-                self.enqueue.note_buffered(watch)  # until queued: the store may fail below
-                self.metrics.drift_alarms.labels(watch.family, name).inc()
-                log.info("drift audit rejected", agent_id=watch.agent_id, action=name,
-                         q=finding.q_value)
-                self.queue(watch)
-        finally:
-            for (family, name), n in tests.items():
-                self.metrics.drift_tests.labels(family, name, "audit").inc(n)
+        rejected = []
+        for finding in findings:
+            watch = self.registry.get(finding.agent_id)
+            labels = (watch.family if watch else "-", finding.action_name)
+            tests[labels] = tests.get(labels, 0) + 1
+            if finding.rejected and finding.evidence is not None and watch is not None:
+                rejected.append(finding)
+        for (family, name), n in tests.items():
+            self.metrics.drift_tests.labels(family, name, "audit").inc(n)
+        return rejected
+
+    def _raise_audit_alarms(self, rejected: list[AuditFinding]) -> None:
+        for finding in rejected:
+            # The agent may have been forgotten since the audit (a sliced one's turns).
+            watch = self.registry.get(finding.agent_id)
+            name = finding.action_name
+            if watch is None or finding.evidence is None:
+                continue
+            if watch.add_audit_alarm(finding.evidence, name) is None:
+                continue
+            self.enqueue.note_buffered(watch)  # until queued: the store may fail below
+            self.metrics.drift_alarms.labels(watch.family, name).inc()
+            log.info("drift audit rejected", agent_id=watch.agent_id, action=name,
+                     q=finding.q_value)
+            self.queue(watch)
 
     def reassess(self) -> None:
         """Queue the scheduled re-assessments now due (``assessment.reassess_every_s``)."""

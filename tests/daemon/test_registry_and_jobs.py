@@ -135,7 +135,7 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path,
             d.audit()
             return
         d.start_audit()  # the scheduled one: its first slice now, the rest at next turns
-        while d.drift.auditing:
+        while d.auditing:
             d.audit_slice()
 
     assert d.store.queue_items() == []
