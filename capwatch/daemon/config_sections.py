@@ -284,11 +284,11 @@ class AssessmentConfig(Section):
 class SchedulerConfig(Section):
     checkpoint_s: float = Field(default=5.0, gt=0)
     drift_audit_s: float = Field(default=60.0, gt=0)
-    drift_audit_slice: int = Field(default=64, ge=0)
+    drift_audit_slice: int = Field(default=0, ge=0)
     """The audit runs in slices between batches: at most this many tables tested per turn
     of the main loop (and 32 times as many visited), BH once the round is done, then its
     rejections raised a sixteenth as many per turn (docs/performance.md, "The audit in
-    slices"); 0: the whole audit in one turn."""
+    slices"); 0 (the default until measured better): the whole audit in one turn."""
     canary_s: float = Field(default=60.0, gt=0)
     canary_idle_s: float = Field(default=120.0, gt=0)
     """An action not seen executing (nor probed) for this long is probed by a canary query:

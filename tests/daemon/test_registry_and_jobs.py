@@ -134,7 +134,9 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path,
         if not sliced:
             d.audit()
             return
-        d.start_audit()  # the scheduled one: its first slice now, the rest at next turns
+        # The scheduled one with drift_audit_slice > 0: slices (of one table here, as the
+        # setting 0 gives audit_slice), then the rejections one a turn.
+        assert d.drift.start_audit()
         while d.auditing:
             d.audit_slice()
 
