@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -43,28 +43,54 @@ def _config(store_url: str) -> dict[str, Any]:
     }
 
 
-def test_a_version_republish_sends_again_is_the_agents_newest(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The broker refuses republish's first record; meanwhile a daemon stores version 2
-    (and publishes it). Sent again as it was, version 1 went out after the daemon's 2 (at
-    the failed run's last flush), and the compacted topic kept 1."""
+def _store_with_version_1(tmp_path: Path) -> tuple[str, ModelStore]:
+    """A store holding rover-v1's baseline and agent rover-1's version 1."""
     rover = read_domain(EXAMPLES / "rover.pddl")
     store_url = f"sqlite:///{tmp_path / 'models.db'}"
     store = open_store(store_url)
     base = store.put(build_version(ModelRef("rover-v1", None, 1), rover, NOW))
     store.put(build_version(ModelRef("rover-v1", "rover-1", 1), rover, NOW, parent=base))
-    sent: list[int] = []
+    return store_url, store
 
-    class Scripted(PendingPublisher):
-        def __init__(self, *args: Any, models_topic: str, alerts_topic: str,
-                     dead_letter_topic: str, **kwargs: Any) -> None:
-            super().__init__(models_topic=models_topic, alerts_topic=alerts_topic,
-                             dead_letter_topic=dead_letter_topic)
 
-        def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
-            sent.append(json.loads(value)["version"])
-            return len(sent) - 1
+class _Recording(PendingPublisher):
+    """A publisher whose client records each model version it is given (in ``sent``,
+    set by each test) and acknowledges all; tests script flushes and failures."""
 
+    sent: ClassVar[list[int]] = []
+
+    def __init__(self, *args: Any, models_topic: str, alerts_topic: str,
+                 dead_letter_topic: str, **kwargs: Any) -> None:
+        super().__init__(models_topic=models_topic, alerts_topic=alerts_topic,
+                         dead_letter_topic=dead_letter_topic)
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
+        self.sent.append(json.loads(value)["version"])
+        return len(self.sent) - 1
+
+    def close(self) -> None:
+        self.close_with(lambda: None)
+
+
+def _use_publisher(publisher: type[PendingPublisher], store_url: str, tmp_path: Path,
+                   monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The daemon's Kafka clients replaced by ``publisher``; the configuration's path."""
+    import capwatch.daemon.service as service
+    monkeypatch.setattr(service, "kafka_clients", lambda k: (None, publisher))
+    path = tmp_path / "capwatch.yaml"
+    path.write_text(yaml.safe_dump(_config(store_url)))
+    return path
+
+
+def test_a_version_republish_sends_again_is_the_agents_newest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker refuses republish's first record; meanwhile a daemon stores version 2
+    (and publishes it). Sent again as it was, version 1 went out after the daemon's 2 (at
+    the failed run's last flush), and the compacted topic kept 1."""
+    store_url, store = _store_with_version_1(tmp_path)
+    sent = _Recording.sent = []
+
+    class Scripted(_Recording):
         def _flush_client(self, timeout_s: float) -> None:
             pass
 
@@ -74,13 +100,7 @@ def test_a_version_republish_sends_again_is_the_agents_newest(
                 return RuntimeError("refused"), False
             return None, False
 
-        def close(self) -> None:
-            self.close_with(lambda: None)
-
-    import capwatch.daemon.service as service
-    monkeypatch.setattr(service, "kafka_clients", lambda k: (None, Scripted))
-    path = tmp_path / "capwatch.yaml"
-    path.write_text(yaml.safe_dump(_config(store_url)))
+    path = _use_publisher(Scripted, store_url, tmp_path, monkeypatch)
     try:
         main(["models", "republish", "--config", str(path)])
     finally:
@@ -98,24 +118,11 @@ def test_the_last_round_succeeds_when_nothing_newer_came(
     fifth round needed and nothing newer after it: success (it said "newer versions kept
     arriving", exit 1, before: rev16's doubt); a version still arriving after the fifth:
     failure, the newest not published."""
-    rover = read_domain(EXAMPLES / "rover.pddl")
-    store_url = f"sqlite:///{tmp_path / 'models.db'}"
-    store = open_store(store_url)
-    base = store.put(build_version(ModelRef("rover-v1", None, 1), rover, NOW))
-    store.put(build_version(ModelRef("rover-v1", "rover-1", 1), rover, NOW, parent=base))
-    sent: list[int] = []
+    store_url, store = _store_with_version_1(tmp_path)
+    sent = _Recording.sent = []
     flushes = [0]
 
-    class Scripted(PendingPublisher):
-        def __init__(self, *args: Any, models_topic: str, alerts_topic: str,
-                     dead_letter_topic: str, **kwargs: Any) -> None:
-            super().__init__(models_topic=models_topic, alerts_topic=alerts_topic,
-                             dead_letter_topic=dead_letter_topic)
-
-        def _produce(self, topic: str, key: bytes | None, value: bytes) -> Any:
-            sent.append(json.loads(value)["version"])
-            return len(sent) - 1
-
+    class Scripted(_Recording):
         def _flush_client(self, timeout_s: float) -> None:
             if sent and flushes[0] < stored_during:
                 flushes[0] += 1
@@ -124,13 +131,7 @@ def test_the_last_round_succeeds_when_nothing_newer_came(
         def _failure(self, handle: Any, timeout_s: float) -> tuple[Exception | None, bool]:
             return None, False
 
-        def close(self) -> None:
-            self.close_with(lambda: None)
-
-    import capwatch.daemon.service as service
-    monkeypatch.setattr(service, "kafka_clients", lambda k: (None, Scripted))
-    path = tmp_path / "capwatch.yaml"
-    path.write_text(yaml.safe_dump(_config(store_url)))
+    path = _use_publisher(Scripted, store_url, tmp_path, monkeypatch)
     try:
         code = main(["models", "republish", "--config", str(path)])
         newest = store.latest("rover-v1", "rover-1")
