@@ -19,23 +19,10 @@ from typing import Any
 import pytest
 
 from capwatch.model.domain import Action
-from capwatch.model.pddl_reader import read_domain
 from capwatch.monitor.drift import AuditFinding, DriftConfig, DriftMonitor, with_probabilities
 from capwatch.monitor.snapshot import restore_agent, snapshot_agent
 from capwatch.monitor.stats import benjamini_hochberg
-from tests.paths import STOCHASTIC, STOCHASTIC_NAMES
-
-
-def _actions() -> list[Action]:
-    out: list[Action] = []
-    for name in STOCHASTIC_NAMES:
-        dom = read_domain(STOCHASTIC / name / "domain.pddl")
-        out += [a for a in dom.actions if len(a.outcomes) >= 2]
-        out += [a for a in dom.actions if len(a.outcomes) == 1][:1]
-    return list({a.name: a for a in out}.values())
-
-
-ACTIONS = _actions()
+from tests.monitor.test_drift_state_fuzz import ACTIONS
 
 
 def _full_audit(drift: DriftMonitor) -> list[tuple[Any, ...]]:

@@ -15,12 +15,8 @@ import pytest
 from capwatch.monitor.action_drift import ActionMonitor
 from capwatch.monitor.drift import DriftConfig, DriftMonitor, with_probabilities
 from capwatch.monitor.stats import benjamini_hochberg
-from tests.monitor.test_drift_audit_incremental import (
-    ACTIONS,
-    _findings,
-    _full_audit,
-    _reference,
-)
+from tests.monitor.test_drift_audit_incremental import _findings, _full_audit, _reference
+from tests.monitor.test_drift_state_fuzz import ACTIONS
 
 CONFIG = DriftConfig(window=150, min_samples=40, false_alarm_rate=1e-3)
 
