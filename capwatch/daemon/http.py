@@ -377,7 +377,10 @@ class ApiServer:
                                 for kind, why in sorted(failing().items()))
         status = HTTPStatus.OK if not problems else HTTPStatus.SERVICE_UNAVAILABLE
         body: dict[str, Any] = {"ready": not problems, "problems": problems}
-        notes = self.notes() if self.store is not None else []
+        # Notes go beside a 200 only. The problems and the notes each describe the group
+        # afresh, and the group can settle between the two (a rebalance ending): a 503
+        # that said "no partitions held" and also "standing by" contradicted itself.
+        notes = self.notes() if self.store is not None and not problems else []
         if notes:
             body["notes"] = notes
         self._json(h, status, body)

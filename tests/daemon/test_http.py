@@ -187,6 +187,29 @@ def test_health_is_served_while_the_daemon_is_still_starting(tmp_path: Path) -> 
         store.close()
 
 
+def test_a_standing_by_note_goes_only_beside_a_200(tmp_path: Path) -> None:
+    """The problems and the notes are each asked afresh; a group that settled between the
+    two gave a 503 saying "no partitions held" and "standing by" at once (a flaky
+    integration test, tests/integration/test_daemon_health.py)."""
+    problems = {"now": ["no partitions held for 4 s: the group g is PreparingRebalance"]}
+    note = ["standing by: the group g has 2 members for 1 partitions"]
+    server = ApiServer(None, CollectorRegistry(), ready=lambda: False,
+                       families_of=lambda a: None, alerts=RecentAlerts()).start()
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        server.attach(store, ready=lambda: not problems["now"], families_of=lambda a: None,
+                      problems=lambda: problems["now"], notes=lambda: note)
+        status, _, body = _get(server.url + "/readyz")
+        assert status == 503
+        assert json.loads(body) == {"ready": False, "problems": problems["now"]}
+        problems["now"] = []
+        assert _json(server.url + "/readyz") == {"ready": True, "problems": [],
+                                                 "notes": note}
+    finally:
+        server.close()
+        store.close()
+
+
 def test_alerts_include_what_other_replicas_let_out(tmp_path: Path) -> None:
     from capwatch.alerts.outbox import AlertOutbox, outbox_record
     from capwatch.alerts.sinks import LogSink
