@@ -135,6 +135,11 @@ class EvidenceQueue:
         """Queue the watch's buffered evidence as a work item, with its alert."""
         self._queue_all([watch])
 
+    def queue_many(self, watches: list[AgentWatch]) -> None:
+        """:meth:`queue` for each of ``watches``, in one store transaction."""
+        if watches:
+            self._queue_all(watches)
+
     def _queue_all(self, watches: list[AgentWatch]) -> None:
         """Queue each watch's buffered evidence as a work item, with its alert: one
         transaction for all (a commit waits for the disk, ~0.4-4 ms: agents whose
