@@ -57,7 +57,8 @@ from capwatch.model.consistency import Verdict, explain
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
 from capwatch.model.grounding import SharedGrounding
 from capwatch.monitor.attribution import attribution_from_mask
-from capwatch.monitor.drift import DriftAlarm, DriftEvidence, DriftMonitor
+from capwatch.monitor.drift import CONFIRM_ALPHA, DriftAlarm, DriftEvidence, DriftMonitor
+from capwatch.monitor.stats import homogeneity_p_value
 from capwatch.monitor.transition_monitor import TransitionMonitor
 
 # Final, as the constants below: mypyc keeps a Final module name in a C static, where
@@ -95,6 +96,12 @@ producer's retry resends what it sent last (a batch of a few records at most).""
 _NO_KINDS: frozenset[str] = frozenset()
 
 
+def drift_kind(action_name: str) -> str:
+    """The back-off's key for drift alarms of action ``action_name`` (an evidence kind has
+    seven ``|``-separated parts, :func:`evidence_kind`, so the two never meet)."""
+    return action_name + "|drift"
+
+
 def _assessed(name: str, queued: frozenset[str]) -> bool:
     """Whether evidence of action ``name`` is of an action the queued evidence ``queued``
     is of (a kind starts with its action's name and ``|``, :func:`evidence_kind`; what
@@ -113,8 +120,8 @@ class AgentWatch:
     is made when first needed.
     """
 
-    __slots__ = ("_drift", "_evidence_key", "_frozen", "_frozen_shared", "_last_executed",
-                 "_last_state", "_monitor", "_optimal", "_queued_kinds",
+    __slots__ = ("_drift", "_drift_tested", "_evidence_key", "_frozen", "_frozen_shared",
+                 "_last_executed", "_last_state", "_monitor", "_optimal", "_queued_kinds",
                  "agent_id", "alarms", "awaiting", "backoff", "clock", "domain",
                  "drift_restored", "evidence", "evidence_since", "explained", "family",
                  "held_back", "inconsistent", "last_offset", "partition", "restore_tried",
@@ -185,6 +192,10 @@ class AgentWatch:
         self.held_back = 0
         """Inconsistencies not buffered because an assessment already failed on their kind."""
         self._queued_kinds = _NO_KINDS
+        self._drift_tested: dict[str, tuple[tuple[int, ...], bool]] | None = None
+        """Action -> (the outcome counts of its last drift alarm queued for assessment,
+        whether that work is still awaited); what a drift alarm within its back-off is
+        compared with (:meth:`_drift_held`). Made at the first such alarm."""
         self._optimal: OptimalRuns | None = None
         """Runs of steps the agent marked optimal (made at its first such step)."""
         self.steps: list[int] | None = None
@@ -273,6 +284,8 @@ class AgentWatch:
             # An action of two outcomes or more: its table runs the sequential detector
             # (ActionMonitor), so the transition counted as drift-tested.
             if alarm is None or self.awaiting is not None:
+                return _TESTED_APPLIED
+            if self.backoff and self._drift_held(action.name, alarm.evidence):
                 return _TESTED_APPLIED
             self.alarms[action.name] = alarm
             return Finding(verdict, alarm, ripe=True, tested=True)
@@ -448,11 +461,34 @@ class AgentWatch:
         """A drift the fleet-wide audit found; None (ignored) while work is awaited."""
         if self.awaiting is not None:
             return None
+        if self.backoff and self._drift_held(action_name, evidence):
+            return None
         self.thaw()
         mon = self._drift.monitor(self.agent_id, self.domain.action(action_name))
         alarm = DriftAlarm(evidence, mon.updated_action(evidence.estimate))
         self.alarms[action_name] = alarm
         return alarm
+
+    def _drift_held(self, name: str, evidence: DriftEvidence) -> bool:
+        """Whether a drift alarm of action ``name`` over ``evidence`` is held back: an
+        assessment of the action's drift ended without confirming it (no change found,
+        failed) less than its back-off ago (:meth:`settle`), and these counts are not
+        told apart from the ones that assessment was handed (Pearson's test of one
+        distribution, at the level a confirmation uses). Counts that differ are a drift
+        of its own: assessed at once, and backed off afresh should it end unconfirmed
+        too. Without the tested counts (the watch was evicted and read back) the alarm
+        is held until the back-off passes. Read while frozen: no thaw."""
+        key = drift_kind(name)
+        held = self.backoff.get(key)
+        if held is None or self.clock() >= held[0]:
+            return False
+        tested = self._drift_tested.get(name) if self._drift_tested is not None else None
+        if tested is not None and homogeneity_p_value(
+                tested[0], evidence.estimate.counts) < CONFIRM_ALPHA:
+            del self.backoff[key]
+            return False
+        self.held_back += 1
+        return True
 
     def _buffer(self, evidence: Evidence) -> bool:
         """Keep evidence for the next assessment; False if its kind is backed off (an
@@ -563,10 +599,33 @@ class AgentWatch:
         self.thaw()
         self.awaiting = key if awaiting else None
         self._queued_kinds = frozenset(e.kind for e in self.evidence) or _NO_KINDS
+        tested = self._drift_tested
+        if tested is not None:  # a work that ended unsettled (adopt) awaits no more
+            for name, (counts, _) in list(tested.items()):
+                tested[name] = (counts, False)
+        if self.alarms:
+            if tested is None:
+                tested = self._drift_tested = {}
+            for name, alarm in self.alarms.items():
+                tested[name] = (alarm.evidence.estimate.counts, awaiting)
         self.evidence.clear()
         self.evidence_since = None
         self._evidence_key = None
         self.alarms.clear()
+
+    @property
+    def drift_tested(self) -> dict[str, tuple[tuple[int, ...], bool]] | None:
+        """What :meth:`_drift_held` compares an alarm with (kept by the registry across an
+        eviction, with :attr:`backoff`)."""
+        return self._drift_tested
+
+    def keep_drift_tested(self, tested: Mapping[str, tuple[tuple[int, ...], bool]]) -> None:
+        """:attr:`drift_tested` of this agent's watch before it was evicted (same version)."""
+        mine = self._drift_tested
+        if mine is None:
+            mine = self._drift_tested = {}
+        for name, entry in tested.items():
+            mine.setdefault(name, entry)
 
     @property
     def queued_kinds(self) -> frozenset[str]:
@@ -615,6 +674,7 @@ class AgentWatch:
         self.alarms.clear()
         self.awaiting = None
         self.backoff.clear()  # kinds are relative to the model they contradicted
+        self._drift_tested = None
         self._queued_kinds = _NO_KINDS
         self._drift.forget(self.agent_id)
 
@@ -622,12 +682,22 @@ class AgentWatch:
         """The work ``key`` ended without a new version, so its evidence is still
         unexplained: the same kinds of evidence are backed off (doubling each time), new
         kinds may queue again at once: evidence buffered while the work was awaited (of
-        other kinds, :meth:`observe`) is queued when ripe."""
+        other kinds, :meth:`observe`) is queued when ripe. So are its drift alarms, per
+        action (:meth:`_drift_held`): the next audit's, or the stream's, alarm over the
+        same behaviour would otherwise queue the same questions again."""
         if self.awaiting == key:
             self.awaiting = None
             self._drift.forget(self.agent_id)
             self.back_off(self._queued_kinds)
             self._queued_kinds = _NO_KINDS
+            tested = self._drift_tested
+            if tested is not None:
+                # The work's drift alarms were not confirmed either: an alarm of the same
+                # action over counts like these would ask the agent the same questions.
+                drifted = [name for name, (_, awaited) in tested.items() if awaited]
+                for name in drifted:
+                    tested[name] = (tested[name][0], False)
+                self.back_off([drift_kind(name) for name in drifted])
 
     def back_off(self, kinds: Iterable[str], ago_s: float = 0.0) -> None:
         """Evidence of ``kinds`` ended an assessment unexplained ``ago_s`` seconds ago: hold

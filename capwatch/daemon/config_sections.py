@@ -209,7 +209,9 @@ class DetectionConfig(Section):
     """After an assessment ends without explaining its evidence (no change found, failed,
     budget spent), inconsistencies of the same kind are not assessed again for this long;
     doubled after each further such assessment, up to ``unexplained_max_backoff_s``. New,
-    different evidence is assessed at once."""
+    different evidence is assessed at once. The same holds for a drift alarm such an
+    assessment did not confirm, per action: an alarm whose outcome counts are not told
+    apart from the ones assessed queues nothing meanwhile."""
     unexplained_max_backoff_s: float = Field(default=6 * 3600.0, ge=0)
 
 

@@ -93,7 +93,8 @@ class Registry:
         self.lookup: Callable[[str], AgentWatch | None] = self._agents.get
         """The watch of a loaded agent, or None: :meth:`get` without a Python call, for the
         per-record path."""
-        self._backoff: dict[str, tuple[ModelRef, dict[str, tuple[float, int]]]] = {}
+        self._backoff: dict[str, tuple[ModelRef, dict[str, tuple[float, int]],
+                                       dict[str, tuple[tuple[int, ...], bool]] | None]] = {}
         """Dropped agent → the back-off its watch had (same process, same clock)."""
         self._held: dict[str, list[tuple[ModelRef, tuple[str, ...], float]]] = {}
         """Agent not loaded → (base model, evidence kinds, seconds ago) of assessments that
@@ -205,6 +206,8 @@ class Registry:
         kept = self._backoff.pop(agent_id, None)
         if kept is not None and kept[0] == version.ref:
             watch.backoff.update(kept[1])
+            if kept[2]:
+                watch.keep_drift_tested(kept[2])
         self._agents[agent_id] = watch
         return watch
 
@@ -288,7 +291,9 @@ class Registry:
                 self._hinted.add(agent_id)
             if watch is not None and watch.backoff:
                 # Evicted or moved away: a reload must not assess held-back evidence again.
-                self._backoff[agent_id] = (watch.version.ref, dict(watch.backoff))
+                tested = watch.drift_tested
+                self._backoff[agent_id] = (watch.version.ref, dict(watch.backoff),
+                                           dict(tested) if tested else None)
 
     # ------------------------------------------------------------------ awaited work
 

@@ -305,6 +305,37 @@ def chi_square_gof(counts: Sequence[int] | npt.ArrayLike, probs: Sequence[float]
     return result(stat, len(cells) - 1, pv, "pooled-exact", cell_t)
 
 
+def homogeneity_p_value(a: Sequence[int], b: Sequence[int]) -> float:
+    """Pearson's chi-square test that two samples of counts over the same outcomes come
+    from one distribution (a 2 x k contingency table): its p-value.
+
+    Outcomes neither sample saw are left out (they tell nothing); 1.0 when either sample
+    is empty or fewer than two outcomes were seen, and 0.0 when the samples are over
+    different numbers of outcomes (not the same action: they cannot be one distribution).
+    The approximation wants every expected count >= 5; with fewer it errs towards
+    telling the samples apart (a smaller p-value), which its caller (the back-off of a
+    drift not confirmed) takes as a drift of its own, to be assessed: the safe side.
+    """
+    if len(a) != len(b):
+        return 0.0
+    na, nb = sum(a), sum(b)
+    if na <= 0 or nb <= 0:
+        return 1.0
+    n = na + nb
+    stat = 0.0
+    seen = 0
+    for x, y in zip(a, b, strict=True):
+        col = x + y
+        if col <= 0:
+            continue
+        seen += 1
+        ea, eb = na * col / n, nb * col / n
+        stat += (x - ea) ** 2 / ea + (y - eb) ** 2 / eb
+    if seen < 2:
+        return 1.0
+    return chi2_sf(stat, seen - 1)
+
+
 # --------------------------------------------------------------------------- effect size
 
 

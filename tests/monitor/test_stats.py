@@ -14,6 +14,7 @@ from capwatch.monitor.stats import (
     clopper_pearson_interval,
     compositions,
     exact_multinomial_test,
+    homogeneity_p_value,
     multinomial_mle,
     simultaneous_level,
     total_variation,
@@ -288,3 +289,24 @@ def test_pearson_p_values_agree_with_scipy_chisquare() -> None:
         ref = sps.chisquare(counts, 300 * p)
         assert ours.statistic == pytest.approx(float(ref.statistic))
         assert ours.p_value == pytest.approx(float(ref.pvalue), rel=1e-9)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ((300, 200), (310, 190)),
+    ((300, 200), (60, 440)),
+    ((12, 30, 5), (40, 80, 30)),
+    ((50, 0, 7, 3), (41, 0, 2, 9)),  # an outcome neither saw
+    ((5, 1), (1, 5)),
+])
+def test_homogeneity_matches_pearsons_test_of_the_contingency_table(
+        a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    seen = [i for i in range(len(a)) if a[i] + b[i] > 0]
+    table = np.array([[a[i] for i in seen], [b[i] for i in seen]])
+    expected = sps.chi2_contingency(table, correction=False).pvalue
+    assert homogeneity_p_value(a, b) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+def test_homogeneity_of_samples_it_cannot_compare() -> None:
+    assert homogeneity_p_value((0, 0), (3, 4)) == 1.0  # one empty
+    assert homogeneity_p_value((5, 0), (7, 0)) == 1.0  # one outcome seen
+    assert homogeneity_p_value((5, 1), (5, 1, 0)) == 0.0  # other outcomes: not one action
