@@ -289,7 +289,7 @@ class SchedulerConfig(Section):
     drift_audit_slice: int = Field(default=0, ge=0)
     """The audit runs in slices between batches: at most this many tables tested per turn
     of the main loop (and 32 times as many visited), BH once the round is done, then its
-    rejections raised a sixteenth as many per turn (docs/performance.md, "The audit in
+    rejections raised together at the next turn (docs/performance.md, "The audit in
     slices"); 0 (the default until measured better): the whole audit in one turn."""
     canary_s: float = Field(default=60.0, gt=0)
     canary_idle_s: float = Field(default=120.0, gt=0)

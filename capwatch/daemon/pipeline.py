@@ -623,18 +623,16 @@ class Pipeline:
 
     def audit_slice(self) -> None:
         """The audit's next slice: ``scheduler.drift_audit_slice`` tables tested, or once
-        its round is done, a sixteenth as many of its rejections raised (each thaws its
-        agent, re-estimates the action, writes a work item to the store: milliseconds)."""
-        size = self.config.scheduler.drift_audit_slice
+        its round is done, its rejections raised, all in the next turn: they are queued in
+        one store transaction, whose commit is most of their cost (a few per turn paid it
+        once a turn: alert17b measured 0.69 s over 12 turns against 0.12 s whole)."""
         if not self._audit_alarms:
-            findings = self.drift.audit_step(size)
+            findings = self.drift.audit_step(self.config.scheduler.drift_audit_slice)
             if findings is not None:
                 self._audit_alarms = self._count_audit(findings)
             return
-        alarms = self._audit_alarms
-        now = alarms[:max(1, size // 16)]
-        self._audit_alarms = alarms[len(now):]
-        self._raise_audit_alarms(now)
+        alarms, self._audit_alarms = self._audit_alarms, []
+        self._raise_audit_alarms(alarms)
 
     def _count_audit(self, findings: list[AuditFinding]) -> list[AuditFinding]:
         """Count the audit's tests; its rejections with evidence (to be raised)."""

@@ -135,7 +135,7 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path,
             d.audit()
             return
         # The scheduled one with drift_audit_slice > 0: slices (of one table here, as the
-        # setting 0 gives audit_slice), then the rejections one a turn.
+        # setting 0 gives audit_slice), then the rejections together at the next turn.
         assert d.drift.start_audit()
         while d.auditing:
             d.audit_slice()
@@ -160,9 +160,12 @@ def test_the_periodic_audit_queues_effect_distribution_drift(tmp_path: Path,
     d.store.close()
 
 
-def test_an_audits_rejections_are_queued_in_one_store_transaction(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sliced", [False, True])
+def test_an_audits_rejections_are_queued_in_one_store_transaction(tmp_path: Path,
+                                                                  sliced: bool) -> None:
     """Each rejection queued on its own cost a commit's wait for the disk on the main loop
-    (0.59 s for 48 in the alert row, docs/performance.md, End of session 17)."""
+    (0.59 s for 48 in the alert row, docs/performance.md, End of session 17); the audit in
+    slices raised a few a turn, a commit each turn."""
     import json
     import random
 
@@ -178,7 +181,8 @@ def test_an_audits_rejections_are_queued_in_one_store_transaction(tmp_path: Path
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines) + "\n")
     service = _consume_jsonl(tmp_path, path, detection={"drift_false_alarm_rate": 1e-100,
-                                                         "drift_min_samples": 100})
+                                                         "drift_min_samples": 100},
+                             scheduler={"drift_audit_slice": 16 if sliced else 0})
     d = service.pipeline
     calls: list[int] = []
     enqueue_many = d.store.enqueue_many
@@ -189,7 +193,9 @@ def test_an_audits_rejections_are_queued_in_one_store_transaction(tmp_path: Path
 
     d.store.enqueue_many = counted  # type: ignore[method-assign]
     d.store.enqueue = lambda *a: pytest.fail("a rejection queued on its own")  # type: ignore[method-assign]
-    d.audit()
+    d.start_audit()
+    while d.auditing:
+        d.audit_slice()
     assert calls == [3]
     assert sorted(item.agent_id for item in d.store.queue_items()) == agents
     d.source.close()
