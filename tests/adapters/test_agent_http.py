@@ -371,7 +371,7 @@ def test_an_answer_cut_short_of_its_content_length_is_retried() -> None:
 
     with serve(Cut) as url:
         client = HttpAgentClient(url, timeout=5, retries=1, backoff=0.01)
-        assert client.query(frozenset(), [])[0].executed == 0
+        assert client.query(frozenset({("ready",)}), [])[0].executed == 0
     assert calls["n"] == 2
 
 
@@ -426,13 +426,19 @@ def test_client_errors_are_not_retried(server: AgentServer) -> None:
     ([{"executed": 5, "state": []}], "executing 5 steps of a 1-step plan"),
     ([{"executed": -1, "state": []}], "results.0.executed"),
     ([{"executed": 0, "state": "none"}], "results.0.state"),
+    # Nothing executed but the state changed: read as a refusal it hid the change (a canary
+    # found it consistent), read as an execution it contradicted the count.
+    ([{"executed": 0, "state": [["tossed"]]}], "executing 0 steps but a state other than"),
+    ([{"executed": 0, "state": [["ready"]]}, {"executed": 0, "state": [["ready"], ["x"]]}],
+     "1 atoms made true, 0 made false"),
 ])
 def test_answers_outside_the_protocol_are_refused_without_retry(
         results: list[dict[str, Any]], message: str) -> None:
     with serve(flaky(0, 200, results)) as url:
         client = HttpAgentClient(url, retries=3, sleep=no_sleep([]))
         with pytest.raises(AgentProtocolError, match=message):
-            client.query(frozenset(), [("toss",)])
+            client.query(frozenset({("ready",)}) if len(results) == 2 else frozenset(),
+                         [("toss",)], samples=max(1, len(results)))
     assert client.stats.attempts == 1
 
 

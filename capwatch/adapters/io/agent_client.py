@@ -143,6 +143,19 @@ class HttpAgentClient:
             if bad:
                 raise AgentProtocolError(f"agent at {self.url} reported executing {bad[0]} steps "
                                          f"of a {len(plan)}-step plan")
+            # Nothing executed leaves s_I as it was (the protocol's s_F). An answer saying
+            # otherwise cannot be read as behaviour: taken as a refusal it hid the change,
+            # taken as an execution it contradicted the agent's own count.
+            start = frozenset(state)
+            moved = next((r.state for r in results
+                          if r.executed == 0 and frozenset(r.state) != start), None)
+            if moved is not None:
+                end = frozenset(moved)
+                raise AgentProtocolError(
+                    f"agent at {self.url} reported executing 0 steps but a state other than "
+                    f"the one it was put in ({len(end - start)} atoms made true, "
+                    f"{len(start - end)} made false): with no step executed the state is "
+                    "the start state")
         except AgentUnavailable:
             with self._lock:
                 self._failures += 1
