@@ -243,6 +243,19 @@ class CanaryProber:
             self.metrics.canaries.labels(family, "unavailable").inc()
             log.warning("canary failed", agent_id=agent_id, error=str(e))
             return
+        # An answer in words the model lacks (an unknown predicate, a wrong arity) is the
+        # agent breaking the protocol, not behaviour: read as a transition, every such atom
+        # was an unexplained change and raised an unexplained_inconsistency alert and an
+        # assessment about the probed action, whatever it was.
+        arity = {p.name: p.arity for p in domain.predicates}
+        outside = next((a for a in answer.state
+                        if not a or arity.get(a[0], -1) != len(a) - 1), None)
+        if outside is not None:
+            self.metrics.canaries.labels(family, "invalid_answer").inc()
+            log.warning("canary failed", agent_id=agent_id,
+                        error=f"the agent's answer holds ({' '.join(outside)}), outside "
+                              f"the vocabulary of family {family}")
+            return
         grounder = Grounder(domain)
         op = grounder.operator(ground)
         s = grounder.index.encode(state)

@@ -306,3 +306,41 @@ def test_an_agent_held_as_bytes_is_probed_as_if_it_was_not(tmp_path: Path) -> No
         asked.append(recorder.asked)
         d.store.close()
     assert asked[0] == asked[1] and len(asked[0]) > 10
+
+
+class Outside:
+    """An agent whose answers hold an atom of a predicate its family's model lacks."""
+
+    def __init__(self, atom: tuple[str, ...]) -> None:
+        self.atom = atom
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self  # type: ignore[return-value]
+
+    def query(self, state: frozenset[tuple[str, ...]], plan: list[tuple[str, ...]],
+              samples: int = 1) -> list[Any]:
+        from capwatch.assess.agent import QueryResult
+        return [QueryResult(0, state | {self.atom})] * samples
+
+
+@pytest.mark.parametrize("atom", [("teleported", "x"), ("at",), ("at", "r", "w", "extra")])
+def test_an_answer_outside_the_vocabulary_is_no_finding(atom: tuple[str, ...]) -> None:
+    """Before, the atom was an unexplained change of the probed action: an
+    unexplained_inconsistency alert and an assessment for an agent breaking the protocol."""
+    from types import SimpleNamespace
+
+    rover = read_domain(EXAMPLES / "rover.pddl")
+    watch = SimpleNamespace(agent_id="r0", family="rover-v1", awaiting=None,
+                            clock=lambda: 0.0, last_state=frozenset(), domain=rover,
+                            last_executed={})
+    found: list[Result] = []
+    metrics = DaemonMetrics()
+    prober = CanaryProber(agents=Outside(atom), metrics=metrics, idle_s=1.0,
+                          clock=lambda: None, post=found.append,  # type: ignore[arg-type,return-value]
+                          executor=Inline())
+    objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
+                            "waypoint": ("waypoint1", "waypoint2")}}
+    prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]
+    assert found == []
+    probes = metrics.canaries.labels("rover-v1", "invalid_answer")._value.get()
+    assert probes == len(rover.actions)
