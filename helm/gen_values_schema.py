@@ -98,6 +98,7 @@ def chart_schema() -> dict[str, Any]:
                 "consumerLagHigh": _rule(records={"type": "integer", "minimum": 1}),
                 "deadLettersHigh": _rule(messages={"type": "integer", "minimum": 0},
                                          window=DURATION),
+                "agentFamilyMoves": _rule(window=DURATION),
                 "alertDeliveryFailing": _rule(window=DURATION),
                 "noRecords": _rule(window=DURATION),
                 "storeWritesFailing": _rule(),

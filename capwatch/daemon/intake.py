@@ -235,6 +235,15 @@ class Intake:
         agent_id, family = first.agent_id, first.family
         old = prior if record.key is not None else self.registry.get(agent_id)
         if old is not None and old.family != family:
+            # A warning, not an info line: one record of a producer naming the wrong family
+            # moves the agent to that family's model and sets aside what its drift tables
+            # had counted, and before session 18 nothing but an info line about drift state
+            # said so (oper17's and oper18's stray messages).
+            self.metrics.family_moves.labels(family, old.family).inc()
+            log.warning("agent now reports under another family; watched under its model "
+                        "from this record on", agent_id=agent_id, family=family,
+                        previous_family=old.family, partition=record.partition,
+                        offset=record.offset)
             self._settle_family_move(agent_id, family)
         watch = self.registry.load(agent_id, family, record.partition)
         if watch is None:

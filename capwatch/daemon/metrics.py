@@ -122,6 +122,11 @@ class DaemonMetrics:
             "8: a producer's retry), not observed again.", ("family",))
         self.dead_letters = counter("capwatch_dead_letters_total",
                                     "Messages sent to the dead-letter output.", ("reason",))
+        self.family_moves = counter(
+            "capwatch_agent_family_moves_total",
+            "Agents whose record named another family than the one they were watched under: "
+            "each is watched under the new family's model from then on.",
+            ("family", "previous_family"))
         self.drift_tests = counter(
             "capwatch_drift_tests_total",
             "Effect-frequency tests run: each update of the sequential test by an execution "

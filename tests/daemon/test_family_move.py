@@ -102,3 +102,28 @@ def test_evidence_buffered_while_work_is_awaited_ends_its_alert_when_the_agent_m
     assert ended.alert["evidence"]["ended"] == "the agent moved to family rover-v2"
     d.source.close()
     d.store.close()
+
+
+def test_a_record_naming_another_family_is_a_warning_and_counted(tmp_path: Path) -> None:
+    """One stray record (a producer naming the wrong family) moves the agent to that
+    family's model, and a record of its own family moves it back: each move is a warning
+    naming both families and counts in capwatch_agent_family_moves_total. Before, the only
+    trace was an info line about drift state ("starting afresh")."""
+    from structlog.testing import capture_logs
+
+    lines = [good_sample(step=0),
+             transition("rover-a", "rover-v2", HALF, SAMPLE, SAMPLED, step=1, executed=True),
+             good_sample(step=2), good_sample(step=3)]
+    d, records = _two_families(tmp_path, lines)
+    with capture_logs() as logs:
+        for r in records:
+            d.handle(r)
+    moves = [e for e in logs if e["event"].startswith("agent now reports under another")]
+    assert [(e["log_level"], e["agent_id"], e["previous_family"], e["family"], e["offset"])
+            for e in moves] == [("warning", "rover-a", "rover-v1", "rover-v2", 1),
+                                ("warning", "rover-a", "rover-v2", "rover-v1", 2)]
+    counted = d.metrics.family_moves
+    assert counted.labels("rover-v2", "rover-v1")._value.get() == 1
+    assert counted.labels("rover-v1", "rover-v2")._value.get() == 1
+    d.source.close()
+    d.store.close()

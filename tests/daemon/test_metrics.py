@@ -28,6 +28,7 @@ def exercised() -> DaemonMetrics:
     m.transitions.labels("rover-v3", "sample_rock", "inconsistent").inc()
     m.inconsistencies.labels("rover-v3", "sample_rock").inc()
     m.dead_letters.labels("schema").inc()
+    m.family_moves.labels("parking", "wh").inc()
     m.drift_tests.labels("courier", "pick", "sequential").inc(3)
     m.drift_tests.labels("courier", "pick", "audit").inc()
     m.drift_alarms.labels("courier", "pick").inc()

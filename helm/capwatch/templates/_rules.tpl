@@ -93,6 +93,21 @@ groups:
           summary: "{{ include "capwatch.prom" "$value | humanize" }} messages dead-lettered in {{ $r.deadLettersHigh.window }} ({{ include "capwatch.prom" "$labels.reason" }})"
           description: "Producers send events capwatch cannot decode; see the dead-letter topic for the original bytes and reasons."
           runbook_url: "{{ $rb }}#capwatchdeadlettershigh"
+      - alert: CapwatchAgentFamilyMoves
+        # Not increase(): a series of these labels is born at 1 (the first move), and
+        # increase() over a series' first sample is 0, so the first move never fired.
+        expr: |
+          sum by (family, previous_family) (
+            capwatch_agent_family_moves_total
+            - (capwatch_agent_family_moves_total offset {{ $r.agentFamilyMoves.window }} or capwatch_agent_family_moves_total * 0)
+          ) > 0
+        for: {{ $r.agentFamilyMoves.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{ include "capwatch.prom" "$value | humanize" }} agent moves from family {{ include "capwatch.prom" "$labels.previous_family" }} to {{ include "capwatch.prom" "$labels.family" }} in {{ $r.agentFamilyMoves.window }}"
+          description: "Records named another family than the one their agents were watched under; each moved its agent to that family's model and set aside the drift statistics it had gathered. Expected once per agent when a fleet is redeployed under a new family; otherwise a producer names the wrong family (the daemon's log names each agent and offset)."
+          runbook_url: "{{ $rb }}#capwatchagentfamilymoves"
       - alert: CapwatchAlertDeliveryFailing
         expr: sum by (sink) (increase(capwatch_alert_delivery_failures_total[{{ $r.alertDeliveryFailing.window }}])) > 0
         for: {{ $r.alertDeliveryFailing.for }}
