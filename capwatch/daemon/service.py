@@ -143,16 +143,28 @@ def load_families(config: DaemonConfig) -> tuple[dict[str, Domain], dict[str, Pr
 def _problem_misfits(domain: Domain, problem: Problem, at_most: int = 3) -> list[str]:
     """What of the problem the domain's vocabulary lacks (checked against the domain as
     written, so a pddlgym action literal in the init is no misfit)."""
-    predicates = {p.name: p.arity for p in domain.predicates}
+    predicates = {p.name: p for p in domain.predicates}
     types = domain.types.names
+    typed = {o.name: o.type for o in (*domain.constants, *problem.objects)}
     found: list[str] = []
     for atom in sorted(problem.init):
-        arity = predicates.get(atom[0])
-        if arity is None:
+        predicate = predicates.get(atom[0])
+        if predicate is None:
             found.append(f"init atom ({' '.join(atom)}): unknown predicate {atom[0]!r}")
-        elif arity != len(atom) - 1:
-            found.append(f"init atom ({' '.join(atom)}): {atom[0]!r} takes {arity}"
-                         f" arguments")
+        elif predicate.arity != len(atom) - 1:
+            found.append(f"init atom ({' '.join(atom)}): {atom[0]!r} takes "
+                         f"{predicate.arity} arguments")
+        else:
+            # Arguments in the wrong order ("(at hall r1)") passed: the canaries then
+            # drew start states in which r1 was nowhere.
+            for name, param in zip(atom[1:], predicate.parameters, strict=True):
+                kind = typed.get(name)
+                if kind is None:
+                    found.append(f"init atom ({' '.join(atom)}): object {name!r} is not "
+                                 "declared")
+                elif kind in types and not domain.types.is_subtype(kind, param.type):
+                    found.append(f"init atom ({' '.join(atom)}): {name} is a {kind}, "
+                                 f"{atom[0]!r} takes a {param.type} there")
     for obj in problem.objects:
         if obj.type not in types:
             found.append(f"object {obj.name} has unknown type {obj.type!r}")

@@ -53,3 +53,23 @@ def test_a_family_problem_of_another_domain_is_refused_at_load(tmp_path: Path) -
                            f"  tw: {{domain: {tw / 'domain.pddl'}, "
                            f"problem: {tw / 'problem-1.pddl'}}}\n")
     assert set(load_families(cfg)[1]) == {"parking", "tw"}
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    # Arguments swapped: passed `run --check` before session 18; the canaries then drew
+    # start states in which the car stood at no curb.
+    (("(at-curb-num car_01 curb_0)", "(at-curb-num curb_0 car_01)"),
+     "curb_0 is a curb, 'at-curb-num' takes a car there"),
+    (("(at-curb-num car_01 curb_0)", "(at-curb-num car_99 curb_0)"),
+     "object 'car_99' is not declared"),
+])
+def test_an_init_atom_of_the_wrong_types_is_refused_at_load(
+        tmp_path: Path, edit: tuple[str, str], reason: str) -> None:
+    text = (IPC / "parking" / "problem.pddl").read_text()
+    assert edit[0] in text
+    problem = tmp_path / "problem.pddl"
+    problem.write_text(text.replace(edit[0], edit[1]))
+    cfg = load_config(text=f"families:\n  parking: {{domain: {IPC / 'parking' / 'domain.pddl'}, "
+                           f"problem: {problem}}}\n")
+    with pytest.raises(ModelError, match=reason):
+        load_families(cfg)
