@@ -11,7 +11,7 @@ counters); ``promtool check metrics`` runs on the exposition in the tests.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from prometheus_client import (
@@ -82,6 +82,11 @@ class Bounded(Generic[M]):
         if child is None:
             child = self._children[values] = self.labels(*values)
         return child
+
+
+ASSESSMENT_RESULTS = ("changed", "unchanged", "failed", "retry")
+DEAD_LETTER_REASONS = ("decode", "vocabulary", "type", "internal")
+DRIFT_DETECTORS = ("sequential", "audit")
 
 
 class DaemonMetrics:
@@ -205,6 +210,37 @@ class DaemonMetrics:
             "capwatch_ingest_spool_bytes",
             "Bytes in the ingest spool not yet released (committed segments are deleted).",
             registry=r)
+
+    def start_families(self, actions: Mapping[str, Iterable[str]]) -> None:
+        """The event counters of every family (``actions``: family -> its action names)
+        exported at 0 from the start. Otherwise a series is born at its first event, at 1,
+        and increase() and rate() never count a series' first sample: against a real
+        Prometheus a family's first model version and first alerts showed as 0 in the
+        dashboard's 24 h panels, and CapwatchDriftAlarmsFrequent needed a fourth alarm
+        (session 18). Label sets known only from events (a family a record moved an
+        agent from, a sink) are still born at 1."""
+        # Here, not at the top: the early HTTP server imports this module, and the alert
+        # types bring the model's diff code with them.
+        from capwatch.alerts.types import AlertType
+
+        types = [t.value for t in AlertType]
+        for family, names in actions.items():
+            self.model_versions.labels(family)
+            self.assessments_queued.labels(family)
+            self.queries.labels(family)
+            for result in ASSESSMENT_RESULTS:
+                self.assessments.labels(family, result)
+            for alert_type in types:
+                self.alerts.labels(family, alert_type)
+            for detector in DRIFT_DETECTORS:
+                self.drift_not_confirmed.labels(family, detector)
+            for action in names:
+                self.drift_alarms.labels(family, action)
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_letters.labels(reason)
+        for alert_type in types:
+            self.alerts_suppressed.labels(alert_type)
+
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(self.registry)

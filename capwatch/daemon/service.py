@@ -421,6 +421,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
            agents: AgentDirectory | None, source: Source | None, assessor: Assessor | None,
            store: ModelStore | None, agent_urls: Mapping[str, str] | None,
            alert_sinks: list[AlertSink] | None, clock: Clock) -> Service:
+    metrics.start_families({name: [a.name for a in d.actions] for name, d in domains.items()})
     if store is None:
         store = open_store_waiting(config, startup)
     failing = getattr(store, "write_failures", None)

@@ -118,3 +118,53 @@ def test_real_prometheus_scrapes_the_daemon_endpoint(tmp_path: Path) -> None:
         prom.stop()
         api.close()
         store.close()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(prometheus_binary() is None,
+                    reason="prometheus missing: apt-get install -y prometheus")
+def test_a_familys_first_version_and_alert_count_in_increase(tmp_path: Path) -> None:
+    """The daemon's event counters start at 0 for every configured family, so a real
+    Prometheus' increase() counts the first event. Before, the series was born at 1 with
+    the event, and increase() never counts a series' first sample: oper18 saw the
+    dashboard's "Capability alerts (24 h)" and versions panels at 0 after a version and two
+    alerts of family wh."""
+    from capwatch.daemon.service import build_service
+    from tests.daemon.helpers import config, good_sample
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample() + "\n")
+    service = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}))
+    metrics = service.pipeline.metrics
+    exposed = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(metrics.exposition().decode())
+               for s in f.samples}
+    assert exposed[("capwatch_model_versions_total", (("family", "rover-v1"),))] == 0
+    assert exposed[("capwatch_alerts_total", (("family", "rover-v1"),
+                                              ("type", "capability_reduced")))] == 0
+    assert exposed[("capwatch_drift_alarms_total", (("action", "sample_rock"),
+                                                    ("family", "rover-v1")))] == 0
+    assert exposed[("capwatch_dead_letters_total", (("reason", "vocabulary"),))] == 0
+    store = SqliteModelStore(tmp_path / "m.db")
+    api = ApiServer(store, metrics.registry, ready=lambda: True, families_of=lambda a: None,
+                    alerts=RecentAlerts()).start()
+    prom = start_prometheus([api.url.removeprefix("http://")])
+    try:
+        prom.wait_for('capwatch_model_versions_total{family="rover-v1"} == 0')
+        # What a worker and the alert router do with the family's first version.
+        metrics.model_versions.labels("rover-v1").inc()
+        metrics.alerts.labels("rover-v1", "capability_reduced").inc()
+        prom.wait_for('capwatch_model_versions_total{family="rover-v1"} == 1')
+        prom.wait_for('capwatch_alerts_total{type="capability_reduced"} == 1')
+        versions = prom.query('sum(increase(capwatch_model_versions_total[1h]))')
+        alerts = prom.query('sum(increase(capwatch_alerts_total[1h]))')
+        assert float(versions[0]["value"][1]) >= 1.0
+        assert float(alerts[0]["value"][1]) >= 1.0
+    finally:
+        prom.stop()
+        api.close()
+        store.close()
+        service.pipeline.source.close()
+        service.pipeline.store.close()
+        if service.api is not None:
+            service.api.close()
