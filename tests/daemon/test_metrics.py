@@ -127,8 +127,8 @@ def test_a_familys_first_version_and_alert_count_in_increase(tmp_path: Path) -> 
     """The daemon's event counters start at 0 for every configured family, so a real
     Prometheus' increase() counts the first event. Before, the series was born at 1 with
     the event, and increase() never counts a series' first sample: oper18 saw the
-    dashboard's "Capability alerts (24 h)" and versions panels at 0 after a version and two
-    alerts of family wh."""
+    dashboard's 24 h alerts panel (then titled "Capability alerts") and versions panel at
+    0 after a version and two alerts of family wh."""
     from capwatch.daemon.service import build_service
     from tests.daemon.helpers import config, good_sample
 
