@@ -14,7 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from capwatch.assess.agent import AgentQuery
+from capwatch.assess.homogeneity import heterogeneous
 from capwatch.assess.observations import Transition
+from capwatch.assess.outcomes import OUTCOME_ERROR
 from capwatch.assess.result import QueryLog
 from capwatch.model.consistency import Verdict, check
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
@@ -65,8 +67,8 @@ def replay(model: Domain, observations: Iterable[Transition],
     return out
 
 
-def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit: int
-            ) -> tuple[list[Unexplained], int]:
+def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit: int, *,
+            mixed_error: float | None = OUTCOME_ERROR) -> tuple[list[Unexplained], int]:
     """Ask up to ``limit`` of ``queries`` again; every new answer ``model`` cannot explain.
 
     Each answer of an agent can be valid on its own while the answers do not hold
@@ -81,6 +83,18 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
     once by chance (0.3 of the time for one answering 30% as the old model), and a
     deterministic model learnt from such answers was published wrong (fuzz_assess's
     blocksworld pal 107 and 100, alternating).
+
+    A stochastic model explains every answer of such an agent, one at a time: an outcome
+    the agent dropped is still drawn in the old model's answers. So the answers asked
+    again must also be one distribution's draws (``mixed_error``, the chance of failing an
+    honest agent on it; None: not tested, the operator's word that agents never switch):
+    per action with more than one outcome, how many of each answer's steps went to each
+    outcome (:func:`outcome_steps`), tested for homogeneity across the answers
+    (:func:`capwatch.assess.homogeneity.heterogeneous`, Bonferroni over the actions
+    tested). These answers are fresh: the engine stopped on what the answers it learnt
+    from showed, so a test of those is looked at after every step and cannot hold its
+    level at a useful power (docs/assessment.md, "the answers asked again"); asked again,
+    the test is run once and holds it exactly.
     Returns the unexplained answers and the number of queries asked.
     """
     if limit <= 0 or not queries:
@@ -119,6 +133,7 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
     constants = frozenset(c.name for c in model.constants)
     out: list[Unexplained] = []
     rounds: dict[int, int] = {}
+    tables: dict[str, list[list[int]]] = {}
     for q in chosen:
         # Asked again on renamed objects first, then verbatim and renamed by turns: a PDDL
         # agent's answer depends on the atoms, not on what the objects are called, so the
@@ -139,7 +154,91 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
                 f"query {q.number} asked again", q.state, q.plan, answer.executed,
                 answer.state, f"the agent answered differently the second time ({reason};"
                 f" first answer: {q.executed} steps)"))
+        elif mixed_error is not None:
+            rows: dict[str, list[int]] = {}
+            for name, outcome in outcome_steps(grounder, again):
+                if outcome >= 0:
+                    rows.setdefault(name, [0] * len(model.action(name).outcomes))[
+                        outcome] += 1
+            for name, row in rows.items():
+                tables.setdefault(name, []).append(row)
+    if mixed_error is not None and not out:
+        out += _mixed(tables, mixed_error)
     return out, len(chosen)
+
+
+def _mixed(tables: dict[str, list[list[int]]], error: float) -> list[Unexplained]:
+    """The actions whose answers asked again do not draw their outcomes from one
+    distribution but for a chance ``error`` overall (the likelihood-ratio statistic:
+    :func:`capwatch.assess.homogeneity.heterogeneous`)."""
+    tested = {name: t for name, t in tables.items() if len(t) > 1}
+    out = []
+    for name, table in sorted(tested.items()):
+        for j, p in heterogeneous(table, error / len(tested), likelihood=True):
+            p_all = min(1.0, p * len(tested))
+            shown = sum(1 for row in table if row[j])
+            out.append(Unexplained(
+                f"outcomes of {name} asked again", frozenset(), (), None, frozenset(),
+                f"asked again, outcome {j + 1} of {name} ran in {sum(r[j] for r in table)}"
+                f" of {sum(map(sum, table))} steps that tell its outcomes apart, in {shown}"
+                f" of {len(table)} answers: shares that one distribution gives with a "
+                f"chance of {p_all:.2g} at most (the agent does not draw its outcomes "
+                f"independently; it may be answering as two models)"))
+    return out
+
+
+def outcome_steps(grounder: Grounder, q: QueryLog) -> list[tuple[str, int]]:
+    """Per executed step of an action with more than one outcome whose state tells every
+    two of its outcomes apart in the answer, the action and the outcome the step went to
+    (-1: none of them).
+
+    A step's after-values are read from the answer's final state on the atoms no later
+    executed step may change; its before-values are the query's state carried through
+    the steps before it (an atom an earlier chance step may have left either way, and
+    cannot be read, is unknown). Which steps count depends on the plan and the state,
+    not on the outcomes that ran (but for where the answer stopped), so an agent drawing
+    independently gives every answer the same shares among them, as
+    :func:`capwatch.assess.outcome_shares.per_answer` does for the engine's answers."""
+    ops = [grounder.operator(a) for a in q.plan[:q.executed]]
+    touched = [0] * (len(ops) + 1)
+    for i in range(len(ops) - 1, -1, -1):
+        mask = 0
+        for keep, add in ops[i].effects:
+            mask |= ~keep | add
+        touched[i] = touched[i + 1] | mask
+    final = grounder.index.encode(q.final_state)
+    value = grounder.index.encode(q.state)
+    unknown = 0
+    out: list[tuple[str, int]] = []
+    for i, op in enumerate(ops):
+        readable = ~touched[i + 1]
+        effect = 0
+        for keep, add in op.effects:
+            effect |= ~keep | add
+        if len(op.effects) < 2:
+            keep, add = op.effects[0]
+            value = (value & keep) | add
+            unknown &= keep & ~add
+            continue
+        # Per outcome, the values it leaves on the atoms it may change, and where they are
+        # known (an atom it sets, or one known before that it leaves).
+        results = [((value & keep) | add) & effect for keep, add in op.effects]
+        known = [(~unknown | ~keep | add) & effect for keep, add in op.effects]
+        apart = all(
+            (results[j] ^ results[k]) & known[j] & known[k] & readable
+            for j in range(len(results)) for k in range(j + 1, len(results)))
+        if apart:
+            fit = [j for j in range(len(results))
+                   if not (results[j] ^ final) & known[j] & readable]
+            out.append((op.action.name, fit[0] if len(fit) == 1 else -1))
+        # After the step: read where no later step may change it, else known where every
+        # outcome leaves the same known value.
+        same = effect
+        for j in range(1, len(results)):
+            same &= ~(results[j] ^ results[0]) & known[j] & known[0]
+        value = (value & ~effect) | (final & effect & readable) | (results[0] & same & ~readable)
+        unknown = (unknown & ~effect) | (effect & ~readable & ~same)
+    return out
 
 
 def _refusal(q: QueryLog) -> QueryLog:

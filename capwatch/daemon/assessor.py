@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from capwatch.assess.agent import AgentQuery
 from capwatch.assess.engine import AssessmentResult, Method, assess
 from capwatch.assess.observations import Transition as EngineObservation
+from capwatch.assess.outcomes import OUTCOME_ERROR
 from capwatch.assess.probabilities import (
     ProbabilityEstimate,
     UnidentifiableOutcomes,
@@ -209,8 +210,11 @@ class EngineAssessor:
                             result.undecided_reasons.get(name, "outcomes undecided"))
                 for name in result.undecided_outcomes]
             if not unexplained:
-                unexplained, asked = confirm(model, request.agent, result.queries,
-                                             request.confirm_queries)
+                # An agent declared to draw independently is not tested for it
+                # (assessment.independent_draws; docs/assessment.md).
+                unexplained, asked = confirm(
+                    model, request.agent, result.queries, request.confirm_queries,
+                    mixed_error=None if request.independent_draws else OUTCOME_ERROR)
                 queries += asked
                 details["asked_again"] = asked
             if unexplained:

@@ -28,6 +28,7 @@ from pathlib import Path
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
+from capwatch.assess.outcomes import OUTCOME_ERROR
 from capwatch.assess.replay import confirm, replay
 from capwatch.model.domain import Action, Domain, LiftedAtom, Outcome, Problem
 from capwatch.model.pal import delta, lifted_instantiations
@@ -202,7 +203,11 @@ def run_drift(drift: OutcomeDrift, seed: int, *, method: str = "verify", budget:
         return Verdict("undecided", result.query_count, steps)
     if replay(model, evidence, result.queries):
         return Verdict("unexplained", result.query_count, steps)
-    unexplained, _ = confirm(model, agent, result.queries, confirm_queries)
+    # As the daemon: answers asked again tested for one distribution unless the operator
+    # declared the draws independent.
+    unexplained, _ = confirm(model, agent, result.queries, confirm_queries,
+                             mixed_error=None if options.get("independent_draws")
+                             else OUTCOME_ERROR)
     if unexplained:
         return Verdict("unexplained", result.query_count, steps)
     right = delta(model, drift.truth) == 0 and _effects(model.action(drift.action)) == \

@@ -76,3 +76,26 @@ def test_the_rejection_rate_under_one_distribution_is_at_most_the_level() -> Non
     flagged = sum(bool(heterogeneous(_honest(rng, 8, 10, [0.8, 0.2]), 0.05))
                   for _ in range(400))
     assert flagged <= 0.05 * 400 * 1.5
+
+
+def test_answers_without_a_rare_outcome_are_flagged_by_the_likelihood_ratio() -> None:
+    """A per-answer switcher's answers asked again (probe_switcher17 seed 3): ten answers
+    of 64 steps as the model without the slip, two as the one with it, two of two steps.
+    In Pearson's dispersion an answer short of its expected count weighs by that
+    expectation (0.8 here) and a slip placed in a two-step answer by chance weighs
+    much: not flagged at 0.001 (p ~ 0.008). The likelihood ratio is."""
+    table = [[64, 0]] * 10 + [[59, 5], [59, 5], [2, 0], [2, 0]]
+    assert heterogeneous(table, 1e-3) == []
+    flagged = heterogeneous(table, 1e-3, likelihood=True)
+    assert [j for j, _ in flagged] == [1] and flagged[0][1] <= 1e-3
+
+
+def test_the_likelihood_ratio_passes_one_distribution_at_its_level() -> None:
+    rng = random.Random(7)
+    for shares in ([0.9, 0.1], [0.99, 0.01], [0.6, 0.3, 0.1]):
+        for steps in (1, 5, 64):
+            assert heterogeneous(_honest(rng, 12, steps, shares), 1e-3,
+                                 likelihood=True) == []
+    flagged = sum(bool(heterogeneous(_honest(rng, 8, 10, [0.8, 0.2]), 0.05,
+                                     likelihood=True)) for _ in range(400))
+    assert flagged <= 0.05 * 400 * 1.5
