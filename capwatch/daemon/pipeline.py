@@ -64,6 +64,7 @@ from capwatch.daemon.heap import release_freed
 from capwatch.daemon.infra import (
     INFRASTRUCTURE_ERRORS,
     Clock,
+    component_of,
     describe_outage,
     utc_now,
 )
@@ -86,6 +87,11 @@ SWEEP_EVERY_S = 0.2
 """How often the main loop looks for evidence ripe by time (the debounce's
 ``debounce_s``, work a failed store write left buffered) among the watches holding some
 (:meth:`EvidenceQueue.sweep`). Evidence ripe by count is queued as it arrives."""
+
+STORE_PROBE_EVERY_S = 2.0
+"""During a models store outage's back-off, how often the main loop asks the store whether
+it answers again (``unreachable``, bounded by :data:`STORE_PROBE_WAIT_S`)."""
+STORE_PROBE_WAIT_S = 1.5
 
 class Pipeline:
     """Wires a source, the agents' watches, the store, the workers and a publisher."""
@@ -173,6 +179,8 @@ class Pipeline:
         """What the daemon does before its main loop consumes (seeding the baselines,
         joining the group), for /readyz ("starting: ..."); None once it consumes."""
         self._outage: str | None = None
+        self._store_seen_down = False
+        """A probe of this outage found the models store unreachable (see _failed)."""
         """What the daemon stands on that is failing now (the store, the disk, Kafka), with
         the error; None when everything answers."""
         self._outage_wait = 0.0
@@ -310,6 +318,7 @@ class Pipeline:
                     log.info("dependency back; resuming", was=self._outage)
                     self._outage = None
                     self._outage_wait = 0.0
+                    self._store_seen_down = False
         finally:
             self._consuming = False
             self.starting = None
@@ -361,12 +370,27 @@ class Pipeline:
             log.warning("still failing; retrying", problem=what,
                         retry_in_s=self._outage_wait)
         self._outage = what
+        # The back-off grows to 30 s; a store that answers again is retried at once
+        # rather than at its end: oper18's PostgreSQL, stopped 30 s, was back 31 s before
+        # the main loop resumed, /readyz 503 meanwhile while the workers and the router
+        # already worked. Only after a probe of this outage found it unreachable: a store
+        # that answers but fails the work keeps the whole back-off.
+        unreachable = getattr(self.store, "unreachable", None) \
+            if component_of(error) == "models store" else None
+        probe_at = time.monotonic() + STORE_PROBE_EVERY_S
         # In short steps: a signal (see signalled) must not wait out the whole backoff.
         deadline = time.monotonic() + self._outage_wait
         while self.signalled is None and not self._stop.is_set():
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 break
+            if unreachable is not None and now >= probe_at:
+                if unreachable(STORE_PROBE_WAIT_S) is not None:
+                    self._store_seen_down = True
+                elif self._store_seen_down:
+                    break
+                probe_at = time.monotonic() + STORE_PROBE_EVERY_S
             self._stop.wait(min(0.25, left))
 
     def _idle(self) -> bool:

@@ -164,3 +164,61 @@ def test_queuing_that_fails_in_one_outage_is_logged_once(tmp_path: Path) -> None
     assert any(p.startswith("models store unavailable") for p in pipeline.problems())
     pipeline.source.close()
     pipeline.store.close()
+
+
+def test_a_store_back_within_the_back_off_is_retried_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The main loop's back-off reaches 30 s; a store that answers again is retried when a
+    probe finds it back, not at the back-off's end (oper18: PostgreSQL back 31 s before the
+    main loop resumed, /readyz 503 meanwhile). A store that answers but fails the work
+    (never seen unreachable) keeps the whole back-off."""
+    import capwatch.daemon.pipeline as pipeline_module
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample("rover-a", step=0) + "\n")
+    service = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}),
+                            publisher=MemoryPublisher())
+    pipeline = service.pipeline
+    monkeypatch.setattr(pipeline_module, "STORE_PROBE_EVERY_S", 0.0)
+    answers = ["connection refused", "connection refused", None]
+    probes: list[float] = []
+
+    def unreachable(wait_s: float) -> str | None:
+        probes.append(wait_s)
+        return answers.pop(0) if answers else None
+
+    monkeypatch.setattr(pipeline.store, "unreachable", unreachable)
+    pipeline._outage_wait = 16.0  # the next wait is 30 s
+    pipeline._failed(StoreError("database is unreachable"))
+    assert pipeline._outage_wait == 30.0
+    assert len(probes) == 3 and answers == []  # down, down, back: the wait ended there
+    # A new outage whose store answers from the first probe (it fails the work, not the
+    # connection): every probe says so and the back-off is waited out (here: until stop).
+    pipeline._store_seen_down = False
+    monkeypatch.setattr(pipeline, "_stop", _Stopped(after=5))
+    probes.clear()
+    pipeline._failed(StoreError("constraint failed"))
+    assert len(probes) == 5
+    # A failure of Kafka is not the store's: no probe of the store.
+    monkeypatch.setattr(pipeline, "_stop", _Stopped(after=2))
+    probes.clear()
+
+    from kafka.errors import KafkaTimeoutError
+
+    pipeline._failed(KafkaTimeoutError("broker down"))
+    assert probes == []
+    service.store.close()
+
+
+class _Stopped:
+    """A stop event set after ``after`` waits: ends a back-off without waiting it out."""
+
+    def __init__(self, after: int) -> None:
+        self.left = after
+
+    def is_set(self) -> bool:
+        return self.left <= 0
+
+    def wait(self, timeout: float) -> bool:
+        self.left -= 1
+        return self.is_set()
