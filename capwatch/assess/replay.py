@@ -286,6 +286,10 @@ def _transition(grounder: Grounder, t: Transition) -> str | None:
     op = grounder.operator(t.action)
     s = grounder.index.encode(t.state)
     s2 = grounder.index.encode(t.next_state)
+    if t.executed is False and s != s2:
+        # A refused action changes nothing: the source contradicts itself, and no model
+        # explains it (check_declared; the monitor made it evidence for this reason).
+        return f"{_show(t.action)} was said not executed, but the state changed"
     if t.executed is False and op.applicable(s):
         return f"{_show(t.action)} was refused, but the model says it applies"
     verdict, _ = check(op, s, s2)

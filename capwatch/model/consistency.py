@@ -47,10 +47,19 @@ def check_declared(op: GroundOperator, state: StateMask, next_state: StateMask,
     the model says the action does not apply, and as an execution that changed nothing
     where it applies; a producer that said otherwise contradicts the model: an action run
     although a precondition is false (a precondition lost, whose effects held already),
-    or refused although every precondition held (one gained)."""
+    or refused although every precondition held (one gained).
+
+    A changed state said not executed is inconsistent whatever the model says: a refused
+    action changes nothing (PDDL, and the query protocol's "the start state" after a
+    refused first step), so the agent or its producer contradicts itself, which no model
+    version can explain. Before session 18 a change the model explained was counted
+    applied, silently; now it is evidence, and its assessment fails closed with the
+    transition named (``replay``)."""
     result = check(op, state, next_state)
-    if executed is None or state != next_state or result[0] is Verdict.INCONSISTENT:
+    if executed is None or result[0] is Verdict.INCONSISTENT:
         return result
+    if state != next_state:
+        return result if executed else _INCONSISTENT
     if (result[0] is Verdict.APPLIED) != executed:
         return _INCONSISTENT
     return result

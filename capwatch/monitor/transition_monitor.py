@@ -398,7 +398,9 @@ class TransitionMonitor:
             if self._ops.get(action) is not op:
                 op = self._operator(action)  # the agent moved to an index of its own
         self._last_lists, self._last_mask = next_state, s2
-        result = check(op, s, s2) if executed is None or s != s2 \
+        # The producer's word decides an unchanged state, and a change said not executed
+        # is inconsistent (check_declared); an execution said or not said is checked alone.
+        result = check(op, s, s2) if executed is None or (executed and s != s2) \
             else check_declared(op, s, s2, executed)
         verdict = result[0]
         if verdict is not _APPLIED:

@@ -344,3 +344,48 @@ def test_an_answer_outside_the_vocabulary_is_no_finding(atom: tuple[str, ...]) -
     assert found == []
     probes = metrics.canaries.labels("rover-v1", "invalid_answer")._value.get()
     assert probes == len(rover.actions)
+
+
+class SaysRefusedButChanges:
+    """An agent (in process: the HTTP client refuses such answers itself, e622582) whose
+    answers break the protocol's rule that a refused first step leaves the start state: it
+    reports 0 steps executed and the state the model predicts."""
+
+    def __init__(self) -> None:
+        self.sim = SimulatedAgent(read_domain(EXAMPLES / "rover.pddl"), seed=1)
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        outer = self
+
+        class Query:
+            def query(self, state: Any, plan: Any, samples: int) -> Any:
+                from capwatch.assess.agent import QueryResult
+                return [QueryResult(0, r.state) for r in outer.sim.query(state, plan, samples)]
+
+        return Query()  # type: ignore[return-value]
+
+
+def test_an_answer_saying_refused_whose_state_changed_is_a_finding() -> None:
+    # Before, check_declared counted such an answer "applied" when the model explained
+    # the change: a protocol breach (or a lying agent) passed silently. Now every changed
+    # answer is a finding; an unchanged one (a true refusal) is not.
+    from types import SimpleNamespace
+
+    rover = read_domain(EXAMPLES / "rover.pddl")
+    watch = SimpleNamespace(agent_id="r0", family="rover-v1", awaiting=None,
+                            clock=lambda: 0.0, last_state=frozenset(), domain=rover,
+                            last_executed={})
+    posted: list[Any] = []
+    metrics = DaemonMetrics()
+    prober = CanaryProber(agents=SaysRefusedButChanges(), metrics=metrics, idle_s=1.0,
+                          clock=lambda: None, post=posted.append,  # type: ignore[arg-type,return-value]
+                          executor=Inline(), seed=3)
+    objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
+                            "waypoint": ("waypoint1", "waypoint2")}}
+    prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]
+    changed = [f for f in posted if isinstance(f, CanaryFinding)
+               and f.transition.state != f.transition.next_state]
+    assert changed, posted
+    assert all(f.transition.executed is False for f in changed)
+    applied = metrics.canaries.labels("rover-v1", "applied")._value.get()
+    assert applied == 0

@@ -56,3 +56,36 @@ def test_a_refusal_said_where_the_action_applies_and_changes_nothing_is_inconsis
     blocking = {c.pa.atom.predicate: {v[0] for v in c.possible}
                 for c in why.missing_precondition_candidates}
     assert blocking == {"staked": {Mode.NEG}, "up": {Mode.POS}}
+
+
+def test_a_changed_state_said_not_executed_is_inconsistent() -> None:
+    # A refused action changes nothing (PDDL, and the query protocol's start state after a
+    # refused step): an agent saying it did not execute while its state changed contradicts
+    # itself. Before, a change the model explains was counted applied, silently.
+    up = frozenset({("up", "t1")})
+    monitor = TransitionMonitor(TENT)
+    assert monitor.observe(up, ("put_down", "t1"), DOWN, 0).verdict is Verdict.APPLIED
+    assert monitor.observe(up, ("put_down", "t1"), DOWN, 1, executed=True).verdict \
+        is Verdict.APPLIED
+    obs = monitor.observe(up, ("put_down", "t1"), DOWN, 2, executed=False)
+    assert obs.verdict is Verdict.INCONSISTENT
+    assert monitor.last_inconsistency().next_state == DOWN
+    # A change the model cannot explain stays inconsistent, said or not.
+    assert monitor.observe(DOWN, ("put_down", "t1"), STAKED, 3, executed=False).verdict \
+        is Verdict.INCONSISTENT
+
+
+def test_check_declared_rules_for_every_combination() -> None:
+    from capwatch.model.consistency import check_declared
+    from capwatch.model.grounding import Grounder
+
+    grounder = Grounder(TENT)
+    op = grounder.operator(("put_down", "t1"))
+    up, down = grounder.index.encode({("up", "t1")}), grounder.index.encode(DOWN)
+    applies = {None: Verdict.APPLIED, True: Verdict.APPLIED, False: Verdict.INCONSISTENT}
+    for said, verdict in applies.items():
+        assert check_declared(op, up, down, said)[0] is verdict, said
+    refused = {None: Verdict.NOT_APPLICABLE, True: Verdict.INCONSISTENT,
+               False: Verdict.NOT_APPLICABLE}
+    for said, verdict in refused.items():
+        assert check_declared(op, down, down, said)[0] is verdict, said
