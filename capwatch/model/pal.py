@@ -159,6 +159,39 @@ def pal_tuples(domain: Domain) -> tuple[PalTuple, ...]:
     )
 
 
+def stated_modes(domain: Domain) -> dict[PalTuple, Mode]:
+    """The pal-tuples of Γ whose mode is not ∅, from the atoms the actions state: what
+    :meth:`AbstractModel.from_domain` gives less its ∅ entries, so that ``mode_changes``
+    of two such maps equals that of the full ones (which reads a missing pal-tuple as ∅).
+    Costs the atoms an action names, not |Γ|: enumerating Γ was most of comparing one
+    model with another (the drift gauges' first read: ~3 ms a model of its own, cProfile;
+    docs/performance.md, "The drift gauges' store read")."""
+    preds = {p.name: p for p in domain.predicates}
+    is_subtype = domain.types.is_subtype
+    out: dict[PalTuple, Mode] = {}
+    for action in domain.actions:
+        types = {p.name: p.type for p in action.parameters}
+        stated = set(action.pre_pos) | set(action.pre_neg)
+        for o in action.outcomes:
+            stated |= o.add | o.delete
+        for atom in stated:
+            # In Γ (lifted_instantiations): a predicate of the domain over distinct action
+            # parameters (no constants), each of a type the predicate takes.
+            pred = preds.get(atom.predicate)
+            if pred is None or len(pred.parameters) != len(atom.args) \
+                    or len(set(atom.args)) != len(atom.args) \
+                    or not all(a in types and is_subtype(types[a], q.type)
+                               for a, q in zip(atom.args, pred.parameters, strict=True)):
+                continue
+            pre = pre_mode(action, atom)
+            if pre is not Mode.ABSENT:
+                out[PalTuple(action.name, atom, Location.PRE)] = pre
+            eff = eff_mode(action, atom)
+            if eff is not Mode.ABSENT:
+                out[PalTuple(action.name, atom, Location.EFF)] = eff
+    return out
+
+
 def pre_mode(action: Action, atom: LiftedAtom) -> Mode:
     if atom in action.pre_pos:
         return Mode.POS
