@@ -363,3 +363,19 @@ def test_rendered_config_is_a_valid_daemon_config(monkeypatch: pytest.MonkeyPatc
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["ports"][0]["containerPort"] == config.http.port
     assert container["args"] == ["run", "--config", "/etc/capwatch/capwatch.yaml"]
+
+
+def test_every_value_is_in_the_operations_table() -> None:
+    """docs/operations.md's table of the chart's values names each top-level value of
+    values.yaml, and no value the chart does not have."""
+    import re
+
+    import yaml
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    docs = (ROOT / "docs" / "operations.md").read_text()
+    table = docs.split("| value | default | what |", 1)[1].split("\n\n", 1)[0]
+    named = {n for cell in re.findall(r"^\| ([^|]+) \|", table, re.M)
+             for n in re.findall(r"`(\w+)(?:\.\w+)*`", cell)}
+    assert set(values) - named == set(), "values missing from docs/operations.md"
+    assert named - set(values) == set(), "docs/operations.md names values the chart lacks"
