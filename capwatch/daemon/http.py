@@ -54,17 +54,12 @@ from capwatch.contracts.versions import ModelVersion, diff_versions, unchecked_s
 from capwatch.contracts.wire import AlertEvent
 from capwatch.daemon.events import coverage_of
 from capwatch.daemon.ingest import IngestEndpoints
-from capwatch.daemon.store_probe import StoreProbe
+from capwatch.daemon.store_probe import STORE_PROBE_WAIT_S, StoreProbe
 from capwatch.models_store.lineage import lineage_chain
 
 BASELINE = "_baseline"
 INGEST_PATHS = (INGEST_PATH, OTLP_TRACES_PATH)
 MAX_ALERTS = 200
-STORE_PROBE_WAIT_S = 1.5
-"""How long the store's probe waits for its connection and for each round trip: with a
-reconnect (libpq allows no less than 2 s) about 5 s at most when the server froze. The
-probe runs on a thread of its own (daemon.store_probe): /readyz waits for it at most
-``store_probe.ANSWER_S``."""
 
 
 class _AttachedProbe(StoreProbe):

@@ -74,6 +74,7 @@ from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.reassess import Reassessment
 from capwatch.daemon.registry import Registry, resume_queued, seed_baselines
 from capwatch.daemon.results import ResultApplier
+from capwatch.daemon.store_probe import refused_writes_probe
 from capwatch.daemon.work import Result
 from capwatch.daemon.workers import AssessmentWorkers
 from capwatch.model.domain import Domain, GroundAtom
@@ -146,6 +147,8 @@ class Pipeline:
         """A sliced audit's rejections not yet raised (:meth:`audit_slice`)."""
         self.fleet_drift = FleetDrift(store, self.metrics, self.families)
         """The drift gauges, the fleet's, read from the store off the main loop."""
+        self.refused_writes = refused_writes_probe(store)
+        """Keeps refused store writes reported while nothing asks /readyz."""
         self.workers = AssessmentWorkers(
             config, store=store, agents=agents, assessor=assessor, publisher=publisher,
             metrics=self.metrics, policy=self.alert_policy, clock=clock,
@@ -299,6 +302,8 @@ class Pipeline:
             self.workers.start()
             self.alerts.start()
             self.fleet_drift.start()
+            if self.refused_writes is not None:
+                self.refused_writes.start()
             self._consuming = True
             self.starting = None
             self.health.running(True)
@@ -423,6 +428,8 @@ class Pipeline:
         self.workers.stop(self.config.shutdown_grace_s)
         self.canaries.close()
         self.fleet_drift.close()
+        if self.refused_writes is not None:
+            self.refused_writes.close()
         # The figures as this run leaves them (a finite run's versions of its last
         # seconds), for whoever reads the registry after the run.
         self.fleet_drift.refresh_logged()

@@ -27,7 +27,9 @@ WRITE_FAILURE_HOLD_S = 300.0
 (:meth:`SqlBase.write_failures`): a retry of the work it was for comes within the
 assessment lease (``assessment.lease_s``, 120 s by default) at the latest. /readyz's
 probe (:meth:`SqlBase.unreachable`) tries a write of each failing kind, so the report
-ends as soon as such a write would land, and lasts while it would not."""
+ends as soon as such a write would land, and lasts while it would not; the daemon runs the
+same probe every 60 s while a kind is reported (``daemon.store_probe.RefusedWritesProbe``),
+for when nothing requests /readyz."""
 PROBE_WRITE_BYTES = 512 * 1024
 """The size of a probe write (:meth:`SqlBase._probe_write`), incompressible: a probe
 smaller than the write that was refused fits in room that write left behind (SQLite's
