@@ -54,3 +54,35 @@ def test_a_changed_state_said_not_executed_is_assessed(tmp_path: Path) -> None:
     d.source.close()
     d.store.close()
     assert len(items) == 1 and items[0].startswith("rover-v1/rover-a@")
+
+
+def test_its_assessment_fails_closed_saying_why(tmp_path: Path) -> None:
+    # The agent itself is the modelled rover (it answers queries as rover.pddl says):
+    # only its producer's word contradicts the change. No version can explain it, so
+    # nothing is published and the failure names the transition.
+    import json
+
+    from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+    from capwatch.adapters.sim.agent import SimulatedAgent
+    from capwatch.daemon.service import build_service
+    from tests.daemon.helpers import config, example
+
+    class Honest:
+        def __init__(self) -> None:
+            self.sim = SimulatedAgent(example("rover.pddl"), seed=1)
+
+        def agent(self, agent_id: str, family: str) -> SimulatedAgent:
+            return self.sim
+
+    full = [*HALF, ["store_full", "rover1", "store1"]]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(transition("rover-a", "rover-v1", full, DROP, HALF, step,
+                                       executed=False) + "\n" for step in range(3)))
+    memory = MemoryPublisher()
+    service = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}),
+                            publisher=memory, agents=Honest(), source=JsonlSource(str(path)))
+    assert service.run(exit_when_idle=True, install_signals=False) == 0
+    assert [v for v in memory.models if v.agent_id == "rover-a"] == []
+    (failed,) = [a for a in memory.alerts if a.alert_type == "assessment_failed"]
+    assert failed.detail["reason"] == "unexplained"
+    assert "was said not executed, but the state changed" in json.dumps(failed.evidence)
