@@ -14,7 +14,10 @@ Each line also gives the p-value a homogeneity test would have on 64 answers ask
 (the published queries round after round, as ``confirm`` asks them): pick's steps per
 answer and its slips (a slipped pick leaves its parcel where it was), tested alone, fresh
 data (docs/assessment.md, "the lead for next time"). A probe of that idea, not the
-daemon's code.
+daemon's code. Since session 18 ``confirm`` runs the daemon's own test of that kind (the
+answers asked again, attributed to the published model's outcomes, the likelihood ratio):
+the verdicts include it (docs/assessment.md, "The answers asked again must be one
+distribution's draws").
 """
 
 from __future__ import annotations
