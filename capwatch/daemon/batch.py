@@ -95,6 +95,7 @@ class Batches:
             return
         slot = record_context.slot
         self.intake.slot = slot
+        self.intake.begin_batch()
         read = self.intake.read
         tally = self._tally
         start = self.processed
@@ -169,7 +170,10 @@ class Batches:
             self.registry.end_prefetch()
             self.checkpoints.end_prefetch()
             # Only handled records move the positions; one that failed above is unread.
-            self._positions(records if done == len(records) else records[:done])
+            if done == len(records):
+                self._positions(records, whole=True)
+            else:
+                self._positions(records[:done])
             if time.monotonic() - self._tallied >= TALLY_EVERY_S:
                 self.flush_tally()
             restores = self.checkpoints.restores - self._restores
@@ -177,13 +181,22 @@ class Batches:
                 self.metrics.restores.inc(restores)
                 self._restores += restores
 
-    def _positions(self, handled: Sequence[Record]) -> None:
+    def _positions(self, handled: Sequence[Record], whole: bool = False) -> None:
         """Per partition, the next offset to read and when its newest record was written;
-        per source, the records handled and the newest record's time."""
+        per source, the records handled and the newest record's time. ``whole``: every
+        record of the batch was read and handled, so the intake noted each partition's
+        last one as it read it (``Intake.last_read``)."""
         if not handled:
             return
         now = time.time()
-        last = {(r.source, r.partition): r for r in handled}
+        intake = self.intake
+        source = intake.read_source
+        if whole and source is not None and not intake.mixed_sources:
+            last = {(source, p): r for p, r in intake.last_read.items()}
+        else:
+            # A batch cut short by an infrastructure error (its last record read was not
+            # handled), or of several sources: the records themselves.
+            last = {(r.source, r.partition): r for r in handled}
         stamps: dict[str, float] = {}
         for (source, partition), r in last.items():
             self.checkpoints.handled(partition, r.offset)
