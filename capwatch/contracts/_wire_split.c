@@ -985,14 +985,11 @@ typedef struct {
     int seen; /* 1: in before, 2: in after, 4: written out */
 } slot;
 
-/* The diff itself, for flips() and step(): the list, with in *gone how many of its
- * atoms (its first ones) are the state's (ids only `before` holds). */
-static PyObject *diff(PyObject *before, PyObject *after, PyObject *atoms, Py_ssize_t *gone) {
-    if (!PyList_CheckExact(before) || !PyList_CheckExact(after) || !PyList_CheckExact(atoms)) {
-        PyErr_SetString(PyExc_TypeError, "flips() and step() take lists of ids and atoms");
-        return NULL;
-    }
-    Py_ssize_t nb = PyList_GET_SIZE(before), na = PyList_GET_SIZE(after);
+/* The diff by a table of the ids on the stack (or the heap): the way for ids that are
+ * not all of the vocabulary (diff_marks takes the others). `ids` holds before's nb ids
+ * then after's na. */
+static PyObject *diff_table(const Py_ssize_t *ids, Py_ssize_t nb, Py_ssize_t na,
+                            PyObject *atoms, Py_ssize_t *gone) {
     Py_ssize_t size = 64;
     while (size < 2 * (nb + na))
         size <<= 1;
@@ -1007,61 +1004,162 @@ static PyObject *diff(PyObject *before, PyObject *after, PyObject *atoms, Py_ssi
         table[i].seen = 0;
     PyObject *out = NULL;
     Py_ssize_t mask = size - 1, differ = 0;
-    for (int side = 0; side < 2; side++) {
-        PyObject *list = side == 0 ? before : after;
-        int bit = side == 0 ? 1 : 2;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
-            PyObject *item = PyList_GET_ITEM(list, i);
-            if (!PyLong_CheckExact(item)) {
-                PyErr_SetString(PyExc_TypeError, "flips() takes lists of ids");
-                goto done;
-            }
-            Py_ssize_t id = PyLong_AsSsize_t(item);
-            if (id == -1 && PyErr_Occurred())
-                goto done;
-            Py_ssize_t h = (Py_ssize_t)(((size_t)id * (size_t)0x9E3779B97F4A7C15ull) >> 7) & mask;
-            while (table[h].seen && table[h].id != id)
-                h = (h + 1) & mask;
-            if (!table[h].seen) {
-                table[h].id = id;
-                table[h].seen = bit;
-                differ++;
-            } else if (!(table[h].seen & bit)) {
-                table[h].seen |= bit;
-                differ--;
-            }
+    for (Py_ssize_t i = 0; i < nb + na; i++) {
+        Py_ssize_t id = ids[i];
+        int bit = i < nb ? 1 : 2;
+        Py_ssize_t h = (Py_ssize_t)(((size_t)id * (size_t)0x9E3779B97F4A7C15ull) >> 7) & mask;
+        while (table[h].seen && table[h].id != id)
+            h = (h + 1) & mask;
+        if (!table[h].seen) {
+            table[h].id = id;
+            table[h].seen = bit;
+            differ++;
+        } else if (!(table[h].seen & bit)) {
+            table[h].seen |= bit;
+            differ--;
         }
     }
     out = PyList_New(differ);
     if (out == NULL || differ == 0)
         goto done;
     Py_ssize_t at = 0, n_atoms = PyList_GET_SIZE(atoms);
-    for (int side = 0; side < 2; side++) {
-        PyObject *list = side == 0 ? before : after;
-        int bit = side == 0 ? 1 : 2;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
-            Py_ssize_t id = PyLong_AsSsize_t(PyList_GET_ITEM(list, i));
-            Py_ssize_t h = (Py_ssize_t)(((size_t)id * (size_t)0x9E3779B97F4A7C15ull) >> 7) & mask;
-            while (table[h].id != id)
-                h = (h + 1) & mask;
-            if (table[h].seen != bit)
-                continue; /* in both, or written out already */
-            table[h].seen |= 4;
-            if (id < 0 || id >= n_atoms) {
-                PyErr_SetString(PyExc_IndexError, "flips(): an id with no atom");
-                Py_CLEAR(out);
-                goto done;
-            }
-            PyObject *atom = PyList_GET_ITEM(atoms, id);
-            Py_INCREF(atom);
-            PyList_SET_ITEM(out, at++, atom);
-        }
-        if (side == 0)
+    for (Py_ssize_t i = 0; i < nb + na; i++) {
+        if (i == nb)
             *gone = at;
+        Py_ssize_t id = ids[i];
+        int bit = i < nb ? 1 : 2;
+        Py_ssize_t h = (Py_ssize_t)(((size_t)id * (size_t)0x9E3779B97F4A7C15ull) >> 7) & mask;
+        while (table[h].id != id)
+            h = (h + 1) & mask;
+        if (table[h].seen != bit)
+            continue; /* in both, or written out already */
+        table[h].seen |= 4;
+        if (id < 0 || id >= n_atoms) {
+            PyErr_SetString(PyExc_IndexError, "flips(): an id with no atom");
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyObject *atom = PyList_GET_ITEM(atoms, id);
+        Py_INCREF(atom);
+        PyList_SET_ITEM(out, at++, atom);
     }
+    if (nb + na == nb)
+        *gone = at;
 done:
     if (table != local)
         PyMem_Free(table);
+    return out;
+}
+
+/* The diff by a mark per id of the vocabulary (ids are dense, 0 <= id < len(atoms)):
+ * each id's mark is read and written in place, where the table above was cleared,
+ * hashed into and probed at every call (~4,800 instructions a step of 31 atoms, the
+ * most of a step's diff on an outside producer's fleet, session 18). A call's marks are
+ * `stamp` plus 1 (in before only), 2 (in after only), 3 (in both) or 4 (written out);
+ * a mark below `stamp` is an earlier call's, so nothing is cleared between calls.
+ * Owned by the decoder's thread, as the vocabulary is (the GIL is held throughout). */
+static uint32_t *marks = NULL;
+static Py_ssize_t marks_size = 0;
+static uint32_t stamp = 0;
+
+static int marks_ready(Py_ssize_t n_atoms) {
+    if (n_atoms > marks_size) {
+        Py_ssize_t size = marks_size > 0 ? marks_size : 1024;
+        while (size < n_atoms)
+            size <<= 1;
+        uint32_t *grown = PyMem_Realloc(marks, sizeof(uint32_t) * (size_t)size);
+        if (grown == NULL)
+            return 0; /* the table's way, no error */
+        memset(grown + marks_size, 0, sizeof(uint32_t) * (size_t)(size - marks_size));
+        marks = grown;
+        marks_size = size;
+    }
+    if (stamp >= UINT32_MAX - 16) {
+        memset(marks, 0, sizeof(uint32_t) * (size_t)marks_size);
+        stamp = 0;
+    }
+    stamp += 8;
+    return 1;
+}
+
+static PyObject *diff_marks(const Py_ssize_t *ids, Py_ssize_t nb, Py_ssize_t na,
+                            PyObject *atoms, Py_ssize_t *gone) {
+    const uint32_t only_before = stamp + 1, only_after = stamp + 2, both = stamp + 3,
+                   written = stamp + 4;
+    Py_ssize_t differ = 0;
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        uint32_t *m = &marks[ids[i]];
+        if (*m < stamp) {
+            *m = only_before;
+            differ++;
+        }
+    }
+    for (Py_ssize_t i = nb; i < nb + na; i++) {
+        uint32_t *m = &marks[ids[i]];
+        if (*m < stamp) {
+            *m = only_after;
+            differ++;
+        } else if (*m == only_before) {
+            *m = both;
+            differ--;
+        }
+    }
+    PyObject *out = PyList_New(differ);
+    if (out == NULL || differ == 0)
+        return out;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < nb + na; i++) {
+        if (i == nb)
+            *gone = at;
+        uint32_t *m = &marks[ids[i]];
+        if (*m != (i < nb ? only_before : only_after))
+            continue; /* in both, or written out already */
+        *m = written;
+        PyObject *atom = PyList_GET_ITEM(atoms, ids[i]);
+        Py_INCREF(atom);
+        PyList_SET_ITEM(out, at++, atom);
+    }
+    if (na == 0)
+        *gone = at;
+    return out;
+}
+
+/* The diff itself, for flips() and step(): the list, with in *gone how many of its
+ * atoms (its first ones) are the state's (ids only `before` holds). */
+static PyObject *diff(PyObject *before, PyObject *after, PyObject *atoms, Py_ssize_t *gone) {
+    if (!PyList_CheckExact(before) || !PyList_CheckExact(after) || !PyList_CheckExact(atoms)) {
+        PyErr_SetString(PyExc_TypeError, "flips() and step() take lists of ids and atoms");
+        return NULL;
+    }
+    Py_ssize_t nb = PyList_GET_SIZE(before), na = PyList_GET_SIZE(after);
+    Py_ssize_t n_atoms = PyList_GET_SIZE(atoms);
+    Py_ssize_t local[512];
+    Py_ssize_t *ids = local;
+    if (nb + na > 512) {
+        ids = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(nb + na));
+        if (ids == NULL)
+            return PyErr_NoMemory();
+    }
+    PyObject *out = NULL;
+    int in_range = 1;
+    for (Py_ssize_t i = 0; i < nb + na; i++) {
+        PyObject *item = i < nb ? PyList_GET_ITEM(before, i) : PyList_GET_ITEM(after, i - nb);
+        if (!PyLong_CheckExact(item)) {
+            PyErr_SetString(PyExc_TypeError, "flips() takes lists of ids");
+            goto done;
+        }
+        Py_ssize_t id = PyLong_AsSsize_t(item);
+        if (id == -1 && PyErr_Occurred())
+            goto done;
+        ids[i] = id;
+        in_range &= id >= 0 && id < n_atoms;
+    }
+    *gone = 0;
+    out = in_range && marks_ready(n_atoms) ? diff_marks(ids, nb, na, atoms, gone)
+                                           : diff_table(ids, nb, na, atoms, gone);
+done:
+    if (ids != local)
+        PyMem_Free(ids);
     return out;
 }
 
@@ -1082,9 +1180,83 @@ static PyObject *flips(PyObject *module, PyObject *const *args, Py_ssize_t nargs
  * symmetric difference the Python way takes, which built a set of the flipped atoms
  * (each tuple hashed again) and inserted every atom of the state into it, growing its
  * table twice (~10% of a trace's decode on an outside producer's fleet, session 17).
- * Here the state's table is copied with its stored hashes (PySet_New of a frozenset),
- * the few flipped atoms discarded or added, and the result copied once more into a
- * frozenset (the public API has no discard on a frozenset). */
+ *
+ * The next set is one copy of the state's table with its stored hashes
+ * (PyFrozenSet_New of a frozenset), the atoms that go taken out of the copy in place
+ * and the new ones added (PySet_Add fills a frozenset no other code holds yet, as the
+ * C API allows). The public API has no discard on a frozenset: an atom goes as
+ * CPython's own discard takes it out (its slot keeps the set's dummy, hash -1, and
+ * `used` counts one less; iteration, lookups, equality and frozenset's hash all read
+ * such slots, as in a set), found by identity in the copy's table (the state holds the
+ * vocabulary's very atom objects, as `atoms` does). The first version copied the state
+ * into a set, discarded and added there, and copied that into a frozenset: the second
+ * copy, of a table holding dummies, was the most of a step (session 17). Where the
+ * layout is not known (other CPython versions), or an atom to take out is in the set
+ * only as an equal object, the way of two copies. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
+#define STEP_IN_PLACE 1
+/* 1: taken out, 0: no such object in the table. */
+static int take_out(PyObject *frozen, PyObject *key) {
+    PySetObject *so = (PySetObject *)frozen;
+    setentry *entry = so->table, *last = so->table + so->mask;
+    for (; entry <= last; entry++) {
+        if (entry->key == key) {
+            entry->key = _PySet_Dummy;
+            entry->hash = -1;
+            so->used--;
+            Py_DECREF(key);
+            return 1;
+        }
+    }
+    return 0;
+}
+#endif
+
+static PyObject *next_set(PyObject *state, PyObject *flipped, Py_ssize_t gone) {
+    Py_ssize_t n = PyList_GET_SIZE(flipped);
+#ifdef STEP_IN_PLACE
+    PyObject *next = PyFrozenSet_New(state);
+    if (next == NULL)
+        return NULL;
+    if (Py_REFCNT(next) == 1 && Py_IS_TYPE(next, &PyFrozenSet_Type)) {
+        Py_ssize_t i = 0;
+        for (; i < n; i++) {
+            PyObject *atom = PyList_GET_ITEM(flipped, i);
+            if (i < gone) {
+                if (take_out(next, atom))
+                    continue;
+                int held = PySet_Contains(next, atom);
+                if (held < 0) {
+                    Py_DECREF(next);
+                    return NULL;
+                }
+                if (held)
+                    break; /* an equal object, not this one: the other way */
+            } else if (PySet_Add(next, atom) < 0) {
+                Py_DECREF(next);
+                return NULL;
+            }
+        }
+        if (i == n)
+            return next;
+    }
+    Py_DECREF(next);
+#endif
+    PyObject *work = PySet_New(state);
+    if (work == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *atom = PyList_GET_ITEM(flipped, i);
+        if ((i < gone ? PySet_Discard(work, atom) : PySet_Add(work, atom)) < 0) {
+            Py_DECREF(work);
+            return NULL;
+        }
+    }
+    PyObject *out = PyFrozenSet_New(work);
+    Py_DECREF(work);
+    return out;
+}
+
 static PyObject *step(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 4 || !PyFrozenSet_CheckExact(args[0])) {
@@ -1096,26 +1268,9 @@ static PyObject *step(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *flipped = diff(args[1], args[2], args[3], &gone);
     if (flipped == NULL)
         return NULL;
-    PyObject *next = NULL, *work = NULL, *out = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(flipped);
-    if (n == 0) {
-        next = Py_NewRef(state);
-    } else {
-        work = PySet_New(state);
-        if (work == NULL)
-            goto done;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *atom = PyList_GET_ITEM(flipped, i);
-            if ((i < gone ? PySet_Discard(work, atom) : PySet_Add(work, atom)) < 0)
-                goto done;
-        }
-        next = PyFrozenSet_New(work);
-        if (next == NULL)
-            goto done;
-    }
-    out = PyTuple_Pack(2, flipped, next);
-done:
-    Py_XDECREF(work);
+    PyObject *next = PyList_GET_SIZE(flipped) == 0 ? Py_NewRef(state)
+                                                   : next_set(state, flipped, gone);
+    PyObject *out = next == NULL ? NULL : PyTuple_Pack(2, flipped, next);
     Py_XDECREF(next);
     Py_DECREF(flipped);
     return out;

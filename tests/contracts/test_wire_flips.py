@@ -102,6 +102,11 @@ def test_the_c_step_is_the_reference(before: list[int], after: list[int], overla
     assert got == frozenset(_ATOMS[i] for i in after)
     ref_flipped, ref = _reference_step(state, before, after)
     assert got == ref and sorted(flipped) == sorted(ref_flipped)
+    # A set made in place (its slots of atoms taken out hold the set's dummy) hashes,
+    # iterates and counts as one made afresh: the monitor keys tables by states.
+    fresh = frozenset(_ATOMS[i] for i in after)
+    assert hash(got) == hash(fresh) and len(got) == len(fresh)
+    assert sorted(got) == sorted(fresh) and {got: 1}.get(fresh) == 1
     if not flipped:
         assert got is state  # the very object: the monitor reuses its encoding
     # Any other set: the two halves applied as the contract says (never a wrong atom kept).
@@ -137,3 +142,20 @@ def test_the_c_step_refuses_what_it_cannot_read() -> None:
         wire_split.STEP(state, [0], [1], [("a",), ["b"]])
     flipped, same = wire_split.STEP(state, [1, 2], [2, 1], list(_ATOMS[:3]))
     assert flipped == [] and same is state
+
+
+def test_the_c_step_takes_out_an_equal_atom_not_the_very_object() -> None:
+    # The state holds an atom equal to the vocabulary's but another object (the
+    # contract's set is by equality): taken out all the same (the way of two copies).
+    assert wire_split.STEP is not None
+    atoms = list(_ATOMS[:4])
+    twin = tuple(list(atoms[1]))
+    assert twin == atoms[1] and twin is not atoms[1]
+    state = frozenset([atoms[0], twin, atoms[2]])
+    flipped, got = wire_split.STEP(state, [0, 1, 2], [0, 2, 3], atoms)
+    assert flipped == [atoms[1], atoms[3]]
+    assert got == frozenset([atoms[0], atoms[2], atoms[3]])
+    assert hash(got) == hash(frozenset([atoms[0], atoms[2], atoms[3]]))
+    # An atom to take out that the set does not hold at all: nothing taken out.
+    flipped, got = wire_split.STEP(frozenset([atoms[0]]), [0, 1], [0], atoms)
+    assert flipped == [atoms[1]] and got == frozenset([atoms[0]])
