@@ -1148,9 +1148,19 @@ static PyObject *diff(PyObject *before, PyObject *after, PyObject *atoms, Py_ssi
             PyErr_SetString(PyExc_TypeError, "flips() takes lists of ids");
             goto done;
         }
-        Py_ssize_t id = PyLong_AsSsize_t(item);
-        if (id == -1 && PyErr_Occurred())
-            goto done;
+        Py_ssize_t id;
+#if PY_VERSION_HEX < 0x030C0000
+        /* An id of the vocabulary is one digit (< 2**30): read in place, where
+         * PyLong_AsSsize_t's call was a fifth of the diff (the layout changed in 3.12). */
+        if (Py_SIZE(item) == 1)
+            id = (Py_ssize_t)((PyLongObject *)item)->ob_digit[0];
+        else
+#endif
+        {
+            id = PyLong_AsSsize_t(item);
+            if (id == -1 && PyErr_Occurred())
+                goto done;
+        }
         ids[i] = id;
         in_range &= id >= 0 && id < n_atoms;
     }

@@ -222,3 +222,26 @@ def test_a_first_piece_is_read_as_its_state_reads(text: bytes) -> None:
     raw = event("S", filler, {}).replace(b'"S"', state)
     assert wire_fast.decode(raw, LIMITS) == wire.decode(raw, LIMITS)
     wire_atoms.forget()
+
+
+def test_names_found_valid_are_remembered_and_bad_ones_still_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    wire_atoms.forget()
+    monkeypatch.setattr(wire_atoms, "MAX_NAMES", 3)
+    wire_atoms._NAMES.clear()
+    try:
+        wire_atoms.learn([("at", "r1", "w1")])
+        assert {"at", "r1", "w1"} == wire_atoms._NAMES
+        # A bad name beside remembered ones: refused, nothing learnt, not remembered.
+        for bad in [("at", "r 1"), ("at", "(r1)"), ("at", ""), ("at", "r\x01")]:
+            with pytest.raises(wire_atoms.Invalid):
+                wire_atoms.learn([("at", "r1"), bad])
+            assert ("at", "r1") not in wire_atoms.ID and bad not in wire_atoms.ID
+            assert bad[1] not in wire_atoms._NAMES
+        # The bound: full, the names go and the new one comes in.
+        wire_atoms.learn([("at", "r2")])
+        assert {"r2"} == wire_atoms._NAMES
+        assert {("at", "r1", "w1"), ("at", "r2")} <= set(wire_atoms.ID)
+    finally:
+        wire_atoms._NAMES.clear()
+        wire_atoms.forget()
