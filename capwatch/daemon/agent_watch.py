@@ -678,17 +678,22 @@ class AgentWatch:
         self._queued_kinds = _NO_KINDS
         self._drift.forget(self.agent_id)
 
-    def settle(self, key: str) -> None:
+    def settle(self, key: str, learnt: bool = True) -> None:
         """The work ``key`` ended without a new version, so its evidence is still
         unexplained: the same kinds of evidence are backed off (doubling each time), new
         kinds may queue again at once: evidence buffered while the work was awaited (of
         other kinds, :meth:`observe`) is queued when ripe. So are its drift alarms, per
         action (:meth:`_drift_held`): the next audit's, or the stream's, alarm over the
-        same behaviour would otherwise queue the same questions again."""
+        same behaviour would otherwise queue the same questions again.
+
+        ``learnt`` False: the work failed because the agent could not be reached, so it
+        learnt nothing about the behaviour; the wait is the first one, not doubled
+        (:meth:`back_off`): doubled by an outage, the back-off held a real drift or
+        inconsistency for hours after the agent was back."""
         if self.awaiting == key:
             self.awaiting = None
             self._drift.forget(self.agent_id)
-            self.back_off(self._queued_kinds)
+            self.back_off(self._queued_kinds, doubling=learnt)
             self._queued_kinds = _NO_KINDS
             tested = self._drift_tested
             if tested is not None:
@@ -697,15 +702,24 @@ class AgentWatch:
                 drifted = [name for name, (_, awaited) in tested.items() if awaited]
                 for name in drifted:
                     tested[name] = (tested[name][0], False)
-                self.back_off([drift_kind(name) for name in drifted])
+                self.back_off([drift_kind(name) for name in drifted], doubling=learnt)
 
-    def back_off(self, kinds: Iterable[str], ago_s: float = 0.0) -> None:
+    def back_off(self, kinds: Iterable[str], ago_s: float = 0.0,
+                 doubling: bool = True) -> None:
         """Evidence of ``kinds`` ended an assessment unexplained ``ago_s`` seconds ago: hold
-        it back, doubling the wait each time the same kind does so again."""
+        it back, doubling the wait each time the same kind does so again. ``doubling``
+        False (the agent was not reached): the first wait, and the count of unexplained
+        ends stays as it was; a longer hold already running is kept."""
         self.thaw()
         now = self.clock()
         cfg = self.settings
         for kind in kinds:
-            n = self.backoff.get(kind, (0.0, 0))[1] + 1
+            until, n = self.backoff.get(kind, (0.0, 0))
+            if not doubling:
+                first = now + min(cfg.unexplained_max_backoff_s,
+                                  cfg.unexplained_backoff_s) - ago_s
+                self.backoff[kind] = (max(until, first), n)
+                continue
+            n += 1
             wait = min(cfg.unexplained_max_backoff_s, cfg.unexplained_backoff_s * 2 ** (n - 1))
             self.backoff[kind] = (now + wait - ago_s, n)

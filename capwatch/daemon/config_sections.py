@@ -211,7 +211,9 @@ class DetectionConfig(Section):
     doubled after each further such assessment, up to ``unexplained_max_backoff_s``. New,
     different evidence is assessed at once. The same holds for a drift alarm such an
     assessment did not confirm, per action: an alarm whose outcome counts are not told
-    apart from the ones assessed queues nothing meanwhile."""
+    apart from the ones assessed queues nothing meanwhile. An assessment that failed
+    because the agent could not be reached waits this long, not doubled: it learnt
+    nothing about the behaviour."""
     unexplained_max_backoff_s: float = Field(default=6 * 3600.0, ge=0)
 
 

@@ -58,7 +58,7 @@ class ResultApplier:
             if watch is None:
                 self.registry.unpark(result.agent_id, result.key)
             else:
-                watch.settle(result.key)
+                watch.settle(result.key, learnt=result.how is not Settlement.UNREACHABLE)
         elif isinstance(result, CanaryFinding) and watch is not None:
             if watch.add_canary_finding(result.transition):
                 self.queue(watch)

@@ -190,6 +190,9 @@ class Settlement(enum.Enum):
     """The assessment found the model still right."""
     FAILED = "failed"
     """It failed for good (its alert is in the outbox)."""
+    UNREACHABLE = "agent unreachable"
+    """It failed for good because the agent could not be reached (its alert is in the
+    outbox): nothing was learnt about the agent's behaviour."""
     LEFT_QUEUE = "left the queue"
     """Another replica finished it; seen by polling the store."""
 

@@ -352,7 +352,9 @@ class AssessmentWorkers:
             log.warning("assessment failed for good", key=item.key, agent_id=item.agent_id,
                         reason=failure.alert_reason, error=failure.message[:500],
                         attempts=item.attempts)
-            self.post(Settled(item.agent_id, item.key, Settlement.FAILED))
+            self.post(Settled(item.agent_id, item.key,
+                              Settlement.UNREACHABLE if failure.agent_unreachable
+                              else Settlement.FAILED))
         else:
             # Without this line an operator sees only the client's retries and a run with
             # --exit-when-idle seems to hang for the whole retry schedule.

@@ -178,3 +178,54 @@ def test_the_streams_alarm_over_an_unconfirmed_drift_is_held_too() -> None:
     clock.now = 600.0
     again = [i for i, t in enumerate(stream) if w.observe(t).alarm is not None]
     assert again, "past the back-off, the same drift alarms again"
+
+
+def test_an_unreachable_agent_does_not_double_the_back_off_of_a_drift_it_never_judged(
+        ) -> None:
+    # The agent's query endpoint was down for three assessments of a real drift: each
+    # failed without an answer. Doubled per failure (as for 'no change'), the same drift
+    # was held 2,400 s (here; up to unexplained_max_backoff_s, 6 h by default) after the
+    # agent was back, although no answer had ever said the model was right.
+    clock = Clock()
+    w = _watch(clock)
+    for start in (0.0, 600.0, 1200.0):
+        clock.now = start
+        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+        item = w.work_item()
+        w.queued(item.key)
+        w.settle(item.key, learnt=False)
+        clock.now = start + 599.0
+        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is None, "held the first wait"
+    clock.now = 1800.0  # the agent is back: the drift is assessed after the first wait
+    assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+    # An answer that found no change counts as the first unexplained end: 600 s, then 1200.
+    _assessed_unconfirmed(w)
+    clock.now = 1800.0 + 600.0
+    assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+    _assessed_unconfirmed(w)
+    clock.now = 2400.0 + 1199.0
+    assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is None
+
+
+def test_an_unreachable_agent_keeps_a_longer_hold_and_the_inconsistencies_first_wait() -> None:
+    clock = Clock()
+    w = _watch(clock)
+    finding = AgentTransition(w.agent_id, w.family, None, None, None, frozenset(),
+                              ("drop", "r1", "p1", "a"), frozenset(), False, True)
+    for start in (0.0, 600.0):
+        clock.now = start
+        assert w.add_canary_finding(finding), "queued again after the first wait"
+        key = w.work_item().key
+        w.queued(key)
+        w.settle(key, learnt=False)
+        clock.now = start + 599.0
+        assert not w.add_canary_finding(finding)
+    ((kind, entry),) = w.backoff.items()
+    assert entry == (1200.0, 0)  # held until 600 + 600, no unexplained end counted
+    # A hold already longer than the first wait (unexplained ends) is not cut short.
+    clock.now = 2000.0
+    w.back_off([kind])
+    w.back_off([kind])
+    assert w.backoff[kind] == (2000.0 + 1200.0, 2)
+    w.back_off([kind], doubling=False)
+    assert w.backoff[kind] == (2000.0 + 1200.0, 2)

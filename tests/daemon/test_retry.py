@@ -131,6 +131,27 @@ def test_the_alert_comes_after_the_last_allowed_attempt(tmp_path: Path, attempts
     d.store.close()
 
 
+@pytest.mark.parametrize("error", [AgentUnavailable("connection refused"),
+                                   AgentRejectedQuery(400, "bad_request", "no")],
+                         ids=["unreachable", "refused"])
+def test_work_given_up_on_an_unreachable_agent_does_not_count_as_unexplained(
+        tmp_path: Path, error: AgentUnavailable) -> None:
+    # No answer said the model was right: the evidence waits the first back-off and its
+    # count of unexplained ends stays 0, so an outage cannot double the hold to hours. An
+    # agent that answered (here with a refusal) counts, and doubles as before.
+    d, now, _ = _daemon(tmp_path, Flaky(100, error), max_attempts=1, attempts=1)
+    assert _attempt(d, now, T0)
+    assert d.store.queue_items("failed")
+    d.drain()
+    watch = d.registry.get("rover-a")
+    assert watch is not None and watch.awaiting is None
+    ((until, count),) = watch.backoff.values()
+    assert count == (1 if isinstance(error, AgentRejectedQuery) else 0)
+    assert 0 < until - watch.clock() <= d.config.detection.unexplained_backoff_s
+    d.source.close()
+    d.store.close()
+
+
 def test_an_agent_that_refuses_the_query_gets_the_ordinary_retries(tmp_path: Path) -> None:
     # It answered (400): waiting will not change its mind, so no backoff and no 8 attempts.
     d, now, out = _daemon(tmp_path, Flaky(100, AgentRejectedQuery(400, "bad_request", "no")),
