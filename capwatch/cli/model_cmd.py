@@ -42,7 +42,11 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    a, b = load_domain(args.a), load_domain(args.b)
+    # As capwatch monitors a model: without pddlgym action literals, which the daemon
+    # strips from a family's domain, so its published versions never have them and a
+    # domain file that does would otherwise never compare with them.
+    a = load_domain(args.a).without_action_literals()
+    b = load_domain(args.b).without_action_literals()
     ma, mb = AbstractModel.from_domain(a), AbstractModel.from_domain(b)
     if ma.modes.keys() != mb.modes.keys():
         print("capwatch: the two models have different vocabularies (predicates, action "

@@ -124,3 +124,29 @@ def test_diff_says_when_an_effect_outside_the_pal_tuples_changed_beside_a_mode(
     out = capsys.readouterr().out
     assert "load-highspeed-saw(?b ?m) no longer makes (empty ?m) false" in out
     assert "(surface-condition ?b rough) true" in out
+
+
+def test_diff_compares_a_domain_with_action_literals_to_its_published_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """oper18b: the daemon monitors a family without its pddlgym action literals
+    (``(move-car ?from ?to)`` in move-car's precondition), so every version it publishes
+    is written without them. ``capwatch model diff TRUTH.pddl VERSION.pddl``, the check
+    docs/daemon.md gives the operator, refused such a pair with exit 2 ("different
+    vocabularies") even when the version was exactly the truth: the tireworld agents'
+    right versions could not be checked. Both sides are compared as capwatch monitors
+    them."""
+    from capwatch.model.pddl_reader import read_domain
+    from capwatch.model.pddl_writer import write_domain
+
+    truth = DATA / "stochastic" / "tireworld" / "domain.pddl"
+    published = tmp_path / "version.pddl"
+    published.write_text(write_domain(read_domain(truth).without_action_literals()))
+    assert main(["model", "diff", str(truth), str(published)]) == 0
+    assert "Δ = 0 of" in capsys.readouterr().out
+    # A real change is still seen across the two spellings.
+    changed = tmp_path / "changed.pddl"
+    changed.write_text(published.read_text().replace(
+        "(and (not-flattire) (not (spare-in ?loc)))", "(and (not-flattire))"))
+    assert changed.read_text() != published.read_text()
+    assert main(["model", "diff", str(truth), str(changed)]) == 1
+    assert "changetire(?loc) no longer makes (spare-in ?loc) false" in capsys.readouterr().out
