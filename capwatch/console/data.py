@@ -65,6 +65,9 @@ class AgentRow:
     inconsistent: int
     change: str = ""
     """The first line of its current own version's change, in the model's words."""
+    more_changes: int = 0
+    """How many more lines that change has (one per changed action): the fleet page says
+    so beside the first, which alone read as the whole change."""
 
     def to_json(self) -> dict[str, Any]:
         return {"family": self.family, "agent_id": self.agent_id, "state": self.state,
@@ -72,7 +75,7 @@ class AgentRow:
                 "last_event": self.last_event.isoformat() if self.last_event else None,
                 "last_event_what": self.last_event_what, "open_alerts": self.open_alerts,
                 "transitions": self.transitions, "inconsistent": self.inconsistent,
-                "change": self.change}
+                "change": self.change, "more_changes": self.more_changes}
 
 
 def _alert_agent(row: OutboxAlert) -> str | None:
@@ -132,6 +135,7 @@ def fleet(store: ModelStore, family: str | None = None,
         last_action = acted.get((fam, agent))
         drifted = False
         change = ""
+        more = 0
         if mine is not None:
             if fam not in base_models:
                 b = s.latest(fam, None)
@@ -141,6 +145,7 @@ def fleet(store: ModelStore, family: str | None = None,
             drifted = mine.delta_to_baseline > 0 or (
                 v is not None and v.model_json != base_models[fam])
             change = v.summary[0] if v is not None and v.summary else ""
+            more = len(v.summary) - 1 if v is not None and v.summary else 0
         newest_alert = agent_alerts[0] if agent_alerts else None
         if item is not None and item.status in ("pending", "claimed"):
             state = "assessing"
@@ -175,7 +180,7 @@ def fleet(store: ModelStore, family: str | None = None,
         when, what = max(events, key=lambda e: e[0]) if events else (None, "")
         rows.append(AgentRow(fam, agent, state, ref, current.delta_to_baseline
                              if mine is not None else 0, when, what, open_alerts,
-                             act.transitions, act.inconsistent, change))
+                             act.transitions, act.inconsistent, change, more))
     return rows
 
 

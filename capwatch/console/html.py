@@ -72,7 +72,7 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
             f"</td><td class=\"nowrap\">{link(links.family(r.family), r.family)}</td>"
             f"<td>{badge(r.state)}</td><td class=\"nowrap\">{e(model)}</td>"
             f"<td class=\"num\">{r.delta_to_baseline}</td>"
-            f"<td>{e(_short(r.change))}</td><td>{e(when(r.last_event))} "
+            f"<td>{e(_short(r.change))}{_more(r.more_changes)}</td><td>{e(when(r.last_event))} "
             f"<span class=\"muted\">{e(r.last_event_what)}"
             f"</span></td><td class=\"num\">{r.open_alerts}</td></tr>")
     pager = _pager(page, links, state=state, text=text, sort=sort, descending=descending,
@@ -83,6 +83,10 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
             f"<p>{page.total} agents match; page {page.page} of {page.pages}.</p>"
             f'<table aria-label="Agents"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>{pager}")
+
+
+def _more(n: int) -> str:
+    return f' <span class="muted">(+{n} more)</span>' if n > 0 else ""
 
 
 def _short(text: str, n: int = 90) -> str:

@@ -153,3 +153,21 @@ def test_ten_thousand_agents_are_paged(tmp_path: Path) -> None:
     ids = re.findall(r'href="/console/agents/rover-v3/(r-\d+)"', page)
     assert ids == [f"r-{i:05d}" for i in range(300, 350)]
     assert len(page) < 100_000  # one page, not the fleet
+
+
+def test_fleet_row_says_when_a_version_changed_more_than_one_action(tmp_path: Path) -> None:
+    """oper18b: an agent whose version changed two actions (drive keeps (at ?v ?l1), drop
+    no longer needs (capacity ?v ?s1)) showed only the first line in the fleet page's "What
+    changed" column, and nothing said there was more: an operator scanning the fleet read
+    one change. The row now says how many more lines the version has."""
+    ipc = REPO_ROOT / "tests" / "data" / "domains"
+    s = open_store(str(tmp_path / "models.db"))
+    record_new_model(s, "transport", None, read_domain(ipc / "ipc" / "transport" / "domain.pddl"),
+                     T0)
+    record_new_model(s, "transport", "truck-1", read_domain(
+        ipc / "own" / "ipc-drifts" / "transport" / "drive-and-drop.pddl"), T0 + timedelta(hours=1))
+    page = get(Console(s), "/console/?state=drifted").body.decode()
+    row = re.search(r"<tr><td[^>]*><a[^>]*>truck-1</a>.*?</tr>", page)
+    assert row is not None
+    assert "(+1 more)" in row.group(0)
+    assert "drive(?v ?l1 ?l2) no longer makes (at ?v ?l1) false" in row.group(0)
