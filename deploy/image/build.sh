@@ -9,7 +9,8 @@
 #      (capwatch/native.py, docs/performance.md "Compiled modules");
 #   3. buildah bud of ./Dockerfile on that context;
 #   4. a smoke test in podman (deploy/image/smoke.sh).
-# Needs root (or rootless podman with user namespaces), buildah, podman, mmdebstrap.
+# Needs root (or rootless podman with user namespaces), buildah, podman, mmdebstrap, and
+# runc on hosts with hybrid cgroups (crun refuses them).
 # Environment: IMAGE (capwatch:VERSION), BASE_IMAGE and BUILDER_IMAGE (made here by
 # default), SUITE (bookworm),
 # MIRROR, EXTRAS (otel; empty for none), SKIP_SMOKE=1.
@@ -35,7 +36,14 @@ if [ -z "${CONTAINERS_CONF:-}" ]; then
     {
         echo "[containers]"
         echo "default_ulimits = [\"nofile=1024:$nofile\", \"nproc=$nproc:$nproc\"]"
-        if [ -d /sys/fs/cgroup/unified ] && command -v runc >/dev/null; then
+        if [ -d /sys/fs/cgroup/unified ]; then
+            # Without runc, buildah's first RUN fails with crun's "did not get container
+            # create message from subprocess: EOF", after the base images were made.
+            command -v runc >/dev/null || {
+                echo "build.sh: this host mounts cgroups in hybrid mode, which crun refuses;" \
+                    "install runc (Debian: apt-get install runc)" >&2
+                exit 1
+            }
             printf '[engine]\nruntime = "runc"\n'
         fi
     } > "$CONTAINERS_CONF"
