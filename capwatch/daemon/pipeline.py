@@ -621,8 +621,7 @@ class Pipeline:
         except AssignmentLost as e:
             self._lost(e)
             return
-        if moved:
-            self.lag.refresh()
+        self.lag.refresh(moved)
 
     def commit_flushed(self) -> None:
         """Commit a background checkpoint's offsets once its flush is done."""
@@ -631,8 +630,7 @@ class Pipeline:
         except AssignmentLost as e:
             self._lost(e)
             return
-        if moved:
-            self.lag.refresh()
+        self.lag.refresh(moved)
 
     def audit(self) -> None:
         """The fleet-wide windowed chi-square with BH control, whole, now."""

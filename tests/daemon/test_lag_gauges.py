@@ -61,3 +61,50 @@ def test_a_lost_partition_reports_no_lag(tmp_path: Path) -> None:
     source.held = set()
     d._lost(AssignmentLost({0}, "the member was dropped from the group"))
     assert _lag(d) is None
+
+
+class Draining(Lagging):
+    """The lag the test sets, on partition 0."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.behind = 30
+
+    def lag(self) -> dict[int, int]:
+        return {0: self.behind}
+
+
+def test_the_lag_reaches_0_when_the_stream_stops_within_the_throttle(tmp_path: Path) -> None:
+    """oper18b (confluent-kafka, two replicas in podman): once the fleet stopped, one
+    replica kept exporting lag 18, 33 and 9 on its three partitions for good, their
+    commits at the partitions' ends. The gauges are refreshed after a checkpoint that
+    moved the offsets, at most every 15 s: the stream's last records were committed
+    within 15 s of the previous refresh, and no later checkpoint moved. A refresh the
+    throttle put off is now done at the next checkpoint, moved or not."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample("rover-b", 0) + "\n")
+    source = Draining(str(path))
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)})
+    d = build_service(cfg, publisher=MemoryPublisher(), source=source).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    d.source.poll(1.0)
+    now = [1_000.0]
+    d.lag.clock = lambda: now[0]
+    d.checkpoint()  # the record's offset committed: nothing moves after this
+    d.lag.refresh()  # a checkpoint that moved, 30 behind
+    assert _lag(d) == 30
+    source.behind = 0
+    now[0] += 5
+    d.lag.refresh()  # the stream's last records committed, 5 s later: put off
+    assert _lag(d) == 30
+    for _ in range(3):  # the stream has stopped: scheduled checkpoints move nothing
+        now[0] += 10
+        d.checkpoint()
+    assert _lag(d) == 0
+    assert _lag(d, "capwatch_consumer_lag_seconds") == 0
+    # Idle checkpoints with nothing put off ask the source nothing.
+    source.behind = 7
+    now[0] += 60
+    d.checkpoint()
+    assert _lag(d) == 0
