@@ -182,10 +182,11 @@ class Pipeline:
         """What the daemon does before its main loop consumes (seeding the baselines,
         joining the group), for /readyz ("starting: ..."); None once it consumes."""
         self._outage: str | None = None
-        self._store_seen_down = False
-        """A probe of this outage found the models store unreachable (see _failed)."""
         """What the daemon stands on that is failing now (the store, the disk, Kafka), with
         the error; None when everything answers."""
+        self._store_seen_down = False
+        """A probe of this outage found the models store unreachable since the last wait
+        cut short by its answering again (see _failed)."""
         self._outage_wait = 0.0
         self._backlog: list[Record] = []
         """Records polled but not handled because the store failed: handled first next."""
@@ -394,6 +395,10 @@ class Pipeline:
                 if unreachable(STORE_PROBE_WAIT_S) is not None:
                     self._store_seen_down = True
                 elif self._store_seen_down:
+                    # Seen again only by a probe that finds it down: if the retry fails
+                    # with the store answering (it fails the work, not the connection),
+                    # the next wait is the whole back-off, not a retry every probe.
+                    self._store_seen_down = False
                     break
                 probe_at = time.monotonic() + STORE_PROBE_EVERY_S
             self._stop.wait(min(0.25, left))

@@ -192,9 +192,9 @@ def test_a_store_back_within_the_back_off_is_retried_at_once(
     pipeline._failed(StoreError("database is unreachable"))
     assert pipeline._outage_wait == 30.0
     assert len(probes) == 3 and answers == []  # down, down, back: the wait ended there
-    # A new outage whose store answers from the first probe (it fails the work, not the
-    # connection): every probe says so and the back-off is waited out (here: until stop).
-    pipeline._store_seen_down = False
+    # The retry then fails with the store answering (it fails the work, not the
+    # connection): every probe says so and the back-off is waited out (here: until stop),
+    # not cut short at the first probe because an earlier one of the outage found it down.
     monkeypatch.setattr(pipeline, "_stop", _Stopped(after=5))
     probes.clear()
     pipeline._failed(StoreError("constraint failed"))
