@@ -280,8 +280,9 @@ def kafka_clients(k: KafkaConfig) -> tuple[Callable[..., Source], Callable[..., 
                 raise
             raise ConfigError(
                 "kafka.client is confluent-kafka but the confluent-kafka package is not "
-                "installed: pip install 'capwatch[confluent]', or set kafka.client to "
-                "kafka-python") from None
+                "installed: pip install 'capwatch[confluent]' (the container image: "
+                "build it with EXTRAS=otel,confluent, deploy/image/build.sh), or set "
+                "kafka.client to kafka-python") from None
         return ConfluentKafkaSource, ConfluentKafkaPublisher
     from capwatch.adapters.io.kafka import KafkaPublisher, KafkaSource
 
