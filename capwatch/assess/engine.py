@@ -130,8 +130,10 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     probability is shown to be at least this, and a known one no step showed is taken
     to be gone only once its probability is shown to be below it (0: at its known
     probability, session 14's rule); ``probability_tolerance``: re-estimated
-    outcome probabilities are published only once within this of the truth (but for a
-    chance of 1%, docs/assessment.md, "Outcome probabilities"); otherwise the action's
+    outcome probabilities are published only once within this of the truth for two
+    outcomes at 1/2, elsewhere within the same Pearson chi-square distance, relative to
+    each probability's size (but for a chance of 1%, docs/assessment.md, "Outcome
+    probabilities", :func:`outcome_shares.pearson_tolerance`); otherwise the action's
     outcomes are undecided. ``max_query_atoms`` caps a query's initial state (probes
     that do not fit wait for the next query; docs/agent-query-protocol.md, "Query size").
     ``independent_draws`` is the caller's word that the agent draws every step's outcome

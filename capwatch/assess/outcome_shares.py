@@ -21,8 +21,11 @@ Two uses:
   outcome added or retired, one's effects or the action's pal-tuples changed) the known
   probabilities are not evidence, and when the steps contradict them they are wrong: the
   probabilities are then estimated from the counting steps, with simultaneous
-  Clopper-Pearson intervals at PROBABILITY_CONFIDENCE, and published only once every
-  published value is within ``tolerance`` of its interval's ends.
+  Clopper-Pearson intervals at PROBABILITY_CONFIDENCE, and published only once no
+  distribution in those intervals is further from the published values, in Pearson's
+  chi-square distance per step, than a shift of ``tolerance`` between two outcomes at 1/2
+  each (:func:`pearson_tolerance`): relative to each probability's size, as the drift
+  audit that next judges the version is.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from capwatch.assess.effect_masks import EffectMask, posts
 from capwatch.model.pal import PaTuple
-from capwatch.monitor.stats import multinomial_mle
+from capwatch.monitor.stats import max_pearson_over_box, multinomial_mle
 
 if TYPE_CHECKING:
     from capwatch.assess.outcomes import OutcomeRecord, OutcomeSpace
@@ -43,8 +46,10 @@ MIN_OUTCOME_PROBABILITY = 0.01
 """The default least probability an added outcome must be shown to have (``assess``'s
 ``min_outcome_probability``, the daemon's ``assessment.min_outcome_probability``)."""
 PROBABILITY_TOLERANCE = 0.1
-"""The default largest distance between a re-estimated outcome probability and either end
-of its interval (``assess``'s ``probability_tolerance``)."""
+"""The default tolerance of a re-estimate (``assess``'s ``probability_tolerance``): the
+largest distance from a published probability to the ends of its interval for two outcomes
+at 1/2 each; elsewhere the same Pearson distance (:func:`pearson_tolerance`), so about
+2 · tolerance · sqrt(p (1 - p)) for an outcome of probability p (±0.02 at 0.01)."""
 PROBABILITY_CONFIDENCE = 0.99
 """The simultaneous confidence of the intervals a re-estimate is published by: a published
 probability is within the tolerance of the truth but for a chance of 1%. At 1 - the
@@ -186,15 +191,39 @@ class ShareEstimate:
         return max(max(p - lo, hi - p) for p, lo, hi in
                    zip(self.probabilities, self.low, self.high, strict=True))
 
+    @property
+    def reach(self) -> float:
+        """The largest Pearson chi-square distance per step, sum (q_i - p_i)^2 / p_i, from
+        the published values p to a distribution q in the intervals (the drift audit's
+        statistic on one execution's expected counts, ``max_pearson_over_box``)."""
+        if not self.n or len(self.outcomes) < 2:
+            return math.inf
+        return max_pearson_over_box(self.low, self.high, self.probabilities, 1)
+
     def needed(self, tolerance: float) -> int:
         """More steps that tell the outcomes apart after which the intervals should be
-        narrow enough (normal approximation from the estimate, 10% added for
-        Clopper-Pearson's width)."""
+        narrow enough: an interval of half-width z sqrt(p (1 - p) / n) per outcome puts the
+        region's farthest point at about z^2 (m - 1) / n whatever the p (10% added for
+        Clopper-Pearson's width); once steps are counted, from the shortfall of the reach
+        they gave (it shrinks as 1/n; a rare outcome's skewed interval falls short of the
+        plan)."""
         m = len(self.outcomes)
         z = _z((1.0 - PROBABILITY_CONFIDENCE) / (m if m > 2 else 1))
-        worst = max((min(max(0.5, lo), hi) * (1 - min(max(0.5, lo), hi))
-                     for lo, hi in zip(self.low, self.high, strict=True)), default=0.25)
-        return max(math.ceil(1.1 * z * z * worst / (tolerance * tolerance)) - self.n, 1)
+        target = pearson_tolerance(tolerance)
+        need = math.ceil(1.1 * z * z * (m - 1) / target)
+        if self.n and math.isfinite(self.reach):
+            need = max(need, math.ceil(1.1 * self.n * self.reach / target))
+        return max(need - self.n, 1)
+
+
+def pearson_tolerance(tolerance: float) -> float:
+    """The Pearson chi-square distance per step of a shift of ``tolerance`` between two
+    outcomes at 1/2 each (tolerance^2 / (1/2) twice): the bound a re-estimate's reach must
+    keep within. At 1/2 it is the absolute tolerance it replaces; for an outcome of
+    probability p it allows about 2 · tolerance · sqrt(p (1 - p)), so the precision is
+    relative where p is small, as the drift audit's X² is (an absolute 0.1 published a 0.01
+    outcome at 0.126 from 16 of 130 steps)."""
+    return 4.0 * tolerance * tolerance
 
 
 def _z(two_sided: float) -> float:
@@ -245,17 +274,20 @@ def probability_gap(space: OutcomeSpace, est: ShareEstimate, *, pals_changed: bo
                     tolerance: float) -> str | None:
     """Why the probabilities a version would state are not shown (None when they are):
     after a structural change (:func:`changed`, or ``pals_changed``: the action's
-    pal-tuples are not the known ones) or when the steps contradict the known ones, the
-    re-estimate's values must be within ``tolerance`` of their intervals' ends."""
+    pal-tuples are not the known ones) or when the steps contradict the known ones, no
+    distribution in the re-estimate's intervals may be further from its values than
+    :func:`pearson_tolerance` (``tolerance`` at 1/2, relative near 0 and 1)."""
     if len(est.outcomes) < 2 or tolerance >= 1.0:
         return None
     if not (pals_changed or changed(space) or contradicted(space, est)):
         return None
-    if est.n and est.spread <= tolerance:
+    if est.n and est.reach <= pearson_tolerance(tolerance):
         return None
     return (f"its outcome probabilities changed or may have, and the {est.n} asked steps "
             f"that tell its outcomes apart do not determine them within {tolerance:g} "
-            f"(interval reach {est.spread:.2f})")
+            f"at 1/2 (relative to each probability's size: Pearson distance per step "
+            f"{est.reach:.3g} over {pearson_tolerance(tolerance):.3g}; interval reach "
+            f"{est.spread:.2f})")
 
 
 def published(space: OutcomeSpace, est: ShareEstimate, *, pals_changed: bool) -> bool:
@@ -265,5 +297,5 @@ def published(space: OutcomeSpace, est: ShareEstimate, *, pals_changed: bool) ->
 
 
 __all__ = ["MIN_OUTCOME_PROBABILITY", "PROBABILITY_TOLERANCE", "ShareEstimate", "changed",
-           "contradicted", "counts", "estimate", "probability_gap", "published",
-           "rare_doubts", "rare_needed"]
+           "contradicted", "counts", "estimate", "pearson_tolerance", "probability_gap",
+           "published", "rare_doubts", "rare_needed"]

@@ -258,9 +258,11 @@ class AssessmentConfig(Section):
     "Outcome probabilities"). 0 publishes any outcome that showed again."""
     probability_tolerance: float = Field(default=0.1, gt=0, le=1)
     """After a structural change of a probabilistic action, its outcome probabilities are
-    re-estimated from the answers and published only once each is within this of the
-    truth (but for the assessment's accepted error); otherwise the assessment fails
-    closed. 1 publishes the estimate however wide."""
+    re-estimated from the answers and published only once they are within this of the
+    truth for two outcomes at 1/2 each, and elsewhere within the same Pearson chi-square
+    distance (relative to each probability's size: about 2 · this · sqrt(p (1 - p)) for
+    an outcome of probability p), but for the assessment's accepted error; otherwise the
+    assessment fails closed. 1 publishes the estimate however wide."""
     reassess_every_s: float | None = Field(default=None, gt=0)
     """Re-assess each agent this replica watches with ``verify`` once per this period,
     evidence or not (daemon.reassess): finds what the stream cannot show, such as a

@@ -364,3 +364,30 @@ def test_a_switcher_of_an_outcome_made_rarer_is_never_published_without_it(seed:
                     budget=500)
     if "pick" not in result.undecided_outcomes:
         assert _effects(result.domain().action("pick")) == _effects(truth.action("pick"))
+
+
+def test_a_re_estimate_is_determined_relative_to_each_probabilitys_size() -> None:
+    """After a structural change, 16 slips in 130 steps (the per-answer switcher's table of
+    session 18: its answers asked again showed 10 in 790) were published at 0.126: within
+    an absolute 0.1 of both ends of [0.06, 0.21], which is a factor 3.5 wide. Relative to
+    the slip's size the steps do not determine it: Pearson's distance per step from 0.126
+    to the interval's far end is over what a shift of 0.1 at 1/2 is."""
+    space, pas = _space()
+    _feed(space, pas, [FULL] * 114 + [SLIP] * 16)
+    est = estimate(space)
+    assert est.spread <= 0.1  # what the absolute tolerance accepted
+    gap = probability_gap(space, est, pals_changed=True, tolerance=0.1)
+    assert gap is not None and "relative to each probability's size" in gap
+    assert est.needed(0.1) > 50
+
+
+def test_at_one_half_the_tolerance_is_the_absolute_one() -> None:
+    """The setting keeps its meaning where outcomes are even: a shift of the tolerance at
+    1/2 each is the bound, so an estimate within it there is accepted as before."""
+    for n, accepted in ((80, False), (84, False), (86, True), (120, True)):
+        space, pas = _space()
+        _feed(space, pas, [FULL] * n + [SLIP] * n)
+        est = estimate(space)
+        assert (est.spread <= 0.1) is accepted
+        assert (probability_gap(space, est, pals_changed=True, tolerance=0.1) is None) \
+            is accepted
