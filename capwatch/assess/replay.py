@@ -163,8 +163,49 @@ def confirm(model: Domain, agent: AgentQuery, queries: Sequence[QueryLog], limit
             for name, row in rows.items():
                 tables.setdefault(name, []).append(row)
     if mixed_error is not None and not out:
-        out += _mixed(tables, mixed_error)
+        # Two families at half the level each (Bonferroni): the answers asked again across
+        # themselves, and pooled against the answers the version was learnt from.
+        out += _mixed(tables, mixed_error / 2)
+        if not out:
+            out += _learnt_apart(model, grounder, queries, tables, mixed_error / 2)
     return out, len(chosen)
+
+
+def _learnt_apart(model: Domain, grounder: Grounder, queries: Sequence[QueryLog],
+                  tables: dict[str, list[list[int]]], error: float) -> list[Unexplained]:
+    """The actions whose answers asked again, pooled, ran their outcomes in other shares
+    than the answers the version was learnt from, pooled, but for a chance ``error``
+    overall (the same likelihood-ratio test on a table of two rows, Bonferroni over the
+    actions tested).
+
+    The version states the learnt shares (re-estimated to the engine's tolerance, relative
+    to each probability's size): fresh answers drawn from the distribution it states show
+    them too. A per-answer switcher whose old model's answers fell among the few the
+    engine learnt from (a removed outcome kept at 0.083 from 21 of 258 steps) shows the
+    new model's shares asked again (8 of 790), where the per-answer test may lack the
+    answers to reject. An honest agent's two samples are one distribution's draws (the
+    engine chose when to stop on its own, which leaves its shares nearly unbiased)."""
+    learnt: dict[str, list[int]] = {}
+    for q in queries:
+        for name, outcome in outcome_steps(grounder, q):
+            if outcome >= 0:
+                learnt.setdefault(name, [0] * len(model.action(name).outcomes))[
+                    outcome] += 1
+    pairs = {name: [learnt[name], [sum(col) for col in zip(*table, strict=True)]]
+             for name, table in tables.items() if name in learnt}
+    out = []
+    for name, pair in sorted(pairs.items()):
+        for j, p in heterogeneous(pair, error / len(pairs), likelihood=True):
+            p_all = min(1.0, p * len(pairs))
+            out.append(Unexplained(
+                f"outcomes of {name} asked again", frozenset(), (), None, frozenset(),
+                f"asked again, outcome {j + 1} of {name} ran in {pair[1][j]} of "
+                f"{sum(pair[1])} steps that tell its outcomes apart, where the answers the "
+                f"version was learnt from showed it in {pair[0][j]} of {sum(pair[0])}: "
+                f"shares that one distribution gives with a chance of {p_all:.2g} at most "
+                f"(the agent does not draw its outcomes independently; it may be answering "
+                f"as two models)"))
+    return out
 
 
 def _mixed(tables: dict[str, list[list[int]]], error: float) -> list[Unexplained]:
