@@ -15,8 +15,9 @@ two (with two, the intervals for p and 1 − p are one event).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,11 @@ class ProbabilityEstimate:
     audit: AuditPrecision | None = None
     """The drift audit's precision target and whether the estimate reached it (None when
     none was asked)."""
+    keeps_current: bool | None = None
+    """With ``current`` probabilities and an audit target: whether they pass the audit's
+    test against every distribution in the estimate's region (the window's expected
+    counts, X² at most the critical value), so that keeping them is as safe as publishing
+    the estimate; None when no such question was asked."""
 
     @property
     def audit_precise(self) -> bool:
@@ -166,7 +172,7 @@ def estimate_outcome_probabilities(
     half_width: float = 0.05, confidence: float = 0.95,
     method: IntervalMethod = "clopper-pearson", pilot: int = 30, max_samples: int = 20_000,
     max_anomaly_fraction: float = 0.5, audit_window: int | None = None,
-    audit_level: float = 0.05,
+    audit_level: float = 0.05, current: Sequence[float] | None = None,
 ) -> ProbabilityEstimate:
     """Sample ⟨state, [ground_action]⟩ until each outcome probability is within ±half_width.
 
@@ -176,6 +182,15 @@ def estimate_outcome_probabilities(
     precision relative to each probability, which ±half_width alone is not near 0 (an
     outcome at 0.01 was published at 0.00578, then 0.00288, and the audit rejected it).
     ``audit`` says whether it was reached within ``max_samples``.
+
+    With ``current`` (the probabilities the model states now, in ``action``'s outcome
+    order) and ``audit_window``, ``keeps_current`` says whether they may be kept: only when
+    the audit would not reject them on the expected counts of any distribution in the
+    region (its X² of them at most the critical value), the bound a published estimate
+    carries. An estimate whose region holds them but not that far (the region is sized so
+    its points pass against its centre, not against each other: a kept model could be ~4
+    critical values from the truth) is followed by a stage sized from that shortfall,
+    fresh, if the budget allows; otherwise they are not kept.
 
     A pilot of ``pilot`` samples sizes the next stage (from the largest variance its
     interval still allows); the estimate reported is the last stage's. ``samples``
@@ -203,7 +218,7 @@ def estimate_outcome_probabilities(
     counts = np.zeros(k, dtype=np.int64)
     asked = not_executed = unexplained = 0
 
-    def current() -> MultinomialEstimate:
+    def current_estimate() -> MultinomialEstimate:
         return multinomial_mle(counts, confidence, method, simultaneous=True)
 
     if k == 1:
@@ -213,10 +228,13 @@ def estimate_outcome_probabilities(
                                    0, 0, 0, half_width, True)
     if audit_window is not None and (audit_window < 1 or not 0.0 < audit_level < 1.0):
         raise ValueError("audit_window must be positive and audit_level in (0, 1)")
+    if current is not None and len(current) != k:
+        raise ValueError(f"{len(current)} current probabilities for {k} outcomes")
     request = min(pilot, max_samples)
-    est = current()
+    est = current_estimate()
     audit: AuditPrecision | None = None
     sized_for_audit = False
+    fallback: ProbabilityEstimate | None = None
     while request > 0:
         # Each stage's size is fixed by the previous stage and its estimate uses its own
         # samples only: conditional on that size the samples are fresh, so the reported
@@ -233,15 +251,37 @@ def estimate_outcome_probabilities(
                 unexplained += 1
             else:
                 counts[hit] += 1
-        est = current()
+        est = current_estimate()
         if audit_window is not None:
             audit = audit_precision(action, est, audit_window, audit_level)
+        keep_needed = 0
         if est.n and max(est.half_widths) <= half_width and (audit is None or audit.reached):
-            return ProbabilityEstimate(action.header(), ground_action, est, asked,
-                                       not_executed, unexplained, half_width, True, audit)
+            keeps: bool | None = None
+            if current is not None and audit is not None:
+                keeps = False
+                if est.covers(current) and min(current) > 0.0:
+                    # The current probabilities pass against every distribution the
+                    # answers leave plausible, the truth included (at the region's
+                    # confidence): as safe to keep as the estimate is to publish.
+                    far = max_pearson_over_box(est.low, est.high, current, audit.window)
+                    keeps = far <= audit.critical
+                    if not keeps:
+                        # The region holds them but reaches further: the agent may draw
+                        # them, or draw what the audit rejects them on. A fresh stage
+                        # sized from the shortfall (X² over the region shrinks as 1/n).
+                        keep_needed = math.ceil(1.1 * est.n * far / audit.critical)
+            done = ProbabilityEstimate(action.header(), ground_action, est, asked,
+                                       not_executed, unexplained, half_width, True, audit,
+                                       keeps)
+            usable = max(est.n / request, 1.0 - max_anomaly_fraction)
+            if not keep_needed or math.ceil(keep_needed / usable) > max_samples - asked:
+                return done
+            # Should the next stage fall short, this one is the estimate (not kept).
+            fallback = done
         if asked >= max_samples or (not_executed + unexplained) > max_anomaly_fraction * asked:
             break
         needed = _samples_needed(est, half_width, level) if est.n else pilot
+        needed = max(needed, keep_needed)
         if audit is not None and est.n:
             needed = max(needed, _audit_samples(k, audit.window, audit_level, confidence))
             if sized_for_audit and math.isfinite(audit.statistic):
@@ -259,6 +299,9 @@ def estimate_outcome_probabilities(
             # A stage cut short by the budget would report a wider estimate than this one
             # (each stage's estimate is its own): report this one, short of the target.
             break
+    if fallback is not None:
+        return dataclasses.replace(fallback, samples=asked, not_executed=not_executed,
+                                   unexplained=unexplained)
     return ProbabilityEstimate(action.header(), ground_action, est, asked, not_executed,
                                unexplained, half_width,
                                bool(est.n) and max(est.half_widths) <= half_width, audit)

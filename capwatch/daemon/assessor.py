@@ -125,8 +125,13 @@ def unexplained_json(u: Unexplained) -> dict[str, Any]:
 
 
 def _agrees(est: ProbabilityEstimate, action: Action) -> bool:
-    """Every outcome's probability in ``action`` lies within the estimate's simultaneous
-    interval (outcomes in ``action``'s order, as the estimate counted them)."""
+    """The answers leave ``action``'s probabilities as safe to keep as the estimate is to
+    publish: with the audit's target, the audit would not reject them on any distribution
+    in the estimate's region (``keeps_current``); without it, every outcome's probability
+    lies within the estimate's simultaneous interval (outcomes in ``action``'s order, as
+    the estimate counted them)."""
+    if est.keeps_current is not None:
+        return est.keeps_current
     known = [o.probability for o in action.outcomes]
     e = est.estimate
     return len(known) == len(e.low) and all(
@@ -236,7 +241,8 @@ class EngineAssessor:
                         est = estimate_outcome_probabilities(
                             request.agent, current, probe.action, probe.state,
                             half_width=self.half_width, max_samples=request.query_budget * 20,
-                            audit_window=self.audit_window, audit_level=self.audit_level)
+                            audit_window=self.audit_window, audit_level=self.audit_level,
+                            current=[o.probability for o in current.outcomes])
                     except UnidentifiableOutcomes:
                         est = None
                     if est is not None:
