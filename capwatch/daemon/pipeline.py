@@ -74,7 +74,7 @@ from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.reassess import Reassessment
 from capwatch.daemon.registry import Registry, resume_queued, seed_baselines
 from capwatch.daemon.results import ResultApplier
-from capwatch.daemon.store_probe import refused_writes_probe
+from capwatch.daemon.store_probe import STORE_PROBE_WAIT_S, refused_writes_probe
 from capwatch.daemon.work import Result
 from capwatch.daemon.workers import AssessmentWorkers
 from capwatch.model.domain import Domain, GroundAtom
@@ -91,8 +91,9 @@ SWEEP_EVERY_S = 0.2
 
 STORE_PROBE_EVERY_S = 2.0
 """During a models store outage's back-off, how often the main loop asks the store whether
-it answers again (``unreachable``, bounded by :data:`STORE_PROBE_WAIT_S`)."""
-STORE_PROBE_WAIT_S = 1.5
+it answers again (``unreachable``, bounded by ``store_probe.STORE_PROBE_WAIT_S``, the
+bound /readyz's probe has)."""
+
 
 class Pipeline:
     """Wires a source, the agents' watches, the store, the workers and a publisher."""
