@@ -194,13 +194,15 @@ def unconfirmed_alert_key(assessment_key: str, action: str) -> str:
 def unconfirmed_drifts(drift: Mapping[str, Mapping[str, object]],
                        details: Mapping[str, object]) -> list[tuple[str, str]]:
     """(action, detector) of each drift alarm the work re-estimated whose answers held
-    every probability of the model (the assessor's ``agrees_with_current``)."""
+    every probability of the model (the assessor's ``agrees_with_current``) or whose
+    re-estimate did not explain the alarm's counts (``alarm_unexplained``)."""
     estimates = details.get("estimates")
     if not isinstance(estimates, dict):
         return []
     return [(name, str(drift[name].get("detector", "")))
             for name, est in sorted(estimates.items())
-            if name in drift and isinstance(est, dict) and est.get("agrees_with_current")]
+            if name in drift and isinstance(est, dict)
+            and (est.get("agrees_with_current") or est.get("alarm_unexplained"))]
 
 
 def unconfirmed_alerts(key: str, family: str, agent_id: str,

@@ -13,6 +13,7 @@ instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ from capwatch.daemon.work import DriftProbe
 from capwatch.model.domain import Action, Domain
 from capwatch.model.pal import PalTuple
 from capwatch.monitor.drift import DriftConfig
+from capwatch.monitor.stats import chi_square_gof
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,9 @@ class AssessmentRequest:
     """Action name → provisional re-estimated action (probability drift)."""
     drift_probes: Mapping[str, DriftProbe] = field(default_factory=dict)
     """Action name → where to re-estimate it."""
+    drift_evidence: Mapping[str, Any] = field(default_factory=dict)
+    """Action name → the evidence that raised its alarm (DriftEvidence.to_dict()): a
+    re-estimate must explain the stream's counts (:func:`_explains_alarm`)."""
     query_budget: int = 500
     confirm_queries: int = 0
     """Queries asked a second time before the model may be published (replay.confirm)."""
@@ -136,6 +141,99 @@ def _agrees(est: ProbabilityEstimate, action: Action) -> bool:
     e = est.estimate
     return len(known) == len(e.low) and all(
         lo <= p <= hi for p, lo, hi in zip(known, e.low, e.high, strict=True))
+
+
+PUBLISH_LEVEL = OUTCOME_ERROR
+"""A re-estimate replaces the probabilities the agent is known to draw only when its
+answers reject them at this level. The decision is a test of "the answers reject the
+current probabilities": at the interval's 5% it published a noise version on ~5% of the
+false alarms the answers did not confirm (oper18b: 0.8 -> 0.779 and 0.8 -> 0.783 on honest
+agents); at the engine's outcome error (0.001) on ~0.1%. A drift the answers cannot tell
+at this level is kept, not published: the ``drift_not_confirmed`` alert and the drift
+back-off (doubling up to 6 h) bound the alarm coming back."""
+
+EXPLAINED_DETECTORS = frozenset({"sequential", "confirmation"})
+"""The alarms whose counts a re-estimate must explain: the stream's sequential detector
+(its counts start at the estimated change point) and a confirmation (fresh executions
+after the alarm). Not the fleet audit: its window of ~2,000 executions can straddle the
+drift, and counts that are part old, part new need not fit the new probabilities."""
+
+
+def _gof_p_value(counts: Sequence[int], probabilities: Sequence[float]) -> float:
+    """The drift tests' goodness of fit of ``counts`` to ``probabilities`` (same order),
+    any sample size; a count where a probability is 0 rejects outright."""
+    if len(counts) != len(probabilities):
+        return 0.0
+    if any(c > 0 and p <= 0.0 for c, p in zip(counts, probabilities, strict=True)):
+        return 0.0
+    kept = [(c, p) for c, p in zip(counts, probabilities, strict=True) if p > 0.0]
+    total = sum(p for _, p in kept)
+    if len(kept) < 2 or sum(c for c, _ in kept) == 0:
+        return 1.0
+    return chi_square_gof([c for c, _ in kept], [p / total for _, p in kept],
+                          min_samples=1).p_value
+
+
+def _answers_reject(est: ProbabilityEstimate, action: Action) -> bool:
+    """The estimate's answers (its last stage, fresh: that stage's size was fixed before
+    its samples) reject ``action``'s probabilities at :data:`PUBLISH_LEVEL`."""
+    return _gof_p_value(est.estimate.counts,
+                        [o.probability for o in action.outcomes]) < PUBLISH_LEVEL
+
+
+MIXTURE_STEPS = 50
+"""The alarm's window may start before the drift (its change point is an estimate:
+tireworld's 0.8 -> 0.5 at execution 500 was placed at 115 once): its counts are then
+tested against the mixtures w·current + (1 − w)·updated, w in steps of 1/50."""
+
+
+def _log_likelihood_ratio(counts: Sequence[int], probabilities: Sequence[float]) -> float:
+    """log of the counts' likelihood at their own frequencies over that at
+    ``probabilities`` (n·KL, half the G statistic): the most any alternative, the
+    sequential detector's shifts included, can gain over them on these counts."""
+    n = sum(counts)
+    out = 0.0
+    for c, p in zip(counts, probabilities, strict=True):
+        if c:
+            if p <= 0.0:
+                return math.inf
+            out += c * math.log(c / (n * p))
+    return out
+
+
+def _explains_alarm(evidence: Any, current: Action,
+                    updated: Action) -> tuple[bool, dict[str, float] | None]:
+    """Whether ``updated``'s probabilities explain the counts that raised the alarm, as a
+    structural version must explain its transitions: the alarm's own test would not
+    have fired on them against the best mixture of the current and the updated
+    probabilities (the window may straddle the drift). For the sequential detector, the
+    counts' log-likelihood ratio (what any shift can gain, at least its statistic on
+    these counts) below its log threshold; its window was chosen for looking different,
+    so a test at a fixed level refused real drifts (tireworld 0.8 -> 0.7: 21 of 44 where
+    0.7 was drawn, p = 7e-4, 9 of 200 alarms). For a confirmation (fresh executions),
+    their goodness of fit at :data:`PUBLISH_LEVEL`. With the figures (None: not asked,
+    the audit's alarm or counts in another outcome order). oper18b's honest agents: 0 of
+    10 flat tyres against 0.8 raised the alarm, and the 0.779 published, or any mixture
+    of it with 0.8, explained them no better."""
+    if not isinstance(evidence, Mapping) or evidence.get("detector") not in EXPLAINED_DETECTORS:
+        return True, None
+    counts, stated = evidence.get("counts"), evidence.get("model_probabilities")
+    known = [o.probability for o in current.outcomes]
+    if not isinstance(counts, list) or not isinstance(stated, list) \
+            or len(counts) != len(known) or len(stated) != len(known) \
+            or any(abs(float(a) - b) > 1e-9 for a, b in zip(stated, known, strict=True)):
+        return True, None  # counted against another version of the action
+    new = [o.probability for o in updated.outcomes]
+    observed = [int(c) for c in counts]
+    mixtures = [[w * a + (1.0 - w) * b for a, b in zip(known, new, strict=True)]
+                for w in (step / MIXTURE_STEPS for step in range(MIXTURE_STEPS + 1))]
+    threshold = evidence.get("log_threshold")
+    if evidence.get("detector") == "sequential" and isinstance(threshold, (int, float)):
+        statistic = min(_log_likelihood_ratio(observed, m) for m in mixtures)
+        return statistic < threshold, {"log_likelihood_ratio": statistic,
+                                       "log_threshold": float(threshold)}
+    p = max(_gof_p_value(observed, m) for m in mixtures)
+    return p >= PUBLISH_LEVEL, {"p_value": p, "level": PUBLISH_LEVEL}
 
 
 class Assessor(Protocol):
@@ -262,16 +360,28 @@ class EngineAssessor:
                                 "critical": est.audit.critical,
                                 "reached": est.audit.reached}
                         if est.converged and not est.structural_anomalies:
-                            if _agrees(est, current):
+                            entry = details["estimates"][name]
+                            if _agrees(est, current) or not _answers_reject(est, current):
                                 # The answers fit the probabilities the agent is known to
                                 # draw: the alarm was a false one (the audit's, which no
                                 # stream confirmation precedes) or a shift below what the
-                                # estimate can tell. Publishing the sampled frequencies
-                                # would make a version and an alert of sampling noise.
-                                details["estimates"][name]["agrees_with_current"] = True
+                                # estimate can tell at PUBLISH_LEVEL. Publishing the
+                                # sampled frequencies would make a version and an alert of
+                                # sampling noise.
+                                entry["agrees_with_current"] = True
                                 updated = current
                             else:
                                 updated = est.updated_action(current)
+                                explains, test = _explains_alarm(
+                                    request.drift_evidence.get(name), current, updated)
+                                if test is not None:
+                                    entry["alarm_test"] = test
+                                if not explains:
+                                    # The answers differ from the model, but not as the
+                                    # stream did: the alarm is not what they show, so it
+                                    # is not confirmed (drift_not_confirmed).
+                                    entry["alarm_unexplained"] = True
+                                    updated = current
                 model = model.replace_action(updated)
             details["reestimated"] = sorted(request.drifted_actions)
         return AssessmentOutcome(model, queries, details, tuple(unexplained), exhausted)

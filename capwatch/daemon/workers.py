@@ -415,6 +415,7 @@ class AssessmentWorkers:
                     agent=self.agents.agent(agent_id, family),
                     inconsistent=item.inconsistent, executed=item.executed,
                     drifted_actions=item.drifted_actions(), drift_probes=item.probes,
+                    drift_evidence=item.drift,
                     query_budget=self.config.assessment.query_budget,
                     confirm_queries=self.config.assessment.confirm_queries,
                     samples=self.config.assessment.samples,

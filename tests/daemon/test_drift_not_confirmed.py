@@ -47,7 +47,7 @@ def _pipeline(tmp_path: Path, truth: Domain) -> Pipeline:
     return d
 
 
-def _queue_drift(d: Pipeline, detector: str) -> str:
+def _queue_drift(d: Pipeline, detector: str, **stream: Any) -> str:
     """Drift-only work as an agent's watch queues it: pick's alarm said 0.5."""
     base = d.store.latest("courier-v1")
     assert base is not None
@@ -55,7 +55,7 @@ def _queue_drift(d: Pipeline, detector: str) -> str:
     drift: dict[str, Any] = {
         "detector": detector, "action": "pick(?r ?p ?x)", "n": 40, "window": [0, 40],
         "model_probabilities": [0.9, 0.1], "estimated_probabilities": [0.5, 0.5],
-        "estimate_ci": [[0.35, 0.65], [0.35, 0.65]], "summary": "pick drifted"}
+        "estimate_ci": [[0.35, 0.65], [0.35, 0.65]], "summary": "pick drifted", **stream}
     item = WorkItem(key=f"courier-v1/courier-a@{base.ref}#7", agent_id="courier-a",
                     family="courier-v1", partition=0, base=base.ref,
                     drift={"pick": drift},
@@ -94,6 +94,28 @@ def test_a_stream_drift_the_answers_do_not_show_is_told_to_the_operator(
         for p, lo, hi in zip(sorted([0.9, 0.1]), sorted(answers["low"]),
                              sorted(answers["high"]), strict=True):
             assert lo <= p <= hi
+        assert _count(d, "sequential") == 1.0
+        assert _alerts(d, AlertType.EFFECT_DISTRIBUTION_DRIFT) == []
+    finally:
+        d.store.close()
+
+
+def test_a_stream_alarm_the_re_estimate_does_not_explain_publishes_nothing(
+        tmp_path: Path) -> None:
+    """The answers show 0.5 (they reject the model's 0.9), but the stream's alarm counted
+    pick's rarer outcome 40 times in 40: no mixture of 0.9 and 0.5 explains that at the
+    detector's threshold. Not the drift that raised the alarm: no version, the operator is
+    told (oper18b's proposal: a version must explain the counts that raised the alarm).
+    Before: 0.5 published."""
+    d = _pipeline(tmp_path, _courier(0.5))
+    try:
+        _queue_drift(d, "sequential", counts=[0, 40], log_threshold=11.5)
+        assert run_queued(d) == 1
+        assert d.store.latest("courier-v1", "courier-a") is None
+        (alert,) = _alerts(d, AlertType.DRIFT_NOT_CONFIRMED)
+        answers = alert.detail["answers"]
+        assert answers["alarm_unexplained"] is True
+        assert answers["alarm_test"]["log_likelihood_ratio"] > 11.5
         assert _count(d, "sequential") == 1.0
         assert _alerts(d, AlertType.EFFECT_DISTRIBUTION_DRIFT) == []
     finally:
