@@ -33,7 +33,7 @@ from capwatch.daemon.work import DriftProbe
 from capwatch.model.domain import Action, Domain
 from capwatch.model.pal import PalTuple
 from capwatch.monitor.drift import DriftConfig
-from capwatch.monitor.stats import chi_square_gof
+from capwatch.monitor.stats import chi2_isf, chi_square_gof, max_pearson_over_box
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +260,19 @@ class EngineAssessor:
         self.objects = dict(objects or {})
         """Family → type → object names, for the engine's optimal-plan comparison."""
 
+    def _out_of_reach(self, est: ProbabilityEstimate, current: Action) -> bool:
+        """The fleet audit would reject ``current``'s probabilities on the window's
+        expected counts of some distribution in the estimate's region (keeping them could
+        bring the alarm back: rare17's 0.00578 against a truth of 0.01)."""
+        if self.audit_window is None or est.estimate.n == 0:
+            return False
+        known = [o.probability for o in current.outcomes]
+        if len(known) != len(est.estimate.low) or min(known) <= 0.0:
+            return False
+        far = max_pearson_over_box(est.estimate.low, est.estimate.high, known,
+                                   self.audit_window)
+        return far > chi2_isf(self.audit_level, len(known) - 1)
+
     def assess(self, request: AssessmentRequest) -> AssessmentOutcome:
         model: Domain = request.model
         details: dict[str, Any] = {}
@@ -361,7 +374,39 @@ class EngineAssessor:
                                 "reached": est.audit.reached}
                         if est.converged and not est.structural_anomalies:
                             entry = details["estimates"][name]
-                            if _agrees(est, current) or not _answers_reject(est, current):
+                            keep = _agrees(est, current) or not _answers_reject(est, current)
+                            left = request.query_budget * 20 - est.samples
+                            if keep and 2 * left >= est.samples and self._out_of_reach(
+                                    est, current):
+                                # Kept, the audit could reject the current probabilities
+                                # on a distribution the answers leave plausible: a second
+                                # look (what the budget leaves, at least half the first)
+                                # decides; the pooled answers must reject them at
+                                # PUBLISH_LEVEL (two looks: at most twice it for an agent
+                                # that draws them). Never published by default.
+                                try:
+                                    more = estimate_outcome_probabilities(
+                                        request.agent, current, probe.action, probe.state,
+                                        half_width=self.half_width, max_samples=left,
+                                        audit_window=self.audit_window,
+                                        audit_level=self.audit_level)
+                                except UnidentifiableOutcomes:
+                                    more = None
+                                if more is not None:
+                                    queries += 1
+                                    pooled = [a + b for a, b in zip(
+                                        est.estimate.counts, more.estimate.counts,
+                                        strict=True)]
+                                    entry["second_look"] = {
+                                        "samples": more.samples, "converged": more.converged,
+                                        "probabilities": list(more.estimate.probabilities),
+                                        "pooled_counts": pooled}
+                                    if more.converged and not more.structural_anomalies \
+                                            and _gof_p_value(pooled, [
+                                                o.probability for o in current.outcomes]
+                                            ) < PUBLISH_LEVEL:
+                                        est, keep = more, False
+                            if keep:
                                 # The answers fit the probabilities the agent is known to
                                 # draw: the alarm was a false one (the audit's, which no
                                 # stream confirmation precedes) or a shift below what the

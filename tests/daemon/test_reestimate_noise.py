@@ -109,3 +109,20 @@ def test_a_real_drift_whose_alarm_window_straddles_the_change_is_published() -> 
         assert "alarm_unexplained" not in est and "agrees_with_current" not in est
         flat_p = out.model.action("move-car").outcomes[flat].probability
         assert abs(flat_p - 0.5) <= 0.05
+
+
+def test_a_kept_model_the_audit_could_reject_is_looked_at_again() -> None:
+    """rare17's loop case: the model says 0.00578, the agent draws 0.01. Where the first
+    answers do not reject 0.00578 at 0.001 but the audit could reject it on a
+    distribution they leave plausible, a second look decides on the pooled answers (it
+    published in some seeds here); a model kept is one both looks left standing."""
+    known, truth = _tire(0.00578), _tire(0.01)
+    decided = 0
+    for seed in range(12):
+        out = _assess(known, truth, seed, None)
+        est = out.details["estimates"]["move-car"]
+        if "second_look" in est:
+            decided += out.model != known
+        if out.model == known:
+            assert est["agrees_with_current"] is True
+    assert decided >= 1
