@@ -52,43 +52,51 @@ def _assess(known: Domain, truth: Domain, alarm: Domain, seed: int) -> Domain:
 def test_a_false_alarm_whose_answers_fit_the_current_probabilities_changes_nothing() -> None:
     """The agent still draws 0.8/0.2; the audit's window said 0.5. Before: a version at the
     sampled frequencies (0.79.., 0.8.., never exactly 0.8) in every seed. The model comes
-    back unchanged (the daemon then settles "no change": no version, no alert) when the
-    audit would not reject 0.8/0.2 on any distribution the answers leave plausible; where
-    the answers cannot show that within the budget, the estimate is published, which the
-    audit would not reject (session 18: a kept model carries the bound a published one
-    does)."""
+    back unchanged (the daemon then settles "no change": no version, no alert) unless the
+    answers reject 0.8/0.2 at the engine's outcome error (noise18): a noise version for an
+    honest agent is worse than a kept model the audit may flag again. Where the audit
+    could reject 0.8/0.2 on a distribution the answers leave plausible, more answers were
+    asked (ad537d9's fresh stage, the assessor's second look), and they did not reject
+    it either (ad537d9 alone published the estimate where they could not show the bound).
+    """
     known = _tire(0.8)
-    current = [o.probability for o in known.action("move-car").outcomes]
-    critical = chi2_isf(0.05, 1)
-    kept = 0
     for seed in range(1, 7):
         out = EngineAssessor().assess(AssessmentRequest(
             "tire-1", "tire", known, SimulatedAgent(known, seed=seed),
             drifted_actions={"move-car": _tire(0.5).action("move-car")},
             drift_probes={"move-car": PROBE}))
         assert out.unexplained == ()
-        est = out.details["estimates"]["move-car"]
-        if out.model == known:
-            kept += 1
-            assert est["agrees_with_current"]
-            assert max_pearson_over_box(est["low"], est["high"], current, 2000) <= critical
-        else:
-            assert est["audit"]["reached"] and "agrees_with_current" not in est
-    assert kept >= 2, kept
+        assert out.model == known, seed
+        assert out.details["estimates"]["move-car"]["agrees_with_current"]
 
 
-def test_a_kept_model_is_one_the_audit_would_not_reject() -> None:
+def test_a_kept_model_the_audit_would_reject_is_asked_again() -> None:
     """rare17's loop case: the current version states 0.00578, the agent draws 0.01. The
     estimate's region held 0.00578 in 3 of 20 seeds, which kept it (the audit's X² of the
-    truth against it ~6, over the critical 3.84: the alarm comes back). Kept now only when
-    the audit would not reject it on any distribution in the region: never here."""
+    truth against it ~6, over the critical 3.84: the alarm comes back). A region that
+    reaches where the audit rejects 0.00578 now gets more answers (ad537d9's fresh stage,
+    then the assessor's second look while the budget allows) and a version where they
+    reject it at 0.001; kept only where they do not (noise18: never published by
+    default), which each kept seed's details show."""
     known, truth = _tire(0.00578), _tire(0.01)
+    critical = chi2_isf(0.05, 1)
+    current = [o.probability for o in known.action("move-car").outcomes]
+    published = 0
     for seed in range(20):
         out = EngineAssessor().assess(AssessmentRequest(
             "tire-1", "tire", known, SimulatedAgent(truth, seed=seed),
             drifted_actions={"move-car": known.action("move-car")},
             drift_probes={"move-car": PROBE}))
-        assert out.model != known, seed
+        est = out.details["estimates"]["move-car"]
+        if out.model == known:
+            assert est["agrees_with_current"]
+            # Asked again, or the region reaches no further than the audit allows.
+            assert "second_look" in est or max_pearson_over_box(
+                est["low"], est["high"], current, 2000) <= critical or \
+                est["samples"] * 3 > 2 * 500 * 20, seed
+        else:
+            published += 1
+    assert published >= 10, published
 
 
 def test_a_real_probability_drift_is_still_re_estimated() -> None:
