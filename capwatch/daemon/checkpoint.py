@@ -42,17 +42,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
 
 from capwatch.contracts.ports import CommitsInBackground, DeliveryError, Publisher, Source
 from capwatch.contracts.store import Checkpoints, DriftSnapshot
+from capwatch.contracts.versions import ModelRef
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
+from capwatch.model.domain import Action
 from capwatch.models_store.actions import ActionStore, AgentActivity
-from capwatch.monitor.drift import DriftMonitor
-from capwatch.monitor.snapshot import SnapshotError, restore_agent, snapshot_agent
+from capwatch.monitor.drift import DriftConfig, DriftMonitor
+from capwatch.monitor.snapshot import (
+    SnapshotError,
+    restore_agent,
+    snapshot_agent,
+    snapshot_frozen,
+)
 
 log = structlog.get_logger("capwatch.daemon")
 
@@ -66,13 +74,32 @@ on a broker or store that is not answering. The partitions are then given up wit
 commit (never committed early): their next owner replays them from their last commit."""
 
 
+@dataclass(frozen=True, slots=True)
+class TakenSnapshot:
+    """An agent's drift tables as bytes, taken at a checkpoint on the main loop
+    (``DriftMonitor.frozen``), with the position they reflect: :meth:`snapshot` makes the
+    :class:`DriftSnapshot` of exactly those tables in any thread, whatever the agent did
+    since."""
+
+    agent_id: str
+    model: ModelRef
+    partition: int
+    next_offset: int
+    tables: tuple[bytes, list[tuple[Action, DriftConfig]]]
+
+    def snapshot(self, source: str, now: datetime) -> DriftSnapshot:
+        return DriftSnapshot(self.agent_id, self.model, source, self.partition,
+                             self.next_offset,
+                             snapshot_frozen(self.tables, self.model.to_json()), now)
+
+
 class PendingCommit:
     """A scheduled checkpoint's store writes and the publisher's flush, which run in the
     checkpoints' thread (:class:`Writer`), and the offsets waiting for them."""
 
     def __init__(self, offsets: dict[int, int], publisher: Publisher,
                  write: Callable[[], None] | None = None,
-                 snaps: Sequence[DriftSnapshot] = (),
+                 snaps: Sequence[TakenSnapshot] = (),
                  rows: Sequence[AgentActivity] = (), activity_mark: int = 0) -> None:
         self.offsets = offsets
         self.publisher = publisher
@@ -265,22 +292,29 @@ class Checkpointer:
             # Its thread still runs: what changed since and these offsets wait for the
             # next checkpoint (one write in flight at a time keeps them in order).
             return moved
-        snaps = self._drift_snapshots(None)
+        # The tables' bytes only: encoding them (0.25 ms an agent, a third of it zlib's)
+        # is the writer's, beside the main loop (docs/performance.md, "Alert latency").
+        snaps = self._drift_taken(None)
+        now = self.clock()
         mark = self._activity_mark
         rows = self._activity_rows(None)
         offsets = self._changed(self.commit_offsets())
         if snaps or rows or offsets:
             self._pending = PendingCommit(
                 offsets, self.publisher,
-                (lambda: self._write(snaps, rows)) if snaps or rows else None, snaps, rows, mark)
+                (lambda: self._write(snaps, rows, now)) if snaps or rows else None, snaps, rows,
+                mark)
             self._writer.submit(self._pending)
         return moved
 
-    def _write(self, snaps: Sequence[DriftSnapshot], rows: Sequence[AgentActivity]) -> None:
+    def _write(self, snaps: Sequence[TakenSnapshot], rows: Sequence[AgentActivity],
+               now: datetime) -> None:
         """The background checkpoint's store writes (its thread): the snapshots before the
         offsets, as on the main loop."""
         if snaps:
-            self.store.save_drift_snapshots(self.group, snaps)
+            source = self.source.name
+            self.store.save_drift_snapshots(self.group, [s.snapshot(source, now)
+                                                         for s in snaps])
         if rows and self._activity_store is not None:
             self._activity_store.save_activity(rows)
 
@@ -425,10 +459,15 @@ class Checkpointer:
     def _drift_snapshots(self, partitions: set[int] | None) -> list[DriftSnapshot]:
         """The snapshots of agents whose tables changed since they were last taken (of
         ``partitions`` only, if given; the others stay marked changed)."""
+        now = self.clock()
+        source = self.source.name
+        return [s.snapshot(source, now) for s in self._drift_taken(partitions)]
+
+    def _drift_taken(self, partitions: set[int] | None) -> list[TakenSnapshot]:
+        """:meth:`_drift_snapshots`' tables as bytes, not yet encoded."""
         changed = self.drift.take_changed()
         later: set[str] = set()
-        snaps: list[DriftSnapshot] = []
-        now = self.clock()
+        snaps: list[TakenSnapshot] = []
         for agent_id in sorted(changed):
             watch = self.registry.get(agent_id)
             if watch is None:
@@ -443,9 +482,8 @@ class Checkpointer:
             restored = watch.drift_restored
             if restored is not None and restored[0] == watch.partition:
                 nxt = max(nxt, restored[1])
-            snaps.append(DriftSnapshot(
-                agent_id, watch.version.ref, self.source.name, watch.partition, nxt,
-                snapshot_agent(self.drift, agent_id, watch.version.ref.to_json()), now))
+            snaps.append(TakenSnapshot(agent_id, watch.version.ref, watch.partition, nxt,
+                                       self.drift.frozen(agent_id)))
         self.drift.mark_changed(later)
         return snaps
 

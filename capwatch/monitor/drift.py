@@ -208,13 +208,24 @@ class DriftMonitor:
 
     def _unpacked(self, packed: tuple[Any, ...]) -> list[ActionMonitor]:
         blob: bytes = packed[0]
-        data = decompress(memoryview(blob)[1:]) if blob[0] else memoryview(blob)[1:]
-        out = []
-        at = 0
-        for action in packed[2:]:
-            mon, at = ActionMonitor.unpack(action, self.config, data, at)
-            out.append(mon)
-        return out
+        return thaw_tables(blob, [(action, self.config) for action in packed[2:]])
+
+    def frozen(self, agent_id: str) -> tuple[bytes, list[tuple[Action, DriftConfig]]]:
+        """The agent's tables as they are now, as bytes (a flag byte, 1 if the rest is
+        compressed, then every table's ``ActionMonitor.pack``, in action name order) and
+        each table's action and settings: :func:`thaw_tables` makes the same tables of
+        them, field for field, wherever and whenever it runs. A packed agent's blob is
+        handed as it is (immutable bytes); a live table's are packed here (a few µs),
+        the rest (rebuilding, exporting, encoding, compressing) is left to the caller's
+        thread: the scheduled checkpoint takes this on the main loop and encodes the
+        snapshot in its writer's thread (docs/performance.md, "Alert latency")."""
+        packed = self._packed.get(agent_id)
+        if packed is not None:
+            return packed[0], [(action, self.config) for action in packed[2:]]
+        mons = [self._monitors[(agent_id, name)]
+                for name in sorted(self._by_agent.get(agent_id, ()))]
+        return (b"\x00" + b"".join(m.pack() for m in mons),
+                [(m.action, m.config) for m in mons])
 
     def _unpack(self, agent_id: str) -> None:
         packed = self._packed.pop(agent_id, None)
@@ -567,3 +578,16 @@ class _AuditRound:
             for action, gof in results:
                 tested.append((agent_id, action, None, packed, gof))
         return True
+
+
+def thaw_tables(blob: bytes, specs: list[tuple[Action, DriftConfig]]) -> list[ActionMonitor]:
+    """The tables :meth:`DriftMonitor.frozen` (or :meth:`DriftMonitor.pack`) described:
+    ``blob``'s flag byte then each table's bytes, for ``specs``' actions and settings in
+    order. Touches no monitor's state, so it runs in any thread."""
+    data = decompress(memoryview(blob)[1:]) if blob[0] else memoryview(blob)[1:]
+    out = []
+    at = 0
+    for action, config in specs:
+        mon, at = ActionMonitor.unpack(action, config, data, at)
+        out.append(mon)
+    return out

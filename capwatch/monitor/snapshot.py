@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from capwatch.model.domain import Action
-from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor
+from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor, thaw_tables
 
 FORMAT = "capwatch.drift-state"
 VERSION = 1
@@ -219,12 +219,29 @@ def _encoded(mon: ActionMonitor) -> dict[str, Any]:
 def snapshot_agent(drift: DriftMonitor, agent_id: str,
                    model: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One agent's drift state in the versioned compact form (plain JSON values)."""
+    return _snapshot(sorted(drift.tables(agent_id).items()), model)
+
+
+def snapshot_frozen(frozen: tuple[bytes, list[tuple[Action, DriftConfig]]],
+                    model: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`snapshot_agent` of the tables ``DriftMonitor.frozen`` took, as they were
+    then: the scheduled checkpoint takes the bytes on the main loop (where the tables
+    change) and makes the snapshot in its writer's thread, where the compression runs
+    beside the main loop (zlib releases the interpreter lock) and the rest of the work
+    in the gaps it leaves. The caches below are shared with :func:`snapshot_agent`: the
+    daemon never runs both at once (whatever snapshots on the main loop first waits for
+    the writer's snapshots and write: ``Checkpointer.await_writes``)."""
+    tables = thaw_tables(*frozen)
+    return _snapshot(sorted(((m.action.name, m) for m in tables), key=lambda t: t[0]), model)
+
+
+def _snapshot(tables: list[tuple[str, ActionMonitor]],
+              model: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,
         "model": dict(model) if model is not None else None,
-        "actions": {name: _encoded(mon)
-                    for name, mon in sorted(drift.tables(agent_id).items())},
+        "actions": {name: _encoded(mon) for name, mon in tables},
     }
 
 

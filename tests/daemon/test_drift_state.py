@@ -11,6 +11,7 @@ import pytest
 
 from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.contracts.store import StoreError
+from capwatch.daemon.checkpoint import PendingCommit
 from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
 from capwatch.models_store.lineage import record_new_model
@@ -306,6 +307,39 @@ def test_an_agent_evicted_while_its_tables_are_written_comes_back_exact(
     for p in (d, ref):
         p.source.close()
         p.store.close()
+
+
+def test_a_background_snapshot_is_the_tables_at_its_checkpoint(tmp_path: Path) -> None:
+    """The scheduled checkpoint takes the agents' tables as bytes on the main loop and
+    encodes them in its writer's thread: what it writes is each agent's tables as they
+    were at the checkpoint (at the position the snapshot names), though the main loop
+    handled more of their records before the writer got to them."""
+    d = _started(tmp_path / "daemon")
+    records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
+    d.handle_batch(records[:400])
+    agents = sorted(w.agent_id for w in d.registry if d.drift.has(w.agent_id))
+    assert agents
+    at_checkpoint = {a: snapshot_agent(d.drift, a, d.registry.get(a).version.ref.to_json())
+                     for a in agents}
+    gate = threading.Event()
+    # A job ahead of the checkpoint's in the writer's queue holds it until the gate opens.
+    d.checkpoints._writer.submit(PendingCommit(
+        {}, d.publisher, lambda: None if gate.wait(HANG_S) else pytest.fail("no gate")))
+    d.checkpoint(background=True)
+    pending = d.checkpoints._pending
+    assert pending is not None and not pending.written.is_set()
+    d.handle_batch(records[400:800])  # the same agents go on meanwhile
+    assert any(snapshot_agent(d.drift, a, at_checkpoint[a]["model"]) != at_checkpoint[a]
+               for a in agents)
+    gate.set()
+    assert pending.done.wait(HANG_S) and pending.error is None
+    saved = {s.agent_id: s for s in d.store.load_drift_snapshots("capwatch", "simulated")}
+    assert sorted(saved) == agents
+    for a in agents:
+        assert saved[a].state == at_checkpoint[a]
+        assert saved[a].next_offset == 400
+    d.source.close()
+    d.store.close()
 
 
 def test_a_failed_background_write_is_made_by_the_eviction_after_it(tmp_path: Path) -> None:

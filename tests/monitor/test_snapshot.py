@@ -24,6 +24,7 @@ from capwatch.monitor.snapshot import (
     encode_action_state,
     restore_agent,
     snapshot_agent,
+    snapshot_frozen,
 )
 from tests.paths import STOCHASTIC
 
@@ -271,3 +272,29 @@ def test_snapshots_of_tables_alike_are_those_encoded_afresh(
     for x in range(100):  # a table past the short windows encodes directly
         long.observe("busy", move_car, x % 2)
         assert snapshot_agent(long, "busy")["actions"] == afresh(long, "busy")
+
+
+def test_frozen_tables_snapshot_as_they_were_when_taken(
+        tireworld: Domain, move_car: Action) -> None:
+    """The scheduled checkpoint takes an agent's tables as bytes (DriftMonitor.frozen) on
+    the main loop and encodes the snapshot in its writer's thread: the snapshot is the one
+    snapshot_agent gave when the bytes were taken, for live and packed tables, short and
+    long windows, several actions, whatever the agent's tables do after."""
+    change = tireworld.action("changetire")
+    drift = DriftMonitor(DriftConfig(window=300, min_samples=50))
+    xs = _stream(7, [0.6, 0.4], [0.2, 0.8], 150, 400)
+    for n, steps in enumerate([1, 3, 70, 350]):
+        for packed in (False, True):
+            agent = f"a{n}-{packed}"
+            for x in xs[:steps]:
+                drift.observe(agent, move_car, x)
+            drift.observe(agent, change, 0)
+            if packed:
+                assert drift.pack(agent)
+            expected = snapshot_agent(drift, agent, {"v": n})
+            frozen = drift.frozen(agent)
+            for x in xs[steps:steps + 50]:  # the agent goes on after its bytes were taken
+                drift.observe(agent, move_car, x)
+            assert snapshot_agent(drift, agent, {"v": n}) != expected
+            assert snapshot_frozen(frozen, {"v": n}) == expected
+    assert snapshot_frozen(drift.frozen("nobody")) == snapshot_agent(drift, "nobody")
