@@ -39,11 +39,13 @@ across modules, that ordering would be read in two places.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import structlog
 
@@ -86,11 +88,89 @@ class TakenSnapshot:
     partition: int
     next_offset: int
     tables: tuple[bytes, list[tuple[Action, DriftConfig]]]
+    backoff: dict[str, Any] | None
 
     def snapshot(self, source: str, now: datetime) -> DriftSnapshot:
+        state = snapshot_frozen(self.tables, self.model.to_json())
+        if self.backoff is not None:
+            state[BACKOFF] = self.backoff
         return DriftSnapshot(self.agent_id, self.model, source, self.partition,
-                             self.next_offset,
-                             snapshot_frozen(self.tables, self.model.to_json()), now)
+                             self.next_offset, state, now)
+
+
+BACKOFF = "backoff"
+"""The snapshot's key for the watch's back-off (:func:`backoff_state`). Optional, so a
+snapshot without it (written before session 18) reads as one of an agent with none, and a
+capwatch that does not know it restores the tables and ignores it
+(``capwatch.monitor.snapshot.check_snapshot`` reads ``actions`` only)."""
+
+
+def _backoff_wait(watch: AgentWatch, times: int) -> float:
+    """The back-off after ``times`` assessments ended unexplained (``AgentWatch.back_off``)
+    under the watch's settings; the first wait for 0 (held, the agent not reached, without
+    an unexplained end counted)."""
+    cfg = watch.settings
+    return float(min(cfg.unexplained_max_backoff_s,
+                     cfg.unexplained_backoff_s * 2.0 ** min(max(times, 1) - 1, 64)))
+
+
+def backoff_state(watch: AgentWatch) -> dict[str, Any] | None:
+    """The watch's back-off as JSON, for its drift snapshot: per kind (an evidence kind,
+    or an action's drift) how many times it was backed off and how many seconds ago the
+    last one began, and per action the outcome counts its last drift alarm was assessed
+    on (an alarm within the back-off over counts like them is held:
+    ``AgentWatch._drift_held``) and whether that work is still awaited. A work that ended
+    "no change" leaves nothing in the store's queue to read back (``resume_queued`` reads
+    the failed ones'), so without this a restarted replica asked an agent the same
+    questions again at its next audit. When it began, not when it ends: the replica that
+    reads it back works the wait out under its own settings, as ``resume_queued`` does
+    (an operator who shortened the back-off and restarted gets the shorter one); and in
+    seconds ago, as the watch's monotonic clock starts afresh with the process
+    (:meth:`Checkpointer.restore` adds the time since the snapshot's ``updated_at``)."""
+    backoff = watch.backoff
+    if not backoff:
+        return None
+    now = watch.clock()
+    tested = watch.drift_tested or {}
+    return {
+        "kinds": {kind: {"times": n, "ago_s": now - (until - _backoff_wait(watch, n))}
+                  for kind, (until, n) in backoff.items() if math.isfinite(until) and n >= 0},
+        "tested": {name: [[int(c) for c in counts], awaited]
+                   for name, (counts, awaited) in tested.items()},
+    }
+
+
+def restore_backoff(watch: AgentWatch, saved: Any, elapsed_s: float) -> None:
+    """Give a newly loaded watch the back-off :func:`backoff_state` saved ``elapsed_s``
+    seconds ago, beside what it holds already (the store's queue's, ``resume_queued``):
+    per kind the one backed off more times (the later end if as many). A saved work
+    still awaited stays so only if the watch awaits a work (the same one, from the
+    queue); otherwise that work ended before the restart and its settling is in the
+    counts already. Raises ValueError (changing nothing) if ``saved`` is malformed."""
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"back-off is not an object: {type(saved).__name__}")
+    kinds: dict[str, tuple[float, int]] = {}
+    now = watch.clock()
+    for kind, entry in dict(saved.get("kinds") or {}).items():
+        n, ago = entry["times"], float(entry["ago_s"])
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"back-off count of {kind!r} is not a count: {n!r}")
+        if not math.isfinite(ago):
+            raise ValueError(f"back-off start of {kind!r} is not a number of seconds: {ago!r}")
+        kinds[str(kind)] = (now + _backoff_wait(watch, n) - ago - elapsed_s, n)
+    tested: dict[str, tuple[tuple[int, ...], bool]] = {}
+    for name, entry in dict(saved.get("tested") or {}).items():
+        counts, awaited = entry
+        tested[str(name)] = (tuple(int(c) for c in counts),
+                             bool(awaited) and watch.awaiting is not None)
+    if kinds:
+        watch.thaw()  # a frozen watch without a back-off holds a shared, read-only one
+    for kind, (until, n) in kinds.items():
+        mine = watch.backoff.get(kind)
+        if mine is None or (n, until) > (mine[1], mine[0]):
+            watch.backoff[kind] = (until, n)
+    if tested:
+        watch.keep_drift_tested(tested)
 
 
 class PendingCommit:
@@ -483,7 +563,7 @@ class Checkpointer:
             if restored is not None and restored[0] == watch.partition:
                 nxt = max(nxt, restored[1])
             snaps.append(TakenSnapshot(agent_id, watch.version.ref, watch.partition, nxt,
-                                       self.drift.frozen(agent_id)))
+                                       self.drift.frozen(agent_id), backoff_state(watch)))
         self.drift.mark_changed(later)
         return snaps
 
@@ -533,7 +613,9 @@ class Checkpointer:
         had: set[str] = set()
         now = self.clock()
         for watch in watches:
-            if not self.drift.has(watch.agent_id):
+            if not self.drift.has(watch.agent_id) and not watch.backoff:
+                # Neither tables nor a back-off (whose snapshot a restart reads back; the
+                # registry keeps it across the eviction in this process).
                 continue
             had.add(watch.agent_id)
             if not self.drift.changed(watch.agent_id):
@@ -546,9 +628,12 @@ class Checkpointer:
             restored = watch.drift_restored
             if restored is not None and restored[0] == watch.partition:
                 nxt = max(nxt, restored[1])
-            snaps.append(DriftSnapshot(
-                watch.agent_id, watch.version.ref, self.source.name, watch.partition, nxt,
-                snapshot_agent(self.drift, watch.agent_id, watch.version.ref.to_json()), now))
+            state = snapshot_agent(self.drift, watch.agent_id, watch.version.ref.to_json())
+            backoff = backoff_state(watch)
+            if backoff is not None:
+                state[BACKOFF] = backoff
+            snaps.append(DriftSnapshot(watch.agent_id, watch.version.ref, self.source.name,
+                                       watch.partition, nxt, state, now))
         if snaps:
             self.store.save_drift_snapshots(self.group, snaps)
         ids = [w.agent_id for w in watches]
@@ -588,6 +673,14 @@ class Checkpointer:
             log.warning("drift state unreadable; starting afresh", error=str(e))
             return
         watch.drift_restored = (snap.partition, snap.next_offset)
+        saved = snap.state.get(BACKOFF)
+        if saved is not None:
+            try:
+                restore_backoff(watch, saved,
+                                (self.clock() - snap.updated_at).total_seconds())
+            except (KeyError, TypeError, ValueError) as e:
+                log.warning("drift back-off unreadable; the agent's tables are restored "
+                            "without it", agent=agent_id, error=str(e)[:300])
         log.info("drift state restored", position=snap.next_offset,
                  skipped=skipped or None)
 

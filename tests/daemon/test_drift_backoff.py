@@ -6,20 +6,28 @@ differ, a new model version, or the back-off's end let the next alarm through.""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.contracts import wire_fast
 from capwatch.contracts.versions import ModelRef, build_version
 from capwatch.contracts.wire import AgentTransition, DeadLetter
-from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
+from capwatch.daemon.agent_watch import AgentWatch, WatchSettings, drift_kind
+from capwatch.daemon.checkpoint import backoff_state, restore_backoff
 from capwatch.daemon.registry import Registry, seed_baselines
+from capwatch.daemon.service import build_service
 from capwatch.model.pddl_reader import read_problem
 from capwatch.models_store import open_store
 from capwatch.monitor.action_drift import ActionMonitor
 from capwatch.monitor.drift import DriftEvidence, DriftMonitor
-from tests.daemon.helpers import EXAMPLES, example
+from tests.daemon.helpers import EXAMPLES, example, simulated
 
 SETTINGS = WatchSettings(unexplained_backoff_s=600.0, unexplained_max_backoff_s=1800.0)
 
@@ -229,3 +237,99 @@ def test_an_unreachable_agent_keeps_a_longer_hold_and_the_inconsistencies_first_
     assert w.backoff[kind] == (2000.0 + 1200.0, 2)
     w.back_off([kind], doubling=False)
     assert w.backoff[kind] == (2000.0 + 1200.0, 2)
+
+
+def _pipeline(path: Path) -> Any:
+    d = build_service(simulated(path, agents=2, rounds=100, scheduler={"checkpoint_s": 3600.0}),
+                      publisher=MemoryPublisher()).pipeline
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    return d
+
+
+def _records(d: Any) -> list[Any]:
+    out: list[Any] = []
+    while got := d.source.poll(1.0):
+        out += got
+    return out
+
+
+@pytest.mark.parametrize("evicted", [False, True])
+def test_a_restarted_daemon_keeps_holding_the_drift(tmp_path: Path, evicted: bool) -> None:
+    """A work that ended "no change" leaves nothing in the store's queue: the back-off,
+    and the counts it compares an alarm with, are saved with the agent's drift snapshot
+    (by the checkpoint, or by the eviction of an agent whose tables the work's end
+    dropped), so a replica started afresh over the same store does not ask the agent
+    the same questions again; other counts still pass."""
+    first = _pipeline(tmp_path)
+    records = _records(first)
+    first.handle_batch(records[:300])
+    agent = next(w.agent_id for w in first.registry if w.family == "courier-v1")
+    w = first.registry.get(agent)
+    assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+    _assessed_unconfirmed(w)
+    assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is None  # held here
+    if evicted:
+        assert not first.drift.has(agent)
+        assert first.checkpoints.evict_watches([w]) == 1
+    first.checkpoint()
+    first.source.close()
+    first.store.close()
+
+    # A fresh pipeline (a restart) over the same store; the agent's next record reads
+    # its snapshot back.
+    second = _pipeline(tmp_path)
+    second.handle_batch(_records(second))
+    back = second.registry.get(agent)
+    assert back is not None and back is not w and back.transitions
+    assert back.add_audit_alarm(_evidence(back, 300, 200), "pick") is None
+    assert back.held_back == 1
+    # Backed off once: the next "no change" doubles the wait (1,200 s, not 600 s).
+    assert back.backoff[drift_kind("pick")][1] == 1
+    assert 0 < back.backoff[drift_kind("pick")][0] - back.clock() <= 600.0
+    assert back.add_audit_alarm(_evidence(back, 60, 440), "pick") is not None
+    second.source.close()
+    second.store.close()
+
+
+def test_an_unreadable_back_off_leaves_the_restored_tables(tmp_path: Path) -> None:
+    """A snapshot's back-off that does not read is skipped (logged); the agent's tables
+    are restored from the snapshot all the same."""
+    first = _pipeline(tmp_path)
+    first.handle_batch(_records(first)[:300])
+    first.checkpoint()
+    first.source.close()
+    saved = first.store.load_drift_snapshots("capwatch", "simulated")
+    # Snapshots of agents with no back-off carry none (as those written before it).
+    assert saved and all("backoff" not in s.state for s in saved)
+    snap = saved[0]
+    first.store.save_drift_snapshots("capwatch", [replace(snap, state={
+        **snap.state, "backoff": {"kinds": {"pick|drift": {"times": "twice", "ago_s": 1.0}}}})])
+    first.store.close()
+
+    second = _pipeline(tmp_path)
+    second.handle_batch(_records(second))
+    back = second.registry.get(snap.agent_id)
+    assert back is not None and back.drift_restored == (snap.partition, snap.next_offset)
+    assert back.backoff == {}
+    second.source.close()
+    second.store.close()
+
+
+def test_a_back_off_read_back_ends_when_it_would_have() -> None:
+    """What a snapshot keeps of a back-off (how many times, how long ago) gives the
+    reader the same end, doubled ones and the first wait of an agent not reached alike,
+    less the time between the snapshot and its reading."""
+    clock = Clock()
+    w = _watch(clock)
+    w.back_off(["pick|drift"], doubling=False)  # not reached: the first wait, no count
+    w.back_off(["drop|x"])
+    w.back_off(["drop|x"])
+    clock.now = 50.0
+    saved = json.loads(json.dumps(backoff_state(w)))
+    other = Clock()
+    other.now = 1000.0
+    back = _watch(other)
+    restore_backoff(back, saved, elapsed_s=10.0)
+    assert back.backoff == {"pick|drift": (1000.0 + 600.0 - 50.0 - 10.0, 0),
+                            "drop|x": (1000.0 + 1200.0 - 50.0 - 10.0, 2)}
