@@ -20,6 +20,10 @@ The form is a JSON object::
   hundred characters. Detector statistics are little-endian float64/int64 arrays in
   base64, which round-trips every bit (decimal text would too, at twice the size).
 
+Keys other than these are the caller's and are ignored here: the daemon adds its watch's
+back-off under ``backoff`` (``capwatch.daemon.checkpoint.backoff_state``), optional, so
+snapshots without it read as before and a reader that does not know it ignores it.
+
 Readers refuse a snapshot whose ``format`` or ``version`` they do not know
 (:class:`SnapshotError`), and callers then start afresh: losing soft state costs
 detection delay, never correctness.
