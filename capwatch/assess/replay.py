@@ -240,11 +240,17 @@ def outcome_steps(grounder: Grounder, q: QueryLog) -> list[tuple[str, int]]:
     not on the outcomes that ran (but for where the answer stopped), so an agent drawing
     independently gives every answer the same shares among them, as
     :func:`capwatch.assess.outcome_shares.per_answer` does for the engine's answers."""
-    ops = [grounder.operator(a) for a in q.plan[:q.executed]]
-    touched = [0] * (len(ops) + 1)
-    for i in range(len(ops) - 1, -1, -1):
+    # Readable: no later step of the plan may change it, executed or not. Where the answer
+    # stopped depends on the outcomes (a pick that slipped leaves the drop after it
+    # refused), so readability by the executed steps alone counted such a pick only when
+    # it slipped: an honest agent's answers then differ in their shares (per answer, and
+    # from the answers learnt from) by the plans asked, not by chance.
+    plan_ops = [grounder.operator(a) for a in q.plan]
+    ops = plan_ops[:q.executed]
+    touched = [0] * (len(plan_ops) + 1)
+    for i in range(len(plan_ops) - 1, -1, -1):
         mask = 0
-        for keep, add in ops[i].effects:
+        for keep, add in plan_ops[i].effects:
             mask |= ~keep | add
         touched[i] = touched[i + 1] | mask
     final = grounder.index.encode(q.final_state)

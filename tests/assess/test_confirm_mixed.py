@@ -21,8 +21,10 @@ from capwatch.assess.replay import confirm, outcome_steps, replay
 from capwatch.assess.result import QueryLog
 from capwatch.model.domain import Domain, GroundAction, GroundAtom, Outcome
 from capwatch.model.grounding import Grounder
+from capwatch.model.pddl_reader import read_domain
 from tests.assess.test_outcome_shares import _loose_pick
 from tests.assess.test_outcomes import BEFORE_PICK, FREE, PICKED, _effects, _known, _with
+from tests.paths import REPO_ROOT
 
 PICKS = 24
 
@@ -176,3 +178,28 @@ def test_answers_asked_again_in_other_shares_than_the_learnt_ones_fail_confirm()
     # The same answers asked again of an agent that still slips at 0.1: nothing.
     agent = SimulatedAgent(model, seed=7)
     assert confirm(model, agent, learnt, 64)[0] == []
+
+
+def test_which_steps_count_does_not_hang_on_the_steps_own_outcome() -> None:
+    # pick then drop in the same room: a pick that took its parcel lets the drop run, which
+    # undoes every atom the pick changed; one that slipped leaves the drop refused, the
+    # answer ending after the pick. Read by the executed steps alone, the pick counted
+    # only when it slipped (an honest agent's answers to such plans all 'slips'): beside
+    # answers to picks alone, the per-answer test failed an honest courier in 23 of 300
+    # runs at level 0.01 (20 pick-drop and 20 pick-only plans of 8 robots; 3 of 300 with
+    # pick-only plans), 2-3 of 300 at the daemon's 5e-4.
+    courier = read_domain(REPO_ROOT / "capwatch" / "examples" / "courier.pddl")
+    grounder = Grounder(courier)
+    state = frozenset({("at_robot", "r", "x"), ("at", "p", "x"), ("free", "r")})
+    plan = (("pick", "r", "p", "x"), ("drop", "r", "p", "x"))
+    took = QueryLog(1, state, plan, 2, state, ("",) * 2)
+    slipped = QueryLog(2, state, plan, 1, state, ("",) * 2)
+    assert [n for n, _ in outcome_steps(grounder, took)] == \
+        [n for n, _ in outcome_steps(grounder, slipped)]
+    # A pick whose atoms nothing later may change counts whatever it did.
+    alone = (("pick", "r", "p", "x"),)
+    picked = state - {("at", "p", "x"), ("free", "r")} | {("carrying", "r", "p")}
+    assert [n for n, _ in outcome_steps(grounder, QueryLog(3, state, alone, 1, picked,
+                                                          ("",)))] == ["pick"]
+    assert [n for n, _ in outcome_steps(grounder, QueryLog(4, state, alone, 1, state,
+                                                          ("",)))] == ["pick"]
