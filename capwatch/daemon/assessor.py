@@ -223,7 +223,12 @@ def _explains_alarm(evidence: Any, current: Action,
             or len(counts) != len(known) or len(stated) != len(known) \
             or any(abs(float(a) - b) > 1e-9 for a, b in zip(stated, known, strict=True)):
         return True, None  # counted against another version of the action
-    new = [o.probability for o in updated.outcomes]
+    # An action's outcomes are kept sorted by probability (Outcome.sort_key), so new
+    # probabilities may list them in another order than the counts: match by effects.
+    by_effects = {(o.add, o.delete): o.probability for o in updated.outcomes}
+    new = [by_effects.get((o.add, o.delete), -1.0) for o in current.outcomes]
+    if len(updated.outcomes) != len(known) or min(new, default=0.0) < 0.0:
+        return True, None  # not the same outcomes: a structural change, checked elsewhere
     observed = [int(c) for c in counts]
     mixtures = [[w * a + (1.0 - w) * b for a, b in zip(known, new, strict=True)]
                 for w in (step / MIXTURE_STEPS for step in range(MIXTURE_STEPS + 1))]

@@ -14,9 +14,15 @@ from typing import Any
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.daemon.alerting import unconfirmed_drifts
-from capwatch.daemon.assessor import AssessmentOutcome, AssessmentRequest, EngineAssessor
+from capwatch.daemon.assessor import (
+    AssessmentOutcome,
+    AssessmentRequest,
+    EngineAssessor,
+    _explains_alarm,
+)
 from capwatch.model.domain import Domain
 from capwatch.monitor.action_drift import ActionMonitor
+from capwatch.monitor.drift_evidence import with_probabilities
 from tests.daemon.test_reestimate_agrees import PROBE, _tire
 
 
@@ -126,3 +132,25 @@ def test_a_kept_model_the_audit_could_reject_is_looked_at_again() -> None:
         if out.model == known:
             assert est["agrees_with_current"] is True
     assert decided >= 1
+
+
+def test_the_alarms_counts_are_matched_to_the_new_probabilities_by_outcome_not_position(
+) -> None:
+    """An action's outcomes are kept sorted by probability, so a drift that makes the
+    flat tyre the less likely outcome lists the re-estimate's outcomes in the other order.
+    Before, the alarm's counts (in the current action's order) were paired with them by
+    position: a real 0.8 -> 0.3 drift, counted 13 to 27, was "not explained" and no version
+    was published (tests/client/test_gym_e2e.py's frozenlake 1/3 -> 0.8 the same way)."""
+    current = _tire(0.8).action("move-car")
+    flat = next(i for i, o in enumerate(current.outcomes)
+                if any(a.predicate == "not-flattire" for a in o.delete))
+    updated = with_probabilities(
+        current, [0.3 if i == flat else 0.7 for i in range(len(current.outcomes))], 1000)
+    assert [o.probability for o in updated.outcomes] != [
+        0.3 if i == flat else 0.7 for i in range(len(current.outcomes))]  # reordered
+    counts = [13 if i == flat else 27 for i in range(len(current.outcomes))]
+    evidence = {"detector": "sequential", "counts": counts, "log_threshold": 11.5,
+                "model_probabilities": [o.probability for o in current.outcomes]}
+    explains, test = _explains_alarm(evidence, current, updated)
+    assert test is not None and explains, test
+    assert test["log_likelihood_ratio"] < 1.0
