@@ -22,10 +22,11 @@ from capwatch.model.diff import (
     is_reduction,
     model_changes,
     observable_changes,
+    outcome_changes_by_action,
     probability_changes,
     probability_shifts,
 )
-from capwatch.model.domain import Domain
+from capwatch.model.domain import Action, Domain
 from capwatch.model.pal import PalTuple, summarise_changes
 
 
@@ -185,6 +186,11 @@ def alerts_for_model_change(
     effect-distribution alert per action whose outcome probabilities moved."""
     if changes is None:
         changes = model_changes(old, new)
+    # The version's summary describes an outcome set that changed with no mode and no
+    # pairable probability moving (an outcome added or removed, a deterministic action
+    # that now sometimes does nothing); it needs its own alert, or the version goes out
+    # unannounced.
+    reshaped = outcome_changes_by_action(old, new, changes)
     gone = {c[0].action for c in changes if c[0].action not in new.action_map}
     # Removed actions keep every change; the others announce only what behaviour can show.
     changes = [c for c in changes if c[0].action in gone] + observable_changes(
@@ -217,7 +223,22 @@ def alerts_for_model_change(
             fingerprint=fingerprint(probs), detail={"probabilities": probs}, evidence=ev,
             model_version=model_version,
         ))
+    for action, line in sorted(reshaped.items()):
+        outcomes = {"old": _outcomes_json(old.action(action)),
+                    "new": _outcomes_json(new.action(action))}
+        alerts.append(Alert(
+            type=AlertType.EFFECT_DISTRIBUTION_DRIFT,
+            severity=severities[AlertType.EFFECT_DISTRIBUTION_DRIFT], family=family,
+            agent_id=agent_id, action=action, summary=line, time=time,
+            fingerprint=fingerprint(outcomes), detail={"outcomes": outcomes}, evidence=ev,
+            model_version=model_version,
+        ))
     return alerts
+
+
+def _outcomes_json(action: Action) -> list[dict[str, Any]]:
+    return [{"probability": o.probability, "add": sorted(map(str, o.add)),
+             "delete": sorted(map(str, o.delete))} for o in action.outcomes]
 
 
 def _lines_by_action(old: Domain, new: Domain) -> list[str]:

@@ -141,7 +141,13 @@ def _outside_effects(action: Action, gamma: set[PalTuple]) -> list[tuple[list[Li
 
 def outcome_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list[str]:
     """Lines for actions whose outcomes changed where neither a pal-tuple of the action nor
-    a shift of its known outcomes' probabilities says so.
+    a shift of its known outcomes' probabilities says so (:func:`outcome_changes_by_action`)."""
+    return list(outcome_changes_by_action(old, new, changes).values())
+
+
+def outcome_changes_by_action(old: Domain, new: Domain,
+                              changes: Sequence[Change]) -> dict[str, str]:
+    """:func:`outcome_changes`' lines by action name.
 
     A deterministic action that now sometimes does nothing (a new, empty outcome) keeps
     every mode (Δ 0), and its old outcome's probability has no partner among the new
@@ -151,7 +157,7 @@ def outcome_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list
     moved = {c[0].action for c in changes} | set(probability_shifts(old, new))
     old_actions = old.action_map
     gamma: set[PalTuple] | None = None
-    lines = []
+    lines: dict[str, str] = {}
     for action in new.actions:
         before = old_actions.get(action.name)
         if before is None:
@@ -168,9 +174,9 @@ def outcome_changes(old: Domain, new: Domain, changes: Sequence[Change]) -> list
                     AbstractModel.from_domain(old).modes)
             if _outside_effects(before, gamma) == _outside_effects(action, gamma):
                 continue
-        lines.append(f"{action.header()} outcomes changed: "
-                     f"{', '.join(map(_outcome_text, was))} → "
-                     f"{', '.join(map(_outcome_text, now))}")
+        lines[action.name] = (f"{action.header()} outcomes changed: "
+                              f"{', '.join(map(_outcome_text, was))} → "
+                              f"{', '.join(map(_outcome_text, now))}")
     return lines
 
 

@@ -71,6 +71,30 @@ def test_probability_change_is_effect_distribution_drift(courier: Domain) -> Non
     assert a.detail["probabilities"] == {"old": [0.9, 0.1], "new": [0.5, 0.5]}
 
 
+def test_an_outcome_added_without_a_mode_change_is_announced(courier: Domain) -> None:
+    # oper19: pick gained a "parcel lost" outcome; Δ 0 and no pairable probability, so
+    # the version went out with no alert at all.
+    pick = courier.action("pick")
+    win, idle = pick.outcomes
+    lost = Outcome(frozenset(), frozenset({LiftedAtom("at", ("?p", "?x"))}), 0.2)
+    changed = courier.replace_action(pick.replace(
+        outcomes=(Outcome(win.add, win.delete, 0.7), lost, Outcome(idle.add, idle.delete, 0.1))))
+    (a,) = alerts_for_model_change(courier, changed, family="courier", agent_id="c1", time=T)
+    assert a.type is AlertType.EFFECT_DISTRIBUTION_DRIFT
+    assert a.action == "pick"
+    assert a.summary.startswith("pick(?r ?p ?x) outcomes changed: 0.9 ")
+    assert "0.2 (makes (at ?p ?x) false)" in a.summary
+    assert [o["probability"] for o in a.detail["outcomes"]["new"]] == [0.7, 0.2, 0.1]
+    # A deterministic action that now sometimes does nothing is announced the same way.
+    drop = courier.action("drop")
+    (eff,) = drop.outcomes
+    flaky = courier.replace_action(drop.replace(
+        outcomes=(Outcome(eff.add, eff.delete, 0.8), Outcome(probability=0.2))))
+    (b,) = alerts_for_model_change(courier, flaky, family="courier", agent_id="c1", time=T)
+    assert (b.type, b.action) == (AlertType.EFFECT_DISTRIBUTION_DRIFT, "drop")
+    assert b.fingerprint != a.fingerprint
+
+
 def test_alerts_for_stored_version_match_direct_build(rover: Domain) -> None:
     drifted = read_domain(EXAMPLES / "rover-sample-drift.pddl")
     base = build_version(ModelRef("rover-v3", None, 1), rover, T)
