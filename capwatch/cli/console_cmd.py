@@ -93,10 +93,17 @@ def _agents_ls(args: argparse.Namespace) -> int:
                      "LAST EVENT", "CHANGE"],
                     [[r.family, r.agent_id, r.state, _model(r), str(r.delta_to_baseline),
                       str(r.open_alerts), f"{when(r.last_event)} {r.last_event_what}",
-                      r.change[:100]] for r in page.rows], right=(4, 5)))
+                      _change(r)] for r in page.rows], right=(4, 5)))
         counts = ", ".join(f"{n} {s}" for s, n in page.counts.items() if n)
         print(f"\n{page.total} of {len(rows)} agents shown; fleet: {counts or 'empty'}")
     return _run(args, body)
+
+
+def _change(r: data.AgentRow) -> str:
+    # The first line alone read as the whole change: a critical line after an
+    # informational one was off the screen with nothing saying so (as on the fleet page).
+    more = f" (+{r.more_changes} more)" if r.more_changes else ""
+    return r.change[:100] + more
 
 
 def _model(r: data.AgentRow) -> str:

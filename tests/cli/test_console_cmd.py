@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from capwatch.cli import main
+from capwatch.model.pddl_reader import read_domain
+from capwatch.models_store import open_store, record_new_model
 
 
 @pytest.fixture(scope="module")
@@ -16,6 +19,9 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("demo") / "demo.db"
     assert main(["demo", "--store", str(path)]) == 0
     return str(path)
+
+
+T0 = datetime(2026, 11, 28, 4, 0, tzinfo=UTC)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -44,6 +50,27 @@ def test_agents_ls_lists_the_whole_fleet_with_states(
     assert rover.endswith("  sample_rock(?r ?s ?w) now requires (battery_full ?r); no longer "
                           "requires (battery_half ?r); now make")  # cut at 100 characters
     assert "3 of 24 agents shown; fleet: 21 healthy, 3 drifted" in out
+
+
+def test_agents_ls_says_when_a_version_changed_more_than_one_action(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """oper19: ferry agent g2's version changed two actions (board keeps (at ?car ?loc), an
+    expansion; sail now requires (empty-ferry), critical). `capwatch agents ls` showed the
+    first line alone in its CHANGE column, so the critical change was not on the screen
+    and nothing said there was more; the console's fleet page says "(+1 more)" since
+    oper18b."""
+    ipc = Path(__file__).resolve().parents[1] / "data" / "domains"
+    store = open_store(str(tmp_path / "models.db"))
+    record_new_model(store, "transport", None,
+                     read_domain(ipc / "ipc" / "transport" / "domain.pddl"), T0)
+    record_new_model(store, "transport", "truck-1", read_domain(
+        ipc / "own" / "ipc-drifts" / "transport" / "drive-and-drop.pddl"),
+        T0 + timedelta(hours=1))
+    store.close()
+    code, out, _ = run(capsys, "agents", "ls", "--store", str(tmp_path / "models.db"))
+    assert code == 0
+    row = next(x for x in out.splitlines() if "truck-1" in x)
+    assert row.endswith("drive(?v ?l1 ?l2) no longer makes (at ?v ?l1) false (+1 more)"), row
 
 
 def test_models_show_prints_outcome_probabilities_as_a_table(
