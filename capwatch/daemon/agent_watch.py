@@ -69,6 +69,8 @@ PLAIN_APPLIED: Final = _PLAIN[Verdict.APPLIED]
 _PLAIN_APPLIED: Final = PLAIN_APPLIED
 TESTED_APPLIED: Final = _TESTED[Verdict.APPLIED]
 _TESTED_APPLIED: Final = TESTED_APPLIED
+_HELD: Final = {v: Finding(v, held=True) for v in Verdict}
+_HELD_DRIFT: Final = Finding(Verdict.APPLIED, tested=True, held=True)
 """The findings with nothing but a verdict (and whether a drift test counted it), made
 once: most transitions end in one, and a new object per transition would be measurable
 on the hot path. The batch loop tells these two apart by identity."""
@@ -286,7 +288,7 @@ class AgentWatch:
             if alarm is None or self.awaiting is not None:
                 return _TESTED_APPLIED
             if self.backoff and self._drift_held(action.name, alarm.evidence):
-                return _TESTED_APPLIED
+                return _HELD_DRIFT  # counted and said by the batch (daemon.holds)
             self.alarms[action.name] = alarm
             return Finding(verdict, alarm, ripe=True, tested=True)
         if verdict is not _INCONSISTENT:
@@ -307,7 +309,7 @@ class AgentWatch:
             return _PLAIN[verdict]
         evidence = Evidence(t, monitor.last_inconsistency().explanation)
         if not self._buffer(evidence):
-            return _PLAIN[verdict]
+            return _HELD[verdict]
         return Finding(verdict, ripe=self.ripe())
 
     def _buffered(self, t: AgentTransition) -> bool:

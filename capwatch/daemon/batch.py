@@ -32,6 +32,7 @@ from capwatch.daemon.agent_watch import (
 )
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.enqueue import EvidenceQueue
+from capwatch.daemon.holds import Holds
 from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.logs import RECORD, TRANSITION, record_context
@@ -61,8 +62,11 @@ class Batches:
     def __init__(self, *, intake: Intake, registry: Registry, checkpoints: Checkpointer,
                  metrics: DaemonMetrics, enqueue: EvidenceQueue,
                  queue_ripe: Callable[[AgentWatch], None],
-                 buffered: Callable[[AgentWatch], None] = lambda watch: None) -> None:
+                 buffered: Callable[[AgentWatch], None] = lambda watch: None,
+                 holds: Holds | None = None) -> None:
         self.intake = intake
+        self.holds = holds if holds is not None else Holds(metrics)
+        """Counts and says what a back-off held back (daemon.holds)."""
         self.registry = registry
         self.checkpoints = checkpoints
         self.metrics = metrics
@@ -143,7 +147,7 @@ class Batches:
                                        finding.tested)
                                 tally[key] = tally.get(key, 0) + 1
                                 if finding.alarm is not None or finding.ripe \
-                                        or finding.verdict is _INCONSISTENT:
+                                        or finding.verdict is _INCONSISTENT or finding.held:
                                     self._notable(watch, t, finding)
                         else:
                             # Each step with the atoms the decoder made its next state
@@ -221,13 +225,18 @@ class Batches:
             return
         key = (watch.family, t.action[0], finding.verdict, finding.tested)
         self._tally[key] = self._tally.get(key, 0) + 1
-        if finding.alarm is not None or finding.ripe or finding.verdict is _INCONSISTENT:
+        if finding.alarm is not None or finding.ripe or finding.verdict is _INCONSISTENT \
+                or finding.held:
             self._notable(watch, t, finding)
 
     def _notable(self, watch: AgentWatch, t: AgentTransition, finding: Finding) -> None:
         """What a transition that raised an alarm, was inconsistent or made the evidence
         ripe leads to: metrics, a log line, the prompt alert, queued work."""
         name = t.action[0]
+        if finding.held:
+            inconsistent = finding.verdict is _INCONSISTENT
+            self.holds.held(watch, "inconsistency" if inconsistent else "drift", name,
+                            "-" if inconsistent else "sequential")
         if finding.alarm is not None:
             self.metrics.drift_alarms.labels(watch.family, name).inc()
             log.info("drift alarm", summary=finding.alarm.evidence.summary())

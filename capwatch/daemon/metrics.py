@@ -87,6 +87,7 @@ class Bounded(Generic[M]):
 ASSESSMENT_RESULTS = ("changed", "unchanged", "failed", "retry")
 DEAD_LETTER_REASONS = ("decode", "vocabulary", "type", "internal")
 DRIFT_DETECTORS = ("sequential", "audit")
+HELD_KINDS = ("inconsistency", "drift")
 
 
 class DaemonMetrics:
@@ -146,6 +147,13 @@ class DaemonMetrics:
             "(nothing published): detector=sequential from the stream (each also a "
             "drift_not_confirmed alert), detector=audit from the fleet audit (counted "
             "only).", ("family", "detector"))
+        self.held_back = counter(
+            "capwatch_held_back_total",
+            "Drift alarms (kind=drift, the stream's and the audit's) and inconsistencies "
+            "(kind=inconsistency) not queued for assessment because an assessment of the "
+            "same behaviour ended without explaining it less than its back-off ago "
+            "(detection.unexplained_backoff_s, doubling); each hold is logged once per "
+            "agent, action and back-off.", ("family", "kind"))
         self.assessments_queued = counter("capwatch_assessments_queued_total",
                                           "Assessments queued.", ("family",))
         self.assessments = counter("capwatch_assessments_total", "Assessments finished.",
@@ -234,6 +242,8 @@ class DaemonMetrics:
                 self.alerts.labels(family, alert_type)
             for detector in DRIFT_DETECTORS:
                 self.drift_not_confirmed.labels(family, detector)
+            for kind in HELD_KINDS:
+                self.held_back.labels(family, kind)
             for action in names:
                 self.drift_alarms.labels(family, action)
         for reason in DEAD_LETTER_REASONS:

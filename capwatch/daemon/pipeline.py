@@ -61,6 +61,7 @@ from capwatch.daemon.eviction import Eviction
 from capwatch.daemon.fleet_drift import FleetDrift
 from capwatch.daemon.health import Health
 from capwatch.daemon.heap import release_freed
+from capwatch.daemon.holds import Holds
 from capwatch.daemon.infra import (
     INFRASTRUCTURE_ERRORS,
     Clock,
@@ -196,7 +197,8 @@ class Pipeline:
         self.batches = Batches(intake=self.intake, registry=self.registry,
                                checkpoints=self.checkpoints, metrics=self.metrics,
                                enqueue=self.enqueue, queue_ripe=self._queue_or_keep,
-                               buffered=self.enqueue.note_buffered)
+                               buffered=self.enqueue.note_buffered,
+                               holds=Holds(self.metrics))
         self.lag = LagGauges(source, self.metrics, self.batches.newest_stamp)
         self._swept_at = 0.0
         """When :meth:`sweep` last looked at every watch (time.monotonic())."""
@@ -697,7 +699,10 @@ class Pipeline:
             name = finding.action_name
             if watch is None or finding.evidence is None:
                 continue
+            awaiting = watch.awaiting is not None
             if watch.add_audit_alarm(finding.evidence, name) is None:
+                if not awaiting:  # awaited work assesses the agent anyway: not a hold
+                    self.batches.holds.held(watch, "drift", name, "audit")
                 continue
             self.enqueue.note_buffered(watch)  # until queued: the store may fail below
             self.metrics.drift_alarms.labels(watch.family, name).inc()

@@ -95,6 +95,10 @@ class Finding:
     """The agent's evidence should be assessed now: queue a work item."""
     tested: bool = False
     """The execution updated a sequential drift test (a stochastic action's outcome)."""
+    held: bool = False
+    """Its drift alarm, or its inconsistency, was held back by a back-off: an assessment
+    of the same behaviour ended without explaining it (``AgentWatch.settle``); nothing
+    is buffered or queued for it."""
 
 
 _NO_POSITIONS: Mapping[int, int] = MappingProxyType({})
