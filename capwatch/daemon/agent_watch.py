@@ -25,7 +25,7 @@ that rule would live in two places.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -634,13 +634,22 @@ class AgentWatch:
         """The evidence kinds of the awaited work (what it assesses)."""
         return self._queued_kinds
 
-    def await_work(self, key: str, kinds: Collection[str] = ()) -> None:
+    def await_work(self, key: str, kinds: Collection[str] = (),
+                   drift: Mapping[str, Sequence[int]] | None = None) -> None:
         """Work ``key``, queued before this watch was loaded (a restart, a partition moved
-        back, a reload), assesses evidence of ``kinds``: await it as if this watch had
-        queued it, so such evidence is not buffered and alerted again meanwhile and is
-        backed off should the work end unexplained."""
+        back, a reload), assesses evidence of ``kinds`` and the drift of ``drift``'s
+        actions (action -> the outcome counts it was handed): await it as if this watch
+        had queued it, so such evidence is not buffered and alerted again meanwhile and
+        is backed off should the work end unexplained. Without the counts the end of a
+        drift's work backed nothing off, and the next alarm asked the same questions."""
         self.awaiting = key
         self._queued_kinds = frozenset(kinds) or _NO_KINDS
+        if drift:
+            tested = self._drift_tested
+            if tested is None:
+                tested = self._drift_tested = {}
+            for name, counts in drift.items():
+                tested[name] = (tuple(counts), True)
 
     # ------------------------------------------------------------------ results
 

@@ -13,6 +13,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
+from typing import Any
 
 import structlog
 
@@ -50,6 +51,21 @@ def seed_baselines(store: ModelRegistry, families: Mapping[str, Domain], now: da
         log.info("family baseline", family=family, version=ref.version)
 
 
+def drift_counts(payload: Any) -> dict[str, tuple[int, ...]] | None:
+    """Action → the outcome counts a work item's drift evidence was handed (its payload's
+    ``drift``); None if it holds none or they do not read (then the work's end backs no
+    drift off: the next alarm is assessed, the safe side)."""
+    drift = payload.get("drift") if isinstance(payload, dict) else None
+    if not isinstance(drift, dict) or not drift:
+        return None
+    out: dict[str, tuple[int, ...]] = {}
+    for name, entry in drift.items():
+        counts = entry.get("counts") if isinstance(entry, dict) else None
+        if isinstance(counts, list) and all(isinstance(c, int) for c in counts):
+            out[str(name)] = tuple(counts)
+    return out or None
+
+
 def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
                   horizon_s: float) -> None:
     """At a start, what the store's work queue means for watches not loaded yet: work
@@ -58,7 +74,8 @@ def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
     oldest first so repeated failures double the wait again."""
     for item in queue.live_queue_items():
         kinds = item.payload.get("evidence_kinds") or ()
-        registry.park(item.agent_id, item.key, tuple(str(k) for k in kinds))
+        registry.park(item.agent_id, item.key, tuple(str(k) for k in kinds),
+                      drift_counts(item.payload))
     for item in sorted(queue.queue_items("failed"), key=lambda i: i.enqueued_at):
         ago = (now - item.enqueued_at).total_seconds()
         kinds = item.payload.get("evidence_kinds")
@@ -81,6 +98,9 @@ class Registry:
         self._parked: dict[str, str] = {}
         self._parked_kinds: dict[str, frozenset[str]] = {}
         """Agent id → the evidence kinds its parked work assesses (AgentWatch.await_work)."""
+        self._parked_drift: dict[str, dict[str, tuple[int, ...]]] = {}
+        """Agent id → the drift its parked work assesses: action → the outcome counts the
+        work was handed (AgentWatch.await_work)."""
         self._hinted: set[str] = set()
         """Parked agents released once their work leaves the queue (:meth:`unpark_ended`):
         those :meth:`park_queued` parked as hints, and those :meth:`drop` parked."""
@@ -196,9 +216,10 @@ class Registry:
                            self.settings, domain=domain, shared=shared)
         parked = self._parked.pop(agent_id, None)
         queued_kinds = self._parked_kinds.pop(agent_id, frozenset())
+        parked_drift = self._parked_drift.pop(agent_id, None)
         self._hinted.discard(agent_id)
         if parked is not None:
-            watch.await_work(parked, queued_kinds)
+            watch.await_work(parked, queued_kinds, parked_drift)
         watch.seen = tick
         for ref, kinds, ago in self._held.pop(agent_id, ()):
             if ref == version.ref:
@@ -285,6 +306,10 @@ class Registry:
             if watch is not None and watch.awaiting is not None:
                 self._parked[agent_id] = watch.awaiting
                 self._parked_kinds[agent_id] = watch.queued_kinds
+                awaited = {name: counts for name, (counts, waits)
+                           in (watch.drift_tested or {}).items() if waits}
+                if awaited:
+                    self._parked_drift[agent_id] = awaited
                 # Its partition may have moved away (a rebalance), and the work be ended by
                 # another replica's worker, which tells this one nothing: released like a
                 # hint once the work leaves the queue, or it stays awaited here forever.
@@ -297,15 +322,19 @@ class Registry:
 
     # ------------------------------------------------------------------ awaited work
 
-    def park(self, agent_id: str, key: str, kinds: tuple[str, ...] = ()) -> None:
-        """Work ``key``, assessing evidence of ``kinds``, is queued for ``agent_id`` (found
-        in the store at start)."""
+    def park(self, agent_id: str, key: str, kinds: tuple[str, ...] = (),
+             drift: dict[str, tuple[int, ...]] | None = None) -> None:
+        """Work ``key``, assessing evidence of ``kinds`` and the drift of ``drift``'s
+        actions (:func:`drift_counts`), is queued for ``agent_id`` (found in the store at
+        start, or at an assignment)."""
         watch = self._agents.get(agent_id)
         if watch is not None:
-            watch.await_work(key, kinds)
+            watch.await_work(key, kinds, drift)
         else:
             self._parked[agent_id] = key
             self._parked_kinds[agent_id] = frozenset(kinds)
+            if drift:
+                self._parked_drift[agent_id] = drift
 
     def park_queued(self, queue: WorkQueue) -> None:
         """Partitions moved here: park the agent of every pending or claimed work item
@@ -317,7 +346,8 @@ class Registry:
         for item in queue.live_queue_items():
             if item.agent_id not in self._agents and item.agent_id not in self._parked:
                 kinds = item.payload.get("evidence_kinds") or ()
-                self.park(item.agent_id, item.key, tuple(str(k) for k in kinds))
+                self.park(item.agent_id, item.key, tuple(str(k) for k in kinds),
+                          drift_counts(item.payload))
                 self._hinted.add(item.agent_id)
 
     def unpark_ended(self, live: Collection[str]) -> None:
@@ -346,6 +376,7 @@ class Registry:
         if key is None or self._parked.get(agent_id) == key:
             self._parked.pop(agent_id, None)
             self._parked_kinds.pop(agent_id, None)
+            self._parked_drift.pop(agent_id, None)
             self._hinted.discard(agent_id)
 
     def awaiting(self) -> dict[str, str]:

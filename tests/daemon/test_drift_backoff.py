@@ -333,3 +333,51 @@ def test_a_back_off_read_back_ends_when_it_would_have() -> None:
     restore_backoff(back, saved, elapsed_s=10.0)
     assert back.backoff == {"pick|drift": (1000.0 + 600.0 - 50.0 - 10.0, 0),
                             "drop|x": (1000.0 + 1200.0 - 50.0 - 10.0, 2)}
+
+
+def _awaiting_drift_work(d: Any) -> Any:
+    """A courier agent of ``d`` awaiting the work its audit alarm queued (counts 300/200)."""
+    w = next(w for w in d.registry if w.family == "courier-v1")
+    assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+    d.queue(w)
+    assert w.awaiting is not None
+    return w
+
+
+def _ends_unconfirmed(d: Any, agent: str, key: str) -> None:
+    from capwatch.daemon.work import Settled, Settlement
+
+    d.store.claim("w", datetime.now(UTC), 60.0)
+    d.store.complete(key, "w")
+    d.results.apply(Settled(agent, key, Settlement.UNCHANGED))
+
+
+@pytest.mark.parametrize("other_replica", [False, True])
+def test_a_rebalance_while_the_drift_work_is_awaited_keeps_its_back_off(
+        tmp_path: Path, other_replica: bool) -> None:
+    """The agent's partition is revoked while its drift work is awaited, and assigned
+    again (to this replica, or to another over the same store); the work then ends with
+    no change. The watch that awaits it there was loaded without the counts the work
+    assesses, so its end backed nothing off and the next audit asked the same questions
+    again (a reviewer's doubt, session 18)."""
+    d = _pipeline(tmp_path)
+    records = _records(d)
+    d.handle_batch(records[:300])
+    w = _awaiting_drift_work(d)
+    agent, key = w.agent_id, w.awaiting
+    d.revoke({0})
+    if other_replica:
+        d.source.close()
+        d.store.close()
+        d = _pipeline(tmp_path)
+    else:
+        d.assign({0})
+    d.handle_batch(records[300:])
+    back = d.registry.get(agent)
+    assert back is not None and back is not w and back.awaiting == key
+    _ends_unconfirmed(d, agent, key)
+    assert back.awaiting is None
+    assert back.add_audit_alarm(_evidence(back, 300, 200), "pick") is None, "held"
+    assert back.add_audit_alarm(_evidence(back, 60, 440), "pick") is not None
+    d.source.close()
+    d.store.close()
