@@ -381,3 +381,21 @@ def test_a_rebalance_while_the_drift_work_is_awaited_keeps_its_back_off(
     assert back.add_audit_alarm(_evidence(back, 60, 440), "pick") is not None
     d.source.close()
     d.store.close()
+
+
+def test_work_ended_on_another_replica_backs_off_once(tmp_path: Path) -> None:
+    """Another replica's worker ran this replica's agent's drift work to a 'no change'
+    end: this replica sees only the work leaving the store's queue (poll_results), the
+    other has no watch of the agent. The end counts once (a reviewer's doubt, session
+    18: that it doubled the back-off): the first wait, and the next end doubles it."""
+    d = _pipeline(tmp_path)
+    d.handle_batch(_records(d)[:300])
+    w = _awaiting_drift_work(d)
+    (item,) = d.store.claim("other-replica", datetime.now(UTC), 60.0)
+    d.store.complete(item.key, "other-replica")
+    d.poll_results()
+    assert w.awaiting is None
+    until, times = w.backoff[drift_kind("pick")]
+    assert times == 1 and 0 < until - w.clock() <= w.settings.unexplained_backoff_s
+    d.source.close()
+    d.store.close()
