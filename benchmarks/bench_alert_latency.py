@@ -32,6 +32,7 @@ where a late alert's time went.
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -348,6 +349,8 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
                            "drain", "sweep"))
         steps.update(_timed(p.source, ("poll", "commit", "commit_async", "lag")))
         steps.update({f"publisher.{k}": v for k, v in _timed(p.publisher, ("flush",)).items()})
+        sizes = _batch_sizes(p)
+        pauses = _gc_pauses()
         runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
         runner.start()
         ctx = mp.get_context("spawn")
@@ -370,6 +373,7 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
         behind = result["produced"] + len(result["injected"]) - p.processed
         p.stop()
         runner.join(60)
+        gc.callbacks.remove(pauses.pop())
     sent = result["injected"]
     found = match(sent, result["alerts"])
     lat = sorted(found[i]["arrived"] - s["sent"] for i, s in enumerate(sent) if i in found)
@@ -396,7 +400,8 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
                        "on the topic": stage("created", "arrived")},
             "load": (load0, os.getloadavg()[0]), "behind": behind,
             "daemon_cpu_s": cpu, "seconds": result["produced_s"],
-            "steps": {k: sorted(v) for k, v in steps.items() if v}}
+            "steps": {k: sorted(v) for k, v in steps.items() if v},
+            "batches": sorted(sizes), "gc": pauses}
 
 
 def _timed(obj: Any, names: Sequence[str]) -> dict[str, list[float]]:
@@ -418,6 +423,34 @@ def _timed(obj: Any, names: Sequence[str]) -> dict[str, list[float]]:
             finally:
                 _spent.append(time.perf_counter() - t0)
         setattr(obj, name, timed)
+    return out
+
+
+def _batch_sizes(p: Any) -> list[int]:
+    """Records per ``handle_batch`` call (a batch's prompt alerts are written at its end)."""
+    sizes: list[int] = []
+    inner = p.handle_batch
+
+    def sized(records: Sequence[Any]) -> None:
+        sizes.append(len(records))
+        inner(records)
+    p.handle_batch = sized
+    return sizes
+
+
+def _gc_pauses() -> list[Any]:
+    """Wall seconds of each collection of the cyclic collector in this process (the
+    daemon's), by generation: [gen0, gen1, gen2, the callback (popped to remove it)]."""
+    out: list[Any] = [[], [], []]
+    started = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            out[info["generation"]].append(time.perf_counter() - started[0])
+    gc.callbacks.append(callback)
+    out.append(callback)
     return out
 
 
@@ -463,6 +496,12 @@ def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple
             f"{k} {_q(v, .5):.3f}/{_q(v, .99):.3f}" for k, v in r["stages"].items()))
         print("      main loop, wall s per call (p99/max): " + "; ".join(
             f"{k} {_q(v, .99):.3f}/{v[-1]:.3f}" for k, v in r["steps"].items()))
+        if r["batches"]:
+            b = r["batches"]
+            print(f"      batches: {len(b):,} of median {_q(b, .5):.0f}, p99 {_q(b, .99):.0f}, "
+                  f"max {b[-1]} records; gc (n, total s, max s) " + "; ".join(
+                      f"gen{g} {len(v)}, {sum(v):.3f}, {max(v, default=0):.3f}"
+                      for g, v in enumerate(r["gc"])))
     if pooled and runs > 1:
         pooled.sort()
         print(f"    all runs: n={len(pooled)} p50 {_q(pooled, .5):.3f} p95 "
