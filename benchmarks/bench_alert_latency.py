@@ -51,6 +51,7 @@ from typing import Any, cast
 
 from capwatch.adapters.sim.fleet import SimulatedFleet
 from capwatch.daemon.config import DaemonConfig
+from capwatch.daemon.heap import settle_heap
 from capwatch.daemon.service import FleetDirectory, build_service
 from capwatch.model.consistency import explain
 from capwatch.model.domain import Domain, GroundAtom
@@ -144,6 +145,7 @@ def max_rate(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple[str, byte
     with tempfile.TemporaryDirectory() as tmp:
         svc = build_service(_config(tmp, bootstrap, topic, kafka_output=False),
                             agents=FleetDirectory(f))
+        settle_heap()  # as `capwatch run` does (one_run)
         runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
         runner.start()
         p = svc.pipeline
@@ -350,6 +352,11 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
         steps.update(_timed(p.source, ("poll", "commit", "commit_async", "lag")))
         steps.update({f"publisher.{k}": v for k, v in _timed(p.publisher, ("flush",)).items()})
         sizes = _batch_sizes(p)
+        # As `capwatch run` does before its main loop (daemon.heap): without it this row
+        # measured a daemon with CPython's default collector (a young collection every
+        # 700 objects, the startup heap and the fleet's records rescanned by every full
+        # one) that no deployment runs with. Once a process: the settings stay.
+        settle_heap()
         pauses = _gc_pauses()
         runner = threading.Thread(target=svc.run, kwargs={"install_signals": False})
         runner.start()
