@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -95,17 +94,6 @@ STORE_PROBE_EVERY_S = 2.0
 """During a models store outage's back-off, how often the main loop asks the store whether
 it answers again (``unreachable``, bounded by ``store_probe.STORE_PROBE_WAIT_S``, the
 bound /readyz's probe has)."""
-
-GIL_SWITCH_S = 0.001
-"""The interpreter's thread switch interval while the main loop runs (CPython's default
-is 5 ms). The main loop is CPU-bound between its polls; the threads a prompt alert goes
-through (the alert routing's store reads and writes, the Kafka producer's sender) and the
-main loop's own poll each give up the interpreter lock at every socket or database call
-and wait, when another thread runs Python meanwhile, up to the interval to take it back:
-a routing pass makes tens of such calls, and an assessment's worker thread or the
-checkpoint's writer running beside a poll made the poll wait the same way (session 18:
-poll's longest call 0.195 s in the alert row). At 1 ms each wait is a fifth; the cost is
-more switches, a few microseconds each, only while two threads want the lock."""
 
 
 class Pipeline:
@@ -312,8 +300,6 @@ class Pipeline:
         """Consume until :meth:`stop` (or, with ``exit_when_idle``, until a finite source is
         exhausted and every queued assessment is done). Returns the exit code."""
         self._prepare()
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(switch, GIL_SWITCH_S))
         try:
             self.starting = f"starting the source {self.source.name}"
             self.source.start(self.assign, self.revoke, self.checkpoints.resume_offsets())
@@ -347,7 +333,6 @@ class Pipeline:
             self.starting = None
             self.health.running(False)
             self._shutdown()
-            sys.setswitchinterval(switch)
         return 0
 
     def _step(self) -> list[Record]:
