@@ -51,6 +51,7 @@ from capwatch.adapters.io.kafka_common import (
     heartbeat_ms,
 )
 from capwatch.adapters.io.kafka_join import await_group_metadata, finish_join, join_unfinished
+from capwatch.adapters.io.kafka_records import install as install_records
 from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
 
@@ -286,6 +287,11 @@ class KafkaSource:
               resume: Mapping[int, int]) -> None:
         del resume  # the group's committed offsets are the checkpoint
         self._consumer = KafkaConsumer(**self._config)
+        # Fetched batches read straight into Records (kafka_records): kafka-python's own
+        # per-record parsing was most of what one process paid beyond its pipeline.
+        if not install_records(self._consumer):
+            log.warning("kafka-python's fetcher is not the one capwatch's record reader was "
+                        "written for; reading records through kafka-python's own parser")
         self._await_topic(self._consumer)
 
         def revoked(parts: set[int]) -> None:
@@ -423,6 +429,9 @@ class KafkaSource:
             if tp.partition in waiting:
                 # Read from its kept position, not the commit, or from a start not yet
                 # committed: fetched again from where _settle puts it.
+                continue
+            if messages and type(messages[0]) is Record:  # kafka_records read them
+                records += messages
                 continue
             for m in messages:
                 value = m.value if m.value is not None else b""

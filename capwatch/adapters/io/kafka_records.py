@@ -1,0 +1,208 @@
+"""kafka-python's fetched batches read straight into capwatch's :class:`Record`.
+
+kafka-python parses every fetched record on the thread that calls ``poll()``, in pure
+Python: per record a ``DefaultRecord`` (seven generic varint calls, a ``bytearray`` slice
+copied again into ``bytes`` for the key and for the value), then a 13-field
+``ConsumerRecord`` (header sizes, two deserializer calls, property look-ups), which
+:class:`~capwatch.adapters.io.kafka.KafkaSource` then turned into a ``Record``. In one
+process that parsing runs under the same GIL as the pipeline, so it is paid in full on
+the daemon's main loop (docs/performance.md, "kafka-python in one process").
+
+:class:`RecordsIntoRecords` replaces the fetcher's per-partition reader
+(``Fetcher.PartitionRecords``, set on the consumer's fetcher instance only) with one whose
+batches yield ``Record``s directly. What kafka-python decides per batch is kept as it is:
+the batch CRC (``check_crcs``), control batches skipped, a leader epoch noted, the
+position after the last batch (a compacted batch's end), the metrics' counts (bytes by
+batch). ``read_committed`` and deserializers keep kafka-python's whole reader. An
+uncompressed batch of the v2 format (what producers write unless told to compress) is read
+by :func:`read_batch`: one ``bytes`` of the batch, varints of one byte read inline, the key
+and value sliced once. Anything else (a compressed batch, the old message formats,
+``read_committed``, deserializers) is read by kafka-python's own code and converted, so it
+behaves exactly as before.
+
+The position rule is kafka-python's: the reader's ``next_fetch_offset`` is the offset
+after the last record handed out, set before each record is yielded (``poll()`` may stop
+mid-batch at ``max_poll_records``), so the consumer's position, and through the daemon
+every commit, is as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kafka.consumer.fetcher import Fetcher
+from kafka.errors import CorruptRecordError
+from kafka.protocol.consumer import IsolationLevel
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.util import decode_varint
+
+from capwatch.contracts.ports import Record
+
+__all__ = ["RecordsIntoRecords", "install", "read_batch"]
+
+_HEADER = DefaultRecordBatch.HEADER_STRUCT.size
+_CODEC_MASK = DefaultRecordBatch.CODEC_MASK
+_LOG_APPEND_TIME = DefaultRecordBatch.LOG_APPEND_TIME
+
+
+def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
+               first_timestamp: int, log_append_time: int | None, count: int) -> list[Record]:
+    """The ``count`` records of an uncompressed v2 batch whose bytes (header included) are
+    ``buffer``. ``log_append_time``: the batch's max timestamp when the broker stamps the
+    records (every record then has it), else None (each has first_timestamp + its delta).
+
+    Raises CorruptRecordError where kafka-python's reader would (a record whose fields do
+    not fill its length, bytes left after the last record, a negative header count or key
+    size); a buffer cut short raises it too."""
+    out: list[Record] = []
+    pos = _HEADER
+    try:
+        for _ in range(count):
+            b = buffer[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = decode_varint(buffer, pos)
+            end = pos + length
+            pos += 1  # attributes: unused in v2
+            b = buffer[pos]
+            if b < 0x80:
+                delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                delta, pos = decode_varint(buffer, pos)
+            b = buffer[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = decode_varint(buffer, pos)
+            b = buffer[pos]
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                size, pos = decode_varint(buffer, pos)
+            key: bytes | None = None
+            if size >= 0:
+                key = buffer[pos:pos + size]
+                pos += size
+            b = buffer[pos]
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                size, pos = decode_varint(buffer, pos)
+            value = b""  # a null value is handed on as empty, as KafkaSource did
+            if size >= 0:
+                value = buffer[pos:pos + size]
+                pos += size
+            headers, pos = decode_varint(buffer, pos)
+            if headers < 0:
+                raise CorruptRecordError(f"Found invalid number of record headers {headers}")
+            for _ in range(headers):  # capwatch reads no headers: checked and skipped
+                size, pos = decode_varint(buffer, pos)
+                if size < 0:
+                    raise CorruptRecordError(f"Invalid negative header key size {size}")
+                pos += size
+                size, pos = decode_varint(buffer, pos)
+                if size > 0:
+                    pos += size
+            if pos != end or pos > len(buffer):
+                raise CorruptRecordError(f"Invalid record size: expected to read {length} bytes"
+                                         f" in record payload, but instead read "
+                                         f"{pos - end + length}")
+            stamp = first_timestamp + delta if log_append_time is None else log_append_time
+            out.append(Record(topic, partition, base_offset + offset_delta, key, value,
+                              stamp / 1000 if stamp >= 0 else None))
+    except IndexError as e:
+        raise CorruptRecordError(f"Found invalid record structure: {e!r}") from e
+    if pos != len(buffer):
+        raise CorruptRecordError(f"{len(buffer) - pos} unconsumed bytes after all records "
+                                 f"consumed")
+    return out
+
+
+def _converted(m: Any) -> Record:
+    """A ConsumerRecord of kafka-python's own reader as the Record KafkaSource made of it."""
+    stamp = m.timestamp / 1000 if m.timestamp is not None and m.timestamp >= 0 else None
+    return Record(m.topic, m.partition, m.offset, m.key,
+                  m.value if m.value is not None else b"", stamp)
+
+
+class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
+    """kafka-python's per-partition reader of a fetch response, yielding Records."""
+
+    def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any,
+                        value_deserializer: Any) -> Iterator[Record]:
+        if key_deserializer is not None or value_deserializer is not None \
+                or self.isolation_level != IsolationLevel.READ_UNCOMMITTED:
+            for m in super()._unpack_records(tp, records, key_deserializer,
+                                             value_deserializer):
+                yield _converted(m)
+            return
+        topic, partition = tp.topic, tp.partition
+        batch = records.next_batch()
+        last_batch = None
+        while batch is not None:
+            last_batch = batch
+            if self.check_crcs and not batch.validate_crc():
+                raise CorruptRecordError(
+                    f"Record batch for partition {tp} at offset {batch.base_offset} failed "
+                    f"crc check")
+            if batch.magic != 2:
+                for m in batch:  # the old formats: each record checks its own CRC
+                    if self.check_crcs and not m.validate_crc():
+                        raise CorruptRecordError(
+                            f"Record for partition {tp} at offset {m.offset} failed crc check")
+                    self.records_read += 1
+                    self.bytes_read += m.size_in_bytes
+                    self.next_fetch_offset = m.offset + 1
+                    yield Record(topic, partition, m.offset, m.key,
+                                 m.value if m.value is not None else b"",
+                                 m.timestamp / 1000 if m.timestamp is not None
+                                 and m.timestamp >= 0 else None)
+                batch = records.next_batch()
+                continue
+            self.leader_epoch = batch.leader_epoch
+            if batch.is_control_batch:  # a transaction's marker, never handed out
+                self.next_fetch_offset = batch.next_offset
+                batch = records.next_batch()
+                continue
+            if batch.attributes & _CODEC_MASK == 0:
+                read = read_batch(
+                    bytes(batch._buffer), topic, partition, batch.base_offset,
+                    batch.first_timestamp,
+                    batch.max_timestamp if batch.timestamp_type == _LOG_APPEND_TIME else None,
+                    batch.records_count)
+                self.records_read += len(read)
+                self.bytes_read += batch.size_in_bytes
+            else:
+                read = [Record(topic, partition, m.offset, m.key,
+                               m.value if m.value is not None else b"",
+                               m.timestamp / 1000 if m.timestamp >= 0 else None)
+                        for m in batch]
+                self.records_read += len(read)
+                self.bytes_read += batch.size_in_bytes
+            for r in read:
+                self.next_fetch_offset = r.offset + 1
+                yield r
+            batch = records.next_batch()
+        # v2 keeps a batch's last offset when compaction removed its last records: the
+        # next fetch starts after it, not at the last record read again.
+        if last_batch is not None and last_batch.magic == 2:
+            self.next_fetch_offset = last_batch.next_offset
+        self.drain()
+
+
+def install(consumer: Any) -> bool:
+    """Have ``consumer`` (a KafkaConsumer) read its fetches into Records; False, leaving it
+    as it was, where its fetcher is not the one this reader was written against."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if not isinstance(fetcher, Fetcher) \
+            or getattr(fetcher, "PartitionRecords", None) is not Fetcher.PartitionRecords:
+        return False
+    fetcher.PartitionRecords = RecordsIntoRecords
+    return True

@@ -1,0 +1,125 @@
+"""capwatch's reader of kafka-python's fetched batches (kafka_records) against
+kafka-python's own: the same Records, the same position after any number taken, the same
+refusals of corrupt batches. Batches are built with kafka-python's own builder; the real
+broker's batches (compressed, transactional, with headers) are read in
+tests/integration/test_kafka_records_broker.py."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from kafka.consumer.fetcher import Fetcher
+from kafka.errors import CorruptRecordError
+from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.structs import TopicPartition
+
+from capwatch.adapters.io.kafka_records import RecordsIntoRecords, read_batch
+from capwatch.contracts.ports import Record
+
+TP = TopicPartition("transitions", 2)
+
+
+def batch(base: int, records: list[tuple[int, bytes | None, bytes | None, list[Any]]],
+          compression: int = 0, log_append_time: int | None = None) -> bytes:
+    """A v2 batch at offset ``base`` of (timestamp, key, value, headers); with
+    ``log_append_time``, stamped by the broker at that time."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=compression, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for i, (stamp, key, value, headers) in enumerate(records):
+        builder.append(i, timestamp=stamp, key=key, value=value, headers=headers)
+    buf = builder.build()
+    struct.pack_into(">q", buf, 0, base)
+    if log_append_time is not None:
+        attributes = struct.unpack_from(">h", buf, 21)[0] | 0x08
+        struct.pack_into(">h", buf, 21, attributes)
+        struct.pack_into(">q", buf, 35, log_append_time)  # MaxTimestamp
+        from kafka.record.util import calc_crc32c
+        struct.pack_into(">I", buf, 17, calc_crc32c(memoryview(buf)[21:]))
+    return bytes(buf)
+
+
+def kafka_pythons(blob: bytes, fetch_offset: int = 0) -> list[Record]:
+    """What KafkaSource made of kafka-python's own reader's ConsumerRecords."""
+    part = Fetcher.PartitionRecords(fetch_offset, TP, MemoryRecords(blob))
+    out = []
+    while part:
+        for m in part.take(7):
+            stamp = m.timestamp / 1000 if m.timestamp is not None and m.timestamp >= 0 \
+                else None
+            out.append(Record(m.topic, m.partition, m.offset, m.key,
+                              m.value if m.value is not None else b"", stamp))
+    return out
+
+
+def ours(blob: bytes, fetch_offset: int = 0, take: int = 7) -> tuple[list[Record], list[int]]:
+    """The Records, and the reader's next fetch offset after each take."""
+    part = RecordsIntoRecords(fetch_offset, TP, MemoryRecords(blob))
+    out: list[Record] = []
+    positions = []
+    while part:
+        out += part.take(take)
+        positions.append(part.next_fetch_offset)
+    return out, positions
+
+
+def mixed() -> list[tuple[int, bytes | None, bytes | None, list[Any]]]:
+    """Keys and values null, empty, short and long (lengths of one to three varint bytes),
+    headers or none, timestamps growing and not."""
+    out: list[tuple[int, bytes | None, bytes | None, list[Any]]] = []
+    for i in range(40):
+        key = None if i % 7 == 3 else f"agent-{i % 5}".encode() * (1 + 30 * (i % 3 == 0))
+        value = None if i % 11 == 5 else (b"" if i % 13 == 4 else b"v" * (i * i * 17))
+        headers = [("h", b"x"), ("empty", None)] if i % 4 == 1 else []
+        out.append((1_700_000_000_000 + (i * 37) % 11, key, value, headers))
+    return out
+
+
+def test_an_uncompressed_batch_reads_as_kafka_pythons_reader_made_it() -> None:
+    blob = batch(100, mixed()[:20]) + batch(120, mixed()[20:])
+    got, positions = ours(blob)
+    assert got == kafka_pythons(blob)
+    assert [r.offset for r in got] == list(range(100, 140))
+    # The position after each take is the offset after the last record handed out.
+    assert positions == [107, 114, 121, 128, 135, 140]
+
+
+def test_compressed_and_broker_stamped_batches_read_the_same() -> None:
+    blob = batch(0, mixed()[:10], compression=1) + batch(10, mixed()[10:25],
+                                                          log_append_time=1_700_000_123_456)
+    got, _ = ours(blob)
+    assert got == kafka_pythons(blob)
+    assert {r.timestamp for r in got[10:]} == {1_700_000_123.456}
+
+
+def test_a_fetch_from_the_middle_of_a_batch_skips_the_records_before_it() -> None:
+    blob = batch(50, mixed()[:20])
+    got, positions = ours(blob, fetch_offset=57, take=500)
+    assert got == kafka_pythons(blob, fetch_offset=57)
+    assert [r.offset for r in got] == list(range(57, 70)) and positions == [70]
+
+
+def test_a_batch_whose_records_do_not_fill_it_is_refused() -> None:
+    good = batch(0, mixed()[:5])
+    count = struct.unpack_from(">i", good, 57)[0]
+    with pytest.raises(CorruptRecordError, match="unconsumed"):
+        read_batch(good[:57] + struct.pack(">i", count - 1) + good[61:], "t", 0, 0, 0,
+                   None, count - 1)
+    with pytest.raises(CorruptRecordError):
+        read_batch(good[:-3], "t", 0, 0, 0, None, count)
+    # A record's length that its fields do not fill.
+    first = 61  # the first record's length varint: one byte for these small records
+    length = good[first] >> 1
+    bad = good[:first] + bytes([(length + 1) << 1]) + good[first + 1:]
+    with pytest.raises(CorruptRecordError):
+        read_batch(bad, "t", 0, 0, 0, None, count)
+
+
+def test_a_batch_failing_its_crc_is_refused_as_kafka_python_refuses_it() -> None:
+    blob = bytearray(batch(0, mixed()[:5]))
+    blob[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="crc"):
+        ours(bytes(blob))
