@@ -54,7 +54,9 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
 
     Raises CorruptRecordError where kafka-python's reader would (a record whose fields do
     not fill its length, bytes left after the last record, a negative header count or key
-    size); a buffer cut short raises it too."""
+    size); a buffer cut short raises it too. A corrupt batch hands out none of its records
+    (kafka-python's reader handed out those before the fault, then raised): the consumer's
+    position stays before the batch, and the next poll raises again."""
     out: list[Record] = []
     pos = _HEADER
     try:
