@@ -34,6 +34,10 @@ log = structlog.get_logger("capwatch.daemon")
 MAX_VOCABULARIES = 1_024
 """Models whose arities :meth:`Intake._in_vocabulary` keeps (each agent's published
 model is one; a family's baseline is shared by its agents)."""
+MAX_PENDING_MOVES = 4_096
+"""Agents whose last record named another family than they are watched under, kept
+(:attr:`Intake._moving`); past it the candidates are forgotten, so a stray costs one more
+dead letter, never a move."""
 MAX_CHECKED_VOCABULARIES = 64
 MAX_CHECKED_ATOMS = 20_000
 """Atoms found right kept for one vocabulary, of up to 64 (a set of 20,000 takes ~1 MB;
@@ -99,6 +103,9 @@ class Intake:
         :meth:`_in_vocabulary`."""
         self._checked: dict[tuple[tuple[str, int], ...], set[GroundAtom]] = {}
         """Predicates' arities → the atoms found of them, each with its arity."""
+        self._moving: dict[str, str] = {}
+        """Agent → the other family its last record named (dead-lettered): a second
+        record in a row naming it moves the agent, one of its own family clears it."""
 
     def begin_batch(self) -> None:
         """Forget the records read before (:attr:`last_read`): a new batch begins."""
@@ -173,6 +180,8 @@ class Intake:
             watch = prior
             watch.partition = partition
             watch.seen = self._next_tick()
+            if self._moving:
+                self._moving.pop(watch.agent_id, None)
         watch.state_memo = memo[0]
         if not watch.restore_tried:
             self.checkpoints.restore(watch)
@@ -261,6 +270,21 @@ class Intake:
         dead letter, for an unknown family."""
         agent_id, family = first.agent_id, first.family
         old = prior if record.key is not None else self.registry.get(agent_id)
+        moving = self._moving
+        candidate = moving.pop(agent_id, None) if moving else None
+        if old is not None and old.family != family and candidate != family:
+            # One record cannot tell a producer naming the wrong family from a fleet
+            # redeployed under a new one, and moving on it set the agent's drift statistics
+            # aside twice, there and back (oper18b). A second record in a row naming the
+            # family can: until then the record is a dead letter (kept, with its reason)
+            # and the agent stays where it is.
+            if len(moving) >= MAX_PENDING_MOVES:
+                moving.clear()
+            moving[agent_id] = family
+            self.dead_letter(record, f"agent {agent_id!r} is watched under family "
+                             f"{old.family!r}: one record naming {family!r} does not move "
+                             "it (a second one in a row does)", "family")
+            return None
         if old is not None and old.family != family:
             # A warning, not an info line: one record of a producer naming the wrong family
             # moves the agent to that family's model and sets aside what its drift tables

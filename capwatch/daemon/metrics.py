@@ -85,7 +85,7 @@ class Bounded(Generic[M]):
 
 
 ASSESSMENT_RESULTS = ("changed", "unchanged", "failed", "retry")
-DEAD_LETTER_REASONS = ("decode", "vocabulary", "type", "internal")
+DEAD_LETTER_REASONS = ("decode", "vocabulary", "type", "family", "internal")
 DRIFT_DETECTORS = ("sequential", "audit")
 HELD_KINDS = ("inconsistency", "drift")
 

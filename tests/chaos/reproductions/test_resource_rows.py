@@ -42,7 +42,8 @@ def test_an_agent_moving_to_another_family_keeps_its_buffered_evidence(
                      and e["executed"] and ["battery_half", e["action"][1]] not in e["state"]]
     assert len(contradicting) >= 2
     cut = contradicting[1] + 1  # two inconsistencies: under the debounce of three
-    lines = [json.dumps(e).encode() for e in mine[:cut]] + [_courier_event(agent)]
+    # Two records in a row: one record naming another family is a dead letter (session 19).
+    lines = [json.dumps(e).encode() for e in mine[:cut]] + [_courier_event(agent)] * 2
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     config = jsonl_config(tmp_path, drift_fleet, path, str(tmp_path / "s.db"))
