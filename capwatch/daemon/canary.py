@@ -147,6 +147,15 @@ class CanaryProber:
                 times[i] = now
                 self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
                                   frozenset(state), ground)
+                if idle and (action.pre_pos or action.pre_neg):
+                    wider = self._one_literal_false(action, binding, state)
+                    if wider is not None:
+                        with self._lock:
+                            if self._backlog >= MAX_BACKLOG:
+                                break
+                            self._backlog += 1
+                        self._pool.submit(self._probe, watch.agent_id, watch.family,
+                                          watch.domain, wider, ground)
         self._forget_departed(seen)
 
     def _forget_departed(self, seen: set[str]) -> None:
@@ -170,6 +179,27 @@ class CanaryProber:
             if action.admits(args):
                 return tuple(args)
         return None
+
+    def _one_literal_false(self, action: Action, binding: Mapping[str, str],
+                           state: set[GroundAtom]) -> frozenset[GroundAtom] | None:
+        """The probe's state with one precondition literal, drawn at random, made false:
+        the model says the action does not apply there, so an agent that runs it lost
+        that literal. Making the whole precondition true (the probe above) cannot show a
+        literal no longer needed, and an action the agent never runs shows it nowhere
+        else: before session 19 such a widening stayed unknown unless
+        ``assessment.reassess_every_s`` was set. None when the literal's atom cannot be
+        made false alone (another literal of the precondition needs it)."""
+        literals = [(a, True) for a in sorted(action.pre_pos)] + [
+            (a, False) for a in sorted(action.pre_neg)]
+        atom, positive = self._rng.choice(literals)
+        ground = atom.ground(binding)
+        if positive:
+            if any(a.ground(binding) == ground for a in action.pre_neg):
+                return None
+            return frozenset(state - {ground})
+        if any(a.ground(binding) == ground for a in action.pre_pos):
+            return None
+        return frozenset(state | {ground})
 
     def _start(self, recent: Sequence[Collection[GroundAtom]], init: frozenset[GroundAtom], *,
                designed_only: bool) -> Collection[GroundAtom]:
