@@ -293,10 +293,12 @@ def inconsistency_alert(
 
 
 ASSESSMENT_FAILURE_REASONS = ("agent_unreachable", "budget_exhausted", "planner_failed",
-                              "error", "unexplained", "incomplete")
+                              "error", "unexplained", "incomplete", "agent_refuses_queries")
 """``unexplained``: the assessed model contradicts evidence it was learned from, so nothing
 was published; ``incomplete``: a version was published but some capabilities could not
-be checked (they keep their previous modes)."""
+be checked (they keep their previous modes); ``agent_refuses_queries``: the agent ran no step
+of an assessment's first queries (capwatch.assess.engine.REFUSED_QUERIES), nothing published
+and no retry."""
 
 
 def assessment_failed_alert(

@@ -43,3 +43,10 @@ class QueryNotAttempted(AgentUnavailable):
     """The agent answered that it cannot attempt the query at all: a state it cannot be
     put in (an agent bound to one map, whose objects are its cells), vocabulary it
     lacks. Asking again will not help."""
+
+
+class AgentRefusesQueries(AgentUnavailable):
+    """The agent ran no step of an assessment's first queries, although the evidence says
+    the first step of many of them runs: it refuses queries (or lost every capability its
+    evidence showed). Refusals alone teach no model, so the assessment stops early instead
+    of reading each refusal as a precondition until its budget or a final check fails."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 
-from capwatch.assess.agent import AgentQuery, QueryNotAttempted, QueryResult
+from capwatch.assess.agent import AgentQuery, AgentRefusesQueries, QueryNotAttempted, QueryResult
 from capwatch.assess.design import AFTER, COUNT, SAFE_VALUES
 from capwatch.assess.effect_masks import posts
 from capwatch.assess.evidence import Evidence, show
@@ -99,6 +99,16 @@ that show it but for the accepted error (66 at p = 0.1), whichever comes first: 
 outcomes independently shows an added outcome again, and beside the known ones, within a
 few answers; what is still in doubt after three times that is not its outcomes' chance."""
 _FINAL_ORDER = {EXPLORE: 0, FAIL: 1}
+REFUSED_QUERIES = 12
+"""Queries of an assessment that ran no step, none before them either, after which an
+agent assessed against a known model (or observed running steps) is taken to refuse
+queries (:class:`AgentRefusesQueries`); so is one that refused two final-check steps the
+evidence says run, no step having run (the check goes on past the first such refusal). A
+drift can make some steps refuse (a precondition gained), but the queries that follow set
+their atoms otherwise and the agent's other actions still run; one that runs nothing gives
+the engine nothing to learn from but refusals, each read as a precondition (3 to 95
+queries on session 19's domains, then a final check failed on "the agent changed during
+the assessment")."""
 
 
 def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery, *,
@@ -162,7 +172,12 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
         space.error = outcome_error
         space.min_share = min_outcome_probability
         space.independent = independent_draws
-    engine.observe(transitions_of(observations))
+    observed = list(transitions_of(observations))
+    engine.observe(observed)
+    # An agent is taken to refuse queries when it runs none (REFUSED_QUERIES) only where
+    # something says steps run: a known model being assessed, or observations of it
+    # running. Learning from nothing (aia, no observation), refusals are all there is.
+    engine.evidence_ran = m is not Method.AIA or any(t.did_execute for t in observed)
     notes: list[str] = []
     if m is Method.DAAISY:
         # verify and aia target every pa-tuple anyway: flags could not add one, so the
@@ -199,6 +214,12 @@ class _Engine(Evidence):
         self.shares: dict[str, tuple[int, int, ShareEstimate]] = {}
         self.max_query_atoms: int | None = None
         self.checks = 0
+        self.ran_any = False
+        """Whether some answer of this assessment ran a step."""
+        self.check_refused = 0
+        """Final-check steps the evidence says run, refused while no step had run."""
+        self.evidence_ran = False
+        """Whether a known model (verify, daaisy) or the observations say steps run."""
 
     # ------------------------------------------------------------------ probabilities
 
@@ -307,6 +328,8 @@ class _Engine(Evidence):
             self._refresh_targets()
             self.check_known_model()
         self._final_check(agent, objects, maker)
+        if not self.ran_any and self.check_refused >= 2:
+            raise AgentRefusesQueries(self._refusing(len(self.queries)))
 
     def _final_check(self, agent: AgentQuery, objects: ObjectFactory,
                      maker: StepMaker) -> None:
@@ -379,9 +402,19 @@ class _Engine(Evidence):
                     f"query {len(self.queries)}: {query.steps[answers[0].executed].probe.action}"
                     f" refused where the evidence says it surely runs: the agent changed "
                     f"during the assessment, or answers otherwise than a model would")
-                return
+                if self.ran_any or not self.evidence_ran:
+                    return
+                self.check_refused += 1
+                # Nothing ran yet: the check goes on, so that an agent refusing every
+                # query is named as one (REFUSED_QUERIES, raised by _absorb) rather than
+                # as one that changed during the assessment.
             sent = {id(step.probe) for step in query.steps}
             probes = [p for p in probes if id(p) not in sent]
+
+    def _refusing(self, number: int) -> str:
+        return (f"the agent ran no step of {number} queries, steps the evidence says run "
+                f"among them: it refuses queries, or lost every capability its evidence "
+                f"shows; no model is learnt from refusals alone")
 
     def _tire(self, query: Query, answer: QueryResult) -> bool:
         """Count a query that narrowed nothing against the probabilistic probes it ran;
@@ -713,6 +746,10 @@ class _Engine(Evidence):
         number = len(self.queries) + 1
         self.queries.append(QueryLog(number, query.state, tuple(query.plan), answer.executed,
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
+        if answer.executed > 0:
+            self.ran_any = True
+        elif not self.ran_any and self.evidence_ran and number >= REFUSED_QUERIES:
+            raise AgentRefusesQueries(self._refusing(number))
         executed, failed = read_answer(query, answer, after=self._after)
         self.final_ran += sum(1 for step, _ in executed if step.probe.kind in _FINAL_ORDER)
         if failed is not None and failed[0].probe.kind in _FINAL_ORDER:

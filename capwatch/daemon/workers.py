@@ -33,7 +33,7 @@ import structlog
 from capwatch.alerts.outbox import outbox_record
 from capwatch.alerts.policy import AlertPolicy
 from capwatch.alerts.types import alerts_for_version, assessment_failed_alert
-from capwatch.assess.agent import AgentUnavailable
+from capwatch.assess.agent import AgentRefusesQueries, AgentUnavailable
 from capwatch.contracts.ports import AgentDirectory, Publisher
 from capwatch.contracts.store import (
     AlertOutboxStore,
@@ -251,6 +251,10 @@ class AssessmentWorkers:
         except LeaseLost as e:
             log.warning("assessment's lease lost; its new holder finishes it, nothing was "
                         "stored or published by this worker", key=item.key, problem=str(e))
+        except AgentRefusesQueries as e:
+            # Answered, and nothing learnt from the answers: retrying would spend the same
+            # queries on the same refusals, so the alert goes out now (session 19).
+            self.give_up(worker, item, "agent_refuses_queries", str(e), {})
         except AgentUnavailable as e:
             self.give_back(worker, item, describe_agent_failure(e))
         except OUTAGE_ERRORS as e:

@@ -397,3 +397,38 @@ def test_an_answer_outside_the_protocol_is_not_called_a_refusal() -> None:
     with pytest.raises(AgentProtocolError) as info:
         client._decode(200, b"<html>oops</html>", QueryResponse)
     assert ": :" not in str(info.value) and "the answer: Invalid JSON" in str(info.value)
+
+
+class RefusesAll:
+    """Answers every query, running nothing (``executed: false``, the state unchanged)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        self.calls += 1
+        return [QueryResult(0, state)] * samples
+
+
+def test_an_agent_refusing_every_query_fails_at_once_without_a_version(
+        tmp_path: Path) -> None:
+    """Session 19, gap 2: the engine stops after its first REFUSED_QUERIES answers that ran
+    nothing; the daemon gives the work up on the first attempt (retrying asks the same
+    refusals again) with reason agent_refuses_queries, and publishes no version."""
+    from capwatch.assess.engine import REFUSED_QUERIES
+
+    agent = RefusesAll()
+    now = [T0]
+    d, out = queued_refusal(tmp_path, agent, lambda: now[0], {"max_attempts": 5})
+    assert _attempt(d, now, T0)
+    (failed,) = d.store.queue_items("failed")
+    assert failed.attempts == 1
+    (alert,) = _failed_alerts(d, out)
+    assert alert.detail["reason"] == "agent_refuses_queries"
+    assert "ran no step of" in alert.summary
+    assert agent.calls <= REFUSED_QUERIES
+    assert d.store.history("rover-v1", "rover-a") == []
+    assert out.models == []
+    d.source.close()
+    d.store.close()
