@@ -88,6 +88,9 @@ class ProbabilityEstimate:
     audit: AuditPrecision | None = None
     """The drift audit's precision target and whether the estimate reached it (None when
     none was asked)."""
+    all_counts: tuple[int, ...] = ()
+    """Each outcome's count over every stage asked (the estimate is its last stage's):
+    a second look pools them (session 19)."""
     keeps_current: bool | None = None
     """With ``current`` probabilities and an audit target: whether they pass the audit's
     test against every distribution in the estimate's region (the window's expected
@@ -216,6 +219,7 @@ def estimate_outcome_probabilities(
                                      [tuple(g) for g in groups.values() if len(g) > 1])
     level = simultaneous_level(confidence, k)
     counts = np.zeros(k, dtype=np.int64)
+    total = np.zeros(k, dtype=np.int64)
     asked = not_executed = unexplained = 0
 
     def current_estimate() -> MultinomialEstimate:
@@ -251,6 +255,7 @@ def estimate_outcome_probabilities(
                 unexplained += 1
             else:
                 counts[hit] += 1
+        total += counts
         est = current_estimate()
         if audit_window is not None:
             audit = audit_precision(action, est, audit_window, audit_level)
@@ -272,7 +277,7 @@ def estimate_outcome_probabilities(
                         keep_needed = math.ceil(1.1 * est.n * far / audit.critical)
             done = ProbabilityEstimate(action.header(), ground_action, est, asked,
                                        not_executed, unexplained, half_width, True, audit,
-                                       keeps)
+                                       tuple(int(c) for c in total), keeps)
             usable = max(est.n / request, 1.0 - max_anomaly_fraction)
             if not keep_needed or math.ceil(keep_needed / usable) > max_samples - asked:
                 return done
@@ -301,10 +306,12 @@ def estimate_outcome_probabilities(
             break
     if fallback is not None:
         return dataclasses.replace(fallback, samples=asked, not_executed=not_executed,
-                                   unexplained=unexplained)
+                                   unexplained=unexplained,
+                                   all_counts=tuple(int(c) for c in total))
     return ProbabilityEstimate(action.header(), ground_action, est, asked, not_executed,
                                unexplained, half_width,
-                               bool(est.n) and max(est.half_widths) <= half_width, audit)
+                               bool(est.n) and max(est.half_widths) <= half_width, audit,
+                               tuple(int(c) for c in total))
 
 
 def estimate_domain_probabilities(
