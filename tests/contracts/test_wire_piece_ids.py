@@ -153,6 +153,21 @@ def test_edge_cases_every_table(text: bytes) -> None:
         assert wire_split.PIECE_IDS(text, table) == _reference(text, table), (text, table)
 
 
+@pytest.mark.parametrize("n", [511, 512, 513, 1500])
+def test_states_of_more_pieces_than_the_c_lookup_notes_ahead(n: int) -> None:
+    # piece_ids notes the first 512 pieces' ends while counting them, and finds the
+    # rest again as it looks them up.
+    assert wire_split.PIECE_IDS is not None
+    text = json.dumps([["at", f"r{i}", f"w{i % 7}"] for i in range(n)], indent=1).encode()
+    keys = _keys(text)
+    assert len(keys) == n
+    for table in ({k: i for i, k in enumerate(keys)}, {k: i for i, k in enumerate(keys[:-1])}):
+        expected = _reference(text, table)
+        assert wire_split.PIECE_IDS(text, table) == expected
+        assert wire_split.PIECE_IDS(text, _index(table)) == expected
+    assert wire_split.PIECE_IDS(text, {k: i for i, k in enumerate(keys)}) == list(range(n))
+
+
 def test_refuses_what_is_not_bytes_and_a_dict() -> None:
     assert wire_split.PIECE_IDS is not None and wire_split.PIECE_INDEX is not None
     index = wire_split.PIECE_INDEX()

@@ -6,6 +6,7 @@ with the schema's."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
@@ -284,6 +285,23 @@ def test_any_state_bytes_canonical_the_same_both_ways_and_never_wrongly(
 ], ids=repr)
 def test_edge_cases_canonical_the_same_both_ways(text: bytes) -> None:
     _check_canonical(text)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("atoms", [13, 40, 300])
+def test_many_atoms_sharing_their_beginnings_canonical_the_same_both_ways(
+        seed: int, atoms: int) -> None:
+    # The C sort's merges (beyond its insertion sort's 12 pieces) and its comparison of
+    # the first 8 bytes as one word: names alike up to and past 8 bytes, short atoms,
+    # repeats, pretty-printed as a writer indenting its JSON does.
+    rng = random.Random(seed)
+    names = ["at-curb", "at-curb-num", "at", "a", "car-clear", "behind-car"]
+    state = [[rng.choice(names), *(f"car_{rng.randrange(12):02}"
+                                   for _ in range(rng.randrange(3)))] for _ in range(atoms)]
+    for indent in (None, 2):
+        text = json.dumps(state, indent=indent).encode()
+        out = _check_canonical(text)
+        assert out == b"[" + b", ".join(sorted(json.dumps(a).encode() for a in state)) + b"]"
 
 
 def test_what_is_made_canonical() -> None:

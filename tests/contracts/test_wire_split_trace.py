@@ -142,6 +142,9 @@ def test_any_bytes_cut_the_same_both_ways_and_never_wrongly(raw: bytes) -> None:
     b'{"states":[' + b'[["' + b"]" * 100 + b'"]],' * 50 + b'[]]}',
     b'{"states":[[' + b'["' + b"x" * 31 + b'"]' + b"]" * 3 + b'}',
     b'{"s' + b"x" * 100 + b'":0,' * 33 + b'"states":[[]]}',
+    b'{"states":[ ]}', b'{"states":[[] ]}', b'{"states":[[] , ]}', b'{"states":[[] , [] ]}',
+    b'{"states":[[]],"x":{}}', b'{"states":[[]], "states2":[}', b'{"states":[[]}',
+    b'{"states":[[],]', b'{"states":[[]', b'{"states":[[] x]}', b'{"states":[[]]]}',
 ], ids=repr)
 def test_edge_cases_cut_the_same_both_ways(raw: bytes) -> None:
     _check(raw)
