@@ -222,6 +222,29 @@ class _ActionFacts:
     distinct: tuple[tuple[str, str], ...]
     groundings: dict[GroundAction, _Grounding]
     """Its groundings met so far (:func:`_grounding`), up to :data:`_MAX_GROUNDINGS`."""
+    shapes: tuple[tuple[_Shape, ...], tuple[_Shape, ...], tuple[_Shape, ...],
+                  tuple[_Shape, ...]]
+    """The predicate and arguments of the atoms of ``gamma``, ``fixed`` and the action's
+    positive and negative preconditions, in their orders (:func:`_shapes`), grounded here
+    (compiled) instead of by ``LiftedAtom.ground``: a Python call per atom from the
+    compiled loop, with its generator, was most of a new grounding's cost."""
+
+
+_Shape = tuple[str, tuple[str, ...]]
+"""A lifted atom's predicate and arguments (parameters or constants)."""
+
+
+def _shapes(atoms: Iterable[LiftedAtom]) -> tuple[_Shape, ...]:
+    return tuple((atom.predicate, tuple(atom.args)) for atom in atoms)
+
+
+def _ground(shape: _Shape, binding: dict[str, str]) -> GroundAtom:
+    """``LiftedAtom.ground`` of the atom of this shape: its arguments bound, constants
+    kept."""
+    out = [shape[0]]
+    for arg in shape[1]:
+        out.append(binding.get(arg, arg))
+    return tuple(out)
 
 
 _GroundAtomFacts = tuple[LiftedAtom, PaTuple, PaValue, frozenset[PaValue], GroundAtom,
@@ -263,19 +286,21 @@ def _grounding(facts: _ActionFacts, ground_action: GroundAction) -> _Grounding:
                      if binding.get(a, a) != binding.get(b, b)) + tuple(
         f"(not (= {a} {b}))" for a, b in facts.distinct
         if binding.get(a, a) == binding.get(b, b))
-    grounded = [(atom, pa, current, outcomes, atom.ground(binding))
-                for atom, pa, current, outcomes in facts.gamma]
+    gamma_shapes, fixed_shapes, pos_shapes, neg_shapes = facts.shapes
+    grounded = [(atom, pa, current, outcomes, _ground(shape, binding))
+                for (atom, pa, current, outcomes), shape
+                in zip(facts.gamma, gamma_shapes, strict=True)]
     by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
     for atom, _, _, _, g in grounded:
         by_ground.setdefault(g, []).append(atom)
     fixed_by_ground: dict[GroundAtom, list[LiftedAtom]] = {}
-    for atom in facts.fixed:
-        fixed_by_ground.setdefault(atom.ground(binding), []).append(atom)
+    for atom, shape in zip(facts.fixed, fixed_shapes, strict=True):
+        fixed_by_ground.setdefault(_ground(shape, binding), []).append(atom)
     entangled = frozenset(g for g, atoms in by_ground.items()
                           if len(atoms) + len(fixed_by_ground.get(g, ())) > 1)
     held = _Grounding(
-        violated, tuple(a.ground(binding) for a in action.pre_pos),
-        tuple(a.ground(binding) for a in action.pre_neg),
+        violated, tuple([_ground(shape, binding) for shape in pos_shapes]),
+        tuple([_ground(shape, binding) for shape in neg_shapes]),
         tuple((atom, pa, current, outcomes, g,
                tuple(by_ground[g]) if g in entangled else None,
                tuple(fixed_by_ground.get(g, ())) if g in entangled else ())
@@ -305,12 +330,14 @@ def _facts(domain: Domain, name: str) -> _ActionFacts:
     if facts is None:
         action = domain.action(name)
         gamma = list(lifted_instantiations(domain, action))
+        fixed = tuple(action.all_atoms() - set(gamma))
         facts = held[1][name] = _ActionFacts(
             action, tuple((atom, pa := PaTuple(action.name, atom),
                    (pre_mode(action, atom), eff_mode(action, atom)),
                    frozenset(_outcome_values(action, pa))) for atom in gamma),
-            tuple(action.all_atoms() - set(gamma)),
-            tuple(sorted(action.equal)), tuple(sorted(action.distinct)), {})
+            fixed, tuple(sorted(action.equal)), tuple(sorted(action.distinct)), {},
+            (_shapes(gamma), _shapes(fixed), _shapes(action.pre_pos),
+             _shapes(action.pre_neg)))
     return facts
 
 
