@@ -30,7 +30,7 @@ _NOT_METRICS = {
     "sum", "max", "min", "avg", "count", "rate", "increase", "irate", "by", "without", "on",
     "ignoring", "group_left", "group_right", "histogram_quantile", "absent", "and", "or",
     "unless", "le", "bool", "offset", "topk", "bottomk", "clamp_min", "label_values", "vector",
-    "time", "timestamp", "resets",
+    "time", "timestamp", "resets", "changes",
 }
 
 

@@ -98,12 +98,15 @@ groups:
         # increase() over a series' first sample is 0, so the first move never fired.
         # Nor the difference alone: a restarted daemon's series starts again at 1, below
         # what it read a window before, and a move after a restart went unseen for the
-        # window. So: the growth over the window; after a reset within it, what the new
-        # process counted (a lower bound); a series born within it, all it counted.
+        # window. So: the growth over the window; after a reset within it, or a restart of
+        # the process within it (its start time changed: the new process may count back up
+        # to the old value, no drop for resets() to see), what the new process counted (a
+        # lower bound); a series born within it, all it counted.
         expr: |
           sum by (family, previous_family) (
             (capwatch_agent_family_moves_total - capwatch_agent_family_moves_total offset {{ $r.agentFamilyMoves.window }}) > 0
             or (capwatch_agent_family_moves_total and resets(capwatch_agent_family_moves_total[{{ $r.agentFamilyMoves.window }}]) > 0)
+            or (capwatch_agent_family_moves_total and on(job, instance) changes(process_start_time_seconds[{{ $r.agentFamilyMoves.window }}]) > 0)
             or (capwatch_agent_family_moves_total unless capwatch_agent_family_moves_total offset {{ $r.agentFamilyMoves.window }})
           ) > 0
         for: {{ $r.agentFamilyMoves.for }}
