@@ -16,7 +16,8 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import TopicPartition
 
-from capwatch.adapters.io.kafka_records import RecordsIntoRecords, read_batch
+from capwatch.adapters.io import kafka_records
+from capwatch.adapters.io.kafka_records import RecordsIntoRecords, install, read_batch
 from capwatch.contracts.ports import Record
 
 TP = TopicPartition("transitions", 2)
@@ -123,3 +124,25 @@ def test_a_batch_failing_its_crc_is_refused_as_kafka_python_refuses_it() -> None
     blob[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError, match="crc"):
         ours(bytes(blob))
+
+
+class _Consumer:
+    """What install reads of a KafkaConsumer: its fetcher (made without a broker)."""
+
+    def __init__(self) -> None:
+        self._fetcher = Fetcher.__new__(Fetcher)
+
+
+def test_installed_only_over_the_kafka_python_release_it_was_written_against(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reader mirrors Fetcher.PartitionRecords' internals (_unpack_records, the
+    # batch's _buffer, next_fetch_offset, drain) of kafka-python 3.0; the dependency allows
+    # any 3.x. Another release keeps kafka-python's own reader, so a change there can
+    # neither move a position nor fail the first poll on an attribute renamed.
+    consumer = _Consumer()
+    assert install(consumer)  # the release installed here: the one it was written for
+    assert consumer._fetcher.PartitionRecords is RecordsIntoRecords
+    monkeypatch.setattr(kafka_records, "KAFKA_PYTHON", "3.1.0")
+    other = _Consumer()
+    assert not install(other)
+    assert other._fetcher.PartitionRecords is Fetcher.PartitionRecords

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kafka import __version__ as KAFKA_PYTHON
 from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
@@ -40,6 +41,14 @@ from kafka.record.util import decode_varint
 from capwatch.contracts.ports import Record
 
 __all__ = ["RecordsIntoRecords", "install", "read_batch"]
+
+WRITTEN_FOR = ("3.0.",)
+"""The kafka-python releases whose ``Fetcher.PartitionRecords`` this reader mirrors (its
+``_unpack_records``, the batch's ``_buffer``, ``next_fetch_offset``, ``drain``) and was
+checked against record for record (tests/adapters/test_kafka_records.py, the broker's
+batches in tests/integration/test_kafka_records_broker.py). The dependency allows any
+3.x; over another release the consumer keeps kafka-python's own reader (:func:`install`):
+slower, but a change there can neither move a position nor fail a poll."""
 
 _HEADER = DefaultRecordBatch.HEADER_STRUCT.size
 _CODEC_MASK = DefaultRecordBatch.CODEC_MASK
@@ -201,9 +210,10 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
 
 def install(consumer: Any) -> bool:
     """Have ``consumer`` (a KafkaConsumer) read its fetches into Records; False, leaving it
-    as it was, where its fetcher is not the one this reader was written against."""
+    as it was, where its fetcher is not the one this reader was written against: another
+    kafka-python release than :data:`WRITTEN_FOR`, or a fetcher whose reader was replaced."""
     fetcher = getattr(consumer, "_fetcher", None)
-    if not isinstance(fetcher, Fetcher) \
+    if not KAFKA_PYTHON.startswith(WRITTEN_FOR) or not isinstance(fetcher, Fetcher) \
             or getattr(fetcher, "PartitionRecords", None) is not Fetcher.PartitionRecords:
         return False
     fetcher.PartitionRecords = RecordsIntoRecords
