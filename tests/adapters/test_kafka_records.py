@@ -146,3 +146,19 @@ def test_installed_only_over_the_kafka_python_release_it_was_written_against(
     other = _Consumer()
     assert not install(other)
     assert other._fetcher.PartitionRecords is Fetcher.PartitionRecords
+
+
+def test_a_corrupt_batch_raises_at_every_take_not_once() -> None:
+    # After the first raise the reader's generator is spent: take() then returned []
+    # while the reader stayed truthy, and kafka-python's Fetcher.fetched_records loops
+    # while records are wanted and its reader is truthy, so the daemon's retried poll()
+    # spun inside kafka-python forever, at the same position, never returning to notice
+    # a revoke. Every take raises instead, records before the batch handed out first.
+    blob = bytearray(batch(0, mixed()[:5]) + batch(5, mixed()[5:9]))
+    blob[-1] ^= 0xFF
+    part = RecordsIntoRecords(0, TP, MemoryRecords(bytes(blob)))
+    assert [r.offset for r in part.take(500)] == [0, 1, 2, 3, 4]
+    for _ in range(3):
+        with pytest.raises(CorruptRecordError, match="crc"):
+            part.take(500)
+        assert part.next_fetch_offset == 5

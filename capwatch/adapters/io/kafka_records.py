@@ -65,7 +65,8 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
     not fill its length, bytes left after the last record, a negative header count or key
     size); a buffer cut short raises it too. A corrupt batch hands out none of its records
     (kafka-python's reader handed out those before the fault, then raised): the consumer's
-    position stays before the batch, and the next poll raises again."""
+    position stays before the batch, and every poll raises again (:class:`RecordsIntoRecords`
+    ``take``) until the partition is revoked or sought away from it."""
     out: list[Record] = []
     pos = _HEADER
     try:
@@ -145,6 +146,22 @@ def _converted(m: Any) -> Record:
 
 class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
     """kafka-python's per-partition reader of a fetch response, yielding Records."""
+
+    _fault: Exception | None = None
+
+    def take(self, n: int | None = None) -> list[Any]:
+        # Once the records raised, kafka-python's iterator is spent: its take() then
+        # returns [] while the reader stays truthy, and Fetcher.fetched_records loops on
+        # such a reader without end (the daemon retries a failed poll, and that poll never
+        # returned, not even to see a revoke). The fault is raised at every take instead,
+        # the position staying before the faulty batch.
+        if self._fault is not None:
+            raise self._fault
+        try:
+            return super().take(n)  # type: ignore[no-any-return]
+        except CorruptRecordError as e:
+            self._fault = e
+            raise
 
     def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any,
                         value_deserializer: Any) -> Iterator[Record]:
