@@ -644,8 +644,11 @@ class AgentWatch:
         drift's work backed nothing off, and the next alarm asked the same questions."""
         self.awaiting = key
         self._queued_kinds = frozenset(kinds) or _NO_KINDS
+        tested = self._drift_tested
+        if tested is not None:  # an earlier work's drift is not this one's (as queued())
+            for name, (was, _) in list(tested.items()):
+                tested[name] = (was, False)
         if drift:
-            tested = self._drift_tested
             if tested is None:
                 tested = self._drift_tested = {}
             for name, counts in drift.items():

@@ -335,6 +335,8 @@ class Registry:
             self._parked_kinds[agent_id] = frozenset(kinds)
             if drift:
                 self._parked_drift[agent_id] = drift
+            else:  # an earlier parked work's drift is not this one's
+                self._parked_drift.pop(agent_id, None)
 
     def park_queued(self, queue: WorkQueue) -> None:
         """Partitions moved here: park the agent of every pending or claimed work item

@@ -399,3 +399,42 @@ def test_work_ended_on_another_replica_backs_off_once(tmp_path: Path) -> None:
     assert times == 1 and 0 < until - w.clock() <= w.settings.unexplained_backoff_s
     d.source.close()
     d.store.close()
+
+
+def test_a_parked_work_replaced_by_one_without_drift_does_not_keep_the_old_counts(
+        tmp_path: Path) -> None:
+    """An unloaded agent parked for a drift work, then for another work that assesses no
+    drift (the store's queue holding both, read oldest first at a start): the watch
+    loaded awaits the second work, and must not take the first one's counts, or the
+    second's unexplained end backs off a drift no assessment was asked about."""
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        seed_baselines(store, {"courier-v1": example("courier.pddl")}, datetime.now(UTC))
+        registry = Registry(store)
+        registry.park("courier-v1-000", "k1", (), {"pick": (300, 200)})
+        registry.park("courier-v1-000", "k2", ("drop|x",))
+        w = registry.load("courier-v1-000", "courier-v1", 0)
+        assert w is not None and w.awaiting == "k2"
+        assert not w.drift_tested
+        w.settle("k2")
+        assert drift_kind("pick") not in w.backoff
+        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+    finally:
+        store.close()
+
+
+def test_a_loaded_watch_awaiting_another_work_drops_the_earlier_works_drift(
+        tmp_path: Path) -> None:
+    """The same for a loaded watch told of a work queued elsewhere (Registry.park)."""
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        seed_baselines(store, {"courier-v1": example("courier.pddl")}, datetime.now(UTC))
+        registry = Registry(store)
+        w = registry.load("courier-v1-000", "courier-v1", 0)
+        assert w is not None
+        registry.park("courier-v1-000", "k1", (), {"pick": (300, 200)})
+        registry.park("courier-v1-000", "k2", ("drop|x",))
+        w.settle("k2")
+        assert drift_kind("pick") not in w.backoff
+    finally:
+        store.close()
