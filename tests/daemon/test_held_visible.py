@@ -84,3 +84,26 @@ def test_held_stream_alarms_are_counted_and_logged_once(tmp_path: Path) -> None:
     assert len(said) == 1 and said[0]["detector"] == "sequential", said
     d.source.close()
     d.store.close()
+
+
+def test_held_inconsistencies_are_counted_as_the_watch_holds_them(tmp_path: Path) -> None:
+    # The kind=inconsistency side, untested until now: a hoist whose unexplainable
+    # evidence was assessed once (tests/daemon/test_no_loops.py) holds the same kind back.
+    from tests.daemon.helpers import run_queued
+    from tests.daemon.test_no_loops import _pipeline as hoist
+    from tests.daemon.test_no_loops import _repeated
+
+    d, _, _ = hoist(tmp_path, [_repeated(i) for i in range(60)])
+    with structlog.testing.capture_logs() as logs:
+        for r in d.source.poll(1.0):
+            d.handle(r)
+            run_queued(d)
+    watch = d.registry.get("hoist-a")
+    assert watch is not None and watch.held_back >= 50
+    assert _held(d, "hoist-v1", "inconsistency") == watch.held_back
+    assert _held(d, "hoist-v1", "drift") == 0.0
+    said = [e for e in logs if e["event"] == "held back by its back-off"]
+    assert len(said) == 1 and said[0]["kind"] == "inconsistency", said
+    assert said[0]["action"] == "move_down" and said[0]["unexplained_ends"] == 1
+    d.source.close()
+    d.store.close()
