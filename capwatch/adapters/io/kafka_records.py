@@ -62,8 +62,9 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
     records (every record then has it), else None (each has first_timestamp + its delta).
 
     Raises CorruptRecordError where kafka-python's reader would (a record whose fields do
-    not fill its length, bytes left after the last record, a negative header count or key
-    size); a buffer cut short raises it too. A corrupt batch hands out none of its records
+    not fill its length, bytes left after the last record, a negative header count or
+    header key size; a negative record key or value size is a null one); a buffer cut short
+    raises it too. A corrupt batch hands out none of its records
     (kafka-python's reader handed out those before the fault, then raised): the consumer's
     position stays before the batch, and every poll raises again (:class:`RecordsIntoRecords`
     ``take``) until the partition is revoked or sought away from it."""
