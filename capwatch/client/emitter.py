@@ -15,6 +15,7 @@ events (``error.undelivered``) to store or resend.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -108,16 +109,31 @@ class KafkaTransport:
     A batch counts as delivered when every record in it is acknowledged by the broker.
     The producer retries internally, so the emitter does not (a resend after a partial
     failure would duplicate records).
+
+    A batch counts as undelivered only once the producer itself has given up on it: it
+    keeps retrying a record until ``delivery_timeout_s`` (its ``delivery_timeout_ms``),
+    so :meth:`send` waits that long whatever shorter timeout the emitter passes. Giving up
+    earlier (oper19b) handed the emitter's caller "undelivered" events that the producer
+    delivered anyway once the broker was back, and a caller that resent them duplicated
+    them. The emitter's ``send_timeout_s`` defaults to this ``delivery_timeout_s``.
     """
 
     retry_safe = False
+    RESOLVE_GRACE_S = 10.0
+    """Past the delivery timeout, how long a record may still take to be failed: an
+    in-flight request is failed when its ``request_timeout_ms`` runs out."""
 
-    def __init__(self, bootstrap_servers: str, topic: str = "capwatch.transitions",
-                 **producer_options: Any) -> None:
+    def __init__(self, bootstrap_servers: str, topic: str = "capwatch.transitions", *,
+                 delivery_timeout_s: float = 30.0, **producer_options: Any) -> None:
         from kafka import KafkaProducer
 
         options: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": 5}
         options.update(producer_options)
+        options.setdefault("delivery_timeout_ms", int(delivery_timeout_s * 1000))
+        # kafka-python refuses a delivery timeout below linger_ms + request_timeout_ms.
+        options.setdefault("request_timeout_ms", min(
+            30_000, max(1, options["delivery_timeout_ms"] - options["linger_ms"])))
+        self.delivery_timeout_s = options["delivery_timeout_ms"] / 1000
         self.topic = topic
         self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers, **options)
 
@@ -125,11 +141,29 @@ class KafkaTransport:
         try:
             futures = [self._producer.send(self.topic, key=k.encode(), value=v)
                        for k, v in batch]
-            self._producer.flush(timeout=timeout_s)
-            for f in futures:
-                f.get(timeout=timeout_s)
         except Exception as e:
             raise TransportError(f"Kafka topic {self.topic}: {error_text(e)}") from e
+        deadline = time.monotonic() + max(timeout_s,
+                                          self.delivery_timeout_s + self.RESOLVE_GRACE_S)
+        with contextlib.suppress(Exception):  # the futures say what became of each record
+            self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+        errors: list[Exception] = []
+        unresolved = 0
+        for f in futures:
+            try:
+                f.get(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as e:
+                if f.is_done:
+                    errors.append(e)
+                else:
+                    unresolved += 1
+        if unresolved:
+            raise TransportError(
+                f"Kafka topic {self.topic}: {unresolved} record(s) still pending in the"
+                f" producer {self.delivery_timeout_s + self.RESOLVE_GRACE_S:g}s after they"
+                " were sent: they may yet be delivered")
+        if errors:
+            raise TransportError(f"Kafka topic {self.topic}: {error_text(errors[0])}")
 
     def close(self) -> None:
         self._producer.close(timeout=10)
@@ -201,7 +235,7 @@ class TransitionEmitter:
                  linger_s: float = 0.05, max_buffered: int = 10_000,
                  on_full: Literal["block", "raise"] = "block", block_timeout_s: float = 10.0,
                  retries: int | None = None, retry_backoff_s: float = 0.2,
-                 send_timeout_s: float = 30.0,
+                 send_timeout_s: float | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         if not agent_id or not family:
             raise ValueError("agent_id and family must be non-empty")
@@ -221,7 +255,10 @@ class TransitionEmitter:
         self.retries = retries if retries is not None else (
             3 if getattr(transport, "retry_safe", True) else 0)
         self.retry_backoff_s = retry_backoff_s
-        self.send_timeout_s = send_timeout_s
+        # A transport that cannot give up on a batch sooner (KafkaTransport: its producer
+        # retries until its delivery timeout) sets the default.
+        self.send_timeout_s = send_timeout_s if send_timeout_s is not None else float(
+            getattr(transport, "delivery_timeout_s", 30.0))
         self._transport = transport
         self._clock = clock
         self._cond = threading.Condition()
