@@ -26,9 +26,10 @@ from datetime import datetime
 
 import structlog
 
-from capwatch.assess.agent import AgentUnavailable
+from capwatch.assess.agent import AgentUnavailable, QueryNotAttempted
 from capwatch.assess.observations import Trace, infer_object_types
 from capwatch.assess.shortcuts import find_shortcuts
+from capwatch.contracts.agent_protocol import AgentProtocolError, AgentRejectedQuery
 from capwatch.contracts.ports import AgentDirectory
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch
@@ -124,6 +125,7 @@ class CanaryProber:
             recent = probes.recent
             executed = watch.last_executed
             times = probes.times
+            due: list[tuple[frozenset[GroundAtom], GroundAction]] = []
             for i, action in enumerate(watch.domain.actions):
                 last_run = executed.get(action.name, -1e18)
                 last_probe = times[i]
@@ -145,8 +147,7 @@ class CanaryProber:
                 state = (set(base) | {a.ground(binding) for a in action.pre_pos}) - {
                     a.ground(binding) for a in action.pre_neg}
                 times[i] = now
-                self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
-                                  frozenset(state), ground)
+                due.append((frozenset(state), ground))
                 if idle and (action.pre_pos or action.pre_neg):
                     wider = self._one_literal_false(action, binding, state)
                     if wider is not None:
@@ -154,8 +155,10 @@ class CanaryProber:
                             if self._backlog >= MAX_BACKLOG:
                                 break
                             self._backlog += 1
-                        self._pool.submit(self._probe, watch.agent_id, watch.family,
-                                          watch.domain, wider, ground)
+                        due.append((wider, ground))
+            if due:
+                self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
+                                  due)
         self._forget_departed(seen)
 
     def _forget_departed(self, seen: set[str]) -> None:
@@ -259,20 +262,38 @@ class CanaryProber:
             self._backlog -= 1
 
     def _probe(self, agent_id: str, family: str, domain: Domain,
-               state: frozenset[GroundAtom], ground: GroundAction) -> None:
+               due: list[tuple[frozenset[GroundAtom], GroundAction]]) -> None:
+        """One agent's probes of a round, one after the other. An agent that cannot be
+        reached fails the round once: each probe used to be a task of its own, and an
+        unreachable agent logged "canary failed" and counted "unavailable" once per due
+        action within a second (oper19), each after the client's retries. A probe the
+        agent answered and refused (QueryNotAttempted: that start state; a 4xx) or
+        answered outside the protocol fails alone: another probe may be answered."""
         try:
-            self._ask(agent_id, family, domain, state, ground)
+            for i, (state, ground) in enumerate(due):
+                try:
+                    self._ask(agent_id, family, domain, state, ground)
+                except (QueryNotAttempted, AgentRejectedQuery, AgentProtocolError) as e:
+                    self._unavailable(agent_id, family, e)
+                except AgentUnavailable as e:
+                    self._unavailable(agent_id, family, e, skipped=len(due) - i - 1)
+                    return
         finally:
-            self._done()
+            for _ in due:
+                self._done()
+
+    def _unavailable(self, agent_id: str, family: str, error: AgentUnavailable,
+                     skipped: int = 0) -> None:
+        self.metrics.canaries.labels(family, "unavailable").inc()
+        if skipped:
+            log.warning("canary failed", agent_id=agent_id, error=str(error),
+                        probes_skipped=skipped)
+        else:
+            log.warning("canary failed", agent_id=agent_id, error=str(error))
 
     def _ask(self, agent_id: str, family: str, domain: Domain,
              state: frozenset[GroundAtom], ground: GroundAction) -> None:
-        try:
-            answer = self.agents.agent(agent_id, family).query(state, [ground], 1)[0]
-        except AgentUnavailable as e:
-            self.metrics.canaries.labels(family, "unavailable").inc()
-            log.warning("canary failed", agent_id=agent_id, error=str(e))
-            return
+        answer = self.agents.agent(agent_id, family).query(state, [ground], 1)[0]
         # An answer in words the model lacks (an unknown predicate, a wrong arity) is the
         # agent breaking the protocol, not behaviour: read as a transition, every such atom
         # was an unexplained change and raised an unexplained_inconsistency alert and an

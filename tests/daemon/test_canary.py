@@ -14,7 +14,8 @@ import pytest
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import AgentQuery
+from capwatch.assess.agent import AgentQuery, QueryNotAttempted
+from capwatch.contracts.agent_protocol import AgentProtocolError, AgentRejectedQuery
 from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.config import SchedulerConfig
 from capwatch.daemon.metrics import DaemonMetrics
@@ -219,9 +220,10 @@ def test_probes_waiting_for_slow_agents_are_bounded() -> None:
     objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
                             "waypoint": ("waypoint1", "waypoint2")}}
     prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]
-    assert len(held.held) == MAX_BACKLOG  # 1,000 due; the rest wait for a later round
-    prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]
-    assert len(held.held) == MAX_BACKLOG
+    # One task per agent holding its due probes.
+    assert sum(len(args[3]) for args in held.held) == MAX_BACKLOG  # 1,000 due; the rest
+    prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]  # wait a later round
+    assert sum(len(args[3]) for args in held.held) == MAX_BACKLOG
 
 
 def test_a_round_queued_before_shutdown_probes_nothing_after_close() -> None:
@@ -391,3 +393,83 @@ def test_an_answer_saying_refused_whose_state_changed_is_a_finding() -> None:
     assert all(f.transition.executed is False for f in changed)
     applied = metrics.canaries.labels("rover-v1", "applied")._value.get()
     assert applied == 0
+
+
+class Unreachable:
+    """An agent whose endpoint never answers; counts the queries it is sent."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return self
+
+    def query(self, state: Any, plan: Any, samples: int = 1) -> Any:
+        from capwatch.assess.agent import AgentUnavailable
+        self.asked += 1
+        raise AgentUnavailable("agent at http://127.0.0.1:9/ unavailable after 3 attempts")
+
+
+def test_an_unreachable_agent_fails_its_round_once() -> None:
+    # oper19: every due action of an unreachable agent was a probe of its own, so one
+    # round logged "canary failed" and counted "unavailable" once per action (three lines
+    # within a second), each after the client's own retries; once per round is the news.
+    from types import SimpleNamespace
+
+    from structlog.testing import capture_logs
+
+    rover = read_domain(EXAMPLES / "rover.pddl")
+    assert len(rover.actions) > 1
+    watch = SimpleNamespace(agent_id="r0", family="rover-v1", awaiting=None,
+                            clock=lambda: 0.0, last_state=frozenset(), domain=rover,
+                            last_executed={})
+    agent = Unreachable()
+    metrics = DaemonMetrics()
+    prober = CanaryProber(agents=agent, metrics=metrics, idle_s=1.0,
+                          clock=lambda: None, post=lambda r: None,  # type: ignore[arg-type,return-value]
+                          executor=Inline())
+    objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
+                            "waypoint": ("waypoint1", "waypoint2")}}
+    with capture_logs() as logs:
+        prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]
+    assert [e["event"] for e in logs] == ["canary failed"]
+    assert metrics.canaries.labels("rover-v1", "unavailable")._value.get() == 1
+    assert agent.asked == 1
+    assert prober._backlog == 0
+
+
+class Refuses(Unreachable):
+    """An agent that answers every probe, and each time with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def query(self, state: Any, plan: Any, samples: int = 1) -> Any:
+        self.asked += 1
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [
+    QueryNotAttempted("the agent cannot be put in that state"),
+    AgentRejectedQuery(422, "invalid_query", "no such waypoint"),
+    AgentProtocolError("2 results for 1 sample")])
+def test_a_probe_the_agent_answers_and_refuses_fails_alone(error: Exception) -> None:
+    # The agent answered: another start state or grounding may be one it can take, so
+    # the round goes on (only an agent that does not answer ends its round).
+    from types import SimpleNamespace
+
+    rover = read_domain(EXAMPLES / "rover.pddl")
+    watch = SimpleNamespace(agent_id="r0", family="rover-v1", awaiting=None,
+                            clock=lambda: 0.0, last_state=frozenset(), domain=rover,
+                            last_executed={})
+    agent = Refuses(error)
+    metrics = DaemonMetrics()
+    prober = CanaryProber(agents=agent, metrics=metrics, idle_s=1.0,
+                          clock=lambda: None, post=lambda r: None,  # type: ignore[arg-type,return-value]
+                          executor=Inline())
+    objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
+                            "waypoint": ("waypoint1", "waypoint2")}}
+    prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]
+    assert agent.asked == len(rover.actions)
+    assert metrics.canaries.labels("rover-v1", "unavailable")._value.get() == agent.asked
