@@ -220,9 +220,9 @@ def test_probes_waiting_for_slow_agents_are_bounded() -> None:
     objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
                             "waypoint": ("waypoint1", "waypoint2")}}
     prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]
-    # One task per agent holding its due probes.
-    assert sum(len(args[3]) for args in held.held) == MAX_BACKLOG  # 1,000 due; the rest
-    prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]  # wait a later round
+    # One task per agent, holding its due probes: 1,000 due, the rest wait a later round.
+    assert sum(len(args[3]) for args in held.held) == MAX_BACKLOG
+    prober.probe_idle(watches, {}, objects)  # type: ignore[arg-type]
     assert sum(len(args[3]) for args in held.held) == MAX_BACKLOG
 
 
