@@ -471,5 +471,7 @@ def test_a_probe_the_agent_answers_and_refuses_fails_alone(error: Exception) -> 
     objects = {"rover-v1": {"rover": ("rover1",), "store": ("store1",),
                             "waypoint": ("waypoint1", "waypoint2")}}
     prober.probe_idle([watch], {}, objects)  # type: ignore[list-item]
-    assert agent.asked == len(rover.actions)
+    # Every idle action twice: its precondition made true, then one literal made false
+    # (no rover precondition needs one atom both true and false, so none is skipped).
+    assert agent.asked == 2 * len(rover.actions)
     assert metrics.canaries.labels("rover-v1", "unavailable")._value.get() == agent.asked
