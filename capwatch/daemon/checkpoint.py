@@ -30,10 +30,10 @@ checkpoint, a partition given up) first waits for a write in flight
 again and written by the next one. Everything here runs on the main loop but
 :meth:`PendingCommit.run`, in :class:`Writer`'s thread.
 
-Near the size where a module is split (~550 lines) and kept whole: the commit rule is
-the order of four things (snapshots taken, written, flushed, committed) across the main
-loop and the writer's thread, and every path that waits for a write in flight (eviction,
-a synchronous checkpoint, a partition given up) must see the same pending state; split
+Kept whole, past the size where a module is usually split: the commit rule is the order
+of four things (snapshots taken, written, flushed, committed) across the main loop and
+the writer's thread, and every path that waits for a write in flight (eviction, a
+synchronous checkpoint, a partition given up) must see the same pending state; split
 across modules, that ordering would be read in two places.
 """
 

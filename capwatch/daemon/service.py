@@ -1,9 +1,10 @@
 """Builds a running daemon from its configuration: source, store, publisher, agents,
 assessor, HTTP server and scheduled jobs, plus SIGTERM/SIGINT handling.
 
-One module (~550 lines) because it is the one place that knows every part's
-configuration and start order: the parts themselves live in their own modules, and what
-is left here is wiring that reads top to bottom in the order the daemon starts and stops.
+Kept whole, past the size where a module is usually split, because it is the one place
+that knows every part's configuration and start order: the parts themselves live in
+their own modules, and what is left here is wiring that reads top to bottom in the order
+the daemon starts and stops.
 """
 
 from __future__ import annotations

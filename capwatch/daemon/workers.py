@@ -13,10 +13,10 @@ another worker (which would publish its version again); a worker whose lease did
 meanwhile (its replica frozen, or cut off from the store) stores and publishes nothing and
 leaves the work to its new holder.
 
-Longer than most modules (~510 lines, 28 KB) because a claim's whole life is one
-state machine: claiming, renewing, storing, publishing and, after an outage, reading the
-work back to say what became of it share the lease and the attempt count, and split
-apart each part would need the others' private state.
+Kept whole, past the size where a module is usually split, because a claim's whole life
+is one state machine: claiming, renewing, storing, publishing and, after an outage,
+reading the work back to say what became of it share the lease and the attempt count,
+and split apart each part would need the others' private state.
 """
 
 from __future__ import annotations
