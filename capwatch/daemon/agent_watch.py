@@ -16,10 +16,10 @@ offsets, drift snapshots); what lives here is soft and is rebuilt from the store
 replay from the committed offset. The commit rule (never past a buffered transition)
 makes that replay rebuild the evidence buffer exactly.
 
-Longer than most modules (~640 lines, 32 KB) because a watch held idle as bytes
-(:meth:`AgentWatch.freeze`) must stay one object with one surface: every method that
-changes a watch thaws it first, and readers of its state read the bytes; kept apart,
-that rule would live in two places.
+Kept whole, past the size where a module is usually split, because a watch held idle as
+bytes (:meth:`AgentWatch.freeze`) must stay one object with one surface: every method
+that changes a watch thaws it first, and readers of its state read the bytes; kept
+apart, that rule would live in two places.
 """
 
 from __future__ import annotations

@@ -18,10 +18,11 @@ Threads and who owns what:
 - the *scheduler* and the HTTP server never touch the watches: jobs post commands that
   the main loop runs between polls (:meth:`Pipeline.submit`), and HTTP reads the store.
 
-About 30 KB (~620 lines) because this is the one module that knows every part: the
-wiring, the loop with its outage retries, the rebalance callbacks and the
-scheduler's entry points. Each step's own logic is in the module named for it (batch,
-intake, agent_watch, checkpoint, eviction, lag, enqueue, workers, canary, results, alerting).
+Kept whole, past the size where a module is usually split, because this is the one
+module that knows every part: the wiring, the loop with its outage retries, the
+rebalance callbacks and the scheduler's entry points. Each step's own logic is in the
+module named for it (batch, intake, agent_watch, checkpoint, eviction, lag, enqueue,
+workers, canary, results, alerting).
 """
 
 from __future__ import annotations
