@@ -8,9 +8,7 @@ on a tmpfs (needs root)."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -25,32 +23,14 @@ from capwatch.model.pddl_reader import read_domain
 from capwatch.models_store import ModelRef, build_version
 from capwatch.models_store.sqlite import SqliteModelStore
 from tests.daemon.helpers import EXAMPLES, config
+from tests.support.small_disk import fill, small_tmpfs
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = tmp_path / "disk"
-    path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)],
-                       check=False, capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "2m") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
-
-
-def _fill(path: Path) -> None:
-    with open(path, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
 
 
 def _older_than(since: float, age_s: float) -> None:
@@ -77,7 +57,7 @@ def test_the_daemons_probe_keeps_a_refusal_reported_until_the_store_takes_writes
     try:
         probe.tick()  # nothing refused: no probe, nothing reported
         assert store.write_failures() == {}
-        _fill(filler)
+        fill(filler)
         with pytest.raises(sqlite3.OperationalError, match="full"):
             store.put(v)
         refused = time.monotonic()

@@ -5,9 +5,7 @@ PostgreSQL's counterpart: tests/daemon/test_write_failures.py."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 from capwatch.model.pddl_reader import read_domain
 from capwatch.models_store import ModelRef, build_version
 from capwatch.models_store.sqlite import SqliteModelStore
+from tests.support.small_disk import fill, small_tmpfs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "capwatch" / "examples"
 
@@ -57,18 +56,8 @@ def test_a_read_only_database_is_still_reported(tmp_path: Path) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs (needs root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path = tmp_path / "disk"
-    path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)],
-                       check=False, capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "1m") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
 
 
 def test_a_full_disk_is_reported_until_the_store_takes_a_write_again(
@@ -81,12 +70,7 @@ def test_a_full_disk_is_reported_until_the_store_takes_a_write_again(
                       datetime.now(UTC), evidence={"filler": "x" * 200_000})
     filler = small_disk / "filler"
     try:
-        with open(filler, "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError:
-                pass
+        fill(filler)
         with pytest.raises(sqlite3.OperationalError, match="full"):
             store.put(v)
         assert set(store.write_failures()) == {"model_versions"}
