@@ -10,13 +10,16 @@ from typing import Any
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
 from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.assess.agent import AgentQuery
+from capwatch.contracts import wire_fast
+from capwatch.contracts.wire import AgentTransition, DeadLetter
 from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import Service, build_service
 from capwatch.model.domain import Domain
-from capwatch.model.pddl_reader import read_domain
+from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "capwatch" / "examples"
@@ -24,6 +27,24 @@ EXAMPLES = REPO_ROOT / "capwatch" / "examples"
 
 def example(name: str) -> Domain:
     return read_domain(EXAMPLES / name)
+
+
+def one_agent_stream(name: str, drift: str, *, at_step: int, seed: int,
+                     rounds: int) -> list[AgentTransition]:
+    """The transitions of one simulated agent of family ``{name}-v1`` (the example domain
+    and problem ``name``) whose model becomes the example ``drift`` at ``at_step``, decoded
+    as the daemon decodes them."""
+    family = f"{name}-v1"
+    spec = FamilySpec(family, example(f"{name}.pddl"),
+                      read_problem(EXAMPLES / f"{name}-problem.pddl"))
+    fleet = SimulatedFleet.build({family: spec}, 1, [DriftSpec(
+        example(drift), at_step=at_step, family=family)], seed=seed)
+    out: list[AgentTransition] = []
+    for offset, e in enumerate(fleet.events(rounds)):
+        decoded = wire_fast.decode(e.value, partition=0, offset=offset)
+        assert not isinstance(decoded, DeadLetter)
+        out.extend(decoded)
+    return out
 
 
 def config(tmp_path: Path, **overrides: Any) -> DaemonConfig:

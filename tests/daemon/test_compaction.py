@@ -6,29 +6,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
-from capwatch.contracts import wire_fast
 from capwatch.contracts.versions import ModelRef, build_version
-from capwatch.contracts.wire import AgentTransition, DeadLetter
+from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry, seed_baselines
-from capwatch.model.pddl_reader import read_problem
 from capwatch.models_store import open_store
 from capwatch.monitor.drift import DriftMonitor
-from tests.daemon.helpers import EXAMPLES, example
+from tests.daemon.helpers import example, one_agent_stream
 
 
 def _stream(rounds: int) -> list[AgentTransition]:
-    rover = FamilySpec("rover-v1", example("rover.pddl"),
-                       read_problem(EXAMPLES / "rover-problem.pddl"))
-    fleet = SimulatedFleet.build({"rover-v1": rover}, 1, [DriftSpec(
-        example("rover-sample-drift.pddl"), at_step=40, family="rover-v1")], seed=5)
-    out: list[AgentTransition] = []
-    for offset, e in enumerate(fleet.events(rounds)):
-        decoded = wire_fast.decode(e.value, partition=0, offset=offset)
-        assert not isinstance(decoded, DeadLetter)
-        out.extend(decoded)
-    return out
+    return one_agent_stream("rover", "rover-sample-drift.pddl", at_step=40, seed=5,
+                            rounds=rounds)
 
 
 def test_a_watch_trimmed_whenever_it_holds_no_evidence_makes_the_same_work() -> None:

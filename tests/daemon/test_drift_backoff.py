@@ -15,19 +15,16 @@ from typing import Any
 import pytest
 
 from capwatch.adapters.io.streams import MemoryPublisher
-from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
-from capwatch.contracts import wire_fast
 from capwatch.contracts.versions import ModelRef, build_version
-from capwatch.contracts.wire import AgentTransition, DeadLetter
+from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch, WatchSettings, drift_kind
 from capwatch.daemon.checkpoint import backoff_state, restore_backoff
 from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
-from capwatch.model.pddl_reader import read_problem
 from capwatch.models_store import open_store
 from capwatch.monitor.action_drift import ActionMonitor
 from capwatch.monitor.drift import DriftEvidence, DriftMonitor
-from tests.daemon.helpers import EXAMPLES, example, simulated
+from tests.daemon.helpers import example, one_agent_stream, simulated
 
 SETTINGS = WatchSettings(unexplained_backoff_s=600.0, unexplained_max_backoff_s=1800.0)
 
@@ -157,16 +154,8 @@ def test_a_watch_evicted_and_read_back_keeps_holding_the_drift(tmp_path: Path) -
 
 
 def _courier_stream(rounds: int) -> list[AgentTransition]:
-    courier = FamilySpec("courier-v1", example("courier.pddl"),
-                         read_problem(EXAMPLES / "courier-problem.pddl"))
-    fleet = SimulatedFleet.build({"courier-v1": courier}, 1, [DriftSpec(
-        example("courier-pick-wear.pddl"), at_step=0, family="courier-v1")], seed=3)
-    out: list[AgentTransition] = []
-    for offset, e in enumerate(fleet.events(rounds)):
-        decoded = wire_fast.decode(e.value, partition=0, offset=offset)
-        assert not isinstance(decoded, DeadLetter)
-        out.extend(decoded)
-    return out
+    return one_agent_stream("courier", "courier-pick-wear.pddl", at_step=0, seed=3,
+                            rounds=rounds)
 
 
 def test_the_streams_alarm_over_an_unconfirmed_drift_is_held_too() -> None:
