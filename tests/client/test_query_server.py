@@ -15,6 +15,7 @@ from capwatch.client import CallableExecutor, QueryServer, Vocabulary
 from capwatch.contracts.agent_protocol import AgentCannotAttempt, AgentRejectedQuery
 from capwatch.model.domain import GroundAction, GroundAtom
 from capwatch.model.pddl_reader import parse_domain
+from tests.support.slow_client import trickling
 
 CORRIDOR = """
 (define (domain corridor)
@@ -182,36 +183,17 @@ def test_a_client_trickling_its_request_is_cut_at_the_deadline(corridor: Corrido
     the deadlines of the daemon's and the reference agent's (contracts/bounded_http), one
     such client held its only worker for as long as it went on, and every query was
     answered 503."""
-    import socket
-
     with QueryServer(corridor, token=TOKEN, vocabulary=VOCAB, workers=1, backlog=0,
-                     request_timeout_s=0.5) as server:
-        slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-        stop = threading.Event()
-
-        def trickle() -> None:
-            try:
-                slow.sendall(b"POST /capwatch/v1/query HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-                while not stop.wait(0.1):  # one header line that never ends
-                    slow.sendall(b"a")
-            except OSError:
-                return
-
-        t = threading.Thread(target=trickle, daemon=True)
-        t.start()
-        try:
-            statuses = []
-            for _ in range(100):  # 20 s at most; the client trickles on unless cut off
-                statuses.append(_post(server, b'{"state": [], "plan": []}',
-                                      {"Authorization": f"Bearer {TOKEN}"})[0])
-                if statuses[-1] == 200:
-                    break
-                stop.wait(0.2)
-            assert statuses[-1] == 200 and statuses[0] == 503, statuses[-3:]
-        finally:
-            stop.set()
-            t.join(5)
-            slow.close()
+                     request_timeout_s=0.5) as server, trickling(
+            server.port, b"POST /capwatch/v1/query HTTP/1.1\r\nHost: x\r\nX-Slow: ") as stop:
+        statuses = []
+        for _ in range(100):  # 20 s at most; the client trickles on unless cut off
+            statuses.append(_post(server, b'{"state": [], "plan": []}',
+                                  {"Authorization": f"Bearer {TOKEN}"})[0])
+            if statuses[-1] == 200:
+                break
+            stop.wait(0.2)
+        assert statuses[-1] == 200 and statuses[0] == 503, statuses[-3:]
 
 
 def test_a_query_meant_for_another_agent_is_refused(corridor: Corridor) -> None:

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 from capwatch.contracts.bounded_http import PooledHTTPServer
+from tests.support.slow_client import trickling
 
 
 class _Hello(BaseHTTPRequestHandler):
@@ -68,32 +69,15 @@ def test_a_client_trickling_its_request_head_is_cut_at_the_deadline() -> None:
     """Red-team rerun of issue 12 (session 3): a byte every 0.1 s never lets a 0.5 s read
     time out, so the one worker was held for as long as the client went on (40 such
     clients kept the reference agent answering 503 to everyone)."""
-    with _serving(workers=1, backlog=0, read_timeout_s=0.5) as port:
-        slow = socket.create_connection(("127.0.0.1", port), timeout=30)
-        stop = threading.Event()
-
-        def trickle() -> None:
-            try:
-                slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-                while not stop.wait(0.1):  # one header line that never ends
-                    slow.sendall(b"a")
-            except OSError:
-                return
-
-        t = threading.Thread(target=trickle, daemon=True)
-        t.start()
-        try:
-            answers = []
-            for _ in range(100):  # 20 s at most; the client trickles on unless cut off
-                answers.append(_get(port)[:12])
-                if answers[-1] == b"HTTP/1.1 200":
-                    break
-                stop.wait(0.2)
-            assert answers[-1] == b"HTTP/1.1 200", answers[-3:]
-        finally:
-            stop.set()
-            t.join(5)
-            slow.close()
+    with _serving(workers=1, backlog=0, read_timeout_s=0.5) as port, trickling(
+            port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ") as stop:
+        answers = []
+        for _ in range(100):  # 20 s at most; the client trickles on unless cut off
+            answers.append(_get(port)[:12])
+            if answers[-1] == b"HTTP/1.1 200":
+                break
+            stop.wait(0.2)
+        assert answers[-1] == b"HTTP/1.1 200", answers[-3:]
 
 
 class _Gated(BaseHTTPRequestHandler):
