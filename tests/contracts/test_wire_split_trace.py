@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from capwatch.contracts import wire, wire_atoms, wire_fast, wire_split
 from capwatch.contracts.wire import DecodeLimits
+from tests.contracts._split_fuzz import mutated, pairs
 from tests.support.fuzzing import examples
 
 LIMITS = DecodeLimits(max_message_bytes=100_000, max_state_atoms=100)
@@ -57,32 +58,8 @@ _BYTES = [b"[", b"]", b"{", b"}", b'"', b"\\", b",", b":", b" ", b"0", b"x", b"\
           b'"states":', b'"states":[]', b'"states":[[]]', b",[]", b'""', b"[],"]
 
 
-@st.composite
-def _mutated(draw: st.DrawFn) -> bytes:
-    raw = draw(_traces())
-    for _ in range(draw(st.integers(0, 3))):
-        at = draw(st.integers(0, len(raw)))
-        kind = draw(st.sampled_from(["insert", "delete", "replace", "cut"]))
-        piece = draw(st.sampled_from(_BYTES))
-        if kind == "insert":
-            raw = raw[:at] + piece + raw[at:]
-        elif kind == "delete":
-            raw = raw[:at] + raw[at + draw(st.integers(1, 4)):]
-        elif kind == "replace":
-            raw = raw[:at] + piece + raw[at + len(piece):]
-        else:
-            raw = raw[:at]
-    return raw
-
-
-def _pairs(raw: bytes) -> list[tuple[str, Any]] | None:
-    """The top-level members as a strict parser reads them, in order, repeats kept."""
-    try:
-        msgspec.json.decode(raw)  # strict JSON (json.loads takes NaN, say)
-        got = json.loads(raw, object_pairs_hook=lambda pairs: pairs)
-    except (msgspec.DecodeError, ValueError):
-        return None
-    return got if isinstance(got, list) else None
+def _mutated() -> st.SearchStrategy[bytes]:
+    return mutated(_traces(), _BYTES)
 
 
 def _check(raw: bytes) -> None:
@@ -99,12 +76,12 @@ def _check(raw: bytes) -> None:
         values = [msgspec.json.decode(text) for text in states]
     except (msgspec.DecodeError, ValueError):  # ValueError: not UTF-8
         return
-    pieces = _pairs(envelope)
+    pieces = pairs(envelope)
     if pieces is None:
         return
     # The envelope and every text are valid: so is the message, with the same members
     # (the states' where the envelope has []), none twice, as many as counted.
-    whole = _pairs(raw)
+    whole = pairs(raw)
     assert whole is not None, raw
     assert len(whole) == keys == len({k for k, _ in whole})
     members = dict(whole)
