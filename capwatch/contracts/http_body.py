@@ -30,6 +30,13 @@ def read_json_body(handler: BaseHTTPRequestHandler, limit: int) -> bytes:
         discard_body(handler, limit)
         raise BodyRefused(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
                           f"send Content-Type: application/json, not {ctype!r}")
+    return read_sized_body(handler, limit)
+
+
+def read_sized_body(handler: BaseHTTPRequestHandler, limit: int) -> bytes:
+    """The body of a request of any type, sent with a ``Content-Length`` of at most
+    ``limit`` bytes, or :class:`BodyRefused` (the connection then closes: its unread
+    bytes would be parsed as the next request)."""
     if handler.headers.get("Transfer-Encoding"):
         handler.close_connection = True
         raise BodyRefused(HTTPStatus.LENGTH_REQUIRED, "length_required",

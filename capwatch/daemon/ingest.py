@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 
 from capwatch.adapters.io.spool import Spool, SpoolFull
+from capwatch.contracts.http_body import BodyRefused, discard_body, read_sized_body
 from capwatch.contracts.ingest import INGEST_PATH, NDJSON, OTLP_TRACES_PATH
 from capwatch.contracts.wire import DeadLetter, DecodeLimits, decode, vocabulary_error
 from capwatch.daemon.config import IngestConfig
@@ -105,34 +106,16 @@ class IngestEndpoints:
         scheme, _, value = h.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(),
                                                                  self._token):
-            _discard(h, self.config.max_body_bytes)
+            discard_body(h, self.config.max_body_bytes)
             raise _Refusal(HTTPStatus.UNAUTHORIZED, "unauthorized",
                            "missing or wrong bearer token")
 
     def _body(self, h: BaseHTTPRequestHandler) -> bytes:
         limit = self.config.max_body_bytes
-        raw = h.headers.get("Content-Length")
-        if raw is None or h.headers.get("Transfer-Encoding"):
-            h.close_connection = True
-            raise _Refusal(HTTPStatus.LENGTH_REQUIRED, "length_required",
-                           "send Content-Length (chunked bodies are not accepted)")
         try:
-            length = int(raw)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            h.close_connection = True
-            raise _Refusal(HTTPStatus.BAD_REQUEST, "invalid_length",
-                           f"bad Content-Length {raw!r}") from None
-        if length > limit:
-            h.close_connection = True
-            raise _Refusal(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body_too_large",
-                           f"body of {length} bytes exceeds the limit of {limit} bytes")
-        data = h.rfile.read(length)
-        if len(data) < length:
-            h.close_connection = True
-            raise _Refusal(HTTPStatus.BAD_REQUEST, "truncated_body",
-                           f"expected {length} body bytes, received {len(data)}")
+            data = read_sized_body(h, limit)
+        except BodyRefused as e:
+            raise _Refusal(e.status, e.code, e.message) from None
         encoding = h.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding == "gzip":
             try:
@@ -247,17 +230,6 @@ class IngestEndpoints:
                         first=batch.rejected[0])
         content_type = "application/json" if json_encoding else PROTOBUF
         return HTTPStatus.OK, batch.response(json_encoding), content_type
-
-
-def _discard(h: BaseHTTPRequestHandler, limit: int) -> None:
-    try:
-        length = int(h.headers.get("Content-Length", "0"))
-    except ValueError:
-        length = -1
-    if 0 <= length <= limit:
-        h.rfile.read(length)
-    else:
-        h.close_connection = True
 
 
 def _send(h: BaseHTTPRequestHandler, status: HTTPStatus, body: bytes, content_type: str,
