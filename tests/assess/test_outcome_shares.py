@@ -18,7 +18,7 @@ from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
 from capwatch.assess.outcome_shares import estimate, probability_gap
 from capwatch.assess.outcomes import OutcomeSpace
-from capwatch.assess.replay import confirm, replay
+from capwatch.assess.replay import replay
 from capwatch.model.domain import Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
 from capwatch.model.pal import PaTuple
 from tests.assess.outcome_drifts import probability_error
@@ -315,18 +315,6 @@ def test_an_honest_agents_answers_are_one_distribution() -> None:
                           for _ in range(10)])
     assert space.mixed_answers() == []
     assert not space.unconfirmed()
-
-
-def _published(known: Domain, agent: object, evidence: list[Transition]) -> Domain | None:
-    """The model the daemon would publish (None: it fails closed)."""
-    result = assess(known, evidence, agent, method="verify", budget=500)  # type: ignore[arg-type]
-    if result.undecided_outcomes:
-        return None
-    model = result.domain()
-    if replay(model, evidence, result.queries) or \
-            confirm(model, agent, result.queries, 64)[0]:  # type: ignore[arg-type]
-        return None
-    return model
 
 
 class _NewFirst:

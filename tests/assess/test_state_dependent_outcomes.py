@@ -17,7 +17,6 @@ honest agent mixes its outcomes there, a per-answer switcher never does.
 
 from __future__ import annotations
 
-import random
 import zlib
 from collections.abc import Sequence
 
@@ -27,9 +26,10 @@ from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
-from capwatch.assess.replay import confirm, replay
+from capwatch.assess.replay import replay
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
 from capwatch.model.pddl_reader import parse_domain
+from tests.assess.publishing import ByAnswer, published
 
 SHELF = """
 (define (domain shelf)
@@ -108,30 +108,6 @@ class _ByState:
         return (self.old if key % 3 == 0 else self.new).query(state, plan, samples)
 
 
-class _ByAnswer:
-    """The old model in a random 30% of the answers (seeded), the new one in the rest."""
-
-    def __init__(self, old: SimulatedAgent, new: SimulatedAgent, seed: int) -> None:
-        self.old, self.new, self.rng = old, new, random.Random(seed)
-
-    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
-              samples: int = 1) -> list[QueryResult]:
-        return (self.old if self.rng.random() < 0.3 else self.new).query(state, plan, samples)
-
-
-def _published(known: Domain, agent: object, evidence: list[Transition]) -> Domain | None:
-    """The model the daemon would publish (None: it fails closed)."""
-    result = assess(known, evidence, agent, method="verify", budget=300)  # type: ignore[arg-type]
-    if result.undecided_outcomes:
-        return None
-    model = result.domain()
-    if replay(model, evidence, result.queries):
-        return None
-    if confirm(model, agent, result.queries, 64)[0]:  # type: ignore[arg-type]
-        return None
-    return model
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_old_model_in_some_states_new_in_others_is_not_published_as_both(seed: int) -> None:
     """Each state shows one model's outcomes, so both forms of the likely outcome are
@@ -139,7 +115,7 @@ def test_old_model_in_some_states_new_in_others_is_not_published_as_both(seed: i
     it), which no answer refutes."""
     known, truth = _known(), _keeps_hold()
     agent = _ByState(SimulatedAgent(known, seed=seed), SimulatedAgent(truth, seed=seed + 50))
-    model = _published(known, agent, _evidence(truth))
+    model = published(known, agent, _evidence(truth))
     assert model is None or _effects(model.action("place")) == _effects(
         truth.action("place")), model and model.action("place").outcomes
 
@@ -151,9 +127,9 @@ def test_an_agent_switching_models_per_answer_is_not_published_as_both(seed: int
     models' outcomes. Before (session 13's verbatim groups): published with both, since
     the repeats of one query mix across separate answers."""
     known, truth = _known(), _keeps_hold()
-    agent = _ByAnswer(SimulatedAgent(known, seed=seed), SimulatedAgent(truth, seed=seed + 50),
+    agent = ByAnswer(SimulatedAgent(known, seed=seed), SimulatedAgent(truth, seed=seed + 50),
                       seed)
-    model = _published(known, agent, _evidence(truth))
+    model = published(known, agent, _evidence(truth))
     assert model is None or _effects(model.action("place")) == _effects(
         truth.action("place")), model and model.action("place").outcomes
 
@@ -220,7 +196,7 @@ def test_declared_independent_draws_are_the_operators_risk() -> None:
     it. The risk stays where no two-draw query exists (docs/assessment.md)."""
     known, truth = _known(), _keeps_hold()
     for seed in range(6):
-        agent = _ByAnswer(SimulatedAgent(known, seed=seed),
+        agent = ByAnswer(SimulatedAgent(known, seed=seed),
                           SimulatedAgent(truth, seed=seed + 50), seed)
         result = assess(known, _evidence(truth), agent, method="verify", budget=300,
                         independent_draws=True)
@@ -271,7 +247,7 @@ def test_a_refusal_of_a_query_of_probabilistic_steps_is_asked_again_not_learnt(
     refused too by chance 15%: a precondition the agent does not have was published."""
     known, truth = _known(), _keeps_hold()
     agent = _RefusesSomeQueries(SimulatedAgent(truth, seed=salt), salt)
-    model = _published(known, agent, _evidence(truth))
+    model = published(known, agent, _evidence(truth))
     if model is not None:
         place, real = model.action("place"), truth.action("place")
         assert (place.pre_pos, place.pre_neg) == (real.pre_pos, real.pre_neg)

@@ -13,19 +13,14 @@ switches models per answer never does.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
-
 import pytest
 
 from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import QueryResult
 from capwatch.assess.engine import assess
 from capwatch.assess.observations import Transition
-from capwatch.assess.replay import confirm, replay
-from capwatch.assess.result import AssessmentResult
-from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom, Outcome
+from capwatch.model.domain import Action, Domain, LiftedAtom, Outcome
 from capwatch.model.pddl_reader import parse_domain
+from tests.assess.publishing import ByAnswer, decided, published
 
 HAND = """
 (define (domain hand)
@@ -74,40 +69,6 @@ def _effects(action: Action) -> set[tuple[frozenset[LiftedAtom], frozenset[Lifte
     return {(o.add, o.delete) for o in action.outcomes}
 
 
-class _ByAnswer:
-    """The old model in a random 30% of the answers (seeded), the new one in the rest."""
-
-    def __init__(self, old: SimulatedAgent, new: SimulatedAgent, seed: int) -> None:
-        self.old, self.new, self.rng = old, new, random.Random(seed)
-
-    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
-              samples: int = 1) -> list[QueryResult]:
-        return (self.old if self.rng.random() < 0.3 else self.new).query(state, plan, samples)
-
-
-def _assessed(agent: object) -> AssessmentResult:
-    return assess(parse_domain(HAND), _evidence(), agent,  # type: ignore[arg-type]
-                  method="verify", budget=300)
-
-
-def _decided(agent: object, result: AssessmentResult) -> Domain | None:
-    """The model the daemon would publish from ``result``, the assessment of ``agent``
-    (None: it fails closed)."""
-    if result.undecided_outcomes:
-        return None
-    model = result.domain()
-    if replay(model, _evidence(), result.queries):
-        return None
-    if confirm(model, agent, result.queries, 64)[0]:  # type: ignore[arg-type]
-        return None
-    return model
-
-
-def _published(agent: object) -> Domain | None:
-    """The model the daemon would publish (None: it fails closed)."""
-    return _decided(agent, _assessed(agent))
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_an_honest_agents_added_outcome_is_published_from_picks_with_drops_between(
         seed: int) -> None:
@@ -116,7 +77,7 @@ def test_an_honest_agents_added_outcome_is_published_from_picks_with_drops_betwe
     # One assessment, looked at and then decided on: assess is deterministic for a seeded
     # agent, and it is nearly all of this test's time.
     agent = SimulatedAgent(truth, seed=seed)
-    result = _assessed(agent)
+    result = assess(parse_domain(HAND), _evidence(), agent, method="verify", budget=300)
     assert not result.undecided_outcomes, result.undecided_reasons
     twice = [q for q in result.queries
              if sum(1 for a in q.plan[:q.executed] if a[0] == "pick") > 1]
@@ -125,7 +86,7 @@ def test_an_honest_agents_added_outcome_is_published_from_picks_with_drops_betwe
     plan = list(twice[0].plan)
     first = next(i for i, a in enumerate(plan) if a[0] == "pick")
     assert plan[first + 1][0] == "drop" and plan[first + 1][1] != plan[first][1]
-    model = _decided(agent, result)
+    model = decided(result, agent, _evidence())
     assert model is not None
     assert _effects(model.action("pick")) == _effects(truth.action("pick"))
 
@@ -136,8 +97,8 @@ def test_an_agent_switching_models_per_answer_is_not_published_as_both(seed: int
     that runs pick twice shows one model's outcomes, so the known outcome the change
     replaced never shows beside the new one, and nothing is published (a model with
     both would be wrong)."""
-    agent = _ByAnswer(SimulatedAgent(parse_domain(HAND), seed=seed),
+    agent = ByAnswer(SimulatedAgent(parse_domain(HAND), seed=seed),
                       SimulatedAgent(_changed(), seed=seed + 50), seed)
-    model = _published(agent)
+    model = published(parse_domain(HAND), agent, _evidence())
     assert model is None or _effects(model.action("pick")) == _effects(
         _changed().action("pick")), model and model.action("pick").outcomes
