@@ -46,9 +46,35 @@ static inline Py_ssize_t bits(uint32_t x) {
     return (Py_ssize_t)((x * 0x01010101u) >> 24);
 }
 
-static inline const unsigned char *skip_ws(const unsigned char *p, const unsigned char *end) {
+/* A run of whitespace past its first two bytes, 16 bytes at a time: an indented text's
+ * runs (a newline and the indent before each atom and string) were walked byte by byte. */
+static const unsigned char *skip_ws_run(const unsigned char *p, const unsigned char *end) {
+#ifdef __SSE2__
+    const __m128i sp = _mm_set1_epi8(' '), tab = _mm_set1_epi8('\t'),
+                  nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, sp), _mm_cmpeq_epi8(v, tab)),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, nl), _mm_cmpeq_epi8(v, cr)));
+        uint32_t other = ~(uint32_t)_mm_movemask_epi8(ws) & 0xFFFFu;
+        if (other)
+            return p + __builtin_ctz(other);
+        p += 16;
+    }
+#endif
     while (p < end && is_ws(*p))
         p++;
+    return p;
+}
+
+/* The first byte at or after p that is not whitespace (end when none): a compact text's
+ * runs (none, or the space after a comma) in two comparisons, longer runs by blocks. */
+static inline const unsigned char *skip_ws(const unsigned char *p, const unsigned char *end) {
+    if (p < end && is_ws(*p)) {
+        p++;
+        if (p < end && is_ws(*p))
+            return skip_ws_run(p + 1, end);
+    }
     return p;
 }
 
@@ -235,14 +261,21 @@ static void sort_pieces(piece *v, piece *tmp, Py_ssize_t n) {
 }
 
 #ifdef __SSE2__
-/* 1 when the text [a, b) of an array (no backslash) is surely its own canonical form: the
- * arrays in it, as the brackets outside strings delimit them, are in order as bytes, or
- * one holds another (not flat); 0 when the slow path decides. One pass of 32-byte masks,
- * a walk over the brackets and a comparison per atom (~0.3 us for 46 atoms). */
-static int canonical_already(const unsigned char *a, const unsigned char *b) {
-    Py_ssize_t n = b - a, at = 0;
+/* What canonical() makes of the text [a, n) (a[0] == '['), decided in one pass of 32-byte
+ * masks, a walk over the brackets and a comparison per atom (~0.3 us for 46 atoms): 1
+ * when it is the text itself (its atoms, as the brackets outside strings delimit them, in
+ * order as bytes; one holding another (not flat); or the text not one array, its brackets
+ * never closing or closing before its end); 0 when its atoms are out of order and the
+ * array ends at the text's end (canonical_build decides); -1 when a backslash comes
+ * before either is known (the scalar walks decide). The array's end is checked here, in
+ * the same pass, where skip_array walked the whole text once more before this (~1% of a
+ * steady outside message, callgrind, session 19): the walk up to a decision sees the
+ * tokens skip_array sees (no backslash in any block walked), and a text not flat, or in
+ * order, is the text itself whether or not the array ends where the text does. */
+static int canonical_check(const unsigned char *a, Py_ssize_t n) {
+    Py_ssize_t at = 0;
     uint32_t carry = 0;
-    int depth = 0;
+    int depth = 0, in_order = 1;
     Py_ssize_t atom = -1, prev = -1, prev_n = 0;
     unsigned char tail[32];
     while (at < n) {
@@ -256,6 +289,8 @@ static int canonical_already(const unsigned char *a, const unsigned char *b) {
         }
         __m128i lo = _mm_loadu_si128((const __m128i *)q);
         __m128i hi = _mm_loadu_si128((const __m128i *)(q + 16));
+        if (mask32(lo, hi, '\\') & valid)
+            return -1;
         uint32_t out = ~inside_strings(mask32(lo, hi, '"'), &carry) & valid;
         uint32_t opens = mask32(lo, hi, '[') & out;
         uint32_t marks = (opens | mask32(lo, hi, ']')) & out;
@@ -270,30 +305,27 @@ static int canonical_already(const unsigned char *a, const unsigned char *b) {
                     atom = g;
             } else if (depth == 2) {
                 Py_ssize_t len = g + 1 - atom;
-                if (prev >= 0 && compare_bytes(a + prev, prev_n, a + atom, len) > 0)
-                    return 0;
+                if (in_order && prev >= 0 && compare_bytes(a + prev, prev_n, a + atom, len) > 0)
+                    in_order = 0;  /* walked on to the array's end, counting only */
                 prev = atom;
                 prev_n = len;
                 depth = 1;
             } else {
-                return 1;  /* the closing bracket: every atom in order */
+                /* The array's closing bracket (a[0] opened it: no ']' comes at depth 0). */
+                return in_order || g != n - 1 ? 1 : 0;
             }
         }
         at += 32;
     }
-    return 0;
+    return 1;  /* never closed: not an array, as it is */
 }
 #endif
 
 /* The canonical text of [a, b), an array as skip_array found it (a new reference): a copy
  * of it as it is unless it is an array of flat arrays (outside strings only brackets,
  * commas and whitespace, one comma between atoms) out of order. */
-static PyObject *canonical(const unsigned char *a, const unsigned char *b, int escapes) {
+static PyObject *canonical_build(const unsigned char *a, const unsigned char *b, int escapes) {
     Py_ssize_t n = b - a;
-#ifdef __SSE2__
-    if (!escapes && canonical_already(a, b))
-        return PyBytes_FromStringAndSize((const char *)a, n);
-#endif
     /* Each atom's canonical text written to buf (at most twice its bytes: a space after
      * each comma), its place in atoms. */
     unsigned char *buf = PyMem_Malloc((size_t)(2 * n + 2));
@@ -674,16 +706,26 @@ static PyObject *canonical_text(PyObject *module, PyObject *arg) {
     }
     const unsigned char *a = (const unsigned char *)PyBytes_AS_STRING(arg);
     Py_ssize_t n = PyBytes_GET_SIZE(arg);
-    int escapes = memchr(a, '\\', (size_t)n) != NULL;
-    if (n < 2 || a[0] != '[' || skip_array(a, a + n, escapes) != a + n
-#ifdef __SSE2__
-        || (!escapes && canonical_already(a, a + n))
-#endif
-    ) {
+    if (n < 2 || a[0] != '[') {
         Py_INCREF(arg);
         return arg;
     }
-    return canonical(a, a + n, escapes);
+#ifdef __SSE2__
+    int check = canonical_check(a, n);
+    if (check == 1) {
+        Py_INCREF(arg);
+        return arg;
+    }
+    if (check == 0)
+        return canonical_build(a, a + n, 0);
+#endif
+    /* A backslash (or no SSE2): the array's end found by the scalar walk. */
+    int escapes = memchr(a, '\\', (size_t)n) != NULL;
+    if (skip_array(a, a + n, escapes) != a + n) {
+        Py_INCREF(arg);
+        return arg;
+    }
+    return canonical_build(a, a + n, escapes);
 }
 
 /* PieceIndex: wire_atoms.PIECES' current table mirrored for piece_ids (wire_atoms has

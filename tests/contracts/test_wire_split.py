@@ -168,7 +168,9 @@ CANONICALS: dict[str, Callable[[bytes], bytes]] = {"Python": wire_split.canonica
 if wire_split.CANONICAL is not None:
     CANONICALS["C"] = wire_split.CANONICAL
 _STRICT_STATE = msgspec.json.Decoder(list[list[str]])
-_spacing = st.sampled_from(["", " ", "  ", "\t", "\n ", "\r\n"])
+# Runs past 16 and 32 bytes too: the C walk skips whitespace by 16-byte blocks.
+_spacing = st.sampled_from(["", " ", "  ", "\t", "\n ", "\r\n", "\n" + " " * 18,
+                            "\r\n" + "\t" * 16, " " * 33])
 
 
 @st.composite
@@ -261,6 +263,30 @@ def test_any_state_bytes_canonical_the_same_both_ways_and_never_wrongly(
     b'[["b"], ["a"]] ', b'[["b"], ["a"]', b'[["]"], ["["]]', b'[["b"], ["a\\"]',
 ], ids=repr)
 def test_edge_cases_canonical_the_same_both_ways(text: bytes) -> None:
+    _check_canonical(text)
+
+
+_PAD = b" " * 40
+
+
+@pytest.mark.parametrize("text", [
+    # The C check decides in one pass of 32-byte blocks whether the array ends where the
+    # text does: out of order, with bytes after the array's end, near and past a block.
+    b'[["b"], ["a"]]' + _PAD + b"x", b'[["b"], ["a"]]]', b'[["b"], ["a"]]' + _PAD + b"]",
+    b'[["b"], ["a"]' + _PAD, b'[["' + b"b" * 40 + b'"], ["a"]]]',
+    b'[["b"], ["a"]] ' + b"x" * 17, b'[["b"], ["a"],' + b" " * 17 + b'["c"]]',
+    # A backslash after the check has decided, or after atoms out of order were seen.
+    b'[["a"], ["b"]]' + _PAD + b"\\", b'[["b"], ["a"]]' + _PAD + b'"\\"',
+    b'[["b"], ["a"], ' + _PAD + b'["c\\"d"]]', b'[["a"], ["b"], ' + _PAD + b'["c\\"d"]]',
+    b'[["b"], ["a"], ' + _PAD + b'["c\\\\"]]',
+    # One atom holding another after atoms out of order; strings holding brackets.
+    b'[["b"], ["a"], ' + _PAD + b'[["c"]]]', b'[["b"], ["a"], ' + _PAD + b'["]", "["]]',
+    # Whitespace runs of every length around the blocks' sizes, every kind of it.
+    *(b"[" + b" " * k + b'["b" ,' + b"\t" * k + b'"c"]' + b"\n" * k + b"," + b"\r" * k
+      + b'["a"]' + b" \t\r\n" * k + b"]" for k in (0, 1, 2, 3, 15, 16, 17, 31, 32, 33)),
+    *(b'[["b"], ["a"]' + b" " * k for k in (14, 15, 16, 17, 18, 30, 31, 32, 33)),
+], ids=repr)
+def test_texts_around_the_blocks_canonical_the_same_both_ways(text: bytes) -> None:
     _check_canonical(text)
 
 
