@@ -100,13 +100,13 @@ outcomes independently shows an added outcome again, and beside the known ones, 
 few answers; what is still in doubt after three times that is not its outcomes' chance."""
 _FINAL_ORDER = {EXPLORE: 0, FAIL: 1}
 REFUSED_QUERIES = 12
-"""Queries of an assessment that ran no step, none before them either, after which an
-agent assessed against a known model (or observed running steps) is taken to refuse
-queries (:class:`AgentRefusesQueries`); so is one that refused two final-check steps the
-evidence says run, no step having run (the check goes on past the first such refusal). A
-drift can make some steps refuse (a precondition gained), but the queries that follow set
-their atoms otherwise and the agent's other actions still run; one that runs nothing gives
-the engine nothing to learn from but refusals, each read as a precondition (3 to 95
+"""Queries of an assessment that ran no step, none before them either, after which the
+final check's steps are asked early where a known model (verify, daaisy) or observed runs
+say steps run: two refused, nothing run still, and the agent is taken to refuse queries
+(:class:`AgentRefusesQueries`), as at the last final check. The count alone names no one:
+an honest agent whose actions gained preconditions may refuse a dozen queries designed
+from the known model and run the next (IPC barman, assess19b). One that runs nothing
+gives the engine nothing to learn from but refusals, each read as a precondition (3 to 95
 queries on session 19's domains, then a final check failed on "the agent changed during
 the assessment")."""
 
@@ -206,6 +206,30 @@ def assess(known: Domain, observations: Sequence[Observation], agent: AgentQuery
     return engine.result(notes)
 
 
+def refused_every_query(result: AssessmentResult, observations: Sequence[Observation]
+                        ) -> str | None:
+    """Why an assessment whose model does not explain its evidence is to be named as one
+    of an agent refusing queries (:class:`AgentRefusesQueries`), or None: no step of its
+    REFUSED_QUERIES or more queries ran, where a known model (verify, daaisy) or the
+    observations say steps run. Asked by the caller that replays the evidence, once it
+    found the model unexplained: an agent refusing everything, with no observed run to
+    design the checks from (the daemon's three refused samples), ends there, after the
+    whole loop, where an honest agent whose first queries all refused has run the later
+    ones (IPC barman, two preconditions gained: 12 refused, then learnt)."""
+    if len(result.queries) < REFUSED_QUERIES or any(q.executed for q in result.queries):
+        return None
+    if result.method is Method.AIA and not any(
+            t.did_execute for t in transitions_of(observations)):
+        return None
+    return _refusing(len(result.queries))
+
+
+def _refusing(number: int) -> str:
+    return (f"the agent ran no step of {number} queries, steps the evidence says run "
+            f"among them: it refuses queries, or lost every capability its evidence "
+            f"shows; no model is learnt from refusals alone")
+
+
 class _Engine(Evidence):
     def __init__(self, known: Domain, method: Method, budget: int, minimal_change: bool,
                  *, tolerance: float = PROBABILITY_TOLERANCE) -> None:
@@ -219,6 +243,8 @@ class _Engine(Evidence):
         self.check_refused = 0
         """Final-check steps the evidence says run, refused while no step had run."""
         self.evidence_ran = False
+        self.early_checked = False
+        """Whether the check after REFUSED_QUERIES refused queries was asked."""
         """Whether a known model (verify, daaisy) or the observations say steps run."""
 
     # ------------------------------------------------------------------ probabilities
@@ -307,6 +333,9 @@ class _Engine(Evidence):
             versions = dict(self.vs.version)
             sampled = self._sampled()
             self._absorb(query, answers[0])
+            if not self.ran_any and self.evidence_ran and not self.early_checked \
+                    and len(self.queries) >= REFUSED_QUERIES:
+                self._early_check(agent, objects, maker)
             resampling = self._resampled(query, answers[0], sampled)
             if (sum(self.vs.version.values()), len(self.vs.clauses)) == before and \
                     self._sampled() == sampled:
@@ -329,7 +358,28 @@ class _Engine(Evidence):
             self.check_known_model()
         self._final_check(agent, objects, maker)
         if not self.ran_any and self.check_refused >= 2:
-            raise AgentRefusesQueries(self._refusing(len(self.queries)))
+            raise AgentRefusesQueries(_refusing(len(self.queries)))
+
+    def _early_check(self, agent: AgentQuery, objects: ObjectFactory,
+                     maker: StepMaker) -> None:
+        """After REFUSED_QUERIES queries that ran nothing, the final check's steps (each
+        where the evidence so far says it surely runs) are asked once, and an agent that
+        refuses two of them, still running nothing, is named. Refused designed queries
+        alone do not tell a refusing agent from an honest one whose actions gained
+        preconditions the queries left false: counting them named such an agent (IPC
+        barman, two literals gained, its walk a dead end: 12 of 12 refused, named and
+        given up, where the queries that follow learn the drift). A step the evidence
+        says surely runs, refused, is what the final check reads as the agent having
+        changed; refused twice with nothing run, the agent runs none of what its
+        evidence showed. Otherwise the loop goes on."""
+        self.early_checked = True
+        notes = len(self.notes)
+        self._final_check(agent, objects, maker)
+        if not self.ran_any and self.check_refused >= 2:
+            raise AgentRefusesQueries(_refusing(len(self.queries)))
+        # The loop goes on: its final check says again what still holds at the end.
+        del self.notes[notes:]
+        self.check_refused = 0
 
     def _final_check(self, agent: AgentQuery, objects: ObjectFactory,
                      maker: StepMaker) -> None:
@@ -406,15 +456,11 @@ class _Engine(Evidence):
                     return
                 self.check_refused += 1
                 # Nothing ran yet: the check goes on, so that an agent refusing every
-                # query is named as one (REFUSED_QUERIES, raised by _absorb) rather than
+                # query is named as one (REFUSED_QUERIES, raised after the check) rather than
                 # as one that changed during the assessment.
-            sent = {id(step.probe) for step in query.steps}
+            # Steps after a refused one were not asked: they go out again.
+            sent = {id(step.probe) for step in query.steps[:answers[0].executed + 1]}
             probes = [p for p in probes if id(p) not in sent]
-
-    def _refusing(self, number: int) -> str:
-        return (f"the agent ran no step of {number} queries, steps the evidence says run "
-                f"among them: it refuses queries, or lost every capability its evidence "
-                f"shows; no model is learnt from refusals alone")
 
     def _tire(self, query: Query, answer: QueryResult) -> bool:
         """Count a query that narrowed nothing against the probabilistic probes it ran;
@@ -748,8 +794,6 @@ class _Engine(Evidence):
                                      answer.state, tuple(s.probe.purpose for s in query.steps)))
         if answer.executed > 0:
             self.ran_any = True
-        elif not self.ran_any and self.evidence_ran and number >= REFUSED_QUERIES:
-            raise AgentRefusesQueries(self._refusing(number))
         executed, failed = read_answer(query, answer, after=self._after)
         self.final_ran += sum(1 for step, _ in executed if step.probe.kind in _FINAL_ORDER)
         if failed is not None and failed[0].probe.kind in _FINAL_ORDER:

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from capwatch.assess.agent import AgentQuery
-from capwatch.assess.engine import AssessmentResult, Method, assess
+from capwatch.assess.agent import AgentQuery, AgentRefusesQueries
+from capwatch.assess.engine import AssessmentResult, Method, assess, refused_every_query
 from capwatch.assess.observations import Transition as EngineObservation
 from capwatch.assess.outcomes import OUTCOME_ERROR
 from capwatch.assess.probabilities import (
@@ -322,6 +322,11 @@ class EngineAssessor:
             exhausted = result.budget_exhausted
             # A version never contradicts the evidence it was learned from (issue 11).
             unexplained = replay(model, observations, result.queries)
+            refusing = refused_every_query(result, observations) if unexplained else None
+            if refusing is not None:
+                # Not a model contradicting its evidence: no answer ran anything to learn
+                # from (docs/assessment.md, "An agent that refuses every query").
+                raise AgentRefusesQueries(refusing)
             # Nor states an outcome the steps could neither confirm nor retire: replay and
             # asking again cannot refuse a model that allows more than the agent does.
             # The reason says which: a known outcome not confirmed, or answers that do not

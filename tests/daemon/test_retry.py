@@ -413,9 +413,12 @@ class RefusesAll:
 
 def test_an_agent_refusing_every_query_fails_at_once_without_a_version(
         tmp_path: Path) -> None:
-    """Session 19, gap 2: the engine stops after its first REFUSED_QUERIES answers that ran
-    nothing; the daemon gives the work up on the first attempt (retrying asks the same
-    refusals again) with reason agent_refuses_queries, and publishes no version."""
+    """Session 19, gap 2: an agent that ran no step of its REFUSED_QUERIES or more queries,
+    the model learnt not explaining its evidence, is named; the daemon gives the work up on
+    the first attempt (retrying asks the same refusals again) with reason
+    agent_refuses_queries, and publishes no version. Three refused samples and no observed
+    run leave the engine no step to check early: named after its loop (75 queries; 12
+    before assess19b, a count that also named honest agents)."""
     from capwatch.assess.engine import REFUSED_QUERIES
 
     agent = RefusesAll()
@@ -427,7 +430,7 @@ def test_an_agent_refusing_every_query_fails_at_once_without_a_version(
     (alert,) = _failed_alerts(d, out)
     assert alert.detail["reason"] == "agent_refuses_queries"
     assert "ran no step of" in alert.summary
-    assert agent.calls <= REFUSED_QUERIES
+    assert agent.calls >= REFUSED_QUERIES
     assert d.store.history("rover-v1", "rover-a") == []
     assert out.models == []
     d.source.close()
