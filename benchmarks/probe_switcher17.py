@@ -22,31 +22,19 @@ distribution's draws").
 
 from __future__ import annotations
 
-import random
 import sys
 from collections.abc import Sequence
 
 from capwatch.adapters.sim.agent import SimulatedAgent
-from capwatch.assess.agent import QueryResult
 from capwatch.assess.engine import assess
 from capwatch.assess.homogeneity import heterogeneous
 from capwatch.assess.observations import Transition
 from capwatch.assess.replay import confirm, replay
 from capwatch.assess.result import QueryLog
-from capwatch.model.domain import Domain, GroundAction, GroundAtom, Outcome
+from capwatch.model.domain import Domain, Outcome
+from tests.assess.publishing import ByAnswer
 from tests.assess.test_outcome_shares import _loose_pick
 from tests.assess.test_outcomes import FREE, _effects, _known, _with
-
-
-class ByAnswer:
-    """The old model in a random 30% of the answers (seeded), the new one in the rest."""
-
-    def __init__(self, old: SimulatedAgent, new: SimulatedAgent, seed: int) -> None:
-        self.old, self.new, self.rng = old, new, random.Random(seed)
-
-    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
-              samples: int = 1) -> list[QueryResult]:
-        return (self.old if self.rng.random() < 0.3 else self.new).query(state, plan, samples)
 
 
 def asked_again(agent: ByAnswer | SimulatedAgent, queries: Sequence[QueryLog],
