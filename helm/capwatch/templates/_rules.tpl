@@ -102,11 +102,17 @@ groups:
         # the process within it (its start time changed: the new process may count back up
         # to the old value, no drop for resets() to see), what the new process counted (a
         # lower bound); a series born within it, all it counted.
+        # The reset and the restart are looked for over the window and over the window
+        # 5m before (Prometheus's lookback): an hour after a restart the offset may still
+        # find the old process's last sample, as high as the new count, while the restart
+        # has left the window, and a move soon after the restart was missed for up to 5m
+        # at the window's edge (promtool test; session 20). Now such a move may fire up to
+        # 5m longer than the window, never less.
         expr: |
           sum by (family, previous_family) (
             (capwatch_agent_family_moves_total - capwatch_agent_family_moves_total offset {{ $r.agentFamilyMoves.window }}) > 0
-            or (capwatch_agent_family_moves_total and resets(capwatch_agent_family_moves_total[{{ $r.agentFamilyMoves.window }}]) > 0)
-            or (capwatch_agent_family_moves_total and on(job, instance) changes(process_start_time_seconds[{{ $r.agentFamilyMoves.window }}]) > 0)
+            or (capwatch_agent_family_moves_total and (resets(capwatch_agent_family_moves_total[{{ $r.agentFamilyMoves.window }}]) > 0 or resets(capwatch_agent_family_moves_total[{{ $r.agentFamilyMoves.window }}] offset 5m) > 0))
+            or (capwatch_agent_family_moves_total and on(job, instance) (changes(process_start_time_seconds[{{ $r.agentFamilyMoves.window }}]) > 0 or changes(process_start_time_seconds[{{ $r.agentFamilyMoves.window }}] offset 5m) > 0))
             or (capwatch_agent_family_moves_total unless capwatch_agent_family_moves_total offset {{ $r.agentFamilyMoves.window }})
           ) > 0
         for: {{ $r.agentFamilyMoves.for }}
