@@ -116,13 +116,18 @@ def merge_group(members: list[Alert], max_agents_listed: int = 20,
     agents = tuple(a.agent_id or "*" for a in members)
     phrase = first.group_summary or first.summary
     shown = agents[:max_agents_listed]
+    # Members grouped by their change's shape differ in detail (each agent's estimate):
+    # each listed member's is kept, where the first's alone would stand for all.
+    detail = dict(first.detail) if first.group_fingerprint is None else {
+        "by_agent": {a.agent_id or "*": dict(a.detail) for a in members
+                     if (a.agent_id or "*") in shown}}
     return replace(
         first, agent_id=None, agents=agents,
         severity=max(a.severity for a in members),
         summary=f"{len(agents)} agents of {first.family}: {phrase}",
         evidence={"agents": {a.agent_id or "*": dict(a.evidence) for a in members
                              if (a.agent_id or "*") in shown}},
-        detail={**dict(first.detail), "agents": list(shown),
+        detail={**detail, "agents": list(shown),
                 "agents_not_listed": len(agents) - len(shown),
                 **_causes(members, shown)},
         model_version=None,

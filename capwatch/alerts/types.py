@@ -26,7 +26,7 @@ from capwatch.model.diff import (
     probability_changes,
     probability_shifts,
 )
-from capwatch.model.domain import Action, Domain
+from capwatch.model.domain import Action, Domain, Outcome
 from capwatch.model.pal import PalTuple, summarise_changes
 
 
@@ -101,6 +101,12 @@ class Alert:
     """Set on an *ending*: the earlier alert with this dedup key is over at this time (the
     awaiting-assessment alert once its assessment ended). Routed alone and at once, never
     suppressed; sinks with a notion of open alerts (Alertmanager) close it."""
+    group_fingerprint: str | None = None
+    """What groups this alert with other agents' where ``fingerprint`` holds numbers of
+    this agent's own (a probability drift's estimates, which no two agents share): the
+    change's shape. The dedup key keeps ``fingerprint``, so a further drift of the same
+    agent is not taken for a repeat; a merged group lists each member's ``detail``
+    (``detail.by_agent``). None: ``fingerprint`` groups, and members share their detail."""
 
     def __post_init__(self) -> None:
         if self.time.tzinfo is None:
@@ -118,7 +124,8 @@ class Alert:
 
     @property
     def group_key(self) -> tuple[str, str, str, str]:
-        return (self.type.value, self.family, self.action or "-", self.fingerprint)
+        return (self.type.value, self.family, self.action or "-",
+                self.fingerprint if self.group_fingerprint is None else self.group_fingerprint)
 
     def with_severity(self, severity: Severity) -> Alert:
         return replace(self, severity=severity)
@@ -142,6 +149,8 @@ class Alert:
         data = self.to_json()
         data["fingerprint"] = self.fingerprint
         data["group_summary"] = self.group_summary
+        if self.group_fingerprint is not None:
+            data["group_fingerprint"] = self.group_fingerprint
         return data
 
     @classmethod
@@ -150,6 +159,7 @@ class Alert:
         version = data.get("model_version")
         group_summary = data.get("group_summary")
         ends_at = data.get("ends_at")
+        grouping = data.get("group_fingerprint")
         return cls(
             type=AlertType(data["alert_type"]), severity=Severity.parse(data["severity"]),
             family=str(data["family"]), agent_id=None if agent is None else str(agent),
@@ -161,6 +171,7 @@ class Alert:
             agents=tuple(str(a) for a in data.get("agents", ())),
             group_summary=None if group_summary is None else str(group_summary),
             ends_at=None if ends_at is None else datetime.fromisoformat(str(ends_at)),
+            group_fingerprint=None if grouping is None else str(grouping),
         )
 
 
@@ -216,24 +227,51 @@ def alerts_for_model_change(
     shifts = probability_shifts(old, new)
     for action, line in zip(sorted(shifts), _lines_by_action(old, new), strict=True):
         probs = {"old": shifts[action][0], "new": shifts[action][1]}
+        # Grouped by which outcomes became less or more likely, not by how much: each
+        # agent's estimate differs by sampling alone, and a family-wide regression is one
+        # page (the capability kinds group on their exact change already).
+        effects = [_effect_text(o) for o in old.action(action).outcomes]
+        moves = [_move(a, b) for a, b in zip(*shifts[action], strict=True)]
+        shape = "; ".join(f"{e} {m}" for e, m in zip(effects, moves, strict=True)
+                          if m != "unchanged")
         alerts.append(Alert(
             type=AlertType.EFFECT_DISTRIBUTION_DRIFT,
             severity=severities[AlertType.EFFECT_DISTRIBUTION_DRIFT], family=family,
             agent_id=agent_id, action=action, summary=line, time=time,
             fingerprint=fingerprint(probs), detail={"probabilities": probs}, evidence=ev,
             model_version=model_version,
+            group_summary=f"{new.action(action).header()} outcome probabilities changed: "
+                          f"{shape}",
+            group_fingerprint=fingerprint({"outcomes": effects, "moves": moves}),
         ))
     for action, line in sorted(reshaped.items()):
         outcomes = {"old": _outcomes_json(old.action(action)),
                     "new": _outcomes_json(new.action(action))}
+        # Grouped by the outcomes each model has, not their estimated probabilities.
+        was = sorted(_effect_text(o) for o in old.action(action).outcomes)
+        now = sorted(_effect_text(o) for o in new.action(action).outcomes)
         alerts.append(Alert(
             type=AlertType.EFFECT_DISTRIBUTION_DRIFT,
             severity=severities[AlertType.EFFECT_DISTRIBUTION_DRIFT], family=family,
             agent_id=agent_id, action=action, summary=line, time=time,
             fingerprint=fingerprint(outcomes), detail={"outcomes": outcomes}, evidence=ev,
             model_version=model_version,
+            group_summary=f"{new.action(action).header()} outcomes changed: "
+                          f"{', '.join(was)} → {', '.join(now)}",
+            group_fingerprint=fingerprint({"old": was, "new": now}),
         ))
     return alerts
+
+
+def _effect_text(outcome: Outcome) -> str:
+    """An outcome's effects without its probability: "(makes (a ?x) true, (b) false)"."""
+    made = [*(f"{a} true" for a in sorted(outcome.add)),
+            *(f"{a} false" for a in sorted(outcome.delete))]
+    return f"(makes {', '.join(made)})" if made else "(no effect)"
+
+
+def _move(before: float, after: float) -> str:
+    return "less likely" if after < before else "more likely" if after > before else "unchanged"
 
 
 def _outcomes_json(action: Action) -> list[dict[str, Any]]:

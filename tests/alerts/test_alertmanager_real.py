@@ -86,3 +86,45 @@ def test_real_alertmanager_accepts_and_lists_capwatch_alerts(alertmanager: str) 
     # Re-sending the same alert updates it in place: Alertmanager deduplicates by labels.
     AlertmanagerSink(alertmanager).send([single])
     assert len(listed(alertmanager)) == 2
+
+
+def test_a_family_wide_probability_drift_reaches_alertmanager_as_one_alert(
+        alertmanager: str, tmp_path: Path) -> None:
+    """Five agents' estimates of one regression (each its own numbers), through the outbox
+    over a real SQLite store: Alertmanager lists one alert for the family, no agent named
+    in its labels, where it listed one per agent before session 20."""
+    from capwatch.alerts import AlertOutbox, AlertPolicy, alerts_for_model_change, outbox_record
+    from capwatch.model.domain import Outcome
+    from capwatch.model.pddl_reader import read_domain
+    from capwatch.models_store import open_store
+
+    base = read_domain(Path(__file__).resolve().parents[2] / "capwatch" / "examples"
+                       / "courier.pddl")
+    pick = base.action("pick")
+    now = datetime.now(UTC).replace(microsecond=0)
+    rows = []
+    for i, p in enumerate((0.69, 0.71, 0.7, 0.66, 0.73)):
+        estimate = base.replace_action(pick.replace(outcomes=tuple(
+            Outcome(o.add, o.delete, q) for o, q in zip(pick.outcomes, (p, 1 - p),
+                                                        strict=True))))
+        (alert,) = alerts_for_model_change(base, estimate, family="courier-am",
+                                           agent_id=f"courier-am-{i}", time=now,
+                                           model_version=1)
+        rows.append(outbox_record(alert, f"version:courier-am-{i}"))
+    store = open_store(str(tmp_path / "models.db"), clock="caller")
+    try:
+        store.add_alerts(rows)
+        outbox = AlertOutbox(store, [AlertmanagerSink(alertmanager)],
+                             AlertPolicy(group_wait=timedelta(seconds=30)))
+        report = outbox.run_once(now + timedelta(seconds=30))
+    finally:
+        store.close()
+    assert report.delivered == 1 and not report.failures
+    drift = [a for a in listed(alertmanager) if a["labels"]["family"] == "courier-am"]
+    assert len(drift) == 1
+    (got,) = drift
+    assert got["labels"]["alertname"] == "CapwatchEffectDistributionDrift"
+    assert "agent_id" not in got["labels"] and got["labels"]["action"] == "pick"
+    assert got["annotations"]["summary"].startswith("5 agents of courier-am: pick(")
+    assert sorted(json.loads(got["annotations"]["detail"])["by_agent"]) == [
+        f"courier-am-{i}" for i in range(5)]
