@@ -265,6 +265,11 @@ class WorkQueue(Protocol):
         to pending) between a read of each status would be in neither."""
         ...
 
+    def queue_items_by_key(self, keys: Sequence[str]) -> dict[str, PendingAssessment]:
+        """Key → the work of those ``keys`` the queue holds, whatever its status: how
+        work seen leaving the live queue ended (done, or failed and with what error)."""
+        ...
+
 
 
 class Checkpoints(Protocol):

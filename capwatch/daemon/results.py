@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from capwatch.contracts.store import ModelStore
+from capwatch.contracts.store import ModelStore, PendingAssessment
 from capwatch.contracts.versions import ModelVersion
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
+from capwatch.daemon.retry import ended_unreachable
 from capwatch.daemon.work import CanaryFinding, Installed, Result, Settled, Settlement
 from capwatch.model.domain import Domain
 from capwatch.model.grounding import SharedGrounding
@@ -70,7 +71,8 @@ class ResultApplier:
 
         Only the live queue (pending and claimed items, a short list) is read: work that
         left it was either stored as a newer version, which is installed, or ended without
-        one (no change found, or failed), which releases the agent.
+        one (no change found, or failed), which releases the agent; how it ended is read
+        by key only for the works seen ending.
         """
         # One read: a retried item goes from claimed back to pending, and read status by
         # status it could be in neither, taken for ended (its agent released, its evidence
@@ -90,13 +92,25 @@ class ResultApplier:
         waiting = [w for w in self.registry if w.awaiting is not None]
         if not waiting:
             return
+        ended: dict[str, PendingAssessment] | None = None
         for watch in waiting:
             latest = self.store.latest(watch.family, watch.agent_id)
             if latest is not None and (watch.version.agent_id is None
                                        or latest.version > watch.version.version):
                 self.apply(Installed(watch.agent_id, latest))
             elif watch.awaiting is not None and watch.awaiting not in live:
-                self.apply(Settled(watch.agent_id, watch.awaiting, Settlement.LEFT_QUEUE))
+                if ended is None:
+                    # One read for every work seen ending in this poll, only when some did.
+                    ended = self.store.queue_items_by_key(
+                        [w.awaiting for w in waiting
+                         if w.awaiting is not None and w.awaiting not in live])
+                end = ended.get(watch.awaiting)
+                # Failed elsewhere because the agent was not reached: nothing was learnt,
+                # the first wait only, as the replica that ran it does (before session 20
+                # such an end doubled the wait here).
+                how = Settlement.UNREACHABLE if end is not None and ended_unreachable(end) \
+                    else Settlement.LEFT_QUEUE
+                self.apply(Settled(watch.agent_id, watch.awaiting, how))
 
     def _adopt_baselines(self) -> None:
         """Agents running their family's baseline move to a newer baseline version (an

@@ -18,6 +18,7 @@ from datetime import timedelta
 from capwatch.assess.agent import AgentUnavailable
 from capwatch.contracts.agent_protocol import AgentProtocolError, AgentRejectedQuery
 from capwatch.contracts.errors import error_text
+from capwatch.contracts.store import PendingAssessment
 from capwatch.daemon.config import AgentRetryConfig, AssessmentConfig
 
 
@@ -54,7 +55,18 @@ def describe_agent_failure(e: AgentUnavailable) -> Failure:
         return Failure(FailureKind.AGENT_REFUSED, f"agent broke the query protocol: {e}")
     if isinstance(e, AgentRejectedQuery):
         return Failure(FailureKind.AGENT_REFUSED, f"agent refused the query: {e}")
-    return Failure(FailureKind.AGENT_UNREACHABLE, f"agent unavailable: {e}")
+    return Failure(FailureKind.AGENT_UNREACHABLE, f"{UNREACHABLE_PREFIX}{e}")
+
+
+UNREACHABLE_PREFIX = "agent unavailable: "
+"""How an unreachable agent's failure reads (the queue's ``last_error``)."""
+
+
+def ended_unreachable(item: PendingAssessment) -> bool:
+    """Whether queued work failed for good because its agent could not be reached: read
+    from the store, where the work's failure is its last error (the replica that ran it
+    posts Settlement.UNREACHABLE; another replica sees only the work leaving the queue)."""
+    return item.status == "failed" and (item.last_error or "").startswith(UNREACHABLE_PREFIX)
 
 
 def internal_failure(e: Exception) -> Failure:

@@ -450,6 +450,19 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                            "WHERE status IN ('pending', 'claimed') ORDER BY enqueued_at, key")
         return [self._item_from_row(r) for r in rows]
 
+    def queue_items_by_key(self, keys: Sequence[str]) -> dict[str, PendingAssessment]:
+        wanted = sorted(set(keys))
+        found: dict[str, PendingAssessment] = {}
+        with self._tx(write=False) as tx:
+            for start in range(0, len(wanted), 500):  # bound a statement's parameters
+                chunk = wanted[start:start + 500]
+                marks = ", ".join("?" for _ in chunk)
+                for r in tx.rows(f"SELECT {_QUEUE_COLUMNS} FROM pending_assessments "
+                                 f"WHERE key IN ({marks})", chunk):
+                    item = self._item_from_row(r)
+                    found[item.key] = item
+        return found
+
     # -- consumer checkpoints --------------------------------------------------------------
     def save_offsets(self, group: str, offsets: Mapping[tuple[str, int], int],
                      at: datetime) -> None:

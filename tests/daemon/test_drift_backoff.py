@@ -390,6 +390,44 @@ def test_work_ended_on_another_replica_backs_off_once(tmp_path: Path) -> None:
     d.store.close()
 
 
+def test_an_unreachable_end_on_another_replica_is_the_first_wait_not_a_doubling(
+        tmp_path: Path) -> None:
+    """Another replica's worker failed this replica's agent's drift work for good because
+    the agent could not be reached: this replica sees the work leave the queue. Taken for
+    an answered end (before session 20), each such end counted and doubled the wait, as
+    the replica that ran it would not (Settlement.UNREACHABLE): a real drift was held for
+    hours after an outage elsewhere. The ended item's failure is read from the store."""
+    from capwatch.assess.agent import AgentUnavailable
+    from capwatch.daemon.retry import describe_agent_failure
+
+    d = _pipeline(tmp_path)
+    records = _records(d)
+    d.handle_batch(records[:300])
+    w = _awaiting_drift_work(d)
+    unreachable = describe_agent_failure(AgentUnavailable("connection refused")).message
+    for more in (records[300:350], records[350:400]):
+        (item,) = d.store.claim("other-replica", datetime.now(UTC), 60.0)
+        d.store.release(item.key, "other-replica", unreachable, datetime.now(UTC), 0)
+        d.poll_results()
+        assert w.awaiting is None
+        until, times = w.backoff[drift_kind("pick")]
+        assert times == 0, "no answered end counted"
+        assert 0 < until - w.clock() <= w.settings.unexplained_backoff_s, "the first wait"
+        # The drift again once the wait passed, queued again and failed again elsewhere.
+        d.handle_batch(more)
+        w.backoff.clear()
+        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+        d.queue(w)
+        assert w.awaiting is not None and w.awaiting != item.key
+    # A failure of another kind there is an answered end here, as before.
+    (item,) = d.store.claim("other-replica", datetime.now(UTC), 60.0)
+    d.store.release(item.key, "other-replica", "ValueError: a bad model", datetime.now(UTC), 0)
+    d.poll_results()
+    assert w.backoff[drift_kind("pick")][1] == 1
+    d.source.close()
+    d.store.close()
+
+
 def test_a_parked_work_replaced_by_one_without_drift_does_not_keep_the_old_counts(
         tmp_path: Path) -> None:
     """An unloaded agent parked for a drift work, then for another work that assesses no

@@ -256,6 +256,25 @@ def test_queue_release_retries_then_fails(store: ModelStore) -> None:
     assert store.claim("w", now + timedelta(days=1), lease_seconds=30) == []
 
 
+def test_queue_items_by_key_reads_any_status(store: ModelStore) -> None:
+    """How a work seen leaving the live queue ended (docs/daemon.md, "No loops")."""
+    for key in ("done", "failed", "pending"):
+        store.enqueue(PendingAssessment(key, "a", "f", {"k": key}, T0))
+    store.claim("w", T0, lease_seconds=30, limit=2)
+    store.complete("done", "w")
+    store.release("failed", "w", "agent unavailable: refused", T0, max_attempts=0)
+    got = store.queue_items_by_key(["done", "failed", "pending", "never", "done"])
+    assert {k: (i.status, i.last_error, i.payload) for k, i in got.items()} == {
+        "done": ("done", None, {"k": "done"}),
+        "failed": ("failed", "agent unavailable: refused", {"k": "failed"}),
+        "pending": ("pending", None, {"k": "pending"})}
+    assert store.queue_items_by_key([]) == {}
+    many = [f"m{i}" for i in range(1200)]  # more than one statement's worth of keys
+    for key in many:
+        store.enqueue(PendingAssessment(key, "a", "f", {}, T0))
+    assert set(store.queue_items_by_key(many)) == set(many)
+
+
 def test_offsets_upsert_and_bad_offsets_write_nothing(store: ModelStore) -> None:
     store.save_offsets("g", {("t", 0): 10, ("t", 1): 5}, T0)
     store.save_offsets("g", {("t", 0): 11}, hours(1))
