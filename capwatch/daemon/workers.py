@@ -522,9 +522,14 @@ class AssessmentWorkers:
         if isinstance(assessment, dict):
             self._count_unconfirmed(family, item.drift, assessment)
         self.on_version()
+        # A retry publishing a version stored before asks nothing itself: the line gives
+        # the version's own count, or a version confirmed by its queries reads as one
+        # published on none (oper20: "queries": 0 after a broker outage, 82 asked).
+        asked = version.evidence.get("queries") if not stored_here else queries
         log.info("model version published", version=version.version,
                  delta=version.delta_to_parent, summary=list(version.summary),
-                 queries=queries, alerts=len(events))
+                 queries=asked if isinstance(asked, int) else queries, alerts=len(events),
+                 stored_before=not stored_here)
         self.post(Installed(agent_id, version))
 
     def _count_unconfirmed(self, family: str, drift: Mapping[str, Mapping[str, object]],

@@ -435,3 +435,32 @@ def test_an_agent_refusing_every_query_fails_at_once_without_a_version(
     assert out.models == []
     d.source.close()
     d.store.close()
+
+
+def test_a_stored_version_published_by_a_retry_is_logged_with_its_own_queries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """oper20: a version stored before a broker outage was published by the retry after
+    its lease, and its 'model version published' line said queries 0 (the retry asked
+    nothing), read as a version published unconfirmed; the version had asked 82. The
+    line gives the version's own count and says the retry asked nothing."""
+    from kafka.errors import KafkaTimeoutError
+    from structlog.testing import capture_logs
+
+    d, now, out = _daemon(tmp_path, Flaky(failures=0))
+    real_flush = out.flush
+
+    def flush(*args: Any, **kwargs: Any) -> None:
+        raise KafkaTimeoutError("no answer from the broker")
+
+    monkeypatch.setattr(out, "flush", flush)
+    assert _attempt(d, now, T0)
+    monkeypatch.setattr(out, "flush", real_flush)
+    with capture_logs() as logs:
+        assert _attempt(d, now, T0 + timedelta(seconds=61))
+    (version,) = d.store.history("rover-v1", "rover-a")
+    (line,) = [e for e in logs if e["event"] == "model version published"]
+    assert version.evidence["queries"] > 0
+    assert line["queries"] == version.evidence["queries"]
+    assert line["stored_before"] is True
+    d.source.close()
+    d.store.close()
