@@ -99,9 +99,16 @@ def _actor(args: argparse.Namespace) -> str:
 
 
 def _family_of(store: ModelStore, agent_id: str, family: str | None) -> str:
-    if family:
-        return family
     families = sorted({f for f, a in action_store(store).known_agents() if a == agent_id})
+    if family:
+        # A typo'd id or another family's agent would be queued and asked for nothing
+        # (no agent answers there) or in the wrong vocabulary, and the action recorded
+        # would make the id known to every later command (oper20).
+        if family not in families:
+            raise _Fail(f"the store has not seen agent {agent_id} in family {family}"
+                        + (f" (it knows it in {', '.join(families)})" if families else
+                           " (no transitions, version, work or action names it)"))
+        return family
     if len(families) != 1:
         raise _Fail(f"which family is {agent_id}? add --family"
                     + (f" (one of {', '.join(families)})" if families else ""))

@@ -162,3 +162,23 @@ def test_agents_show_takes_the_family_agent_form_the_listings_print(
     code, _, err = run(capsys, "agents", "show", "rover-v3/rover-v3-004", "--family",
                        "courier-v1", "--store", demo_store)
     assert code == 1 and "--family says courier-v1" in err
+
+
+def test_assess_refuses_an_agent_the_store_never_saw_in_the_family(
+        demo_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """oper20: `assess agent nosuch --family F` and `assess agent A --family G` for an
+    agent of family F were queued; the daemon then asked a URL no agent answers (five
+    failed attempts) or asked F's agent in G's vocabulary, and the typo's action made
+    the unknown agent 'known' to every later command."""
+    code, _, err = run(capsys, "assess", "agent", "rover-v3-0O1", "--family", "rover-v3",
+                       "--reason", "typo", "--store", demo_store)
+    assert code == 1 and "has not seen agent rover-v3-0O1 in family rover-v3" in err
+    code, _, err = run(capsys, "assess", "agent", "rover-v3-001", "--family", "courier-v1",
+                       "--reason", "wrong family", "--store", demo_store)
+    assert code == 1 and "(it knows it in rover-v3)" in err
+    code, _, err = run(capsys, "assess", "agent", "rover-v3-0O1", "--reason", "typo",
+                       "--store", demo_store)
+    assert code == 1 and "which family is rover-v3-0O1?" in err
+    code, out, _ = run(capsys, "assess", "agent", "rover-v3-002", "--family", "rover-v3",
+                       "--reason", "spot check", "--store", demo_store)
+    assert code == 0 and "queued operator/" in out
