@@ -214,3 +214,91 @@ def test_positions_after_every_take_are_kafka_pythons_over_every_batch_shape() -
         takes = [rng.randrange(1, 9) for _ in range(4)]
         assert _positions(RecordsIntoRecords, blob, fetch_offset, takes) == \
             _positions(Fetcher.PartitionRecords, blob, fetch_offset, takes)
+
+
+def _recrc(buf: bytearray) -> bytes:
+    """``buf`` (one batch, edited) with its length and CRC made to fit it again."""
+    from kafka.record.util import calc_crc32c
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    struct.pack_into(">I", buf, 17, calc_crc32c(memoryview(buf)[21:]))
+    return bytes(buf)
+
+
+def _with_bad_varint(blob: bytes) -> bytes:
+    """``blob`` (one uncompressed batch) with its first record's timestamp delta replaced by
+    a varint of eleven continuation bytes (past int64) and the CRC made valid again: a
+    producer's bug, not the wire's, so that check_crcs passes it."""
+    buf = bytearray(blob)
+    first = 61  # the first record's length varint: one byte for these small records
+    assert buf[first] < 0x80
+    # length, attributes, then the timestamp delta (one byte in these records).
+    delta_at = first + 2
+    assert buf[delta_at] < 0x80
+    return _recrc(buf[:delta_at] + bytearray([0xFF] * 11) + buf[delta_at + 1:])
+
+
+def test_a_varint_past_int64_in_a_batch_whose_crc_holds_is_a_corrupt_batch() -> None:
+    # decode_varint raises ValueError past int64; read_batch let it out as such, so
+    # take() did not keep it as the reader's fault: the next take returned [] from the
+    # spent generator while the reader stayed truthy, and Fetcher.fetched_records looped
+    # on it without end (the consumer process's child spun at 100% CPU inside poll(),
+    # never serving a commit; in one process the ValueError, no KafkaError, stopped the
+    # daemon). kafka-python's own reader calls it a CorruptRecordError.
+    blob = _with_bad_varint(batch(0, [(1_700_000_000_000, b"k", b"v", [])] * 3))
+    with pytest.raises(CorruptRecordError, match="invalid record structure"):
+        kafka_pythons(blob)
+    with pytest.raises(CorruptRecordError, match="invalid record structure"):
+        read_batch(blob, "t", 0, 0, 0, None, 3)
+    good = batch(0, mixed()[:4])
+    part = RecordsIntoRecords(0, TP, MemoryRecords(good + _with_bad_varint(
+        batch(4, [(1_700_000_000_000, b"k", b"v", [])] * 3))))
+    assert [r.offset for r in part.take(500)] == [0, 1, 2, 3]
+    with pytest.raises(CorruptRecordError):
+        part.take(500)
+    # Never truthy with nothing to hand out: what made fetched_records loop.
+    assert not part or part.take(500) != []
+
+
+def test_any_failure_of_the_reader_is_its_fault_never_an_empty_truthy_reader(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever a future fault raises (not only CorruptRecordError), the reader must not
+    # be left truthy with a spent generator.
+    def broken(*args: Any) -> list[Record]:
+        raise TypeError("a reader's own bug")
+
+    monkeypatch.setattr(kafka_records, "read_batch", broken)
+    part = RecordsIntoRecords(0, TP, MemoryRecords(batch(0, mixed()[:3])))
+    with pytest.raises(TypeError):
+        part.take(500)
+    assert not part and part.next_fetch_offset == 0
+
+
+def test_a_header_key_not_utf8_is_refused_as_kafka_pythons_reader_refuses_it() -> None:
+    # The v2 format's header key is a UTF-8 string; kafka-python's reader decodes it and
+    # calls a record whose key does not decode corrupt. capwatch reads no header, but a
+    # batch must not pass uncompressed and fail compressed (which kafka-python reads).
+    good = batch(0, [(1_700_000_000_000, b"k", b"v", [("hk", b"x")])])
+    at = good.index(b"hk")
+    blob = _recrc(bytearray(good[:at] + b"\xff\xfe" + good[at + 2:]))
+    with pytest.raises(CorruptRecordError):
+        kafka_pythons(blob)
+    with pytest.raises(CorruptRecordError, match="header key"):
+        read_batch(blob, "t", 0, 0, 0, None, 1)
+    # A key that decodes (not ASCII) passes both.
+    utf8 = batch(0, [(1_700_000_000_000, b"k", b"v", [("clé", b"x")])])
+    assert ours(utf8)[0] == kafka_pythons(utf8)
+
+
+def test_a_corrupt_batch_is_fetched_again_not_held() -> None:
+    # A batch corrupt only on the wire (its CRC fails) reads well when fetched again; the
+    # reader holding it raised at every poll until the partition was revoked or the
+    # process restarted. Drained instead, the fetcher asks the broker again from the
+    # same position (nothing handed out of the batch, nothing committed past it); a
+    # batch corrupt in the log raises again at each fetch, as the Java client re-raises.
+    blob = bytearray(batch(0, mixed()[:5]) + batch(5, mixed()[5:9]))
+    blob[-1] ^= 0xFF
+    part = RecordsIntoRecords(0, TP, MemoryRecords(bytes(blob)))
+    assert [r.offset for r in part.take(500)] == [0, 1, 2, 3, 4]
+    with pytest.raises(CorruptRecordError, match="crc"):
+        part.take(500)
+    assert not part and part.next_fetch_offset == 5

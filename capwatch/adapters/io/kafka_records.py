@@ -64,10 +64,11 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
     Raises CorruptRecordError where kafka-python's reader would (a record whose fields do
     not fill its length, bytes left after the last record, a negative header count or
     header key size; a negative record key or value size is a null one); a buffer cut short
-    raises it too. A corrupt batch hands out none of its records
+    raises it too, as does a varint past int64 and a header key not UTF-8 (kafka-python's
+    reader decodes the keys). A corrupt batch hands out none of its records
     (kafka-python's reader handed out those before the fault, then raised): the consumer's
-    position stays before the batch, and every poll raises again (:class:`RecordsIntoRecords`
-    ``take``) until the partition is revoked or sought away from it."""
+    position stays before the batch, and the batch is fetched again at the next poll
+    (:class:`RecordsIntoRecords` ``take``), which raises again while it stays corrupt."""
     out: list[Record] = []
     pos = _HEADER
     try:
@@ -123,6 +124,13 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
                 size, pos = decode_varint(buffer, pos)
                 if size < 0:
                     raise CorruptRecordError(f"Invalid negative header key size {size}")
+                try:
+                    # Decoded only to refuse what kafka-python's reader refuses (it
+                    # decodes every key): a batch must not pass here and fail when
+                    # compressed, which its reader reads (docs/reliability.md, session 20).
+                    buffer[pos:pos + size].decode()
+                except UnicodeDecodeError as e:
+                    raise CorruptRecordError(f"Invalid header key (not UTF-8): {e}") from e
                 pos += size
                 size, pos = decode_varint(buffer, pos)
                 if size > 0:
@@ -134,7 +142,11 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
             stamp = first_timestamp + delta if log_append_time is None else log_append_time
             out.append(Record(topic, partition, base_offset + offset_delta, key, value,
                               stamp / 1000 if stamp >= 0 else None))
-    except IndexError as e:
+    except (IndexError, ValueError) as e:
+        # ValueError: a varint past int64 (decode_varint), in a batch whose CRC holds
+        # (written so). kafka-python's reader calls both corrupt; let out as they are,
+        # they were no KafkaError for the daemon to retry, and take() left the reader
+        # truthy and spent, which Fetcher.fetched_records looped on without end.
         raise CorruptRecordError(f"Found invalid record structure: {e!r}") from e
     if pos != len(buffer):
         raise CorruptRecordError(f"{len(buffer) - pos} unconsumed bytes after all records "
@@ -158,14 +170,20 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
         # Once the records raised, kafka-python's iterator is spent: its take() then
         # returns [] while the reader stays truthy, and Fetcher.fetched_records loops on
         # such a reader without end (the daemon retries a failed poll, and that poll never
-        # returned, not even to see a revoke). The fault is raised at every take instead,
-        # the position staying before the faulty batch.
+        # returned, not even to see a revoke). So whatever the records raise, the reader
+        # is drained: the position stays before the faulty batch (none of its records was
+        # handed out) and the fetcher, holding no reader for the partition, fetches it
+        # again from there. A batch corrupt only on the wire then reads well; one corrupt
+        # in the log raises again at each fetch, as the Java client raises at each poll
+        # (docs/reliability.md, session 20). The fault is kept for a take after the
+        # drain, which the fetcher never makes (it skips a falsy reader).
         if self._fault is not None:
             raise self._fault
         try:
             return super().take(n)  # type: ignore[no-any-return]
-        except CorruptRecordError as e:
+        except Exception as e:
             self._fault = e
+            self.drain()
             raise
 
     def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any,
