@@ -224,3 +224,66 @@ def test_the_child_hands_messages_over_in_the_order_they_came_while_waiting_for_
     second.join(10)
     assert [child.out.get_nowait(), child.out.get_nowait()] == [big, revoke]
     child.conn.close()
+
+
+def _answer_ends(script: Script, ends: dict[int, tuple[int, int, int | None]],
+                 before: bytes = b"") -> threading.Thread:
+    def child() -> None:
+        call = script.child.recv_bytes()
+        assert pickle.loads(call[1:]) == ("ends", None)
+        if before:
+            script.send(before)  # polled and sent before it read the call
+        script.send(kp._REPLY + pickle.dumps((True, ends)))
+
+    t = threading.Thread(target=child)
+    t.start()
+    return t
+
+
+def test_lag_counts_from_the_childs_position_once_the_daemon_has_all_it_sent(
+        script: Script) -> None:
+    script.assign(0)
+    script.send(batch(0, 0, 5))
+    assert len(script.source.poll(1.0)) == 5
+    # The child's position is past a transaction's marker (offset 5) behind the last
+    # record it sent: every record handled, no lag (it counted 1, the marker).
+    t = _answer_ends(script, {0: (6, 6, 5)})
+    assert script.source.lag() == {0: 0}
+    t.join(5)
+    # Records sent and not yet taken by the daemon: counted from its last record.
+    t = _answer_ends(script, {0: (12, 12, 9)}, before=batch(0, 5, 4))
+    assert script.source.lag() == {0: 7}
+    t.join(5)
+    assert len(script.source.poll(1.0)) == 4
+
+
+def test_the_child_waits_longer_after_each_failed_poll_and_polls_at_once_after_one_that_worked(
+        ) -> None:
+    ours, theirs = socket.socketpair()
+    daemon = Connection(ours.detach())  # open, with nothing to say, while the child runs
+    daemon.send_bytes(pickle.dumps(("b", "t", "g", {}, None)))
+    child = kp._Child(Connection(theirs.detach()))
+    outcomes = iter([KafkaConnectionError("1"), KafkaConnectionError("2"), "worked",
+                     KafkaConnectionError("3"), KafkaConnectionError("4"),
+                     KafkaConnectionError("5"), KafkaConnectionError("6"),
+                     KafkaConnectionError("7"), KafkaConnectionError("8"),
+                     KafkaConnectionError("9")])
+    pauses: list[float] = []
+
+    class Failing:
+        def poll(self, timeout_s: float) -> list[Record]:
+            outcome = next(outcomes, None)
+            if outcome is None:
+                child.closing = True
+                return []
+            if isinstance(outcome, Exception):
+                raise outcome
+            return []
+
+    child._start = lambda: Failing()  # type: ignore[method-assign,assignment,return-value]
+    child._pause = pauses.append  # type: ignore[method-assign,assignment]
+    child._send = lambda message: None  # type: ignore[method-assign]
+    child._run()
+    assert pauses == [0.5, 1.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+    child.conn.close()
+    daemon.close()

@@ -47,6 +47,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,14 @@ the daemon, beyond the socket's buffer and kafka-python's fetched records (up to
 _POLL_S = 0.05
 """The child's poll timeout: how long a call from the daemon (a commit) may wait while
 the stream is quiet."""
+
+_RETRY_S = (0.5, 30.0)
+"""After a failed poll the child waits this long, doubling up to the second figure, before
+it polls again (serving the daemon's calls meanwhile), as the daemon's main loop waits
+after a failure. Polling again at once, a failure each poll raises (a batch corrupt in the
+log, fetched again each time) was a fetch in a loop, and failures queued by the thousand
+ahead of the daemon, which takes one a retry: it went on reading stale ones long after
+the broker was well again."""
 
 
 class SourceProcessError(RuntimeError):
@@ -259,12 +268,21 @@ class ProcessKafkaSource:
         if self._conn is None:
             return {}
         try:
-            ends: dict[int, tuple[int, int]] = self._call("ends", None)
+            ends: dict[int, tuple[int, int, int | None]] = self._call("ends", None)
         except Exception:  # lag is a metric: never let it break a checkpoint
             return {}
-        # The child's position runs ahead of the daemon by what it has sent.
-        return {p: max(0, end - self._next.get(p, position))
-                for p, (end, position) in ends.items()}
+        lag = {}
+        for p, (end, position, sent) in ends.items():
+            # The child's position runs ahead of the daemon by what it has sent and the
+            # daemon not yet taken: counted from the daemon's last record then. Once the
+            # daemon has everything sent, the child's position counts: it is past what
+            # no record stands for (a transaction's marker, a compacted batch's end),
+            # which the daemon's last record is not, so a stream ending with a committed
+            # transaction showed a lag of 1 for good.
+            handled = self._next.get(p)
+            lag[p] = max(0, end - (position if handled is None or handled == sent
+                                   else handled))
+        return lag
 
     def close(self) -> None:
         if self._conn is None:
@@ -383,6 +401,9 @@ class _Child:
         """The channel broke: the daemon is gone."""
         self.args = pickle.loads(conn.recv_bytes())
         self.source: KafkaSource | None = None
+        self.sent: dict[int, int] = {}
+        """Per partition, the offset after the last record sent to the daemon (read by
+        the daemon's lag: when it has taken them all, this process's position is its)."""
         self.closing = False
         self.writer = threading.Thread(target=self._write, name="capwatch-consumer-writer",
                                        daemon=True)
@@ -413,6 +434,7 @@ class _Child:
             self._send(_FAILED + _dumps_error(e))
             return
         self._send(_STARTED)
+        wait = 0.0
         while not self.closing:
             with self.reading:
                 while not self.closing and self.conn.poll(0):
@@ -423,7 +445,10 @@ class _Child:
                 records = source.poll(_POLL_S)
             except Exception as e:
                 self._send(_FAILED + _dumps_error(e))
+                wait = min(_RETRY_S[1], max(_RETRY_S[0], wait * 2))
+                self._pause(wait)
                 continue
+            wait = 0.0
             if records:
                 ranges: dict[int, tuple[int, int]] = {}
                 for r in records:
@@ -431,6 +456,17 @@ class _Child:
                     ranges[r.partition] = (r.offset if first is None else first[0],
                                            r.offset + 1)
                 self._send(_RECORDS + _ENCODE((records, ranges)))
+                for p, (_, after) in ranges.items():
+                    self.sent[p] = after
+
+    def _pause(self, seconds: float) -> None:
+        """Serve the daemon's calls for ``seconds`` (or until it closes the source). The
+        channel is held a poll slice at a time: a rebalance callback reads it too."""
+        deadline = time.monotonic() + seconds
+        while not self.closing and (left := deadline - time.monotonic()) > 0:
+            with self.reading:
+                if self.conn.poll(min(left, _POLL_S)):
+                    self._serve(self.conn.recv_bytes())
 
     def _send(self, message: bytes) -> None:
         # First come, first handed over: a rebalance's small message must not pass a
@@ -469,6 +505,8 @@ class _Child:
         def call(parts: set[int]) -> None:
             if self.closing:
                 return
+            for p in parts:  # read again from the commit: as for the daemon's own count
+                self.sent.pop(p, None)
             self._send(tag + pickle.dumps(parts))
             with self.reading:
                 while True:  # the daemon's commits come while it handles the rebalance
@@ -492,7 +530,8 @@ class _Child:
             elif method == "member_id":
                 result = source.member_id()
             elif method == "ends":
-                result = source.ends()
+                result = {p: (end, position, self.sent.get(p))
+                          for p, (end, position) in source.ends().items()}
             elif method == "close":
                 self.closing = True
                 source.close()
