@@ -38,6 +38,7 @@ from pathlib import Path
 from types import ModuleType
 
 MODULES = (
+    "capwatch.adapters.io.kafka_batch",
     "capwatch.contracts.wire_atoms",
     "capwatch.contracts.wire_fast",
     "capwatch.contracts.wire_keys",
@@ -54,7 +55,8 @@ MODULES = (
     "capwatch.monitor.transition_monitor",
 )
 """The modules compiled: the decode and monitor path of every record (cProfile of the
-steady state). The mypyc build's group is :data:`GROUP`."""
+steady state), and kafka-python's batches read into Records (kafka_batch: on the poll's
+thread, in one process on the main loop). The mypyc build's group is :data:`GROUP`."""
 
 EXTENSIONS = ("capwatch.contracts._wire_split",)
 """C extension modules built with :data:`MODULES` (setup.py), each from the ``.c`` source

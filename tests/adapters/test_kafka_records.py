@@ -302,3 +302,30 @@ def test_a_corrupt_batch_is_fetched_again_not_held() -> None:
     with pytest.raises(CorruptRecordError, match="crc"):
         part.take(500)
     assert not part and part.next_fetch_offset == 5
+
+
+def test_the_batch_readers_varint_and_header_size_are_kafka_pythons() -> None:
+    # kafka_batch (compiled with mypyc) reads varints itself rather than calling
+    # kafka-python's decode_varint: the same values, positions and refusals.
+    import random
+
+    from kafka.record.default_records import DefaultRecordBatch
+    from kafka.record.util import decode_varint, encode_varint
+
+    from capwatch.adapters.io.kafka_batch import HEADER_SIZE, _varint
+
+    assert DefaultRecordBatch.HEADER_STRUCT.size == HEADER_SIZE
+    rng = random.Random(20)
+    values = [0, 1, -1, 63, -64, 64, -65, 2**31 - 1, -2**31, 2**63 - 1, -2**63,
+              *(rng.randrange(-2**63, 2**63) >> rng.randrange(0, 63) for _ in range(2000))]
+    for v in values:
+        buf = bytearray(b"\x00\x00")
+        encode_varint(v, buf.append)
+        buf += b"\x01"
+        assert _varint(bytes(buf), 2) == decode_varint(buf, 2) == (v, len(buf) - 1)
+    for bad in (b"\xff" * 10 + b"\x01", b"\x80" * 10, b"\xff" * 3):
+        with pytest.raises((ValueError, IndexError)) as ours_:
+            _varint(bad, 0)
+        with pytest.raises((ValueError, IndexError)) as theirs:
+            decode_varint(bad, 0)
+        assert type(ours_.value) is type(theirs.value)

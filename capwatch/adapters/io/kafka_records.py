@@ -36,8 +36,8 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
 from kafka.record.default_records import DefaultRecordBatch
-from kafka.record.util import decode_varint
 
+from capwatch.adapters.io.kafka_batch import read_batch
 from capwatch.contracts.ports import Record
 
 __all__ = ["RecordsIntoRecords", "install", "read_batch"]
@@ -50,108 +50,8 @@ batches in tests/integration/test_kafka_records_broker.py). The dependency allow
 3.x; over another release the consumer keeps kafka-python's own reader (:func:`install`):
 slower, but a change there can neither move a position nor fail a poll."""
 
-_HEADER = DefaultRecordBatch.HEADER_STRUCT.size
 _CODEC_MASK = DefaultRecordBatch.CODEC_MASK
 _LOG_APPEND_TIME = DefaultRecordBatch.LOG_APPEND_TIME
-
-
-def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
-               first_timestamp: int, log_append_time: int | None, count: int) -> list[Record]:
-    """The ``count`` records of an uncompressed v2 batch whose bytes (header included) are
-    ``buffer``. ``log_append_time``: the batch's max timestamp when the broker stamps the
-    records (every record then has it), else None (each has first_timestamp + its delta).
-
-    Raises CorruptRecordError where kafka-python's reader would (a record whose fields do
-    not fill its length, bytes left after the last record, a negative header count or
-    header key size; a negative record key or value size is a null one); a buffer cut short
-    raises it too, as does a varint past int64 and a header key not UTF-8 (kafka-python's
-    reader decodes the keys). A corrupt batch hands out none of its records
-    (kafka-python's reader handed out those before the fault, then raised): the consumer's
-    position stays before the batch, and the batch is fetched again at the next poll
-    (:class:`RecordsIntoRecords` ``take``), which raises again while it stays corrupt."""
-    out: list[Record] = []
-    pos = _HEADER
-    try:
-        # Each varint's one-byte case is written out in place, not called: this loop runs
-        # once a record on the poll's thread, and a call a field (five of them) was most of
-        # what kafka-python's own reader spent (kafka19's callgrind figures in
-        # docs/performance.md); the longer forms go to decode_varint.
-        for _ in range(count):
-            b = buffer[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                length, pos = decode_varint(buffer, pos)
-            end = pos + length
-            pos += 1  # attributes: unused in v2
-            b = buffer[pos]
-            if b < 0x80:
-                delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                delta, pos = decode_varint(buffer, pos)
-            b = buffer[pos]
-            if b < 0x80:
-                offset_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                offset_delta, pos = decode_varint(buffer, pos)
-            b = buffer[pos]
-            if b < 0x80:
-                size = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                size, pos = decode_varint(buffer, pos)
-            key: bytes | None = None
-            if size >= 0:
-                key = buffer[pos:pos + size]
-                pos += size
-            b = buffer[pos]
-            if b < 0x80:
-                size = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                size, pos = decode_varint(buffer, pos)
-            value = b""  # a null value is handed on as empty, as KafkaSource did
-            if size >= 0:
-                value = buffer[pos:pos + size]
-                pos += size
-            headers, pos = decode_varint(buffer, pos)
-            if headers < 0:
-                raise CorruptRecordError(f"Found invalid number of record headers {headers}")
-            for _ in range(headers):  # capwatch reads no headers: checked and skipped
-                size, pos = decode_varint(buffer, pos)
-                if size < 0:
-                    raise CorruptRecordError(f"Invalid negative header key size {size}")
-                try:
-                    # Decoded only to refuse what kafka-python's reader refuses (it
-                    # decodes every key): a batch must not pass here and fail when
-                    # compressed, which its reader reads (docs/reliability.md, session 20).
-                    buffer[pos:pos + size].decode()
-                except UnicodeDecodeError as e:
-                    raise CorruptRecordError(f"Invalid header key (not UTF-8): {e}") from e
-                pos += size
-                size, pos = decode_varint(buffer, pos)
-                if size > 0:
-                    pos += size
-            if pos != end or pos > len(buffer):
-                raise CorruptRecordError(f"Invalid record size: expected to read {length} bytes"
-                                         f" in record payload, but instead read "
-                                         f"{pos - end + length}")
-            stamp = first_timestamp + delta if log_append_time is None else log_append_time
-            out.append(Record(topic, partition, base_offset + offset_delta, key, value,
-                              stamp / 1000 if stamp >= 0 else None))
-    except (IndexError, ValueError) as e:
-        # ValueError: a varint past int64 (decode_varint), in a batch whose CRC holds
-        # (written so). kafka-python's reader calls both corrupt; let out as they are,
-        # they were no KafkaError for the daemon to retry, and take() left the reader
-        # truthy and spent, which Fetcher.fetched_records looped on without end.
-        raise CorruptRecordError(f"Found invalid record structure: {e!r}") from e
-    if pos != len(buffer):
-        raise CorruptRecordError(f"{len(buffer) - pos} unconsumed bytes after all records "
-                                 f"consumed")
-    return out
 
 
 def _converted(m: Any) -> Record:
