@@ -27,6 +27,14 @@ from datetime import datetime
 import structlog
 
 from capwatch.assess.agent import AgentUnavailable, QueryNotAttempted
+from capwatch.assess.canary_objects import (
+    Pools,
+    Taken,
+    distinct_grounding,
+    missing_types,
+    probe_pools,
+    with_fresh,
+)
 from capwatch.assess.observations import Trace, infer_object_types
 from capwatch.assess.shortcuts import find_shortcuts
 from capwatch.contracts.agent_protocol import AgentProtocolError, AgentRejectedQuery
@@ -36,7 +44,7 @@ from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.work import CanaryFinding, Result
 from capwatch.model.consistency import Verdict, check_declared
-from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
+from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom
 from capwatch.model.grounding import Grounder
 
 log = structlog.get_logger("capwatch.daemon")
@@ -75,9 +83,43 @@ class _Probes:
 _NEVER = -1e18
 
 
+def _made_true(action: Action, binding: Mapping[str, str], base: Collection[GroundAtom]
+               ) -> set[GroundAtom]:
+    """``base`` with the grounded precondition made true."""
+    return (set(base) | {a.ground(binding) for a in action.pre_pos}) - {
+        a.ground(binding) for a in action.pre_neg}
+
+
+def _alone(action: Action, atom: LiftedAtom, binding: Mapping[str, str]) -> bool:
+    """Whether no other literal of the precondition grounds to ``atom``'s ground atom."""
+    ground = atom.ground(binding)
+    return not any(a is not atom and a.ground(binding) == ground
+                   for a in (*action.pre_pos, *action.pre_neg))
+
+
 def _same(atoms: tuple[GroundAtom, ...], state: frozenset[GroundAtom]) -> bool:
     """Whether a state kept as a tuple (of distinct atoms) is ``state``."""
     return len(atoms) == len(state) and state.issuperset(atoms)
+
+
+class _Taken:
+    """Object names a fresh one must not take (the agent's states', the problem's, the
+    pools'), gathered only when a fresh name is wanted: most rounds want none."""
+
+    def __init__(self, recent: Iterable[Iterable[GroundAtom]], init: Iterable[GroundAtom],
+                 pools: Pools) -> None:
+        self._sources = (recent, init, pools)
+        self._names: set[str] | None = None
+
+    def __call__(self) -> Collection[str]:
+        if self._names is None:
+            recent, init, pools = self._sources
+            names = {o for state in recent for atom in state for o in atom[1:]}
+            names.update(o for atom in init for o in atom[1:])
+            for objs in pools.values():
+                names.update(objs)
+            self._names = names
+        return self._names
 
 
 class CanaryProber:
@@ -113,7 +155,7 @@ class CanaryProber:
         seen: set[str] = set()
         for watch in watches:
             seen.add(watch.agent_id)
-            if watch.awaiting is not None or watch.family not in objects:
+            if watch.awaiting is not None:
                 continue
             now = watch.clock()
             probes = self._agents.get(watch.agent_id)
@@ -125,6 +167,11 @@ class CanaryProber:
             recent = probes.recent
             executed = watch.last_executed
             times = probes.times
+            known = objects.get(watch.family)
+            init = problems.get(watch.family, frozenset())
+            pools: Pools | None = None
+            """The problem's objects completed from the agent's states (once a round, and
+            only for an action whose types the problem lacks: canary_objects)."""
             due: list[tuple[frozenset[GroundAtom], GroundAction]] = []
             for i, action in enumerate(watch.domain.actions):
                 last_run = executed.get(action.name, -1e18)
@@ -136,26 +183,32 @@ class CanaryProber:
                     if self._backlog >= MAX_BACKLOG:
                         break
                     self._backlog += 1
-                args = self._grounding(action, objects[watch.family])
+                use: Pools
+                if known is not None and not missing_types(action, known):
+                    use = known
+                else:
+                    if pools is None:
+                        pools = probe_pools(watch.domain, known, recent)
+                    use = pools
+                taken = _Taken(recent, init, use)
+                args = self._grounding(action, use, taken)
                 if args is None:
                     self._done()
                     continue
                 ground = (action.name, *args)
                 binding = dict(zip(action.parameter_names, args, strict=True))
-                base = self._start(recent, problems.get(watch.family, frozenset()),
-                                   designed_only=not idle)
-                state = (set(base) | {a.ground(binding) for a in action.pre_pos}) - {
-                    a.ground(binding) for a in action.pre_neg}
+                base = self._start(recent, init, designed_only=not idle)
+                state = _made_true(action, binding, base)
                 times[i] = now
                 due.append((frozenset(state), ground))
                 if idle and (action.pre_pos or action.pre_neg):
-                    wider = self._one_literal_false(action, binding, state)
+                    wider = self._one_literal_false(action, binding, state, base, use, taken)
                     if wider is not None:
                         with self._lock:
                             if self._backlog >= MAX_BACKLOG:
                                 break
                             self._backlog += 1
-                        due.append((wider, ground))
+                        due.append(wider)
             if due:
                 self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
                                   due)
@@ -167,13 +220,12 @@ class CanaryProber:
         for agent_id in [a for a in self._agents if a not in seen]:
             del self._agents[agent_id]
 
-    def _grounding(self, action: Action, objects: Mapping[str, tuple[str, ...]]
+    def _grounding(self, action: Action, objects: Pools, taken: Taken = tuple
                    ) -> tuple[str, ...] | None:
         """Objects drawn at random per parameter, distinct where possible, until the
-        action's equality constraints admit them; None if no try does."""
-        pools = [objects.get(p.type, ()) for p in action.parameters]
-        if any(not pool for pool in pools):
-            return None
+        action's equality constraints admit them; None if no try does. A type with no
+        objects gets fresh names (canary_objects)."""
+        pools = with_fresh(action, objects, taken)
         for _ in range(20):
             args: list[str] = []
             for pool in pools:
@@ -184,25 +236,40 @@ class CanaryProber:
         return None
 
     def _one_literal_false(self, action: Action, binding: Mapping[str, str],
-                           state: set[GroundAtom]) -> frozenset[GroundAtom] | None:
+                           state: set[GroundAtom], base: Collection[GroundAtom],
+                           pools: Pools, taken: Taken
+                           ) -> tuple[frozenset[GroundAtom], GroundAction] | None:
         """The probe's state with one precondition literal, drawn at random, made false:
         the model says the action does not apply there, so an agent that runs it lost
         that literal. Making the whole precondition true (the probe above) cannot show a
         literal no longer needed, and an action the agent never runs shows it nowhere
         else: before session 19 such a widening stayed unknown unless
-        ``assessment.reassess_every_s`` was set. None when the literal's atom cannot be
-        made false alone (another literal of the precondition needs it)."""
+        ``assessment.reassess_every_s`` was set.
+
+        The literal must be false alone: where the drawn objects put another literal of
+        the precondition on its atom (a repeated object: a problem with one object of a
+        type), making it false makes that one false too (or cannot be done), and a
+        literal dropped alone never showed in such a grounding (session 19's first
+        gap). The probe is then grounded again on objects that all differ (fresh names
+        once the pools run out), from the same start state. None only where the model's
+        own ``(= ?a ?b)`` ties the two literals: no state tells them apart, so dropping
+        one changes nothing the agent can show."""
         literals = [(a, True) for a in sorted(action.pre_pos)] + [
             (a, False) for a in sorted(action.pre_neg)]
         atom, positive = self._rng.choice(literals)
-        ground = atom.ground(binding)
-        if positive:
-            if any(a.ground(binding) == ground for a in action.pre_neg):
+        args = tuple(binding[n] for n in action.parameter_names)
+        if not _alone(action, atom, binding):
+            again = distinct_grounding(action, pools, taken, self._rng)
+            if again is None:
                 return None
-            return frozenset(state - {ground})
-        if any(a.ground(binding) == ground for a in action.pre_pos):
-            return None
-        return frozenset(state | {ground})
+            args = again
+            binding = dict(zip(action.parameter_names, args, strict=True))
+            if not _alone(action, atom, binding):
+                return None
+            state = _made_true(action, binding, base)
+        ground = atom.ground(binding)
+        flipped = state - {ground} if positive else state | {ground}
+        return frozenset(flipped), (action.name, *args)
 
     def _start(self, recent: Sequence[Collection[GroundAtom]], init: frozenset[GroundAtom], *,
                designed_only: bool) -> Collection[GroundAtom]:

@@ -1,0 +1,106 @@
+"""Objects to ground a canary probe with when the family's problem has none of a type.
+
+A canary grounds an action with objects of its parameters' types. Until session 20 they
+came from the family's ``problem`` only, so a family without one was never probed, nor an
+action with a parameter type the problem declares no object of: a change to such an
+action stayed unknown until a scheduled or requested assessment. Two other sources are
+always at hand, tried in this order for a type the problem lacks:
+
+- the objects of the states the agent itself reported (its trace), typed by where they
+  appear (:func:`~capwatch.assess.observations.infer_object_types`: an object that is
+  argument k of a predicate whose k-th parameter is a ``t`` is a ``t``), and the domain's
+  constants: objects the agent knows;
+- fresh names, as the assessment's own probes use (an agent can be put in any state,
+  design.md G20): a type nothing names yet still gets objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from random import Random
+
+from capwatch.assess.atoms import equality_roots
+from capwatch.assess.observations import infer_object_types
+from capwatch.model.domain import Action, Domain, GroundAtom, type_members
+
+FRESH_PREFIX = "canary-"
+"""Fresh objects are named ``canary-<type>-<n>`` (a union type by its first member):
+names outside what a problem or a trace uses, so a finding on one is told at a glance."""
+
+Pools = Mapping[str, tuple[str, ...]]
+
+
+def missing_types(action: Action, known: Pools | None) -> bool:
+    """Whether some parameter of ``action`` has no object of its type in ``known``."""
+    return known is None or any(not known.get(p.type) for p in action.parameters)
+
+
+def probe_pools(domain: Domain, known: Pools | None,
+                states: Iterable[Collection[GroundAtom]]) -> dict[str, tuple[str, ...]]:
+    """Objects per type: the problem's (``known``) where it has some of the type, else
+    those of the agent's reported ``states`` and the domain's constants. A type none of
+    them names is left out (:func:`fresh_objects` names some)."""
+    seen = infer_object_types(domain, (frozenset(s) for s in states), ())
+    for union in domain.union_types():
+        # The trace types an object by the parameters it fills; a union parameter
+        # of an action takes any member's objects.
+        members = {o for m in type_members(union) for o in seen.get(m, ())}
+        if members:
+            seen[union] = tuple(sorted(members | set(seen.get(union, ()))))
+    pools = dict(seen)
+    for t, objs in (known or {}).items():
+        if objs:
+            pools[t] = tuple(objs)
+    return pools
+
+
+def fresh_objects(type_name: str, count: int, taken: Collection[str]) -> tuple[str, ...]:
+    """``count`` new object names of ``type_name``, none of them in ``taken``."""
+    stem = type_members(type_name)[0]
+    out: list[str] = []
+    n = 0
+    while len(out) < count:
+        n += 1
+        name = f"{FRESH_PREFIX}{stem}-{n}"
+        if name not in taken:
+            out.append(name)
+    return tuple(out)
+
+
+Taken = Callable[[], Collection[str]]
+"""Names a fresh object must not take, asked for only when one is made."""
+
+
+def with_fresh(action: Action, pools: Pools, taken: Taken) -> list[tuple[str, ...]]:
+    """Each parameter's pool, a type without objects given as many fresh ones as the
+    action has parameters of that type (so they can all differ)."""
+    need: dict[str, int] = {}
+    for p in action.parameters:
+        if not pools.get(p.type):
+            need[p.type] = need.get(p.type, 0) + 1
+    fresh = {t: fresh_objects(t, k, taken()) for t, k in need.items()} if need else {}
+    return [pools.get(p.type) or fresh[p.type] for p in action.parameters]
+
+
+def distinct_grounding(action: Action, pools: Pools, taken: Taken,
+                       rng: Random) -> tuple[str, ...] | None:
+    """Arguments naming different objects wherever the action's ``(= ?a ?b)`` constraints
+    allow: drawn from the pools, fresh names once a pool runs out. Two literals of one
+    precondition then fall on one ground atom only where the model itself ties them, so
+    each literal can be made false alone. None when the constraints admit none."""
+    roots = equality_roots(action)
+    chosen: dict[str, str] = {}
+    used: set[str] = set()
+    args: list[str] = []
+    for p in action.parameters:
+        r = roots[p.name]
+        if not r.startswith("?"):
+            args.append(r)
+            continue
+        if r not in chosen:
+            free = [o for o in pools.get(p.type, ()) if o not in used]
+            obj = rng.choice(free) if free else fresh_objects(p.type, 1, {*taken(), *used})[0]
+            chosen[r] = obj
+            used.add(obj)
+        args.append(chosen[r])
+    return tuple(args) if action.admits(args) else None

@@ -1,0 +1,309 @@
+"""Session 20: the canaries' blind spots left by session 19 (docs/daemon.md, "Scheduled
+re-assessment"), each made here from the domain by a general rule, not hand-picked:
+
+- **no problem**: the family has no ``problem``; the prober has only what the agent
+  reported (its last state) or nothing at all;
+- **a type missing**: the family's problem lacks every object of one parameter type of
+  the drifted action (the agent's own world has them);
+- **shared atom**: the problem has one object per type, so the drawn grounding repeats
+  objects and the dropped literal falls on another literal's atom.
+
+Drifts: a precondition literal dropped (a widening: only a probe with it false shows it)
+or an effect dropped (a lost capability), on an action the agent never runs; every other
+action runs all the time. An honest agent must never be reported in any of these
+settings. benchmarks/canary_gaps.py runs the same over every IPC domain and several seeds
+for the table in docs/daemon.md; the tests keep a few domains and one seed."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from capwatch.adapters.sim.agent import SimulatedAgent
+from capwatch.assess.agent import AgentQuery, QueryResult
+from capwatch.daemon.agent_watch import AgentWatch
+from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
+from capwatch.daemon.canary import CanaryProber
+from capwatch.daemon.config import SchedulerConfig
+from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.work import CanaryFinding, Result
+from capwatch.model.domain import (
+    Action,
+    Domain,
+    GroundAction,
+    GroundAtom,
+    LiftedAtom,
+    Outcome,
+    Problem,
+)
+from capwatch.model.pddl_reader import read_domain, read_problem
+from tests.paths import DATA, IPC
+
+DOMAINS = [IPC / "ferry", IPC / "parking", IPC / "transport", IPC / "hiking",
+           DATA / "classic" / "gripper"]
+DEFAULTS = SchedulerConfig()
+
+
+class Inline(Executor):
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        f.set_result(fn(*args, **kwargs))
+        return f
+
+
+class Counting:
+    """The agent directory: one simulated agent, its queries counted."""
+
+    def __init__(self, agent: SimulatedAgent) -> None:
+        self.sim = agent
+        self.queries = 0
+
+    def agent(self, agent_id: str, family: str) -> AgentQuery:
+        return cast(AgentQuery, self)
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        self.queries += 1
+        return self.sim.query(state, plan, samples)
+
+
+@dataclass
+class Watch:
+    """What the prober reads of an agent's watch."""
+
+    domain: Domain
+    family: str
+    now: list[float]
+    agent_id: str = "a-1"
+    awaiting: None = None
+    last_state: frozenset[GroundAtom] = frozenset()
+    last_executed: dict[str, float] = field(default_factory=dict)
+
+    def clock(self) -> float:
+        return self.now[0]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the prober is given for the family, and what the agent reported."""
+
+    kind: str
+    init: frozenset[GroundAtom] | None
+    """The family problem's initial state; None: the family has no problem."""
+    objects: Mapping[str, tuple[str, ...]] | None
+    reported: frozenset[GroundAtom]
+    """The agent's last reported state (empty: it reported none)."""
+
+
+def no_problem(problem: Problem, reported: bool) -> Setting:
+    return Setting("no problem" + ("" if reported else ", no state"), None, None,
+                   problem.init if reported else frozenset())
+
+
+def lacking(domain: Domain, problem: Problem, type_name: str, reported: bool) -> Setting:
+    """The problem without any object of ``type_name`` (or a subtype), and without the
+    initial atoms naming one."""
+    gone = {o.name for o in problem.objects if domain.types.is_subtype(o.type, type_name)}
+    kept = Problem(problem.name, problem.domain_name,
+                   tuple(o for o in problem.objects if o.name not in gone),
+                   frozenset(a for a in problem.init if gone.isdisjoint(a[1:])))
+    return Setting("a type missing" + ("" if reported else ", no state"), kept.init,
+                   kept.objects_by_type(domain), problem.init if reported else frozenset())
+
+
+def one_each(domain: Domain, problem: Problem) -> Setting:
+    """One object per type: a grounding repeats an object wherever an action has two
+    parameters of a type."""
+    objects = {t: objs[:1] for t, objs in problem.objects_by_type(domain).items()}
+    return Setting("shared atom", problem.init, objects, problem.init)
+
+
+def _literals(action: Action) -> list[tuple[LiftedAtom, bool]]:
+    return [(a, True) for a in sorted(action.pre_pos)] + [
+        (a, False) for a in sorted(action.pre_neg)]
+
+
+def dropped_literal(domain: Domain, action: Action, literal: tuple[LiftedAtom, bool]
+                    ) -> Domain:
+    atom, positive = literal
+    return domain.replace_action(action.replace(pre_pos=action.pre_pos - {atom})
+                                 if positive else
+                                 action.replace(pre_neg=action.pre_neg - {atom}))
+
+
+def widenings(domain: Domain) -> list[tuple[str, Domain]]:
+    return [(a.name, dropped_literal(domain, a, lit)) for a in domain.actions
+            for lit in _literals(a)]
+
+
+def losses(domain: Domain) -> list[tuple[str, Domain]]:
+    """A deterministic action without one of its effects (an add or a delete)."""
+    out = []
+    for a in domain.actions:
+        if not a.is_deterministic:
+            continue
+        (o,) = a.outcomes
+        for atom in sorted(o.add):
+            out.append((a.name, domain.replace_action(a.replace(
+                outcomes=(Outcome(o.add - {atom}, o.delete),)))))
+        for atom in sorted(o.delete):
+            out.append((a.name, domain.replace_action(a.replace(
+                outcomes=(Outcome(o.add, o.delete - {atom}),)))))
+    return out
+
+
+def shared_atom_widenings(domain: Domain, setting: Setting) -> list[tuple[str, Domain]]:
+    """Literals that every grounding from ``setting``'s pools puts on another literal's
+    atom (the pools' first objects; the one-object setting has no other), dropped."""
+    out = []
+    pools = setting.objects or {}
+    for a in domain.actions:
+        if any(not pools.get(p.type) for p in a.parameters):
+            continue
+        binding = {p.name: pools[p.type][0] for p in a.parameters}
+        if not a.admits([binding[n] for n in a.parameter_names]):
+            continue
+        for lit in _literals(a):
+            g = lit[0].ground(binding)
+            if any(b is not lit[0] and b.ground(binding) == g
+                   for b in (*a.pre_pos, *a.pre_neg)):
+                out.append((a.name, dropped_literal(domain, a, lit)))
+    return out
+
+
+@dataclass
+class Run:
+    round: int | None
+    """Canary round (``canary_s`` apart) of the first finding; None: none."""
+    queries: int
+    rounds: int
+    finding: CanaryFinding | None
+
+
+def run(domain: Domain, truth: Domain, action: str, setting: Setting, rounds: int,
+        seed: int = 7) -> Run:
+    """The drifted agent never runs ``action``; every other action runs every round."""
+    agent = Counting(SimulatedAgent(truth, seed=1))
+    found: list[Result] = []
+    now = [0.0]
+    prober = CanaryProber(agents=agent, metrics=DaemonMetrics(),
+                          idle_s=DEFAULTS.canary_idle_s, busy_s=DEFAULTS.canary_busy_s,
+                          clock=lambda: None, post=found.append,  # type: ignore[arg-type,return-value]
+                          executor=Inline(), seed=seed)
+    watch = Watch(domain, "f", now, last_state=setting.reported)
+    problems = {} if setting.init is None else {"f": setting.init}
+    objects = {} if setting.objects is None else {"f": setting.objects}
+    for k in range(rounds):
+        now[0] = k * DEFAULTS.canary_s
+        watch.last_executed = {a.name: now[0] for a in domain.actions if a.name != action}
+        prober.probe_idle([cast(AgentWatch, watch)], problems, objects)
+        if found:
+            finding = found[0]
+            assert isinstance(finding, CanaryFinding)
+            assert finding.transition.action[0] == action
+            return Run(k, agent.queries, k + 1, finding)
+    return Run(None, agent.queries, rounds, None)
+
+
+def same_model(a: Domain, b: Domain) -> bool:
+    """Every action with the same precondition and the same effects."""
+    def key(x: Action) -> tuple[Any, ...]:
+        return (x.pre_pos, x.pre_neg, frozenset((o.add, o.delete) for o in x.outcomes))
+    return {x.name: key(x) for x in a.actions} == {x.name: key(x) for x in b.actions}
+
+
+def assessed(domain: Domain, truth: Domain, finding: CanaryFinding
+             ) -> tuple[Domain, int]:
+    """What the daemon's assessor makes of the finding (``verify``, the defaults), the
+    drifted agent answering: the model and the queries it took."""
+    out = EngineAssessor(method="verify").assess(AssessmentRequest(
+        "a-1", "f", domain, SimulatedAgent(truth, seed=3),
+        inconsistent=[finding.transition]))
+    return out.model, out.queries
+
+
+def settings(where: Path, domain: Domain, action: str, rng: random.Random
+             ) -> list[Setting]:
+    """The no-problem and type-missing settings for a drift of ``action`` (the missing
+    type drawn among its parameters')."""
+    problem = read_problem(where / "problem.pddl")
+    types = sorted({p.type for p in domain.action(action).parameters})
+    out = [no_problem(problem, True), no_problem(problem, False)]
+    if types:
+        t = rng.choice(types)
+        out += [lacking(domain, problem, t, True), lacking(domain, problem, t, False)]
+    return out
+
+
+def _cases() -> list[tuple[Path, str, str, Domain]]:
+    cases = []
+    for where in DOMAINS:
+        domain = read_domain(where / "domain.pddl")
+        rng = random.Random(20)
+        for kind, drifts in (("widening", widenings(domain)), ("loss", losses(domain))):
+            rng.shuffle(drifts)
+            for name, truth in drifts[:1]:
+                cases.append((where, kind, name, truth))
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize(("where", "kind", "action", "truth"), CASES,
+                         ids=[f"{w.name}-{k}-{a}" for w, k, a, _ in CASES])
+def test_an_action_the_problem_cannot_ground_is_probed(
+        where: Path, kind: str, action: str, truth: Domain) -> None:
+    """Before session 20 none of these was ever probed: the family without a problem
+    was skipped, and an action with a type the problem lacks was never grounded."""
+    domain = read_domain(where / "domain.pddl")
+    for setting in settings(where, domain, action, random.Random(20)):
+        r = run(domain, truth, action, setting, 360)
+        assert r.round is not None, f"{setting.kind}: {action} never reported"
+
+
+@pytest.mark.parametrize("where", DOMAINS, ids=[w.name for w in DOMAINS])
+def test_a_literal_on_a_shared_atom_is_made_false_alone(where: Path) -> None:
+    """With one object per type, a literal on another literal's atom was made false
+    together with it (or not at all), so dropping it alone never showed."""
+    domain = read_domain(where / "domain.pddl")
+    setting = one_each(domain, read_problem(where / "problem.pddl"))
+    drifts = shared_atom_widenings(domain, setting)
+    random.Random(20).shuffle(drifts)
+    for action, truth in drifts[:2]:
+        assert run(domain, truth, action, setting, 360).round is not None, action
+
+
+@pytest.mark.parametrize("where", DOMAINS, ids=[w.name for w in DOMAINS])
+def test_an_honest_agent_is_never_reported_without_problem_objects(where: Path) -> None:
+    domain = read_domain(where / "domain.pddl")
+    problem = read_problem(where / "problem.pddl")
+    rng = random.Random(20)
+    for action in domain.actions:
+        for setting in [*settings(where, domain, action.name, rng),
+                        one_each(domain, problem)]:
+            r = run(domain, domain, action.name, setting, 30)
+            assert r.round is None, (setting.kind, action.name, r.finding)
+            assert r.queries > 0, (setting.kind, action.name)
+
+
+def test_a_finding_on_fresh_objects_gives_the_drifted_model() -> None:
+    """The finding is handed to the assessor like any other: on objects the agent never
+    reported (no problem, no state), the assessment still finds the drifted action."""
+    where = IPC / "ferry"
+    domain = read_domain(where / "domain.pddl")
+    drifts = widenings(domain)
+    random.Random(20).shuffle(drifts)
+    action, truth = drifts[0]
+    r = run(domain, truth, action, no_problem(read_problem(where / "problem.pddl"), False),
+            360)
+    assert r.finding is not None
+    assert any(o.startswith("canary-") for o in r.finding.transition.action[1:])
+    model, _ = assessed(domain, truth, r.finding)
+    assert same_model(model, truth)
