@@ -11,7 +11,8 @@ always at hand, tried in this order for a type the problem lacks:
   argument k of a predicate whose k-th parameter is a ``t`` is a ``t``), and the domain's
   constants: objects the agent knows;
 - fresh names, as the assessment's own probes use (an agent can be put in any state,
-  design.md G20): a type nothing names yet still gets objects.
+  design.md G20): a type nothing names yet still gets objects, and a type with fewer
+  objects than the action has parameters of it gets enough for them all to differ.
 """
 
 from __future__ import annotations
@@ -72,14 +73,21 @@ Taken = Callable[[], Collection[str]]
 
 
 def with_fresh(action: Action, pools: Pools, taken: Taken) -> list[tuple[str, ...]]:
-    """Each parameter's pool, a type without objects given as many fresh ones as the
-    action has parameters of that type (so they can all differ)."""
-    need: dict[str, int] = {}
+    """Each parameter's pool, padded with fresh objects up to the number of the action's
+    parameters of its type, so that they can all differ: a state the agent reported may
+    name one object of a type (gripper's one room, the robot's), and every grounding of
+    ``move ?from ?to`` on it was ``move rooma rooma``, where a lost delete of
+    ``(at-robby ?from)`` shows nothing."""
+    count: dict[str, int] = {}
     for p in action.parameters:
-        if not pools.get(p.type):
-            need[p.type] = need.get(p.type, 0) + 1
-    fresh = {t: fresh_objects(t, k, taken()) for t, k in need.items()} if need else {}
-    return [pools.get(p.type) or fresh[p.type] for p in action.parameters]
+        count[p.type] = count.get(p.type, 0) + 1
+    short = {t: k - len(pools.get(t, ())) for t, k in count.items()
+             if len(pools.get(t, ())) < k}
+    if not short:
+        return [pools[p.type] for p in action.parameters]
+    names = taken()
+    padded = {t: (*pools.get(t, ()), *fresh_objects(t, k, names)) for t, k in short.items()}
+    return [padded.get(p.type) or pools[p.type] for p in action.parameters]
 
 
 def distinct_grounding(action: Action, pools: Pools, taken: Taken,

@@ -132,7 +132,13 @@ def test_groundings_vary_and_respect_equality_constraints() -> None:
     seen = {prober._grounding(move, {"height": ("h1", "h2", "h3")}) for _ in range(60)}
     assert len(seen) >= 4
     assert all(g is not None and g[0] != g[1] for g in seen)
-    assert prober._grounding(move, {"height": ("h1",)}) is None
+    # One height cannot fill two parameters that must differ: a fresh one fills the
+    # other (session 20; before, the action was never probed).
+    one = {prober._grounding(move, {"height": ("h1",)}) for _ in range(20)}
+    assert one == {("h1", "canary-height-1"), ("canary-height-1", "h1")}
+    same = Action("stay", h, frozenset({LiftedAtom("at", ("?a",))}), frozenset(),
+                  equal=frozenset({("?a", "?b")}), distinct=frozenset({("?a", "?b")}))
+    assert prober._grounding(same, {"height": ("h1", "h2")}) is None
 
 
 SHUTTLE = DATA / "own" / "shuttle"

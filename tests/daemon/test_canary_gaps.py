@@ -307,3 +307,18 @@ def test_a_finding_on_fresh_objects_gives_the_drifted_model() -> None:
     assert any(o.startswith("canary-") for o in r.finding.transition.action[1:])
     model, _ = assessed(domain, truth, r.finding)
     assert same_model(model, truth)
+
+
+def test_a_reported_state_naming_one_object_of_a_type_still_grounds_two() -> None:
+    """gripper's reported state names one room (the robot's): every ``move ?from ?to``
+    drawn from it was ``move rooma rooma``, where a lost delete of ``(at_robby ?from)``
+    changes nothing; a fresh room fills the other parameter."""
+    where = DATA / "classic" / "gripper"
+    domain = read_domain(where / "domain.pddl")
+    move = domain.action("move")
+    (o,) = move.outcomes
+    truth = domain.replace_action(move.replace(outcomes=(Outcome(o.add, frozenset()),)))
+    setting = no_problem(read_problem(where / "problem.pddl"), True)
+    assert {a[1] for a in setting.reported if a[0] == "at_robby"} == {"rooma"}
+    for seed in range(3):
+        assert run(domain, truth, "move", setting, 360, seed=seed).round is not None
