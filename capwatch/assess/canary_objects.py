@@ -7,9 +7,9 @@ action stayed unknown until a scheduled or requested assessment. Two other sourc
 always at hand, tried in this order for a type the problem lacks:
 
 - the objects of the states the agent itself reported (its trace), typed by where they
-  appear (:func:`~capwatch.assess.observations.infer_object_types`: an object that is
-  argument k of a predicate whose k-th parameter is a ``t`` is a ``t``), and the domain's
-  constants: objects the agent knows;
+  appear (as :func:`~capwatch.assess.observations.infer_object_types` does: an object
+  that is argument k of a predicate whose k-th parameter is a ``t`` is a ``t``), and the
+  domain's constants: objects the agent knows;
 - fresh names, as the assessment's own probes use (an agent can be put in any state,
   design.md G20): a type nothing names yet still gets objects, and a type with fewer
   objects than the action has parameters of it gets enough for them all to differ.
@@ -21,7 +21,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from random import Random
 
 from capwatch.assess.atoms import equality_roots
-from capwatch.assess.observations import infer_object_types
 from capwatch.model.domain import Action, Domain, GroundAtom, type_members
 
 FRESH_PREFIX = "canary-"
@@ -36,19 +35,53 @@ def missing_types(action: Action, known: Pools | None) -> bool:
     return known is None or any(not known.get(p.type) for p in action.parameters)
 
 
+_Slots = dict[str, tuple[tuple[str, ...], ...]]
+_SLOTS: dict[int, tuple[Domain, _Slots, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+
+
+def _slots(domain: Domain) -> tuple[_Slots, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Per predicate, the types (each with its ancestors) of its argument positions, and
+    the model's union types with their members; per model, not per state: a state's
+    objects are then one lookup an argument. infer_object_types walks the type hierarchy
+    for every argument of every atom, and this runs on the main loop for every agent of
+    such a family each round (about 10 times its work on ferry's 112-atom state)."""
+    hit = _SLOTS.get(id(domain))
+    if hit is not None and hit[0] is domain:
+        return hit[1], hit[2]
+    slots = {p.name: tuple(domain.types.ancestors(q.type) for q in p.parameters)
+             for p in domain.predicates}
+    unions = tuple((u, type_members(u)) for u in sorted(domain.union_types()))
+    if len(_SLOTS) > 64:
+        _SLOTS.clear()
+    _SLOTS[id(domain)] = (domain, slots, unions)
+    return slots, unions
+
+
 def probe_pools(domain: Domain, known: Pools | None,
                 states: Iterable[Collection[GroundAtom]]) -> dict[str, tuple[str, ...]]:
     """Objects per type: the problem's (``known``) where it has some of the type, else
     those of the agent's reported ``states`` and the domain's constants. A type none of
-    them names is left out (:func:`fresh_objects` names some)."""
-    seen = infer_object_types(domain, (frozenset(s) for s in states), ())
-    for union in domain.union_types():
-        # The trace types an object by the parameters it fills; a union parameter
-        # of an action takes any member's objects.
-        members = {o for m in type_members(union) for o in seen.get(m, ())}
+    them names is left out (:func:`with_fresh` names some)."""
+    slots, unions = _slots(domain)
+    seen: dict[str, set[str]] = {}
+    # An object is argument k of a predicate whose k-th parameter is a t: it is a t (and
+    # an ancestor of t). An atom in words the model lacks says nothing.
+    for atom in {a for state in states for a in state}:
+        types = slots.get(atom[0])
+        if types is None or len(types) != len(atom) - 1:
+            continue
+        for obj, ts in zip(atom[1:], types, strict=True):
+            for t in ts:
+                seen.setdefault(t, set()).add(obj)
+    for const in domain.constants:
+        for t in domain.types.ancestors(const.type):
+            seen.setdefault(t, set()).add(const.name)
+    for union, of in unions:
+        # A union parameter of an action takes any member's objects.
+        members = {o for m in of for o in seen.get(m, ())}
         if members:
-            seen[union] = tuple(sorted(members | set(seen.get(union, ()))))
-    pools = dict(seen)
+            seen.setdefault(union, set()).update(members)
+    pools = {t: tuple(sorted(objs)) for t, objs in seen.items()}
     for t, objs in (known or {}).items():
         if objs:
             pools[t] = tuple(objs)
