@@ -59,6 +59,20 @@ def two_literal_widenings(domain: Domain) -> list[tuple[str, Domain]]:
     return out
 
 
+def narrowings(domain: Domain) -> list[tuple[str, Domain]]:
+    """A precondition gained on an atom the action's effect changes: the atom it deletes
+    now required true, or the atom it adds required false."""
+    out = []
+    for a in domain.actions:
+        pre = a.pre_pos | a.pre_neg
+        for o in a.outcomes[:1]:
+            for atom in sorted(o.delete - pre):
+                out.append((a.name, domain.replace_action(a.replace(pre_pos=a.pre_pos | {atom}))))
+            for atom in sorted(o.add - pre):
+                out.append((a.name, domain.replace_action(a.replace(pre_neg=a.pre_neg | {atom}))))
+    return out
+
+
 def settings_for(domain: Domain, problem: Problem, action: str, rng: random.Random
                  ) -> list[Setting]:
     """The problem itself, none (with the agent's state or without), and one lacking a
@@ -88,6 +102,8 @@ def main() -> None:
                     help="hand each finding (first seed) to the assessor")
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default="")
+    ap.add_argument("--kinds", default="widening,loss,two literals,shared")
+    ap.add_argument("--no-honest", action="store_true")
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     rows: dict[tuple[str, str], list[float | None]] = defaultdict(list)
@@ -104,8 +120,11 @@ def main() -> None:
         rng = random.Random(20)
 
         kinds: list[tuple[str, Callable[[Domain], list[tuple[str, Domain]]]]] = [
-            ("widening", widenings), ("loss", losses), ("two literals", two_literal_widenings)]
+            ("widening", widenings), ("loss", losses), ("two literals", two_literal_widenings),
+            ("narrowing", narrowings)]
         for kind, make in kinds:
+            if kind not in args.kinds.split(","):
+                continue
             drifts = make(domain)
             random.Random(20).shuffle(drifts)
             for action, truth in drifts[:args.per_domain]:
@@ -121,7 +140,7 @@ def main() -> None:
                             assess_rows[(setting.kind, kind)].append(
                                 (same_model(model, truth), q))
         shared = one_each(domain, problem)
-        drifts = shared_atom_widenings(domain, shared)
+        drifts = shared_atom_widenings(domain, shared) if "shared" in args.kinds else []
         random.Random(20).shuffle(drifts)
         for action, truth in drifts[:args.per_domain]:
             for seed in range(args.seeds):
@@ -131,7 +150,7 @@ def main() -> None:
                 if args.assess and seed == 0 and r.finding is not None:
                     model, q = assessed(domain, truth, r.finding)
                     assess_rows[(shared.kind, "widening")].append((same_model(model, truth), q))
-        for honest_action in domain.actions:
+        for honest_action in [] if args.no_honest else domain.actions:
             name = honest_action.name
             for setting in [*settings_for(domain, problem, name, rng), shared]:
                 r = run(domain, domain, name, setting, args.honest_rounds, seed=0)

@@ -83,11 +83,25 @@ class _Probes:
 _NEVER = -1e18
 
 
-def _made_true(action: Action, binding: Mapping[str, str], base: Collection[GroundAtom]
-               ) -> set[GroundAtom]:
-    """``base`` with the grounded precondition made true."""
-    return (set(base) | {a.ground(binding) for a in action.pre_pos}) - {
-        a.ground(binding) for a in action.pre_neg}
+def _made_true(action: Action, binding: Mapping[str, str], base: Collection[GroundAtom],
+               effects: bool = False) -> set[GroundAtom]:
+    """``base`` with the grounded precondition made true; with ``effects``, each atom the
+    action's effects change (and its precondition does not fix) also set to the value
+    the effect changes: a delete's atom true, an add's false. An effect shows only where
+    it changes something, and a lost delete of an atom every start state had false
+    (sokoban's ``(at-goal ?s)`` of a stone off the goals; storage's ``(in ?c ?p)`` from a
+    designed state) was never seen. Not always: an atom held at one value hides a new
+    precondition on it (the agent now needing the atom it deletes), which the start
+    state's own value shows. An atom some outcome adds and another deletes is left as is."""
+    pos = {a.ground(binding) for a in action.pre_pos}
+    neg = {a.ground(binding) for a in action.pre_neg}
+    state = (set(base) | pos) - neg
+    if effects:
+        adds = {a.ground(binding) for o in action.outcomes for a in o.add}
+        dels = {a.ground(binding) for o in action.outcomes for a in o.delete}
+        fixed = pos | neg
+        state = (state | (dels - adds - fixed)) - (adds - dels - fixed)
+    return state
 
 
 def _alone(action: Action, atom: LiftedAtom, binding: Mapping[str, str]) -> bool:
@@ -197,8 +211,11 @@ class CanaryProber:
                     continue
                 ground = (action.name, *args)
                 binding = dict(zip(action.parameter_names, args, strict=True))
-                base = self._start(recent, init, designed_only=not idle)
-                state = _made_true(action, binding, base)
+                base, designed = self._start(recent, init, designed_only=not idle)
+                # From a designed start, half the probes set the effects' atoms so that
+                # each effect changes something (_made_true).
+                state = _made_true(action, binding, base,
+                                   effects=designed and self._rng.random() < 0.5)
                 times[i] = now
                 due.append((frozenset(state), ground))
                 if idle and (action.pre_pos or action.pre_neg):
@@ -272,15 +289,16 @@ class CanaryProber:
         return frozenset(flipped), (action.name, *args)
 
     def _start(self, recent: Sequence[Collection[GroundAtom]], init: frozenset[GroundAtom], *,
-               designed_only: bool) -> Collection[GroundAtom]:
+               designed_only: bool) -> tuple[Collection[GroundAtom], bool]:
         """Where a probe starts (its precondition is then made true there): a recent state
         of the agent, the family problem's initial state, or the empty state, in which only
         the precondition will hold, so any precondition the model lacks fails there. An
         action the agent still runs already shows what it does in its own states: it is
-        probed from the designed ones only."""
+        probed from the designed ones only. Returns the state and whether it is designed
+        (not the agent's)."""
         if recent and not designed_only and self._rng.random() < 2 / 3:
-            return self._rng.choice(list(recent))
-        return init if init and self._rng.random() < 0.5 else frozenset()
+            return self._rng.choice(list(recent)), False
+        return (init if init and self._rng.random() < 0.5 else frozenset()), True
 
     def check_optimal(self, watches: Iterable[AgentWatch],
                       objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
