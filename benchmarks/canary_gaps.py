@@ -139,6 +139,9 @@ def main() -> None:
                             model, q = assessed(domain, truth, r.finding)
                             assess_rows[(setting.kind, kind)].append(
                                 (same_model(model, truth), q))
+                            print(f"assessed {where.name} {action} {setting.kind} {kind}: "
+                                  f"{same_model(model, truth)} {q}", file=sys.stderr,
+                                  flush=True)
         shared = one_each(domain, problem)
         drifts = shared_atom_widenings(domain, shared) if "shared" in args.kinds else []
         random.Random(20).shuffle(drifts)
