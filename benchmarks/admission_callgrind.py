@@ -7,8 +7,11 @@ on only around the latter (``callgrind_control -i on``)::
     PYTHONHASHSEED=0 valgrind --tool=callgrind --instr-atstart=no \\
         .venv/bin/python benchmarks/admission_callgrind.py --fleet DIR --agents 2000
 
-Without valgrind the two ``callgrind_control`` calls are skipped and the CPU time of the
-admission is printed.
+Without ``--fleet``, the simulated fleet of ``bench_daemon.py`` (the rows' "default"),
+its stream once (250 rounds of 200 agents, or its first ``--warm`` records), then new
+agents as ``bench_admission.py`` makes them (``bench_daemon.renamed``). Without valgrind
+the two ``callgrind_control`` calls are skipped and the CPU time of the admission is
+printed.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_daemon
 import bench_fleet
 import fleets
 from bench_daemon import feed
 
+from capwatch.contracts.ports import Record
+from capwatch.daemon.heap import settle_heap
 from capwatch.daemon.logs import configure_logging
 
 
@@ -41,17 +47,28 @@ def _instrument(on: bool) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fleet", type=Path, required=True)
+    parser.add_argument("--fleet", type=Path, help="a fleet directory (default: simulated)")
     parser.add_argument("--agents", type=int, default=2000)
     parser.add_argument("--warm", type=int, help="records of the stream fed first (all)")
     args = parser.parse_args()
     configure_logging("error", "json")
-    fleet = fleets.load(args.fleet)
     with tempfile.TemporaryDirectory() as tmp:
-        p = bench_fleet.pipeline(tmp, fleet.families)
-        stream = bench_fleet.records(fleet.events, fleet.agent_ids, 0)
+        if args.fleet is None:
+            f = bench_daemon.fleet(100)
+            events = list(f.events(250))
+            raw = [e.value for e in events]
+            stream = [Record("bench", 0, i, e.agent_id.encode(), e.value)
+                      for i, e in enumerate(events)]
+            p = bench_daemon.service(tmp, f, stream).pipeline
+            settle_heap()
+            p.open()
+        else:
+            fleet = fleets.load(args.fleet)
+            p = bench_fleet.pipeline(tmp, fleet.families)
+            stream = bench_fleet.records(fleet.events, fleet.agent_ids, 0)
         feed(p, stream[:args.warm] if args.warm else stream)
-        news = bench_fleet.new_agents(fleet, 0, args.agents, len(stream))
+        news = (bench_daemon.renamed(raw, 0, args.agents, len(stream)) if args.fleet is None
+                else bench_fleet.new_agents(fleet, 0, args.agents, len(stream)))
         gc.collect()
         _instrument(True)
         t0 = time.process_time()
