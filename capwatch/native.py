@@ -46,6 +46,7 @@ MODULES = (
     "capwatch.daemon.batch",
     "capwatch.daemon.intake",
     "capwatch.daemon.registry",
+    "capwatch.daemon.watch_freezing",
     "capwatch.model.consistency",
     "capwatch.monitor.action_drift",
     "capwatch.monitor.attribution",

@@ -1,23 +1,30 @@
 """An idle agent watch held as bytes (:meth:`AgentWatch.freeze
 <capwatch.daemon.agent_watch.AgentWatch.freeze>`): its monitor's idle state, its execution
-times and its last state in one pickle, compressed when that pays, and back, exactly as they
-were."""
+times and its last state in one marshal, compressed when that pays, and back, exactly as
+they were.
+
+Compiled (capwatch/native.py): past half of ``limits.max_agents_in_memory`` every agent
+idle at a checkpoint is frozen, so this is on the admission path. The read-only
+placeholders a frozen watch holds are dict and list subclasses, which mypyc does not
+compile: they live in :mod:`capwatch.daemon.watch_records`."""
 
 from __future__ import annotations
 
-import pickle
+import marshal
 from collections.abc import Mapping
 from itertools import repeat
-from typing import Any, NoReturn
+from typing import Any, Final
 
 import msgspec
 
 from capwatch.contracts.wire_fast import StateMemo, hashed
-from capwatch.daemon.watch_records import Evidence
+from capwatch.daemon.watch_records import FROZEN_ALARMS as FROZEN_ALARMS
+from capwatch.daemon.watch_records import FROZEN_BACKOFF as FROZEN_BACKOFF
+from capwatch.daemon.watch_records import FROZEN_EVIDENCE as FROZEN_EVIDENCE
+from capwatch.daemon.watch_records import FROZEN_TIMES as FROZEN_TIMES
 from capwatch.model.domain import Domain, GroundAtom
 from capwatch.model.grounding import SharedGrounding, decode_bits
 from capwatch.monitor.compact_bytes import compress, decompress
-from capwatch.monitor.drift import DriftAlarm
 from capwatch.monitor.transition_monitor import (
     IDLE_HAD_LAST,
     IDLE_MASK,
@@ -29,45 +36,25 @@ from capwatch.monitor.transition_monitor import (
 NO_STATE: frozenset[GroundAtom] = frozenset()
 
 
-def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
-    raise TypeError("a frozen watch's containers are read-only: thaw the watch first")
-
-
-class _ReadOnlyDict(dict[Any, Any]):
-    """An empty dict that refuses every write. A dict, not a mapping proxy cast to one:
-    compiled modules (capwatch/native.py) check a value's declared type at run time."""
-
-    __slots__ = ()
-    __setitem__ = __delitem__ = __ior__ = _refuse
-    clear = pop = popitem = setdefault = update = _refuse
-
-
-class _ReadOnlyList(list[Any]):
-    """An empty list that refuses every write (a list, as :class:`_ReadOnlyDict`)."""
-
-    __slots__ = ()
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
-
-
-FROZEN_TIMES: dict[str, float] = _ReadOnlyDict()
-FROZEN_EVIDENCE: list[Evidence] = _ReadOnlyList()
-FROZEN_ALARMS: dict[str, DriftAlarm] = _ReadOnlyDict()
-FROZEN_BACKOFF: dict[str, tuple[float, int]] = _ReadOnlyDict()
-"""What a frozen watch holds instead of its own empty containers: read-only (a write by
-mistake fails loudly), and never written, because a watch thaws before it changes."""
-
-RAW_PICKLE = 288
-"""A pickle up to this many bytes is held as it is: compressing it saved ~30 bytes of a
+RAW_BYTES: Final = 288
+"""Bytes up to this many are held as they are: compressing them saved ~30 bytes of a
 small one, for ~8 µs a call with zlib (which set up its whole state each time; zstd's
-kept context costs ~2 µs, still not worth it). A pickle starts with its protocol's 0x80,
-a zstd frame with 0x28: the first byte tells them apart. (256 until the decoder memo's
-key, ~22 bytes, joined the pickle: at 256 it sent 40% of a 40-atom fleet's agents
-through zlib, at every freeze and thaw.)"""
-_LAST_MASK = True
+kept context costs ~2 µs, still not worth it). (256 until the decoder memo's key, ~22
+bytes, joined them: at 256 it sent 40% of a 40-atom fleet's agents through zlib, at every
+freeze and thaw.)
+
+The values are plain (ints, floats, strings, tuples, bools, None, bytes), so marshal
+writes them, not pickle: ~11,000 instructions where pickle took ~19,000 for an outside
+fleet's agent (callgrind), and reading them back ~10% cheaper; the bytes live in this
+process only, so marshal's format being Python's own is no matter. A marshal of the
+4-tuple starts with its small-tuple code ``)`` (0x29, 0xa9 with the reference flag), a
+zstd frame with 0x28: the first byte tells them apart."""
+_FRAME: Final = 0x28
+"""A zstd frame's first byte (capwatch.monitor.compact_bytes)."""
+_LAST_MASK: Final = True
 """The last state is the monitor's last mask (its idle state holds it already)."""
-_ATOMS_OUT = msgspec.msgpack.Encoder().encode
-_ATOMS_IN = msgspec.msgpack.Decoder(tuple[tuple[str, ...], ...]).decode
+_ATOMS_OUT: Final = msgspec.msgpack.Encoder().encode
+_ATOMS_IN: Final = msgspec.msgpack.Decoder(tuple[tuple[str, ...], ...]).decode
 """An index of the agent's own, its atoms in bit order, as msgpack: a third of what
 pickling its tuples cost (~120 atoms for an agent naming objects of its own, frozen at
 the first checkpoint past half of limits.max_agents_in_memory, so on the admission
@@ -117,19 +104,18 @@ def freeze_bytes(monitor: TransitionMonitor,
     kept = None
     if memo is not None and memo[2] is last_state and last_state:
         kept = (hashed(memo[0]), memo[1], memo[4])
-    raw = pickle.dumps((state, tuple(last_executed.items()), last, kept),
-                       pickle.HIGHEST_PROTOCOL)
+    raw = marshal.dumps((state, tuple(last_executed.items()), last, kept))
     # A larger one compressed (an index of the agent's own: a sixth of the size, names
     # repeat), at zstd's fast level: on the admission path past half of
     # limits.max_agents_in_memory (capwatch.monitor.compact_bytes).
-    return raw if len(raw) <= RAW_PICKLE else compress(raw, fast=True), monitor.shared
+    return raw if len(raw) <= RAW_BYTES else compress(raw, fast=True), monitor.shared
 
 
 def idle_state(frozen: bytes) -> tuple[Any, ...]:
     """(monitor idle state, execution times, last state as bits or atoms, the decoder
     memo's (fingerprint, atom count, generation) or None)."""
-    raw = frozen if frozen[0] == 0x80 else decompress(frozen)
-    state: tuple[Any, ...] = pickle.loads(raw)
+    raw = decompress(frozen) if frozen[0] == _FRAME else frozen
+    state: tuple[Any, ...] = marshal.loads(raw)
     monitor = state[0]
     own = monitor[IDLE_OWN]
     if own is None:

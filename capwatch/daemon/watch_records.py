@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, NoReturn
 
 from capwatch.contracts.versions import ModelVersion
 from capwatch.contracts.wire import AgentTransition
@@ -140,3 +141,36 @@ def still_inconsistent(domain: Domain, evidence: Sequence[Evidence]) -> list[Evi
             kept.append(Evidence(t, explain(domain, t.action, t.state, t.next_state,
                                             t.executed)))
     return kept
+
+
+# ------------------------------------------------------------------ a frozen watch's placeholders
+# (capwatch.daemon.watch_freezing): here, not there, because that module is compiled and
+# mypyc does not compile subclasses of dict and list.
+
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError("a frozen watch's containers are read-only: thaw the watch first")
+
+
+class _ReadOnlyDict(dict[Any, Any]):
+    """An empty dict that refuses every write. A dict, not a mapping proxy cast to one:
+    compiled modules (capwatch/native.py) check a value's declared type at run time."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+
+class _ReadOnlyList(list[Any]):
+    """An empty list that refuses every write (a list, as :class:`_ReadOnlyDict`)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+
+
+FROZEN_TIMES: dict[str, float] = _ReadOnlyDict()
+FROZEN_EVIDENCE: list[Evidence] = _ReadOnlyList()
+FROZEN_ALARMS: dict[str, DriftAlarm] = _ReadOnlyDict()
+FROZEN_BACKOFF: dict[str, tuple[float, int]] = _ReadOnlyDict()
+"""What a frozen watch holds instead of its own empty containers: read-only (a write by
+mistake fails loudly), and never written, because a watch thaws before it changes."""

@@ -4,7 +4,6 @@ never frozen: the same findings, work, drift statistics, alarms, versions and al
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -24,10 +23,10 @@ from capwatch.daemon.eviction import Eviction
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.daemon.registry import Registry, seed_baselines
 from capwatch.daemon.service import build_service
+from capwatch.daemon.watch_freezing import idle_state
 from capwatch.model.grounding import SharedGrounding
 from capwatch.models_store import open_store
 from capwatch.models_store.actions import action_store
-from capwatch.monitor.compact_bytes import decompress
 from capwatch.monitor.drift import DriftMonitor
 from capwatch.monitor.snapshot import snapshot_agent
 from capwatch.monitor.transition_monitor import MonitorLimits
@@ -70,7 +69,7 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
                         domain=domain,
                         shared=None if atoms is None else SharedGrounding(domain, atoms))
     items = freezes = own = 0
-    raw = [0, 0]  # frozen compressed, as a plain pickle
+    raw = [0, 0]  # frozen compressed, as plain bytes
     for i, t in enumerate(_stream(600)):
         want, got = plain.observe(t), frozen.observe(t)
         assert got == want, i
@@ -83,7 +82,7 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
             on_own = not frozen.monitor.shares_index
             if frozen.freeze():
                 freezes += 1
-                raw[frozen._frozen is not None and frozen._frozen[0] == 0x80] += 1
+                raw[frozen._frozen is not None and frozen._frozen[0] != 0x28] += 1
                 own += on_own
                 assert frozen.frozen and frozen_drift.pack("a") in (True, False)
                 # What others read of a frozen watch, without thawing it.
@@ -111,8 +110,7 @@ def test_a_watch_frozen_whenever_it_is_idle_does_exactly_what_it_would_have(
 
 
 @pytest.mark.parametrize("keep_last", [True, False])
-def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_compressed(keep_last: bool
-                                                                       ) -> None:
+def test_small_bytes_are_held_plain_and_an_own_index_is_compressed(keep_last: bool) -> None:
     domain = example("rover.pddl")
     version = build_version(ModelRef("rover-v1", None, 1), domain,
                             datetime(2026, 1, 1, tzinfo=UTC))
@@ -129,14 +127,14 @@ def test_small_bytes_are_a_plain_pickle_and_an_own_index_is_compressed(keep_last
         before = _watch_state(w, DriftMonitor())
         assert w.freeze()
         assert w._frozen is not None
-        held[kind] = w._frozen[0]
+        held[kind] = w._frozen[0] == 0x28
         assert w.last_state == t.next_state  # read from the bytes
         assert _watch_state(w, DriftMonitor()) == before
         assert w.observe(t) == AgentWatch(
             "b", "rover-v1", 0, version, DriftMonitor(), domain=domain,
             shared=SharedGrounding(domain, atoms)).observe(t)
-    # A pickle's first byte is its protocol's 0x80, a zstd frame's 0x28.
-    assert held == {"family": 0x80, "own": 0x28}
+    # A zstd frame's first byte is 0x28, a marshal of the bytes' 4-tuple's ``)`` (0x29).
+    assert held == {"family": False, "own": True}
 
 
 @pytest.mark.parametrize("atoms", [1024, 0])
@@ -145,8 +143,6 @@ def test_a_watch_compacted_before_it_is_frozen_keeps_its_monitors_mask_for_its_t
     """Compacted at one checkpoint (its last state held as a tuple), frozen at the next:
     the bytes hold the monitor's mask of that state (not the state encoded again), and
     the watch thaws to the same last state. A last state set anew is encoded for itself."""
-    from capwatch.daemon.watch_freezing import idle_state
-
     domain = example("rover.pddl")
     version = build_version(ModelRef("rover-v1", None, 1), domain,
                             datetime(2026, 1, 1, tzinfo=UTC))
@@ -339,8 +335,7 @@ def test_at_a_checkpoint_a_watch_not_frozen_is_trimmed_as_before(tmp_path: Path)
     # The frozen one's last state was held as the monitor's own bitset of that very set
     # (kept through the trim for it); the other let its set go, as a trim alone does: the
     # watch and its monitor hold the same tuple instead (no set).
-    assert free._frozen is not None and pickle.loads(
-        free._frozen if free._frozen[0] == 0x80 else decompress(free._frozen))[2] is True
+    assert free._frozen is not None and idle_state(free._frozen)[2] is True
     assert type(held._last_state) is tuple
     assert held.monitor._last_lists is held._last_state
     assert {w.agent_id: w.last_state for w in registry} == last
