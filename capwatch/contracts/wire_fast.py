@@ -609,6 +609,13 @@ def _trace_states(texts: list[bytes], max_atoms: int, last: StateMemo | None
         read = last[1], last[2], last[3], last[4]
         if read[0] > max_atoms:
             raise _Refused  # a memo made under other limits
+    elif last is not None and last[3] is not None and len(first) > _SMALL_STATE:
+        # Another text of the memo's state (its atoms in another order: a trace after the
+        # agent's transition, from a producer iterating a hash set) or another state:
+        # made from the memo's set by the ids that differ, as a transition's state is,
+        # the memo's very set when none do (the monitor then reuses its encoding),
+        # where a set of its own was built from its ids.
+        read, _ = _next_state(first, max_atoms, last[2], last[3], last[4], False)
     else:
         read = _state(first, max_atoms, False)
     out.append(read[1])

@@ -301,3 +301,46 @@ def test_a_trace_whose_passing_states_are_not_looked_up_reads_what_the_schema_re
                 assert set(flipped) == t.state ^ t.next_state
     wire_fast._PASSING.tries = wire_fast._PASSING.hits = 0
     wire_atoms.forget()
+
+
+def test_a_trace_starting_from_its_agents_last_state_in_another_order_is_that_set() -> None:
+    # A producer iterating a hash set sends an agent's last state again, in another
+    # order, as its next trace's first state: the memo does not recognise the text, and
+    # the state is made from the memo's set by the ids that differ (none): the memo's
+    # very set, whose encoding the monitor reuses. A first state that differs, or another
+    # agent's memo, gives the schema's states all the same.
+    wire_atoms.forget()
+    scenery = [["road", f"waypoint{i:02}", f"waypoint{i + 1:02}"] for i in range(16)]
+    here = [["at", "r", "w1"], *scenery]
+    there = [["at", "r", "w2"], *scenery]
+    for agent, state in (("scout-1", here), ("scout-2", there)):  # atoms' texts taught
+        raw = variant(TRANSITION, agent_id=agent, state=state[::-1], next_state=state[::-1])
+        assert wire_fast.decode(raw, _WIDE) == wire.decode(raw, _WIDE)
+    memos: dict[str, list[Any]] = {"rover-1": [None, None, None],
+                                   "rover-2": [None, None, None]}
+    last = {}
+    for agent, state in (("rover-1", here), ("rover-2", there)):
+        raw = variant(TRANSITION, agent_id=agent, state=state, next_state=state)
+        got = wire_fast.decode(raw, _WIDE, memo=memos[agent])
+        assert isinstance(got, list) and got == wire.decode(raw, _WIDE)
+        last[agent] = got[0].next_state
+    actions = [["move", "r", "w1", "w2"], ["move", "r", "w2", "w1"]]
+    for agent, first in (("rover-1", here), ("rover-2", here), ("rover-1", there)):
+        raw = variant(TRACE, agent_id=agent, states=[first[::-1], there, here],
+                      actions=actions, executed=[True, True])
+        memo = memos[agent]
+        before = last[agent]
+        got = wire_fast.decode(raw, _WIDE, memo=memo)
+        assert isinstance(got, list) and got == wire.decode(raw, _WIDE)
+        if got[0].state == before:
+            assert got[0].state is before
+        assert got[0].state == frozenset(map(tuple, first))
+        last[agent] = got[-1].next_state
+        assert memo[0] is not None and memo[0][2] is last[agent]
+    narrow = DecodeLimits(max_message_bytes=100_000, max_state_atoms=16)
+    raw = variant(TRACE, states=[here[::-1], there, here], actions=actions,
+                  executed=[True, True])
+    refused = wire.decode(raw, narrow)
+    assert isinstance(refused, DeadLetter)
+    assert wire_fast.decode(raw, narrow, memo=memos["rover-1"]) == refused
+    wire_atoms.forget()
