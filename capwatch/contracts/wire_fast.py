@@ -80,6 +80,15 @@ read before (wire_atoms.known_state). The memo keeps the texts as sent, so a pro
 whose order is its own but stable (the memo recognises its states) pays nothing after a
 miss: keeping the canonical text there made every later record of such an agent rebuilt
 (~10 us for a 13 KB state)."""
+_IN_ORDER: Callable[[bytes], bool] | None = wire_split.IN_ORDER
+"""Whether a state text is its own canonical form, in C (wire_split.in_order: the check of
+:data:`_CANONICAL` without its build), or None (pure Python). A state its agent's memo
+does not recognise, when the memo holds ids of this generation, is only checked: out of
+order, it is read by its pieces from the memo's set (:func:`_next_state`), and its
+canonical text is not built (~19 k instructions a 1 KB text, where the pieces and the
+step cost ~11 k; a producer of ever other orders sends the memo's set in another order
+at most records, which the step gives as the memo's very set). A module variable, so
+that a test may set it."""
 _FLIPS: Final = wire_split.FLIPS
 """Two reads' ids lists diffed in C (:func:`reference_flips`), or None (pure Python)."""
 _STEP: Final = wire_split.STEP
@@ -727,6 +736,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     sent = state
     matched = False
     reordered = False
+    shuffled = False  # out of order, read as sent from the memo (_IN_ORDER)
     if last is not None:  # _fingerprint(state) == last[0], without building it
         kept = last[0]
         if isinstance(kept, bytes):
@@ -735,13 +745,21 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             matched = kept[0] == len(state) and kept[1] == hash(state)
         if not matched and _CANONICAL is not None \
                 and wire_atoms.known_state(state) is None:
-            canon = _CANONICAL(state)
-            if canon is not state:
-                # Its atoms out of order: both states read by their canonical texts
-                # (_CANONICAL), the memo kept by the texts as sent. A text as sent that
-                # is read before (_admit) is not rebuilt.
-                state = canon
-                reordered = True
+            if _IN_ORDER is not None and last[3] is not None \
+                    and last[4] == wire_atoms.generation and len(state) > _SMALL_STATE:
+                # Both states read as sent, from the memo's set by the ids that differ,
+                # and neither remembered when out of order (a text of ever other orders
+                # would push out of STATES the texts in use); the state as sent is
+                # remembered the second time it comes (_admit), as below.
+                shuffled = not _IN_ORDER(state)
+            else:
+                canon = _CANONICAL(state)
+                if canon is not state:
+                    # Its atoms out of order: both states read by their canonical texts
+                    # (_CANONICAL), the memo kept by the texts as sent. A text as sent
+                    # that is read before (_admit) is not rebuilt.
+                    state = canon
+                    reordered = True
     next_sent = next_state
     if reordered and _CANONICAL is not None:
         next_state = _CANONICAL(next_state)
@@ -753,7 +771,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         # interleaved). Made from the memo's set by the atoms that differ, it is the
         # memo's very set when none do, whose encoding the monitor then reuses.
         (n, s, ids, generation), _ = _next_state(state, max_atoms, last[2], last[3],
-                                                 last[4])
+                                                 last[4], not shuffled)
     else:
         n, s, ids, generation = _state(state, max_atoms)
         if last is not None and s == last[2]:
@@ -766,16 +784,16 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     if same:
         n2, s2, ids2, generation2 = n, s, ids, generation
     elif ids is None or len(next_state) <= _SMALL_STATE:
-        n2, s2, ids2, generation2 = _state(next_state, max_atoms)
+        n2, s2, ids2, generation2 = _state(next_state, max_atoms, not shuffled)
         if s2 == s:
             s2 = s  # (_next_state does so when the ids are known)
     else:
         (n2, s2, ids2, generation2), flipped = _next_state(
-            next_state, max_atoms, s, ids, generation)
+            next_state, max_atoms, s, ids, generation, not shuffled)
         kept_text = _KEPT_TEXT[0]
     if n > max_atoms:
         raise _Refused  # a memo made under other limits
-    if reordered:
+    if reordered or shuffled:
         # Only the state: once it is read as sent, so is the next state (and it is
         # remembered as sent there), and the next state's text is not hashed for a
         # producer of ever other orders.

@@ -292,8 +292,15 @@ class Index(Protocol):
     def __len__(self) -> int: ...
 
 
+def in_order(text: bytes) -> bool:
+    """Whether ``text`` is its own canonical form (:func:`canonical` returns the very
+    object): the contract of ``IN_ORDER``, which decides it by :func:`canonical`'s check
+    alone where that decides, without building the canonical text."""
+    return canonical(text) is text
+
+
 def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes], PieceIds, Flips,
-                       Callable[[], Index], Step] | None:
+                       Callable[[], Index], Step, Callable[[bytes], bool]] | None:
     from capwatch import native
 
     if not native.compiled():
@@ -301,6 +308,7 @@ def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes], PieceIds, Fl
     from capwatch.contracts._wire_split import (
         PieceIndex,
         flips,
+        in_order,
         piece_ids,
         split,
         split_trace,
@@ -308,7 +316,7 @@ def _native() -> tuple[Split, SplitTrace, Callable[[bytes], bytes], PieceIds, Fl
     )
     from capwatch.contracts._wire_split import canonical as native_canonical
 
-    return split, split_trace, native_canonical, piece_ids, flips, PieceIndex, step
+    return split, split_trace, native_canonical, piece_ids, flips, PieceIndex, step, in_order
 
 
 _BUILT = _native()
@@ -334,3 +342,6 @@ STEP: Step | None = None if _BUILT is None else _BUILT[6]
 """wire_fast.reference_step in C (``step``: the diff as ``flips`` gives it, and the next
 state's set made from the state's by the diff's two halves), when the hot path runs
 compiled, else None."""
+IN_ORDER: Callable[[bytes], bool] | None = None if _BUILT is None else _BUILT[7]
+""":func:`in_order` in C (``in_order``: canonical's check without its build) when the hot
+path runs compiled, else None (as :data:`CANONICAL`)."""

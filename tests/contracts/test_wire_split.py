@@ -187,8 +187,16 @@ def _state_texts(draw: st.DrawFn) -> tuple[bytes, list[list[str]], bool]:
     return ("[" + ws() + (ws() + "," + ws()).join(texts) + ws() + "]").encode(), atoms, ascii_only
 
 
+IN_ORDERS: dict[str, Callable[[bytes], bool]] = {"Python": wire_split.in_order}
+if wire_split.IN_ORDER is not None:
+    IN_ORDERS["C"] = wire_split.IN_ORDER
+
+
 def _check_canonical(text: bytes) -> bytes:
     got = {name: canonical(text) for name, canonical in CANONICALS.items()}
+    # in_order: whether that implementation's canonical returns the very text.
+    for name, in_order in IN_ORDERS.items():
+        assert in_order(text) is (CANONICALS[name](text) is text), (name, text)
     assert len(set(got.values())) == 1, (text, got)
     out = got["Python"]
     assert wire_split.canonical(out) == out
@@ -313,18 +321,31 @@ def test_what_is_made_canonical() -> None:
     for kept in (b'[["at", "r"], ["on", "b", "a"]]', b'[ ["at","r"] , ["on"] ]',
                  b'[["on"], [["at"]]]', b'[["on"], ["at"], 1]', b'{"a": 1}'):
         assert wire_split.canonical(kept) is kept
+        assert all(in_order(kept) for in_order in IN_ORDERS.values())
+    for text in (b'[["on", "b", "a"], ["at", "r"]]', b'[["on\\"b"], ["at"]]'):
+        assert not any(in_order(text) for in_order in IN_ORDERS.values())
+    # Out of order but not the array's end at the text's end: as it is, as canonical.
+    assert all(in_order(b'[["on"], ["at"]] ') for in_order in IN_ORDERS.values())
 
 
+# How the decoder reads a state its agent's memo misses: by its canonical text, or, when
+# the memo holds ids, checked only (wire_fast._IN_ORDER) and read as sent from the memo.
+_MISSED = {"rebuilt": None, "checked": wire_split.IN_ORDER or wire_split.in_order}
+
+
+@pytest.mark.parametrize("missed", list(_MISSED))
 @pytest.mark.parametrize("way", list(SPLITTERS))
 @settings(max_examples=60, deadline=None)
 @given(st.randoms(use_true_random=False), st.integers(2, 12))
 def test_an_agent_sending_its_states_in_ever_other_orders_is_read_as_the_schema_reads(
-        way: str, rng: Any, steps: int) -> None:
+        way: str, missed: str, rng: Any, steps: int) -> None:
     # The memo does not recognise a state sent in another order: read by its canonical
-    # text (wire_fast._CANONICAL, when built), and the next state too; the atoms said to
-    # differ are exactly those that do.
-    kept = wire_fast._SPLIT
+    # text (wire_fast._CANONICAL, when built), and the next state too, or read as sent
+    # from the memo's set; the atoms said to differ are exactly those that do.
+    kept = wire_fast._SPLIT, wire_fast._IN_ORDER, wire_fast._CANONICAL
     wire_fast._SPLIT = SPLITTERS[way]
+    wire_fast._IN_ORDER = _MISSED[missed]
+    wire_fast._CANONICAL = wire_split.CANONICAL or wire_split.canonical
     try:
         names = [["road", f"w{i}", f"w{i + 1}"] for i in range(20)]
         state = set(rng.sample(range(20), 14))
@@ -344,15 +365,16 @@ def test_an_agent_sending_its_states_in_ever_other_orders_is_read_as_the_schema_
                 assert set(memo[1]) == got[0].state ^ got[0].next_state
             state = after
     finally:
-        wire_fast._SPLIT = kept
+        wire_fast._SPLIT, wire_fast._IN_ORDER, wire_fast._CANONICAL = kept
 
 
-def _orders_test(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+def _orders_test(monkeypatch: pytest.MonkeyPatch, missed: str) -> list[bytes]:
     """wire_fast._CANONICAL counted (the Python one when C is not built): the texts it
-    was handed."""
+    was handed; wire_fast._IN_ORDER as ``missed`` says."""
     from capwatch.contracts import wire_atoms
 
     wire_atoms.forget()
+    wire_fast._ONCE.clear()  # texts another test sent count as seen once
     canonical = wire_split.CANONICAL or wire_split.canonical
     handed: list[bytes] = []
 
@@ -360,18 +382,21 @@ def _orders_test(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
         handed.append(text)
         return canonical(text)
     monkeypatch.setattr(wire_fast, "_CANONICAL", counted)
+    monkeypatch.setattr(wire_fast, "_IN_ORDER", _MISSED[missed])
     return handed
 
 
+@pytest.mark.parametrize("missed", list(_MISSED))
 def test_an_agent_keeping_an_order_of_its_own_is_rebuilt_once_per_text(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, missed: str) -> None:
     # An agent's atoms in a stable order that is not sorted (named after they were
     # sorted, say), its episodes restarting from their first state: each restart misses
-    # its memo. The text as sent, read the first time by its canonical text, is
-    # remembered as sent when it comes again (wire_fast._admit), and then not rebuilt.
+    # its memo. The text as sent, read the first time by its canonical text (or checked
+    # and read from the memo), is remembered as sent when it comes again
+    # (wire_fast._admit), and then not rebuilt (nor checked).
     from capwatch.contracts import wire_atoms
 
-    handed = _orders_test(monkeypatch)
+    handed = _orders_test(monkeypatch, missed)
     names = [["road", f"z{20 - i:02}", f"w{i}"] for i in range(20)]  # not sorted
     walk = [names[:14], names[:13], names[1:13], names[1:14]]
     memo: list[Any] = [None, None]
@@ -381,6 +406,7 @@ def test_an_agent_keeping_an_order_of_its_own_is_rebuilt_once_per_text(
                       "state": walk[-1], "action": ["go"], "next_state": walk[-1]}).encode()
     assert wire_fast.decode(raw, LIMITS, memo=memo) == wire.decode(raw, LIMITS)
     rebuilt = []
+    remembered = []
     for _ in range(4):
         handed.clear()
         for state, after in pairwise(walk):
@@ -392,21 +418,26 @@ def test_an_agent_keeping_an_order_of_its_own_is_rebuilt_once_per_text(
             assert not isinstance(got, wire.DeadLetter)
         rebuilt.append(len(handed))
         assert memo[0] is not None and memo[0][2] == frozenset(map(tuple, walk[-1]))
+        remembered.append(json.dumps(walk[0]).encode() in wire_atoms.STATES)
     # Each episode's first record misses the memo: its two states rebuilt in the first
-    # episode, again in the second (seen once before), then read as sent.
-    assert rebuilt == [2, 2, 0, 0], rebuilt
+    # episode, again in the second (seen once before), then read as sent. Checked, none
+    # is rebuilt (the memo holds ids).
+    assert rebuilt == ([2, 2, 0, 0] if missed == "rebuilt" else [0, 0, 0, 0]), rebuilt
+    assert remembered == [False, True, True, True]
     wire_atoms.forget()
 
 
+@pytest.mark.parametrize("missed", list(_MISSED))
 def test_states_in_ever_other_orders_are_not_remembered_as_sent(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, missed: str) -> None:
     # A hash set's iteration: every text a new order, never sent again. Only the
-    # canonical texts are remembered whole (wire_atoms.STATES), not each order.
+    # canonical texts are remembered whole (wire_atoms.STATES), not each order; checked
+    # and read from the memo, none is built, nor remembered.
     import random
 
     from capwatch.contracts import wire_atoms
 
-    _orders_test(monkeypatch)
+    handed = _orders_test(monkeypatch, missed)
     rng = random.Random(3)
     names = [["road", f"w{i}", f"w{i + 1}"] for i in range(40)]
     memo: list[Any] = [None, None]
@@ -423,5 +454,8 @@ def test_states_in_ever_other_orders_are_not_remembered_as_sent(
         state = after
     # Only the first record's two texts (no memo yet to miss: read as sent).
     as_sent = [t for t in wire_atoms.STATES if wire_split.canonical(t) != t]
-    assert len(as_sent) <= 2 and len(wire_atoms.STATES) > 150
+    if missed == "rebuilt":
+        assert len(as_sent) <= 2 and len(wire_atoms.STATES) > 150
+    else:
+        assert len(as_sent) <= 2 and len(wire_atoms.STATES) <= 2 and not handed
     wire_atoms.forget()
