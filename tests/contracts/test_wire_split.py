@@ -321,7 +321,9 @@ def test_what_is_made_canonical() -> None:
     for kept in (b'[["at", "r"], ["on", "b", "a"]]', b'[ ["at","r"] , ["on"] ]',
                  b'[["on"], [["at"]]]', b'[["on"], ["at"], 1]', b'{"a": 1}'):
         assert wire_split.canonical(kept) is kept
-        assert all(in_order(kept) for in_order in IN_ORDERS.values())
+        # (C's canonical copies an array holding a non-array after atoms out of order.)
+        for name, in_order in IN_ORDERS.items():
+            assert in_order(kept) is (CANONICALS[name](kept) is kept), (name, kept)
     for text in (b'[["on", "b", "a"], ["at", "r"]]', b'[["on\\"b"], ["at"]]'):
         assert not any(in_order(text) for in_order in IN_ORDERS.values())
     # Out of order but not the array's end at the text's end: as it is, as canonical.
