@@ -10,21 +10,25 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
-from capwatch.contracts.store import ModelRegistry, VersionConflict, WorkQueue
+from capwatch.contracts.store import ModelRegistry, PendingAssessment, VersionConflict, WorkQueue
 from capwatch.contracts.versions import ModelRef, ModelVersion, build_version
-from capwatch.daemon.agent_watch import AgentWatch, WatchSettings
+from capwatch.daemon.agent_watch import AgentWatch, WatchSettings, drift_kind
+from capwatch.daemon.retry import ended_unreachable
 from capwatch.model.domain import Domain
 from capwatch.model.grounding import SharedGrounding
 from capwatch.monitor.drift import DriftMonitor
 
 log = structlog.get_logger("capwatch.daemon")
+
+_T = TypeVar("_T")
 
 
 def seed_baselines(store: ModelRegistry, families: Mapping[str, Domain], now: datetime) -> None:
@@ -78,20 +82,47 @@ def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
                       drift_counts(item.payload))
     for item in sorted(queue.queue_items("failed"), key=lambda i: i.enqueued_at):
         ago = (now - item.enqueued_at).total_seconds()
-        kinds = item.payload.get("evidence_kinds")
-        if ago > horizon_s or not kinds:
-            continue
-        try:
-            base = ModelRef.from_json(item.payload["base"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        registry.hold_back(item.agent_id, base, tuple(str(k) for k in kinds), ago)
+        if ago <= horizon_s:
+            registry.hold_ended(item, ago)
+
+
+Held = tuple[ModelRef, tuple[str, ...], dict[str, tuple[int, ...]] | None, float, bool]
+"""What an assessment that ended unexplained for an agent not loaded backs off: (the model
+it assessed against, its evidence kinds, its drift: action → the counts it was handed,
+when it ended on :attr:`Registry.clock`, whether it learnt anything: False if the agent
+was not reached, the first wait only)."""
+
+HELD_LIMIT = 10_000
+"""Agents not loaded whose back-off the registry keeps (:attr:`Registry._held`, and
+:attr:`Registry._backoff`'s dropped watches), each: past it, those whose back-off passed
+go, then those ending soonest, down to half (bounded whatever the fleet does: the hints
+name every replica's agents, and a partition may move away for good)."""
+
+
+def _ended_hold(item: PendingAssessment, ended: float) -> Held | None:
+    """What the work ``item``, ended unexplained at ``ended`` (no version, or failed),
+    backs off for its agent; None if it assessed nothing it says (an operator's work)."""
+    payload = item.payload
+    kinds = payload.get("evidence_kinds") if isinstance(payload, dict) else None
+    drift = drift_counts(payload)
+    if not kinds and not drift:
+        return None
+    try:
+        base = ModelRef.from_json(payload["base"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (base, tuple(str(k) for k in kinds or ()), drift, ended,
+            not ended_unreachable(item))
 
 
 class Registry:
     def __init__(self, store: ModelRegistry, settings: WatchSettings | None = None,
-                 drift: DriftMonitor | None = None) -> None:
+                 drift: DriftMonitor | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
+        self.clock = clock
+        """The watches' monotonic clock: when held back-offs began."""
+        self.held_limit = HELD_LIMIT
         self.settings = settings or WatchSettings()
         self.drift = drift if drift is not None else DriftMonitor()
         self._agents: dict[str, AgentWatch] = {}
@@ -115,10 +146,13 @@ class Registry:
         per-record path."""
         self._backoff: dict[str, tuple[ModelRef, dict[str, tuple[float, int]],
                                        dict[str, tuple[tuple[int, ...], bool]] | None]] = {}
-        """Dropped agent → the back-off its watch had (same process, same clock)."""
-        self._held: dict[str, list[tuple[ModelRef, tuple[str, ...], float]]] = {}
-        """Agent not loaded → (base model, evidence kinds, seconds ago) of assessments that
-        ended unexplained (from the store at start): its watch backs those kinds off."""
+        """Dropped agent → the back-off its watch had (same process, same clock); bounded
+        (:data:`HELD_LIMIT`)."""
+        self._held: dict[str, list[Held]] = {}
+        """Agent not loaded → the assessments of it that ended unexplained, oldest first
+        (from the store at start, or seen ending while no watch of it was loaded here):
+        its watch, when loaded against the same model, backs them off from their ends.
+        Bounded (:data:`HELD_LIMIT`)."""
         self._own: set[tuple[str, str]] = set()
         self._compacted_at = 0
         """The tick at the last :meth:`compact_idle`."""
@@ -221,9 +255,9 @@ class Registry:
         if parked is not None:
             watch.await_work(parked, queued_kinds, parked_drift)
         watch.seen = tick
-        for ref, kinds, ago in self._held.pop(agent_id, ()):
-            if ref == version.ref:
-                watch.back_off(kinds, ago)
+        held = self._held.pop(agent_id, None)
+        if held is not None:
+            self._hold(watch, held)
         kept = self._backoff.pop(agent_id, None)
         if kept is not None and kept[0] == version.ref:
             watch.backoff.update(kept[1])
@@ -319,6 +353,7 @@ class Registry:
                 tested = watch.drift_tested
                 self._backoff[agent_id] = (watch.version.ref, dict(watch.backoff),
                                            dict(tested) if tested else None)
+                self._bound(self._backoff, lambda e: max(u for u, _ in e[1].values()))
 
     # ------------------------------------------------------------------ awaited work
 
@@ -352,26 +387,89 @@ class Registry:
                           drift_counts(item.payload))
                 self._hinted.add(item.agent_id)
 
-    def unpark_ended(self, live: Collection[str]) -> None:
-        """Release the hints (:meth:`park_queued`) whose work is no longer among the
-        ``live`` keys: done by some replica. Loaded later, the agent's watch reads the
-        outcome from the store (a version), though it does not back off evidence the work
-        left unexplained the way a watch that awaited it does."""
-        for agent_id in list(self._hinted):
-            key = self._parked.get(agent_id)
-            if key is None or key not in live:
-                self.unpark(agent_id)
+    def unpark_ended(self, live: Collection[str],
+                     read: Callable[[list[str]], Mapping[str, PendingAssessment]] | None = None
+                     ) -> None:
+        """Release the hints (:meth:`park_queued`, :meth:`drop`) whose work is no longer
+        among the ``live`` keys: done by some replica. Loaded later, the agent's watch
+        reads the outcome from the store (a version); with ``read`` (the queue's items by
+        key: ``WorkQueue.queue_items_by_key``, one call for every hint released) it also
+        backs off what a work that ended without one assessed, from now, as a watch
+        that awaited it would (:meth:`hold_ended`): without, the agent's next holder
+        queued the same evidence again, asking it the same questions."""
+        ended = {agent_id: key for agent_id in self._hinted
+                 if (key := self._parked.get(agent_id)) is None or key not in live}
+        if not ended:
+            return
+        items = read([k for k in ended.values() if k is not None]) if read is not None else {}
+        for agent_id, key in ended.items():
+            self.unpark(agent_id)
+            item = items.get(key) if key is not None else None
+            if item is not None and item.status in ("done", "failed"):
+                self.hold_ended(item)
+
+    def unpark_settled(self, agent_id: str, key: str) -> None:
+        """The parked work ``key`` of ``agent_id``, not loaded, ended without a version
+        (this replica's worker said so): released at the next :meth:`unpark_ended`, which
+        reads what it assessed from the store, as for a hint."""
+        if self._parked.get(agent_id) == key:
+            self._hinted.add(agent_id)
 
     def hold_back(self, agent_id: str, base: ModelRef, kinds: tuple[str, ...],
                   ago_s: float) -> None:
         """An assessment of ``agent_id``'s evidence against ``base`` ended unexplained
         ``ago_s`` seconds ago (found in the store at start): no loop across a restart."""
+        self._keep_held(agent_id, (base, kinds, None, self.clock() - ago_s, True))
+
+    def hold_ended(self, item: PendingAssessment, ago_s: float = 0.0) -> None:
+        """The work ``item`` left the queue ``ago_s`` seconds ago, done (with or without a
+        version) or failed: its agent's watch, loaded against the model it assessed (so
+        not after a version it stored), backs off its evidence kinds and its drift with
+        the counts it was handed, the first wait only if the agent was not reached."""
+        held = _ended_hold(item, self.clock() - ago_s)
+        if held is not None:
+            self._keep_held(item.agent_id, held)
+
+    def _keep_held(self, agent_id: str, held: Held) -> None:
         watch = self._agents.get(agent_id)
         if watch is not None:
-            if watch.version.ref == base:
-                watch.back_off(kinds, ago_s)
-        else:
-            self._held.setdefault(agent_id, []).append((base, kinds, ago_s))
+            self._hold(watch, (held,))
+            return
+        entries = self._held.setdefault(agent_id, [])
+        entries.append(held)
+        entries.sort(key=lambda h: h[3])  # oldest end first: a later one doubles the wait
+        del entries[:-8]  # the wait is at its longest after a few doublings
+        horizon = self.settings.unexplained_max_backoff_s
+        self._bound(self._held, lambda e: e[-1][3] + horizon)
+
+    def _hold(self, watch: AgentWatch, held: Iterable[Held]) -> None:
+        """Back off ``held`` in a watch just loaded (or held already), from their ends."""
+        now = self.clock()
+        for base, kinds, drift, ended, learnt in held:
+            if base != watch.version.ref:
+                continue  # a version since: what it contradicted is moot
+            if kinds:
+                watch.back_off(kinds, now - ended, doubling=learnt)
+            if drift:
+                watch.keep_drift_tested({name: (counts, False)
+                                         for name, counts in drift.items()})
+                watch.back_off([drift_kind(name) for name in drift], now - ended,
+                               doubling=learnt)
+
+    def _bound(self, entries: dict[str, _T], until: Callable[[_T], float]) -> None:
+        """Keep ``entries`` (agent → a back-off lasting until ``until`` of it) under
+        :attr:`held_limit`: past it, drop those that passed, then those ending soonest,
+        down to half (amortized: a full pass every half-limit additions at most)."""
+        if len(entries) <= self.held_limit:
+            return
+        now = self.clock()
+        for agent_id in [a for a, e in entries.items() if until(e) <= now]:
+            del entries[agent_id]
+        if len(entries) > self.held_limit:
+            keep = sorted(entries, key=lambda a: until(entries[a]))[-max(1, self.held_limit // 2):]
+            kept = {a: entries[a] for a in keep}
+            entries.clear()
+            entries.update(kept)
 
     def unpark(self, agent_id: str, key: str | None = None) -> None:
         """The parked work of an unloaded agent ended (any work, or only ``key``)."""

@@ -57,7 +57,9 @@ class ResultApplier:
                 self._adopt(watch, result.version)
         elif isinstance(result, Settled):
             if watch is None:
-                self.registry.unpark(result.agent_id, result.key)
+                # Its partition moved away while the work ran here: what it assessed is
+                # read from the store at the next poll and held for the agent's next load.
+                self.registry.unpark_settled(result.agent_id, result.key)
             else:
                 watch.settle(result.key, learnt=result.how is not Settlement.UNREACHABLE)
         elif isinstance(result, CanaryFinding) and watch is not None:
@@ -88,7 +90,7 @@ class ResultApplier:
                 watch.awaiting = item.key
         self._adopt_baselines()
         live = {i.key for i in items}
-        self.registry.unpark_ended(live)
+        self.registry.unpark_ended(live, self.store.queue_items_by_key)
         waiting = [w for w in self.registry if w.awaiting is not None]
         if not waiting:
             return
