@@ -50,7 +50,7 @@ from typing import Any
 import structlog
 
 from capwatch.contracts.ports import CommitsInBackground, DeliveryError, Publisher, Source
-from capwatch.contracts.store import Checkpoints, DriftSnapshot
+from capwatch.contracts.store import Checkpoints, DriftSnapshot, WorkQueue
 from capwatch.contracts.versions import ModelRef
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.registry import Registry
@@ -128,27 +128,37 @@ def backoff_state(watch: AgentWatch) -> dict[str, Any] | None:
     seconds ago, as the watch's monotonic clock starts afresh with the process
     (:meth:`Checkpointer.restore` adds the time since the snapshot's ``updated_at``)."""
     backoff = watch.backoff
-    if not backoff:
+    if not backoff and watch.awaiting is None:
         return None
     now = watch.clock()
     tested = watch.drift_tested or {}
-    return {
+    state: dict[str, Any] = {
         "kinds": {kind: {"times": n, "ago_s": now - (until - _backoff_wait(watch, n))}
                   for kind, (until, n) in backoff.items() if math.isfinite(until) and n >= 0},
         "tested": {name: [[int(c) for c in counts], awaited]
                    for name, (counts, awaited) in tested.items()},
     }
+    if watch.awaiting is not None:
+        # The work's end may come while no replica holds the agent (its partition moved
+        # away): its next holder reads how it ended by this key (Checkpointer.restore).
+        state["awaiting"] = watch.awaiting
+    return state
 
 
-def restore_backoff(watch: AgentWatch, saved: Any, elapsed_s: float) -> None:
+def restore_backoff(watch: AgentWatch, saved: Any, elapsed_s: float) -> str | None:
     """Give a newly loaded watch the back-off :func:`backoff_state` saved ``elapsed_s``
     seconds ago, beside what it holds already (the store's queue's, ``resume_queued``):
     per kind the one backed off more times (the later end if as many). A saved work
     still awaited stays so only if the watch awaits a work (the same one, from the
-    queue); otherwise that work ended before the restart and its settling is in the
-    counts already. Raises ValueError (changing nothing) if ``saved`` is malformed."""
+    queue). Returns the key of the work the snapshot's watch awaited and this one does
+    not: it ended since, maybe while no replica held the agent, and what it assessed is
+    not in the counts (the caller reads how it ended). Raises ValueError (changing
+    nothing) if ``saved`` is malformed."""
     if not isinstance(saved, Mapping):
         raise ValueError(f"back-off is not an object: {type(saved).__name__}")
+    awaited_key = saved.get("awaiting")
+    if awaited_key is not None and not isinstance(awaited_key, str):
+        raise ValueError(f"awaited work is not a key: {awaited_key!r}")
     kinds: dict[str, tuple[float, int]] = {}
     now = watch.clock()
     for kind, entry in dict(saved.get("kinds") or {}).items():
@@ -171,6 +181,7 @@ def restore_backoff(watch: AgentWatch, saved: Any, elapsed_s: float) -> None:
             watch.backoff[kind] = (until, n)
     if tested:
         watch.keep_drift_tested(tested)
+    return awaited_key if awaited_key is not None and watch.awaiting != awaited_key else None
 
 
 class PendingCommit:
@@ -258,10 +269,14 @@ class Writer:
 class Checkpointer:
     def __init__(self, *, group: str, store: Checkpoints, source: Source, publisher: Publisher,
                  registry: Registry, drift: DriftMonitor, clock: Callable[[], datetime],
-                 interval_s: float, replica: str = "") -> None:
+                 interval_s: float, replica: str = "", queue: WorkQueue | None = None
+                 ) -> None:
         self.group = group
         self.replica = replica
         self.store = store
+        self.queue = queue
+        """The store's work queue: how a work a snapshot's watch awaited ended
+        (:meth:`restore`)."""
         self.source = source
         self.publisher = publisher
         self.registry = registry
@@ -675,14 +690,30 @@ class Checkpointer:
         watch.drift_restored = (snap.partition, snap.next_offset)
         saved = snap.state.get(BACKOFF)
         if saved is not None:
+            elapsed = (self.clock() - snap.updated_at).total_seconds()
             try:
-                restore_backoff(watch, saved,
-                                (self.clock() - snap.updated_at).total_seconds())
+                ended = restore_backoff(watch, saved, elapsed)
             except (KeyError, TypeError, ValueError) as e:
                 log.warning("drift back-off unreadable; the agent's tables are restored "
                             "without it", agent=agent_id, error=str(e)[:300])
+            else:
+                if ended is not None and self.queue is not None:
+                    self._hold_ended(ended, elapsed)
         log.info("drift state restored", position=snap.next_offset,
                  skipped=skipped or None)
+
+    def _hold_ended(self, key: str, elapsed_s: float) -> None:
+        """The work ``key``, awaited by the agent's watch when its snapshot was taken
+        ``elapsed_s`` seconds ago, is not awaited by the watch loaded now: if it ended
+        without a version (one stored would be the watch's model, and the snapshot not
+        restored), back off what it assessed, as a watch that awaited it would (work that
+        ended after its partition moved away, before this replica was assigned it: no
+        replica saw it end). When it ended is not kept in the store; from the snapshot,
+        the earliest it can have: never held longer than by a watch that awaited it."""
+        assert self.queue is not None
+        item = self.queue.queue_items_by_key([key]).get(key)
+        if item is not None and item.status in ("done", "failed"):
+            self.registry.hold_ended(item, elapsed_s)
 
     def forget(self, partitions: set[int]) -> None:
         """The partitions moved away (after a final checkpoint of them)."""

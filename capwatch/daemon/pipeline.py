@@ -143,7 +143,8 @@ class Pipeline:
         self.checkpoints = Checkpointer(
             group=config.kafka.group_id, store=store, source=source, publisher=publisher,
             registry=self.registry, drift=self.drift, clock=clock,
-            interval_s=config.scheduler.checkpoint_s, replica=config.replica_id)
+            interval_s=config.scheduler.checkpoint_s, replica=config.replica_id,
+            queue=store)
         self._results: queue.SimpleQueue[Result] = queue.SimpleQueue()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._audit_alarms: list[AuditFinding] = []

@@ -86,11 +86,11 @@ def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
             registry.hold_ended(item, ago)
 
 
-Held = tuple[ModelRef, tuple[str, ...], dict[str, tuple[int, ...]] | None, float, bool]
+Held = tuple[ModelRef, tuple[str, ...], dict[str, tuple[int, ...]] | None, float, bool, str]
 """What an assessment that ended unexplained for an agent not loaded backs off: (the model
 it assessed against, its evidence kinds, its drift: action → the counts it was handed,
 when it ended on :attr:`Registry.clock`, whether it learnt anything: False if the agent
-was not reached, the first wait only)."""
+was not reached, the first wait only; the work's key, "" if not known)."""
 
 HELD_LIMIT = 10_000
 """Agents not loaded whose back-off the registry keeps (:attr:`Registry._held`, and
@@ -112,7 +112,7 @@ def _ended_hold(item: PendingAssessment, ended: float) -> Held | None:
     except (KeyError, TypeError, ValueError):
         return None
     return (base, tuple(str(k) for k in kinds or ()), drift, ended,
-            not ended_unreachable(item))
+            not ended_unreachable(item), item.key)
 
 
 class Registry:
@@ -153,6 +153,10 @@ class Registry:
         (from the store at start, or seen ending while no watch of it was loaded here):
         its watch, when loaded against the same model, backs them off from their ends.
         Bounded (:data:`HELD_LIMIT`)."""
+        self._held_applied: dict[str, str] = {}
+        """Agent → the key of the last ended work its watch backed off from
+        :attr:`_held`: the same end read again (with the agent's drift snapshot,
+        ``Checkpointer.restore``) does not double the wait. Bounded (:data:`HELD_LIMIT`)."""
         self._own: set[tuple[str, str]] = set()
         self._compacted_at = 0
         """The tick at the last :meth:`compact_idle`."""
@@ -419,7 +423,7 @@ class Registry:
                   ago_s: float) -> None:
         """An assessment of ``agent_id``'s evidence against ``base`` ended unexplained
         ``ago_s`` seconds ago (found in the store at start): no loop across a restart."""
-        self._keep_held(agent_id, (base, kinds, None, self.clock() - ago_s, True))
+        self._keep_held(agent_id, (base, kinds, None, self.clock() - ago_s, True, ""))
 
     def hold_ended(self, item: PendingAssessment, ago_s: float = 0.0) -> None:
         """The work ``item`` left the queue ``ago_s`` seconds ago, done (with or without a
@@ -431,11 +435,15 @@ class Registry:
             self._keep_held(item.agent_id, held)
 
     def _keep_held(self, agent_id: str, held: Held) -> None:
+        key = held[5]
         watch = self._agents.get(agent_id)
         if watch is not None:
-            self._hold(watch, (held,))
+            if not key or self._held_applied.get(agent_id) != key:
+                self._hold(watch, (held,))
             return
         entries = self._held.setdefault(agent_id, [])
+        if key and any(e[5] == key for e in entries):
+            return  # seen ending twice (released here, and read with a snapshot)
         entries.append(held)
         entries.sort(key=lambda h: h[3])  # oldest end first: a later one doubles the wait
         del entries[:-8]  # the wait is at its longest after a few doublings
@@ -445,9 +453,13 @@ class Registry:
     def _hold(self, watch: AgentWatch, held: Iterable[Held]) -> None:
         """Back off ``held`` in a watch just loaded (or held already), from their ends."""
         now = self.clock()
-        for base, kinds, drift, ended, learnt in held:
+        for base, kinds, drift, ended, learnt, key in held:
             if base != watch.version.ref:
                 continue  # a version since: what it contradicted is moot
+            if key:
+                if len(self._held_applied) >= self.held_limit:
+                    self._held_applied.clear()
+                self._held_applied[watch.agent_id] = key
             if kinds:
                 watch.back_off(kinds, now - ended, doubling=learnt)
             if drift:
