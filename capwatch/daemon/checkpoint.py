@@ -374,6 +374,14 @@ class Checkpointer:
                                 "its work", problem=str(pending.error)[:300])
                     self._pending = None
                 moved = self.finish_commit()
+            # A revoke or the shutdown: the snapshot of an agent awaiting a work keeps its
+            # key (backoff_state), for whichever replica holds the agent when the work has
+            # ended; written even if its tables did not change since the last one (a
+            # quiet agent's audit alarm queued the work).
+            self.drift.mark_changed(
+                w.agent_id for w in (self.registry if partitions is None
+                                     else self.registry.in_partitions(partitions))
+                if w.awaiting is not None and self.drift.has(w.agent_id))
             self.save_drift_state(partitions)
             self.save_activity(partitions)
             offsets = self._changed(self.commit_offsets(partitions))

@@ -413,6 +413,36 @@ def test_a_work_that_ends_while_no_replica_holds_the_agent_still_backs_off(
         d.store.close()
 
 
+def test_a_quiet_agents_work_that_ends_while_no_replica_holds_it_still_backs_off(
+        tmp_path: Path) -> None:
+    """The same on another replica for an agent with no record between the checkpoint
+    that saved its tables and the revoke: the audit's alarm queued its work. The
+    revoke's checkpoint writes the snapshots of the tables changed since, so its
+    snapshot did not say which work it awaited."""
+    d = _pipeline(tmp_path)
+    records = _records(d)
+    d.handle_batch(records[:300])
+    d.checkpoint()
+    w = _awaiting_drift_work(d)
+    agent, key = w.agent_id, w.awaiting
+    d.revoke({0})
+    (item,) = d.store.claim("another-replica", datetime.now(UTC), 60.0)
+    assert item.key == key
+    d.store.complete(key, "another-replica")
+    d.source.close()
+    d.store.close()
+    d = _pipeline(tmp_path)
+    d.handle_batch(records[300:])
+    d.poll_results()
+    back = d.registry.get(agent)
+    assert back is not None and back.awaiting is None
+    try:
+        assert back.add_audit_alarm(_evidence(back, 300, 200), "pick") is None, "held"
+    finally:
+        d.source.close()
+        d.store.close()
+
+
 def test_work_ended_on_another_replica_backs_off_once(tmp_path: Path) -> None:
     """Another replica's worker ran this replica's agent's drift work to a 'no change'
     end: this replica sees only the work leaving the store's queue (poll_results), the
