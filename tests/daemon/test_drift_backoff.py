@@ -641,3 +641,45 @@ def test_a_work_this_replicas_worker_ends_after_its_agent_moved_away_still_backs
     finally:
         d.source.close()
         d.store.close()
+
+
+@pytest.mark.parametrize("end", ["no change", "unreachable", "a version"])
+def test_an_ended_work_held_for_an_agent_not_loaded_backs_off_as_its_watch_would(
+        tmp_path: Path, end: str) -> None:
+    """What Registry.hold_ended keeps of a work that ended while no watch of its agent
+    was loaded, applied at the agent's load: the drift with its counts (and the kinds)
+    doubled as an answered end; the first wait only, no end counted, if the agent was not
+    reached; nothing if the work stored a version (the watch loads it: another model)."""
+    from capwatch.contracts.store import PendingAssessment
+    from capwatch.daemon.retry import UNREACHABLE_PREFIX
+
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        domain = example("courier.pddl")
+        seed_baselines(store, {"courier-v1": domain}, datetime.now(UTC))
+        base = ModelRef("courier-v1", None, 1)
+        if end == "a version":
+            store.put(build_version(ModelRef("courier-v1", "courier-v1-000", 1), domain,
+                                    datetime.now(UTC), parent=store.latest("courier-v1", None)))
+        registry = Registry(store, SETTINGS)
+        registry.hold_ended(PendingAssessment(
+            "k1", "courier-v1-000", "courier-v1",
+            {"base": base.to_json(), "evidence_kinds": ["drop|x"],
+             "drift": {"pick": {"counts": [300, 200]}}}, datetime.now(UTC),
+            status="failed" if end == "unreachable" else "done",
+            last_error=UNREACHABLE_PREFIX + "connection refused" if end == "unreachable"
+            else None))
+        w = registry.load("courier-v1-000", "courier-v1", 0)
+        assert w is not None
+        if end == "a version":
+            assert w.backoff == {}
+            assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+            return
+        times = 0 if end == "unreachable" else 1
+        for kind in ("drop|x", drift_kind("pick")):
+            until, n = w.backoff[kind]
+            assert n == times and 0 < until - w.clock() <= 600.0
+        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is None
+        assert w.add_audit_alarm(_evidence(w, 60, 440), "pick") is not None
+    finally:
+        store.close()
