@@ -259,14 +259,16 @@ class Registry:
         if parked is not None:
             watch.await_work(parked, queued_kinds, parked_drift)
         watch.seen = tick
-        held = self._held.pop(agent_id, None)
-        if held is not None:
-            self._hold(watch, held)
         kept = self._backoff.pop(agent_id, None)
         if kept is not None and kept[0] == version.ref:
             watch.backoff.update(kept[1])
             if kept[2]:
                 watch.keep_drift_tested(kept[2])
+        held = self._held.pop(agent_id, None)
+        if held is not None:
+            # After the back-off the dropped watch kept: the ends held since come later
+            # (they double its waits, and what it awaited awaits no more).
+            self._hold(watch, held)
         self._agents[agent_id] = watch
         return watch
 
@@ -463,6 +465,10 @@ class Registry:
             if kinds:
                 watch.back_off(kinds, now - ended, doubling=learnt)
             if drift:
+                tested = watch.drift_tested
+                if tested is not None:  # the work's counts, no longer awaited
+                    for name in drift.keys() & tested.keys():
+                        del tested[name]
                 watch.keep_drift_tested({name: (counts, False)
                                          for name, counts in drift.items()})
                 watch.back_off([drift_kind(name) for name in drift], now - ended,

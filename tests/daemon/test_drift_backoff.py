@@ -683,3 +683,35 @@ def test_an_ended_work_held_for_an_agent_not_loaded_backs_off_as_its_watch_would
         assert w.add_audit_alarm(_evidence(w, 60, 440), "pick") is not None
     finally:
         store.close()
+
+
+def test_a_held_end_comes_after_the_back_off_a_dropped_watch_kept(tmp_path: Path) -> None:
+    """A watch with a drift back-off (one end) awaits a second work over other counts
+    when its partition moves away; that work ends (no change) before the agent is loaded
+    again. Loaded, the watch doubles the wait (two ends) and takes the second work's
+    counts as no longer awaited: the dropped watch's back-off, applied after the held end,
+    overwrote it (one end), and its counts stayed marked awaited."""
+    from capwatch.contracts.store import PendingAssessment
+
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        seed_baselines(store, {"courier-v1": example("courier.pddl")}, datetime.now(UTC))
+        registry = Registry(store, SETTINGS)
+        agent = "courier-v1-000"
+        w = registry.load(agent, "courier-v1", 0)
+        assert w is not None
+        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+        _assessed_unconfirmed(w)
+        registry.park(agent, "k2", (), {"pick": (60, 440)})
+        registry.drop([agent])
+        ended = PendingAssessment(
+            "k2", agent, "courier-v1",
+            {"base": w.version.ref.to_json(), "drift": {"pick": {"counts": [60, 440]}}},
+            datetime.now(UTC), status="done")
+        registry.unpark_ended(set(), lambda keys: {k: ended for k in keys if k == "k2"})
+        back = registry.load(agent, "courier-v1", 0)
+        assert back is not None and back.awaiting is None
+        assert back.backoff[drift_kind("pick")][1] == 2
+        assert back.drift_tested == {"pick": ((60, 440), False)}
+    finally:
+        store.close()
