@@ -21,7 +21,10 @@ from capwatch.models_store import ModelRef, ModelStore
 from capwatch.models_store.actions import (
     ASSESS_METHODS,
     OperatorAction,
+    UnknownAgent,
     action_store,
+    check_known_agent,
+    families_of,
     promote,
     request_assessment,
     review,
@@ -99,16 +102,13 @@ def _actor(args: argparse.Namespace) -> str:
 
 
 def _family_of(store: ModelStore, agent_id: str, family: str | None) -> str:
-    families = sorted({f for f, a in action_store(store).known_agents() if a == agent_id})
     if family:
-        # A typo'd id or another family's agent would be queued and asked for nothing
-        # (no agent answers there) or in the wrong vocabulary, and the action recorded
-        # would make the id known to every later command (oper20).
-        if family not in families:
-            raise _Fail(f"the store has not seen agent {agent_id} in family {family}"
-                        + (f" (it knows it in {', '.join(families)})" if families else
-                           " (no transitions, version, work or action names it)"))
+        try:
+            check_known_agent(action_store(store), family, agent_id)
+        except UnknownAgent as e:
+            raise _Fail(str(e)) from None
         return family
+    families = families_of(action_store(store), agent_id)
     if len(families) != 1:
         raise _Fail(f"which family is {agent_id}? add --family"
                     + (f" (one of {', '.join(families)})" if families else ""))

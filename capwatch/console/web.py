@@ -41,7 +41,9 @@ from capwatch.models_store.actions import (
     ASSESS_METHODS,
     ActionRefused,
     OperatorAction,
+    UnknownAgent,
     action_store,
+    check_known_agent,
     promote,
     request_assessment,
     review,
@@ -382,6 +384,7 @@ class Console:
         s = action_store(self.store)
         now = self.clock()
         if kind == "assess":
+            check_known_agent(s, family, agent)
             return request_assessment(s, family, agent, method or "verify", actor, reason,
                                       now, key)
         try:
@@ -417,6 +420,8 @@ class Console:
                               str(version.get("version", "")) if isinstance(version, dict)
                               else None, req.get("method"), str(req.get("actor", "")),
                               str(req.get("reason", "")), req.get("key"))
+        except UnknownAgent as exc:
+            raise _Refused(HTTPStatus.NOT_FOUND, str(exc)) from None
         except ActionRefused as exc:
             raise _Refused(HTTPStatus.CONFLICT, str(exc)) from None
         return _json(HTTPStatus.CREATED, action.to_json())

@@ -39,6 +39,10 @@ class ActionRefused(StoreError):
     """The action does not apply (no such version, nothing to roll back, ...)."""
 
 
+class UnknownAgent(ActionRefused):
+    """The action names an agent the store has not seen in that family."""
+
+
 @dataclass(frozen=True, slots=True)
 class OperatorAction:
     key: str
@@ -379,6 +383,25 @@ def promote(store: ActionStore, ref: ModelRef, actor: str, reason: str, now: dat
     action = OperatorAction(key, "promote", ref.family, None, ref, actor, reason, now,
                             {"version": version.ref.to_json()})
     return store.record_action(action, version)[0]
+
+
+def families_of(store: ActionStore, agent_id: str) -> list[str]:
+    """The families in which the store has heard of ``agent_id`` (sorted)."""
+    return sorted({f for f, a in store.known_agents() if a == agent_id})
+
+
+def check_known_agent(store: ActionStore, family: str, agent_id: str) -> None:
+    """Raise :class:`UnknownAgent` unless the store has seen ``agent_id`` in ``family``.
+
+    For what an operator names (the CLI, the console, the JSON API): a typo'd id or another
+    family's agent would be queued and asked for nothing (no agent answers there) or in the
+    wrong vocabulary, and the action recorded would make the id known to every later
+    command (oper20). Scheduled re-assessments name watched agents and skip this query."""
+    families = families_of(store, agent_id)
+    if family not in families:
+        raise UnknownAgent(f"the store has not seen agent {agent_id} in family {family}"
+                           + (f" (it knows it in {', '.join(families)})" if families else
+                              " (no transitions, version, work or action names it)"))
 
 
 def request_assessment(store: ActionStore, family: str, agent_id: str, method: str,

@@ -252,3 +252,52 @@ def test_a_port_in_use_is_named_with_the_settings_that_chose_it() -> None:
         assert "Address already in use" in str(e.value)
     finally:
         first.close()
+
+
+def test_api_assess_refuses_an_agent_the_store_has_not_seen_in_the_family(
+        tmp_path: Path) -> None:
+    """oper20: POST /api/v1/actions {"kind": "assess", "agent_id": "nosuch"} was queued (and
+    failed five attempts on a 404), and the recorded action made "nosuch" a known agent;
+    an agent of another family was queued to be asked that family's queries."""
+    from capwatch.console.web import Console
+    from capwatch.models_store.actions import action_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    rover = build_version(ModelRef("rover-v1", None, 1), example("rover.pddl"), T0)
+    store.put(rover)
+    store.put(build_version(ModelRef("rover-v1", "rover-a", 1),
+                            example("rover-sample-drift.pddl"), T0, parent=rover))
+    store.put(build_version(ModelRef("courier-v1", None, 1), example("rover.pddl"), T0))
+    server = ApiServer(store, CollectorRegistry(), ready=lambda: True,
+                       families_of=lambda a: None, alerts=RecentAlerts(),
+                       token="s3cret").start()
+    server.console = Console(store, token="s3cret")
+
+    def assess(family: str, agent: str) -> tuple[int, str, Any]:
+        req = urllib.request.Request(
+            server.url + "/api/v1/actions", method="POST",
+            data=json.dumps({"kind": "assess", "family": family, "agent_id": agent,
+                             "actor": "ci-bot", "reason": "why not"}).encode(),
+            headers={"Authorization": "Bearer s3cret", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.headers["Content-Type"], json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers["Content-Type"], json.loads(e.read())
+
+    try:
+        status, ctype, body = assess("rover-v1", "nosuch")
+        assert (status, ctype) == (404, "application/json")
+        assert "has not seen agent nosuch in family rover-v1" in body["error"]
+        status, _, body = assess("courier-v1", "rover-a")
+        assert status == 404
+        assert "in family courier-v1 (it knows it in rover-v1)" in body["error"]
+        # Nothing was queued or recorded: the typo is not an agent now.
+        s = action_store(store)
+        assert s.actions() == [] and store.queue_items() == []
+        assert ("rover-v1", "nosuch") not in s.known_agents()
+        status, _, body = assess("rover-v1", "rover-a")
+        assert status == 201 and body["kind"] == "assess" and body["agent_id"] == "rover-a"
+    finally:
+        server.close()
+        store.close()
