@@ -164,7 +164,9 @@ def agent_text(view: data.AgentView) -> list[str]:
     r = view.row
     lines = [f"{view.family}/{view.agent_id}"]
     if r is not None:
-        lines.append(f"  state {r.state}; runs {r.version}; Δ {r.delta_to_baseline} from the "
+        held = (" (its own model's probabilities hold the baseline's within its intervals)"
+                if r.as_baseline else "")
+        lines.append(f"  state {r.state}{held}; runs {r.version}; Δ {r.delta_to_baseline} from the "
                      f"baseline; {r.open_alerts} open alerts; {r.transitions} transitions "
                      f"seen, {r.inconsistent} inconsistent")
     lines.append("")

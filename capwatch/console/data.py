@@ -10,7 +10,9 @@ An agent's *state*, first that applies:
 - ``failed``: its newest queued work failed for good and no version came after it;
 - ``inconsistent``: its newest alert, newer than its current model, is an unexplained
   inconsistency (the evidence did not lead to a new version);
-- ``drifted``: it runs a model of its own that differs from the family's baseline;
+- ``drifted``: it runs a model of its own that differs from the family's baseline,
+  unless only in outcome probabilities its own assessment cannot tell from the
+  baseline's (each within that estimate's interval: ``within_intervals_of_baseline``);
 - ``healthy``: none of the above.
 
 An alert is *open* until an operator acts on the agent (any action) after it. The
@@ -33,6 +35,7 @@ from capwatch.contracts.versions import (
     ModelVersion,
     content_key,
     diff_versions,
+    within_intervals_of_baseline,
 )
 from capwatch.model.diff import Change
 from capwatch.model.domain import Action, Domain
@@ -68,6 +71,9 @@ class AgentRow:
     more_changes: int = 0
     """How many more lines that change has (one per changed action): the fleet page says
     so beside the first, which alone read as the whole change."""
+    as_baseline: bool = False
+    """It runs a version of its own whose probabilities differ from the baseline's only
+    within that version's intervals (an agent that drifted and came back): healthy."""
 
     def to_json(self) -> dict[str, Any]:
         return {"family": self.family, "agent_id": self.agent_id, "state": self.state,
@@ -75,7 +81,8 @@ class AgentRow:
                 "last_event": self.last_event.isoformat() if self.last_event else None,
                 "last_event_what": self.last_event_what, "open_alerts": self.open_alerts,
                 "transitions": self.transitions, "inconsistent": self.inconsistent,
-                "change": self.change, "more_changes": self.more_changes}
+                "change": self.change, "more_changes": self.more_changes,
+                "as_baseline": self.as_baseline}
 
 
 def _alert_agent(row: OutboxAlert) -> str | None:
@@ -122,6 +129,7 @@ def fleet(store: ModelStore, family: str | None = None,
         if a.agent_id is not None:
             acted.setdefault((a.family, a.agent_id), a)
     base_models: dict[str, Any] = {}
+    base_versions: dict[str, ModelVersion | None] = {}
     rows = []
     for fam, agent in sorted(agents):
         base = baselines.get(fam)
@@ -133,17 +141,21 @@ def fleet(store: ModelStore, family: str | None = None,
         item = queue.get((fam, agent))
         agent_alerts = alerts.get((fam, agent), [])
         last_action = acted.get((fam, agent))
-        drifted = False
+        drifted = as_baseline = False
         change = ""
         more = 0
         if mine is not None:
             if fam not in base_models:
-                b = s.latest(fam, None)
+                b = base_versions[fam] = s.latest(fam, None)
                 base_models[fam] = b.model_json if b else None
             v = s.latest(fam, agent)
             # Δ 0 can still be a probability change: compare the models themselves.
             drifted = mine.delta_to_baseline > 0 or (
                 v is not None and v.model_json != base_models[fam])
+            b = base_versions[fam]
+            if drifted and v is not None and b is not None:
+                as_baseline = _as_baseline(s, v, b)
+                drifted = not as_baseline
             change = v.summary[0] if v is not None and v.summary else ""
             more = len(v.summary) - 1 if v is not None and v.summary else 0
         newest_alert = agent_alerts[0] if agent_alerts else None
@@ -180,8 +192,26 @@ def fleet(store: ModelStore, family: str | None = None,
         when, what = max(events, key=lambda e: e[0]) if events else (None, "")
         rows.append(AgentRow(fam, agent, state, ref, current.delta_to_baseline
                              if mine is not None else 0, when, what, open_alerts,
-                             act.transitions, act.inconsistent, change, more))
+                             act.transitions, act.inconsistent, change, more, as_baseline))
     return rows
+
+
+_AS_BASELINE: dict[tuple[ModelRef, ModelRef], bool] = {}
+"""(version, baseline) → :func:`within_intervals_of_baseline`: versions never change, so
+each pair is judged once per process (two model loads), not at every page."""
+
+
+def _as_baseline(store: ModelStore, v: ModelVersion, base: ModelVersion) -> bool:
+    key = (v.ref, base.ref)
+    known = _AS_BASELINE.get(key)
+    if known is None:
+        parent = store.get(v.parent) if v.parent is not None else None
+        known = within_intervals_of_baseline(
+            v, parent.domain() if parent is not None else None, base.domain())
+        if len(_AS_BASELINE) >= 10_000:
+            _AS_BASELINE.clear()
+        _AS_BASELINE[key] = known
+    return known
 
 
 SORT_KEYS = ("agent", "family", "state", "version", "last_event", "open_alerts")

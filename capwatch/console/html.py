@@ -189,7 +189,10 @@ def agent_page(view: AgentView, links: Links, *,
     head = f"<h1>Agent {e(view.agent_id)}</h1>"
     facts = f"<p>Family {link(links.family(view.family), view.family)}"
     if r is not None:
-        facts += (f"; state {badge(r.state)}; runs <strong>{e(r.version)}</strong>; "
+        facts += (f"; state {badge(r.state)}"
+                  + (" (its own model's probabilities hold the baseline's within its "
+                     "intervals)" if r.as_baseline else "")
+                  + f"; runs <strong>{e(r.version)}</strong>; "
                   f"Δ {r.delta_to_baseline} from the baseline; {r.open_alerts} open alerts; "
                   f"{r.transitions} transitions seen ({r.inconsistent} inconsistent); last "
                   f"event {e(when(r.last_event))} ({e(r.last_event_what)})")

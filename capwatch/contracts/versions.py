@@ -25,7 +25,7 @@ from capwatch.model.diff import (
     describe_changes,
     model_changes,
 )
-from capwatch.model.domain import Domain
+from capwatch.model.domain import Action, Domain
 from capwatch.model.pddl_writer import write_domain
 from capwatch.model.serialize import domain_from_json, domain_to_json
 
@@ -238,3 +238,57 @@ class LineageSummary:
     latest_version: int
     updated_at: datetime
     delta_to_baseline: int
+
+
+def _shape(a: Action) -> tuple[Any, ...]:
+    """An action but for its outcomes' probabilities."""
+    return (a.name, a.parameters, a.pre_pos, a.pre_neg, a.equal, a.distinct, a.numeric,
+            frozenset((o.add, o.delete) for o in a.outcomes), len(a.outcomes))
+
+
+def within_intervals_of_baseline(version: ModelVersion, estimated_from: Domain | None,
+                                 baseline: Domain) -> bool:
+    """Whether ``version``'s model is ``baseline``'s but for outcome probabilities its own
+    assessment cannot tell from the baseline's: every action whose probabilities differ
+    was re-estimated by that assessment, and each of the baseline's probabilities lies
+    within the estimate's simultaneous interval (the rule by which the assessor keeps a
+    model rather than publish an estimate: ``daemon.assessor._agrees``).
+
+    ``estimated_from``: the model the assessment sampled (the version's parent), whose
+    outcome order the estimates are listed in. An agent that drifted and came back
+    (oper20: 0.8 -> 0.5, then 0.792 [0.775, 0.809]) learns a version that is not the
+    baseline's text, yet is the baseline as far as its evidence can tell.
+    """
+    model = version.domain()
+    if model == baseline:
+        return True
+    if (model.name, model.predicates, model.types, model.constants, model.functions) != (
+            baseline.name, baseline.predicates, baseline.types, baseline.constants,
+            baseline.functions):
+        return False
+    mine, base = model.action_map, baseline.action_map
+    if set(mine) != set(base) or any(_shape(a) != _shape(base[n]) for n, a in mine.items()):
+        return False
+    assessment = version.evidence.get("assessment")
+    estimates = assessment.get("estimates") if isinstance(assessment, Mapping) else None
+    sampled_map = estimated_from.action_map if estimated_from is not None else {}
+    for name, a in mine.items():
+        b = base[name]
+        if a == b:
+            continue
+        est = estimates.get(name) if isinstance(estimates, Mapping) else None
+        sampled = sampled_map.get(name)
+        if not isinstance(est, Mapping) or sampled is None:
+            return False
+        low, high = est.get("low"), est.get("high")
+        n = len(sampled.outcomes)
+        if not isinstance(low, list) or not isinstance(high, list) or len(low) != n \
+                or len(high) != n:
+            return False
+        bounds = {(o.add, o.delete): (float(lo), float(hi))
+                  for o, lo, hi in zip(sampled.outcomes, low, high, strict=True)}
+        for o in b.outcomes:
+            lo_hi = bounds.get((o.add, o.delete))
+            if lo_hi is None or not lo_hi[0] <= o.probability <= lo_hi[1]:
+                return False
+    return True

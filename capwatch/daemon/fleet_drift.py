@@ -16,7 +16,9 @@ leave the figure absent between a revoke and the next assignment, and still miss
 promotion (which changes every agent's Δ) until each owner reloaded: more mechanism and
 less correct than one read of the store (docs/operations.md, "Metrics").
 
-An agent drifted when its newest version's model is not the family's newest baseline's;
+An agent drifted when its newest version's model is not the family's newest baseline's,
+unless only by outcome probabilities that version's own intervals hold the baseline's in
+(an agent that drifted and came back; the console's rule, ``within_intervals_of_baseline``);
 Δ counts the pal-tuples whose modes differ between the two (``model_changes``), so a
 probability-only change is drifted with Δ 0, a rollback to the baseline's model ends it and
 a promotion of an agent's model ends it for every agent that runs that model. (A version's
@@ -45,7 +47,7 @@ from typing import Protocol
 
 import structlog
 
-from capwatch.contracts.versions import ModelRef, ModelVersion
+from capwatch.contracts.versions import ModelRef, ModelVersion, within_intervals_of_baseline
 from capwatch.daemon.infra import INFRASTRUCTURE_ERRORS, OutageLog
 from capwatch.daemon.metrics import DaemonMetrics
 from capwatch.model.domain import Domain
@@ -94,6 +96,10 @@ class FleetDrift:
         """(the hash of the model's stored text, baseline) → the pair's figures: agents whose newest
         versions hold the same model share one comparison."""
         self._baselines: dict[ModelRef, tuple[Domain, Mapping[PalTuple, Mode]]] = {}
+        self._as_baseline: dict[tuple[ModelRef, ModelRef], bool] = {}
+        """(agent version, baseline) of a probability-only difference → whether the
+        version's own intervals hold the baseline's probabilities (not drifted then):
+        per version, as the intervals are the version's evidence, not its model's."""
         self._newest: list[ModelRef] | None = None
         """The newest versions the last read found, when every one was compared."""
         self._figures: dict[str, FamilyDrift] = {}
@@ -135,6 +141,15 @@ class FleetDrift:
                 continue  # deleted between the two reads: the next refresh sees the truth
             pairs[key] = pair
             delta, differs, _ = pair
+            if differs and delta == 0:
+                held = self._as_baseline.get(key)
+                if held is None:
+                    held = self._within_intervals(ref, base)
+                    if held is None:
+                        complete = False
+                        continue
+                    self._as_baseline[key] = held
+                differs = not held
             was = out.get(ref.family, FamilyDrift(0, 0))
             out[ref.family] = FamilyDrift(max(was.worst_delta, delta),
                                         was.drifted + (1 if differs else 0))
@@ -142,11 +157,24 @@ class FleetDrift:
             out.setdefault(family, FamilyDrift(0, 0))
         # Only the pairs still current are kept: the cache is as large as the fleet.
         self._pairs = pairs
+        self._as_baseline = {k: v for k, v in self._as_baseline.items() if k in pairs}
         self._by_model = {(p[2], k[1]): p for k, p in pairs.items()}
         live = set(baselines.values())
         self._baselines = {r: d for r, d in self._baselines.items() if r in live}
         self._newest, self._figures = (newest if complete else None), dict(out)
         return out
+
+    def _within_intervals(self, ref: ModelRef, base: ModelRef) -> bool | None:
+        """Whether the version's assessment could not tell its probabilities from the
+        baseline's (console.data's rule, ``within_intervals_of_baseline``: an agent
+        that drifted and came back is not drifted); None if a version went meanwhile."""
+        v = self.store.get(ref)
+        baseline = self._baselines.get(base)
+        if v is None or baseline is None:
+            return None
+        parent = self.store.get(v.parent) if v.parent is not None else None
+        return within_intervals_of_baseline(
+            v, parent.domain() if parent is not None else None, baseline[0])
 
     def _compare(self, model_text: str, base: ModelRef) -> _Pair | None:
         baseline = self._baselines.get(base)

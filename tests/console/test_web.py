@@ -171,3 +171,23 @@ def test_fleet_row_says_when_a_version_changed_more_than_one_action(tmp_path: Pa
     assert row is not None
     assert "(+1 more)" in row.group(0)
     assert "drive(?v ?l1 ?l2) no longer makes (at ?v ?l1) false" in row.group(0)
+
+
+def test_an_agent_reverted_to_the_baseline_within_its_intervals_reads_healthy(
+        tmp_path: Path) -> None:
+    """oper20: agent hslip drifted 0.8 -> 0.5 (version 1) and reverted; version 2
+    estimated 0.792 [0.775, 0.809], whose interval holds the baseline's 0.8, yet the agent
+    read "drifted" for good. The rule is the assessor's own for keeping a model: every
+    baseline probability within the version's simultaneous interval. An estimate whose
+    interval leaves the baseline's probability out is still a drift."""
+    from capwatch.console import data
+    from tests.daemon.helpers import reverted_pick
+
+    s = open_store(str(tmp_path / "m.db"))
+    reverted_pick(s, T0)
+    states = {r.agent_id: r.state for r in data.fleet(s)}
+    # c0: 0.88 in [0.85, 0.91] holds the baseline's 0.9. c1: [0.77, 0.83] does not; c2:
+    # a version without an estimate is not taken for the baseline either.
+    assert states == {"c0": "healthy", "c1": "drifted", "c2": "drifted"}
+    page = get(Console(s), "/console/agents/courier-v1/c0").body.decode()
+    assert "within its intervals" in page

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.adapters.sim.fleet import DriftSpec, FamilySpec, SimulatedFleet
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts import wire_fast
+from capwatch.contracts.store import ModelRegistry
 from capwatch.contracts.wire import AgentTransition, DeadLetter
 from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.config import DaemonConfig
@@ -20,6 +22,7 @@ from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import Service, build_service
 from capwatch.model.domain import Domain
 from capwatch.model.pddl_reader import read_domain, read_problem
+from capwatch.models_store import record_new_model
 from tests.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "capwatch" / "examples"
@@ -164,3 +167,36 @@ class Drifted:
 
     def agent(self, agent_id: str, family: str) -> AgentQuery:
         return self.sim
+
+
+def reverted_pick(store: ModelRegistry, t0: datetime) -> None:
+    """courier-v1 (pick succeeds 0.9) and three agents whose pick wore to 0.5 (version 1)
+    and came back (version 2): c0 estimated 0.88 [0.85, 0.91], holding the baseline's 0.9;
+    c1 0.8 [0.77, 0.83], not holding it; c2 0.88 with no estimate recorded (oper20's
+    hslip: 0.8 -> 0.5, then 0.792 [0.775, 0.809])."""
+    base = example("courier.pddl")
+    worn = example("courier-pick-wear.pddl")
+    record_new_model(store, "courier-v1", None, base, t0)
+
+    def with_pick(p: float) -> Domain:
+        outcomes = tuple(dataclasses.replace(o, probability=p if o.add else round(1 - p, 6))
+                         for o in worn.action_map["pick"].outcomes)
+        return dataclasses.replace(worn, actions=tuple(
+            dataclasses.replace(a, outcomes=outcomes) if a.name == "pick" else a
+            for a in worn.actions))
+
+    def estimate(p: float, half: float | None) -> dict[str, Any]:
+        if half is None:
+            return {"queries": 3}
+        # In the order of the action it sampled (the model before: the worn one).
+        ps = [p if o.add else 1 - p for o in worn.action_map["pick"].outcomes]
+        return {"assessment": {"estimates": {"pick": {
+            "samples": 900, "converged": True, "probabilities": ps,
+            "low": [x - half for x in ps], "high": [x + half for x in ps]}}}}
+
+    for i, (p, half) in enumerate([(0.88, 0.03), (0.8, 0.03), (0.88, None)]):
+        agent = f"c{i}"
+        record_new_model(store, "courier-v1", agent, worn, t0 + timedelta(hours=1),
+                         evidence=estimate(0.5, 0.03))
+        record_new_model(store, "courier-v1", agent, with_pick(p), t0 + timedelta(hours=2),
+                         evidence=estimate(p, half))

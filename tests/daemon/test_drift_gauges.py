@@ -223,3 +223,19 @@ def test_the_thread_reads_at_start_and_again_when_woken(tmp_path: Path) -> None:
     finally:
         gauges.close()
         store.close()
+
+
+def test_an_agent_back_within_its_intervals_of_the_baseline_is_not_counted(
+        tmp_path: Path) -> None:
+    """The console's rule (oper20's hslip: drifted, then reverted to what its intervals
+    cannot tell from the baseline): the gauge counts c1 (0.8 [0.77, 0.83] against 0.9) and
+    c2 (no estimate), not c0 (0.88 [0.85, 0.91])."""
+    from tests.daemon.helpers import reverted_pick
+
+    store = open_store(str(tmp_path / "m.db"))
+    try:
+        reverted_pick(store, T0)
+        figures = FleetDrift(store, DaemonMetrics(CollectorRegistry())).figures()
+        assert figures["courier-v1"] == FamilyDrift(0, 2)
+    finally:
+        store.close()
