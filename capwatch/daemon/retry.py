@@ -37,6 +37,8 @@ class Failure:
 
     kind: FailureKind
     message: str
+    final: bool = False
+    """No attempt more: the next would ask the same and be answered the same (a refusal)."""
 
     @property
     def agent_unreachable(self) -> bool:
@@ -50,11 +52,16 @@ class Failure:
 def describe_agent_failure(e: AgentUnavailable) -> Failure:
     """A failed query as a :class:`Failure`: an agent that answered but refused the query
     (4xx) or broke the protocol will not be cured by waiting, so it is not reported as
-    unreachable and gets the ordinary retries, not the backoff."""
+    unreachable. A refusal ends the work at once: the next attempt asks the same first
+    query and is refused the same (oper20: m5 refused 12 queries over 3 assessments, its
+    alert after the fifth attempt of each); the client already retried the 4xx that ask
+    to be retried (408, 425, 429). A broken answer gets the ordinary retries: an agent
+    that answers out of the protocol now and then (a proxy's error page) may answer the
+    next attempt."""
     if isinstance(e, AgentProtocolError):
         return Failure(FailureKind.AGENT_REFUSED, f"agent broke the query protocol: {e}")
     if isinstance(e, AgentRejectedQuery):
-        return Failure(FailureKind.AGENT_REFUSED, f"agent refused the query: {e}")
+        return Failure(FailureKind.AGENT_REFUSED, f"agent refused the query: {e}", final=True)
     return Failure(FailureKind.AGENT_UNREACHABLE, f"{UNREACHABLE_PREFIX}{e}")
 
 

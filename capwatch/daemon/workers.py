@@ -343,6 +343,8 @@ class AssessmentWorkers:
             severities=self.policy.severities)
         wait, limit = retry_plan(cfg, item.attempts, item.key,
                                  agent_unreachable=failure.agent_unreachable)
+        if failure.final:
+            limit = 0
         try:
             failed = self.store.release(
                 item.key, worker, failure.message, now + wait, limit,

@@ -152,20 +152,21 @@ def test_work_given_up_on_an_unreachable_agent_does_not_count_as_unexplained(
     d.store.close()
 
 
-def test_an_agent_that_refuses_the_query_gets_the_ordinary_retries(tmp_path: Path) -> None:
-    # It answered (400): waiting will not change its mind, so no backoff and no 8 attempts.
-    d, now, out = _daemon(tmp_path, Flaky(100, AgentRejectedQuery(400, "bad_request", "no")),
-                          max_attempts=2)
+def test_an_agent_that_refuses_the_query_fails_at_its_first_refusal(tmp_path: Path) -> None:
+    """It answered (400): asking again asks the same and is refused again, so the work
+    ends at once with its alert. oper20: agent m5, refusing every query, was asked 12
+    times over 3 assessments (the ordinary retries, up to max_attempts each); the
+    assessment_failed alert came only after the last."""
+    agent = Flaky(100, AgentRejectedQuery(400, "bad_request", "no"))
+    d, now, out = _daemon(tmp_path, agent, max_attempts=5)
     assert _attempt(d, now, T0)
-    assert (d.store.queue_items("pending")[0].last_error or "").startswith(
-        "agent refused the query")
-    assert not _attempt(d, now, T0 + timedelta(seconds=6))
-    assert _attempt(d, now, T0 + timedelta(seconds=7))
     (failed,) = d.store.queue_items("failed")
-    assert failed.attempts == 2
+    assert failed.attempts == 1 and agent.calls == 1
+    assert (failed.last_error or "").startswith("agent refused the query")
     (alert,) = _failed_alerts(d, out)
-    assert alert.evidence["attempts"] == 2
+    assert alert.evidence["attempts"] == 1
     assert "agent unreachable" not in alert.summary
+    assert not _attempt(d, now, T0 + timedelta(days=1))  # given up for good
     d.source.close()
     d.store.close()
 
