@@ -44,8 +44,9 @@ from tests.daemon.test_canary_gaps import (
     widenings,
 )
 
-ROOTS = [Path("/work/shared/domains-ipc"), Path("/work/shared/domains"),
-         Path("/work/shared/domains-stochastic")]
+# The repository's own copies, so a clone alone runs it (tests/data/domains/README.md).
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "domains"
+ROOTS = [DATA / "ipc", DATA / "classic", DATA / "stochastic"]
 
 
 def two_literal_widenings(domain: Domain) -> list[tuple[str, Domain]]:

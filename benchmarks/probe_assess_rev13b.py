@@ -62,7 +62,7 @@ from capwatch.model.domain import Action, Domain, GroundAction, LiftedAtom, Outc
 from capwatch.model.pal import Location, PaTuple, lifted_instantiations
 from capwatch.model.pddl_reader import read_domain, read_problem
 
-IPC = Path("/work/shared/domains-ipc")
+IPC = Path(__file__).resolve().parent.parent / "tests" / "data" / "domains" / "ipc"
 DOMAINS = ("freecell", "sokoban", "woodworking", "mprime", "openstacks", "grid", "storage",
            "parking", "ferry", "hanoi", "transport", "visitall")
 DRIFTS = ("multi", "swap", "negpre", "repeat", "distinct", "nodistinct", "static", "constant")
