@@ -1,5 +1,5 @@
 """rev13b's differential harness: deterministic drifts and agents of its own (not
-fuzz_assess.py's nor probe_assess_rev12b.py's), on /work/shared/domains-ipc domains those
+fuzz_assess.py's nor probe_assess_rev12b.py's), on tests/data/domains/ipc domains those
 two never drift, through the daemon's assessor path (EngineAssessor, verify, asking again
 64); every model the daemon would publish, or settle as "no change", is checked against
 the drifted truth action by action: every atom's precondition and effect (atoms outside
