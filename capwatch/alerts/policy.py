@@ -100,6 +100,20 @@ def _causes(members: list[Alert], shown: tuple[str, ...]) -> dict[str, Any]:
     return {"causes": causes} if causes else {}
 
 
+def _by_agent(members: list[Alert], shown: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    mine: dict[str, list[Alert]] = {}
+    for a in members:
+        if (a.agent_id or "*") in shown:
+            mine.setdefault(a.agent_id or "*", []).append(a)
+    out: dict[str, dict[str, Any]] = {}
+    for agent, own in mine.items():
+        entry = dict(own[-1].detail)
+        if len(own) > 1:
+            entry["earlier"] = [dict(a.detail) for a in own[:-1]]
+        out[agent] = entry
+    return out
+
+
 def merge_group(members: list[Alert], max_agents_listed: int = 20,
                 tag: str | None = None) -> Alert:
     """One alert for the members of a group: the member itself if alone, else
@@ -111,16 +125,18 @@ def merge_group(members: list[Alert], max_agents_listed: int = 20,
     """
     if len(members) == 1:
         return members[0]
-    members = sorted(members, key=lambda a: a.agent_id or "")
+    members = sorted(members, key=lambda a: (a.agent_id or "", a.time))
     first = members[0]
-    agents = tuple(a.agent_id or "*" for a in members)
+    # One agent's successive versions can share a group keyed by the change's shape
+    # (0.9 -> 0.7, then 0.7 -> 0.5): it is one agent, listed and counted once.
+    agents = tuple(dict.fromkeys(a.agent_id or "*" for a in members))
     phrase = first.group_summary or first.summary
     shown = agents[:max_agents_listed]
     # Members grouped by their change's shape differ in detail (each agent's estimate):
-    # each listed member's is kept, where the first's alone would stand for all.
+    # each listed member's is kept, where the first's alone would stand for all. An
+    # agent's newest is its entry, its earlier ones under "earlier", oldest first.
     detail = dict(first.detail) if first.group_fingerprint is None else {
-        "by_agent": {a.agent_id or "*": dict(a.detail) for a in members
-                     if (a.agent_id or "*") in shown}}
+        "by_agent": _by_agent(members, shown)}
     return replace(
         first, agent_id=None, agents=agents,
         severity=max(a.severity for a in members),

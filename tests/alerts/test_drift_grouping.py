@@ -111,3 +111,27 @@ def test_capability_groups_keep_their_detail_as_before(courier: Domain) -> None:
               detail={"changes": [1]})
     g = merge_group([a, Alert.from_record({**a.to_record(), "agent_id": "r2"})])
     assert g.detail["changes"] == [1] and "by_agent" not in g.detail
+
+
+def test_one_agents_two_drifts_in_a_group_count_once_and_keep_both(courier: Domain) -> None:
+    # review20: one agent's two versions a few seconds apart (0.9 -> 0.7, then 0.7 -> 0.5)
+    # have the same shape (the pick less likely), so they share a group now, where their
+    # estimates kept them apart before. The page said "2 agents" for one, and detail.by_agent
+    # (keyed by agent) kept one version's estimate: the other's was lost.
+    first = drift_alert(courier, "c1", (0.7, 0.3), 0)
+    second, = alerts_for_model_change(
+        estimated(courier, (0.7, 0.3)), estimated(courier, (0.5, 0.5)), family="courier",
+        agent_id="c1", time=T0 + timedelta(seconds=5), model_version=2)
+    other = drift_alert(courier, "c2", (0.69, 0.31), 1)
+    assert first.group_key == second.group_key == other.group_key
+    rows = [outbox_record(first, "v1"), outbox_record(second, "v2"),
+            outbox_record(other, "w1")]
+    plan = plan_routing(rows, {}, POLICY, T0 + timedelta(seconds=31), ["kafka"])
+    (d,) = plan.deliveries
+    g = Alert.from_record(d.alert)
+    assert g.agents == ("c1", "c2")
+    assert g.summary.startswith("2 agents of courier: ")
+    c1, c2 = g.detail["by_agent"]["c1"], g.detail["by_agent"]["c2"]
+    assert c1["probabilities"]["new"] == [0.5, 0.5]
+    assert [v["probabilities"]["new"] for v in c1["earlier"]] == [[0.7, 0.3]]
+    assert c2["probabilities"]["new"] == [0.69, 0.31] and "earlier" not in c2
