@@ -34,7 +34,7 @@ from operator import itemgetter
 
 from capwatch.assess.agent import QueryResult
 from capwatch.assess.atoms import Fixed, equality_roots
-from capwatch.model.domain import Action, GroundAction, GroundAtom, LiftedAtom
+from capwatch.model.domain import Action, GroundAction, GroundAtom, LiftedAtom, type_members
 from capwatch.model.pal import Mode, PaTuple
 
 SAFE, RISKY, FAIL, EXPLORE = "safe", "risky", "fail", "explore"
@@ -87,7 +87,12 @@ class ObjectFactory:
 
     Names of dropped steps are handed out again: queries are independent episodes, so
     reuse is safe, and the set of names an agent ever sees stays about the size of one
-    query instead of growing with every probe."""
+    query instead of growing with every probe.
+
+    A union type ``(either a b)`` names its objects by its first member (``qa3``): the
+    type's own spelling has spaces and parentheses, which no object name on the wire may
+    hold (``wire.Name``), so an HTTP agent rejected every query of an action with such a
+    parameter. The one counter keeps the names of all types distinct."""
 
     def __init__(self, taken: set[str], prefix: str = "q") -> None:
         self._taken = taken
@@ -101,7 +106,7 @@ class ObjectFactory:
             return free.pop()
         while True:
             self._count += 1
-            name = f"{self._prefix}{type_name}{self._count}"
+            name = f"{self._prefix}{type_members(type_name)[0]}{self._count}"
             if name not in self._taken:
                 self._taken.add(name)
                 return name

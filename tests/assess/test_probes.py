@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import QueryResult
+from capwatch.assess.engine import assess
+from capwatch.assess.observations import Transition
 from capwatch.assess.probes import (
     FAIL,
     RESAMPLE,
@@ -14,8 +19,17 @@ from capwatch.assess.probes import (
     pack,
     read_answer,
 )
-from capwatch.model.domain import Action, LiftedAtom, Outcome, Parameter
-from capwatch.model.pal import Mode, PaTuple
+from capwatch.contracts.agent_protocol import QueryRequest
+from capwatch.model.domain import (
+    Action,
+    GroundAction,
+    GroundAtom,
+    LiftedAtom,
+    Outcome,
+    Parameter,
+)
+from capwatch.model.pal import Mode, PaTuple, delta
+from capwatch.model.pddl_reader import parse_domain
 
 X = Parameter("?x", "block")
 HOLD = LiftedAtom("holding", ("?x",))
@@ -99,3 +113,48 @@ def test_read_answer_reports_before_after_and_the_failed_step() -> None:
     assert refused[1] is not None
     assert refused[1][1][PaTuple("put", HOLD)] is True
     assert x.startswith("q")
+
+
+UNION_DOMAIN = """(define (domain depots)
+  (:types crate area hoist - object store - area)
+  (:predicates (in ?x - (either store crate)) (holds ?h - hoist ?x - (either crate store)))
+  (:action lift :parameters (?h - hoist ?x - (either crate store))
+    :precondition (in ?x) :effect (and (not (in ?x)) (holds ?h ?x)))
+  (:action drop :parameters (?h - hoist ?x - (either crate store))
+    :precondition (holds ?h ?x) :effect (and (in ?x) (not (holds ?h ?x)))))
+"""
+
+
+class _Wire:
+    """An agent behind the wire's own check: every query is a ``QueryRequest`` first."""
+
+    def __init__(self, agent: SimulatedAgent) -> None:
+        self.agent = agent
+        self.queries = 0
+
+    def query(self, state: frozenset[GroundAtom], plan: Sequence[GroundAction],
+              samples: int = 1) -> list[QueryResult]:
+        QueryRequest.of(state, plan)  # raises where a name breaks wire.Name
+        self.queries += 1
+        return self.agent.query(state, plan, samples)
+
+
+def test_a_union_typed_parameter_gets_a_name_the_wire_accepts() -> None:
+    """Fresh objects were named ``q<type><n>``: ``q(either crate store)1`` for a union
+    type, which the wire's name check (no spaces nor parentheses) rejects, so an HTTP
+    agent refused every query of such an action."""
+    name = ObjectFactory(set()).new("(either crate store)")
+    assert name.startswith("qcrate")
+    QueryRequest.of({("in", name)}, [("lift", "h", name)])
+    known = parse_domain(UNION_DOMAIN)
+    lift = known.action("lift")
+    (o,) = lift.outcomes
+    truth = known.replace_action(lift.replace(outcomes=(Outcome(o.add, frozenset()),)))
+    state = frozenset({("in", "c1")})
+    stream = [Transition(state, ("lift", "h1", "c1"), frozenset({("holds", "h1", "c1"),
+                                                                   ("in", "c1")}),
+                         source="stream[0]")]
+    wire = _Wire(SimulatedAgent(truth))
+    result = assess(known, stream, wire, method="verify", budget=200)
+    assert wire.queries > 0
+    assert delta(result.domain(), truth) == 0

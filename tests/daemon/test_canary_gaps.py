@@ -27,6 +27,8 @@ import pytest
 
 from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.assess.agent import AgentQuery, QueryResult
+from capwatch.assess.canary_objects import fresh_objects
+from capwatch.contracts.agent_protocol import QueryRequest
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
 from capwatch.daemon.canary import CanaryProber
@@ -322,3 +324,11 @@ def test_a_reported_state_naming_one_object_of_a_type_still_grounds_two() -> Non
     assert {a[1] for a in setting.reported if a[0] == "at_robby"} == {"rooma"}
     for seed in range(3):
         assert run(domain, truth, "move", setting, 360, seed=seed).round is not None
+
+
+def test_fresh_names_of_a_union_type_pass_the_wire() -> None:
+    """``canary-<type>-<n>`` takes a union type's first member: ``(either crate store)``
+    spelled out would hold spaces and parentheses, which ``wire.Name`` rejects."""
+    for name in fresh_objects("(either crate store)", 2, {"canary-crate-1"}):
+        assert name.startswith("canary-crate-")
+        QueryRequest.of({("in", name)}, [("lift", "h", name)])
