@@ -36,6 +36,7 @@ from tests.daemon.test_canary_gaps import (
     dropped_literal,
     lacking,
     losses,
+    narrowings,
     no_problem,
     one_each,
     run,
@@ -57,20 +58,6 @@ def two_literal_widenings(domain: Domain) -> list[tuple[str, Domain]]:
             for j in range(i + 1, len(lits)):
                 d = dropped_literal(domain, a, lits[i])
                 out.append((a.name, dropped_literal(d, d.action(a.name), lits[j])))
-    return out
-
-
-def narrowings(domain: Domain) -> list[tuple[str, Domain]]:
-    """A precondition gained on an atom the action's effect changes: the atom it deletes
-    now required true, or the atom it adds required false."""
-    out = []
-    for a in domain.actions:
-        pre = a.pre_pos | a.pre_neg
-        for o in a.outcomes[:1]:
-            for atom in sorted(o.delete - pre):
-                out.append((a.name, domain.replace_action(a.replace(pre_pos=a.pre_pos | {atom}))))
-            for atom in sorted(o.add - pre):
-                out.append((a.name, domain.replace_action(a.replace(pre_neg=a.pre_neg | {atom}))))
     return out
 
 

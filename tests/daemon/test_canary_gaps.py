@@ -160,6 +160,20 @@ def losses(domain: Domain) -> list[tuple[str, Domain]]:
     return out
 
 
+def narrowings(domain: Domain) -> list[tuple[str, Domain]]:
+    """A precondition gained on an atom the action's effect changes: the atom it deletes
+    now required true, or the atom it adds required false."""
+    out = []
+    for a in domain.actions:
+        pre = a.pre_pos | a.pre_neg
+        for o in a.outcomes[:1]:
+            for atom in sorted(o.delete - pre):
+                out.append((a.name, domain.replace_action(a.replace(pre_pos=a.pre_pos | {atom}))))
+            for atom in sorted(o.add - pre):
+                out.append((a.name, domain.replace_action(a.replace(pre_neg=a.pre_neg | {atom}))))
+    return out
+
+
 def shared_atom_widenings(domain: Domain, setting: Setting) -> list[tuple[str, Domain]]:
     """Literals that every grounding from ``setting``'s pools puts on another literal's
     atom (the pools' first objects; the one-object setting has no other), dropped."""
@@ -332,3 +346,32 @@ def test_fresh_names_of_a_union_type_pass_the_wire() -> None:
     for name in fresh_objects("(either crate store)", 2, {"canary-crate-1"}):
         assert name.startswith("canary-crate-")
         QueryRequest.of({("in", name)}, [("lift", "h", name)])
+
+
+def _added_atom_narrowings() -> list[tuple[Path, str, Domain]]:
+    """Per domain, two narrowings that need an atom the action adds to be false."""
+    cases = []
+    for where in DOMAINS:
+        domain = read_domain(where / "domain.pddl")
+        drifts = [(a, t) for a, t in narrowings(domain)
+                  if t.action(a).pre_neg != domain.action(a).pre_neg]
+        random.Random(20).shuffle(drifts)
+        cases += [(where, a, t) for a, t in drifts[:2]]
+    return cases
+
+
+NARROWINGS = _added_atom_narrowings()
+
+
+@pytest.mark.parametrize(("where", "action", "truth"), NARROWINGS,
+                         ids=[f"{w.name}-{a}-{i}" for i, (w, a, _) in enumerate(NARROWINGS)])
+def test_a_precondition_gained_on_an_added_atom_shows_from_designed_states(
+        where: Path, action: str, truth: Domain) -> None:
+    """The agent now refuses an action where an atom it adds is already true. Only a
+    start state holding that atom shows it, and designed ones never did: their effect
+    atoms were left as the problem or the empty state had them (false) or set to the
+    value the effect changes (false again). With no problem and no state reported, only
+    designed states are at hand: session 20 found 6 of 174 such drifts there."""
+    domain = read_domain(where / "domain.pddl")
+    setting = no_problem(read_problem(where / "problem.pddl"), False)
+    assert run(domain, truth, action, setting, 360).round is not None
