@@ -83,9 +83,9 @@ def test_a_frozen_watch_decodes_its_next_state_from_the_memo(tmp_path: Path) -> 
     parsed: list[bytes] = []
     state_of = wire_fast._state
 
-    def counting(text: Any, max_atoms: int) -> Any:
+    def counting(text: Any, max_atoms: int, remember: bool = True) -> Any:
         parsed.append(bytes(text))
-        return state_of(text, max_atoms)
+        return state_of(text, max_atoms, remember)
 
     wire_fast._state = counting  # type: ignore[assignment]
     try:
