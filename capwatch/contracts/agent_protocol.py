@@ -18,11 +18,12 @@ from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import models_json_schema
 
 from capwatch.assess.agent import AgentUnavailable, QueryNotAttempted, QueryResult, State
 from capwatch.contracts.wire import AGENT_ID_PATTERN, MAX_AGENT_ID
+from capwatch.contracts.wire_text import allowed
 from capwatch.model.domain import GroundAction, GroundAtom
 
 PROTOCOL_VERSION = 1
@@ -87,8 +88,10 @@ class AgentProtocolError(AgentUnavailable):
 Name = Annotated[
     str,
     StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s()\x00-\x1f]+$"),
+    BeforeValidator(allowed),
 ]
-"""A predicate, action or object name: no whitespace, parentheses or control characters."""
+"""A predicate, action or object name: no whitespace or parentheses, nothing wire_text
+refuses (the wire's rule: an answer's atom is evidence shown to operators too)."""
 
 Atom = Annotated[list[Name], Field(min_length=1, max_length=MAX_ARITY + 1)]
 """``["on", "a", "b"]`` (a ground atom) or ``["stack", "a", "b"]`` (a ground action)."""

@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -35,6 +36,7 @@ from pydantic import (
     model_validator,
 )
 
+from capwatch.contracts.wire_text import allowed
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
 
 WIRE_VERSION = 1
@@ -42,14 +44,17 @@ WIRE_VERSION = 1
 Name = Annotated[
     str,
     StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s()\x00-\x1f]+$"),
+    BeforeValidator(allowed),
 ]
-"""A PDDL-ish name: no whitespace, parentheses or control characters."""
+"""A PDDL-ish name: no whitespace or parentheses, nothing wire_text refuses (controls,
+format characters such as bidi overrides and zero-width spaces, private use, ...)."""
 
 Identifier = Annotated[
     str,
     StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$"),
+    BeforeValidator(allowed),
 ]
-"""Family and episode ids: any printable text."""
+"""Family and episode ids: any text wire_text allows (spaces are allowed here)."""
 
 AGENT_ID_PATTERN = (r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?"
                     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)*$")

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from capwatch.contracts import wire_split
+from capwatch.contracts import wire_split, wire_text
 from capwatch.model.domain import GroundAtom
 
 MAX_ATOMS = 200_000
@@ -50,7 +50,8 @@ MAX_PIECES = 200_000
 MAX_ATOM_LENGTH = 33
 """A predicate or action name and up to 32 objects (``wire.Atom``)."""
 _NAME = re.compile(r"[^\s()\x00-\x1f]{1,256}\Z")
-"""wire.Name: 1-256 characters, no whitespace, parentheses or control characters."""
+"""wire.Name: 1-256 characters, no whitespace, parentheses or control characters (and
+nothing wire_text refuses, checked beside it)."""
 _WS = b" \t\n\r"
 """JSON's whitespace (``bytes.strip`` alone would also take \\v and \\f)."""
 _ATOM_TEXT = msgspec.json.Decoder(tuple[str, ...]).decode
@@ -194,7 +195,7 @@ full and refilled from the traffic, as wire_fast's id caches are)."""
 
 
 def _valid_name(name: str) -> bool:
-    if _NAME.match(name) is None:
+    if _NAME.match(name) is None or wire_text.fault(name) is not None:
         return False
     if len(_NAMES) >= MAX_NAMES:
         _NAMES.clear()

@@ -25,7 +25,7 @@ import msgspec
 from msgspec import UNSET
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from capwatch.contracts import wire, wire_atoms, wire_split
+from capwatch.contracts import wire, wire_atoms, wire_split, wire_text
 from capwatch.contracts.wire import (
     AGENT_ID_PATTERN,
     MAX_AGENT_ID,
@@ -178,7 +178,7 @@ def _ids(agent_id: str, family: str, episode_id: str | None) -> None:
         _remember(_VALID_AGENT_IDS, agent_id)
     for text in (family, episode_id):
         if text is not None and text not in _VALID_IDS:
-            if not _IDENTIFIER.match(text):
+            if not _IDENTIFIER.match(text) or wire_text.fault(text) is not None:
                 raise _Refused
             _remember(_VALID_IDS, text)
 

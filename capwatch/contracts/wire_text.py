@@ -1,0 +1,52 @@
+"""Which characters an id or a name on the wire may hold (docs/wire-formats.md, "Text").
+
+One rule for every family and episode id and every predicate, action and object name, in
+events and in the agent protocol's answers: no code point of Unicode general category Cc
+(controls), Cf (format: bidi overrides, zero-width spaces, BOM), Co (private use), Cs
+(surrogates), Cn (unassigned) or Zl/Zp (line and paragraph separators). Each of these is
+invisible, or shown differently by each terminal and browser, so two names that differ
+by one of them look the same in the console and in an alert's evidence, and a bidi
+override makes evidence read otherwise than it is ("Trojan Source", CVE-2021-42574).
+
+Both decoders (the pydantic schema and the fast one) call :func:`fault`, so they accept
+and refuse the same texts, with the Unicode tables of the one Python that runs them.
+Text is not NFC-normalised: a name is kept as sent (normalising would merge names a
+producer keeps apart, and silently, where refusing says why); a decomposed accent is
+allowed (its combining mark is category Mn).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Final
+
+REFUSED: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
+
+
+def fault(text: str) -> str | None:
+    """None when every character of ``text`` is allowed, else a reason naming the first
+    one that is not. Printable ASCII is answered by two string methods in C, without
+    a loop over the characters (the hot path's ids and names are ASCII)."""
+    if text.isascii() and text.isprintable():
+        return None
+    for i, char in enumerate(text):
+        category = unicodedata.category(char)
+        if category in REFUSED:
+            name = unicodedata.name(char, "")
+            described = f"U+{ord(char):04X}" + (f" {name}" if name else "")
+            return (f"character {i} is {described} (category {category}), not allowed"
+                    " in an id or name (controls, format, private-use, surrogate,"
+                    " unassigned and line/paragraph separators are refused)")
+    return None
+
+
+def allowed(value: object) -> object:
+    """A pydantic before-validator: ``value`` itself, or ValueError with :func:`fault`'s
+    reason (pydantic adds the field's location). Before, not after, the field's pattern:
+    the reason then names the code point (U+2029 is also whitespace, which a name's
+    pattern refuses with a message naming no character). Not a string: left to the type."""
+    if isinstance(value, str):
+        reason = fault(value)
+        if reason is not None:
+            raise ValueError(reason)
+    return value
