@@ -90,6 +90,10 @@ INVALID = [
     {"action": ["a\n"]}, {"action": ["x"] * 34}, {"action": "move"}, {"action": [1]},
     {"state": [[]]}, {"state": [["at", "r\u00a0"]]}, {"state": [["at", "r\u2028"]]},
     {"state": "at"}, {"state": None}, {"next_state": [["at", 2]]},
+    # format, private-use and unassigned code points (wire_text), DEL
+    {"family": "f\u202e1v"}, {"episode_id": "e\u200b"}, {"family": "f\x7f"},
+    {"state": [["at", "r\ue000"]]}, {"next_state": [["at", "r", "w2\u200b"]]},
+    {"action": ["move", "r\u2066"]}, {"action": ["move\u0378"]},
     # time
     {"time": "yesterday"}, {"time": 1700000000}, {"time": "2026-13-01T00:00:00Z"},
     {"time": "2026-01-02"}, {"time": True},
@@ -149,7 +153,8 @@ def test_key_and_size() -> None:
     assert wire_fast.decode(raw, LIMITS, size=10_000, sha256="ab") == slow
 
 
-_text = st.one_of(st.text(max_size=6), st.sampled_from(["a", "rover-1", "x.y", "at", "\n", ""]))
+_text = st.one_of(st.text(max_size=6), st.sampled_from(
+    ["a", "rover-1", "x.y", "at", "\n", "", "d1\u200b", "\u202e", "\ue000"]))
 _json = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-3, 2**64), st.floats(allow_nan=False),
               _text),
