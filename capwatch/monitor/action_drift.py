@@ -25,7 +25,11 @@ from capwatch.monitor.drift_evidence import (
     planned_samples,
     with_probabilities,
 )
-from capwatch.monitor.sequential import DEFAULT_LOGIT_SHIFTS, SequentialDetector
+from capwatch.monitor.sequential import (
+    DEFAULT_LOGIT_SHIFTS,
+    SequentialDetector,
+    packed_detector_end,
+)
 from capwatch.monitor.stats import (
     GofResult,
     IntervalMethod,
@@ -34,7 +38,7 @@ from capwatch.monitor.stats import (
     multinomial_mle,
     tvd_interval,
 )
-from capwatch.monitor.tables import OutcomeWindow, WindowKind
+from capwatch.monitor.tables import OutcomeWindow, WindowKind, packed_window_end
 
 _CONFIRM = struct.Struct("<qq")
 
@@ -238,6 +242,19 @@ class ActionMonitor:
         if mon.detector is not None:
             at = mon.detector.unpack(data, at)
         return mon, at
+
+    @staticmethod
+    def packed_extent(action: Action, config: DriftConfig, data: bytes | memoryview,
+                      at: int = 0) -> tuple[int, int]:
+        """Where the bytes :meth:`pack` made for a table of ``action`` and ``config`` from
+        ``at`` end, and its window's ``seen``, without building the table (:meth:`unpack`
+        builds a window and a detector: ~60,000 instructions, compiled)."""
+        k = len(action.outcomes)
+        end, seen = packed_window_end(k, data, at + _CONFIRM.size + 8 * k)
+        if k >= 2:  # a detector follows (_setup)
+            end = packed_detector_end([o.probability for o in action.outcomes],
+                                      config.shifts, data, end)
+        return end, seen
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue exactly where ``export_state`` left off; raises ValueError (and

@@ -136,6 +136,18 @@ def threshold_for_rate(false_alarm_rate: float) -> float:
     return -math.log(false_alarm_rate)
 
 
+def packed_detector_end(probabilities: Sequence[float], shifts: Sequence[float],
+                        data: bytes | memoryview, at: int = 0) -> int:
+    """Where the bytes ``SequentialDetector.pack`` made (for these probabilities and
+    shifts) from ``at`` end, read from its header without building the detector."""
+    rest = _PACK_HEAD.unpack_from(data, at)[2]
+    at += _PACK_HEAD.size
+    if rest:
+        return at
+    tables = _detector_tables(tuple(float(v) for v in probabilities), tuple(shifts))
+    return at + 24 * len(tables[1])
+
+
 @functools.lru_cache(maxsize=4096)
 def _detector_tables(probabilities: tuple[float, ...], shifts: tuple[float, ...]
                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray,

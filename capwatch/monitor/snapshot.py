@@ -42,7 +42,8 @@ import numpy as np
 import numpy.typing as npt
 
 from capwatch.model.domain import Action
-from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor, thaw_tables
+from capwatch.monitor.compact_bytes import decompress
+from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor
 
 FORMAT = "capwatch.drift-state"
 VERSION = 1
@@ -196,7 +197,8 @@ _ENCODED: dict[tuple[int, int, bytes], tuple[Action, DriftConfig, dict[str, Any]
 
 
 def _encoded(mon: ActionMonitor) -> dict[str, Any]:
-    """``encode_action_state(mon.export_state())``, made once for tables that pack to the
+    """``encode_action_state`` of the table's exported state, kept by the table's packed
+    bytes: a table is wholly described by its action, its settings and those bytes (the
     same bytes (``ActionMonitor.pack`` holds every field, exactly) for the same action
     and settings: a checkpoint snapshots every agent whose tables changed, and agents
     admitted since the last one mostly ran an action or two once, to the same tables
@@ -207,12 +209,20 @@ def _encoded(mon: ActionMonitor) -> dict[str, Any]:
     their bytes are long to hash and to keep."""
     if mon.window.seen > _SMALL_WINDOW:
         return encode_action_state(mon.export_state(values_array=True))
-    raw = mon.pack()
-    action, config = mon.action, mon.config
+    return _encoded_packed(mon.action, mon.config, mon.pack(), mon)
+
+
+def _encoded_packed(action: Action, config: DriftConfig, raw: bytes,
+                    mon: ActionMonitor | None) -> dict[str, Any]:
+    """:func:`_encoded` of the table ``raw`` (its ``ActionMonitor.pack``) describes: the
+    table itself (``mon``), or None to have it unpacked from ``raw`` only when its
+    encoding is not kept already."""
     key = (id(action), id(config), raw)
     hit = _ENCODED.get(key)
     if hit is not None and hit[0] is action and hit[1] is config:
         return dict(hit[2])
+    if mon is None:
+        mon = ActionMonitor.unpack(action, config, raw)[0]
     encoded = encode_action_state(mon.export_state(values_array=True))
     if len(_ENCODED) >= ENCODED_KEPT:
         del _ENCODED[next(iter(_ENCODED))]  # the oldest
@@ -235,8 +245,31 @@ def snapshot_frozen(frozen: tuple[bytes, list[tuple[Action, DriftConfig]]],
     in the gaps it leaves. The caches below are shared with :func:`snapshot_agent`: the
     daemon never runs both at once (whatever snapshots on the main loop first waits for
     the writer's snapshots and write: ``Checkpointer.await_writes``)."""
-    tables = thaw_tables(*frozen)
-    return _snapshot(sorted(((m.action.name, m) for m in tables), key=lambda t: t[0]), model)
+    # Each table's bytes in the blob are its ActionMonitor.pack, the key of the encodings
+    # kept (_encoded): they are found from the tables' headers, and a table is unpacked
+    # (~60,000 instructions, compiled) only to be encoded, when its encoding is not kept
+    # or its window is past _SMALL_WINDOW. thaw_tables unpacked every table, and _encoded
+    # packed each again for its key (~20,000 more).
+    blob, specs = frozen
+    data = decompress(memoryview(blob)[1:]) if blob[0] else memoryview(blob)[1:]
+    tables: list[tuple[str, dict[str, Any]]] = []
+    at = 0
+    for action, config in specs:
+        end, seen = ActionMonitor.packed_extent(action, config, data, at)
+        if seen > _SMALL_WINDOW:
+            mon = ActionMonitor.unpack(action, config, data, at)[0]
+            encoded = encode_action_state(mon.export_state(values_array=True))
+        else:
+            encoded = _encoded_packed(action, config, bytes(data[at:end]), None)
+        tables.append((action.name, encoded))
+        at = end
+    tables.sort(key=lambda t: t[0])
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": dict(model) if model is not None else None,
+        "actions": dict(tables),
+    }
 
 
 def _snapshot(tables: list[tuple[str, ActionMonitor]],

@@ -38,6 +38,19 @@ agents of a large fleet run an action far fewer times than the window holds."""
 _PACK_HEAD = struct.Struct("<qq?")
 
 
+def _index_dtype(k: int) -> type[np.signedinteger[Any]]:
+    return np.int8 if k < 127 else np.int16 if k < 32767 else np.int64
+
+
+def packed_window_end(k: int, data: bytes | memoryview, at: int = 0) -> tuple[int, int]:
+    """Where the bytes ``OutcomeWindow.pack`` made (for ``k`` outcomes) from ``at`` end,
+    and the window's ``seen``, read from its header without building the window."""
+    seen, room, has_completed = _PACK_HEAD.unpack_from(data, at)
+    item = np.dtype(_index_dtype(k)).itemsize
+    return (_PACK_HEAD.size + at + min(seen, room) * item
+            + 8 * (k + 1) * (3 if has_completed else 2), seen)
+
+
 class OutcomeWindow:
     """The last ``size`` executions of an action, as outcome indices.
 
@@ -60,8 +73,7 @@ class OutcomeWindow:
         self.kind: WindowKind = kind
         # The narrowest type that holds an outcome index: the buffer is the biggest part
         # of an agent's drift state (8 KB per action at the default window in int64).
-        self._buffer = _empty(min(size, _FIRST_ROOM),
-                              np.int8 if k < 127 else np.int16 if k < 32767 else np.int64)
+        self._buffer = _empty(min(size, _FIRST_ROOM), _index_dtype(k))
         # Plain lists: adding to one element of a numpy array costs ~0.25 µs, three of
         # them at every execution of a probabilistic action. Last slot: ambiguous ones.
         self._counts = [0] * (k + 1)

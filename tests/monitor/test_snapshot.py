@@ -298,3 +298,42 @@ def test_frozen_tables_snapshot_as_they_were_when_taken(
             assert snapshot_agent(drift, agent, {"v": n}) != expected
             assert snapshot_frozen(frozen, {"v": n}) == expected
     assert snapshot_frozen(drift.frozen("nobody")) == snapshot_agent(drift, "nobody")
+
+
+def test_frozen_tables_snapshot_and_restore_exactly_without_kept_encodings(
+        tireworld: Domain, move_car: Action) -> None:
+    """snapshot_frozen finds each table's bytes in the frozen blob from their headers and
+    unpacks a table only when its encoding is not kept: with nothing kept (a cold cache),
+    the snapshot is still snapshot_agent's, the extent found is the table's own pack, and
+    the snapshot restores tables that continue exactly like the originals."""
+    from capwatch.monitor import snapshot as snapshot_module
+
+    change = tireworld.action("changetire")
+    config = DriftConfig(window=300, min_samples=50)
+    fresh = ActionMonitor(move_car, config)  # a detector at rest: its header alone
+    assert ActionMonitor.packed_extent(move_car, config, fresh.pack()) == (len(fresh.pack()), 0)
+    drift = DriftMonitor(config)
+    xs = _stream(11, [0.6, 0.4], [0.2, 0.8], 150, 400)
+    for n, steps in enumerate([1, 5, 70, 350]):
+        for packed in (False, True):
+            agent = f"a{n}-{packed}"
+            for x in xs[:steps]:
+                drift.observe(agent, move_car, x)
+            drift.observe(agent, change, 0)
+            for mon in drift.tables(agent).values():
+                raw = mon.pack()
+                assert ActionMonitor.packed_extent(mon.action, config, b"xy" + raw, 2) \
+                    == (2 + len(raw), mon.window.seen)
+            if packed:
+                assert drift.pack(agent)
+            frozen = drift.frozen(agent)
+            snapshot_module._ENCODED.clear()
+            snap = snapshot_frozen(frozen, {"v": n})
+            assert snap == snapshot_agent(drift, agent, {"v": n})
+            restored = DriftMonitor(config)
+            actions = {a.name: a for a in (move_car, change)}
+            assert restore_agent(restored, agent, actions, json.loads(json.dumps(snap))) == {}
+            for x in xs[steps:steps + 200]:
+                assert (restored.observe(agent, move_car, x) is None) \
+                    == (drift.observe(agent, move_car, x) is None)
+            assert restored.agent_states(agent) == drift.agent_states(agent)
