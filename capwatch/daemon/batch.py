@@ -104,10 +104,6 @@ class Batches:
         tally = self._tally
         start = self.processed
         done = 0
-        counted = self.checkpoints.counted
-        # A record the store's activity counted before (a replay after a crash or a
-        # rebalance): its watch and the watch's counts before it, settled at the next.
-        replayed: tuple[AgentWatch, int, int] | None = None
         try:
             # The key is the agent id (the decoder checks it): agents seen for the first
             # time are looked up in the store together, not one query each.
@@ -116,17 +112,12 @@ class Batches:
                                          for k in {r.key for r in records} if k is not None)
             self.checkpoints.prefetch_drift(new)
             for record in records:
-                if replayed is not None:
-                    _counted_already(replayed)
-                    replayed = None
                 slot[RECORD] = record
                 slot[TRANSITION] = None
                 try:
                     got = read(record)
                     if got is not None:
                         watch, transitions = got
-                        if counted and record.offset < counted.get(record.partition, -1):
-                            replayed = (watch, watch.transitions, watch.inconsistent)
                         if len(transitions) == 1:
                             # The monitor checks the vocabulary before it changes anything,
                             # so a single transition needs no separate pass (Intake checks
@@ -178,8 +169,6 @@ class Batches:
                         record, f"internal error: {error_text(e)}", "internal")
                 done += 1
         finally:
-            if replayed is not None:
-                _counted_already(replayed)
             slot[RECORD] = slot[TRANSITION] = None
             self.processed = start + done
             self.registry.end_prefetch()
@@ -288,11 +277,3 @@ class Batches:
             if tested:
                 tests.child(family, name, "sequential").inc(n)
         tally.clear()
-
-
-def _counted_already(replayed: tuple[AgentWatch, int, int]) -> None:
-    """What a replayed record added to its watch's counts is in the store's activity
-    already: the next save adds only what is new."""
-    watch, transitions, inconsistent = replayed
-    watch.saved_transitions += watch.transitions - transitions
-    watch.saved_inconsistent += watch.inconsistent - inconsistent

@@ -18,9 +18,7 @@ A crash between the two replays from the previous commit: the rule holds as befo
 
 Drift tables are soft state saved alongside: each snapshot carries the position it
 reflects and is written before the offsets, so a committed offset is never past a
-snapshot's position and a replay can skip exactly the records the snapshot counted (the
-activity rows likewise carry, in their own transaction, the positions they count up to:
-:meth:`Checkpointer.load_counted`). The
+snapshot's position and a replay can skip exactly the records the snapshot counted. The
 scheduled checkpoint takes the snapshots and the activity rows on the main loop (the
 tables change there) and writes them in the flush's thread, before the flush: at load the
 write took 0.04-0.77 s (p99) of the main loop's time (docs/performance.md, "Alert
@@ -76,9 +74,6 @@ does not answer held every partition of the group for as long (unbounded before 
 16). Three of the publisher's 10 s flush timeouts: a flush still running after that waits
 on a broker or store that is not answering. The partitions are then given up without a
 commit (never committed early): their next owner replays them from their last commit."""
-COUNTED_SUFFIX = "#activity"
-"""Appended to the consumer group's name: the store's consumer offsets under that name are
-the positions up to which its activity counts the records, not commits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,11 +311,6 @@ class Checkpointer:
         read back at their next record."""
         self.evictions = 0
         self.restores = 0
-        self.counted: dict[int, int] = {}
-        """Per newly assigned partition, the offset below which the store's activity
-        counts every record already (saved with it, :meth:`_counted_positions`): a
-        replayed record below it is not counted again (``BatchHandler``). Emptied as the
-        partitions' positions pass it, so most batches never look."""
 
     # ------------------------------------------------------------------ positions
 
@@ -328,9 +318,6 @@ class Checkpointer:
         """Every effect of the record at ``offset`` is applied (or buffered)."""
         if offset >= self._next.get(partition, 0):
             self._next[partition] = offset + 1
-        counted = self.counted
-        if counted and offset + 1 >= counted.get(partition, 0):
-            counted.pop(partition, None)
 
     def resume_offsets(self) -> dict[int, int]:
         """The committed positions in the store, for sources that keep none themselves."""
@@ -414,18 +401,17 @@ class Checkpointer:
         now = self.clock()
         mark = self._activity_mark
         rows = self._activity_rows(None)
-        counted = self._counted_positions(None)
         offsets = self._changed(self.commit_offsets())
         if snaps or rows or offsets:
             self._pending = PendingCommit(
                 offsets, self.publisher,
-                (lambda: self._write(snaps, rows, counted, now)) if snaps or rows else None,
-                snaps, rows, mark)
+                (lambda: self._write(snaps, rows, now)) if snaps or rows else None, snaps, rows,
+                mark)
             self._writer.submit(self._pending)
         return moved
 
     def _write(self, snaps: Sequence[TakenSnapshot], rows: Sequence[AgentActivity],
-               counted: dict[tuple[str, int], int], now: datetime) -> None:
+               now: datetime) -> None:
         """The background checkpoint's store writes (its thread): the snapshots before the
         offsets, as on the main loop."""
         if snaps:
@@ -433,7 +419,7 @@ class Checkpointer:
             self.store.save_drift_snapshots(self.group, [s.snapshot(source, now)
                                                          for s in snaps])
         if rows and self._activity_store is not None:
-            self._activity_store.save_activity(rows, (self.group + COUNTED_SUFFIX, counted))
+            self._activity_store.save_activity(rows)
 
     def await_writes(self) -> None:
         """Wait for a background checkpoint's store writes (not its flush); if they failed,
@@ -528,26 +514,8 @@ class Checkpointer:
         skipped."""
         rows = self._activity_rows(partitions)
         if rows and self._activity_store is not None:
-            self._activity_store.save_activity(
-                rows, (self.group + COUNTED_SUFFIX, self._counted_positions(partitions)))
+            self._activity_store.save_activity(rows)
         return len(rows)
-
-    def _counted_positions(self, partitions: set[int] | None) -> dict[tuple[str, int], int]:
-        """Taken with :meth:`_activity_rows`: the positions up to which its rows count
-        every handled record. Saved with them (one transaction), they tell a replay after
-        a crash or a rebalance which records the store counted already: the commit waits
-        for buffered evidence, so the records replayed from it were counted before
-        (oper20: agents awaiting an assessment had 15 transitions more than records)."""
-        topic = self.source.name
-        return {(topic, p): o for p, o in self._next.items()
-                if partitions is None or p in partitions}
-
-    def load_counted(self, partitions: set[int]) -> None:
-        """Newly assigned ``partitions``: where the store's activity counts them up to."""
-        topic = self.source.name
-        for (t, p), o in self.store.load_offsets(self.group + COUNTED_SUFFIX).items():
-            if t == topic and p in partitions and o > self._next.get(p, 0):
-                self.counted[p] = o
 
     def _activity_rows(self, partitions: set[int] | None) -> list[AgentActivity]:
         """What agents did since the last save, marked saved (put back by
@@ -762,7 +730,6 @@ class Checkpointer:
         for p in partitions:
             self._next.pop(p, None)
             self._committed.pop(p, None)
-            self.counted.pop(p, None)
             if self._pending is not None:
                 self._pending.offsets.pop(p, None)
         self._drift_partitions -= partitions

@@ -476,7 +476,6 @@ class Pipeline:
         self.health.holding(self.assigned)
         try:
             self.checkpoints.load_drift_state(partitions)
-            self.checkpoints.load_counted(partitions)
             # Work the partitions' previous owner queued is awaited, not queued again.
             self.registry.park_queued(self.store)
         except INFRASTRUCTURE_ERRORS:

@@ -19,7 +19,7 @@ Every action is idempotent by its key: a retried request returns the stored acti
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -118,13 +118,8 @@ class ActionStore(ModelStore, Protocol):
         drift state, queued work or operator actions."""
         ...
 
-    def save_activity(self, rows: Sequence[AgentActivity],
-                      counted: tuple[str, Mapping[tuple[str, int], int]] | None = None
-                      ) -> None:
-        """Add each row's counts to the agent's and move its last-seen time forward;
-        ``counted``: (consumer group, (topic, partition) → next offset), the positions
-        up to which the rows count the records, saved as consumer offsets in the same
-        transaction (a replay skips counting what they counted)."""
+    def save_activity(self, rows: Sequence[AgentActivity]) -> None:
+        """Add each row's counts to the agent's and move its last-seen time forward."""
         ...
 
     def activity(self, family: str | None = None) -> list[AgentActivity]: ...
@@ -240,9 +235,7 @@ class ActionsSql(SqlBase):
                 "UNION SELECT family, agent_id FROM operator_actions WHERE agent_id <> ''")
         return sorted((str(r[0]), str(r[1])) for r in rows)
 
-    def save_activity(self, rows: Sequence[AgentActivity],
-                      counted: tuple[str, Mapping[tuple[str, int], int]] | None = None
-                      ) -> None:
+    def save_activity(self, rows: Sequence[AgentActivity]) -> None:
         stamps: dict[datetime, Any] = {}  # a checkpoint's rows share one time
         params = []
         for a in sorted(rows, key=lambda a: (a.family, a.agent_id)):
@@ -261,16 +254,6 @@ class ActionsSql(SqlBase):
                 "last_seen = CASE WHEN excluded.last_seen > agent_activity.last_seen "
                 "THEN excluded.last_seen ELSE agent_activity.last_seen END, "
                 "replica = excluded.replica", params)
-            if counted is not None and rows:
-                group, positions = counted
-                at = self._ts_in(as_utc(max(a.last_seen for a in rows)))
-                tx.run_many(
-                    "INSERT INTO consumer_offsets (consumer_group, topic, kafka_partition, "
-                    "next_offset, updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
-                    "(consumer_group, topic, kafka_partition) DO UPDATE SET "
-                    "next_offset = excluded.next_offset, updated_at = excluded.updated_at",
-                    [(group, topic, partition, offset, at)
-                     for (topic, partition), offset in sorted(positions.items())])
 
     def activity(self, family: str | None = None) -> list[AgentActivity]:
         sql = ("SELECT family, agent_id, transitions, inconsistent, last_seen, replica "
