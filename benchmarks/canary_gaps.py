@@ -90,7 +90,7 @@ def main() -> None:
                     help="hand each finding (first seed) to the assessor")
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default="")
-    ap.add_argument("--kinds", default="widening,loss,two literals,shared")
+    ap.add_argument("--kinds", default="widening,loss,two literals,shared-atom")
     ap.add_argument("--no-honest", action="store_true")
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -131,7 +131,7 @@ def main() -> None:
                                   f"{same_model(model, truth)} {q}", file=sys.stderr,
                                   flush=True)
         shared = one_each(domain, problem)
-        drifts = shared_atom_widenings(domain, shared) if "shared" in args.kinds else []
+        drifts = shared_atom_widenings(domain, shared) if "shared-atom" in args.kinds else []
         random.Random(20).shuffle(drifts)
         for action, truth in drifts[:args.per_domain]:
             for seed in range(args.seeds):
