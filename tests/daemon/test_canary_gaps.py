@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,6 +45,7 @@ from capwatch.model.domain import (
     Problem,
 )
 from capwatch.model.pddl_reader import read_domain, read_problem
+from tests.daemon.test_canary_widening import Watch
 from tests.paths import DATA, IPC
 
 DOMAINS = [IPC / "ferry", IPC / "parking", IPC / "transport", IPC / "hiking",
@@ -73,22 +74,6 @@ class Counting:
               samples: int = 1) -> list[QueryResult]:
         self.queries += 1
         return self.sim.query(state, plan, samples)
-
-
-@dataclass
-class Watch:
-    """What the prober reads of an agent's watch."""
-
-    domain: Domain
-    family: str
-    now: list[float]
-    agent_id: str = "a-1"
-    awaiting: None = None
-    last_state: frozenset[GroundAtom] = frozenset()
-    last_executed: dict[str, float] = field(default_factory=dict)
-
-    def clock(self) -> float:
-        return self.now[0]
 
 
 @dataclass(frozen=True)
