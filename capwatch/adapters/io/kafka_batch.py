@@ -1,4 +1,5 @@
-"""One uncompressed v2 record batch read into capwatch's :class:`Record`s: the per-record
+"""One v2 record batch (uncompressed, or a compressed one's records once decompressed)
+read into capwatch's :class:`Record`s: the per-record
 loop of :mod:`capwatch.adapters.io.kafka_records`, apart from its subclass of
 kafka-python's reader so that mypyc compiles it (capwatch/native.py): no class of
 kafka-python's here, only its error type, called at run time.
@@ -41,10 +42,19 @@ def _varint(buffer: bytes, pos: int) -> tuple[int, int]:
 
 
 def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
-               first_timestamp: int, log_append_time: int | None, count: int) -> list[Record]:
-    """The ``count`` records of an uncompressed v2 batch whose bytes (header included) are
-    ``buffer``. ``log_append_time``: the batch's max timestamp when the broker stamps the
-    records (every record then has it), else None (each has first_timestamp + its delta).
+               first_timestamp: int, log_append_time: int | None, count: int,
+               start: int = HEADER_SIZE) -> list[Record]:
+    """The ``count`` records of a v2 batch from ``start`` to the end of ``buffer``: an
+    uncompressed batch's bytes, header included (``start`` the header's size), or a
+    compressed batch's records decompressed (``start`` 0). ``log_append_time``: the
+    batch's max timestamp when the broker stamps the records (every record then has it),
+    else None (each has first_timestamp + its delta).
+
+    A record's attributes are one byte (int8), as the protocol's spec and the Java client
+    read them, whatever its value (unused so far, 0 as producers write it); kafka-python
+    reads them as a varint, so that a byte of 0x80 or more took the next byte with it and
+    shifted the rest of the record (read as corrupt, or as other fields). Both the
+    compressed and the uncompressed batches are read here, so they agree.
 
     Raises CorruptRecordError where kafka-python's reader would (a record whose fields do
     not fill its length, bytes left after the last record, a negative header count or
@@ -55,7 +65,7 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
     position stays before the batch, and the batch is fetched again at the next poll
     (:class:`RecordsIntoRecords` ``take``), which raises again while it stays corrupt."""
     out: list[Record] = []
-    pos = HEADER_SIZE
+    pos = start
     try:
         # Each varint's one-byte case is written out in place, not called: this loop runs
         # once a record on the poll's thread, and a call a field (five of them) was most of
@@ -69,7 +79,7 @@ def read_batch(buffer: bytes, topic: str, partition: int, base_offset: int,
             else:
                 length, pos = _varint(buffer, pos)
             end = pos + length
-            pos += 1  # attributes: unused in v2
+            pos += 1  # attributes: an int8, unused in v2 (see the docstring)
             b = buffer[pos]
             if b < 0x80:
                 delta = (b >> 1) ^ -(b & 1)

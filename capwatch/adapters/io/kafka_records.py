@@ -13,12 +13,15 @@ the daemon's main loop (docs/performance.md, "kafka-python in one process").
 batches yield ``Record``s directly. What kafka-python decides per batch is kept as it is:
 the batch CRC (``check_crcs``), control batches skipped, a leader epoch noted, the
 position after the last batch (a compacted batch's end), the metrics' counts (bytes by
-batch). ``read_committed`` and deserializers keep kafka-python's whole reader. An
-uncompressed batch of the v2 format (what producers write unless told to compress) is read
-by :func:`read_batch`: one ``bytes`` of the batch, varints of one byte read inline, the key
-and value sliced once. Anything else (a compressed batch, the old message formats,
-``read_committed``, deserializers) is read by kafka-python's own code and converted, so it
-behaves exactly as before.
+batch). ``read_committed`` and deserializers keep kafka-python's whole reader. A batch of the v2
+format is read by :func:`read_batch`: one ``bytes`` of the batch (a compressed one's
+records once kafka-python decompressed them), varints of one byte read inline, the key
+and value sliced once. Compressed batches go there too so that both kinds read a record
+alike: kafka-python's own reader takes a record's attributes (an int8 in the protocol) for
+a varint, so a byte of 0x80 or more read differently compressed and uncompressed (a fuzz
+found it; :func:`read_batch` reads one byte, as the spec and the Java client do). The old
+message formats, ``read_committed`` and deserializers are read by kafka-python's own code
+and converted, so they behave exactly as before.
 
 The position rule is kafka-python's: the reader's ``next_fetch_offset`` is the offset
 after the last record handed out, set before each record is yielded (``poll()`` may stop
@@ -37,16 +40,17 @@ from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
 from kafka.record.default_records import DefaultRecordBatch
 
-from capwatch.adapters.io.kafka_batch import read_batch
+from capwatch.adapters.io.kafka_batch import HEADER_SIZE, read_batch
 from capwatch.contracts.ports import Record
 
 __all__ = ["RecordsIntoRecords", "install", "read_batch"]
 
 WRITTEN_FOR = ("3.0.",)
 """The kafka-python releases whose ``Fetcher.PartitionRecords`` this reader mirrors (its
-``_unpack_records``, the batch's ``_buffer``, ``next_fetch_offset``, ``drain``) and was
-checked against record for record (tests/adapters/test_kafka_records.py, the broker's
-batches in tests/integration/test_kafka_records_broker.py). The dependency allows any
+``_unpack_records``, the batch's ``_buffer`` and ``_maybe_uncompress``,
+``next_fetch_offset``, ``drain``) and was checked against record for record
+(tests/adapters/test_kafka_records.py, the broker's batches in
+tests/integration/test_kafka_records_broker.py). The dependency allows any
 3.x; over another release the consumer keeps kafka-python's own reader (:func:`install`):
 slower, but a change there can neither move a position nor fail a poll."""
 
@@ -122,21 +126,17 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
                 self.next_fetch_offset = batch.next_offset
                 batch = records.next_batch()
                 continue
-            if batch.attributes & _CODEC_MASK == 0:
-                read = read_batch(
-                    bytes(batch._buffer), topic, partition, batch.base_offset,
-                    batch.first_timestamp,
-                    batch.max_timestamp if batch.timestamp_type == _LOG_APPEND_TIME else None,
-                    batch.records_count)
-                self.records_read += len(read)
-                self.bytes_read += batch.size_in_bytes
-            else:
-                read = [Record(topic, partition, m.offset, m.key,
-                               m.value if m.value is not None else b"",
-                               m.timestamp / 1000 if m.timestamp >= 0 else None)
-                        for m in batch]
-                self.records_read += len(read)
-                self.bytes_read += batch.size_in_bytes
+            start = HEADER_SIZE
+            if batch.attributes & _CODEC_MASK:
+                batch._maybe_uncompress()  # its records alone, from 0, in batch._buffer
+                start = 0
+            read = read_batch(
+                bytes(batch._buffer), topic, partition, batch.base_offset,
+                batch.first_timestamp,
+                batch.max_timestamp if batch.timestamp_type == _LOG_APPEND_TIME else None,
+                batch.records_count, start)
+            self.records_read += len(read)
+            self.bytes_read += batch.size_in_bytes
             for r in read:
                 self.next_fetch_offset = r.offset + 1
                 yield r
