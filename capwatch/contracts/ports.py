@@ -129,6 +129,23 @@ class CommitsInBackground(Protocol):
         ...
 
 
+@runtime_checkable
+class SkipsRecordless(Protocol):
+    """A source that reads past offsets holding no record to hand out (Kafka: a
+    transaction's commit or abort marker, offsets a compacted batch kept past its last
+    record) and says where, so that a commit can pass them: committed at the last record's
+    next offset, a stream ending with a transaction's marker stayed one offset behind its
+    end in the group's committed offsets for good (the broker's group tools reported a
+    lag of 1 with everything handled)."""
+
+    def recordless(self) -> dict[int, tuple[int, int]]:
+        """Per partition, offsets ``[start, end)`` known to hold no record to hand out
+        (the latest such range read, after the last record handed out at the time): a
+        caller that has handled every record before any offset in it may commit
+        ``end``."""
+        ...
+
+
 class Publisher(Protocol):
     """Where model versions, alerts and dead letters leave the process."""
 

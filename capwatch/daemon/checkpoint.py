@@ -49,7 +49,13 @@ from typing import Any
 
 import structlog
 
-from capwatch.contracts.ports import CommitsInBackground, DeliveryError, Publisher, Source
+from capwatch.contracts.ports import (
+    CommitsInBackground,
+    DeliveryError,
+    Publisher,
+    SkipsRecordless,
+    Source,
+)
 from capwatch.contracts.store import Checkpoints, DriftSnapshot, WorkQueue
 from capwatch.contracts.versions import ModelRef
 from capwatch.daemon.agent_watch import AgentWatch
@@ -333,10 +339,16 @@ class Checkpointer:
             first = watch.first_buffered_offset()
             if first is not None:
                 held[watch.partition] = min(held.get(watch.partition, first), first)
+        # Past offsets that hold no record (a transaction's marker after the last record):
+        # every record before them handled, so nothing they stand for is left behind.
+        skips = self.source.recordless() if isinstance(self.source, SkipsRecordless) else {}
         offsets = {}
         for p, nxt in self._next.items():
             if partitions is not None and p not in partitions:
                 continue
+            skip = skips.get(p)
+            if skip is not None and skip[0] <= nxt < skip[1]:
+                nxt = skip[1]
             offsets[p] = min(nxt, held.get(p, nxt))
         return offsets
 
