@@ -280,10 +280,54 @@ def test_the_child_waits_longer_after_each_failed_poll_and_polls_at_once_after_o
                 raise outcome
             return []
 
+        def backed_off(self, error: BaseException) -> bool:
+            return False
+
     child._start = lambda: Failing()  # type: ignore[method-assign,assignment,return-value]
     child._pause = pauses.append  # type: ignore[method-assign,assignment]
     child._send = lambda message: None  # type: ignore[method-assign]
     child._run()
     assert pauses == [0.5, 1.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+    child.conn.close()
+    daemon.close()
+
+
+def test_a_partitions_own_failure_is_backed_off_by_the_source_not_the_whole_child() -> None:
+    # One partition's batch corrupt in the log fails every fetch of it while the others
+    # deliver: the child's own wait, reset by each poll that worked, stayed at 0.5 s and
+    # the partition was fetched again twice a second for good. The source pauses that
+    # partition alone (kafka_backoff, against the broker in test_kafka_records_broker);
+    # the child polls the others on at once, and still waits after a failure that is no
+    # partition's.
+    ours, theirs = socket.socketpair()
+    daemon = Connection(ours.detach())
+    daemon.send_bytes(pickle.dumps(("b", "t", "g", {}, None)))
+    child = kp._Child(Connection(theirs.detach()))
+    own = [KafkaConnectionError(f"p{i}") for i in range(4)]
+    outcomes = iter([own[0], "worked", own[1], "worked", own[2], own[3],
+                     KafkaConnectionError("whole"), "worked"])
+    pauses: list[float] = []
+    sent: list[bytes] = []
+
+    class Failing:
+        def poll(self, timeout_s: float) -> list[Record]:
+            outcome = next(outcomes, None)
+            if outcome is None:
+                child.closing = True
+                return []
+            if isinstance(outcome, Exception):
+                raise outcome
+            return []
+
+        def backed_off(self, error: BaseException) -> bool:
+            return any(error is e for e in own)
+
+    child._start = lambda: Failing()  # type: ignore[method-assign,assignment,return-value]
+    child._pause = pauses.append  # type: ignore[method-assign,assignment]
+    child._send = sent.append  # type: ignore[method-assign,assignment]
+    child._run()
+    assert pauses == [0.5]
+    # Every failure still reaches the daemon.
+    assert sum(m[:1] == kp._FAILED for m in sent) == 5
     child.conn.close()
     daemon.close()

@@ -375,3 +375,36 @@ def test_a_records_attributes_are_one_byte_compressed_or_not(attributes: int) ->
         except CorruptRecordError:
             theirs = []
         assert theirs != expected
+
+
+def test_the_reader_notes_the_offsets_it_reads_past_without_a_record() -> None:
+    # A transaction's markers after the records, then a compacted batch whose last offset
+    # outlives its records: the source may commit past them once the records before
+    # them are handled (the checkpoint: tests/daemon/test_recordless_commit.py).
+    from capwatch.adapters.io.kafka_records import ReadNotes
+
+    marker = _kept_last_offset(batch(5, mixed()[:1]), 0, control=True)
+    second = _kept_last_offset(batch(6, mixed()[:1]), 0, control=True)
+    blob = batch(0, mixed()[:5]) + marker + second
+    notes = ReadNotes()
+    cls = type("Noted", (RecordsIntoRecords,), {"notes": notes})
+    part = cls(0, TP, MemoryRecords(blob))
+    assert [r.offset for r in part.take(5)] == [0, 1, 2, 3, 4]
+    assert notes.recordless == {}  # not read past yet
+    assert part.take(5) == [] and not part
+    assert notes.recordless == {2: (5, 7)} and part.next_fetch_offset == 7
+    # Compaction kept offsets 12-14 past the batch's last record (11): read past too.
+    notes = ReadNotes()
+    cls = type("Noted", (RecordsIntoRecords,), {"notes": notes})
+    part = cls(10, TP, MemoryRecords(_kept_last_offset(batch(10, mixed()[:2]), 4)))
+    assert [r.offset for r in part.take(500)] == [10, 11] and not part
+    assert notes.recordless == {2: (12, 15)}
+    notes.forget({2})
+    assert notes.recordless == {}
+    # A take's failure is noted as the partition's: the very object the poll raises.
+    blob = bytearray(batch(0, mixed()[:3]))
+    blob[-1] ^= 0xFF
+    part = cls(0, TP, MemoryRecords(bytes(blob)))
+    with pytest.raises(CorruptRecordError) as raised:
+        part.take(500)
+    assert notes.faults[2] is raised.value

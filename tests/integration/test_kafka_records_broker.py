@@ -5,7 +5,11 @@ with headers, null keys and values), in one process and in the consumer process.
 
 from __future__ import annotations
 
+import itertools
+import struct
+import time
 import uuid
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
@@ -94,7 +98,7 @@ def test_every_kind_of_batch_reads_as_kafka_pythons_own_reader(
         if isinstance(source, KafkaSource):
             consumer = source._consumer
             assert consumer is not None and \
-                consumer._fetcher.PartitionRecords is RecordsIntoRecords
+                issubclass(consumer._fetcher.PartitionRecords, RecordsIntoRecords)
         def more() -> bool:
             got.extend(source.poll(0.2))
             return len(got) >= 70
@@ -154,5 +158,89 @@ def test_a_batch_corrupt_on_the_wire_once_is_fetched_again_and_read(
         wait(more, 60, "the records after the damaged fetch")
         assert damaged == [0] and len(failures) == 1
         assert [r.offset for r in got] == list(range(30))
+    finally:
+        source.close()
+
+
+def write_poisoned(bootstrap: str, topic: str, partition: int, count: int,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``count`` records on ``partition`` in one batch whose header key is not UTF-8: the
+    broker takes it (Java reads the key with replacement characters) and kafka-python's
+    reader refuses it at every fetch, a batch corrupt in the log."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+    from kafka.record.util import calc_crc32c
+
+    built = MemoryRecordsBuilder.buffer
+
+    def poisoned(self: Any) -> bytes:
+        buf = bytearray(built(self))
+        if b"\x04PZ" in buf:
+            buf[:] = buf.replace(b"\x04PZ", b"\x04\xff\xfe")  # the key's length, then it
+            struct.pack_into(">I", buf, 17, calc_crc32c(memoryview(buf)[21:]))
+        return bytes(buf)
+
+    monkeypatch.setattr(MemoryRecordsBuilder, "buffer", poisoned)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=50,
+                             enable_idempotence=False)
+    try:
+        for i in range(count):
+            producer.send(topic, partition=partition, key=b"k", value=b"bad%d" % i,
+                          headers=[("PZ", b"x")])
+        producer.flush(30)
+    finally:
+        producer.close()
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("kind", ["kafka-python", PROCESS])
+def test_a_partition_corrupt_in_the_log_waits_longer_each_time_while_the_others_read_on(
+        kind: str, kafka_bootstrap: str, kafka_topic: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Partition 0 holds a batch kafka-python's reader refuses (written past the broker,
+    # which takes it): every fetch of it fails. Its retries used to share one back-off
+    # with the whole consumer, reset by every poll that worked, so it was fetched again
+    # (and its failure sent) about twice a second for good. Now it waits alone, doubling
+    # (kafka_backoff), while partition 1's records go on arriving.
+    create(kafka_bootstrap, kafka_topic, 2)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=5)
+    for i in range(3):
+        producer.send(kafka_topic, partition=0, key=b"k", value=b"good%d" % i)
+    producer.flush(30)
+    write_poisoned(kafka_bootstrap, kafka_topic, 0, 3, monkeypatch)
+    for i in range(40):
+        producer.send(kafka_topic, partition=1, key=b"k", value=b"other%d" % i)
+        if i % 10 == 9:
+            producer.flush(30)
+    producer.close()
+    source = source_class(kind)(kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}",
+                                max_poll_records=5)
+    got: list[Record] = []
+    failed: list[float] = []
+    source.start(lambda parts: None, lambda parts: None, {})
+    try:
+        def more() -> bool:
+            # Everything that arrived, at once: a failure's time is when it came (the
+            # consumer process's wait between two checks would queue them).
+            while True:
+                try:
+                    if not (records := source.poll(0.05)):
+                        break
+                    got.extend(records)
+                except Exception as e:
+                    assert "header key" in str(e) or "invalid record" in str(e).lower(), e
+                    failed.append(time.monotonic())
+            return len(failed) >= 4 and len(got) >= 43
+
+        wait(more, 90, "four failures of partition 0 and every good record")
+        assert sorted((r.partition, r.offset) for r in got) == \
+            [(0, o) for o in range(3)] + [(1, o) for o in range(40)]
+        gaps = [b - a for a, b in itertools.pairwise(failed)]
+        # Each retry waits at least twice the last (0.5, 1, 2 s); the consumer process's
+        # failures cross a channel, so their arrival may be late by a little.
+        slack = 0.1 if isinstance(source, KafkaSource) else 0.3
+        assert all(gap >= wait_s - slack for gap, wait_s in zip(gaps, [0.5, 1.0, 2.0],
+                                                                   strict=False)), gaps
+        if isinstance(source, KafkaSource):
+            assert source._backoff is not None and source._backoff.waits[0][0] >= 4.0
     finally:
         source.close()

@@ -38,6 +38,7 @@ from kafka.errors import (
 from kafka.future import Future as KafkaFuture
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
+from capwatch.adapters.io.kafka_backoff import PartitionBackoff
 from capwatch.adapters.io.kafka_common import (
     FETCH_MAX_WAIT_MS,
     LINGER_MS,
@@ -51,6 +52,7 @@ from capwatch.adapters.io.kafka_common import (
     heartbeat_ms,
 )
 from capwatch.adapters.io.kafka_join import await_group_metadata, finish_join, join_unfinished
+from capwatch.adapters.io.kafka_records import ReadNotes
 from capwatch.adapters.io.kafka_records import install as install_records
 from capwatch.contracts.errors import error_text
 from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
@@ -282,6 +284,9 @@ class KafkaSource:
         """With ``latest``: partitions assigned whose group commit is not known yet to
         exist; one without gets its resolved start committed (:meth:`_settle`) before any
         of its records is handed out."""
+        self._notes = ReadNotes()
+        """What the record reader saw beside the records (kafka_records)."""
+        self._backoff: PartitionBackoff | None = None
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
               resume: Mapping[int, int]) -> None:
@@ -289,12 +294,14 @@ class KafkaSource:
         self._consumer = KafkaConsumer(**self._config)
         # Fetched batches read straight into Records (kafka_records): kafka-python's own
         # per-record parsing was most of what one process paid beyond its pipeline.
-        if not install_records(self._consumer):
+        self._backoff = PartitionBackoff(self._consumer, self.topic, self._notes.faults)
+        if not install_records(self._consumer, self._notes):
             log.warning("kafka-python's fetcher is not the one capwatch's record reader was "
                         "written for; reading records through kafka-python's own parser")
         self._await_topic(self._consumer)
 
         def revoked(parts: set[int]) -> None:
+            self._forget(parts)
             try:
                 on_revoke(parts)
             finally:
@@ -306,6 +313,7 @@ class KafkaSource:
             # Partitions not assigned again were dropped with their state: if they come
             # back later, kafka-python fetches their committed offset itself.
             self._rewind &= parts
+            self._forget(parts)
             if self._config["auto_offset_reset"] == "latest":
                 self._unstarted = set(parts)
             self._settle()
@@ -418,7 +426,17 @@ class KafkaSource:
         assert self._consumer is not None, "start() first"
         if self._rewind or self._unstarted:
             self._settle(strict=True)
-        batch = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
+        backoff = self._backoff  # made by start()
+        if backoff is not None:
+            backoff.resume_due()
+        try:
+            batch = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
+        except Exception as e:
+            if backoff is not None:
+                backoff.failed(e)  # a partition's own failure: it alone waits (kafka_backoff)
+            raise
+        if backoff is not None and backoff.waits:
+            backoff.delivered(tp.partition for tp, messages in batch.items() if messages)
         if join_unfinished(self._consumer):
             # A group round outlasted the poll: see kafka_join for why it must not be
             # left to finish unattended.
@@ -445,6 +463,20 @@ class KafkaSource:
         if self._consumer is None:
             return None
         return self._consumer.group_metadata().member_id or None
+
+    def backed_off(self, error: BaseException) -> bool:
+        """Whether ``error``, raised by the last poll, was a partition's own: that
+        partition waits alone (kafka_backoff), the next poll reads the others at once."""
+        return self._backoff is not None and self._backoff.last is error
+
+    def recordless(self) -> dict[int, tuple[int, int]]:
+        """See :class:`~capwatch.contracts.ports.SkipsRecordless`."""
+        return dict(self._notes.recordless)
+
+    def _forget(self, parts: set[int]) -> None:
+        self._notes.forget(parts)
+        if self._backoff is not None:
+            self._backoff.forget(parts)
 
     def commit(self, offsets: Mapping[int, int]) -> None:
         consumer = self._consumer

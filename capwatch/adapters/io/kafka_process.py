@@ -71,6 +71,7 @@ _ASSIGN = b"A"  # child -> daemon: likewise
 _FAILED = b"E"  # child -> daemon: a pickled exception poll() raised
 _REPLY = b"K"  # child -> daemon: pickled (ok, result or exception) for a _CALL
 _STARTED = b"S"  # child -> daemon: start() returned
+_SKIPS = b"P"  # child -> daemon: pickled, the source's recordless() when it changed
 _CALL = b"C"  # daemon -> child: pickled (method, argument)
 _DONE = b"D"  # daemon -> child: a rebalance was handled
 
@@ -92,12 +93,12 @@ _POLL_S = 0.05
 the stream is quiet."""
 
 _RETRY_S = (0.5, 30.0)
-"""After a failed poll the child waits this long, doubling up to the second figure, before
-it polls again (serving the daemon's calls meanwhile), as the daemon's main loop waits
-after a failure. Polling again at once, a failure each poll raises (a batch corrupt in the
-log, fetched again each time) was a fetch in a loop, and failures queued by the thousand
-ahead of the daemon, which takes one a retry: it went on reading stale ones long after
-the broker was well again."""
+"""After a failed poll that was no one partition's (those wait alone: kafka_backoff) the
+child waits this long, doubling up to the second figure, before it polls again (serving
+the daemon's calls meanwhile), as the daemon's main loop waits after a failure. Polling
+again at once, a failure each poll raises was a fetch in a loop, and failures queued by
+the thousand ahead of the daemon, which takes one a retry: it went on reading stale ones
+long after the broker was well again."""
 
 
 class SourceProcessError(RuntimeError):
@@ -200,6 +201,8 @@ class ProcessKafkaSource:
         """The partitions assigned to this member, as the daemon was told."""
         self._next: dict[int, int] = {}
         """Per owned partition, the offset after the last record handed to the daemon."""
+        self._recordless: dict[int, tuple[int, int]] = {}
+        """The child's source's :meth:`recordless`, as it last sent it."""
 
     # ------------------------------------------------------------------ the contract
 
@@ -263,6 +266,11 @@ class ProcessKafkaSource:
 
     def exhausted(self) -> bool:
         return False
+
+    def recordless(self) -> dict[int, tuple[int, int]]:
+        """See :class:`~capwatch.contracts.ports.SkipsRecordless`: sent by the child after
+        the poll that read past them, in order with its records (no round trip)."""
+        return dict(self._recordless)
 
     def lag(self) -> dict[int, int]:
         if self._conn is None:
@@ -350,6 +358,9 @@ class ProcessKafkaSource:
     def _handle(self, tag: bytes, payload: memoryview) -> None:
         if tag == _FAILED:
             raise _loads_error(payload)
+        if tag == _SKIPS:
+            self._recordless = pickle.loads(payload)
+            return
         if tag not in (_REVOKE, _ASSIGN):
             raise SourceProcessError(f"unexpected message {tag!r} from the consumer")
         parts: set[int] = pickle.loads(payload)
@@ -360,6 +371,7 @@ class ProcessKafkaSource:
             self._owned |= parts
         for p in parts:
             self._next.pop(p, None)
+            self._recordless.pop(p, None)
         try:
             assert callback is not None
             callback(parts)
@@ -435,6 +447,7 @@ class _Child:
             return
         self._send(_STARTED)
         wait = 0.0
+        skips: dict[int, tuple[int, int]] = {}
         while not self.closing:
             with self.reading:
                 while not self.closing and self.conn.poll(0):
@@ -445,6 +458,13 @@ class _Child:
                 records = source.poll(_POLL_S)
             except Exception as e:
                 self._send(_FAILED + _dumps_error(e))
+                if source.backed_off(e):
+                    # A partition's own failure: it waits alone (kafka_backoff), so the
+                    # others are polled on at once. The whole-consumer wait below, reset
+                    # by any poll that worked, never grew while they delivered between
+                    # two failures: the failing partition was fetched again, and its
+                    # failure sent, about twice a second for good.
+                    continue
                 wait = min(_RETRY_S[1], max(_RETRY_S[0], wait * 2))
                 self._pause(wait)
                 continue
@@ -458,6 +478,12 @@ class _Child:
                 self._send(_RECORDS + _ENCODE((records, ranges)))
                 for p, (_, after) in ranges.items():
                     self.sent[p] = after
+            # A transaction's marker is mostly read at a poll of its own, after the
+            # records: the daemon's checkpoint commits past it once it knows.
+            now = source.recordless()
+            if now != skips:
+                skips = now
+                self._send(_SKIPS + pickle.dumps(now))
 
     def _pause(self, seconds: float) -> None:
         """Serve the daemon's calls for ``seconds`` (or until it closes the source). The

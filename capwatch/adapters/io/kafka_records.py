@@ -43,7 +43,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from capwatch.adapters.io.kafka_batch import HEADER_SIZE, read_batch
 from capwatch.contracts.ports import Record
 
-__all__ = ["RecordsIntoRecords", "install", "read_batch"]
+__all__ = ["ReadNotes", "RecordsIntoRecords", "install", "read_batch"]
 
 WRITTEN_FOR = ("3.0.",)
 """The kafka-python releases whose ``Fetcher.PartitionRecords`` this reader mirrors (its
@@ -65,10 +65,47 @@ def _converted(m: Any) -> Record:
                   m.value if m.value is not None else b"", stamp)
 
 
+class ReadNotes:
+    """What one consumer's readers saw that its records do not say, for its source.
+
+    ``recordless``: per partition, the latest offsets ``[start, end)`` read past without a
+    record to hand out (a transaction's marker, the offsets a compacted batch kept past its
+    last record) from the offset after the last record handed out. No record of the log
+    lies there, so whoever has handled every record before ``start`` may commit ``end``:
+    the commit rule holds, and a stream ending with a committed transaction is not left
+    one offset behind its end in the group's committed offsets.
+
+    ``faults``: per partition, the last failure a take raised (a batch corrupt in the
+    log, fetched again at each poll): the source backs that partition off alone.
+
+    Written on the thread that polls, read on any: each update replaces one dict entry."""
+
+    def __init__(self) -> None:
+        self.recordless: dict[int, tuple[int, int]] = {}
+        self.faults: dict[int, BaseException] = {}
+
+    def skipped(self, partition: int, start: int, end: int) -> None:
+        """Offsets ``[start, end)`` of ``partition`` hold no record to hand out."""
+        if end <= start:
+            return
+        last = self.recordless.get(partition)
+        if last is not None and last[0] <= start <= last[1]:
+            start = last[0]  # two markers in a row, or a marker after a compacted end
+        self.recordless[partition] = (start, end)
+
+    def forget(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self.recordless.pop(p, None)
+            self.faults.pop(p, None)
+
+
 class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
     """kafka-python's per-partition reader of a fetch response, yielding Records."""
 
+    next_fetch_offset: int  # kafka-python's, set in its __init__
     _fault: Exception | None = None
+    notes: ReadNotes | None = None
+    """Set on the subclass :func:`install` makes for a consumer whose source wants them."""
 
     def take(self, n: int | None = None) -> list[Any]:
         # Once the records raised, kafka-python's iterator is spent: its take() then
@@ -88,7 +125,15 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
         except Exception as e:
             self._fault = e
             self.drain()
+            if self.notes is not None:
+                self.notes.faults[self.topic_partition.partition] = e
             raise
+
+    def _skip_to(self, offset: int) -> None:
+        """Move the position to ``offset`` past offsets that hold no record to hand out."""
+        if self.notes is not None:
+            self.notes.skipped(self.topic_partition.partition, self.next_fetch_offset, offset)
+        self.next_fetch_offset = offset
 
     def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any,
                         value_deserializer: Any) -> Iterator[Record]:
@@ -123,7 +168,7 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
                 continue
             self.leader_epoch = batch.leader_epoch
             if batch.is_control_batch:  # a transaction's marker, never handed out
-                self.next_fetch_offset = batch.next_offset
+                self._skip_to(batch.next_offset)
                 batch = records.next_batch()
                 continue
             start = HEADER_SIZE
@@ -144,17 +189,19 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
         # v2 keeps a batch's last offset when compaction removed its last records: the
         # next fetch starts after it, not at the last record read again.
         if last_batch is not None and last_batch.magic == 2:
-            self.next_fetch_offset = last_batch.next_offset
+            self._skip_to(last_batch.next_offset)
         self.drain()
 
 
-def install(consumer: Any) -> bool:
-    """Have ``consumer`` (a KafkaConsumer) read its fetches into Records; False, leaving it
-    as it was, where its fetcher is not the one this reader was written against: another
-    kafka-python release than :data:`WRITTEN_FOR`, or a fetcher whose reader was replaced."""
+def install(consumer: Any, notes: ReadNotes | None = None) -> bool:
+    """Have ``consumer`` (a KafkaConsumer) read its fetches into Records, telling ``notes``
+    what they do not say; False, leaving it as it was, where its fetcher is not the one
+    this reader was written against: another kafka-python release than
+    :data:`WRITTEN_FOR`, or a fetcher whose reader was replaced."""
     fetcher = getattr(consumer, "_fetcher", None)
     if not KAFKA_PYTHON.startswith(WRITTEN_FOR) or not isinstance(fetcher, Fetcher) \
             or getattr(fetcher, "PartitionRecords", None) is not Fetcher.PartitionRecords:
         return False
-    fetcher.PartitionRecords = RecordsIntoRecords
+    fetcher.PartitionRecords = RecordsIntoRecords if notes is None else type(
+        "RecordsIntoRecords", (RecordsIntoRecords,), {"notes": notes})
     return True

@@ -1,0 +1,83 @@
+"""The daemon over a stream a transactional producer wrote: once every record is
+handled, the group's committed offsets reach each partition's end, past the transaction's
+commit marker, so the broker's group tools (kafka-consumer-groups, the ``lag`` read here
+from the group's offsets) count no lag. Committed at the last record's next offset, every
+partition stayed one offset (its marker) behind for good, while the daemon's own lag read
+0. The commit rule still holds: the marker stands for no record, and it is passed only
+once every record before it is handled."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+
+from capwatch.adapters.sim.fleet import SimulatedFleet
+from tests.integration._daemon_setup import (
+    Setup,
+    committed,
+    daemon_config,
+    end_offsets,
+    family_specs,
+    lag,
+    make_topics,
+    running,
+    serve_fleet,
+    wait,
+)
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def setup(kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> Iterator[Setup]:
+    topics = make_topics(kafka_bootstrap, kafka_topic, PARTITIONS)
+    fleet = SimulatedFleet.build(family_specs("rover-v1", "courier-v1"), 3, [], seed=5)
+    with serve_fleet(fleet) as urls:
+        yield Setup(kafka_bootstrap, topics, PARTITIONS, fleet, urls, tmp_path)
+
+
+def produce_in_transactions(s: Setup, rounds: int, per_transaction: int) -> int:
+    """Every agent's ``rounds`` transitions, ``per_transaction`` records a transaction,
+    the last one committed last: each partition ends with a commit marker."""
+    producer = KafkaProducer(bootstrap_servers=s.bootstrap,
+                             transactional_id=f"tx-{uuid.uuid4().hex}")
+    producer.init_transactions()
+    n = 0
+    producer.begin_transaction()
+    for event in s.fleet.events(rounds):
+        producer.send(s.topics.transitions, key=event.agent_id.encode(), value=event.value)
+        n += 1
+        if n % per_transaction == 0:
+            producer.commit_transaction()
+            producer.begin_transaction()
+    producer.commit_transaction()
+    producer.close()
+    return n
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "kafka-python-process"])
+def test_the_group_commits_past_the_last_transaction_marker(setup: Setup,
+                                                            client: str) -> None:
+    from capwatch.daemon.config import DaemonConfig
+    from capwatch.daemon.logs import configure_logging
+    from capwatch.daemon.service import build_service
+
+    n = produce_in_transactions(setup, rounds=20, per_transaction=25)
+    ends = end_offsets(setup, setup.topics.transitions)
+    # Every partition's end is past its records by its markers (one per transaction
+    # that wrote to it): what a count of records alone would leave as lag.
+    assert sum(ends.values()) > n
+    configure_logging("warning", "json")
+    service = build_service(DaemonConfig(**daemon_config(setup, 0, client)))
+    with running(service):
+        wait(lambda: service.pipeline.processed >= n, 90, "every record to be handled")
+        try:
+            wait(lambda: lag(setup) == 0, 60, f"the group's commits to reach the ends {ends}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; committed: {committed(setup)}") from None
