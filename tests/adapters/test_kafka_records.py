@@ -402,9 +402,9 @@ def test_the_reader_notes_the_offsets_it_reads_past_without_a_record() -> None:
     notes.forget({2})
     assert notes.recordless == {}
     # A take's failure is noted as the partition's: the very object the poll raises.
-    blob = bytearray(batch(0, mixed()[:3]))
-    blob[-1] ^= 0xFF
-    part = cls(0, TP, MemoryRecords(bytes(blob)))
+    damaged = bytearray(batch(0, mixed()[:3]))
+    damaged[-1] ^= 0xFF
+    part = cls(0, TP, MemoryRecords(bytes(damaged)))
     with pytest.raises(CorruptRecordError) as raised:
         part.take(500)
     assert notes.faults[2] is raised.value
