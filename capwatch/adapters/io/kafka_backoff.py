@@ -58,18 +58,25 @@ class PartitionBackoff:
         """The last failure backed off here (a partition's own)."""
 
     def failed(self, error: BaseException) -> bool:
-        """Pause the partitions ``error`` is the failure of; False if it is none's."""
+        """Pause the partitions ``error`` is the failure of; False if it is none's (or
+        they could not be paused: the caller's whole-consumer wait then paces it)."""
         parts = {p for p, fault in self.faults.items() if fault is error} \
             | _named(error, self.topic)
-        held = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.topic}
-        parts &= held
         if not parts:
+            return False
+        try:  # called while ``error`` is raised: never to be replaced by another
+            held = {tp.partition for tp in self.consumer.assignment()
+                    if tp.topic == self.topic}
+            parts &= held
+            if not parts:
+                return False
+            self.consumer.pause(*(TopicPartition(self.topic, p) for p in parts))
+        except Exception:
             return False
         now = self.clock()
         for p in parts:
             wait = min(BACKOFF_S[1], max(BACKOFF_S[0], self.waits.get(p, (0.0, 0.0))[0] * 2))
             self.waits[p] = (wait, now + wait)
-        self.consumer.pause(*(TopicPartition(self.topic, p) for p in parts))
         self.last = error
         return True
 
