@@ -104,6 +104,11 @@ class Batches:
         tally = self._tally
         start = self.processed
         done = 0
+        counted = self.checkpoints.counted
+        # A record the store's activity counted before (replayed after a crash or a
+        # rebalance): its watch and the watch's counts before it, settled at the next
+        # record (the fast paths below end a record with ``continue``) or the batch's end.
+        replayed: tuple[AgentWatch, int, int] | None = None
         try:
             # The key is the agent id (the decoder checks it): agents seen for the first
             # time are looked up in the store together, not one query each.
@@ -112,12 +117,17 @@ class Batches:
                                          for k in {r.key for r in records} if k is not None)
             self.checkpoints.prefetch_drift(new)
             for record in records:
+                if replayed is not None:
+                    _counted_already(replayed)
+                    replayed = None
                 slot[RECORD] = record
                 slot[TRANSITION] = None
                 try:
                     got = read(record)
                     if got is not None:
                         watch, transitions = got
+                        if counted and record.offset < counted.get(record.partition, -1):
+                            replayed = (watch, watch.transitions, watch.inconsistent)
                         if len(transitions) == 1:
                             # The monitor checks the vocabulary before it changes anything,
                             # so a single transition needs no separate pass (Intake checks
@@ -169,6 +179,8 @@ class Batches:
                         record, f"internal error: {error_text(e)}", "internal")
                 done += 1
         finally:
+            if replayed is not None:
+                _counted_already(replayed)
             slot[RECORD] = slot[TRANSITION] = None
             self.processed = start + done
             self.registry.end_prefetch()
@@ -277,3 +289,11 @@ class Batches:
             if tested:
                 tests.child(family, name, "sequential").inc(n)
         tally.clear()
+
+
+def _counted_already(replayed: tuple[AgentWatch, int, int]) -> None:
+    """What a replayed record added to its watch's counts is in the store's activity
+    already (``Checkpointer.counted``): the next save adds only what is new."""
+    watch, transitions, inconsistent = replayed
+    watch.saved_transitions += watch.transitions - transitions
+    watch.saved_inconsistent += watch.inconsistent - inconsistent

@@ -476,6 +476,9 @@ class Pipeline:
         self.health.holding(self.assigned)
         try:
             self.checkpoints.load_drift_state(partitions)
+            # Without them (the store unreachable) a replay counts its records' activity
+            # again: soft state, as before session 21.
+            self.checkpoints.load_counted(partitions)
             # Work the partitions' previous owner queued is awaited, not queued again.
             self.registry.park_queued(self.store)
         except INFRASTRUCTURE_ERRORS:
@@ -484,7 +487,8 @@ class Pipeline:
             # workers' supersession check keeps a second version out), so an unreachable
             # store must not fail the rebalance; the main loop reports and retries the
             # outage when it meets it.
-            log.exception("loading drift state or queued work failed; starting without")
+            log.exception("loading drift state, activity positions or queued work failed; "
+                          "starting without")
 
     def revoke(self, partitions: set[int]) -> None:
         """Rebalance callback: flush what the partitions' agents hold and give them up."""

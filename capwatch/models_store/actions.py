@@ -19,9 +19,9 @@ Every action is idempotent by its key: a retried request returns the stored acti
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from capwatch.contracts.store import ModelStore, OutboxAlert, PendingAssessment, StoreError
@@ -118,8 +118,16 @@ class ActionStore(ModelStore, Protocol):
         drift state, queued work or operator actions."""
         ...
 
-    def save_activity(self, rows: Sequence[AgentActivity]) -> None:
-        """Add each row's counts to the agent's and move its last-seen time forward."""
+    def save_activity(self, rows: Sequence[AgentActivity], group: str | None = None,
+                      positions: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Add each row's counts to the agent's and move its last-seen time forward; with
+        ``group``, in the same transaction, set the consumer group's activity positions
+        ((topic, partition) → the next offset: the rows count every record before it)."""
+        ...
+
+    def activity_positions(self, group: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) → the offset below which the activity counts every record
+        of the consumer group's partition (:meth:`save_activity`'s ``positions``)."""
         ...
 
     def activity(self, family: str | None = None) -> list[AgentActivity]: ...
@@ -235,7 +243,11 @@ class ActionsSql(SqlBase):
                 "UNION SELECT family, agent_id FROM operator_actions WHERE agent_id <> ''")
         return sorted((str(r[0]), str(r[1])) for r in rows)
 
-    def save_activity(self, rows: Sequence[AgentActivity]) -> None:
+    def save_activity(self, rows: Sequence[AgentActivity], group: str | None = None,
+                      positions: Mapping[tuple[str, int], int] | None = None) -> None:
+        for (topic, partition), offset in (positions or {}).items():
+            if offset < 0 or partition < 0 or not topic:
+                raise ValueError(f"bad activity position {topic!r}[{partition}] = {offset}")
         stamps: dict[datetime, Any] = {}  # a checkpoint's rows share one time
         params = []
         for a in sorted(rows, key=lambda a: (a.family, a.agent_id)):
@@ -254,6 +266,24 @@ class ActionsSql(SqlBase):
                 "last_seen = CASE WHEN excluded.last_seen > agent_activity.last_seen "
                 "THEN excluded.last_seen ELSE agent_activity.last_seen END, "
                 "replica = excluded.replica", params)
+            if group is not None and positions:
+                # Their own table: rows in consumer_offsets would be summed as the
+                # checkpoint by whoever reads that table (session 20, reverted).
+                at = self._ts_in(as_utc(max((a.last_seen for a in rows),
+                                            default=datetime.now(UTC))))
+                tx.run_many(
+                    "INSERT INTO activity_positions (consumer_group, topic, "
+                    "kafka_partition, next_offset, updated_at) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET "
+                    "next_offset = excluded.next_offset, updated_at = excluded.updated_at",
+                    [(group, topic, partition, offset, at)
+                     for (topic, partition), offset in sorted(positions.items())])
+
+    def activity_positions(self, group: str) -> dict[tuple[str, int], int]:
+        with self._tx(write=False) as tx:
+            rows = tx.rows("SELECT topic, kafka_partition, next_offset FROM "
+                           "activity_positions WHERE consumer_group = ?", (group,))
+        return {(str(r[0]), int(r[1])): int(r[2]) for r in rows}
 
     def activity(self, family: str | None = None) -> list[AgentActivity]:
         sql = ("SELECT family, agent_id, transitions, inconsistent, last_seen, replica "

@@ -152,6 +152,41 @@ def test_activity_adds_up_across_saves_and_keeps_the_newest_time(store: ModelSto
     assert s.known_agents() == [("rover-v3", "rover-1"), ("rover-v3", "rover-2")]
 
 
+def test_activity_positions_are_saved_with_the_counts_in_a_table_of_their_own(
+        store: ModelStore) -> None:
+    s = action_store(store)
+    s.save_activity([AgentActivity("rover-v3", "rover-1", 10, 1, hours(2), "r1")],
+                    "g", {("t", 0): 11, ("t", 1): 5})
+    s.save_activity([AgentActivity("rover-v3", "rover-1", 2, 0, hours(3), "r1")],
+                    "g", {("t", 0): 13})
+    s.save_activity([AgentActivity("rover-v3", "rover-2", 1, 0, hours(3), "r2")],
+                    "other", {("t", 0): 3})
+    assert s.activity_positions("g") == {("t", 0): 13, ("t", 1): 5}
+    assert s.activity_positions("other") == {("t", 0): 3}
+    assert s.activity_positions("none") == {}
+    # Not consumer offsets: whoever sums that table reads the commits alone (session 20's
+    # rows there under '<group>#activity' doubled the chaos harness's checkpoint).
+    assert store.load_offsets("g") == {} and store.load_offsets("g#activity") == {}
+    s.save_activity([AgentActivity("rover-v3", "rover-1", 1, 0, hours(4), "r1")])
+    assert s.activity_positions("g") == {("t", 0): 13, ("t", 1): 5}  # no group: unchanged
+    with pytest.raises(ValueError, match="bad activity position"):
+        s.save_activity([], "g", {("t", -1): 1})
+
+
+def test_counts_and_positions_are_one_transaction(store: ModelStore) -> None:
+    """A position the database refuses (past BIGINT) takes the counts written before it in
+    the same call back with it: a replay skips only what the counts hold."""
+    s = action_store(store)
+    s.save_activity([AgentActivity("rover-v3", "rover-1", 10, 0, hours(1), "r1")],
+                    "g", {("t", 0): 10})
+    with pytest.raises(Exception):  # noqa: B017 - the driver's own error, per backend
+        s.save_activity([AgentActivity("rover-v3", "rover-1", 5, 0, hours(2), "r1")],
+                        "g", {("t", 0): 2**63})
+    (one,) = s.activity()
+    assert (one.transitions, one.last_seen) == (10, hours(1))
+    assert s.activity_positions("g") == {("t", 0): 10}
+
+
 def test_activity_rows_are_indexed_by_their_key_alone(store: ModelStore) -> None:
     # Every checkpoint upserts a row per agent that ran: an index on last_seen, which no
     # query reads, cost a third of that (migration 0005 drops it).

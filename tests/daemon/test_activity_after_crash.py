@@ -1,0 +1,157 @@
+"""The transitions the store's activity counts for an agent are the records it sent, each
+once, across a crash: a replica killed after a checkpoint replays from the committed
+offset, which buffered evidence holds back, and each record replayed was counted again
+(oper20: after SIGKILLs, agents awaiting an assessment had 15 transitions more in
+``agent_activity`` than records on the topic). Through the pipeline and the store, SQLite
+and a real PostgreSQL server.
+
+The positions the counts reach are kept in ``activity_positions``, not in
+``consumer_offsets``: session 20's rows there under a second group name doubled every
+reader that sums that table as the checkpoint (the chaos harness, an operator's query)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.contracts.ports import Record
+from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.service import build_service
+from capwatch.models_store.actions import action_store
+from capwatch.models_store.sql import SqlModelStore
+from tests.daemon.helpers import config, good_sample, refused_sample
+from tests.daemon.test_prompt_alert_awaiting import DriftedRover
+
+SENT = {"rover-a": (6, 1), "rover-b": (6, 0)}
+"""What the topic below holds per agent: (transitions, inconsistent)."""
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'models.db'}"
+        return
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in dsn else "?"
+    yield f"{dsn}{sep}options={quote(f'-csearch_path={schema}')}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def topic(tmp_path: Path) -> Path:
+    path = tmp_path / "in.jsonl"
+    # rover-a's refused sample is buffered evidence (not ripe): it holds the commit back
+    # at offset 1, past which every record, rover-b's too, is replayed after a crash.
+    lines = [good_sample("rover-b", 0), refused_sample("rover-a", 0)]
+    lines += [good_sample(agent, step) for step in range(1, 6)
+              for agent in ("rover-a", "rover-b")]
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def _start(tmp_path: Path, path: Path, store_url: str) -> Pipeline:
+    cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
+                 store={"url": store_url, "clock": "caller"},
+                 detection={"debounce_transitions": 50, "debounce_s": 3600.0})
+    d = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
+                      source=JsonlSource(str(path))).pipeline
+    d.open()
+    return d
+
+
+def _kill(d: Pipeline) -> None:
+    """Gone without a final checkpoint, as after a SIGKILL."""
+    d.source.close()
+    d.store.close()
+
+
+def _counts(d: Pipeline) -> dict[str, tuple[int, int]]:
+    return {a.agent_id: (a.transitions, a.inconsistent)
+            for a in action_store(d.store).activity()}
+
+
+def _first_run(tmp_path: Path, path: Path, store_url: str) -> None:
+    """Handles 7 records, checkpoints (the commit held at 1) and is killed."""
+    d = _start(tmp_path, path, store_url)
+    try:
+        d.handle_batch(d.source.poll(1.0)[:7])
+        assert d.checkpoints.checkpoint()
+        assert d.checkpoints.commit_offsets() == {0: 1}
+        assert _counts(d) == {"rover-a": (4, 1), "rover-b": (3, 0)}
+    finally:
+        _kill(d)
+
+
+def test_records_replayed_after_a_crash_are_counted_once(tmp_path: Path, topic: Path,
+                                                         store_url: str) -> None:
+    _first_run(tmp_path, topic, store_url)
+    for _ in range(2):  # a restart, killed again after its checkpoint
+        d = _start(tmp_path, topic, store_url)
+        try:
+            records = d.source.poll(1.0)
+            assert records[0].offset == 1  # the replay
+            d.handle_batch(records)
+            d.checkpoints.checkpoint()
+            assert _counts(d) == SENT  # before: rover-a 10, rover-b 8 after two restarts
+        finally:
+            _kill(d)
+
+
+def test_a_restart_killed_before_its_replay_passed_the_counted_position(
+        tmp_path: Path, topic: Path, store_url: str) -> None:
+    """The replica after the crash checkpoints while its replay is still below the
+    position the counts reached: the position saved stays there (the records up to it
+    were counted by the replica before), so a third start does not count them again."""
+    _first_run(tmp_path, topic, store_url)
+    d = _start(tmp_path, topic, store_url)
+    try:
+        records = d.source.poll(1.0)
+        d.handle_batch(records[:3])  # offsets 1-3, below the 7 counted
+        # Another partition's agent: the checkpoint has a row to save, and with it the
+        # positions of every partition (from the jsonl source's own: it has one).
+        other = Record(d.source.name, 1, 0, b"rover-c", good_sample("rover-c", 0).encode())
+        d.handle_batch([other])
+        d.checkpoints.checkpoint()
+        assert _counts(d) == {"rover-a": (4, 1), "rover-b": (3, 0), "rover-c": (1, 0)}
+        # Before the position kept its assignment's: 4, and the next start counted
+        # offsets 4-6 again.
+        assert action_store(d.store).activity_positions("capwatch") == {
+            (d.source.name, 0): 7, (d.source.name, 1): 1}
+    finally:
+        _kill(d)
+    d = _start(tmp_path, topic, store_url)
+    try:
+        d.handle_batch(d.source.poll(1.0))
+        d.checkpoints.checkpoint()
+        assert _counts(d) == {**SENT, "rover-c": (1, 0)}
+    finally:
+        _kill(d)
+
+
+def test_the_positions_are_not_consumer_offsets(tmp_path: Path, topic: Path,
+                                                store_url: str) -> None:
+    """consumer_offsets holds the group's commit alone: summed, it is the checkpoint
+    (what the chaos harness and an operator's query read)."""
+    _first_run(tmp_path, topic, store_url)
+    d = _start(tmp_path, topic, store_url)
+    try:
+        assert isinstance(d.store, SqlModelStore)
+        with d.store._tx(write=False) as tx:
+            offsets = tx.rows("SELECT consumer_group, kafka_partition, next_offset "
+                              "FROM consumer_offsets")
+            positions = tx.rows("SELECT consumer_group, kafka_partition, next_offset "
+                                "FROM activity_positions")
+        assert [tuple(r) for r in offsets] == [("capwatch", 0, 1)]
+        assert [tuple(r) for r in positions] == [("capwatch", 0, 7)]
+    finally:
+        _kill(d)
