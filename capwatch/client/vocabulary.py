@@ -11,19 +11,18 @@ instead of surfacing hours later as dead letters in capwatch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from capwatch.contracts.wire_text import name_fault
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
 from capwatch.model.pddl_reader import parse_domain
 
 __all__ = ["Abstraction", "Vocabulary", "VocabularyError"]
 
 _MAX_REMEMBERED = 100_000
-_NAME = re.compile(r"^[^\s()\x00-\x1f]{1,256}$")
 
 RawState = TypeVar("RawState")
 RawAction = TypeVar("RawAction")
@@ -108,11 +107,15 @@ class Vocabulary:
 
 
 def _check_names(item: tuple[str, ...], where: str) -> None:
+    """The wire's rule for names (``wire_text.name_fault``, which capwatch's decoders
+    apply): a name the client let through was a dead letter in capwatch, hours later.
+    Its own pattern let format characters through (a bidi override, a zero-width
+    space), which the wire refuses since session 20."""
     for name in item:
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise VocabularyError(f"{where}: {name!r} in {item!r} is not a valid name (1-256"
-                                  " characters, no whitespace, parentheses or control"
-                                  " characters)")
+        reason = name_fault(name) if isinstance(name, str) else "not a string"
+        if reason is not None:
+            raise VocabularyError(f"{where}: {name!r} in {item!r} is not a valid name:"
+                                  f" {reason}")
 
 
 def _show(item: tuple[str, ...]) -> str:

@@ -36,14 +36,14 @@ from pydantic import (
     model_validator,
 )
 
-from capwatch.contracts.wire_text import allowed
+from capwatch.contracts.wire_text import MAX_NAME, NAME_PATTERN, allowed
 from capwatch.model.domain import Domain, GroundAction, GroundAtom
 
 WIRE_VERSION = 1
 
 Name = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s()\x00-\x1f]+$"),
+    StringConstraints(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN),
     BeforeValidator(allowed),
 ]
 """A PDDL-ish name: no whitespace or parentheses, nothing wire_text refuses (controls,

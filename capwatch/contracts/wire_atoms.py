@@ -37,7 +37,6 @@ Owned by the main loop (not thread-safe), like the decoder.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -49,9 +48,9 @@ MAX_ATOMS = 200_000
 MAX_PIECES = 200_000
 MAX_ATOM_LENGTH = 33
 """A predicate or action name and up to 32 objects (``wire.Atom``)."""
-_NAME = re.compile(r"[^\s()\x00-\x1f]{1,256}\Z")
-"""wire.Name: 1-256 characters, no whitespace, parentheses or control characters (and
-nothing wire_text refuses, checked beside it)."""
+_NAME = wire_text.NAME
+"""wire.Name's shape: 1-256 characters, no whitespace, parentheses or control characters
+(and nothing wire_text refuses, checked beside it)."""
 _WS = b" \t\n\r"
 """JSON's whitespace (``bytes.strip`` alone would also take \\v and \\f)."""
 _ATOM_TEXT = msgspec.json.Decoder(tuple[str, ...]).decode

@@ -13,14 +13,27 @@ and refuse the same texts, with the Unicode tables of the one Python that runs t
 Text is not NFC-normalised: a name is kept as sent (normalising would merge names a
 producer keeps apart, and silently, where refusing says why); a decomposed accent is
 allowed (its combining mark is category Mn).
+
+A name (a predicate, action or object) has a shape besides: 1 to :data:`MAX_NAME`
+characters, none of them whitespace or a parenthesis (:data:`NAME_PATTERN`, what the
+schema's ``Name`` and the fast decoder match). :func:`name_fault` checks both, for code
+that checks a name outside the decoders (the agent-side client's vocabulary).
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Final
 
 REFUSED: Final = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
+MAX_NAME: Final = 256
+_NAME_CHAR = r"[^\s()\x00-\x1f]"
+NAME_PATTERN: Final = rf"^{_NAME_CHAR}+$"
+"""A name's characters (with :data:`MAX_NAME`, its shape), as a pydantic pattern."""
+NAME: Final = re.compile(rf"{_NAME_CHAR}{{1,{MAX_NAME}}}\Z")
+""":data:`NAME_PATTERN` and the length in one compiled expression, anchored at the very
+end (``$`` would also match before a final newline)."""
 
 
 def fault(text: str) -> str | None:
@@ -50,3 +63,19 @@ def allowed(value: object) -> object:
         if reason is not None:
             raise ValueError(reason)
     return value
+
+
+def name_fault(text: str) -> str | None:
+    """None when ``text`` is a valid name on the wire, else why not: :func:`fault`'s
+    reason first, as the schema's ``Name`` checks it before its pattern."""
+    reason = fault(text)
+    if reason is not None or NAME.match(text) is not None:
+        return reason
+    if not text:
+        return "a name is empty"
+    if len(text) > MAX_NAME:
+        return f"a name is at most {MAX_NAME} characters, not {len(text)}"
+    i, char = next((i, c) for i, c in enumerate(text) if c.isspace() or c in "()")
+    return (f"character {i} is U+{ord(char):04X} {unicodedata.name(char, '')}".rstrip()
+            + ", not allowed in a name (whitespace and parentheses are refused)")
+

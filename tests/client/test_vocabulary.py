@@ -63,3 +63,30 @@ def test_a_step_without_model_counterpart_is_none(vocab: Vocabulary) -> None:
     abstraction: Abstraction[object, int] = Abstraction(
         vocab, atoms=lambda raw: [], action=lambda s, a: None)
     assert abstraction.action(object(), 3) is None
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("rover\u202e1", r"U\+202E RIGHT-TO-LEFT OVERRIDE \(category Cf\)"),
+    ("wp\u200b1", r"U\+200B ZERO WIDTH SPACE"),
+    ("wp\ue0001", r"U\+E000 .*category Co"),
+    ("wp\u20291", r"U\+2029 PARAGRAPH SEPARATOR"),
+    ("wp\x7f", r"U\+007F"),
+    ("wp\u00a01", r"U\+00A0 NO-BREAK SPACE, not allowed in a name"),
+    ("wp(1)", r"U\+0028 LEFT PARENTHESIS"),
+    ("", "a name is empty"),
+    ("w" * 257, "at most 256 characters, not 257"),
+])
+def test_a_name_the_wire_refuses_fails_in_the_agent_naming_why(
+        vocab: Vocabulary, name: str, why: str) -> None:
+    """The wire's rule (wire_text), not a pattern of the client's own: before, a bidi
+    override or a zero-width space in an object's name passed the client and was a dead
+    letter in capwatch."""
+    with pytest.raises(VocabularyError, match=f"is not a valid name: .*{why}"):
+        vocab.check_atom(("at", "rover1", name))
+    with pytest.raises(VocabularyError, match="is not a valid name"):
+        vocab.check_action(("navigate", "rover1", "wp1", name))
+
+
+def test_a_name_the_wire_takes_is_taken(vocab: Vocabulary) -> None:
+    for name in ("wp1", "caf\u00e9", "cafe\u0301", "\u4e16\u754c", "w" * 256, "a-b_c.d"):
+        vocab.check_atom(("at", "rover1", name))

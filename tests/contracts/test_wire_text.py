@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from capwatch.contracts import wire, wire_atoms, wire_fast, wire_text
 from capwatch.contracts.agent_protocol import QueryResponse
@@ -123,3 +123,22 @@ def test_an_agent_answer_with_a_refused_character_is_not_read(char: str) -> None
 def test_ascii_is_answered_without_a_loop() -> None:
     assert wire_text.fault("rover-v1 (blocks)") is None
     assert wire_text.fault("a\x7fb") is not None and "U+007F" in str(wire_text.fault("a\x7f"))
+
+
+_NAME_ADAPTER: TypeAdapter[str] = TypeAdapter(wire.Name)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(st.text(st.one_of(_CHARS, st.sampled_from(["(", ")", "\t", "\n", "\u00a0"])),
+               max_size=6) | st.sampled_from(["w" * 256, "w" * 257]))
+def test_name_fault_is_the_schemas_name(text: str) -> None:
+    """name_fault (the agent-side client's check) refuses exactly what the schema's Name
+    refuses, and the fast decoder's name check (wire_atoms) likewise."""
+    try:
+        _NAME_ADAPTER.validate_python(text)
+        schema_ok = True
+    except ValidationError:
+        schema_ok = False
+    assert (wire_text.name_fault(text) is None) == schema_ok, text
+    assert (wire_atoms._NAME.match(text) is not None
+            and wire_text.fault(text) is None) == schema_ok, text
