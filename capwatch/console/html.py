@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from html import escape
 
 from capwatch.console.charts import drift_chart, probability_chart, probability_table
 from capwatch.console.data import (
@@ -26,6 +25,7 @@ from capwatch.console.data import (
 )
 from capwatch.console.markup import CSS as CSS
 from capwatch.console.markup import Links as Links
+from capwatch.console.markup import attr as attr
 from capwatch.console.markup import badge as badge
 from capwatch.console.markup import document as document
 from capwatch.console.markup import e as e
@@ -53,7 +53,7 @@ def fleet_page(page: Page, links: Links, *, state: str, text: str, sort: str,
     form = (
         '<form method="get" role="search" aria-label="Filter agents">'
         f'<label for="q">Family or agent contains</label>'
-        f'<input type="text" id="q" name="q" value="{e(text)}">'
+        f'<input type="text" id="q" name="q" value="{attr(text)}">'
         f'<label for="state">State</label><select id="state" name="state">{options}</select>'
         f'<label for="sort">Sort by</label><select id="sort" name="sort">{sorts}</select>'
         f'<label><input type="checkbox" name="desc" value="1"'
@@ -268,7 +268,7 @@ def alert_table(alerts: Sequence[OutboxAlert], links: Links, *, with_agent: bool
         agent = str(body.get("agent_id") or "")
         who = link(links.agent(a.family, agent), f"{a.family}/{agent}") if agent else \
             e(f"{a.family}/*")
-        detail = escape(_json(body.get("evidence") or {}))
+        detail = e(_json(body.get("evidence") or {}))
         rows.append(
             f"<tr><td>{e(when(a.created_at))}</td><td>{e(body.get('severity', ''))}</td>"
             f"<td>{e(a.alert_type)}</td>" + (f"<td>{who}</td>" if with_agent else "")

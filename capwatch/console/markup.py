@@ -1,7 +1,9 @@
 """The console's shared markup: the stylesheet, HTML escaping, the page frame and links.
 
-Every value on a page goes through :func:`e`; :class:`Links` knows where pages live (the
-saved report has no server, so its links are anchors or none).
+Every value on a page goes through :func:`e`, which also writes a character the wire
+refuses (a bidi override, a zero-width space, stored before the rule) as its escape, or
+:func:`attr` for a form's value that must come back as it was; :class:`Links` knows where
+pages live (the saved report has no server, so its links are anchors or none).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from html import escape
 from urllib.parse import quote, urlencode
+
+from capwatch.contracts.wire_text import visible
 
 CSS = """
 :root { color-scheme: light; }
@@ -64,6 +68,17 @@ svg text { font: 12px system-ui, sans-serif; fill: #1a1a1a; }
 
 
 def e(value: object) -> str:
+    """``value`` as HTML text, each character the wire refuses written as its escape
+    (``\\u202e``): a name stored before the rule (session 20) held a right-to-left
+    override that reordered the rest of its table row, or a zero-width space that made
+    two agents' names look alike (oper20)."""
+    return escape(visible(str(value)), quote=True)
+
+
+def attr(value: object) -> str:
+    """``value`` as an HTML attribute, unchanged: a form's hidden field or search text,
+    which the browser sends back and which must name what it named (a family stored with
+    a zero-width space is acted on by that name). Not shown as text."""
     return escape(str(value), quote=True)
 
 

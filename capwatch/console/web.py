@@ -284,8 +284,9 @@ class Console:
 
     def _hidden(self, csrf: str, **fields: str) -> str:
         out = f'<input type="hidden" name="csrf" value="{html.e(csrf)}">'
-        return out + "".join(f'<input type="hidden" name="{html.e(k)}" value="{html.e(v)}">'
-                             for k, v in fields.items())
+        return out + "".join(
+            f'<input type="hidden" name="{html.e(k)}" value="{html.attr(v)}">'
+            for k, v in fields.items())
 
     @staticmethod
     def _reason(ident: str) -> str:

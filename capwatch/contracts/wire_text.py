@@ -79,3 +79,31 @@ def name_fault(text: str) -> str | None:
     return (f"character {i} is U+{ord(char):04X} {unicodedata.name(char, '')}".rstrip()
             + ", not allowed in a name (whitespace and parentheses are refused)")
 
+
+_LAYOUT: Final = frozenset("\t\n\r")
+"""Controls a page or a terminal lays out as intended (a PDDL text's lines)."""
+_ASCII_REFUSED: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: str) -> str:
+    """``text`` for a person to read: each code point :func:`fault` refuses (but tab, line
+    feed and carriage return) written as its escape, ``\\u202e`` for U+202E. The rule
+    keeps such characters off the wire, but names stored before it (session 20) and texts
+    that are not names (an agent's error message, a reason) may hold them, and shown raw a
+    bidi override reorders the rest of a table row or a terminal line, and a zero-width
+    space makes two names look alike. A literal backslash is left as it is, so the text
+    ``\\u202e`` (six characters) reads like the escape: what matters is that the escape
+    is seen."""
+    if text.isascii():
+        if text.isprintable():
+            return text
+        return _ASCII_REFUSED.sub(lambda m: _escape(m.group()), text)
+    if fault(text) is None:
+        return text
+    return "".join(_escape(c) if c not in _LAYOUT and unicodedata.category(c) in REFUSED
+                   else c for c in text)

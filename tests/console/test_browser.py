@@ -259,3 +259,90 @@ def test_find_the_drift_approve_roll_back_and_assess(console_url: str, browser: 
     b.get(f"{console_url}alerts")
     assert "capability_reduced" in b.page_source
     page_ok(b, "09-alerts")
+
+
+ORDER_JS = """
+const want = arguments[0];
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+  if (!n.data.includes(want[0]) || !n.data.includes(want[want.length - 1])) continue;
+  return want.map(s => {
+    const r = document.createRange(), i = n.data.indexOf(s);
+    r.setStart(n, i); r.setEnd(n, i + s.length);
+    return r.getBoundingClientRect().left;
+  });
+}
+return null;
+"""
+"""Where each of the given pieces of one text node is drawn, left edge in pixels."""
+
+
+@pytest.fixture
+def served_console(tmp_path: Any) -> Iterator[str]:
+    """The console alone over a store holding names stored before the wire's rule (a
+    zero-width space in a family, a right-to-left override in an alert's summary)."""
+    from datetime import UTC, datetime
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from capwatch.console.web import Console
+    from capwatch.contracts.store import OutboxAlert
+    from capwatch.model.pddl_reader import read_domain
+    from capwatch.models_store import open_store, record_new_model
+    from capwatch.models_store.actions import AgentActivity, action_store
+
+    t0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    store = open_store(str(tmp_path / "models.db"))
+    family = "rover\u200bv3"
+    record_new_model(store, family, None,
+                     read_domain(REPO_ROOT / "capwatch" / "examples" / "rover.pddl"), t0)
+    action_store(store).save_activity([AgentActivity(family, "a-1", 3, 0, t0, "r")])
+    store.add_alerts([OutboxAlert("k1", f"capability_reduced|{family}|a-1", "g", family,
+                                  "capability_reduced",
+                                  {"agent_id": "a-1", "summary": "d1\u202e moved at w2"},
+                                  t0)])
+    console = Console(store)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            r = console.handle("GET", self.path, dict(self.headers.items()))
+            self.send_response(r.status)
+            self.send_header("Content-Type", r.content_type)
+            for k, v in r.headers:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(r.body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/console/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+        store.close()
+
+
+def test_stored_bidi_and_zero_width_characters_are_drawn_as_escapes(
+        served_console: str, browser: Any) -> None:
+    """Drawn raw, the override drew the rest of the summary right to left ("d1", then
+    "2w ta devom"); the zero-width space made "rover<U+200B>v3" look like "rover-v3"
+    without the hyphen, i.e. like another family. Escaped, both read as stored."""
+    b = browser
+    b.get(f"{served_console}alerts")
+    text = b.find_element(By.TAG_NAME, "body").text
+    assert "d1\\u202e moved at w2" in text
+    assert not re.search("[\u200b\u202e]", b.page_source)
+    d1, moved, w2 = b.execute_script(ORDER_JS, ["d1", "moved", "w2"])
+    assert d1 < moved < w2  # left to right, as written
+    page_ok(b, "10-stored-format-characters")
+    # The alert's link names the family as stored: it leads to the agent's page.
+    b.find_element(By.LINK_TEXT, "rover\\u200bv3/a-1").click()
+    WebDriverWait(b, PAGE_WAIT_S).until(lambda d: "/agents/" in d.current_url)
+    body = b.find_element(By.TAG_NAME, "body").text
+    assert "Agent a-1" in body and "rover\\u200bv3" in body
+    page_ok(b)

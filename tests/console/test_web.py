@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlencode
 import pytest
 
 from capwatch.console.web import Console, Response
-from capwatch.contracts.store import ModelStore
+from capwatch.contracts.store import ModelStore, OutboxAlert
 from capwatch.model.pddl_reader import read_domain
 from capwatch.models_store import open_store, record_new_model
 from capwatch.models_store.actions import AgentActivity, action_store
@@ -191,3 +191,44 @@ def test_an_agent_reverted_to_the_baseline_within_its_intervals_reads_healthy(
     assert states == {"c0": "healthy", "c1": "drifted", "c2": "drifted"}
     page = get(Console(s), "/console/agents/courier-v1/c0").body.decode()
     assert "within its intervals" in page
+
+
+FORMAT = re.compile("[\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+"""Unicode Cf characters the tests store (bidi overrides and isolates, zero-width)."""
+
+
+def test_stored_format_characters_are_shown_escaped_and_acted_on_as_stored(
+        tmp_path: Path) -> None:
+    """Names stored before the wire refused them (session 20): a right-to-left override
+    shown raw reordered the rest of its row, a zero-width space made two families look
+    alike. Shown as escapes; a form's hidden field keeps the stored name, so an action
+    on such an agent still names it."""
+    s = open_store(str(tmp_path / "models.db"))
+    family = "rover\u200bv3"
+    record_new_model(s, family, None, read_domain(EXAMPLES / "rover.pddl"), T0)
+    action_store(s).save_activity([AgentActivity(family, "a-1", 3, 0, T0, "r")])
+    s.add_alerts([OutboxAlert("k1", f"capability_reduced|{family}|a-1", "g", family,
+                              "capability_reduced",
+                              {"agent_id": "a-1", "summary": "d1\u202e moved at w2",
+                               "evidence": {"object": "d1\u2066"}}, T0)])
+    c = Console(s, token=TOKEN)
+    cookie = header(post(c, "/console/login", {"name": "alice", "token": TOKEN}),
+                    "Set-Cookie").split(";")[0]
+    fleet = get(c, "/console/").body.decode()
+    assert FORMAT.search(fleet) is None
+    assert "rover\\u200bv3" in fleet
+    assert 'href="/console/agents/rover%E2%80%8Bv3/a-1"' in fleet  # the link names it
+    alerts = get(c, "/console/alerts").body.decode()
+    assert FORMAT.search(alerts) is None
+    assert "d1\\u202e moved at w2" in alerts and "d1\\u2066" in alerts
+    r = get(c, "/console/agents/rover%E2%80%8Bv3/a-1", cookie)
+    page = r.body.decode()
+    assert r.status == 200 and "rover\\u200bv3" in page
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">',
+                             page.split('aria-label="Assess now">')[1]))
+    assert fields["family"] == family  # as stored, not escaped: the only raw one
+    assert FORMAT.findall(page) == ["\u200b"]
+    r = post(c, "/console/actions", {**fields, "method": "verify", "reason": "look"}, cookie)
+    assert r.status == 303 and "error" not in header(r, "Location")
+    (done,) = action_store(s).actions()
+    assert (done.kind, done.family, done.agent_id) == ("assess", family, "a-1")
