@@ -32,8 +32,10 @@ from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.daemon.test_canary_gaps import (
     DEFAULTS,
     Setting,
-    assessed,
+    assessment,
     dropped_literal,
+    equalities_dropped,
+    inequalities_gained,
     lacking,
     losses,
     narrowings,
@@ -90,12 +92,16 @@ def main() -> None:
                     help="hand each finding (first seed) to the assessor")
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default="")
-    ap.add_argument("--kinds", default="widening,loss,two literals,shared-atom")
+    ap.add_argument("--kinds", default="widening,loss,two literals,narrowing,shared-atom,"
+                    "inequality gained,constraint dropped")
     ap.add_argument("--no-honest", action="store_true")
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     rows: dict[tuple[str, str], list[float | None]] = defaultdict(list)
     assess_rows: dict[tuple[str, str], list[tuple[bool, int]]] = defaultdict(list)
+    unpublished: dict[tuple[str, str], int] = defaultdict(int)
+    """Assessments whose model is not the truth but leaves the finding unexplained, so
+    the daemon does not publish it (equality constraints are not learnt)."""
     honest: dict[str, list[int]] = defaultdict(list)
     honest_rounds: dict[str, int] = defaultdict(int)
     alarms: list[str] = []
@@ -109,7 +115,8 @@ def main() -> None:
 
         kinds: list[tuple[str, Callable[[Domain], list[tuple[str, Domain]]]]] = [
             ("widening", widenings), ("loss", losses), ("two literals", two_literal_widenings),
-            ("narrowing", narrowings)]
+            ("narrowing", narrowings), ("inequality gained", inequalities_gained),
+            ("constraint dropped", equalities_dropped)]
         for kind, make in kinds:
             if kind not in args.kinds.split(","):
                 continue
@@ -124,12 +131,15 @@ def main() -> None:
                         rows[(setting.kind, kind)].append(
                             None if r.round is None else r.round * DEFAULTS.canary_s)
                         if args.assess and seed == 0 and r.finding is not None:
-                            model, q = assessed(domain, truth, r.finding)
-                            assess_rows[(setting.kind, kind)].append(
-                                (same_model(model, truth), q))
+                            out = assessment(domain, truth, r.finding)
+                            same = same_model(out.model, truth)
+                            assess_rows[(setting.kind, kind)].append((same, out.queries))
+                            if not same and out.unexplained:
+                                unpublished[(setting.kind, kind)] += 1
                             print(f"assessed {where.name} {action} {setting.kind} {kind}: "
-                                  f"{same_model(model, truth)} {q}", file=sys.stderr,
-                                  flush=True)
+                                  f"{same} {out.queries}"
+                                  f"{' unexplained' if out.unexplained else ''}",
+                                  file=sys.stderr, flush=True)
         shared = one_each(domain, problem)
         drifts = shared_atom_widenings(domain, shared) if "shared-atom" in args.kinds else []
         random.Random(20).shuffle(drifts)
@@ -139,8 +149,9 @@ def main() -> None:
                 rows[(shared.kind, "widening")].append(
                     None if r.round is None else r.round * DEFAULTS.canary_s)
                 if args.assess and seed == 0 and r.finding is not None:
-                    model, q = assessed(domain, truth, r.finding)
-                    assess_rows[(shared.kind, "widening")].append((same_model(model, truth), q))
+                    out = assessment(domain, truth, r.finding)
+                    assess_rows[(shared.kind, "widening")].append(
+                        (same_model(out.model, truth), out.queries))
         for honest_action in [] if args.no_honest else domain.actions:
             name = honest_action.name
             for setting in [*settings_for(domain, problem, name, rng), shared]:
@@ -159,13 +170,15 @@ def main() -> None:
         p90 = found[math.ceil(0.9 * len(found)) - 1] if found else None
         a = assess_rows.get((setting_kind, kind), [])
         aq = sorted(q for _, q in a)
+        held = unpublished.get((setting_kind, kind), 0)
         astr = (f"{sum(ok for ok, _ in a)}/{len(a)} ({aq[0]}-{aq[-1]} queries)"
-                if a else "-")
+                f"{f', {held} unpublished' if held else ''}" if a else "-")
         print(f"| {setting_kind} | {kind} | {len(found)}/{len(delays)} | {med} | {p90} | "
               f"{found[-1] if found else None} | {astr} |")
         table.append({"setting": setting_kind, "drift": kind, "found": len(found),
                       "total": len(delays), "median_s": med, "p90_s": p90,
-                      "assessed_equal": sum(ok for ok, _ in a), "assessed": len(a)})
+                      "assessed_equal": sum(ok for ok, _ in a), "assessed": len(a),
+                      "unpublished": held})
     print()
     print("| setting (honest agent) | queries per round, every action idle in turn |")
     print("|---|---|")

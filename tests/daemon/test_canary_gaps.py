@@ -30,7 +30,7 @@ from capwatch.assess.agent import AgentQuery, QueryResult
 from capwatch.assess.canary_objects import fresh_objects
 from capwatch.contracts.agent_protocol import QueryRequest
 from capwatch.daemon.agent_watch import AgentWatch
-from capwatch.daemon.assessor import AssessmentRequest, EngineAssessor
+from capwatch.daemon.assessor import AssessmentOutcome, AssessmentRequest, EngineAssessor
 from capwatch.daemon.canary import CanaryProber
 from capwatch.daemon.config import SchedulerConfig
 from capwatch.daemon.metrics import DaemonMetrics
@@ -43,6 +43,7 @@ from capwatch.model.domain import (
     LiftedAtom,
     Outcome,
     Problem,
+    type_members,
 )
 from capwatch.model.pddl_reader import read_domain, read_problem
 from tests.daemon.test_canary_widening import Watch
@@ -178,6 +179,74 @@ def shared_atom_widenings(domain: Domain, setting: Setting) -> list[tuple[str, D
     return out
 
 
+def _may_name_one_object(domain: Domain, a: str, b: str) -> bool:
+    """Whether some object can be of both types (one is a subtype of the other: the
+    types form a tree; a union, of any of its members)."""
+    return any(domain.types.is_subtype(x, y) or domain.types.is_subtype(y, x)
+               for x in type_members(a) for y in type_members(b))
+
+
+def _applicable_with(action: Action, binding: Mapping[str, str]) -> bool:
+    """Whether some state satisfies the precondition grounded with ``binding`` and the
+    constraints admit it: no positive and negative literal on one ground atom."""
+    pos = {x.ground(binding) for x in action.pre_pos}
+    return action.admits_binding(binding) and pos.isdisjoint(
+        x.ground(binding) for x in action.pre_neg)
+
+
+def _merged(action: Action, a: str, b: str) -> dict[str, str]:
+    """Each parameter bound to its own name, ``b`` to ``a``'s (and the model's ``(= ..)``
+    pairs already one)."""
+    binding = {n: n for n in action.parameter_names}
+    binding[b] = a
+    for x, y in sorted(action.equal):
+        if x in binding and y in binding:
+            for n, v in list(binding.items()):
+                if v == binding[y]:
+                    binding[n] = binding[x]
+    return binding
+
+
+def inequalities_gained(domain: Domain) -> list[tuple[str, Domain]]:
+    """An action that now needs two of its parameters to differ, ``(not (= ?a ?b))``,
+    where the model lets them name one object and its precondition can hold then: the
+    agent refuses only groundings that repeat an object there, and agrees with the
+    model on every other."""
+    out = []
+    for a in domain.actions:
+        params = a.parameters
+        for i, p in enumerate(params):
+            for q in params[i + 1:]:
+                pair = tuple(sorted((p.name, q.name)))
+                if (pair in a.distinct or pair in a.equal
+                        or not _may_name_one_object(domain, p.type, q.type)
+                        or not _applicable_with(a, _merged(a, p.name, q.name))):
+                    continue
+                out.append((a.name, domain.replace_action(
+                    a.replace(distinct=a.distinct | {(p.name, q.name)}))))
+    return out
+
+
+def equalities_dropped(domain: Domain) -> list[tuple[str, Domain]]:
+    """An action without one of the model's static constraints between two parameters:
+    ``(not (= ?a ?b))`` dropped (the agent now runs groundings that repeat an object
+    there, where its precondition can hold) or ``(= ?a ?b)`` dropped (it runs them on
+    two objects)."""
+    out = []
+    for a in domain.actions:
+        names = set(a.parameter_names)
+        for x, y in sorted(a.distinct):
+            if {x, y} <= names and _applicable_with(
+                    a.replace(distinct=a.distinct - {(x, y)}), _merged(a, x, y)):
+                out.append((a.name, domain.replace_action(
+                    a.replace(distinct=a.distinct - {(x, y)}))))
+        for x, y in sorted(a.equal):
+            if {x, y} <= names:
+                out.append((a.name, domain.replace_action(
+                    a.replace(equal=a.equal - {(x, y)}))))
+    return out
+
+
 @dataclass
 class Run:
     round: int | None
@@ -213,9 +282,11 @@ def run(domain: Domain, truth: Domain, action: str, setting: Setting, rounds: in
 
 
 def same_model(a: Domain, b: Domain) -> bool:
-    """Every action with the same precondition and the same effects."""
+    """Every action with the same precondition (its ``(= ..)`` constraints included) and
+    the same effects."""
     def key(x: Action) -> tuple[Any, ...]:
-        return (x.pre_pos, x.pre_neg, frozenset((o.add, o.delete) for o in x.outcomes))
+        return (x.pre_pos, x.pre_neg, x.equal, x.distinct,
+                frozenset((o.add, o.delete) for o in x.outcomes))
     return {x.name: key(x) for x in a.actions} == {x.name: key(x) for x in b.actions}
 
 
@@ -223,10 +294,16 @@ def assessed(domain: Domain, truth: Domain, finding: CanaryFinding
              ) -> tuple[Domain, int]:
     """What the daemon's assessor makes of the finding (``verify``, the defaults), the
     drifted agent answering: the model and the queries it took."""
-    out = EngineAssessor(method="verify").assess(AssessmentRequest(
+    out = assessment(domain, truth, finding)
+    return out.model, out.queries
+
+
+def assessment(domain: Domain, truth: Domain, finding: CanaryFinding) -> AssessmentOutcome:
+    """:func:`assessed`'s whole outcome: whether it left evidence unexplained (such a model
+    is not published) too."""
+    return EngineAssessor(method="verify").assess(AssessmentRequest(
         "a-1", "f", domain, SimulatedAgent(truth, seed=3),
         inconsistent=[finding.transition]))
-    return out.model, out.queries
 
 
 def settings(where: Path, domain: Domain, action: str, rng: random.Random
