@@ -17,7 +17,7 @@ always at hand, tried in this order for a type the problem lacks:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from random import Random
 
 from capwatch.assess.atoms import equality_roots
@@ -145,3 +145,55 @@ def distinct_grounding(action: Action, pools: Pools, taken: Taken,
             used.add(obj)
         args.append(chosen[r])
     return tuple(args) if action.admits(args) else None
+
+
+def can_hold(action: Action, binding: Mapping[str, str]) -> bool:
+    """Whether some state satisfies ``action``'s precondition grounded with ``binding``:
+    no positive and negative literal fall on one ground atom (a repeated object can put
+    ``(p ?a)`` and ``(not (p ?b))`` on one). Static constraints are not looked at."""
+    pos = {a.ground(binding) for a in action.pre_pos}
+    return pos.isdisjoint(a.ground(binding) for a in action.pre_neg)
+
+
+def repeated(action: Action, pools: Sequence[tuple[str, ...]], args: Sequence[str],
+             rng: Random, is_subtype: Callable[[str, str], bool] | None = None
+             ) -> tuple[str, ...] | None:
+    """``args`` with some parameters given another's object, or None if the pools, the
+    types, the action's constraints and its precondition allow no repeat at all.
+
+    An agent whose action now needs two parameters to differ, or whose effect now depends
+    on whether they do, shows it only on a grounding that names one object twice, which
+    canaries drawn on distinct objects never make. The parameters are taken in a random
+    order; the first that can takes the object of another (drawn), and each later one
+    does with even odds. One pair drawn among all would leave a given pair to one probe
+    in 42 on a seven-parameter untyped action (freecell's ``homefromfreecell``); so each
+    pair is tied in about one probe in ``parameters - 1`` or better.
+
+    Parameter j may take the object of parameter i when j's pool holds it, or when i's
+    type is a subtype of j's (``is_subtype``: a fresh object of a subtype is in no pool
+    of the supertype). A repeat the model's ``(not (= ?a ?b))`` forbids is left, and one
+    that puts a positive and a negative literal of the precondition on one atom: the
+    model says the action never applies there, and the agent refusing it says nothing."""
+    names = action.parameter_names
+    types = [p.type for p in action.parameters]
+    trial = list(args)
+    order = list(range(len(trial)))
+    rng.shuffle(order)
+    merged = False
+    for j in order:
+        if merged and rng.random() < 0.5:
+            continue
+        others = [i for i in range(len(trial))
+                  if i != j and trial[i] != trial[j]
+                  and (trial[i] in pools[j]
+                       or (is_subtype is not None and is_subtype(types[i], types[j])))]
+        rng.shuffle(others)
+        for i in others:
+            before = trial[j]
+            trial[j] = trial[i]
+            binding = dict(zip(names, trial, strict=True))
+            if action.admits_binding(binding) and can_hold(action, binding):
+                merged = True
+                break
+            trial[j] = before
+    return tuple(trial) if merged else None

@@ -30,9 +30,12 @@ from capwatch.assess.agent import AgentUnavailable, QueryNotAttempted
 from capwatch.assess.canary_objects import (
     Pools,
     Taken,
+    can_hold,
     distinct_grounding,
+    fresh_objects,
     missing_types,
     probe_pools,
+    repeated,
     with_fresh,
 )
 from capwatch.assess.observations import Trace, infer_object_types
@@ -54,6 +57,11 @@ PROBE_THREADS = 4
 MAX_BACKLOG = 256
 """Probes waiting for an answer past which a round submits no more: the rest stay due and
 go out in a later round, so slow or unreachable agents cannot grow the queue without end."""
+REPEAT = 0.25
+"""Share of probes grounded on one object twice (canary_objects.repeated): a drift that
+shows only there (an action now needing two parameters to differ) is found from them, and
+the other probes keep every ground atom of the action apart, as every effect and
+precondition literal needs to show on its own."""
 RECENT_STATES = 4
 """Recent states kept per agent as start states (one taken per round; the newest is the
 watch's own, so at most three more states per agent are held here)."""
@@ -216,7 +224,7 @@ class CanaryProber:
                         pools = probe_pools(watch.domain, known, recent)
                     use = pools
                 taken = _Taken(recent, init, use)
-                args = self._grounding(action, use, taken)
+                args = self._grounding(action, use, taken, watch.domain)
                 if args is None:
                     self._done()
                     continue
@@ -247,11 +255,13 @@ class CanaryProber:
         for agent_id in [a for a in self._agents if a not in seen]:
             del self._agents[agent_id]
 
-    def _grounding(self, action: Action, objects: Pools, taken: Taken = tuple
-                   ) -> tuple[str, ...] | None:
+    def _grounding(self, action: Action, objects: Pools, taken: Taken = tuple,
+                   domain: Domain | None = None) -> tuple[str, ...] | None:
         """Objects drawn at random per parameter, distinct where possible, until the
         action's equality constraints admit them; None if no try does. A type with no
-        objects gets fresh names (canary_objects)."""
+        objects gets fresh names (canary_objects). One probe in ``REPEAT`` then names
+        objects more than once, where the types, the model's constraints and its
+        precondition allow (canary_objects.repeated)."""
         pools = with_fresh(action, objects, taken)
         for _ in range(20):
             args: list[str] = []
@@ -259,6 +269,10 @@ class CanaryProber:
                 fresh = [o for o in pool if o not in args]
                 args.append(self._rng.choice(fresh or list(pool)))
             if action.admits(args):
+                if len(args) > 1 and self._rng.random() < REPEAT:
+                    return repeated(action, pools, args, self._rng,
+                                    domain.types.is_subtype if domain else None
+                                    ) or tuple(args)
                 return tuple(args)
         return None
 
@@ -281,9 +295,16 @@ class CanaryProber:
         once the pools run out), from the same start state. None only where the model's
         own ``(= ?a ?b)`` ties the two literals: no state tells them apart, so dropping
         one changes nothing the agent can show."""
-        literals = [(a, True) for a in sorted(action.pre_pos)] + [
-            (a, False) for a in sorted(action.pre_neg)]
-        atom, positive = self._rng.choice(literals)
+        literals: list[tuple[LiftedAtom, bool] | tuple[str, str, bool]] = [
+            (a, True) for a in sorted(action.pre_pos)]
+        literals += [(a, False) for a in sorted(action.pre_neg)]
+        names = set(action.parameter_names)
+        literals += [(x, y, True) for x, y in sorted(action.equal) if {x, y} <= names]
+        literals += [(x, y, False) for x, y in sorted(action.distinct) if {x, y} <= names]
+        drawn = self._rng.choice(literals)
+        if len(drawn) == 3:
+            return self._constraint_false(action, binding, base, pools, taken, drawn)
+        atom, positive = drawn
         args = tuple(binding[n] for n in action.parameter_names)
         if not _alone(action, atom, binding):
             again = distinct_grounding(action, pools, taken, self._rng)
@@ -297,6 +318,45 @@ class CanaryProber:
         ground = atom.ground(binding)
         flipped = state - {ground} if positive else state | {ground}
         return frozenset(flipped), (action.name, *args)
+
+    def _constraint_false(self, action: Action, binding: Mapping[str, str],
+                          base: Collection[GroundAtom], pools: Pools, taken: Taken,
+                          constraint: tuple[str, str, bool]
+                          ) -> tuple[frozenset[GroundAtom], GroundAction] | None:
+        """The probe grounded so that one of the model's constraints between two
+        parameters fails, its precondition otherwise true: ``(not (= ?a ?b))`` with one
+        object for both, ``(= ?a ?b)`` with two. The model says the action does not
+        apply there, so an agent that runs it lost the constraint, which no grounding
+        the model admits shows (the constraints are literals of the precondition too,
+        drawn like the others). None where the types leave no such grounding or the
+        precondition cannot hold on it."""
+        x, y, equal = constraint
+        names = action.parameter_names
+        of = dict(zip(names, with_fresh(action, pools, taken), strict=True))
+        out = dict(binding)
+        if equal:
+            # Two objects: y gets another of its type (a fresh one if it has no other).
+            others = [o for o in of[y] if o != out[x]]
+            ty = action.parameters[names.index(y)].type
+            out[y] = (self._rng.choice(others) if others
+                      else fresh_objects(ty, 1, {*taken(), out[x]})[0])
+        elif out[x] in of[y]:
+            out[y] = out[x]
+        elif out[y] in of[x]:
+            out[x] = out[y]
+        else:
+            # Neither object is of the other's type: one both types have, if any.
+            common = sorted(set(of[x]) & set(of[y]))
+            if not common:
+                return None
+            out[x] = out[y] = self._rng.choice(common)
+        pair = (x, y) if x <= y else (y, x)
+        rest = (action.replace(equal=action.equal - {pair}) if equal
+                else action.replace(distinct=action.distinct - {pair}))
+        if not rest.admits_binding(out) or not can_hold(action, out):
+            return None
+        state = _made_true(action, out, base)
+        return frozenset(state), (action.name, *(out[n] for n in names))
 
     def _start(self, recent: Sequence[Collection[GroundAtom]], init: frozenset[GroundAtom], *,
                designed_only: bool) -> tuple[Collection[GroundAtom], bool]:

@@ -437,3 +437,64 @@ def test_a_precondition_gained_on_an_added_atom_shows_from_designed_states(
     domain = read_domain(where / "domain.pddl")
     setting = no_problem(read_problem(where / "problem.pddl"), False)
     assert run(domain, truth, action, setting, 360).round is not None
+
+
+def _tied_by_equality() -> list[tuple[Path, str, str, Domain]]:
+    """Per domain, two actions that now need two parameters to differ, every model
+    constraint of hiking and mprime (the domains with some) dropped, and storage's
+    actions that now need a parameter to differ from one of a supertype."""
+    cases = []
+    for where in DOMAINS:
+        domain = read_domain(where / "domain.pddl")
+        drifts = inequalities_gained(domain)
+        random.Random(20).shuffle(drifts)
+        cases += [(where, "gained", a, t) for a, t in drifts[:2]]
+    for where in (IPC / "hiking", IPC / "mprime"):
+        domain = read_domain(where / "domain.pddl")
+        cases += [(where, "dropped", a, t) for a, t in equalities_dropped(domain)]
+    # storage's lift and drop: ?a1 a storearea, ?a2 an area (its supertype). With no
+    # problem, fresh storeareas are in no pool of areas: only the types tie them.
+    storage = read_domain(IPC / "storage" / "domain.pddl")
+    for a, t in inequalities_gained(storage):
+        (x, y), = t.action(a).distinct - storage.action(a).distinct
+        types = {p.name: p.type for p in storage.action(a).parameters}
+        if types[x] != types[y]:
+            cases.append((IPC / "storage", "gained", a, t))
+    return cases
+
+
+TIED = _tied_by_equality()
+
+
+@pytest.mark.parametrize(("where", "kind", "action", "truth"), TIED,
+                         ids=[f"{w.name}-{k}-{a}-{i}" for i, (w, k, a, _) in enumerate(TIED)])
+def test_a_drift_tied_by_equality_shows_on_a_repeated_object(
+        where: Path, kind: str, action: str, truth: Domain) -> None:
+    """The agent now refuses the action when two of its parameters name one object, or
+    runs it there though the model's ``(not (= ?a ?b))`` forbids it. Canaries drew their
+    objects distinct wherever the pools allowed and kept to the model's constraints, so
+    before session 21 no probe ever named one object twice: none of these was found."""
+    domain = read_domain(where / "domain.pddl")
+    problem = read_problem(where / "problem.pddl")
+    for setting in (Setting("problem", problem.init, problem.objects_by_type(domain),
+                            problem.init), no_problem(problem, False)):
+        r = run(domain, truth, action, setting, 360)
+        assert r.round is not None, f"{setting.kind}: {action} never reported"
+        assert r.finding is not None
+        args = r.finding.transition.action[1:]
+        assert len(set(args)) < len(args) or kind == "dropped", args
+
+
+@pytest.mark.parametrize("where", [IPC / "mprime", IPC / "freecell"],
+                         ids=["mprime", "freecell"])
+def test_an_honest_agent_is_never_reported_on_repeated_objects(where: Path) -> None:
+    """Untyped mprime lets any two parameters name one object, and freecell has actions
+    of up to six cards: many repeats whose precondition puts a positive and a negative
+    literal on one atom, which the prober must leave (the model says the action never
+    applies there)."""
+    domain = read_domain(where / "domain.pddl")
+    problem = read_problem(where / "problem.pddl")
+    setting = Setting("problem", problem.init, problem.objects_by_type(domain), problem.init)
+    for action in domain.actions:
+        r = run(domain, domain, action.name, setting, 30)
+        assert r.round is None, (action.name, r.finding)
