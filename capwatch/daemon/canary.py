@@ -271,8 +271,7 @@ class CanaryProber:
             if action.admits(args):
                 if len(args) > 1 and self._rng.random() < REPEAT:
                     return repeated(action, pools, args, self._rng,
-                                    domain.types.is_subtype if domain else None
-                                    ) or tuple(args)
+                                    domain.types if domain else None) or tuple(args)
                 return tuple(args)
         return None
 

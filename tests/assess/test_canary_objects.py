@@ -61,7 +61,7 @@ def test_a_repeat_is_one_the_model_allows_and_every_allowed_pair_is_tied(where: 
         allowed = _allowed(grounder, domain, action, pools, args)
         tied: set[tuple[int, int]] = set()
         for _ in range(200):
-            got = repeated(action, pools, args, rng, domain.types.is_subtype)
+            got = repeated(action, pools, args, rng, domain.types)
             if not allowed:
                 assert got is None, action.name
                 break
