@@ -12,6 +12,11 @@ its stream once (250 rounds of 200 agents, or its first ``--warm`` records), the
 agents as ``bench_admission.py`` makes them (``bench_daemon.renamed``). Without valgrind
 the two ``callgrind_control`` calls are skipped and the CPU time of the admission is
 printed.
+
+``--max-agents N`` (``limits.max_agents_in_memory``) below twice the agents held puts the
+run in the rows' second phase (past half of the limit every agent idle at a checkpoint is
+frozen, ~1.4 freezes an admitted agent at 20,000 -> 50,000): a second checkpoint then
+freezes the new agents themselves, which the first only trims.
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ def main() -> int:
     parser.add_argument("--fleet", type=Path, help="a fleet directory (default: simulated)")
     parser.add_argument("--agents", type=int, default=2000)
     parser.add_argument("--warm", type=int, help="records of the stream fed first (all)")
+    parser.add_argument("--max-agents", type=int,
+                        help="limits.max_agents_in_memory (default: the config's); below "
+                             "twice the agents held, every agent idle at a checkpoint is "
+                             "frozen, as in the rows' second phase past 25,000 agents; "
+                             "a second checkpoint then freezes the new agents")
     args = parser.parse_args()
     configure_logging("error", "json")
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,12 +69,12 @@ def main() -> int:
             raw = [e.value for e in events]
             stream = [Record("bench", 0, i, e.agent_id.encode(), e.value)
                       for i, e in enumerate(events)]
-            p = bench_daemon.service(tmp, f, stream).pipeline
+            p = bench_daemon.service(tmp, f, stream, args.max_agents).pipeline
             settle_heap()
             p.open()
         else:
             fleet = fleets.load(args.fleet)
-            p = bench_fleet.pipeline(tmp, fleet.families)
+            p = bench_fleet.pipeline(tmp, fleet.families, args.max_agents)
             stream = bench_fleet.records(fleet.events, fleet.agent_ids, 0)
         feed(p, stream[:args.warm] if args.warm else stream)
         news = (bench_daemon.renamed(raw, 0, args.agents, len(stream)) if args.fleet is None
@@ -74,10 +84,15 @@ def main() -> int:
         t0 = time.process_time()
         feed(p, news)
         p.checkpoint()
+        if args.max_agents:
+            # The agents fed since the last checkpoint are idle at the next (trimmed at
+            # the first, frozen at the second, as in the rows' second phase).
+            p.checkpoint()
         spent = time.process_time() - t0
         _instrument(False)
         print(f"{args.agents:,} new agents: {spent / args.agents * 1e6:.1f} us CPU an agent "
-              f"(load {os.getloadavg()[0]:.1f})")
+              f"(load {os.getloadavg()[0]:.1f}); {len(p.registry):,} held, "
+              f"{sum(bool(w.frozen) for w in p.registry):,} frozen")
         p.store.close()
     return 0
 
