@@ -36,6 +36,19 @@ def _empty(n: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
 """Slots a window starts with; it doubles as executions arrive, up to its size: most
 agents of a large fleet run an action far fewer times than the window holds."""
 _PACK_HEAD = struct.Struct("<qq?")
+_PACKED_COUNTS: dict[int, struct.Struct] = {}
+"""A window's counts (2 or 3 times k + 1 of them) as :meth:`OutcomeWindow.pack` writes
+them, by their number: int64 in the machine's order, the bytes ``np.array(counts,
+np.int64).tobytes()`` made and :meth:`OutcomeWindow.unpack` reads (``np.frombuffer``),
+for a fifth of its cost (a numpy array made for a few ints: every idle agent's table is
+packed at least once past half of limits.max_agents_in_memory)."""
+
+
+def _counts_struct(n: int) -> struct.Struct:
+    packer = _PACKED_COUNTS.get(n)
+    if packer is None:
+        packer = _PACKED_COUNTS[n] = struct.Struct(f"={n}q")
+    return packer
 
 
 def _index_dtype(k: int) -> type[np.signedinteger[Any]]:
@@ -211,7 +224,7 @@ class OutcomeWindow:
         counts = [*self._counts, *self._block, *(completed or ())]
         return b"".join((_PACK_HEAD.pack(self.seen, len(self._buffer), completed is not None),
                          self._buffer[:kept].tobytes(),
-                         np.array(counts, dtype=np.int64).tobytes()))
+                         _counts_struct(len(counts)).pack(*counts)))
 
     def unpack(self, data: bytes | memoryview, at: int = 0) -> int:
         """Become the window :meth:`pack` described (for this window's k, size and kind),

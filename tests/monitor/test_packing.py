@@ -13,9 +13,11 @@ import pytest
 from capwatch.model.domain import Action
 from capwatch.model.pddl_reader import read_domain
 from capwatch.monitor import drift as drift_module
+from capwatch.monitor import tables as tables_module
 from capwatch.monitor.attribution import Attribution
 from capwatch.monitor.drift import ActionMonitor, DriftConfig, DriftMonitor
 from capwatch.monitor.snapshot import snapshot_agent
+from capwatch.monitor.tables import OutcomeWindow
 from tests.paths import STOCHASTIC
 
 
@@ -155,3 +157,25 @@ def test_long_tables_are_packed_without_being_kept_by_their_bytes(move_car: Acti
                 _dump(packed.observe(agent, move_car, x % 2))
     for agent in ("short", "long"):
         assert snapshot_agent(packed, agent) == snapshot_agent(plain, agent)
+
+
+@pytest.mark.parametrize("kind", ["sliding", "tumbling"])
+@pytest.mark.parametrize("k", [2, 3, 130])
+def test_a_window_packs_to_the_bytes_its_numpy_fields_make(
+        kind: Literal["sliding", "tumbling"], k: int) -> None:
+    """The counts are packed with struct (a numpy array for a few ints cost five times
+    more): the very bytes ``np.array(counts, np.int64).tobytes()`` made, which the
+    packed blobs kept alike, the snapshot encodings kept by them and unpack rely on."""
+    rng = np.random.default_rng(k)
+    window = OutcomeWindow(k, 40, kind)
+    for _ in range(130):
+        window.add(int(rng.integers(-1, k)))
+        kept = min(window.seen, len(window._buffer))
+        counts = [*window._counts, *window._block, *(window._completed or ())]
+        assert window.pack() == b"".join((
+            tables_module._PACK_HEAD.pack(window.seen, len(window._buffer),
+                                          window._completed is not None),
+            window._buffer[:kept].tobytes(), np.array(counts, dtype=np.int64).tobytes()))
+        copy = OutcomeWindow(k, 40, kind)
+        assert copy.unpack(window.pack()) == len(window.pack())
+        assert copy.export_state() == window.export_state()
