@@ -271,7 +271,12 @@ def decode(
     the monitor then encodes the next state by those few atoms. If it has a third, that
     is set, for a ``trace`` event, to such atoms (or None) for each of its steps, in
     order (else None); a trace's last state becomes the memo, as a transition's next
-    state does.
+    state does. If it has a fourth, that is set to the message's (first) state's
+    :data:`_Came`: the memo's set and the atoms in exactly one of it and that state, when
+    the state was made from the memo's set by them (another text than the memo's: a
+    reset, a new episode, a gap), else None; the monitor, whose last next-state is that
+    set, then encodes the state from its encoding by those atoms, where it encoded the
+    state whole (a lookup per atom).
 
     ``known_ids``: an agent id and a family this decoder found valid before (the caller's
     watch of the agent: both came from a message decoded here). A transition naming
@@ -294,6 +299,10 @@ def decode(
 _Read = tuple[int, frozenset[GroundAtom], list[int] | None, int]
 """A state read: its atoms as sent, its set, its atoms' ids (None: not known) and their
 generation."""
+_Came = tuple[frozenset[GroundAtom], list[GroundAtom]] | None
+"""How a message's (first) state was made from the agent's memo's set: that set and the
+atoms in exactly one of the two (a list, no atom twice, not empty), or None (not made so,
+or the memo's very set)."""
 
 _SMALL_STATE = 256
 """A state's text up to this many bytes (about 8 atoms) is decoded whole: for so few
@@ -597,7 +606,7 @@ def _admit(text: bytes, n: int, s: frozenset[GroundAtom], ids: list[int] | None,
 
 def _trace_states(texts: list[bytes], max_atoms: int, last: StateMemo | None
                   ) -> tuple[list[frozenset[GroundAtom]], list[list[GroundAtom] | None],
-                             _Read]:
+                             _Read, _Came]:
     """A trace's states, each read from its text as a transition's states are: the first
     one, when it is the agent's memo's text (a trace continuing the agent's last one), is
     the memo's set; a state's atoms seen before are looked up by their texts' pieces, and
@@ -609,10 +618,12 @@ def _trace_states(texts: list[bytes], max_atoms: int, last: StateMemo | None
 
     With the sets, each step's flipped atoms (as :func:`_next_state` gives them: the
     monitor encodes the step's next state from its state by them) and the last state's
-    read, which the agent's memo keeps."""
+    read, which the agent's memo keeps, and the first state's atoms that differ from the memo's set
+    (as :func:`_fast` notes them, :data:`_Came`)."""
     out = []
     flips: list[list[GroundAtom] | None] = []
     read: _Read
+    came: _Came = None
     first = texts[0]
     if last is not None and _recognised(last, first):
         read = last[1], last[2], last[3], last[4]
@@ -624,7 +635,9 @@ def _trace_states(texts: list[bytes], max_atoms: int, last: StateMemo | None
         # made from the memo's set by the ids that differ, as a transition's state is,
         # the memo's very set when none do (the monitor then reuses its encoding),
         # where a set of its own was built from its ids.
-        read, _ = _next_state(first, max_atoms, last[2], last[3], last[4], False)
+        read, told = _next_state(first, max_atoms, last[2], last[3], last[4], False)
+        if told is not None:
+            came = (last[2], told)
     else:
         read = _state(first, max_atoms, False)
     out.append(read[1])
@@ -641,7 +654,7 @@ def _trace_states(texts: list[bytes], max_atoms: int, last: StateMemo | None
         out.append(read[1])
         flips.append(flipped)
         before = raw
-    return out, flips, read
+    return out, flips, read, came
 
 
 def _tagged(raw: bytes) -> bool:
@@ -733,6 +746,7 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             raise _Refused
     # Typed: mypyc then reads its items directly (an Any's cost a generic lookup each).
     last: StateMemo | None = memo[0] if memo is not None else None
+    came: _Came = None
     sent = state
     matched = False
     reordered = False
@@ -770,8 +784,10 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
         # iterating a hash set), or another of the agent's states (a reset, episodes
         # interleaved). Made from the memo's set by the atoms that differ, it is the
         # memo's very set when none do, whose encoding the monitor then reuses.
-        (n, s, ids, generation), _ = _next_state(state, max_atoms, last[2], last[3],
-                                                 last[4], not shuffled)
+        (n, s, ids, generation), state_told = _next_state(
+            state, max_atoms, last[2], last[3], last[4], not shuffled)
+        if state_told is not None:
+            came = (last[2], state_told)
     else:
         n, s, ids, generation = _state(state, max_atoms)
         if last is not None and s == last[2]:
@@ -824,6 +840,8 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
             memo[1] = flipped
             if len(memo) > 2:
                 memo[2] = None
+                if len(memo) > 3:
+                    memo[3] = came
     when = None if time_raw is _NONE_TIME else _time(time)
     if interned is not None and _actions_generation == wire_atoms.generation:
         action = interned
@@ -894,7 +912,8 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
             or n > limits.max_trace_steps:
         raise _Refused
     when = None if event.time is _NO_TIME else _time(time)
-    states, flips, last = _trace_states(texts, max_atoms, None if memo is None else memo[0])
+    states, flips, last, came = _trace_states(texts, max_atoms,
+                                              None if memo is None else memo[0])
     if memo is not None:
         # The agent's memo keeps the trace's last state, as it keeps a transition's next
         # state: a trace continuing this one (or a transition) starts from that set.
@@ -905,6 +924,8 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
             memo[1] = None
         if len(memo) > 2:
             memo[2] = flips
+            if len(memo) > 3:
+                memo[3] = came
     start = 0 if event.start_step is UNSET else event.start_step
     return [
         AgentTransition(

@@ -207,10 +207,12 @@ class AgentWatch:
 
     # ------------------------------------------------------------------ the surface
 
-    def observe(self, t: AgentTransition, flipped: Collection[GroundAtom] | None = None
+    def observe(self, t: AgentTransition, flipped: Collection[GroundAtom] | None = None,
+                came: tuple[frozenset[GroundAtom], Collection[GroundAtom]] | None = None
                 ) -> Finding:
         """Check ``t`` against the model and keep what it shows; ``flipped``: the atoms
-        the decoder made its next state from its state by (``TransitionMonitor.observe``).
+        the decoder made its next state from its state by, ``came``: the set it made the
+        state from and the atoms it made it by (``TransitionMonitor.observe``).
 
         Raises ModelError (unknown vocabulary) before anything changes, so a refused
         record leaves the watch as it was.
@@ -243,7 +245,8 @@ class AgentWatch:
         monitor = self._monitor
         if monitor is None:
             monitor = self.thaw()
-        obs = monitor.observe(fields[5], ground, next_state, offset, flipped, fields[9])
+        obs = monitor.observe(fields[5], ground, next_state, offset, flipped, fields[9],
+                              came)
         if repeat and (obs.verdict is not _INCONSISTENT or self._buffered(t)):
             return DUPLICATE
         if keyed and not repeat:

@@ -134,7 +134,8 @@ class Batches:
                             # a trace's steps first).
                             t = transitions[0]
                             try:
-                                finding = watch.observe(t, self.intake.flipped)
+                                finding = watch.observe(t, self.intake.flipped,
+                                                        self.intake.came)
                             except ModelError as e:
                                 self.intake.dead_letter(record, str(e), "vocabulary")
                             else:
@@ -163,12 +164,15 @@ class Batches:
                             # Each step with the atoms the decoder made its next state
                             # by, as a single transition's (Intake checked the steps).
                             flips = self.intake.steps_flipped
+                            came = self.intake.came
                             if flips is None or len(flips) != len(transitions):
                                 for t in transitions:
-                                    self.observe(watch, t)
+                                    self.observe(watch, t, None, came)
+                                    came = None
                             else:
                                 for t, flipped in zip(transitions, flips, strict=True):
-                                    self.observe(watch, t, flipped)
+                                    self.observe(watch, t, flipped, came)
+                                    came = None
                 except INFRASTRUCTURE_ERRORS:
                     raise  # the store is down: stop without committing past this record
                 except Exception as e:
@@ -228,10 +232,11 @@ class Batches:
                 self.metrics.records.child(source).inc(n)
 
     def observe(self, watch: AgentWatch, t: AgentTransition,
-                flipped: list[GroundAtom] | None = None) -> None:
+                flipped: list[GroundAtom] | None = None,
+                came: tuple[frozenset[GroundAtom], list[GroundAtom]] | None = None) -> None:
         """Observe one transition of ``watch``'s agent and act on what it showed;
-        ``flipped`` as for ``AgentWatch.observe``."""
-        finding = watch.observe(t, flipped)
+        ``flipped`` and ``came`` as for ``AgentWatch.observe``."""
+        finding = watch.observe(t, flipped, came)
         if finding is DUPLICATE:
             self._repeated(watch)
             return

@@ -86,6 +86,10 @@ class Intake:
         next state from its state by them (for ``AgentWatch.observe``); else None."""
         self.steps_flipped: list[list[GroundAtom] | None] | None = None
         """For a trace, the same for each of its steps, in order; else None."""
+        self.came: tuple[frozenset[GroundAtom], list[GroundAtom]] | None = None
+        """The set the last record read's (first) state was made from by the atoms that
+        differ, with those atoms (the agent's memo's set: ``wire_fast.decode``'s fourth
+        memo item), for ``AgentWatch.observe``; else None."""
         self.last_read: dict[int, Record] = {}
         """Partition → the last record :meth:`read` was given since :meth:`begin_batch`,
         of the source :attr:`read_source` (the batch's positions, ``Batches``): noted as
@@ -149,7 +153,7 @@ class Intake:
                 # Its bytes keep the memo's fingerprint (AgentWatch.freeze): thawed now
                 # rather than by the observation, so that the decoder gets the memo.
                 prior.thaw()
-        memo: list[Any] = [None if prior is None else prior.state_memo, None, None]
+        memo: list[Any] = [None if prior is None else prior.state_memo, None, None, None]
         # A loaded watch's agent id and family came from a message the decoder checked.
         decoded = decode(fields[4], self.limits, key=key,
                          partition=partition, offset=fields[2], size=fields[6],
@@ -157,6 +161,7 @@ class Intake:
                          known_ids=None if prior is None else (prior.agent_id, prior.family))
         self.flipped = memo[1]
         self.steps_flipped = memo[2]
+        self.came = memo[3]
         if isinstance(decoded, DeadLetter):
             self.dead_letter(record, decoded.reason, "decode")
             return None

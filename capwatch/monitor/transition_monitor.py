@@ -341,7 +341,9 @@ class TransitionMonitor:
     def observe(self, state: frozenset[GroundAtom], action: GroundAction,
                 next_state: frozenset[GroundAtom], position: int = -1,
                 flipped: Collection[GroundAtom] | None = None,
-                executed: bool | None = None) -> Observation:
+                executed: bool | None = None,
+                came: tuple[frozenset[GroundAtom], Collection[GroundAtom]] | None = None
+                ) -> Observation:
         """Check a transition given as sets of atoms (see :meth:`observe_lists`).
 
         ``executed``: the producer's word on whether the agent executed the action (the
@@ -353,6 +355,13 @@ class TransitionMonitor:
         state by them): the next state is then encoded from the state's mask by those
         few atoms alone. Wrong ones would make a wrong verdict: only a caller that built
         ``next_state`` from them passes them.
+
+        ``came``: a set and the atoms in exactly one of it and ``state``, no atom twice,
+        when the caller made ``state`` from that set by them (the decoder, from the
+        agent's last next-state, on a state that is not that very set: a reset, a new
+        episode). When the set is the last next-state the monitor saw, the state is
+        encoded from that one's encoding by those atoms, not whole. The same trust as
+        ``flipped``.
         """
         # The operator first: grounding a new one may move the agent to an index of its
         # own, which the states must then be encoded in.
@@ -367,9 +376,22 @@ class TransitionMonitor:
             # the few atoms a step changes (the set differences reuse the hashes the sets
             # hold; looking every atom up hashed its tuple again, ~0.05 µs an atom). A
             # set has no repeated atom, so the sum of the bits is their union.
-            # A new agent's first record (or one after a gap): the state encoded whole.
-            s = self._last_mask if state is self._last_lists \
-                else sum(map(valid.__getitem__, state))
+            # A state made by the decoder from the last next-state by the few atoms that
+            # differ (a reset, a new episode, a gap): encoded from that one's mask by them.
+            # A new agent's first record: the state encoded whole, by a loop (compiled, no
+            # bound method, map or call per atom: sum(map(valid.__getitem__, ...)) cost
+            # ~600 instructions an atom, callgrind, ipc-mixed).
+            last = self._last_lists
+            if state is last:
+                s = self._last_mask
+            elif came is not None and came[0] is last:
+                s = self._last_mask
+                for atom in came[1]:
+                    s ^= valid[atom]
+            else:
+                s = 0
+                for atom in state:
+                    s += valid[atom]
             if next_state is state:
                 s2 = s
             elif flipped is not None:
