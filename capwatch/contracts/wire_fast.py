@@ -337,7 +337,7 @@ def _state(raw: bytes, max_atoms: int, remember: bool = True) -> _Read:
             read = len(atoms), _set_of(ids), ids
     if remember:
         wire_atoms.remember_state(raw, read)
-    return (*read, wire_atoms.generation)
+    return read[0], read[1], read[2], wire_atoms.generation  # not (*read, ...): _next_state
 
 
 _Diff = tuple[list[int], list[int], list[GroundAtom]]
@@ -557,10 +557,12 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
     told, after = (_STEP(state, state_ids, known, _ATOM_LIST) if _STEP is not None
                    else reference_step(state, state_ids, known))
     flipped = told or None
-    read = len(known), after, known
+    n = len(known)
     if remember:
-        wire_atoms.remember_state(text, read)
-    return (*read, generation), flipped
+        wire_atoms.remember_state(text, (n, after, known))
+    # The tuple written out: ``(*read, generation)`` compiled to a list, its extension
+    # and a tuple made of it (~550 instructions, at each passing state of a trace).
+    return (n, after, known, generation), flipped
 
 
 def _recognised(last: StateMemo | None, text: bytes) -> bool:
