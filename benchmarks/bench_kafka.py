@@ -37,16 +37,17 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from kafka_split import pipeline_alone, read_batches
 
 from capwatch.adapters.sim.fleet import SimulatedFleet
-from capwatch.contracts.ports import AgentDirectory
+from capwatch.contracts.ports import AgentDirectory, Record
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.config_connections import KafkaConfig
+from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import FleetDirectory, build_service
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,30 +248,75 @@ def capwatch_run(bootstrap: str, topic: str, n: int, families: dict[str, Path],
             else:
                 profile(lambda: svc.run(install_signals=False))
 
+        p = svc.pipeline
+        progress = Progress(p, n)
         runner = threading.Thread(target=run)
         runner.start()
-        p = svc.pipeline
-        # Polled every 10 ms (at most 1% of a 1 s read): this thread takes the GIL each
-        # time it wakes. Polled every 1 ms it took it from the daemon's main loop at the
-        # loop's GIL releases (in cProfile, numpy's BLAS dot in the drift detector took
-        # 16 µs a call over Kafka against ~0.3 in process), and the stochastic fleet read
-        # 35,000-36,500/s at 30-31 µs CPU per record against 45,200-45,600/s at 23 µs
-        # polled every 20 ms; `capwatch run` has no such thread.
-        while p.processed == 0:
-            time.sleep(0.01)
-        child = getattr(p.source, "child_pid", None)
-        main = time.pthread_getcpuclockid(runner.ident or 0)  # the main loop's thread
-        first, cpu0, child0 = time.perf_counter(), time.process_time(), process_cpu(child)
-        main0 = time.clock_gettime(main)
-        while p.processed < n:
-            time.sleep(0.01)
-        rate = Rate(n, time.perf_counter() - first, time.process_time() - cpu0,
-                    process_cpu(child) - child0 if child is not None else None,
-                    time.clock_gettime(main) - main0)
+        first, last = progress.wait(runner)
+        rate = Rate(n, last.wall - first.wall, last.cpu - first.cpu,
+                    last.child - first.child if first.child is not None
+                    and last.child is not None else None,
+                    last.main - first.main)
         p.stop()
         runner.join(60)
         assert p.dead_letters == 0
     return rate
+
+
+class Clocks(NamedTuple):
+    """The clocks at one point of a run: wall, the process's CPU, the main loop's thread's
+    CPU, the consumer process's CPU (None without one)."""
+
+    wall: float
+    cpu: float
+    main: float
+    child: float | None
+
+
+class Progress:
+    """When ``pipeline``'s main loop has handled its first record and its ``n``-th: the
+    clocks read by the main loop itself, after the batch that got there
+    (``handle_batch`` wrapped on this pipeline), so that no thread of the benchmark's
+    wakes meanwhile.
+
+    It used to be a thread of the benchmark's that looked at ``processed`` every 10 ms:
+    each wake took the GIL from the main loop (a forced switch; the main loop then waits
+    to get it back, on a busy machine behind other processes for a CPU). That thread
+    doubled the main loop's voluntary context switches (stochastic, 100,000 records, load
+    13-17: 811-930 a run against 427-483 without it, docs/performance.md, session 21),
+    a cost `capwatch run` does not have and the bare consumers, which time themselves,
+    did not pay."""
+
+    def __init__(self, pipeline: Pipeline, n: int) -> None:
+        self.n = n
+        self.marks: list[Clocks] = []
+        self.reached = threading.Event()
+        handle = pipeline.handle_batch
+
+        def handle_batch(records: Sequence[Record]) -> None:
+            handle(records)
+            if not self.marks and pipeline.processed:
+                self.marks.append(self._clocks(pipeline))
+            if len(self.marks) == 1 and pipeline.processed >= n:
+                self.marks.append(self._clocks(pipeline))
+                self.reached.set()
+
+        setattr(pipeline, "handle_batch", handle_batch)  # noqa: B010 (mypy: a method)
+
+    @staticmethod
+    def _clocks(pipeline: Pipeline) -> Clocks:
+        child = getattr(pipeline.source, "child_pid", None)
+        return Clocks(time.perf_counter(), time.process_time(), time.thread_time(),
+                      process_cpu(child) if child is not None else None)
+
+    def wait(self, runner: threading.Thread) -> tuple[Clocks, Clocks]:
+        """The clocks at the first record and at the ``n``-th (``runner`` runs the
+        daemon; its ending first is an error)."""
+        while not self.reached.wait(1.0):
+            if not runner.is_alive():
+                raise RuntimeError("the daemon stopped before it handled every record")
+        first, last = self.marks
+        return first, last
 
 
 def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
