@@ -146,6 +146,53 @@ def test_what_the_child_sends_while_a_call_waits_is_kept_for_poll(script: Script
     assert offsets(script.source.poll(0.01)) == [(0, 0), (0, 1)]
 
 
+def test_a_commit_in_background_does_not_wait_for_the_child_and_is_answered_at_a_poll(
+        script: Script) -> None:
+    """The scheduled checkpoint's commit (CommitsInBackground): sent, not waited for; the
+    child's answer comes in order with its batches and reaches ``done`` at a poll."""
+    from capwatch.contracts.ports import CommitsInBackground
+
+    assert isinstance(script.source, CommitsInBackground)
+    script.assign(0)
+    answers: list[BaseException | None] = []
+    script.source.commit_async({0: 3}, answers.append)  # returns: no reply was sent yet
+    call = script.child.recv_bytes()
+    assert call[:1] == kp._CALL and pickle.loads(call[1:]) == ("commit", {0: 3})
+    assert answers == []
+    script.send(kp._REPLY + pickle.dumps((True, None)), batch(0, 0, 2))
+    assert offsets(script.source.poll(1.0)) == [(0, 0), (0, 1)]
+    assert answers == [None]
+    # A failure is handed to ``done`` (the checkpoint then commits again, waiting).
+    script.source.commit_async({0: 5}, answers.append)
+    script.child.recv_bytes()
+    script.send(kp._REPLY + kp._dumps_reply(False, KafkaConnectionError("not taken")))
+    assert script.source.poll(0.2) == []
+    assert isinstance(answers[1], KafkaConnectionError)
+
+
+def test_a_call_made_while_a_commit_in_background_is_unanswered_gets_its_own_reply(
+        script: Script) -> None:
+    """The child answers calls in the order they came: the commit's reply, read first
+    while a later call waits, goes to the commit (at the next poll), not to the call."""
+    script.assign(0)
+    answers: list[BaseException | None] = []
+    script.source.commit_async({0: 1}, answers.append)
+
+    def child() -> None:
+        assert pickle.loads(script.child.recv_bytes()[1:]) == ("commit", {0: 1})
+        assert pickle.loads(script.child.recv_bytes()[1:]) == ("member_id", None)
+        script.send(kp._REPLY + kp._dumps_reply(False, KafkaConnectionError("not taken")),
+                    kp._REPLY + pickle.dumps((True, "m-1")))
+
+    t = threading.Thread(target=child)
+    t.start()
+    assert script.source.member_id() == "m-1"
+    t.join(5)
+    assert answers == []  # at a poll, on the thread that polls
+    assert script.source.poll(0.01) == []
+    assert len(answers) == 1 and isinstance(answers[0], KafkaConnectionError)
+
+
 def test_a_failed_poll_or_call_in_the_child_is_raised_by_the_daemon(script: Script) -> None:
     script.send(kp._FAILED + kp._dumps_error(KafkaConnectionError("broker gone")))
     with pytest.raises(KafkaConnectionError, match="broker gone"):

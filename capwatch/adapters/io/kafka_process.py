@@ -48,7 +48,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +203,15 @@ class ProcessKafkaSource:
         """Per owned partition, the offset after the last record handed to the daemon."""
         self._recordless: dict[int, tuple[int, int]] = {}
         """The child's source's :meth:`recordless`, as it last sent it."""
+        self._unanswered: collections.deque[Callable[[BaseException | None], None]] = \
+            collections.deque()
+        """The ``done`` of each commit sent by :meth:`commit_async` and not yet answered,
+        oldest first: the child serves calls in the order they came, so the next reply
+        not to a synchronous :meth:`_call` is the oldest's."""
+        self._answered: list[tuple[Callable[[BaseException | None], None],
+                                   BaseException | None]] = []
+        """Answers read (by a synchronous call's wait, or a poll), handed to their
+        ``done`` at the next :meth:`poll`."""
 
     # ------------------------------------------------------------------ the contract
 
@@ -225,18 +234,24 @@ class ProcessKafkaSource:
 
     def poll(self, timeout_s: float) -> list[Record]:
         with self._lock:
+            self._deliver_answers()
+            deadline = time.monotonic() + timeout_s
             while True:
                 if self._events:
                     tag, payload = self._events.popleft()
                 else:
                     conn = self._connection()
-                    if not conn.poll(timeout_s):
+                    if not conn.poll(deadline - time.monotonic()):
                         return []
                     tag, payload = self._receive()
                 if tag == _RECORDS:
                     return self._accept(*_DECODE(payload))
+                if tag == _REPLY:
+                    self._answer(payload)  # a commit_async's: the wait for records goes on
+                    self._deliver_answers()
+                    continue
                 self._handle(tag, payload)
-                timeout_s = 0.0  # a rebalance handled: return what is there, if anything
+                deadline = 0.0  # a rebalance handled: return what is there, if anything
 
     def commit(self, offsets: Mapping[int, int]) -> None:
         if self._conn is None or not offsets:
@@ -251,6 +266,25 @@ class ProcessKafkaSource:
                 for p in e.partitions:
                     self._next.pop(p, None)
             raise
+
+    def commit_async(self, offsets: Mapping[int, int],
+                     done: Callable[[BaseException | None], None]) -> None:
+        """See :class:`~capwatch.contracts.ports.CommitsInBackground`: the commit goes to
+        the child, which makes it between two of its polls, and the daemon's main loop
+        goes on meanwhile; ``done`` is called at a later :meth:`poll` with the child's
+        answer. A membership lost shows in ``done``'s error; the caller's synchronous
+        commit then raises AssignmentLost as :meth:`commit` does.
+
+        The synchronous commit made the main loop wait for the child to finish the poll
+        or write under way, serve the call and commit to the broker: 50-85 ms a scheduled
+        checkpoint at load 13-15 (stochastic, docs/performance.md, session 21), while
+        the child's read-ahead sat unread."""
+        if self._conn is None or not offsets:
+            done(None)
+            return
+        with self._lock:
+            self._connection().send_bytes(_CALL + pickle.dumps(("commit", dict(offsets))))
+            self._unanswered.append(done)
 
     def member_id(self) -> str | None:
         """This member's id in the group (None before it joined)."""
@@ -345,8 +379,13 @@ class ProcessKafkaSource:
     def _call(self, method: str, argument: Any) -> Any:
         with self._lock:
             self._connection().send_bytes(_CALL + pickle.dumps((method, argument)))
+            earlier = len(self._unanswered)  # commits sent before this call, answered first
             while True:
                 tag, payload = self._receive()
+                if tag == _REPLY and earlier:
+                    self._answer(payload)
+                    earlier -= 1
+                    continue
                 if tag == _REPLY:
                     ok, result = _loads_reply(payload)
                     if not ok:
@@ -354,6 +393,26 @@ class ProcessKafkaSource:
                     return result
                 # Sent before the child read the call: kept, in order, for poll().
                 self._events.append((tag, payload))
+
+    def _answer(self, payload: memoryview) -> None:
+        """The child's reply to the oldest commit sent by :meth:`commit_async`."""
+        if not self._unanswered:
+            raise SourceProcessError("a reply from the consumer that no call waits for")
+        done = self._unanswered.popleft()
+        ok, result = _loads_reply(payload)
+        error = None if ok else (result if isinstance(result, BaseException)
+                                 else SourceProcessError(repr(result)))
+        if isinstance(error, AssignmentLost):
+            # As commit() does: what the child's source stopped reading is dropped here.
+            self._owned -= error.partitions
+            for p in error.partitions:
+                self._next.pop(p, None)
+        self._answered.append((done, error))
+
+    def _deliver_answers(self) -> None:
+        answered, self._answered = self._answered, []
+        for done, error in answered:
+            done(error)
 
     def _handle(self, tag: bytes, payload: memoryview) -> None:
         if tag == _FAILED:
