@@ -4,7 +4,9 @@ commit marker, so the broker's group tools (kafka-consumer-groups, the ``lag`` r
 from the group's offsets) count no lag. Committed at the last record's next offset, every
 partition stayed one offset (its marker) behind for good, while the daemon's own lag read
 0. The commit rule still holds: the marker stands for no record, and it is passed only
-once every record before it is handled."""
+once every record before it is handled. Over each Kafka backend: kafka-python (its record
+reader notes the markers), in one process and in the consumer process, and confluent-kafka
+(librdkafka's position passes them)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.structs import OffsetAndMetadata
 
 from capwatch.adapters.sim.fleet import SimulatedFleet
 from tests.integration._daemon_setup import (
@@ -61,7 +64,10 @@ def produce_in_transactions(s: Setup, rounds: int, per_transaction: int) -> int:
     return n
 
 
-@pytest.mark.parametrize("client", ["kafka-python", "kafka-python-process"])
+CLIENTS = ["kafka-python", "kafka-python-process", "confluent-kafka"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
 def test_the_group_commits_past_the_last_transaction_marker(setup: Setup,
                                                             client: str) -> None:
     from capwatch.daemon.config import DaemonConfig
@@ -81,3 +87,34 @@ def test_the_group_commits_past_the_last_transaction_marker(setup: Setup,
             wait(lambda: lag(setup) == 0, 60, f"the group's commits to reach the ends {ends}")
         except AssertionError as e:
             raise AssertionError(f"{e}; committed: {committed(setup)}") from None
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_new_owner_commits_past_a_marker_its_predecessor_did_not_read(
+        setup: Setup, client: str) -> None:
+    """A member that committed each partition's last record and stopped before reading
+    the marker behind it (the group's offsets at the markers, written here as it would
+    have) leaves nothing to handle: the next owner commits past the markers all the same.
+    Before, it committed only after records it handled, and the group's lag stayed at one
+    a partition until a record came."""
+    from capwatch.daemon.config import DaemonConfig
+    from capwatch.daemon.logs import configure_logging
+    from capwatch.daemon.service import build_service
+
+    produce_in_transactions(setup, rounds=4, per_transaction=1000)  # one transaction
+    ends = end_offsets(setup, setup.topics.transitions)
+    assert all(end > 1 for end in ends.values()), ends  # records in every partition
+    predecessor = KafkaConsumer(bootstrap_servers=setup.bootstrap,
+                                group_id=setup.topics.group, enable_auto_commit=False)
+    predecessor.commit({tp: OffsetAndMetadata(end - 1, "", -1) for tp, end in ends.items()})
+    predecessor.close(autocommit=False)
+    assert lag(setup) == setup.partitions
+    configure_logging("warning", "json")
+    service = build_service(DaemonConfig(**daemon_config(setup, 0, client)))
+    with running(service):
+        try:
+            wait(lambda: lag(setup) == 0, 60, f"the group's commits to reach the ends {ends}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; committed: {committed(setup)}") from None
+        # Nothing was there to handle: the member read no record to commit past it.
+        assert service.pipeline.processed == 0

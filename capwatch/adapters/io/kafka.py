@@ -286,6 +286,11 @@ class KafkaSource:
         of its records is handed out."""
         self._notes = ReadNotes()
         """What the record reader saw beside the records (kafka_records)."""
+        self._read: set[int] = set()
+        """Partitions any record of which was handed out since they were assigned."""
+        self._passed: dict[int, int] = {}
+        """Per partition none of whose records was handed out since it was assigned, where
+        this source committed it past offsets without a record (:meth:`_pass_unread`)."""
         self._backoff: PartitionBackoff | None = None
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
@@ -443,11 +448,14 @@ class KafkaSource:
             finish_join(self._consumer, self._join_wait_s)
         waiting = self._rewind | self._unstarted
         records = []
+        read = self._read
         for tp, messages in batch.items():
             if tp.partition in waiting:
                 # Read from its kept position, not the commit, or from a start not yet
                 # committed: fetched again from where _settle puts it.
                 continue
+            if messages:
+                read.add(tp.partition)
             if messages and type(messages[0]) is Record:  # kafka_records read them
                 records += messages
                 continue
@@ -456,7 +464,46 @@ class KafkaSource:
                 stamp = m.timestamp / 1000 if m.timestamp is not None and m.timestamp >= 0 \
                     else None
                 records.append(Record(tp.topic, tp.partition, m.offset, m.key, value, stamp))
+        if self._notes.recordless:
+            self._pass_unread(waiting)
         return records
+
+    def _pass_unread(self, waiting: set[int]) -> None:
+        """Commit past the offsets without a record the reader found in a partition none
+        of whose records was handed out since it was assigned.
+
+        Such a partition was read from the group's committed offset (or, nothing
+        committed, from where kafka-python's reset put it, before which no record is the
+        group's), so the range the reader noted starts there and holds no record: the
+        commit rule holds. A member that stopped after committing a partition's last
+        record but before reading the marker behind it left the group's offset at the
+        marker, and the daemon commits only after records it handles: the next owner left
+        the group's lag at 1 until a record came. What a partition waiting for its
+        commit (_settle) read was fetched from a position not yet the commit: forgotten."""
+        offsets = {}
+        for p, (_, end) in list(self._notes.recordless.items()):
+            if p in waiting:
+                self._notes.recordless.pop(p, None)
+            elif p not in self._read and self._passed.get(p, -1) < end:
+                offsets[p] = end
+        if not offsets:
+            return
+        self._passed.update(offsets)
+
+        def answered(_: object, response: object) -> None:
+            if isinstance(response, BaseException):
+                # Left behind until a record comes; a later range tries again.
+                log.info("commit past offsets without a record not taken",
+                         offsets=offsets, error=error_text(response))
+
+        assert self._consumer is not None
+        try:
+            self._consumer.commit_async(
+                {TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                 for p, o in offsets.items()}, callback=answered)
+        except Exception as e:
+            log.warning("committing past offsets without a record failed",
+                        offsets=offsets, error=error_text(e))
 
     def member_id(self) -> str | None:
         """This member's id in the group (None before it joined)."""
@@ -475,6 +522,9 @@ class KafkaSource:
 
     def _forget(self, parts: set[int]) -> None:
         self._notes.forget(parts)
+        self._read -= parts
+        for p in parts:
+            self._passed.pop(p, None)
         if self._backoff is not None:
             self._backoff.forget(parts)
 

@@ -187,6 +187,22 @@ class ConfluentKafkaSource:
         assignment (:meth:`_commit_starts`); none of their records is handed out until
         it is."""
         self._wait_s = session_timeout_ms / 1000
+        self._assigned: list[TopicPartition] = []
+        """This topic's partitions assigned to this member (their positions are read at
+        each poll)."""
+        self._after: dict[int, int] = {}
+        """Per partition, the offset after the last record handed out since it was
+        assigned."""
+        self._blind: set[int] = set()
+        """Partitions whose position may have passed something not handed out as a
+        record (an error event, records dropped while lost or unstarted): no recordless
+        range is said of them until a record is handed out again."""
+        self._base: dict[int, int | None] = {}
+        """Per partition none of whose records was handed out since it was assigned, the
+        group's committed offset it was read from (None: could not be read), as read when
+        its position first moved; then where this source committed it on to."""
+        self._recordless: dict[int, tuple[int, int]] = {}
+        """See :meth:`recordless`."""
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
               resume: Mapping[int, int]) -> None:
@@ -199,7 +215,12 @@ class ConfluentKafkaSource:
                 # the listener there either.
                 if not parts or self._closing:
                     return
+                self._forget(parts)
                 if what == "assign":
+                    self._assigned = [TopicPartition(self.topic, p) for p in sorted(parts)]
+                else:
+                    self._assigned = [tp for tp in self._assigned
+                                      if tp.partition not in parts]
                     self._lost -= parts
                     self._unstarted = set()
                     if self._latest:
@@ -304,25 +325,115 @@ class ConfluentKafkaSource:
         records: list[Record] = []
         append = records.append
         topic = self.topic
+        after = self._after
         for m in messages:
             if m.error() is None:
                 kind, stamp = m.timestamp()
                 # A message without an error has its partition and offset (typed optional
                 # for error events); no per-message check on the hot path.
-                append(Record(topic, m.partition(), m.offset(),  # type: ignore[arg-type]
+                p, offset = m.partition(), m.offset()
+                append(Record(topic, p, offset,  # type: ignore[arg-type]
                               m.key(), m.value() or b"",
                               stamp / 1000 if kind and stamp >= 0 else None))
+                after[p] = offset + 1  # type: ignore[index,operator]
             else:
                 self._message_error(m)
         if self._lost or self._unstarted:
             lost = self._lost | self._unstarted
             records = [r for r in records if r.partition not in lost]
+            self._blind |= lost
+            for p in lost:
+                after.pop(p, None)
+                self._recordless.pop(p, None)
+        self._passed_recordless(self._consumer)
         return records
+
+    def _passed_recordless(self, consumer: Consumer) -> None:
+        """Note where librdkafka's position passed offsets without a record.
+
+        librdkafka hands out no control record (a transaction's commit or abort marker)
+        nor, read_committed, an aborted transaction's records, but moves the consumer's
+        position past them as :meth:`poll`'s consume does (a marker behind the last
+        record shows at the consume after it). A position past the offset after the last
+        record handed out thus spans offsets no record of which is this member's to
+        handle (:meth:`recordless`). A partition none of whose records was handed out
+        since it was assigned was read from the group's committed offset: offsets from
+        there to the position hold none either, and the commit is moved past them here
+        (a member that stopped after committing a partition's last record but before
+        reading the marker behind it left the group's offset at the marker, and the next
+        owner commits only after records it handles: the group's lag read 1 until a
+        record came)."""
+        if not self._assigned:
+            return
+        try:
+            positions = consumer.position(self._assigned)
+        except KafkaException:
+            return  # read again at the next poll
+        for tp in positions:
+            p, position = tp.partition, tp.offset
+            start = self._after.get(p)
+            if position < 0 or (p in self._blind and start is None):
+                continue
+            self._blind.discard(p)  # a record was handed out after what was not
+            if start is not None:
+                if position > start:
+                    self._recordless[p] = (start, position)
+                continue
+            if p not in self._base:
+                self._base[p] = self._group_offset(consumer, p)
+            base = self._base[p]
+            if base is None or base < 0 or position <= base:
+                continue
+            self._recordless[p] = (base, position)
+            self._base[p] = position
+            self._commits.append(self._passed_answered)
+            try:
+                consumer.commit(offsets=[TopicPartition(self.topic, p, position)],
+                                asynchronous=True)
+            except KafkaException as e:
+                self._commits.pop()
+                self._base[p] = base  # tried again at the next poll
+                log.warning("committing past offsets without a record failed",
+                            partition=p, offset=position, error=str(e)[:300])
+
+    def _group_offset(self, consumer: Consumer, partition: int) -> int | None:
+        """The group's committed offset of ``partition`` (None if it could not be read)."""
+        try:
+            return int(self._committed(
+                consumer, [TopicPartition(self.topic, partition)])[0].offset)
+        except KafkaException as e:
+            log.warning("reading a partition's committed offset failed; its commit is not "
+                        "moved past offsets without a record until a record comes",
+                        partition=partition, error=str(e)[:300])
+            return None
+
+    @staticmethod
+    def _passed_answered(error: BaseException | None) -> None:
+        if error is not None:  # the group's offset stays behind until a record comes
+            log.info("commit past offsets without a record not taken", error=str(error)[:300])
+
+    def recordless(self) -> dict[int, tuple[int, int]]:
+        """See :class:`~capwatch.contracts.ports.SkipsRecordless`."""
+        return dict(self._recordless)
+
+    def _forget(self, parts: set[int]) -> None:
+        for p in parts:
+            self._after.pop(p, None)
+            self._base.pop(p, None)
+            self._recordless.pop(p, None)
+        self._blind -= parts
 
     def _message_error(self, m: Message) -> None:
         error = m.error()
         if error is None or error.code() == KafkaError._PARTITION_EOF:
             return
+        p = m.partition()
+        if p is not None and m.topic() == self.topic:
+            # librdkafka skips some batches it cannot read (an unsupported format, a
+            # failed CRC check), saying so only here: no recordless range spans them.
+            self._blind.add(p)
+            self._after.pop(p, None)
+            self._recordless.pop(p, None)
         if error.fatal():
             raise KafkaException(error)
         self._errors(error)
