@@ -244,3 +244,34 @@ def test_a_partition_corrupt_in_the_log_waits_longer_each_time_while_the_others_
             assert source._backoff is not None and source._backoff.waits[0][0] >= 4.0
     finally:
         source.close()
+
+
+def test_librdkafka_reads_the_batch_kafka_python_refuses(
+        kafka_bootstrap: str, kafka_topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same batch through confluent-kafka: librdkafka reads no header while it fetches
+    # (a record's headers are parsed when asked for, and capwatch never asks), so the
+    # batch is no failure there at all; every record of both partitions is handed out,
+    # none of them twice, and no error is raised (docs/reliability.md, session 21,
+    # confluent21: what librdkafka does with a batch it cannot read).
+    create(kafka_bootstrap, kafka_topic, 2)
+    write_poisoned(kafka_bootstrap, kafka_topic, 0, 3, monkeypatch)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=5)
+    for i in range(10):
+        producer.send(kafka_topic, partition=1, key=b"k", value=b"other%d" % i)
+    producer.flush(30)
+    producer.close()
+    source = source_class("confluent-kafka")(kafka_bootstrap, kafka_topic,
+                                             f"g-{uuid.uuid4().hex[:8]}", max_poll_records=5)
+    got: list[Record] = []
+    source.start(lambda parts: None, lambda parts: None, {})
+    try:
+        def more() -> bool:
+            got.extend(source.poll(0.05))
+            return len(got) >= 13
+
+        wait(more, 60, "every record of both partitions")
+        assert sorted((r.partition, r.offset) for r in got) == \
+            [(0, o) for o in range(3)] + [(1, o) for o in range(10)]
+        assert sorted(r.value for r in got if r.partition == 0) == [b"bad0", b"bad1", b"bad2"]
+    finally:
+        source.close()
