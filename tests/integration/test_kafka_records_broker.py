@@ -275,3 +275,57 @@ def test_librdkafka_reads_the_batch_kafka_python_refuses(
         assert sorted(r.value for r in got if r.partition == 0) == [b"bad0", b"bad1", b"bad2"]
     finally:
         source.close()
+
+
+def test_librdkafka_backs_a_partition_it_cannot_decompress_off_alone(
+        kafka_bootstrap: str, kafka_topic: str) -> None:
+    # A batch librdkafka cannot read: zstd whose stated content is larger than
+    # receive.message.max.bytes (lowered here to 2 MB, with the fetch sizes it must
+    # exceed, so that 4 MB of zeros, 153 bytes compressed, is over it; the broker takes
+    # it). librdkafka posts an error event for partition 0 and backs that partition alone
+    # off (fetch.error.backoff.ms, 500 ms) before fetching it again from the same offset;
+    # the source takes the events without raising, partition 1's records all arrive, and
+    # nothing after the batch is handed out nor said to hold no record.
+    create(kafka_bootstrap, kafka_topic, 2)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, compression_type="zstd",
+                             max_request_size=10_000_000, acks="all")
+    for value in (b"good", bytes(4_000_000), b"after"):
+        producer.send(kafka_topic, partition=0, key=b"k", value=value).get(30)
+    producer.close()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=5)
+    for i in range(20):
+        producer.send(kafka_topic, partition=1, key=b"k", value=b"other%d" % i)
+    producer.flush(30)
+    producer.close()
+    from capwatch.adapters.io.kafka_confluent import ConfluentKafkaSource
+
+    source = ConfluentKafkaSource(kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}",
+                                  max_poll_records=5)
+    source._config.update({"fetch.max.bytes": 1_000_000, "max.partition.fetch.bytes": 1_000_000,
+                           "receive.message.max.bytes": 2_000_000})
+    failed: list[float] = []
+    seen = source._message_error
+
+    def noted(m: Any) -> None:
+        if m.partition() == 0:
+            failed.append(time.monotonic())
+        seen(m)
+
+    source._message_error = noted  # type: ignore[method-assign]
+    got: list[Record] = []
+    source.start(lambda parts: None, lambda parts: None, {})
+    try:
+        def more() -> bool:
+            got.extend(source.poll(0.05))
+            return len(failed) >= 4 and len(got) >= 21
+
+        wait(more, 60, "four failures of partition 0 and every readable record")
+        assert sorted((r.partition, r.offset) for r in got) == \
+            [(0, 0)] + [(1, o) for o in range(20)]
+        # librdkafka's own back-off, not a fetch in a loop: about two a second (the
+        # events reach the source when it polls, so two may come closer than 0.5 s).
+        span = failed[-1] - failed[0]
+        assert len(failed) <= 2 + span / 0.25, (len(failed), span)
+        assert 0 not in source.recordless()
+    finally:
+        source.close()
