@@ -218,13 +218,13 @@ class ConfluentKafkaSource:
                 self._forget(parts)
                 if what == "assign":
                     self._assigned = [TopicPartition(self.topic, p) for p in sorted(parts)]
-                else:
-                    self._assigned = [tp for tp in self._assigned
-                                      if tp.partition not in parts]
                     self._lost -= parts
                     self._unstarted = set()
                     if self._latest:
                         self._start(consumer, partitions)
+                else:
+                    self._assigned = [tp for tp in self._assigned
+                                      if tp.partition not in parts]
                 try:
                     callback(parts)
                 except Exception:
