@@ -208,6 +208,9 @@ class Pipeline:
         self.reassessment = Reassessment(every, store, clock()) if every else None
         self.assigned: set[int] = set()
         """Source partitions this replica owns now (for operators and tests)."""
+        self._park_due = False
+        """An assignment could not read the store's queue: read it before the next record
+        (:meth:`handle_batch`)."""
 
     @property
     def dead_letters(self) -> int:
@@ -474,6 +477,7 @@ class Pipeline:
         log.info("partitions assigned", partitions=sorted(partitions))
         self.assigned |= partitions
         self.health.holding(self.assigned)
+        self._park_due = True
         try:
             self.checkpoints.load_drift_state(partitions)
             # Without them (the store unreachable) a replay counts its records' activity
@@ -481,12 +485,14 @@ class Pipeline:
             self.checkpoints.load_counted(partitions)
             # Work the partitions' previous owner queued is awaited, not queued again.
             self.registry.park_queued(self.store)
+            self._park_due = False
         except INFRASTRUCTURE_ERRORS:
             # Soft state: without it the tables refill from the stream (a longer detection
-            # delay, never a wrong count) and replayed evidence may be assessed twice (the
-            # workers' supersession check keeps a second version out), so an unreachable
-            # store must not fail the rebalance; the main loop reports and retries the
-            # outage when it meets it.
+            # delay, never a wrong count), so an unreachable store must not fail the
+            # rebalance; the main loop reports and retries the outage when it meets it.
+            # The queue is read again before the next record (handle_batch): replayed
+            # evidence queued again meanwhile was assessed twice, by two replicas at once
+            # (oper21: a SIGKILL during a PostgreSQL stop).
             log.exception("loading drift state, activity positions or queued work failed; "
                           "starting without")
 
@@ -543,6 +549,10 @@ class Pipeline:
 
     def handle_batch(self, records: Sequence[Record]) -> None:
         """:meth:`handle` each record in order (:class:`~capwatch.daemon.batch.Batches`)."""
+        if self._park_due and records:
+            # A store error propagates: the main loop keeps the records and retries.
+            self.registry.park_queued(self.store)
+            self._park_due = False
         self.batches.handle(records)
         self.alert_promptly()
         self.eviction.over_limit()

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
+from capwatch.contracts.store import PendingAssessment
 from capwatch.daemon.alerting import queued_alert_key
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.registry import Registry, seed_baselines
@@ -214,3 +215,37 @@ def test_an_agent_whose_partition_moved_away_is_released_when_another_replica_en
         assert run_queued(other) == 1
         owner.poll_results()
         assert owner.awaiting() == {}
+
+
+def test_a_partition_that_moves_here_during_a_store_outage_still_awaits_the_queued_work(
+        tmp_path: Path) -> None:
+    """As above, but the store does not answer when the partition arrives (oper21: a
+    replica SIGKILLed while PostgreSQL was down; its partitions' new owner could not read
+    the queue at the assignment, queued the replayed evidence a second time, and two
+    replicas assessed one agent at once: the second's version was refused by the store's
+    conflict check and its worker logged 'assessment crashed'). The queue is read again
+    before the next record is handled, once the store answers."""
+    import sqlite3
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in [
+        refused_sample(step=0), refused_sample(step=1)]))
+    with _replicas(tmp_path, path) as (survivor, owner):
+        survivor.revoke({0})
+        owner.handle_batch(owner.source.poll(1.0)[:1])
+        owner.sweep(force=True)
+        (queued,) = owner.store.queue_items("pending")
+        assert owner.checkpoints.checkpoint()
+        read = survivor.store.live_queue_items
+
+        def down() -> list[PendingAssessment]:
+            raise sqlite3.OperationalError("unable to open database file")
+
+        survivor.store.live_queue_items = down  # type: ignore[method-assign]
+        survivor.assign({0})  # the store is down: the queue is not read here
+        survivor.store.live_queue_items = read  # type: ignore[method-assign]
+        survivor.handle_batch(survivor.source.poll(1.0)[1:])
+        survivor.sweep(force=True)
+        watch = survivor.registry.get("rover-a")
+        assert watch is not None and watch.awaiting == queued.key
+        assert [i.key for i in survivor.store.queue_items("pending")] == [queued.key]
