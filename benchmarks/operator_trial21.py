@@ -24,7 +24,6 @@ import json
 import random
 import re
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -44,14 +43,12 @@ from capwatch.contracts.agent_protocol import QUERY_PATH, QueryRequest, QueryRes
 from capwatch.model.domain import Domain
 from capwatch.model.pddl_problem import parse_problem
 from capwatch.model.pddl_reader import parse_domain
-from tests.chaos.harness import Daemon
+from tests.chaos.harness import CAPWATCH, ENV, Daemon
 from tests.chaos.kafka_harness import KafkaTopics, make_topics, read_topic
 from tests.chaos.kafka_replicas import replica_config, wait_holding
 from tests.chaos.pg_kafka import KillablePostgres
 from tests.support.kafka_broker import start_kafka_broker
 from tests.support.postgres_server import start_postgres_server
-
-CAPWATCH = [sys.executable, "-m", "capwatch.cli"]
 
 KILN = """\
 ; A pottery kiln line of the operator's own (oper21): typed hierarchy, a constant,
@@ -308,8 +305,11 @@ def read_store(dsn: str) -> dict[str, Any]:
 
 
 def diff(a: Path, b: Path) -> dict[str, Any]:
-    out = subprocess.run([*CAPWATCH, "model", "diff", "--json", str(a), str(b)],
-                         capture_output=True, text=True, check=False)
+    # The installed command, as an operator types it (session 21's run called
+    # "python -m capwatch.cli", which is no module: every diff read as WRONG; its saved
+    # versions were diffed again by hand, docs/reliability.md).
+    out = subprocess.run([CAPWATCH, "model", "diff", "--json", str(a), str(b)],
+                         capture_output=True, text=True, check=False, env=ENV)
     try:
         got: dict[str, Any] = json.loads(out.stdout)
     except ValueError:
