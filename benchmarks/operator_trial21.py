@@ -350,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kafka-tools", type=Path, default=None,
                     help="a directory of the kafka-tools jars (org.apache.kafka:kafka-tools),"
                          " for kafka-consumer-groups --describe at the end")
-    ap.add_argument("--keep", action="store_true", help="leave the servers running")
+    ap.add_argument("--keep", action="store_true",
+                    help="leave PostgreSQL and the replicas running (the broker stops with"
+                         " this process)")
     args = ap.parse_args(argv)
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
