@@ -90,6 +90,11 @@ class PendingAssessment:
     claimed_by: str | None = None
     lease_until: datetime | None = None
     last_error: str | None = None
+    ended_at: datetime | None = None
+    """When the work left the queue (done, or failed for good), on the store's clock
+    (:meth:`WorkQueue.store_now`); None while it is live, and for a work that ended before
+    the store kept it (schema 7): its reader falls back to the earliest time it knows.
+    Set by the store, not by the producer."""
     finite: bool = field(default=False, compare=False)
     """The payload holds JSON's own types only, and no float but finite ones (a work item
     without drift evidence: names, numbers, lists): a store may write it with a faster
@@ -240,10 +245,12 @@ class WorkQueue(Protocol):
         ...
 
     def complete(self, key: str, worker: str,
-                 alerts: Sequence[OutboxAlert] = ()) -> None:
+                 alerts: Sequence[OutboxAlert] = (), now: datetime | None = None) -> None:
         """Mark claimed work done; only the worker holding the lease may. ``alerts`` (what
         ending the work says) go to the outbox in the same transaction, so a worker that
-        lost the lease writes neither."""
+        lost the lease writes neither. The work's ``ended_at`` is the store's now (``now``,
+        the caller's, only where the store keeps the caller's clock, as for
+        :meth:`claim`; without it, the host's)."""
         ...
 
     def release(self, key: str, worker: str, error: str, not_before: datetime,
@@ -252,7 +259,8 @@ class WorkQueue(Protocol):
                 now: datetime | None = None) -> bool:
         """Give claimed work back after a failure; it is ``failed`` after max_attempts.
         Returns True when it failed for good, and only then writes ``failure_alerts``
-        to the outbox, in the same transaction. ``now``: the caller's clock when it
+        to the outbox and the work's ``ended_at`` (as :meth:`complete`), in the same
+        transaction. ``now``: the caller's clock when it
         reckoned ``not_before``; a store on the database's clock keeps the delay
         between them, not the caller's time (without it, ``not_before`` is taken as the
         store's own time)."""
@@ -267,7 +275,13 @@ class WorkQueue(Protocol):
 
     def queue_items_by_key(self, keys: Sequence[str]) -> dict[str, PendingAssessment]:
         """Key → the work of those ``keys`` the queue holds, whatever its status: how
-        work seen leaving the live queue ended (done, or failed and with what error)."""
+        work seen leaving the live queue ended (done, or failed and with what error), and
+        when (``ended_at``)."""
+        ...
+
+    def store_now(self, now: datetime) -> datetime:
+        """What time it is on the store's clock (``now``, the caller's, where it keeps the
+        caller's): to compare with a time the store wrote (a lease, ``ended_at``)."""
         ...
 
 

@@ -430,8 +430,7 @@ class Pipeline:
         refused (it has an error) waits for the next start instead."""
         # A hold runs out on the store's clock (the database's, for PostgreSQL), which
         # this replica's may be apart from or stepped back from by far more than a hold.
-        store_now = getattr(self.store, "store_now", None)
-        now = store_now(self.clock()) if store_now is not None else self.clock()
+        now = self.store.store_now(self.clock())
         return any(d.attempts > 0 and d.last_error is None and d.not_before is not None
                    and d.not_before > now for d in self.store.deliveries("pending"))
 

@@ -406,8 +406,9 @@ class AssessmentWorkers:
                                      or latest.version > base.version):
             # The agent's lineage moved past the model this work was queued against.
             stage[0] = "ending the work (superseded)"
+            now = self.clock()
             self.store.complete(item.key, worker, awaiting_ended(
-                pending, self.clock(), "superseded", self.policy.severities))
+                pending, now, "superseded", self.policy.severities), now=now)
             self.post(Installed(agent_id, latest))
             return
         queries = 0
@@ -466,7 +467,8 @@ class AssessmentWorkers:
                 self.store.complete(item.key, worker, [
                     *awaiting_ended(pending, now, "no change", self.policy.severities),
                     *unconfirmed_alerts(item.key, family, agent_id, item.drift,
-                                        outcome.details, now, self.policy.severities)])
+                                        outcome.details, now, self.policy.severities)],
+                    now=now)
                 self._count_unconfirmed(family, item.drift, outcome.details)
                 self.metrics.assessments.labels(family, "unchanged").inc()
                 log.info("assessment found no change", key=item.key, queries=queries)
@@ -517,7 +519,7 @@ class AssessmentWorkers:
         self.publisher.model_version(model_event(version))
         self.publisher.flush()
         stage[0] = f"marking the work done (version {version.version} published)"
-        self.store.complete(item.key, worker)
+        self.store.complete(item.key, worker, now=self.clock())
         self.metrics.model_versions.labels(family).inc()
         self.metrics.assessments.labels(family, "changed").inc()
         assessment = version.evidence.get("assessment")

@@ -60,7 +60,7 @@ _VERSION_COLUMNS = (
 )
 _QUEUE_COLUMNS = (
     "key, agent_id, family, payload, status, attempts, enqueued_at, claimed_by, lease_until, "
-    "last_error"
+    "last_error, ended_at"
 )
 
 
@@ -333,7 +333,8 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
         return PendingAssessment(
             key=r[0], agent_id=r[1], family=r[2], payload=self._json_out(r[3]), status=r[4],
             attempts=int(r[5]), enqueued_at=self._ts_out(r[6]), claimed_by=r[7],
-            lease_until=self._ts_out(r[8]) if r[8] is not None else None, last_error=r[9])
+            lease_until=self._ts_out(r[8]) if r[8] is not None else None, last_error=r[9],
+            ended_at=self._ts_out(r[10]) if r[10] is not None else None)
 
     def enqueue(self, item: PendingAssessment, alerts: Sequence[OutboxAlert] = ()) -> bool:
         return self.enqueue_many([(item, alerts)])[0]
@@ -403,11 +404,14 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
             self._explain_not_held(tx, key, worker)
 
     def complete(self, key: str, worker: str,
-                 alerts: Sequence[OutboxAlert] = ()) -> None:
+                 alerts: Sequence[OutboxAlert] = (), now: datetime | None = None) -> None:
         validate_alerts(alerts)
         with self._tx() as tx:
-            n = tx.run("UPDATE pending_assessments SET status = 'done', lease_until = NULL "
-                       "WHERE key = ? AND status = 'claimed' AND claimed_by = ?", (key, worker))
+            ended = self._ts_in(self._store_now(tx, now if now is not None
+                                                else datetime.now(UTC)))
+            n = tx.run("UPDATE pending_assessments SET status = 'done', lease_until = NULL, "
+                       "ended_at = ? WHERE key = ? AND status = 'claimed' AND claimed_by = ?",
+                       (ended, key, worker))
             if n == 0:
                 self._explain_not_held(tx, key, worker)
             self._add_alerts(tx, alerts)
@@ -418,7 +422,9 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
                 now: datetime | None = None) -> bool:
         validate_alerts(failure_alerts)
         with self._tx() as tx:
-            due = self._store_time(tx, not_before, now if now is not None else not_before)
+            at = self._store_now(tx, now if now is not None else datetime.now(UTC))
+            due = self._store_time(tx, not_before, now if now is not None else not_before,
+                                   store_now=at)
             n = tx.run(
                 "UPDATE pending_assessments SET status = CASE WHEN attempts >= ? THEN 'failed' "
                 "ELSE 'pending' END, claimed_by = NULL, lease_until = NULL, last_error = ?, "
@@ -429,6 +435,8 @@ class SqlModelStore(DriftStateSql, AlertOutboxSql, ActionsSql, abc.ABC):
             failed = tx.rows("SELECT status FROM pending_assessments WHERE key = ?",
                              (key,))[0][0] == "failed"
             if failed:
+                tx.run("UPDATE pending_assessments SET ended_at = ? WHERE key = ?",
+                       (self._ts_in(at), key))
                 self._add_alerts(tx, failure_alerts)
         return bool(failed)
 

@@ -134,7 +134,7 @@ def test_replicas_ten_minutes_apart_keep_each_others_live_leases(
     # What a replica compares a held delivery with (a finite run waiting for it): the
     # same now for both replicas, before the hold's end.
     for replica, clock in ((a, now), (b, ahead)):
-        store_now = replica.store_now(clock())  # type: ignore[attr-defined]
+        store_now = replica.store_now(clock())
         assert d.not_before is not None and store_now < d.not_before
         assert abs((store_now - datetime.now(UTC)).total_seconds()) < 30
 

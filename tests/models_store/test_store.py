@@ -275,6 +275,45 @@ def test_queue_items_by_key_reads_any_status(store: ModelStore) -> None:
     assert set(store.queue_items_by_key(many)) == set(many)
 
 
+def test_a_work_keeps_when_it_ended(store: ModelStore) -> None:
+    """The transaction that ends a work (done, or failed for good) writes when, on the
+    store's clock: a replica that learns of the end later backs off from it
+    (docs/daemon.md, "No loops"). A work given back for a retry has not ended."""
+    for key in ("done", "failed", "retried"):
+        store.enqueue(PendingAssessment(key, "a", "f", {}, T0))
+    store.claim("w", T0, lease_seconds=30, limit=3)
+    store.complete("done", "w", now=hours(1))
+    store.release("failed", "w", "refused", hours(3), max_attempts=0, now=hours(2))
+    store.release("retried", "w", "unreachable", hours(3), max_attempts=5, now=hours(2))
+    got = store.queue_items_by_key(["done", "failed", "retried"])
+    assert {k: (i.status, i.ended_at) for k, i in got.items()} == {
+        "done": ("done", hours(1)), "failed": ("failed", hours(2)),
+        "retried": ("pending", None)}
+    assert [i.ended_at for i in store.queue_items("done")] == [hours(1)]
+    assert store.store_now(hours(4)) == hours(4)  # the caller's clock, these tests'
+
+
+def test_works_ended_before_the_store_kept_when_read_without_it(store: ModelStore) -> None:
+    """A store written by the release before (schema 6) gets the column by migration;
+    the works that ended before it read with no end time, and their readers fall back
+    to the earliest time they know."""
+    assert isinstance(store, SqlModelStore)
+    store.enqueue(PendingAssessment("old", "a", "f", {}, T0))
+    store.claim("w", T0, lease_seconds=30)
+    store.complete("old", "w", now=hours(1))
+    with store._tx() as tx:  # back to schema 6, the work ended there
+        tx.run("ALTER TABLE pending_assessments DROP COLUMN ended_at")
+        tx.run("DELETE FROM schema_version WHERE version = 7")
+    newest = len(load_migrations(store.dialect))
+    assert store.migrate() == newest == 7
+    store.enqueue(PendingAssessment("new", "a", "f", {}, T0))
+    store.claim("w", hours(2), lease_seconds=30)
+    store.complete("new", "w", now=hours(3))
+    got = store.queue_items_by_key(["old", "new"])
+    assert {k: (i.status, i.ended_at) for k, i in got.items()} == {
+        "old": ("done", None), "new": ("done", hours(3))}
+
+
 def test_offsets_upsert_and_bad_offsets_write_nothing(store: ModelStore) -> None:
     store.save_offsets("g", {("t", 0): 10, ("t", 1): 5}, T0)
     store.save_offsets("g", {("t", 0): 11}, hours(1))
