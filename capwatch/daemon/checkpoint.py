@@ -763,12 +763,20 @@ class Checkpointer:
         without a version (one stored would be the watch's model, and the snapshot not
         restored), back off what it assessed, as a watch that awaited it would (work that
         ended after its partition moved away, before this replica was assigned it: no
-        replica saw it end). When it ended is not kept in the store; from the snapshot,
-        the earliest it can have: never held longer than by a watch that awaited it."""
-        assert self.queue is not None
-        item = self.queue.queue_items_by_key([key]).get(key)
-        if item is not None and item.status in ("done", "failed"):
-            self.registry.hold_ended(item, elapsed_s)
+        replica saw it end), from its end. A work that ended before the store kept when
+        (schema 7) counts from the snapshot, the earliest its end can have been: never
+        held longer than by a watch that awaited it."""
+        queue = self.queue
+        assert queue is not None
+        item = queue.queue_items_by_key([key]).get(key)
+        if item is None or item.status not in ("done", "failed"):
+            return
+        ago = elapsed_s
+        if item.ended_at is not None:
+            # Both times on the store's clock: another replica's, or this one's, clock
+            # apart from it does not move the end (the snapshot's time is the writer's).
+            ago = max(0.0, (queue.store_now(self.clock()) - item.ended_at).total_seconds())
+        self.registry.hold_ended(item, ago)
 
     def forget(self, partitions: set[int]) -> None:
         """The partitions moved away (after a final checkpoint of them)."""

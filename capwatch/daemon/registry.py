@@ -75,15 +75,23 @@ def resume_queued(registry: Registry, queue: WorkQueue, now: datetime,
     """At a start, what the store's work queue means for watches not loaded yet: work
     pending or claimed parks its agent (its watch starts out awaiting it), and work that
     ended unexplained within ``horizon_s`` still backs its evidence off (watch.back_off),
-    oldest first so repeated failures double the wait again."""
+    from its end, oldest first so repeated failures double the wait again."""
     for item in queue.live_queue_items():
         kinds = item.payload.get("evidence_kinds") or ()
         registry.park(item.agent_id, item.key, tuple(str(k) for k in kinds),
                       drift_counts(item.payload))
-    for item in sorted(queue.queue_items("failed"), key=lambda i: i.enqueued_at):
-        ago = (now - item.enqueued_at).total_seconds()
+    failed = queue.queue_items("failed")
+    store_now = queue.store_now(now) if any(i.ended_at is not None for i in failed) else now
+    ended = []
+    for item in failed:
+        # A work failed before the store kept its end (schema 7): from its queuing, the
+        # earliest the end can have been (its retries took minutes to hours after it).
+        ago = ((store_now - item.ended_at) if item.ended_at is not None
+               else (now - item.enqueued_at)).total_seconds()
         if ago <= horizon_s:
-            registry.hold_ended(item, ago)
+            ended.append((ago, item))
+    for ago, item in sorted(ended, key=lambda e: -e[0]):
+        registry.hold_ended(item, max(0.0, ago))
 
 
 Held = tuple[ModelRef, tuple[str, ...], dict[str, tuple[int, ...]] | None, float, bool, str]

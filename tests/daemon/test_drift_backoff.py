@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -413,6 +413,40 @@ def test_a_work_that_ends_while_no_replica_holds_the_agent_still_backs_off(
         d.store.close()
 
 
+def test_a_work_read_with_the_snapshot_backs_off_from_its_end(tmp_path: Path) -> None:
+    """The same on another replica, the work ending 300 s after the revoke's snapshot:
+    its next holder backs off from the end (the store keeps it), a wait of 600 s from
+    there, not from the snapshot (300 s: short by the time between)."""
+    d = _pipeline(tmp_path)
+    records = _records(d)
+    d.handle_batch(records[:300])
+    w = _awaiting_drift_work(d)
+    agent, key = w.agent_id, w.awaiting
+    d.revoke({0})
+    # The revoke 300 s before the end: its snapshot stamped so (no sleep for it).
+    (snap,) = [s for s in d.store.load_drift_snapshots("capwatch", "simulated")
+               if s.agent_id == agent]
+    assert snap.state["backoff"]["awaiting"] == key
+    d.store.save_drift_snapshots("capwatch", [
+        replace(snap, updated_at=snap.updated_at - timedelta(seconds=300))])
+    assert [i.key for i in d.store.claim("another-replica", datetime.now(UTC), 60.0)] == [key]
+    d.store.complete(key, "another-replica")
+    d.source.close()
+    d.store.close()
+    d = _pipeline(tmp_path)
+    d.handle_batch(records[300:])
+    back = d.registry.get(agent)
+    assert back is not None and back.awaiting is None
+    try:
+        until, times = back.backoff[drift_kind("pick")]
+        # From the end, less the seconds this test took since (not 300 s less).
+        assert times == 1 and 600.0 - 60.0 < until - back.clock() <= 600.0
+        assert back.add_audit_alarm(_evidence(back, 300, 200), "pick") is None, "held"
+    finally:
+        d.source.close()
+        d.store.close()
+
+
 def test_a_quiet_agents_work_that_ends_while_no_replica_holds_it_still_backs_off(
         tmp_path: Path) -> None:
     """The same on another replica for an agent with no record between the checkpoint
@@ -559,6 +593,39 @@ def test_a_back_off_found_at_a_start_is_counted_from_the_end_not_the_load(
         assert times == 1
         # The watch's own (monotonic) clock: 600 - 100 - 400 s left of the wait.
         assert until - w.clock() == pytest.approx(100.0, abs=5.0)
+    finally:
+        store.close()
+
+
+def test_a_work_failed_for_good_found_at_a_start_is_held_from_its_end(
+        tmp_path: Path) -> None:
+    """``resume_queued`` finds a work queued an hour ago whose retries failed it for good
+    100 s before the start: its kind is held 500 s more, from the failure (the store
+    keeps when it ended). Counted from its queuing, as before, it lay past the horizon
+    (``unexplained_max_backoff_s``, 1,800 s) and backed nothing off: the agent's next
+    inconsistency of that kind started the same assessment again."""
+    from capwatch.contracts.store import PendingAssessment
+    from capwatch.daemon.registry import resume_queued
+
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}", clock="caller")
+    try:
+        t0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+        seed_baselines(store, {"courier-v1": example("courier.pddl")}, t0)
+        base = ModelRef("courier-v1", None, 1)
+        store.enqueue(PendingAssessment(
+            "k", "courier-v1-000", "courier-v1",
+            {"base": base.to_json(), "evidence_kinds": ["drop|x"]}, t0))
+        store.claim("w", t0, 60.0)
+        failed_at = t0 + timedelta(hours=1)
+        assert store.release("k", "w", "refused", failed_at, max_attempts=0, now=failed_at)
+        clock = Clock()
+        registry = Registry(store, SETTINGS, clock=clock)
+        resume_queued(registry, store, failed_at + timedelta(seconds=100),
+                      SETTINGS.unexplained_max_backoff_s)
+        w = registry.load("courier-v1-000", "courier-v1", 0)
+        assert w is not None
+        until, times = w.backoff["drop|x"]
+        assert times == 1 and until - w.clock() == pytest.approx(500.0)
     finally:
         store.close()
 
