@@ -399,11 +399,13 @@ class Checkpointer:
             # A revoke or the shutdown: the snapshot of an agent awaiting a work keeps its
             # key (backoff_state), for whichever replica holds the agent when the work has
             # ended; written even if its tables did not change since the last one (a
-            # quiet agent's audit alarm queued the work).
+            # quiet agent's audit alarm queued the work), or if it has none (no action of
+            # two outcomes counted: an inconsistency queued the work), a snapshot of no
+            # table then, as after a work's end dropped them.
             self.drift.mark_changed(
                 w.agent_id for w in (self.registry if partitions is None
                                      else self.registry.in_partitions(partitions))
-                if w.awaiting is not None and self.drift.has(w.agent_id))
+                if w.awaiting is not None)
             self.save_drift_state(partitions)
             self.save_activity(partitions)
             offsets = self._changed(self.commit_offsets(partitions))

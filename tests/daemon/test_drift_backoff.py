@@ -24,7 +24,7 @@ from capwatch.daemon.service import build_service
 from capwatch.models_store import open_store
 from capwatch.monitor.action_drift import ActionMonitor
 from capwatch.monitor.drift import DriftEvidence, DriftMonitor
-from tests.daemon.helpers import example, one_agent_stream, simulated
+from tests.daemon.helpers import HALF, SAMPLE, example, one_agent_stream, simulated
 
 SETTINGS = WatchSettings(unexplained_backoff_s=600.0, unexplained_max_backoff_s=1800.0)
 
@@ -472,6 +472,49 @@ def test_a_quiet_agents_work_that_ends_while_no_replica_holds_it_still_backs_off
     assert back is not None and back.awaiting is None
     try:
         assert back.add_audit_alarm(_evidence(back, 300, 200), "pick") is None, "held"
+    finally:
+        d.source.close()
+        d.store.close()
+
+
+@pytest.mark.parametrize("other_replica", [False, True])
+def test_an_agent_without_drift_tables_whose_work_ends_while_no_replica_holds_it(
+        tmp_path: Path, other_replica: bool) -> None:
+    """The same for an agent with no drift table (a rover: no action of two outcomes)
+    whose work an inconsistency queued (a canary's, the same for a record's): the
+    revoke's checkpoint wrote no snapshot of it (it wrote those of agents with tables),
+    so the replica assigned its partition after the work ended did not know the work,
+    and the same inconsistency started the same assessment again."""
+    d = _pipeline(tmp_path)
+    records = _records(d)
+    d.handle_batch(records[:300])
+    w = d.registry.get("rover-v1-000")
+    assert w is not None and not d.drift.has(w.agent_id)
+    refused = AgentTransition(
+        w.agent_id, w.family, None, None, None, frozenset(map(tuple, HALF)), tuple(SAMPLE),
+        frozenset(map(tuple, HALF)), False, False)
+    assert w.add_canary_finding(refused)
+    d.queue(w)
+    agent, key = w.agent_id, w.awaiting
+    assert key is not None
+    d.revoke({0})
+    assert [i.key for i in d.store.claim("another-replica", datetime.now(UTC), 60.0)] == [key]
+    d.store.complete(key, "another-replica")
+    d.poll_results()
+    if other_replica:
+        d.source.close()
+        d.store.close()
+        d = _pipeline(tmp_path)
+    else:
+        d.assign({0})
+    d.handle_batch(records[300:])
+    d.poll_results()
+    back = d.registry.get(agent)
+    assert back is not None and back is not w and back.awaiting is None
+    try:
+        assert not back.add_canary_finding(refused), "held"
+        ((_, (until, times)),) = back.backoff.items()
+        assert times == 1 and 0 < until - back.clock() <= back.settings.unexplained_backoff_s
     finally:
         d.source.close()
         d.store.close()
