@@ -100,6 +100,25 @@ def test_replica_stepped_back_an_hour_claims_work_when_due(
 
 
 @pytest.mark.integration
+def test_a_work_ended_by_a_replica_stepped_back_an_hour_ended_now(
+        replicas: Callable[..., ModelStore]) -> None:
+    """When a work ended (``ended_at``) is the server's time, whatever the clock of the
+    replica ending it: another replica, reading its age against the store's now, finds
+    seconds, not an hour more (a back-off counted from it, docs/daemon.md "No loops")."""
+    a, b = replicas(), replicas()
+    for key in ("done", "failed"):
+        b.enqueue(work(key, BEHIND()))
+    b.claim("b/w0", BEHIND(), 60, 2)
+    b.complete("done", "b/w0", now=BEHIND())
+    at = BEHIND()
+    assert b.release("failed", "b/w0", "refused", at, 0, now=at)
+    now = a.store_now(datetime.now(UTC) + timedelta(minutes=10))  # a's clock ahead
+    for item in a.queue_items_by_key(["done", "failed"]).values():
+        assert item.ended_at is not None
+        assert timedelta(0) <= now - item.ended_at < timedelta(seconds=30)
+
+
+@pytest.mark.integration
 def test_replicas_ten_minutes_apart_keep_each_others_live_leases(
         replicas: Callable[..., ModelStore], rover: Domain) -> None:
     now, ahead = shifted(timedelta(0)), shifted(timedelta(minutes=10))
