@@ -294,18 +294,18 @@ def test_a_work_keeps_when_it_ended(store: ModelStore) -> None:
 
 
 def test_works_ended_before_the_store_kept_when_read_without_it(store: ModelStore) -> None:
-    """A store written by the release before (schema 6) gets the column by migration;
+    """A store written by the release before (schema 7) gets the column by migration;
     the works that ended before it read with no end time, and their readers fall back
     to the earliest time they know."""
     assert isinstance(store, SqlModelStore)
     store.enqueue(PendingAssessment("old", "a", "f", {}, T0))
     store.claim("w", T0, lease_seconds=30)
     store.complete("old", "w", now=hours(1))
-    with store._tx() as tx:  # back to schema 6, the work ended there
+    with store._tx() as tx:  # back to schema 7, the work ended there
         tx.run("ALTER TABLE pending_assessments DROP COLUMN ended_at")
-        tx.run("DELETE FROM schema_version WHERE version = 7")
+        tx.run("DELETE FROM schema_version WHERE version = 8")
     newest = len(load_migrations(store.dialect))
-    assert store.migrate() == newest == 7
+    assert store.migrate() == newest == 8
     store.enqueue(PendingAssessment("new", "a", "f", {}, T0))
     store.claim("w", hours(2), lease_seconds=30)
     store.complete("new", "w", now=hours(3))
