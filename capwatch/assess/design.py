@@ -295,14 +295,40 @@ class Designer:
                 flipped[atom] = not flipped[atom]
                 candidates.append(flipped)
         tied = self.tied.get(action, {})
+        known_failing: list[dict[LiftedAtom, bool]] = []
         for cand in candidates:
             for atom, rep in tied.items():
                 cand[atom] = cand[rep]
-            if cand in tried or self._surely_fails(action, cand):
+            if cand in tried:
+                continue
+            if self._surely_fails(action, cand):
+                known_failing.append(cand)
                 continue
             tried.append(cand)
             return Probe(action, cand, EXPLORE, f"is there a state where {action} runs?",
                          risky=len(pas))
+        # Every candidate above is known to fail without asking: the hypotheses' states
+        # fall where an observed refusal already lies (a drifted negative precondition
+        # on an atom both hypotheses set true, the refused state the same: canary21's
+        # put-down needing (not (clear ?x))). Flipping one atom of such a state, as of a
+        # refused one, leaves the refusal's clause; atoms the hypothesis lets take
+        # either value first, so the hypothesis's own precondition still holds.
+        hyp = self.hypothesis
+        order = sorted(pas, key=lambda pa: len(satisfying(hyp(pa))) < 2)
+        for done in known_failing:
+            for pa in order:
+                if pa.atom in tied:
+                    continue
+                flipped = dict(done)
+                flipped[pa.atom] = not flipped[pa.atom]
+                for atom, rep in tied.items():
+                    if rep == pa.atom:
+                        flipped[atom] = flipped[pa.atom]
+                if flipped in tried or self._surely_fails(action, flipped):
+                    continue
+                tried.append(flipped)
+                return Probe(action, flipped, EXPLORE,
+                             f"is there a state where {action} runs?", risky=len(pas))
         self.gave_up.add(action)
         return None
 
