@@ -99,7 +99,12 @@ class Batches:
             return
         slot = record_context.slot
         self.intake.slot = slot
-        self.intake.begin_batch()
+        # The key is the agent id (the decoder checks it). A batch holds few keys, many
+        # times each: each is decoded once, here, for the prefetch below and for
+        # Intake.read.
+        names = {k: k.decode("utf-8", "replace") for k in {r.key for r in records}
+                 if k is not None}
+        self.intake.begin_batch(names)
         read = self.intake.read
         tally = self._tally
         start = self.processed
@@ -110,11 +115,9 @@ class Batches:
         # record (the fast paths below end a record with ``continue``) or the batch's end.
         replayed: tuple[AgentWatch, int, int] | None = None
         try:
-            # The key is the agent id (the decoder checks it): agents seen for the first
-            # time are looked up in the store together, not one query each.
-            # A batch holds few keys, many times each: each is decoded once.
-            new = self.registry.prefetch(k.decode("utf-8", "replace")
-                                         for k in {r.key for r in records} if k is not None)
+            # Agents seen for the first time are looked up in the store together, not
+            # one query each.
+            new = self.registry.prefetch(names.values())
             self.checkpoints.prefetch_drift(new)
             for record in records:
                 if replayed is not None:
