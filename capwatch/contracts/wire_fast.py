@@ -241,14 +241,6 @@ def _atoms(atoms: list[GroundAtom]) -> frozenset[GroundAtom]:
         return frozenset(map(_ATOM_OF, map(_ID_OF, atoms)))
 
 
-def _action(atom: GroundAtom) -> GroundAtom:
-    known = _ID_GET(atom)
-    if known is None:
-        _learn((atom,))
-        return atom
-    return _ATOM_OF(known)
-
-
 def _common_fields(event: _Transition | _Trace) -> int:
     return ((event.v is not UNSET) + (event.episode_id is not UNSET)
             + (event.time is not _NO_TIME) + (event.optimal is not UNSET))
@@ -870,6 +862,25 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     )]
 
 
+def _text_action(text: bytes, action: GroundAtom) -> GroundAtom:
+    """The interned atom of an action's text, ``action`` its atom as decoded (or as
+    :data:`_ACTIONS` held it in an earlier generation: a pure function of the text),
+    learnt if new and kept by its text: what :func:`_fast` does for a transition's
+    action."""
+    known = _ID_GET(action)
+    if known is None:
+        _learn((action,))
+    else:
+        action = _ATOM_OF(known)
+    if _actions_generation != wire_atoms.generation:
+        _forget_actions()  # learning it turned the vocabulary
+    if len(text) <= MAX_ACTION_TEXT:
+        if len(_ACTIONS) >= MAX_ACTIONS:
+            _ACTIONS.clear()  # a bound on memory; refilled from the traffic
+        _ACTIONS[text] = action
+    return action
+
+
 def _forget_actions() -> None:
     global _actions_generation
     _ACTIONS.clear()
@@ -913,6 +924,21 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
             or (executed is not None and len(executed) != n) \
             or n > limits.max_trace_steps:
         raise _Refused
+    # The actions' texts read before the states, as the envelope's decoder read them when
+    # it decoded their atoms: a trace whose action is not an array of strings changes
+    # nothing (msgspec.ValidationError). A text seen before is its interned atom, as a
+    # transition's action is (_ACTIONS: decoding the strings, hashing their tuple and
+    # looking it up in the vocabulary cost ~2,000 instructions a step).
+    action_texts = [bytes(text) for text in event.actions]
+    # The generation the kept atoms are of (-1: the map is an earlier one's); an atom
+    # read below may turn the vocabulary and start the map anew before the next is used.
+    kept_in = wire_atoms.generation if _actions_generation == wire_atoms.generation else -1
+    actions: list[GroundAtom | None] = []
+    decoded: list[GroundAtom] = []
+    for text in action_texts:
+        interned = _ACTIONS.get(text)  # (its generation checked when used)
+        actions.append(interned)
+        decoded.append(_ATOM_TEXT(text) if interned is None else interned)
     when = None if event.time is _NO_TIME else _time(time)
     states, flips, last, came = _trace_states(texts, max_atoms,
                                               None if memo is None else memo[0])
@@ -928,12 +954,18 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
             memo[2] = flips
             if len(memo) > 3:
                 memo[3] = came
+    read: list[GroundAtom] = []
+    for i, interned in enumerate(actions):
+        # Kept from an earlier generation, or reading the states (or an action) turned
+        # the vocabulary: learnt anew, as _fast does.
+        read.append(interned if interned is not None and kept_in == wire_atoms.generation
+                    else _text_action(action_texts[i], decoded[i]))
     start = 0 if event.start_step is UNSET else event.start_step
     return [
         AgentTransition(
             event.agent_id, event.family, episode_id, start + i, when,
-            states[i], _action(a), states[i + 1], optimal,
+            states[i], a, states[i + 1], optimal,
             executed[i] if executed is not None else None, partition, offset,
         )
-        for i, a in enumerate(event.actions)
+        for i, a in enumerate(read)
     ]

@@ -59,7 +59,8 @@ class Trace(msgspec.Struct, tag_field="type", tag="trace", forbid_unknown_fields
     family: _Identifier
     # Kept as their JSON texts and read as a transition's states are (wire_fast).
     states: list[msgspec.Raw]
-    actions: list[_Atom]
+    # Kept as their texts, as a transition's action is: each read by wire_fast._trace.
+    actions: list[msgspec.Raw]
     v: Literal[1] | UnsetType = UNSET
     episode_id: _Identifier | UnsetType | None = UNSET
     time: msgspec.Raw = NO_TIME

@@ -140,6 +140,40 @@ def test_actions_read_by_their_text_are_the_vocabularys_own_atoms(
     wire_atoms.forget()
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_a_traces_actions_read_by_their_text_are_the_vocabularys_own_atoms(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trace's actions are read as a transition's action is (wire_fast._ACTIONS), each
+    # step's; an invalid one anywhere among them, or the vocabulary turning while the
+    # trace's states are read, gives what the schema gives.
+    rng = random.Random(seed)
+    monkeypatch.setattr(wire_fast, "MAX_ACTIONS", 3)
+    shrink_decoder(monkeypatch, atoms=40, pieces=30, state_bytes=3_000)
+    turns, kept = wire_atoms.turns, 0
+    for step in range(600):
+        actions = [rng.choice(_BAD_ACTIONS) if rng.random() < 0.03
+                   else json.dumps(rng.choice(_ACTIONS),
+                                   separators=(",", ":") if rng.random() < 0.3 else None)
+                   for _ in range(rng.randint(1, 4))]
+        states = []
+        for _ in range(len(actions) + 1):
+            state = [["at", "r", f"w{rng.randrange(3)}"]]
+            if rng.random() < 0.3:  # new objects: the vocabulary turns
+                state += [["at", f"x{step}-{j}", "w0"] for j in range(rng.randint(1, 8))]
+            states.append(state)
+        raw = (f'{{"type": "trace", "agent_id": "a", "family": "f", '
+               f'"states": {json.dumps(states)}, "actions": [{", ".join(actions)}]}}'
+               ).encode()
+        got = wire_fast.decode(raw, _LIMITS[0])
+        assert got == wire.decode(raw, _LIMITS[0]), (seed, step)
+        if not isinstance(got, DeadLetter):
+            atom = got[-1].action
+            assert wire_atoms.ATOM[wire_atoms.ID[atom]] is atom, (seed, step)
+            kept += all(bytes(a, "utf-8") in wire_fast._ACTIONS for a in actions[-1:])
+    assert wire_atoms.turns - turns > 10 and kept > 200
+    wire_atoms.forget()
+
+
 def test_a_long_action_text_is_read_each_time_not_kept() -> None:
     # The map of action texts is bounded in bytes too: a long text is read every time.
     action = json.dumps(["move", "r" * 200, "w" * 200]).encode()
