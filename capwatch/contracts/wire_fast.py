@@ -401,6 +401,12 @@ _steps_turn = 0
 """wire_atoms.state_turns when the step tables last turned with STATES."""
 STEPS_FROM_A_STATE = 8
 """Steps kept per state read (the newest): a lookup compares the text with each."""
+_FRESH_IDS: Final[list[list[int] | None]] = [None]
+"""The ids list :func:`_next_state` last made and did not remember (a trace's passing
+state read by its pieces), until the next call: no step was kept from it yet
+(:func:`_keep_step` is called from :func:`_next_state` only), so a call from it skips
+:func:`_step_from`, which can only miss (its two lookups at each passing state of a
+trace whose texts never repeat)."""
 _KEPT_TEXT: Final[list[bytes | None]] = [None]
 """The table's own copy of the text :func:`_next_state` last read from a table (a step
 or wire_atoms.STATES), else None: the agent's memo keeps that object (see _fast)."""
@@ -505,10 +511,12 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
     the atoms that differ (None: not known), which the monitor encodes the next state
     from."""
     _KEPT_TEXT[0] = None
+    fresh = _FRESH_IDS[0]
+    _FRESH_IDS[0] = None  # a step may be kept from it below
     generation = wire_atoms.generation
     if state_generation != generation:
         return _state(text, max_atoms, remember), None
-    step = _step_from(state_ids, generation, text)
+    step = None if state_ids is fresh else _step_from(state_ids, generation, text)
     if step is not None:
         # A step some agent took from this very read: what the lookups below found then.
         n, told = step[1], step[4]
@@ -552,6 +560,8 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
     n = len(known)
     if remember:
         wire_atoms.remember_state(text, (n, after, known))
+    else:
+        _FRESH_IDS[0] = known
     # The tuple written out: ``(*read, generation)`` compiled to a list, its extension
     # and a tuple made of it (~550 instructions, at each passing state of a trace).
     return (n, after, known, generation), flipped

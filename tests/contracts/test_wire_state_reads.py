@@ -303,6 +303,40 @@ def test_a_trace_whose_passing_states_are_not_looked_up_reads_what_the_schema_re
     wire_atoms.forget()
 
 
+def test_a_step_from_a_passing_state_read_by_its_pieces_is_not_looked_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A passing state read by its pieces has a fresh ids list, from which no step was
+    # kept: the steps table is not searched for the next state's text (it can only
+    # miss), and the transitions are the schema's. The step from the first state, read
+    # whole, still is.
+    wire_atoms.forget()
+    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(16)]
+    atoms = [[["at", "r", f"w{k % 7}"], *scenery] for k in range(12)]
+    for k in range(11):  # every atom's text known, no passing state's text
+        step = variant(TRANSITION, agent_id=f"rover-{k}", state=atoms[k],
+                       action=["move", "r"], next_state=atoms[k])
+        assert wire_fast.decode(step, _WIDE) == wire.decode(step, _WIDE)
+    # Each passing state in another order than any text sent before: read by its pieces.
+    states = [atoms[k][1:] + atoms[k][:1] if 0 < k < 11 else atoms[k] for k in range(12)]
+    actions = [["move", "r", f"w{k % 7}", f"w{(k + 1) % 7}"] for k in range(11)]
+    looked: list[list[int]] = []
+    lookup = wire_fast._step_from
+
+    def step_from(state_ids: list[int], generation: int, text: bytes) -> Any:
+        looked.append(state_ids)
+        return lookup(state_ids, generation, text)
+    monkeypatch.setattr(wire_fast, "_step_from", step_from)
+    wire_fast._PASSING.tries, wire_fast._PASSING.hits = 10_000, 0
+    raw = variant(TRACE, states=states, actions=actions, executed=[True] * 11)
+    memo: list[Any] = [None, None, None]
+    got = wire_fast.decode(raw, _WIDE, memo=memo)
+    assert got == wire.decode(raw, _WIDE)
+    assert isinstance(got, list) and memo[2] is not None and all(memo[2])
+    assert len(looked) == 1  # from the first state (11 before: one a step)
+    wire_fast._PASSING.tries = wire_fast._PASSING.hits = 0
+    wire_atoms.forget()
+
+
 def test_a_trace_starting_from_its_agents_last_state_in_another_order_is_that_set() -> None:
     # A producer iterating a hash set sends an agent's last state again, in another
     # order, as its next trace's first state: the memo does not recognise the text, and
