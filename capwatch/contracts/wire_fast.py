@@ -850,21 +850,9 @@ def _fast(raw: bytes, limits: DecodeLimits, key: bytes | None, partition: int,
     if interned is not None and _actions_generation == wire_atoms.generation:
         action = interned
     else:
-        if interned is not None:
-            # Kept from an earlier generation, or reading the states turned the
-            # vocabulary: the same atom (a pure function of the text), learnt anew.
-            action = interned
-        known = _ID_GET(action)  # _action(action)
-        if known is None:
-            _learn((action,))
-        else:
-            action = _ATOM_OF(known)
-        if _actions_generation != wire_atoms.generation:
-            _forget_actions()  # learning it turned the vocabulary
-        if len(action_text) <= MAX_ACTION_TEXT:
-            if len(_ACTIONS) >= MAX_ACTIONS:
-                _ACTIONS.clear()  # a bound on memory; refilled from the traffic
-            _ACTIONS[action_text] = action
+        # Kept from an earlier generation, or reading the states turned the vocabulary:
+        # the same atom (a pure function of the text), learnt anew.
+        action = _text_action(action_text, action if interned is None else interned)
     return [_NEW(
         agent_id, family, episode_id, None if step is _UNSET else step, when,
         s, action, s2, optimal is True,
