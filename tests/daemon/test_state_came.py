@@ -16,27 +16,10 @@ from typing import Any
 import pytest
 
 from capwatch.contracts import wire, wire_atoms, wire_fast
-from capwatch.model.domain import GroundAtom
 from capwatch.model.grounding import SharedGrounding
-from capwatch.model.pddl_reader import read_domain
-from capwatch.monitor.transition_monitor import MonitorLimits, TransitionMonitor
-from tests.paths import DOMAINS
+from capwatch.monitor.transition_monitor import TransitionMonitor
+from tests.daemon.test_trace_flips import ACTIONS, ARITY, DOMAIN, LIMITS, _executed, _fresh
 from tests.support.decoder_bounds import shrink_decoder
-
-DOMAIN = read_domain(DOMAINS / "blocksworld" / "domain.pddl")
-LIMITS = MonitorLimits(max_state_atoms=35, own_index_room=4)
-ARITY = {"on": 2, "ontable": 1, "clear": 1, "holding": 1, "handempty": 0}
-ACTIONS = {"pick-up": 1, "put-down": 1, "stack": 2, "unstack": 2}
-
-
-def _fresh(state: list[list[str]]) -> frozenset[GroundAtom]:
-    return frozenset(tuple(a) for a in state)
-
-
-def _executed(mon: TransitionMonitor) -> dict[str, list[Any]]:
-    decode = mon.index.decode
-    return {name: [(p, decode(s), a, decode(s2)) for p, s, a, s2 in buf]
-            for name, buf in mon.executed.items()}
 
 
 @pytest.mark.parametrize("seed", range(3))
