@@ -11,12 +11,9 @@ reader that sums that table as the checkpoint (the chaos harness, an operator's 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
-import psycopg
 import pytest
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
@@ -27,6 +24,7 @@ from capwatch.models_store.actions import action_store
 from capwatch.models_store.sql import SqlModelStore
 from tests.daemon.helpers import config, good_sample, refused_sample
 from tests.daemon.test_prompt_alert_awaiting import DriftedRover
+from tests.support.pg_schema import scratch_schema
 
 SENT = {"rover-a": (6, 1), "rover-b": (6, 0)}
 """What the topic below holds per agent: (transitions, inconsistent)."""
@@ -37,14 +35,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'models.db'}"
         return
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in dsn else "?"
-    yield f"{dsn}{sep}options={quote(f'-csearch_path={schema}')}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_schema(request.getfixturevalue("postgres_dsn")) as url:
+        yield url
 
 
 @pytest.fixture

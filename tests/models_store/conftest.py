@@ -6,18 +6,16 @@ session's real server, so they neither see nor clean up after one another.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import quote
 
-import psycopg
 import pytest
 
 from capwatch.model.domain import Domain
 from capwatch.model.pddl_reader import read_domain
 from capwatch.models_store import ModelStore, open_store
+from tests.support.pg_schema import scratch_schema
 
 StoreFactory = Callable[[], ModelStore]
 
@@ -31,14 +29,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "models.db")
         return
-    dsn: str = request.getfixturevalue("postgres_dsn")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in dsn else "?"
-    yield f"{dsn}{sep}options={quote(f'-csearch_path={schema}')}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_schema(request.getfixturevalue("postgres_dsn")) as url:
+        yield url
 
 
 @pytest.fixture
