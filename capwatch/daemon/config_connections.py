@@ -133,6 +133,16 @@ class KafkaConfig(Section):
     record (``earliest``: a new group monitors the topic's history) or only records
     produced from now on (``latest``). Also where a partition given up at a revoke and
     handed back is read from when nothing of it was ever committed."""
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    """Which records of an agent's transactional producer the daemon monitors:
+    ``read_committed`` only those of committed transactions (an aborted transaction's
+    transitions never happened, and no model version is drawn from them), the same with
+    both clients. A transaction left open holds back every later record of its partition
+    until it ends or the broker aborts it (``transaction.max.timeout.ms``, 15 minutes by
+    default), shown as lag, not as records: ``read_uncommitted`` hands every record out as
+    soon as it is written, aborted ones too, for a fleet whose producers are not
+    transactional and an operator who would rather not wait on one that is.
+    Before session 22 kafka-python read uncommitted and confluent-kafka committed."""
     create_topics: bool = True
     """Create missing topics at start (the model topic compacted)."""
     partitions: int = Field(default=6, ge=1)

@@ -470,6 +470,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                                   session_timeout_ms=k.session_timeout_ms,
                                   max_message_bytes=config.limits.max_message_bytes,
                                   auto_offset_reset=k.auto_offset_reset,
+                                  isolation_level=k.isolation_level,
                                   security=k.client_options())
         elif config.source.kind == "jsonl":
             from capwatch.adapters.io.streams import JsonlSource

@@ -408,3 +408,112 @@ def test_the_reader_notes_the_offsets_it_reads_past_without_a_record() -> None:
     with pytest.raises(CorruptRecordError) as raised:
         part.take(500)
     assert notes.faults[2] is raised.value
+
+
+def _transactional(base: int, producer_id: int, n: int, marker: str | None = None) -> bytes:
+    """A transactional v2 batch of ``producer_id`` at ``base``: ``n`` records of
+    :func:`mixed`, or with ``marker`` ("abort" or "commit") its control batch, one control
+    record as a broker writes it (key: version 0 and the type; value: version 0 and a
+    coordinator epoch)."""
+    from kafka.record.util import calc_crc32c
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
+        producer_epoch=0, base_sequence=0 if marker is None else -1, batch_size=1 << 30)
+    if marker is None:
+        for i, (stamp, key, value, headers) in enumerate(mixed()[:n]):
+            builder.append(i, timestamp=stamp, key=key, value=value, headers=headers)
+    else:
+        builder.append(0, timestamp=1_700_000_000_000,
+                       key=struct.pack(">hh", 0, 0 if marker == "abort" else 1),
+                       value=struct.pack(">hi", 0, 3), headers=[])
+    buf = builder.build()
+    struct.pack_into(">q", buf, 0, base)
+    if marker is not None:
+        struct.pack_into(">h", buf, 21, struct.unpack_from(">h", buf, 21)[0] | 0x20)
+        struct.pack_into(">I", buf, 17, calc_crc32c(memoryview(buf)[21:]))
+    return bytes(buf)
+
+
+def _committed_positions(cls: Any, blob: bytes, fetch_offset: int, takes: list[int],
+                         aborted: list[Any]) -> list[Any]:
+    from kafka.protocol.consumer import IsolationLevel
+    part = cls(fetch_offset, TP, MemoryRecords(blob),
+               isolation_level=IsolationLevel.READ_COMMITTED, aborted_transactions=aborted)
+    out: list[Any] = []
+    i = 0
+    while part:
+        got = part.take(takes[i % len(takes)])
+        i += 1
+        out.append(([(r.offset, r.key, r.value or b"") for r in got], part.next_fetch_offset))
+    return out
+
+
+def test_read_committed_skips_what_kafka_pythons_reader_skips_take_by_take() -> None:
+    # Producers' transactions interleaved, each committed or aborted, a plain producer's
+    # batches between them, the response's list of aborted transactions as the broker
+    # makes it (producer id, first offset), fetches from anywhere: the same records and
+    # positions as kafka-python's own reader under read_committed, never an aborted one.
+    import collections
+    import random
+    Aborted = collections.namedtuple("Aborted", "producer_id first_offset")
+    rng = random.Random(22)
+    skipped = 0
+    for _ in range(200):
+        blob, off = b"", rng.randrange(0, 30)
+        open_tx: dict[int, int] = {}
+        start = off
+        aborted: list[Any] = []
+        doomed: set[int] = set()
+        for _ in range(rng.randrange(1, 9)):
+            pid = rng.choice([-1, 7, 8, 9])
+            if pid == -1:
+                n = rng.randrange(1, 6)
+                blob += batch(off, mixed()[:n])
+            elif pid in open_tx and rng.random() < 0.4:
+                end = "abort" if pid in doomed else "commit"
+                blob += _transactional(off, pid, 1, marker=end)
+                del open_tx[pid]
+                doomed.discard(pid)
+                n = 1
+            else:
+                n = rng.randrange(1, 6)
+                if pid not in open_tx:
+                    open_tx[pid] = off
+                    if rng.random() < 0.5:
+                        doomed.add(pid)
+                        aborted.append(Aborted(pid, off))
+                blob += _transactional(off, pid, n)
+            off += n
+        for pid in list(doomed):  # their markers come after the fetched range
+            del open_tx[pid]
+        fetch_offset = start + rng.randrange(0, 4)
+        takes = [rng.randrange(1, 9) for _ in range(4)]
+        mine = _committed_positions(RecordsIntoRecords, blob, fetch_offset, takes, aborted)
+        assert mine == _committed_positions(Fetcher.PartitionRecords, blob, fetch_offset,
+                                            takes, aborted)
+        uncommitted = _positions(RecordsIntoRecords, blob, fetch_offset, takes)
+        skipped += sum(len(g) for g, *_ in uncommitted) - sum(len(g) for g, _ in mine)
+    assert skipped > 100  # aborted records were there to skip
+
+
+def test_an_aborted_transaction_is_read_past_as_offsets_without_a_record() -> None:
+    # Records 0-2, producer 7's aborted batch 3-5 and its abort marker 6: under
+    # read_committed only 0-2 are handed out, and 3-7 are noted as holding none, so the
+    # checkpoint may commit the partition's end once 0-2 are handled.
+    import collections
+
+    from kafka.protocol.consumer import IsolationLevel
+
+    from capwatch.adapters.io.kafka_records import ReadNotes
+    Aborted = collections.namedtuple("Aborted", "producer_id first_offset")
+    blob = batch(0, mixed()[:3]) + _transactional(3, 7, 3) + \
+        _transactional(6, 7, 1, marker="abort")
+    notes = ReadNotes()
+    cls = type("Noted", (RecordsIntoRecords,), {"notes": notes})
+    part = cls(0, TP, MemoryRecords(blob), isolation_level=IsolationLevel.READ_COMMITTED,
+               aborted_transactions=[Aborted(7, 3)])
+    assert [r.offset for r in part.take(500)] == [0, 1, 2] and not part
+    assert notes.recordless == {2: (3, 7)} and part.next_fetch_offset == 7
+    # Read uncommitted, the same batch's records are handed out.
+    part = RecordsIntoRecords(0, TP, MemoryRecords(blob))
+    assert [r.offset for r in part.take(500)] == [0, 1, 2, 3, 4, 5]

@@ -224,6 +224,67 @@ def test_lag_counts_records_not_yet_consumed(
         m.close()
 
 
+def produce_committing_and_aborting(bootstrap: str, topic: str, rounds: int) -> list[bytes]:
+    """Transactions of one transactional producer over every partition, every other one
+    aborted, the last aborted; the values of the committed records, in order."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap,
+                             transactional_id=f"tx-{uuid.uuid4().hex}")
+    producer.init_transactions()
+    kept = []
+    for t in range(rounds):
+        producer.begin_transaction()
+        abort = t % 2 == 1
+        for i in range(10):
+            value = f"{'aborted' if abort else 'committed'}-{t}-{i}".encode()
+            producer.send(topic, key=f"agent-{i}".encode(), value=value)
+            if not abort:
+                kept.append(value)
+        if abort:
+            producer.flush()  # written to the log, then aborted (not dropped unsent)
+            producer.abort_transaction()
+        else:
+            producer.commit_transaction()
+    producer.close()
+    return kept
+
+
+def test_only_committed_transactions_are_handed_out_and_lag_ends_at_zero(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    # kafka.isolation_level's default, read_committed, with every client: an agent's
+    # producer that aborts a transaction wrote transitions that never happened. Before,
+    # kafka-python (read_uncommitted, its own default) handed the aborted records out and
+    # librdkafka (read_committed, its default) skipped them.
+    create(kafka_bootstrap, kafka_topic, 2)
+    kept = produce_committing_and_aborting(kafka_bootstrap, kafka_topic, 6)
+    m = Member(backend, kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        poll_until([m], lambda: len(m.records) >= len(kept), 90, "the committed records")
+        assert {r.partition for r in m.records} == {0, 1}
+        wait(lambda: m.do(m.source.lag) == {0: 0, 1: 0}, 30,
+             "the lag to reach 0 past the aborted transaction and the markers")
+        values = [r.value for r in m.records]
+        assert sorted(values) == sorted(kept), [v for v in values if v not in kept][:5]
+        for p in (0, 1):  # each partition in the order written
+            mine = [r.value for r in m.records if r.partition == p]
+            assert mine == [v for v in kept if v in mine]
+    finally:
+        m.close()
+
+
+def test_read_uncommitted_hands_out_an_aborted_transactions_records_too(
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    create(kafka_bootstrap, kafka_topic, 2)
+    kept = produce_committing_and_aborting(kafka_bootstrap, kafka_topic, 4)
+    m = Member(backend, kafka_bootstrap, kafka_topic, f"g-{uuid.uuid4().hex[:8]}",
+               isolation_level="read_uncommitted")
+    try:
+        poll_until([m], lambda: len(m.records) >= 2 * len(kept), 90, "every record")
+        values = [r.value for r in m.records]
+        assert len(values) == 2 * len(kept) and set(kept) < set(values)
+    finally:
+        m.close()
+
+
 def test_partitions_move_between_members_through_the_callbacks(
         backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
     create(kafka_bootstrap, kafka_topic, 4)

@@ -41,6 +41,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from capwatch.adapters.io.kafka_backoff import PartitionBackoff
 from capwatch.adapters.io.kafka_common import (
     FETCH_MAX_WAIT_MS,
+    ISOLATION_LEVELS,
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
@@ -254,14 +255,20 @@ class KafkaSource:
                  partition_fetch_bytes: int = PARTITION_FETCH_BYTES,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
                  auto_offset_reset: str = "earliest",
+                 isolation_level: str = "read_committed",
                  security: Mapping[str, Any] | None = None) -> None:
         if auto_offset_reset not in OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be one of {OFFSET_RESETS}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {ISOLATION_LEVELS}")
         self.name = topic
         self.topic = topic
         self._config: dict[str, Any] = dict(
             bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
             enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
+            # kafka-python's default is read_uncommitted, librdkafka's read_committed: the
+            # same stream must mean the same under both (kafka_common.ISOLATION_LEVELS).
+            isolation_level=isolation_level,
             max_poll_records=max_poll_records, session_timeout_ms=session_timeout_ms,
             fetch_max_wait_ms=fetch_max_wait_ms,
             heartbeat_interval_ms=heartbeat_ms(session_timeout_ms),

@@ -44,6 +44,13 @@ performance.md); an idle replica pays 10 fetches a second per broker instead of 
 OFFSET_RESETS = ("earliest", "latest")
 """Where a partition with no committed offset is read from (``kafka.auto_offset_reset``)."""
 
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+"""Which records of transactional producers a consumer hands out (``kafka.isolation_level``):
+``read_committed`` only those of committed transactions (and no record past the first
+transaction still open: the broker's last stable offset), ``read_uncommitted`` every
+record as soon as it is written, an aborted transaction's too. Both clients take the same
+names (kafka-python's ``isolation_level``, librdkafka's ``isolation.level``)."""
+
 METADATA_MAX_AGE_MS = 30_000
 """How often a consumer refreshes the cluster's metadata (both clients default to 5
 minutes). The group leader assigns only the partitions its metadata lists: a topic grown,

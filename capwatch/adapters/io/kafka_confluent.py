@@ -33,6 +33,7 @@ from confluent_kafka import (
 
 from capwatch.adapters.io.kafka_common import (
     FETCH_MAX_WAIT_MS,
+    ISOLATION_LEVELS,
     LINGER_MS,
     MAX_REQUEST_BYTES,
     METADATA_MAX_AGE_MS,
@@ -140,9 +141,12 @@ class ConfluentKafkaSource:
                  partition_fetch_bytes: int = PARTITION_FETCH_BYTES,
                  session_timeout_ms: int = 10_000, max_message_bytes: int = 1_000_000,
                  auto_offset_reset: str = "earliest",
+                 isolation_level: str = "read_committed",
                  security: Mapping[str, Any] | None = None) -> None:
         if auto_offset_reset not in OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be one of {OFFSET_RESETS}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {ISOLATION_LEVELS}")
         self.name = topic
         self.topic = topic
         self._batch = max_poll_records
@@ -152,7 +156,7 @@ class ConfluentKafkaSource:
         self._config: dict[str, Any] = {
             "bootstrap.servers": bootstrap, "group.id": group_id, "client.id": client_id,
             "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "auto.offset.reset": auto_offset_reset,
+            "auto.offset.reset": auto_offset_reset, "isolation.level": isolation_level,
             "session.timeout.ms": session_timeout_ms,
             "heartbeat.interval.ms": heartbeat_ms(session_timeout_ms),
             "max.partition.fetch.bytes": partition_fetch,

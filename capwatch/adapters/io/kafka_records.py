@@ -13,15 +13,21 @@ the daemon's main loop (docs/performance.md, "kafka-python in one process").
 batches yield ``Record``s directly. What kafka-python decides per batch is kept as it is:
 the batch CRC (``check_crcs``), control batches skipped, a leader epoch noted, the
 position after the last batch (a compacted batch's end), the metrics' counts (bytes by
-batch). ``read_committed`` and deserializers keep kafka-python's whole reader. A batch of the v2
+batch), and under ``read_committed`` (capwatch's default, ``kafka.isolation_level``) an
+aborted transaction's batches skipped by the fetch response's list of aborted
+transactions and the abort markers, as kafka-python and the Java client skip them.
+Deserializers (capwatch sets none) keep kafka-python's whole reader. A batch of the v2
 format is read by :func:`read_batch`: one ``bytes`` of the batch (a compressed one's
 records once kafka-python decompressed them), varints of one byte read inline, the key
 and value sliced once. Compressed batches go there too so that both kinds read a record
 alike: kafka-python's own reader takes a record's attributes (an int8 in the protocol) for
 a varint, so a byte of 0x80 or more read differently compressed and uncompressed (a fuzz
 found it; :func:`read_batch` reads one byte, as the spec and the Java client do). The old
-message formats, ``read_committed`` and deserializers are read by kafka-python's own code
-and converted, so they behave exactly as before.
+message formats are read record by record as kafka-python reads them; with deserializers
+kafka-python's own code reads and the records are converted. Before session 22
+``read_committed`` went that slow way too (and capwatch read uncommitted, kafka-python's
+default, while librdkafka reads committed: an aborted transaction's records were
+monitored by one client and skipped by the other).
 
 The position rule is kafka-python's: the reader's ``next_fetch_offset`` is the offset
 after the last record handed out, set before each record is yielded (``poll()`` may stop
@@ -137,13 +143,14 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
 
     def _unpack_records(self, tp: Any, records: Any, key_deserializer: Any,
                         value_deserializer: Any) -> Iterator[Record]:
-        if key_deserializer is not None or value_deserializer is not None \
-                or self.isolation_level != IsolationLevel.READ_UNCOMMITTED:
+        if key_deserializer is not None or value_deserializer is not None:
             for m in super()._unpack_records(tp, records, key_deserializer,
                                              value_deserializer):
                 yield _converted(m)
             return
         topic, partition = tp.topic, tp.partition
+        committed = self.isolation_level == IsolationLevel.READ_COMMITTED
+        aborted = self.aborted_producer_ids  # kafka-python's, filled from the response
         batch = records.next_batch()
         last_batch = None
         while batch is not None:
@@ -167,6 +174,21 @@ class RecordsIntoRecords(Fetcher.PartitionRecords):  # type: ignore[misc]
                 batch = records.next_batch()
                 continue
             self.leader_epoch = batch.leader_epoch
+            # read_committed, as kafka-python's reader and the Java client do it: the
+            # fetch response lists each aborted transaction (producer id, first offset)
+            # in the fetched range; from its first offset that producer's transactional
+            # batches are skipped until its abort marker. Looked at only while the
+            # response listed one: a stream without aborts pays one truth test a batch.
+            if committed and (self.aborted_transactions or aborted) \
+                    and batch.has_producer_id():
+                self._consume_aborted_transactions_up_to(batch.last_offset)
+                if batch.is_control_batch:
+                    if self._contains_abort_marker(batch):
+                        aborted.discard(batch.producer_id)
+                elif batch.is_transactional and batch.producer_id in aborted:
+                    self._skip_to(batch.next_offset)  # its records never happened
+                    batch = records.next_batch()
+                    continue
             if batch.is_control_batch:  # a transaction's marker, never handed out
                 self._skip_to(batch.next_offset)
                 batch = records.next_batch()
