@@ -64,7 +64,66 @@ def produce_in_transactions(s: Setup, rounds: int, per_transaction: int) -> int:
     return n
 
 
+def produce_aborting_some(s: Setup, rounds: int, per_transaction: int) -> tuple[int, int]:
+    """Every agent's ``rounds`` transitions in transactions of ``per_transaction``, every
+    other one first written and aborted (the same records: a producer that aborts and
+    tries again), then committed; the last transaction aborted after the last commit.
+    The committed records and the aborted ones."""
+    producer = KafkaProducer(bootstrap_servers=s.bootstrap,
+                             transactional_id=f"tx-{uuid.uuid4().hex}")
+    producer.init_transactions()
+    events = list(s.fleet.events(rounds))
+    aborted = 0
+    chunks = [events[i:i + per_transaction] for i in range(0, len(events), per_transaction)]
+    for c, chunk in enumerate(chunks):
+        for abort in ((True, False) if c % 2 == 0 else (False,)):
+            producer.begin_transaction()
+            for event in chunk:
+                producer.send(s.topics.transitions, key=event.agent_id.encode(),
+                              value=event.value)
+            if abort:
+                producer.flush()  # in the log, then aborted
+                producer.abort_transaction()
+                aborted += len(chunk)
+            else:
+                producer.commit_transaction()
+    producer.begin_transaction()
+    for event in chunks[0]:
+        producer.send(s.topics.transitions, key=event.agent_id.encode(), value=event.value)
+    producer.flush()
+    producer.abort_transaction()
+    producer.close()
+    return len(events), aborted + len(chunks[0])
+
+
 CLIENTS = ["kafka-python", "kafka-python-process", "confluent-kafka"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_daemon_monitors_exactly_the_committed_transactions(setup: Setup,
+                                                                client: str) -> None:
+    """kafka.isolation_level read_committed (the default) with every client: the
+    records of an aborted transaction are never handled, the committed ones each once,
+    and the group's commits still reach the partitions' ends past the aborted batches and
+    the markers. Before, kafka-python (read_uncommitted) handled the aborted ones too."""
+    from capwatch.daemon.config import DaemonConfig
+    from capwatch.daemon.logs import configure_logging
+    from capwatch.daemon.service import build_service
+
+    n, aborted = produce_aborting_some(setup, rounds=12, per_transaction=20)
+    assert aborted > 0
+    ends = end_offsets(setup, setup.topics.transitions)
+    assert sum(ends.values()) > n + aborted  # the markers
+    configure_logging("warning", "json")
+    service = build_service(DaemonConfig(**daemon_config(setup, 0, client)))
+    with running(service):
+        try:
+            wait(lambda: lag(setup) == 0, 90, f"the group's commits to reach the ends {ends}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; committed: {committed(setup)}, processed "
+                                 f"{service.pipeline.processed} of {n}") from None
+        # Committed at the ends only once every record before them was handled.
+        assert service.pipeline.processed == n
 
 
 @pytest.mark.parametrize("client", CLIENTS)
