@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -70,10 +71,11 @@ def bare(bootstrap: str, topic: str, n: int) -> None:
     consumer.close()
 
 
-def source(bootstrap: str, topic: str, n: int) -> None:
+def source(bootstrap: str, topic: str, n: int, isolation: str | None = None) -> None:
     from capwatch.adapters.io.kafka import KafkaSource
 
-    s = KafkaSource(bootstrap, topic, f"src-{uuid.uuid4().hex[:6]}")
+    options: dict[str, Any] = {} if isolation is None else {"isolation_level": isolation}
+    s = KafkaSource(bootstrap, topic, f"src-{uuid.uuid4().hex[:6]}", **options)
     s.start(lambda parts: None, lambda parts: None, {})
     seen = 0
     while seen < n:
@@ -121,6 +123,9 @@ def main() -> int:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--fill", action="store_true")
     parser.add_argument("--reader", choices=("bare", "source", "run", "alone"))
+    parser.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),
+                        help="the source's kafka.isolation_level (--reader source; "
+                             "unset: the source's default)")
     args = parser.parse_args()
     configure_logging("error", "json")
     fleet = fleets.load(args.fleet)
@@ -139,7 +144,7 @@ def main() -> int:
     if args.reader == "bare":
         bare(args.bootstrap, args.topic, n)
     elif args.reader == "source":
-        source(args.bootstrap, args.topic, n)
+        source(args.bootstrap, args.topic, n, args.isolation)
     elif args.reader == "run":
         run(args.bootstrap, args.topic, n, fleet.families)
     else:

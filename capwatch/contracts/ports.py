@@ -146,6 +146,30 @@ class SkipsRecordless(Protocol):
         ...
 
 
+class PartitionFailing(NamedTuple):
+    """A partition whose fetches fail (:class:`ReportsFailingPartitions`)."""
+
+    failures: int
+    """Its fetches that failed since a record of it was last handed out (or it was
+    assigned)."""
+    since: float
+    """When the first of them failed (``time.time()``)."""
+    error: str
+    """What the last one said."""
+
+
+@runtime_checkable
+class ReportsFailingPartitions(Protocol):
+    """A source that reads each partition on its own and says which keep failing: a
+    batch corrupt in the log, one its client cannot decompress. The client refetches such
+    a partition after a wait of its own while the others read on, so the failure shows
+    nowhere else but as that partition's lag."""
+
+    def failing(self) -> Mapping[int, PartitionFailing]:
+        """Per partition whose last fetch failed, how (callable from any thread)."""
+        ...
+
+
 class Publisher(Protocol):
     """Where model versions, alerts and dead letters leave the process."""
 

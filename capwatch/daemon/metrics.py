@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from capwatch import __version__
+from capwatch.contracts.ports import PartitionFailing
 
 OTHER = "__other__"
 DEFAULT_LIMITS: Mapping[str, int] = {
@@ -254,6 +255,36 @@ class DaemonMetrics:
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""
         return generate_latest(self.registry)
+
+
+class FailingPartitions(Collector):
+    """``capwatch_kafka_partitions_failing`` (the partitions whose fetches keep failing,
+    as /readyz names them) and ``capwatch_kafka_partition_fetch_failures{partition}``
+    (per partition whose last fetch failed, its failed fetches since it last handed out
+    a record), read from the source at each scrape, the same with every Kafka client."""
+
+    def __init__(self, failing: Callable[[], Mapping[int, PartitionFailing]],
+                 after: int) -> None:
+        self._failing = failing
+        self._after = after
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        failing = self._failing()
+        g = GaugeMetricFamily(
+            "capwatch_kafka_partitions_failing",
+            f"Partitions of the transitions topic whose fetches failed {self._after} times "
+            f"or more since they last handed out a record (a batch corrupt in the log, one "
+            f"the client cannot decompress): each waits alone while the others are read; "
+            f"/readyz names them.")
+        g.add_metric([], float(sum(f.failures >= self._after for f in failing.values())))
+        yield g
+        per = GaugeMetricFamily(
+            "capwatch_kafka_partition_fetch_failures",
+            "Per partition whose last fetch failed: its fetches that failed since it last "
+            "handed out a record (absent once it reads again).", labels=["partition"])
+        for p, f in sorted(failing.items()):
+            per.add_metric([str(p)], float(f.failures))
+        yield per
 
 
 class StoreWrites(Collector):

@@ -42,6 +42,7 @@ from capwatch.contracts.ports import (
     GroupView,
     Publisher,
     Record,
+    ReportsFailingPartitions,
     Source,
 )
 from capwatch.contracts.store import ModelStore
@@ -90,6 +91,14 @@ SWEEP_EVERY_S = 0.2
 """How often the main loop looks for evidence ripe by time (the debounce's
 ``debounce_s``, work a failed store write left buffered) among the watches holding some
 (:meth:`EvidenceQueue.sweep`). Evidence ripe by count is queued as it arrives."""
+
+FAILING_FETCHES = 2
+"""After how many failed fetches in a row (no record of it handed out between) a
+partition is said to keep failing (/readyz, ``capwatch_kafka_partitions_failing``): a
+batch corrupt only on the wire fails once and reads at the next fetch, one corrupt in the
+log fails at every fetch. Both clients fetch a failed partition again after about 0.5 s
+(kafka_backoff's first wait, librdkafka's ``fetch.error.backoff.ms``), so it is named
+about half a second after its first failure."""
 
 STORE_PROBE_EVERY_S = 2.0
 """During a models store outage's back-off, how often the main loop asks the store whether
@@ -192,6 +201,16 @@ class Pipeline:
         """A probe of this outage found the models store unreachable since the last wait
         cut short by its answering again (see _failed)."""
         self._outage_wait = 0.0
+        self._backed_off: Callable[[BaseException], bool] | None = getattr(
+            source, "backed_off", None)
+        """Whether a failure the source raised was one partition's, which it backs off
+        alone (kafka_backoff): see :meth:`_partition_failed`."""
+        self._own_failures = 0
+        """Such failures in a row, no step of the main loop working between them."""
+        self._failing: ReportsFailingPartitions | None = \
+            source if isinstance(source, ReportsFailingPartitions) else None
+        self._monotonic: Callable[[], float] = time.monotonic
+        """The outage waits' clock (a test's fake clock, with a fake :attr:`_stop`)."""
         self._backlog: list[Record] = []
         """Records polled but not handled because the store failed: handled first next."""
         self.eviction = Eviction(limits=config.limits, registry=self.registry,
@@ -241,6 +260,7 @@ class Pipeline:
         if self._outage is not None:
             out.append(self._outage)
         out.extend(p for p in self._failing_checks() if p != self._outage)
+        out.extend(self._failing_partitions())
         unassigned, _ = self.health.partitions()
         if unassigned is not None:
             out.append(unassigned)
@@ -258,6 +278,21 @@ class Pipeline:
 
     def _failing_checks(self) -> list[str]:
         return [p for p in (check() for check in self.checks) if p is not None]
+
+    def _failing_partitions(self) -> list[str]:
+        """The source's partitions whose fetches keep failing, the same with every
+        Kafka client. kafka-python raised each failure out of a poll, an outage /readyz
+        named until the next poll worked (about 0.5 s: a flicker); librdkafka raises
+        none, so such a partition showed only as lag."""
+        source = self._failing
+        if source is None:
+            return []
+        now = time.time()
+        return [f"Kafka partition {p} of {self.source.name} keeps failing: {f.failures} "
+                f"fetches in a row over {max(0.0, now - f.since):.0f} s, fetched again "
+                f"alone after a wait while the others are read (its records after the "
+                f"failure wait): {f.error}"
+                for p, f in sorted(source.failing().items()) if f.failures >= FAILING_FETCHES]
 
     def awaiting(self) -> dict[str, str]:
         """Agent id → key of the queued or running work it waits for."""
@@ -328,6 +363,8 @@ class Pipeline:
                 except INFRASTRUCTURE_ERRORS as e:
                     self._failed(e)
                     continue
+                if self._own_failures:
+                    self._own_failures = 0
                 if self._outage is not None:
                     log.info("dependency back; resuming", was=self._outage)
                     self._outage = None
@@ -376,6 +413,8 @@ class Pipeline:
         """A dependency failed: say so (logs and /readyz), wait, and try again. Only a
         wrong configuration stops the daemon; the store, the disk or the broker coming
         back resumes it with nothing lost."""
+        if self._partition_failed(error):
+            return
         what = describe_outage(error)
         self._outage_wait = min(30.0, max(0.5, self._outage_wait * 2))
         if what != self._outage:
@@ -391,11 +430,12 @@ class Pipeline:
         # that answers but fails the work keeps the whole back-off.
         unreachable = getattr(self.store, "unreachable", None) \
             if component_of(error) == "models store" else None
-        probe_at = time.monotonic() + STORE_PROBE_EVERY_S
+        clock = self._monotonic
+        probe_at = clock() + STORE_PROBE_EVERY_S
         # In short steps: a signal (see signalled) must not wait out the whole backoff.
-        deadline = time.monotonic() + self._outage_wait
+        deadline = clock() + self._outage_wait
         while self.signalled is None and not self._stop.is_set():
-            now = time.monotonic()
+            now = clock()
             left = deadline - now
             if left <= 0:
                 break
@@ -408,8 +448,33 @@ class Pipeline:
                     # the next wait is the whole back-off, not a retry every probe.
                     self._store_seen_down = False
                     break
-                probe_at = time.monotonic() + STORE_PROBE_EVERY_S
+                probe_at = clock() + STORE_PROBE_EVERY_S
             self._stop.wait(min(0.25, left))
+
+    def _partition_failed(self, error: BaseException) -> bool:
+        """Whether ``error`` is one partition's own failure, which the source backs off
+        alone (the partition paused for a wait of its own, doubling: kafka_backoff), so
+        that the main loop polls on at once: True, the failure logged.
+
+        Before, the main loop met it as an outage and waited 0.5 s (its first wait, as
+        the next poll that worked reset it) per failure: every partition's records
+        waited for one partition's fault, and with a partition failing after each of its
+        own waits the loop stood still 0.5 s in every few. Each assigned partition may
+        fail once in a row this way (one fetch may bring several partitions' faults, raised
+        a poll each); a further failure with no step working between is not paced by a
+        partition's wait, and the loop waits as for an outage: no busy loop whatever the
+        source raises. /readyz names the partitions that keep failing
+        (:meth:`_failing_partitions`)."""
+        backed_off = self._backed_off
+        if backed_off is None or not backed_off(error):
+            return False
+        self._own_failures += 1
+        if self._own_failures > max(1, len(self.assigned)):
+            return False
+        log.warning("a Kafka partition's fetch failed; it is fetched again alone after a "
+                    "wait of its own, the other partitions are read on",
+                    problem=describe_outage(error))
+        return True
 
     def _idle(self) -> bool:
         if any(w.buffered for w in self.registry):

@@ -27,7 +27,13 @@ from capwatch.alerts.sinks import AlertSink
 from capwatch.assess.agent import AgentQuery
 from capwatch.contracts.agent_protocol import agent_url
 from capwatch.contracts.errors import error_text
-from capwatch.contracts.ports import AgentDirectory, GroupView, Publisher, Source
+from capwatch.contracts.ports import (
+    AgentDirectory,
+    GroupView,
+    Publisher,
+    ReportsFailingPartitions,
+    Source,
+)
 from capwatch.contracts.store import ModelStore
 from capwatch.contracts.wire import AlertEvent, DeadLetterRecord, ModelVersionEvent
 from capwatch.daemon.assessor import Assessor, EngineAssessor
@@ -36,8 +42,8 @@ from capwatch.daemon.events import resend_newest_versions
 from capwatch.daemon.http import ApiServer, RecentAlerts
 from capwatch.daemon.infra import Clock, utc_now
 from capwatch.daemon.ingest import IngestEndpoints
-from capwatch.daemon.metrics import DaemonMetrics, StoreWrites
-from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.metrics import DaemonMetrics, FailingPartitions, StoreWrites
+from capwatch.daemon.pipeline import FAILING_FETCHES, Pipeline
 from capwatch.daemon.redact import redact_url
 from capwatch.daemon.startup import EarlyStart, Startup, start_early
 from capwatch.model.domain import Domain, GroundAtom, Problem
@@ -494,6 +500,8 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
 
             fleet = build_fleet(config, domains, problems)
             source = SimulatedSource(fleet, config.source.simulated.rounds)
+    if isinstance(source, ReportsFailingPartitions):
+        metrics.registry.register(FailingPartitions(source.failing, FAILING_FETCHES))
     if publisher is None:
         if config.output.kind == "kafka":
             k = config.kafka

@@ -16,7 +16,10 @@ import pytest
 from kafka.errors import KafkaConnectionError
 
 from capwatch.adapters.io import kafka_process as kp
-from capwatch.contracts.ports import Record
+from capwatch.contracts.ports import PartitionFailing, Record
+
+NONE_FAILING: dict[int, PartitionFailing] = {}
+"""A fake source's failing(): the same object while nothing changes, as the source's."""
 
 
 def batch(partition: int, first: int, n: int) -> bytes:
@@ -333,6 +336,9 @@ def test_the_child_waits_longer_after_each_failed_poll_and_polls_at_once_after_o
         def recordless(self) -> dict[int, tuple[int, int]]:
             return {}
 
+        def failing(self) -> dict[int, PartitionFailing]:
+            return NONE_FAILING
+
     child._start = lambda: Failing()  # type: ignore[method-assign,assignment,return-value]
     child._pause = pauses.append  # type: ignore[method-assign,assignment]
     child._send = lambda message: None  # type: ignore[method-assign]
@@ -358,14 +364,19 @@ def test_a_partitions_own_failure_is_backed_off_by_the_source_not_the_whole_chil
                      KafkaConnectionError("whole"), "worked"])
     pauses: list[float] = []
     sent: list[bytes] = []
+    failing: dict[int, PartitionFailing] = {}
 
     class Failing:
         def poll(self, timeout_s: float) -> list[Record]:
+            nonlocal failing
             outcome = next(outcomes, None)
             if outcome is None:
                 child.closing = True
                 return []
             if isinstance(outcome, Exception):
+                if self.backed_off(outcome):  # replaced whole, as kafka_backoff does
+                    n = failing[0].failures + 1 if failing else 1
+                    failing = {0: PartitionFailing(n, 0.0, str(outcome))}
                 raise outcome
             return []
 
@@ -375,13 +386,21 @@ def test_a_partitions_own_failure_is_backed_off_by_the_source_not_the_whole_chil
         def recordless(self) -> dict[int, tuple[int, int]]:
             return {0: (5, 6)}  # a marker read past: sent once, not at every poll
 
+        def failing(self) -> dict[int, PartitionFailing]:
+            return failing
+
     child._start = lambda: Failing()  # type: ignore[method-assign,assignment,return-value]
     child._pause = pauses.append  # type: ignore[method-assign,assignment]
     child._send = sent.append  # type: ignore[method-assign,assignment]
     child._run()
     assert pauses == [0.5]
-    # Every failure still reaches the daemon.
-    assert sum(m[:1] == kp._FAILED for m in sent) == 5
+    # Every failure still reaches the daemon, a partition's own said to be so (the
+    # daemon's loop then polls on at once: tests/daemon/test_partition_failures.py),
+    # each after what the source's failing() became with it.
+    tags = [m[:1] for m in sent if m[:1] in (kp._FAILED, kp._OWN_FAILED, kp._FAILING)]
+    assert tags == [kp._FAILING, kp._OWN_FAILED] * 4 + [kp._FAILED]
+    assert [pickle.loads(m[1:])[0].failures for m in sent if m[:1] == kp._FAILING] == \
+        [1, 2, 3, 4]
     assert [pickle.loads(m[1:]) for m in sent if m[:1] == kp._SKIPS] == [{0: (5, 6)}]
     child.conn.close()
     daemon.close()

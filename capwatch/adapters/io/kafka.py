@@ -56,7 +56,7 @@ from capwatch.adapters.io.kafka_join import await_group_metadata, finish_join, j
 from capwatch.adapters.io.kafka_records import ReadNotes
 from capwatch.adapters.io.kafka_records import install as install_records
 from capwatch.contracts.errors import error_text
-from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
+from capwatch.contracts.ports import AssignmentLost, PartitionFailing, Rebalance, Record
 
 _MEMBERSHIP_LOST = (CommitFailedError, RebalanceInProgressError, UnknownMemberIdError,
                     IllegalGenerationError)
@@ -526,6 +526,11 @@ class KafkaSource:
     def recordless(self) -> dict[int, tuple[int, int]]:
         """See :class:`~capwatch.contracts.ports.SkipsRecordless`."""
         return dict(self._notes.recordless)
+
+    def failing(self) -> Mapping[int, PartitionFailing]:
+        """See :class:`~capwatch.contracts.ports.ReportsFailingPartitions`: the
+        partitions backed off alone (kafka_backoff), until they hand out records again."""
+        return self._backoff.failing if self._backoff is not None else {}
 
     def _forget(self, parts: set[int]) -> None:
         self._notes.forget(parts)

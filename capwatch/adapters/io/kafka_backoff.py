@@ -15,6 +15,11 @@ kafka_records.ReadNotes` ``faults``, the same exception object kafka-python rais
 once or at the next poll) or the partitions the exception names (kafka-python's fetch
 errors carry ``{TopicPartition: offset}``). A failure naming none is the caller's to back
 off, whole, as before.
+
+What failed is kept per partition (:attr:`PartitionBackoff.failing`, the source's
+``failing()``) until the partition hands out records again or leaves the assignment:
+the daemon says on /readyz and in a metric which partitions keep failing, as it does
+for confluent-kafka's (whose librdkafka backs a failing partition off itself).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka.structs import TopicPartition
+
+from capwatch.contracts.errors import error_text
+from capwatch.contracts.ports import PartitionFailing
 
 __all__ = ["BACKOFF_S", "PartitionBackoff"]
 
@@ -47,11 +55,16 @@ class PartitionBackoff:
     """Per partition of one consumer: how long it waits after its last failure."""
 
     def __init__(self, consumer: Any, topic: str, faults: Mapping[int, BaseException],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.consumer = consumer
         self.topic = topic
         self.faults = faults
         self.clock = clock
+        self.wall = wall
+        self.failing: Mapping[int, PartitionFailing] = {}
+        """Per partition backed off here, its failures since it last handed out records.
+        Replaced whole at each change: /readyz and the metrics read it on their threads."""
         self.waits: dict[int, tuple[float, float]] = {}
         """Failing partitions → (their wait, when it ends); paused until then."""
         self.last: BaseException | None = None
@@ -77,6 +90,13 @@ class PartitionBackoff:
         for p in parts:
             wait = min(BACKOFF_S[1], max(BACKOFF_S[0], self.waits.get(p, (0.0, 0.0))[0] * 2))
             self.waits[p] = (wait, now + wait)
+        failing = dict(self.failing)
+        text, at = error_text(error), self.wall()
+        for p in parts:
+            last = failing.get(p)
+            failing[p] = PartitionFailing(1, at, text) if last is None else \
+                PartitionFailing(last.failures + 1, last.since, text)
+        self.failing = failing
         self.last = error
         return True
 
@@ -95,10 +115,15 @@ class PartitionBackoff:
 
     def delivered(self, partitions: Iterable[int]) -> None:
         """These partitions handed out records: past what failed, their wait starts over."""
-        for p in partitions:
-            self.waits.pop(p, None)
+        self._clear(partitions)
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Revoked or assigned afresh: a partition's pause went with its assignment."""
-        for p in partitions:
+        self._clear(partitions)
+
+    def _clear(self, partitions: Iterable[int]) -> None:
+        parts = set(partitions)
+        for p in parts:
             self.waits.pop(p, None)
+        if parts & self.failing.keys():
+            self.failing = {p: f for p, f in self.failing.items() if p not in parts}

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -44,7 +45,7 @@ from capwatch.adapters.io.kafka_common import (
     fetch_bytes,
     heartbeat_ms,
 )
-from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
+from capwatch.contracts.ports import AssignmentLost, PartitionFailing, Rebalance, Record
 
 log = structlog.get_logger("capwatch.kafka")
 
@@ -207,6 +208,8 @@ class ConfluentKafkaSource:
         its position first moved; then where this source committed it on to."""
         self._recordless: dict[int, tuple[int, int]] = {}
         """See :meth:`recordless`."""
+        self._failing: Mapping[int, PartitionFailing] = {}
+        """See :meth:`failing` (replaced whole at each change: read on other threads)."""
 
     def start(self, on_assign: Rebalance, on_revoke: Rebalance,
               resume: Mapping[int, int]) -> None:
@@ -330,6 +333,9 @@ class ConfluentKafkaSource:
         append = records.append
         topic = self.topic
         after = self._after
+        failing = self._failing
+        if failing:  # which of them hand out a record now (compared after the loop)
+            before = {p: after.get(p) for p in failing}
         for m in messages:
             if m.error() is None:
                 kind, stamp = m.timestamp()
@@ -342,6 +348,9 @@ class ConfluentKafkaSource:
                 after[p] = offset + 1  # type: ignore[index,operator]
             else:
                 self._message_error(m)
+        if failing:
+            self._delivered([p for p, at in before.items()
+                             if after.get(p) is not None and after.get(p) != at])
         if self._lost or self._unstarted:
             lost = self._lost | self._unstarted
             records = [r for r in records if r.partition not in lost]
@@ -426,6 +435,21 @@ class ConfluentKafkaSource:
             self._base.pop(p, None)
             self._recordless.pop(p, None)
         self._blind -= parts
+        self._delivered(parts)
+
+    def failing(self) -> Mapping[int, PartitionFailing]:
+        """See :class:`~capwatch.contracts.ports.ReportsFailingPartitions`: the
+        partitions whose error events (librdkafka's, each after a failed fetch, which it
+        retries alone after ``fetch.error.backoff.ms``) came since a record of theirs was
+        last handed out. librdkafka raises nothing for them: without this they showed
+        only as lag, where kafka-python's failing partition was an outage on /readyz."""
+        return self._failing
+
+    def _delivered(self, parts: Iterable[int]) -> None:
+        """These partitions handed out a record (past what failed) or left."""
+        gone = self._failing.keys() & set(parts)
+        if gone:
+            self._failing = {p: f for p, f in self._failing.items() if p not in gone}
 
     def _message_error(self, m: Message) -> None:
         error = m.error()
@@ -438,6 +462,11 @@ class ConfluentKafkaSource:
             self._blind.add(p)
             self._after.pop(p, None)
             self._recordless.pop(p, None)
+            last = self._failing.get(p)
+            text = f"{error.name()}: {error.str()}"
+            self._failing = {**self._failing, p: PartitionFailing(1, time.time(), text)
+                             if last is None else
+                             PartitionFailing(last.failures + 1, last.since, text)}
         if error.fatal():
             raise KafkaException(error)
         self._errors(error)

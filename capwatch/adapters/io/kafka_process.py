@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
-from capwatch.contracts.ports import AssignmentLost, Rebalance, Record
+from capwatch.contracts.ports import AssignmentLost, PartitionFailing, Rebalance, Record
 
 if TYPE_CHECKING:
     from capwatch.adapters.io.kafka import KafkaSource
@@ -69,6 +69,8 @@ _RECORDS = b"R"  # child -> daemon: a msgpack _Batch
 _REVOKE = b"V"  # child -> daemon: pickled partitions; the child waits for _DONE
 _ASSIGN = b"A"  # child -> daemon: likewise
 _FAILED = b"E"  # child -> daemon: a pickled exception poll() raised
+_OWN_FAILED = b"F"  # child -> daemon: likewise, one partition's own, backed off alone
+_FAILING = b"X"  # child -> daemon: pickled, the source's failing() when it changed
 _REPLY = b"K"  # child -> daemon: pickled (ok, result or exception) for a _CALL
 _STARTED = b"S"  # child -> daemon: start() returned
 _SKIPS = b"P"  # child -> daemon: pickled, the source's recordless() when it changed
@@ -203,6 +205,10 @@ class ProcessKafkaSource:
         """Per owned partition, the offset after the last record handed to the daemon."""
         self._recordless: dict[int, tuple[int, int]] = {}
         """The child's source's :meth:`recordless`, as it last sent it."""
+        self._failing: Mapping[int, PartitionFailing] = {}
+        """The child's source's :meth:`failing`, as it last sent it (replaced whole)."""
+        self._backed_off: BaseException | None = None
+        """The last failure the child said was one partition's own (:meth:`backed_off`)."""
         self._unanswered: collections.deque[Callable[[BaseException | None], None]] = \
             collections.deque()
         """The ``done`` of each commit sent by :meth:`commit_async` and not yet answered,
@@ -305,6 +311,17 @@ class ProcessKafkaSource:
         """See :class:`~capwatch.contracts.ports.SkipsRecordless`: sent by the child after
         the poll that read past them, in order with its records (no round trip)."""
         return dict(self._recordless)
+
+    def failing(self) -> Mapping[int, PartitionFailing]:
+        """See :class:`~capwatch.contracts.ports.ReportsFailingPartitions`: sent by the
+        child when it changed, before the failure that changed it."""
+        return self._failing
+
+    def backed_off(self, error: BaseException) -> bool:
+        """Whether ``error``, raised by the last poll, was a partition's own, which the
+        child backs off alone (as :meth:`KafkaSource.backed_off
+        <capwatch.adapters.io.kafka.KafkaSource.backed_off>`)."""
+        return error is self._backed_off
 
     def lag(self) -> dict[int, int]:
         if self._conn is None:
@@ -417,8 +434,14 @@ class ProcessKafkaSource:
     def _handle(self, tag: bytes, payload: memoryview) -> None:
         if tag == _FAILED:
             raise _loads_error(payload)
+        if tag == _OWN_FAILED:
+            error = self._backed_off = _loads_error(payload)
+            raise error
         if tag == _SKIPS:
             self._recordless = pickle.loads(payload)
+            return
+        if tag == _FAILING:
+            self._failing = pickle.loads(payload)
             return
         if tag not in (_REVOKE, _ASSIGN):
             raise SourceProcessError(f"unexpected message {tag!r} from the consumer")
@@ -431,6 +454,8 @@ class ProcessKafkaSource:
         for p in parts:
             self._next.pop(p, None)
             self._recordless.pop(p, None)
+        if parts & self._failing.keys():
+            self._failing = {p: f for p, f in self._failing.items() if p not in parts}
         try:
             assert callback is not None
             callback(parts)
@@ -507,6 +532,7 @@ class _Child:
         self._send(_STARTED)
         wait = 0.0
         skips: dict[int, tuple[int, int]] = {}
+        failing = source.failing()
         while not self.closing:
             with self.reading:
                 while not self.closing and self.conn.poll(0):
@@ -516,14 +542,18 @@ class _Child:
             try:
                 records = source.poll(_POLL_S)
             except Exception as e:
-                self._send(_FAILED + _dumps_error(e))
                 if source.backed_off(e):
+                    if source.failing() is not failing:  # said before the failure
+                        failing = source.failing()
+                        self._send(_FAILING + pickle.dumps(dict(failing)))
+                    self._send(_OWN_FAILED + _dumps_error(e))
                     # A partition's own failure: it waits alone (kafka_backoff), so the
                     # others are polled on at once. The whole-consumer wait below, reset
                     # by any poll that worked, never grew while they delivered between
                     # two failures: the failing partition was fetched again, and its
                     # failure sent, about twice a second for good.
                     continue
+                self._send(_FAILED + _dumps_error(e))
                 wait = min(_RETRY_S[1], max(_RETRY_S[0], wait * 2))
                 self._pause(wait)
                 continue
@@ -543,6 +573,9 @@ class _Child:
             if now != skips:
                 skips = now
                 self._send(_SKIPS + pickle.dumps(now))
+            if source.failing() is not failing:  # replaced whole at each change
+                failing = source.failing()
+                self._send(_FAILING + pickle.dumps(dict(failing)))
 
     def _pause(self, seconds: float) -> None:
         """Serve the daemon's calls for ``seconds`` (or until it closes the source). The
