@@ -67,3 +67,33 @@ def test_a_failure_is_a_partitions_by_its_reader_or_its_arguments_else_none() ->
     assert not backoff.failed(OffsetOutOfRangeError({TopicPartition("t", 5): 1}))
     backoff.forget({3})
     assert backoff.waits == {}
+
+
+def test_what_failed_is_kept_per_partition_until_it_delivers_or_leaves() -> None:
+    # The source's failing(): /readyz and capwatch_kafka_partitions_failing read it on
+    # their threads, so it is replaced whole at each change, never changed in place.
+    consumer = _Consumer({0, 1, 2})
+    faults: dict[int, BaseException] = {}
+    backoff = PartitionBackoff(consumer, "t", faults, clock=lambda: 0.0,
+                               wall=lambda: 1_700_000_000.0)
+    assert backoff.failing == {}
+    for i in range(3):
+        error = CorruptRecordError(f"bad batch {i}")
+        faults[1] = error
+        before = backoff.failing
+        assert backoff.failed(error)
+        assert backoff.failing is not before and backoff.failing[1].failures == i + 1
+    error = CorruptRecordError("partition 2 too")
+    faults[2] = error
+    assert backoff.failed(error)
+    failing = backoff.failing
+    assert set(failing) == {1, 2}
+    assert failing[1].failures == 3 and failing[1].since == 1_700_000_000.0
+    assert failing[1].error.endswith("CorruptRecordError: bad batch 2")
+    assert failing[2].failures == 1
+    backoff.delivered([0])  # another partition's records change nothing
+    assert backoff.failing is failing
+    backoff.delivered([1])
+    assert set(backoff.failing) == {2} and set(failing) == {1, 2}
+    backoff.forget([2])  # revoked
+    assert backoff.failing == {}
