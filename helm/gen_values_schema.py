@@ -102,6 +102,7 @@ def chart_schema() -> dict[str, Any]:
                 "alertDeliveryFailing": _rule(window=DURATION),
                 "noRecords": _rule(window=DURATION),
                 "storeWritesFailing": _rule(),
+                "kafkaPartitionFailing": _rule(),
                 "absent": _rule(),
             })}),
         "grafanaDashboard": _obj({"enabled": {"type": "boolean"}, "labels": labels,

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from capwatch.contracts.ports import PartitionFailing
 from capwatch.daemon.http import ApiServer, RecentAlerts
-from capwatch.daemon.metrics import OTHER, DaemonMetrics, StoreWrites
+from capwatch.daemon.metrics import OTHER, DaemonMetrics, FailingPartitions, StoreWrites
 from capwatch.models_store.sqlite import SqliteModelStore
 from tests.support.prometheus_server import prometheus_binary, start_prometheus
 
@@ -52,6 +53,9 @@ def exercised() -> DaemonMetrics:
     # The service registers this collector over its store (service.py).
     m.registry.register(StoreWrites(lambda: {"model_versions": "DiskFull: disk is full"},
                                     {"model_versions": 1}))
+    # And this one over a Kafka source that reports failing partitions (service.py).
+    failing = {2: PartitionFailing(3, 1_790_000_000.0, "CorruptRecordError: bad batch")}
+    m.registry.register(FailingPartitions(lambda: failing, 2))
     return m
 
 

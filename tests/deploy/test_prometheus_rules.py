@@ -57,7 +57,7 @@ def test_promtool_check_rules() -> None:
     run = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS: 12 rules found" in run.stdout
+    assert "SUCCESS: 13 rules found" in run.stdout
 
 
 @needs_promtool

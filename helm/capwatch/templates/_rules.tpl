@@ -151,6 +151,15 @@ groups:
           summary: "{{ include "capwatch.prom" "$value" }} capwatch replica(s) cannot write {{ include "capwatch.prom" "$labels.kind" }} to the models store"
           description: "The models store has refused this kind of write (a full disk, a revoked privilege, a read-only server) and the retries have kept failing for {{ $r.storeWritesFailing.for }}; those replicas answer /readyz 503. With kind model_versions, learned models are not published (nothing half written: the work waits for a retry)."
           runbook_url: "{{ $rb }}#capwatchstorewritesfailing"
+      - alert: CapwatchKafkaPartitionFailing
+        expr: sum(capwatch_kafka_partitions_failing) > 0
+        for: {{ $r.kafkaPartitionFailing.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{ include "capwatch.prom" "$value" }} Kafka partition(s) of the transitions topic keep failing to be read"
+          description: "Some replica's fetches of a partition have failed again and again for {{ $r.kafkaPartitionFailing.for }} with no record of it handed out (a batch corrupt in the log, one the client cannot decompress): its records after the failure are not monitored, the other partitions are. /readyz names the partition and the error."
+          runbook_url: "{{ $rb }}#capwatchkafkapartitionfailing"
       - alert: CapwatchAbsent
         expr: absent(capwatch_build_info)
         for: {{ $r.absent.for }}
