@@ -208,7 +208,7 @@ def background_only(plan: Plan, background: Sequence[tuple[str, bytes]], share: 
     mine = list(background[share::shares])
     n = _paced(producer, plan, mine, plan.rate / shares, lambda elapsed: None)
     producer.flush()
-    out.put(json.dumps({"produced": n}))
+    out.put(json.dumps({"produced": n, "cpu_s": time.process_time()}))
 
 
 def _paced(producer: _Producer, plan: Plan, records: Sequence[tuple[str, bytes]],
@@ -302,7 +302,7 @@ def traffic(plan: Plan, background: Sequence[tuple[str, bytes]], shares: int,
     reader.join(5)
     consumer.close()
     out.put(json.dumps({"produced": n, "produced_s": produced_s, "injected": sent,
-                        "alerts": list(seen)}))
+                        "alerts": list(seen), "cpu_s": time.process_time()}))
 
 
 def _positions(alert: Mapping[str, Any], agent: str) -> set[tuple[int, int]]:
@@ -338,7 +338,7 @@ def _q(xs: Sequence[float], q: float) -> float:
 
 def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every_s: float,
             background: Sequence[tuple[str, bytes]], inject: Sequence[tuple[str, bytes]],
-            producers: int = 1) -> dict[str, Any]:
+            producers: int = 1, broker_pid: int | None = None) -> dict[str, Any]:
     topic = _topic(bootstrap, append_time=True)
     plan = Plan(bootstrap, topic, rate, plan_s, warmup_s=min(5.0, plan_s / 4),
                 every_s=every_s, wait_s=45.0)
@@ -347,11 +347,14 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
         svc = build_service(_config(tmp, bootstrap, topic, kafka_output=True),
                             agents=FleetDirectory(f))
         p = svc.pipeline
+        # drain runs the scheduler's jobs too (a checkpoint, the canary round, the
+        # results poll, the audit's start): each is timed by name as well.
         steps = _timed(p, ("checkpoint", "commit_flushed", "handle_batch", "alert_promptly",
-                           "drain", "sweep"))
+                           "drain", "sweep", "canary", "poll_results", "start_audit",
+                           "audit_slice"))
         steps.update(_timed(p.source, ("poll", "commit", "commit_async", "lag")))
         steps.update({f"publisher.{k}": v for k, v in _timed(p.publisher, ("flush",)).items()})
-        sizes = _batch_sizes(p)
+        sizes, split = _batch_split(p)
         # As `capwatch run` does before its main loop (daemon.heap): without it this row
         # measured a daemon with CPython's default collector (a young collection every
         # 700 objects, the startup heap and the fleet's records rescanned by every full
@@ -369,11 +372,18 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
                                  args=(plan, background, i, producers, rest))
                      for i in range(1, producers)]
         cpu0 = time.process_time()
+        threads0 = thread_cpu()
+        broker0 = tree_cpu(broker_pid) if broker_pid is not None else 0.0
         for c in children:
             c.start()
         result = json.loads(out.get(timeout=plan_s + plan.wait_s + 120))
+        children_cpu = result.get("cpu_s", 0.0)
         for _ in children[1:]:
-            result["produced"] += json.loads(rest.get(timeout=120))["produced"]
+            share = json.loads(rest.get(timeout=120))
+            result["produced"] += share["produced"]
+            children_cpu += share.get("cpu_s", 0.0)
+        broker_cpu = tree_cpu(broker_pid) - broker0 if broker_pid is not None else None
+        threads = {k: v - threads0.get(k, 0.0) for k, v in thread_cpu().items()}
         for c in children:
             c.join(30)
         cpu = time.process_time() - cpu0
@@ -407,8 +417,53 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
                        "on the topic": stage("created", "arrived")},
             "load": (load0, os.getloadavg()[0]), "behind": behind,
             "daemon_cpu_s": cpu, "seconds": result["produced_s"],
+            "threads_cpu_s": threads, "children_cpu_s": children_cpu,
+            "broker_cpu_s": broker_cpu,
             "steps": {k: sorted(v) for k, v in steps.items() if v},
-            "batches": sorted(sizes), "gc": pauses}
+            "batches": sorted(sizes), "gc": pauses, "batch_split": split}
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat_cpu(path: str) -> float:
+    """utime + stime (seconds) of a /proc .../stat file; 0 if it is gone."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of each thread of this process so far, by thread name (threads of one
+    name summed; a thread Python does not know is named by its id): which of the daemon's
+    threads took the interpreter (the main loop, the assessment workers, the clients')."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        name = names.get(int(tid), f"tid {tid}")
+        if name.startswith("Thread-") and "(" in name:
+            name = name.split("(", 1)[1].rstrip(")")  # "Thread-3 (consume)": the target's
+        out[name] = out.get(name, 0.0) + _stat_cpu(f"/proc/self/task/{tid}/stat")
+    return out
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its descendants (live ones) so far: the broker, whose
+    JVM runs under a wrapper."""
+    total = _stat_cpu(f"/proc/{pid}/stat")
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        children = []
+    return total + sum(tree_cpu(c) for c in children)
 
 
 def _timed(obj: Any, names: Sequence[str]) -> dict[str, list[float]]:
@@ -433,29 +488,61 @@ def _timed(obj: Any, names: Sequence[str]) -> dict[str, list[float]]:
     return out
 
 
-def _batch_sizes(p: Any) -> list[int]:
-    """Records per ``handle_batch`` call (a batch's prompt alerts are written at its end)."""
+def _schedstat() -> tuple[float, float]:
+    """This thread's (seconds on a CPU, seconds waiting on a run queue) so far (Linux
+    schedstat; zeros where there is none)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run, wait, _ = f.read().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(run) / 1e9, int(wait) / 1e9
+
+
+def _batch_split(p: Any) -> tuple[list[int], dict[bool, list[float]]]:
+    """Records per ``handle_batch`` call, and where the calls' wall time went, split by
+    whether an assessment was running when the batch began (True) or not: [records, wall
+    s, CPU s, s waiting for a core (the machine's other processes), s blocked (neither:
+    a batch does no network I/O, so the interpreter lock: another thread of the
+    daemon's holding it)]."""
     sizes: list[int] = []
+    split: dict[bool, list[float]] = {False: [0.0] * 5, True: [0.0] * 5}
     inner = p.handle_batch
+    workers = getattr(p, "workers", None)
+    # An older tree's workers (an A/B against it) say it only by their private map.
+    running = getattr(workers, "running", None) or (
+        lambda: len(getattr(workers, "_inflight", ())))
 
     def sized(records: Sequence[Any]) -> None:
         sizes.append(len(records))
-        inner(records)
+        busy = bool(running()) if running is not None else False
+        t0, (c0, q0) = time.perf_counter(), _schedstat()
+        try:
+            inner(records)
+        finally:
+            (c1, q1), wall = _schedstat(), time.perf_counter() - t0
+            row = split[busy]
+            row[0] += len(records)
+            row[1] += wall
+            row[2] += c1 - c0
+            row[3] += q1 - q0
+            row[4] += max(0.0, wall - (c1 - c0) - (q1 - q0))
     p.handle_batch = sized
-    return sizes
+    return sizes, split
 
 
 def _gc_pauses() -> list[Any]:
     """Wall seconds of each collection of the cyclic collector in this process (the
     daemon's), by generation: [gen0, gen1, gen2, the callback (popped to remove it)]."""
     out: list[Any] = [[], [], []]
-    started = [0.0]
+    started: list[float | None] = [None]
 
     def callback(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             started[0] = time.perf_counter()
-        else:
+        elif started[0] is not None:  # not a collection that began before the callback
             out[info["generation"]].append(time.perf_counter() - started[0])
+            started[0] = None
     gc.callbacks.append(callback)
     out.append(callback)
     return out
@@ -463,7 +550,7 @@ def _gc_pauses() -> list[Any]:
 
 def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple[str, bytes]],
                        *, seconds: float, every_s: float, runs: int,
-                       rate: float | None = None) -> None:
+                       rate: float | None = None, broker_pid: int | None = None) -> None:
     """Prints the row: the maximum rate, then per run the latency quantiles at half of it."""
     from capwatch.model.pddl_reader import read_domain
 
@@ -482,7 +569,8 @@ def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple
         order = sorted(candidates)
         rng.shuffle(order)
         inject = [(a, candidates[a]) for a in order]
-        r = one_run(f, bootstrap, half, seconds, every_s, events, inject)
+        r = one_run(f, bootstrap, half, seconds, every_s, events, inject,
+                    broker_pid=broker_pid)
         lat = r["latency"]
         pooled += lat
         if not lat:
@@ -503,6 +591,21 @@ def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple
             f"{k} {_q(v, .5):.3f}/{_q(v, .99):.3f}" for k, v in r["stages"].items()))
         print("      main loop, wall s per call (p99/max): " + "; ".join(
             f"{k} {_q(v, .99):.3f}/{v[-1]:.3f}" for k, v in r["steps"].items()))
+        # Cores over the produce time (the daemon's threads' include the wait for the last
+        # alerts, as the daemon's own figure does): where the machine's two cores went.
+        span = r["seconds"]
+        cores = {k: v / span for k, v in r["threads_cpu_s"].items() if v / span >= 0.005}
+        print("      CPU, cores: daemon threads " + ", ".join(
+            f"{k} {v:.2f}" for k, v in sorted(cores.items(), key=lambda kv: -kv[1]))
+            + f"; producer and alerts consumer {r['children_cpu_s'] / span:.2f}"
+            + (f"; broker {r['broker_cpu_s'] / span:.2f}" if r["broker_cpu_s"] is not None
+               else ""))
+        for busy, (n, wall, cpu_s, queued, blocked) in sorted(r["batch_split"].items()):
+            if n:
+                print(f"      batches {'while an assessment ran' if busy else 'otherwise'}: "
+                      f"{n:,.0f} records, µs a record: wall {wall / n * 1e6:.1f} = CPU "
+                      f"{cpu_s / n * 1e6:.1f} + waiting for a core {queued / n * 1e6:.1f} + "
+                      f"blocked {blocked / n * 1e6:.1f}")
         if r["batches"]:
             b = r["batches"]
             print(f"      batches: {len(b):,} of median {_q(b, .5):.0f}, p99 {_q(b, .99):.0f}, "
@@ -528,7 +631,8 @@ def latency_row(f: SimulatedFleet, events: Sequence[Any], *, quick: bool,
     try:
         alert_latency_rows(f, broker.bootstrap, pairs, seconds=10 if quick else seconds,
                            every_s=0.4 if quick else every_s, runs=1 if quick else runs,
-                           rate=rate)
+                           rate=rate, broker_pid=broker.process.pid
+                           if broker.process is not None else None)
     finally:
         broker.stop()
 
