@@ -45,6 +45,7 @@ from capwatch.contracts.ports import AgentDirectory
 from capwatch.contracts.wire import AgentTransition
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.pacing import Pacers
 from capwatch.daemon.work import CanaryFinding, Result
 from capwatch.model.consistency import Verdict, check_declared
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom, LiftedAtom
@@ -159,8 +160,10 @@ class CanaryProber:
     def __init__(self, *, agents: AgentDirectory, metrics: DaemonMetrics, idle_s: float,
                  clock: Callable[[], datetime], post: Callable[[Result], None],
                  busy_s: float | None = None, seed: int = 0,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, pacers: Pacers | None = None) -> None:
         self.agents = agents
+        self.pacers = pacers
+        """Paces each probe thread's queries while the stream is behind (daemon.pacing)."""
         self.metrics = metrics
         self.idle_s = idle_s
         self.busy_s = busy_s if busy_s is not None else 2 * idle_s
@@ -384,6 +387,8 @@ class CanaryProber:
     def _shortcuts(self, agent_id: str, family: str, domain: Domain,
                    runs: list[tuple[AgentTransition, ...]],
                    objects: Mapping[str, tuple[str, ...]] | None) -> None:
+        if self.pacers is not None:
+            self.pacers.pacer().pace()  # the search asks no agent: paced once, before it
         traces = [Trace(tuple([run[0].state, *(t.next_state for t in run)]),
                         tuple(t.action for t in run), optimal=True,
                         source=f"episode {run[0].episode_id}") for run in runs]
@@ -447,7 +452,10 @@ class CanaryProber:
 
     def _ask(self, agent_id: str, family: str, domain: Domain,
              state: frozenset[GroundAtom], ground: GroundAction) -> None:
-        answer = self.agents.agent(agent_id, family).query(state, [ground], 1)[0]
+        agent = self.agents.agent(agent_id, family)
+        if self.pacers is not None:
+            agent = self.pacers.agent(agent)
+        answer = agent.query(state, [ground], 1)[0]
         # An answer in words the model lacks (an unknown predicate, a wrong arity) is the
         # agent breaking the protocol, not behaviour: read as a transition, every such atom
         # was an unexplained change and raised an unexplained_inconsistency alert and an

@@ -165,6 +165,12 @@ class DaemonMetrics:
             ("family",), self.guard)
         self.queries = counter("capwatch_agent_queries_total", "Plan-outcome queries asked.",
                                ("family",))
+        self.yielded = counter(
+            "capwatch_yielded_to_stream_seconds_total",
+            "Seconds background threads (work=assessment, work=canary) waited between "
+            "queries for a stream that was behind (assessment.behind_s).", ("work",))
+        for work in ("assessment", "canary"):
+            self.yielded.labels(work)
         self.model_versions = counter("capwatch_model_versions_total",
                                       "Model versions published.", ("family",))
         self.alerts = counter("capwatch_alerts_total", "Alerts published.",

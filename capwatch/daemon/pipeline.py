@@ -55,7 +55,7 @@ from capwatch.daemon.alerting import (
 )
 from capwatch.daemon.assessor import Assessor
 from capwatch.daemon.batch import Batches
-from capwatch.daemon.canary import CanaryProber
+from capwatch.daemon.canary import PROBE_THREADS, CanaryProber
 from capwatch.daemon.checkpoint import Checkpointer
 from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.enqueue import EvidenceQueue
@@ -74,6 +74,7 @@ from capwatch.daemon.infra import (
 from capwatch.daemon.intake import Intake
 from capwatch.daemon.lag import LagGauges
 from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.pacing import Pacers, StreamPressure
 from capwatch.daemon.reassess import Reassessment
 from capwatch.daemon.registry import Registry, resume_queued, seed_baselines
 from capwatch.daemon.results import ResultApplier
@@ -162,14 +163,21 @@ class Pipeline:
         """The drift gauges, the fleet's, read from the store off the main loop."""
         self.refused_writes = refused_writes_probe(store)
         """Keeps refused store writes reported while nothing asks /readyz."""
+        self.pressure = StreamPressure(config.assessment.behind_s)
+        """Whether the stream is behind: background threads then yield (daemon.pacing)."""
+        share = config.assessment.behind_cpu_share
         self.workers = AssessmentWorkers(
             config, store=store, agents=agents, assessor=assessor, publisher=publisher,
             metrics=self.metrics, policy=self.alert_policy, clock=clock,
-            post=self._results.put, on_version=self.fleet_drift.wake)
+            post=self._results.put, on_version=self.fleet_drift.wake,
+            pacers=Pacers(self.pressure, share, config.assessment.workers,
+                          self.metrics.yielded.labels("assessment").inc))
         self.canaries = CanaryProber(agents=agents, metrics=self.metrics,
                                      idle_s=config.scheduler.canary_idle_s, clock=clock,
                                      post=self._results.put,
-                                     busy_s=config.scheduler.canary_busy_s)
+                                     busy_s=config.scheduler.canary_busy_s,
+                                     pacers=Pacers(self.pressure, share, PROBE_THREADS,
+                                                   self.metrics.yielded.labels("canary").inc))
         self.enqueue = EvidenceQueue(store=store, alerts=self.alerts, metrics=self.metrics,
                                      policy=self.alert_policy, clock=clock,
                                      wake_workers=self.workers.wake)
@@ -389,6 +397,11 @@ class Pipeline:
         except INFRASTRUCTURE_ERRORS:
             self._backlog = records[self.processed - before:]  # from the one that failed
             raise
+        if records:
+            stamps = self.batches.newest_stamp
+            self.pressure.handled(max(stamps.values()) if stamps else None, time.time())
+        else:
+            self.pressure.caught_up()
         self.alert_promptly()  # a retry, if the store failed it in handle_batch
         self.drain()
         if self.auditing:

@@ -65,6 +65,7 @@ from capwatch.daemon.infra import (
     describe_outage,
 )
 from capwatch.daemon.metrics import DaemonMetrics
+from capwatch.daemon.pacing import Pacers
 from capwatch.daemon.retry import Failure, describe_agent_failure, internal_failure, retry_plan
 from capwatch.daemon.work import Installed, Result, Settled, Settlement, WorkItem
 from capwatch.models_store.lineage import lineage_chain
@@ -82,7 +83,8 @@ class AssessmentWorkers:
                  assessor: Assessor, publisher: Publisher, metrics: DaemonMetrics,
                  policy: AlertPolicy, clock: Callable[[], datetime],
                  post: Callable[[Result], None],
-                 on_version: Callable[[], None] = lambda: None) -> None:
+                 on_version: Callable[[], None] = lambda: None,
+                 pacers: Pacers | None = None) -> None:
         self.config = config
         self.store = store
         self.agents = agents
@@ -96,6 +98,8 @@ class AssessmentWorkers:
         self.on_version = on_version
         """Called after each version published (thread-safe): the drift gauges read the
         store again (fleet_drift.py)."""
+        self.pacers = pacers
+        """Paces each worker's queries while the stream is behind (daemon.pacing)."""
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._wake = threading.Event()
@@ -119,6 +123,11 @@ class AssessmentWorkers:
             t.start()
             self._threads.append(t)
         threading.Thread(target=self._renew_leases, name="assess-leases", daemon=True).start()
+
+    def running(self) -> int:
+        """How many assessments this replica's workers are running now."""
+        with self._lock:
+            return len(self._inflight)
 
     def wake(self) -> None:
         """New work is queued: claim it now rather than at the next poll."""
@@ -416,10 +425,13 @@ class AssessmentWorkers:
         if version is None:
             stage[0] = "asking the agent"
             base_domain = base.domain()
+            agent = self.agents.agent(agent_id, family)
+            if self.pacers is not None:
+                agent = self.pacers.agent(agent)
             try:
                 outcome = self.assessor.assess(AssessmentRequest(
                 agent_id=agent_id, family=family, model=base_domain,
-                    agent=self.agents.agent(agent_id, family),
+                    agent=agent,
                     inconsistent=item.inconsistent, executed=item.executed,
                     drifted_actions=item.drifted_actions(), drift_probes=item.probes,
                     drift_evidence=item.drift,
