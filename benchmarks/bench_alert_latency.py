@@ -388,6 +388,7 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
             c.join(30)
         cpu = time.process_time() - cpu0
         behind = result["produced"] + len(result["injected"]) - p.processed
+        yielded = _yielded(p)
         p.stop()
         runner.join(60)
         gc.callbacks.remove(pauses.pop())
@@ -417,7 +418,7 @@ def one_run(f: SimulatedFleet, bootstrap: str, rate: float, plan_s: float, every
                        "on the topic": stage("created", "arrived")},
             "load": (load0, os.getloadavg()[0]), "behind": behind,
             "daemon_cpu_s": cpu, "seconds": result["produced_s"],
-            "threads_cpu_s": threads, "children_cpu_s": children_cpu,
+            "threads_cpu_s": threads, "children_cpu_s": children_cpu, "yielded": yielded,
             "broker_cpu_s": broker_cpu,
             "steps": {k: sorted(v) for k, v in steps.items() if v},
             "batches": sorted(sizes), "gc": pauses, "batch_split": split}
@@ -464,6 +465,19 @@ def tree_cpu(pid: int) -> float:
     except OSError:
         children = []
     return total + sum(tree_cpu(c) for c in children)
+
+
+def _yielded(p: Any) -> dict[str, float]:
+    """Seconds the background threads waited for the stream (daemon.pacing), by kind of
+    work; empty for a tree without it (an A/B against an older one)."""
+    registry = p.metrics.registry
+    out: dict[str, float] = {}
+    for work in ("assessment", "canary"):
+        value = registry.get_sample_value("capwatch_yielded_to_stream_seconds_total",
+                                          {"work": work})
+        if value is not None:
+            out[work] = value
+    return out
 
 
 def _timed(obj: Any, names: Sequence[str]) -> dict[str, list[float]]:
@@ -599,7 +613,9 @@ def alert_latency_rows(f: SimulatedFleet, bootstrap: str, events: Sequence[tuple
             f"{k} {v:.2f}" for k, v in sorted(cores.items(), key=lambda kv: -kv[1]))
             + f"; producer and alerts consumer {r['children_cpu_s'] / span:.2f}"
             + (f"; broker {r['broker_cpu_s'] / span:.2f}" if r["broker_cpu_s"] is not None
-               else ""))
+               else "")
+            + "".join(f"; {k} threads waited for the stream {v:.1f} s"
+                      for k, v in r["yielded"].items()))
         for busy, (n, wall, cpu_s, queued, blocked) in sorted(r["batch_split"].items()):
             if n:
                 print(f"      batches {'while an assessment ran' if busy else 'otherwise'}: "
