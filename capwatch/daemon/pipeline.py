@@ -515,6 +515,9 @@ class Pipeline:
     def _shutdown(self) -> None:
         """Stop fetching, give in-flight work a bounded time, then commit and close."""
         log.info("daemon stopping")
+        # No stream to yield to any more: running work uses its grace at full speed
+        # rather than waiting out a debt to a loop that handles nothing now.
+        self.pressure.caught_up()
         self.workers.stop(self.config.shutdown_grace_s)
         self.canaries.close()
         self.fleet_drift.close()

@@ -245,3 +245,16 @@ def test_the_settings_default_to_yielding_a_tenth_of_a_core_past_a_quarter_secon
         str(tmp_path / "none.jsonl"))).pipeline
     assert d.pressure.behind_s is None
     d.store.close()
+
+
+def test_a_stopping_daemon_lets_running_work_use_its_grace_at_full_speed(
+        tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample(step=0) + "\n")
+    source = _Stamped(str(path))
+    d = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}),
+                      publisher=MemoryPublisher(), source=source).pipeline
+    d.open()
+    assert d._step() and d.pressure.behind
+    d._shutdown()
+    assert not d.pressure.behind
