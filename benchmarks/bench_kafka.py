@@ -70,14 +70,25 @@ class Rate:
     share of the daemon's main-loop thread."""
 
     def __init__(self, n: int, wall: float, cpu: float, child_cpu: float | None = None,
-                 main_cpu: float | None = None) -> None:
+                 main_cpu: float | None = None,
+                 main_parts: tuple[float, float] | None = None) -> None:
+        """``main_parts``: of ``main_cpu``, the seconds in the source's ``poll`` and in
+        the pipeline's batches (``Pipeline.handle_batch``)."""
         self.per_s = n / wall
         self.cpu_us = cpu / n * 1e6
         self.child_us = child_cpu / n * 1e6 if child_cpu is not None else None
         self.main_us = main_cpu / n * 1e6 if main_cpu is not None else None
+        self.poll_us: float | None = None
+        self.batch_us: float | None = None
+        if main_parts is not None:
+            self.poll_us, self.batch_us = main_parts[0] / n * 1e6, main_parts[1] / n * 1e6
 
     def __str__(self) -> str:
         main = f", {self.main_us:.1f} in the main loop" if self.main_us is not None else ""
+        if self.main_us is not None and self.poll_us is not None \
+                and self.batch_us is not None:
+            main += (f": poll {self.poll_us:.1f}, batches {self.batch_us:.1f}, the rest "
+                     f"{self.main_us - self.poll_us - self.batch_us:.1f}")
         child = f" + {self.child_us:.1f} in the consumer process" \
             if self.child_us is not None else ""
         return f"{self.per_s:,.0f}/s ({self.cpu_us:.1f} us CPU{main}{child})"
@@ -256,7 +267,8 @@ def capwatch_run(bootstrap: str, topic: str, n: int, families: dict[str, Path],
         rate = Rate(n, last.wall - first.wall, last.cpu - first.cpu,
                     last.child - first.child if first.child is not None
                     and last.child is not None else None,
-                    last.main - first.main)
+                    last.main - first.main,
+                    (last.poll - first.poll, last.batch - first.batch))
         p.stop()
         runner.join(60)
         assert p.dead_letters == 0
@@ -271,6 +283,10 @@ class Clocks(NamedTuple):
     cpu: float
     main: float
     child: float | None
+    poll: float
+    """The main loop's CPU so far in the source's ``poll`` (thread CPU)."""
+    batch: float
+    """... and in ``Pipeline.handle_batch``."""
 
 
 class Progress:
@@ -287,27 +303,51 @@ class Progress:
     a cost `capwatch run` does not have and the bare consumers, which time themselves,
     did not pay."""
 
-    def __init__(self, pipeline: Pipeline, n: int) -> None:
+    def __init__(self, pipeline: Pipeline, n: int,
+                 at_mark: Callable[[bool], None] | None = None) -> None:
+        """``at_mark``: called on the main loop at each mark, True at the first
+        (kafka_callgrind switches its counting there)."""
         self.n = n
         self.marks: list[Clocks] = []
         self.reached = threading.Event()
         handle = pipeline.handle_batch
+        # The main loop's CPU split: the source's poll, the batches, the rest (its own
+        # steps: results, commands, sweeps, checkpoints, commits, lag).
+        self.in_poll = self.in_batch = 0.0
+        poll = pipeline.source.poll
+
+        def timed_poll(timeout_s: float) -> list[Record]:
+            t = time.thread_time()
+            try:
+                return poll(timeout_s)
+            finally:
+                self.in_poll += time.thread_time() - t
+
+        setattr(pipeline.source, "poll", timed_poll)  # noqa: B010 (mypy: a method)
 
         def handle_batch(records: Sequence[Record]) -> None:
-            handle(records)
+            t = time.thread_time()
+            try:
+                handle(records)
+            finally:
+                self.in_batch += time.thread_time() - t
             if not self.marks and pipeline.processed:
                 self.marks.append(self._clocks(pipeline))
+                if at_mark is not None:
+                    at_mark(True)
             if len(self.marks) == 1 and pipeline.processed >= n:
+                if at_mark is not None:
+                    at_mark(False)
                 self.marks.append(self._clocks(pipeline))
                 self.reached.set()
 
         setattr(pipeline, "handle_batch", handle_batch)  # noqa: B010 (mypy: a method)
 
-    @staticmethod
-    def _clocks(pipeline: Pipeline) -> Clocks:
+    def _clocks(self, pipeline: Pipeline) -> Clocks:
         child = getattr(pipeline.source, "child_pid", None)
         return Clocks(time.perf_counter(), time.process_time(), time.thread_time(),
-                      process_cpu(child) if child is not None else None)
+                      process_cpu(child) if child is not None else None,
+                      self.in_poll, self.in_batch)
 
     def wait(self, runner: threading.Thread) -> tuple[Clocks, Clocks]:
         """The clocks at the first record and at the ``n``-th (``runner`` runs the
@@ -379,11 +419,14 @@ def kafka_rows(work: Workload, n_agents: int, repeats: int = 2) -> None:
                 print(f"  capwatch run, {name}  {line('capwatch', reader)}   {ratios} "
                       f"{target}")
             main = [r.main_us for r in runs[("capwatch", client)] if r.main_us is not None]
+            batch = [r.batch_us for r in runs[("capwatch", client)]
+                     if r.batch_us is not None]
             alone_us = [r.cpu_us for r in runs[("alone", client)]]
             print(f"  capwatch's pipeline alone, the records and batches {client}'s source "
                   f"delivered (first pass) {line('alone', client)}; capwatch run's main "
                   f"loop adds {min(main) - min(alone_us):+.1f} us a record around it "
-                  f"(min against min)")
+                  f"(min against min), of which its batches "
+                  f"{min(batch) - min(alone_us):+.1f}")
         print(f"  load {os.getloadavg()[0]:.1f} after")
     finally:
         broker.stop()
