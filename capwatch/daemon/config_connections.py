@@ -110,10 +110,9 @@ class KafkaConfig(Section):
     group_id: str = "capwatch"
     client_id: str = "capwatch"
     max_poll_records: int = Field(default=500, ge=1)
-    """Most records the main loop hands the pipeline in one turn (one batch). Over
-    kafka-python in process one poll of the client takes four turns' records, handed out
-    a turn at a time: its poll costs per poll, not per record (docs/performance.md,
-    "loop22"); the turns, and the prompt alerts between them, stay this size."""
+    """Most records one poll hands the main loop (one batch). Larger batches did not help
+    over kafka-python: a poll that takes every fetched record leaves no fetch overlapping
+    the batch's work (docs/performance.md)."""
     fetch_max_wait_ms: int = Field(default=100, ge=0, le=60_000)
     """How long the broker may hold a fetch for partitions with nothing new (both
     clients' default is 500). A consumer has one fetch per broker in flight: while it is

@@ -220,14 +220,7 @@ class Pipeline:
         self._monotonic: Callable[[], float] = time.monotonic
         """The outage waits' clock (a test's fake clock, with a fake :attr:`_stop`)."""
         self._backlog: list[Record] = []
-        """Records polled but not handled yet (the store failed, or the poll held more than
-        a turn takes): handled first next, before the source is polled again."""
-        self.turn_records: int | None = None
-        """Most records one turn of the main loop hands the pipeline (None: a whole poll);
-        the rest of a larger poll waits in :attr:`_backlog`. Set where the source's polls
-        take more than a turn (service: kafka-python's, whose poll costs per poll): the
-        turn, and so the prompt alerts, scheduled commands and checkpoints between turns,
-        stay as often as with polls of that size."""
+        """Records polled but not handled because the store failed: handled first next."""
         self.eviction = Eviction(limits=config.limits, registry=self.registry,
                                  checkpoints=self.checkpoints, metrics=self.metrics)
         self.batches = Batches(intake=self.intake, registry=self.registry,
@@ -397,19 +390,12 @@ class Pipeline:
         record not handled stays in the backlog, evidence not queued stays buffered, and
         offsets are committed only by a checkpoint that went through."""
         records = self._backlog or self.source.poll(0.1)
-        turn = self.turn_records
-        if turn is not None and len(records) > turn:
-            # Unhandled, the rest moves no position: nothing is committed past it, and a
-            # revoke or a lost assignment drops its partitions' records (_give_up).
-            records, self._backlog = records[:turn], records[turn:]
-        else:
-            self._backlog = []
+        self._backlog = []
         before = self.processed
         try:
             self.handle_batch(records)
         except INFRASTRUCTURE_ERRORS:
-            # From the one that failed, before the rest of the poll.
-            self._backlog = records[self.processed - before:] + self._backlog
+            self._backlog = records[self.processed - before:]  # from the one that failed
             raise
         if records:
             stamps = self.batches.newest_stamp

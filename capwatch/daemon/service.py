@@ -445,18 +445,11 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
         wait_for_kafka(config.kafka, startup)
     fleet: SimulatedFleet | None = None
     ingest: IngestEndpoints | None = None
-    turn_records: int | None = None
     if source is None:
         if config.source.kind == "kafka":
-            from capwatch.adapters.io.kafka import POLLED_TURNS, ensure_topics
+            from capwatch.adapters.io.kafka import ensure_topics
 
             k = config.kafka
-            polled = k.max_poll_records
-            if k.client == "kafka-python" and not k.consumer_process:
-                # Its poll costs per poll (kafka_clients' KafkaSource): it takes several
-                # turns' records, which the main loop hands out a turn at a time.
-                polled *= POLLED_TURNS
-                turn_records = k.max_poll_records
             kafka_source, _ = kafka_clients(k)
             if k.create_topics:
                 startup.doing = "creating the Kafka topics"
@@ -477,7 +470,7 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
             startup.doing = f"connecting the consumer of {k.transitions_topic}"
             source = kafka_source(k.bootstrap_servers, k.transitions_topic, k.group_id,
                                   **extra, client_id=k.client_id,
-                                  max_poll_records=polled,
+                                  max_poll_records=k.max_poll_records,
                                   fetch_max_wait_ms=k.fetch_max_wait_ms,
                                   partition_fetch_bytes=k.partition_fetch_bytes,
                                   session_timeout_ms=k.session_timeout_ms,
@@ -568,7 +561,6 @@ def _build(config: DaemonConfig, domains: dict[str, Domain], problems: dict[str,
                         group_view=group_view,
                         object_types={name: ObjectTypes((*p.objects, *domains[name].constants))
                                       for name, p in problems.items() if name in domains})
-    pipeline.turn_records = turn_records
     pipeline.starting = "starting the main loop"
     if api is not None:
         def family_of(agent_id: str) -> str | None:

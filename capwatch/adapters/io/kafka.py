@@ -65,15 +65,6 @@ rebalancing without it (kafka-python 3 wraps the last two in CommitFailedError).
 
 log = structlog.get_logger("capwatch.kafka")
 
-POLLED_TURNS = 4
-"""How many of the main loop's turns (``kafka.max_poll_records`` records each) one poll of
-kafka-python's consumer takes, in process. Its poll costs per poll, not per record: the
-coordinator's and the fetcher's steps handed to its IO thread and waited for, ~0.86 M
-instructions a poll on every thread, ~1.7 k a record at 500 a poll (callgrind, session
-22); on a loaded machine each hand-off also waits for a CPU. The main loop hands a poll's
-records to the pipeline a turn at a time (``Pipeline.turn_records``), so its turns stay as
-short as before (docs/performance.md, "loop22")."""
-
 _TOPIC_WAIT_S = 30.0
 
 __all__ = ["KafkaPublisher", "KafkaSource", "PublishError", "ensure_topics", "list_topics"]
