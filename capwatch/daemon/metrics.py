@@ -85,7 +85,7 @@ class Bounded(Generic[M]):
         return child
 
 
-ASSESSMENT_RESULTS = ("changed", "unchanged", "failed", "retry")
+ASSESSMENT_RESULTS = ("changed", "unchanged", "failed", "retry", "superseded")
 DEAD_LETTER_REASONS = ("decode", "vocabulary", "type", "family", "internal")
 DRIFT_DETECTORS = ("sequential", "audit")
 HELD_KINDS = ("inconsistency", "drift")

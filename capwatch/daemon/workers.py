@@ -414,11 +414,7 @@ class AssessmentWorkers:
         elif latest is not None and (base.agent_id is None
                                      or latest.version > base.version):
             # The agent's lineage moved past the model this work was queued against.
-            stage[0] = "ending the work (superseded)"
-            now = self.clock()
-            self.store.complete(item.key, worker, awaiting_ended(
-                pending, now, "superseded", self.policy.severities), now=now)
-            self.post(Installed(agent_id, latest))
+            self._superseded(worker, pending, latest, stage)
             return
         queries = 0
         stored_here = False
@@ -513,8 +509,24 @@ class AssessmentWorkers:
                 stored_here = True
             except VersionConflict:
                 latest = self.store.latest(family, agent_id)
-                if latest is None or latest.evidence.get("assessment_key") != item.key:
+                if latest is None:
                     raise
+                if latest.evidence.get("assessment_key") != item.key:
+                    # Another assessment of the agent (another replica's, two replicas
+                    # having run work of one agent across a rebalance) stored this number
+                    # first. Not a crash, and not to retry: this work was queued against
+                    # a model the agent's lineage has moved past, which a retry would only
+                    # find out again (counting an attempt, and after enough of them
+                    # raising assessment_failed for nothing).
+                    log.info("assessment lost a race: another assessment of the agent "
+                             "published first; this one ends without a version",
+                             key=item.key, agent_id=agent_id, family=family,
+                             tried_version=ref.version, published_version=latest.version,
+                             published_by=latest.evidence.get("replica"),
+                             published_key=latest.evidence.get("assessment_key"),
+                             queries=queries)
+                    self._superseded(worker, pending, latest, stage)
+                    return
                 version = latest
         stage[0] = f"publishing version {version.version}"
         if not stored_here:
@@ -547,6 +559,19 @@ class AssessmentWorkers:
                  queries=asked if isinstance(asked, int) else queries, alerts=len(events),
                  stored_before=not stored_here)
         self.post(Installed(agent_id, version))
+
+    def _superseded(self, worker: str, pending: PendingAssessment, latest: ModelVersion,
+                    stage: list[str]) -> None:
+        """End work whose base the agent's lineage moved past (``latest``), without a
+        version of its own: the main loop checks the work's evidence against ``latest``
+        and queues what it still contradicts (results.py)."""
+        stage[0] = f"ending the work (superseded by version {latest.version})"
+        now = self.clock()
+        self.store.complete(pending.key, worker, awaiting_ended(
+            pending, now, f"superseded by version {latest.version}", self.policy.severities),
+            now=now)
+        self.metrics.assessments.labels(pending.family, "superseded").inc()
+        self.post(Installed(pending.agent_id, latest))
 
     def _count_unconfirmed(self, family: str, drift: Mapping[str, Mapping[str, object]],
                            details: Mapping[str, object]) -> None:
