@@ -11,13 +11,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from capwatch.console.terminal import line
 from capwatch.model.domain import Domain, GroundAction, Problem
 from capwatch.model.errors import ModelError
 from capwatch.model.pddl_reader import read_domain, read_plan, read_problem
 
 
 def fail(message: str) -> SystemExit:
-    return SystemExit(f"capwatch: {message}")
+    # Python prints the message itself: escaped here as every other line (a name read
+    # from a model file is in a parse error's message).
+    return SystemExit(f"capwatch: {line(message)}")
 
 
 @contextmanager

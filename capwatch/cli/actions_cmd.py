@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from capwatch.cli.models_cmd import _Fail, _resolve, _run, parse_ref, store_options
+from capwatch.console.terminal import echo
 from capwatch.models_store import ModelRef, ModelStore
 from capwatch.models_store.actions import (
     ASSESS_METHODS,
@@ -85,11 +86,11 @@ def _print(args: argparse.Namespace, action: OperatorAction) -> None:
     if args.json:
         print(json.dumps(action.to_json(), sort_keys=True))
         return
-    print(f"recorded {action.kind} {action.key}: {action.describe()}")
+    echo(f"recorded {action.kind} {action.key}: {action.describe()}")
     if "version" in action.result:
-        print(f"  new version {ModelRef.from_json(action.result['version'])}")
+        echo(f"  new version {ModelRef.from_json(action.result['version'])}")
     if "work" in action.result:
-        print(f"  queued {action.result['work']} (a running daemon sharing this store "
+        echo(f"  queued {action.result['work']} (a running daemon sharing this store "
               "claims it)")
 
 

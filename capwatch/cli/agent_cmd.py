@@ -17,6 +17,7 @@ from capwatch.adapters.sim.agent import SimulatedAgent
 from capwatch.adapters.sim.agent_server import AgentServer
 from capwatch.assess.agent import AgentUnavailable
 from capwatch.cli._common import fail, load_domain, load_plan, load_problem, reading
+from capwatch.console.terminal import echo
 from capwatch.contracts.agent_protocol import (
     DEFAULT_MAX_BODY_BYTES,
     QueryRequest,
@@ -117,7 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
             raise fail(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
         server.start()
         # One parseable line on stdout: scripts and tests read the real port from it.
-        print(f"capwatch agent: serving domain {domain.name} on {server.url}", flush=True)
+        echo(f"capwatch agent: serving domain {domain.name} on {server.url}", flush=True)
         try:
             while woken.recv(1)[0] not in stops:
                 pass
@@ -129,7 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
         woken.close()
         wakeup.close()
-    print(f"capwatch agent: stopped after {agent.stats.queries} queries", flush=True)
+    echo(f"capwatch agent: stopped after {agent.stats.queries} queries", flush=True)
     return 0
 
 
@@ -152,7 +153,7 @@ def _query(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise fail(str(e)) from None
     except AgentUnavailable as e:
-        print(f"capwatch: {e}", file=sys.stderr)
+        echo(f"capwatch: {e}", file=sys.stderr)
         return 3
     print(QueryResponse.of(results).model_dump_json())
     return 0

@@ -22,6 +22,7 @@ from capwatch.assess.observations import Trace
 from capwatch.assess.planner import Planner
 from capwatch.assess.replay import replay
 from capwatch.cli._common import fail, load_domain, load_plan, load_problem
+from capwatch.console.terminal import echo
 from capwatch.model import AbstractModel, ModelError
 from capwatch.model.domain import Domain, GroundAction, Problem
 from capwatch.model.grounding import Grounder
@@ -153,15 +154,15 @@ def _offline(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(figures))
         return 0
-    print(f"{figures['queries']} queries, accuracy {figures['accuracy']:.3f} "
+    echo(f"{figures['queries']} queries, accuracy {figures['accuracy']:.3f} "
           f"(Δ {figures['delta']} of {figures['pal_tuples']} pal-tuples), "
           f"{figures['seconds']:.3f} s")
     for line in result.summary():
-        print("  " + line)
+        echo("  " + line)
     for note in result.notes:
-        print("  note: " + note, file=sys.stderr)
+        echo("  note: " + note, file=sys.stderr)
     if args.show_queries:
         for q in result.queries:
             steps = " ".join(f"({' '.join(a)})" for a in q.plan)
-            print(f"  query {q.number}: executed {q.executed}/{len(q.plan)}: {steps}")
+            echo(f"  query {q.number}: executed {q.executed}/{len(q.plan)}: {steps}")
     return 0

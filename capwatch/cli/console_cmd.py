@@ -17,6 +17,7 @@ from typing import Any
 
 from capwatch.cli.models_cmd import _Fail, _run, store_options
 from capwatch.console import data
+from capwatch.console.terminal import echo
 from capwatch.console.text import outcome_table, table, when
 from capwatch.contracts.store import ModelStore, OutboxAlert
 from capwatch.models_store.actions import action_store
@@ -89,13 +90,13 @@ def _agents_ls(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([r.to_json() for r in page.rows]))
             return
-        print(table(["FAMILY", "AGENT", "STATE", "MODEL", "Δ BASE", "OPEN ALERTS",
+        echo(*table(["FAMILY", "AGENT", "STATE", "MODEL", "Δ BASE", "OPEN ALERTS",
                      "LAST EVENT", "CHANGE"],
                     [[r.family, r.agent_id, r.state, _model(r), str(r.delta_to_baseline),
                       str(r.open_alerts), f"{when(r.last_event)} {r.last_event_what}",
-                      _change(r)] for r in page.rows], right=(4, 5)))
+                      _change(r)] for r in page.rows], right=(4, 5)).split("\n"))
         counts = ", ".join(f"{n} {s}" for s, n in page.counts.items() if n)
-        print(f"\n{page.total} of {len(rows)} agents shown; fleet: {counts or 'empty'}")
+        echo("", f"{page.total} of {len(rows)} agents shown; fleet: {counts or 'empty'}")
     return _run(args, body)
 
 
@@ -137,7 +138,7 @@ def _agents_show(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(_agent_json(view), sort_keys=True))
             return
-        print("\n".join(agent_text(view)))
+        echo(*agent_text(view))
     return _run(args, body)
 
 
@@ -225,7 +226,7 @@ def _alerts_ls(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([_alert_json(a) for a in rows]))
             return
-        print(table(_ALERT_HEADER, [_alert_line(a) for a in rows]))
+        echo(*table(_ALERT_HEADER, [_alert_line(a) for a in rows]).split("\n"))
     return _run(args, body)
 
 
@@ -246,9 +247,10 @@ def _alerts_tail(args: argparse.Namespace) -> int:
                 if args.json:
                     print(json.dumps(_alert_json(a)), flush=True)
                 else:
-                    print("  ".join(_alert_line(a)), flush=True)
+                    # One line an alert: a line feed in a summary is escaped with the rest.
+                    echo("  ".join(_alert_line(a)), flush=True)
             if first and not rows and not args.json:
-                print("(no alerts yet)", file=sys.stderr)
+                echo("(no alerts yet)", file=sys.stderr)
             first = False
             if not args.follow:
                 return
@@ -273,17 +275,18 @@ def _alerts_show(args: argparse.Namespace) -> int:
             print(json.dumps(_alert_json(a), sort_keys=True))
             return
         body_ = a.alert
-        print(f"{a.alert_type} [{body_.get('severity', '')}] {a.family}/"
-              f"{body_.get('agent_id') or '*'}  {when(a.created_at)}  ({a.status})")
-        print(f"  {body_.get('summary', '')}")
-        print(f"  key {a.key}\n  dedup {a.dedup_key}")
+        echo(f"{a.alert_type} [{body_.get('severity', '')}] {a.family}/"
+             f"{body_.get('agent_id') or '*'}  {when(a.created_at)}  ({a.status})",
+             f"  {body_.get('summary', '')}", f"  key {a.key}", f"  dedup {a.dedup_key}")
         if body_.get("model_version") is not None:
-            print(f"  model version {body_['model_version']}")
+            echo(f"  model version {body_['model_version']}")
         for name in ("detail", "evidence"):
             if body_.get(name):
-                print(f"  {name}:")
+                echo(f"  {name}:")
+                # JSON escapes a line break inside a string, so its lines are the
+                # document's own.
                 text = json.dumps(body_[name], indent=2, sort_keys=True, ensure_ascii=False)
-                print("\n".join(f"    {x}" for x in text.splitlines()))
+                echo(*(f"    {x}" for x in text.split("\n")))
     return _run(args, body)
 
 
@@ -301,5 +304,5 @@ def _report(args: argparse.Namespace) -> int:
             path = write_report(store, family, agent or None, Path(args.output))
         except OSError as e:
             raise _Fail(f"cannot write {args.output}: {e.strerror or e}") from None
-        print(f"wrote {path}")
+        echo(f"wrote {path}")
     return _run(args, body)

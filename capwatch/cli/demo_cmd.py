@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from capwatch.console.terminal import echo
 from capwatch.model.pal import delta
 
 
@@ -57,15 +58,15 @@ def handle(args: argparse.Namespace) -> int:
     try:
         config = load_config(path)
     except ConfigError as e:
-        print(f"capwatch demo: {e}", file=sys.stderr)
+        echo(f"capwatch demo: {e}", file=sys.stderr)
         return 2
     if config.source.kind != "simulated":
-        print("capwatch demo: the demo needs source.kind: simulated", file=sys.stderr)
+        echo("capwatch demo: the demo needs source.kind: simulated", file=sys.stderr)
         return 2
     if args.rounds is not None:
         config.source.simulated.rounds = args.rounds
     if args.store is not None and Path(args.store).exists():
-        print(f"capwatch demo: {args.store} exists; the demo writes a new store",
+        echo(f"capwatch demo: {args.store} exists; the demo writes a new store",
               file=sys.stderr)
         return 2
     configure_logging("info" if args.verbose else config.log.level, "console")
@@ -80,7 +81,7 @@ def handle(args: argparse.Namespace) -> int:
         elapsed = time.monotonic() - t0
         result = summary(config, fleet, memory, service.pipeline.processed,
                          service.pipeline.dead_letters, elapsed)
-        print(result.text)
+        echo(*result.text.split("\n"))
         if args.report:
             write_reports(config.store.url, list(config.source.simulated.families),
                           Path(args.report))
@@ -89,11 +90,11 @@ def handle(args: argparse.Namespace) -> int:
             try:
                 serve(config, fleet, Path(tmp), args.port, args.token)
             except OSError as e:
-                print(f"capwatch demo: cannot serve on port {args.port}: {e.strerror or e}; "
+                echo(f"capwatch demo: cannot serve on port {args.port}: {e.strerror or e}; "
                       "choose another with --port", file=sys.stderr)
                 return 2
         else:
-            print("\nTo look around in a browser (find the drifted agents, approve a version, "
+            echo("", "To look around in a browser (find the drifted agents, approve a version, "
                   "roll one back): capwatch demo --serve (or make demo-serve)")
     return code
 
@@ -104,10 +105,10 @@ def write_reports(store_url: str, families: list[str], directory: Path) -> None:
 
     store = open_store(store_url)
     try:
-        print("")
+        echo("")
         for family in families:
             path = write_report(store, family, None, directory / f"{family}.html")
-            print(f"Report for {family}: {path.resolve()}")
+            echo(f"Report for {family}: {path.resolve()}")
     finally:
         store.close()
 
@@ -136,9 +137,9 @@ def serve(config: Any, fleet: Any, tmp: Path, port: int, token: str | None) -> N
                             agents=FleetDirectory(fleet),
                             source=JsonlSource(str(idle), follow=True))
     assert service.api is not None
-    print(f"\nThe console: {service.api.url}/console/\n"
-          f"Operator token (sign in to approve, reject, roll back, assess): {token}\n"
-          "Ctrl-C stops it.", flush=True)
+    echo("", f"The console: {service.api.url}/console/",
+         f"Operator token (sign in to approve, reject, roll back, assess): {token}",
+         "Ctrl-C stops it.", flush=True)
     service.run(install_signals=True)
 
 

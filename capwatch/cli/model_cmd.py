@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from capwatch.cli._common import load_domain
+from capwatch.console.terminal import echo
 from capwatch.model import AbstractModel, pal_tuples
 from capwatch.model.diff import describe_changes
 from capwatch.model.pal import Mode
@@ -49,7 +50,7 @@ def _diff(args: argparse.Namespace) -> int:
     b = load_domain(args.b).without_action_literals()
     ma, mb = AbstractModel.from_domain(a), AbstractModel.from_domain(b)
     if ma.modes.keys() != mb.modes.keys():
-        print("capwatch: the two models have different vocabularies (predicates, action "
+        echo("capwatch: the two models have different vocabularies (predicates, action "
               "headers or types); Δ is defined only over the same pal-tuples", file=sys.stderr)
         return 2
     changes = ma.diff(mb)
@@ -69,8 +70,8 @@ def _diff(args: argparse.Namespace) -> int:
         }))
     else:
         for line in lines:
-            print(line)
-        print(f"Δ = {len(changes)} of {len(ma.modes)} pal-tuples")
+            echo(line)
+        echo(f"Δ = {len(changes)} of {len(ma.modes)} pal-tuples")
     return 0 if not lines and not changes else 1
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from capwatch.console.terminal import echo
 from capwatch.models_store import (
     ModelRef,
     ModelStore,
@@ -140,7 +141,7 @@ def _run(args: argparse.Namespace, body: Any, *, failed: int = 1) -> int:
         with _store(args.store) as store:
             code = body(store)
     except (_Fail, StoreError) as e:
-        print(f"capwatch: {e}", file=sys.stderr)
+        echo(f"capwatch: {e}", file=sys.stderr)
         return failed
     return int(code or 0)
 
@@ -153,9 +154,9 @@ def _list(args: argparse.Namespace) -> int:
                                "version": r.latest_version, "updated_at": _time(r.updated_at),
                                "delta_to_baseline": r.delta_to_baseline} for r in rows]))
             return
-        print(f"{'FAMILY':<20} {'AGENT':<20} {'VERSION':>7} {'Δ BASE':>6}  UPDATED")
+        echo(f"{'FAMILY':<20} {'AGENT':<20} {'VERSION':>7} {'Δ BASE':>6}  UPDATED")
         for r in rows:
-            print(f"{r.family:<20} {r.agent_id or '(baseline)':<20} {r.latest_version:>7} "
+            echo(f"{r.family:<20} {r.agent_id or '(baseline)':<20} {r.latest_version:>7} "
                   f"{r.delta_to_baseline:>6}  {_time(r.updated_at)}")
     return _run(args, body)
 
@@ -231,14 +232,14 @@ def _show(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(v.to_json(), sort_keys=True))
             return
-        print("\n".join(_describe(v)))
+        echo(*_describe(v))
         from capwatch.console.data import version_view
         from capwatch.console.text import outcome_table
 
         parent = store.get(v.parent) if v.parent is not None else None
         for name, rows in version_view(v, parent).probabilities.items():
-            print(f"  {name}: outcome probabilities (95% intervals)")
-            print("\n".join(f"    {x}" for x in outcome_table(rows).splitlines()))
+            echo(f"  {name}: outcome probabilities (95% intervals)")
+            echo(*(f"    {x}" for x in outcome_table(rows).split("\n")))
     return _run(args, body)
 
 
@@ -264,7 +265,7 @@ def _history(args: argparse.Namespace) -> int:
                                if k not in ("model", "pddl")} for v in versions]))
             return
         for v in versions:
-            print("\n".join(_describe(v)))
+            echo(*_describe(v))
     return _run(args, body)
 
 
@@ -283,11 +284,11 @@ def _diff(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(d.to_json(), sort_keys=True))
             return differ
-        print(f"Δ({d.a}, {d.b}) = {d.delta}")
+        echo(f"Δ({d.a}, {d.b}) = {d.delta}")
         for pal, old, new in d.changes:
-            print(f"  {pal}: {old} → {new}")
+            echo(f"  {pal}: {old} → {new}")
         for line in d.summary:
-            print(f"  {line}")
+            echo(f"  {line}")
         return differ
     return _run(args, body, failed=2)
 

@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Any
 
+from capwatch.console.terminal import echo
 from capwatch.contracts.errors import error_text
 
 ROUNDS = 5
@@ -49,12 +50,12 @@ def _republish(args: argparse.Namespace) -> int:
         k = config.kafka
         _, publisher_class = kafka_clients(k)
     except ConfigError as e:
-        print(f"capwatch: {e}", file=sys.stderr)
+        echo(f"capwatch: {e}", file=sys.stderr)
         return 2
     try:
         store = open_store(config.store.url, migrate=False)
     except Exception as e:  # psycopg's connection errors have no common stdlib base
-        print(f"capwatch: cannot open model store: {error_text(e)}", file=sys.stderr)
+        echo(f"capwatch: cannot open model store: {error_text(e)}", file=sys.stderr)
         return 1
     publisher = publisher_class(k.bootstrap_servers, models_topic=k.models_topic,
                                 alerts_topic=k.alerts_topic,
@@ -74,7 +75,7 @@ def _republish(args: argparse.Namespace) -> int:
             if not todo:
                 break
             if round_ == ROUNDS:
-                print("capwatch: newer versions kept arriving; run it again",
+                echo("capwatch: newer versions kept arriving; run it again",
                       file=sys.stderr)
                 return 1
             for (family, agent_id), n in sorted(todo.items()):
@@ -84,13 +85,13 @@ def _republish(args: argparse.Namespace) -> int:
             publisher.flush(30)
             sent.update(todo)
             for (family, agent_id), n in sorted(todo.items()):
-                print(f"published {family}/{agent_id}@{n}")
+                echo(f"published {family}/{agent_id}@{n}")
     except Exception as e:  # a broker or store error: nothing is lost, run it again
-        print(f"capwatch: republish failed: {error_text(e)}", file=sys.stderr)
+        echo(f"capwatch: republish failed: {error_text(e)}", file=sys.stderr)
         return 1
     finally:
         publisher.close()
         store.close()
     if not sent:
-        print("no agent version to publish")
+        echo("no agent version to publish")
     return 0

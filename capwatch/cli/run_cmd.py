@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capwatch.console.terminal import echo
 from capwatch.daemon.config import ConfigError, DaemonConfig, load_config
 from capwatch.model.errors import ModelError
 
@@ -44,12 +45,12 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
         if source.path == "-":
             # Valid for a pipe, but a config that merely forgot the path would sit waiting
             # on a terminal (or on /dev/null under a service manager) and look hung.
-            print(f"{path}: note: source.path is not set: transitions are read from "
+            echo(f"{path}: note: source.path is not set: transitions are read from "
                   "standard input", file=sys.stderr)
         elif not source.follow and not Path(source.path).is_file():
             warnings.append(f"source.path {source.path!r} is not a file")
     for w in warnings:
-        print(f"{path}: warning: {w}", file=sys.stderr)
+        echo(f"{path}: warning: {w}", file=sys.stderr)
     try:
         # Secret files are read now, not at the first agent query.
         config.agents.request_headers()
@@ -64,7 +65,7 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
 
             kafka_clients(config.kafka)
     except ConfigError as e:
-        print(f"capwatch run: {e}", file=sys.stderr)
+        echo(f"capwatch run: {e}", file=sys.stderr)
         return 2
     if connect:
         from capwatch.daemon.redact import redact_url
@@ -73,9 +74,9 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
 
         try:
             open_store(config.store.url).close()
-            print(f"store: {redact_url(config.store.url)}: reachable")
+            echo(f"store: {redact_url(config.store.url)}: reachable")
         except Exception as e:
-            print(f"capwatch run: store: {type(e).__name__}: {e}", file=sys.stderr)
+            echo(f"capwatch run: store: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         if config.source.kind == "kafka" or config.output.kind == "kafka":
             k = config.kafka.model_copy(update={"connect_timeout_s": min(
@@ -83,10 +84,10 @@ def _check(config: DaemonConfig, path: str, connect: bool) -> int:
             try:
                 wait_for_kafka(k)
             except DependencyError as e:
-                print(f"capwatch run: {e}", file=sys.stderr)
+                echo(f"capwatch run: {e}", file=sys.stderr)
                 return 1
-            print(f"Kafka: {k.bootstrap_servers} ({k.security_protocol}): reachable")
-    print(f"{path}: configuration is valid" + (" with warnings" if warnings else ""))
+            echo(f"Kafka: {k.bootstrap_servers} ({k.security_protocol}): reachable")
+    echo(f"{path}: configuration is valid" + (" with warnings" if warnings else ""))
     return 0
 
 
@@ -98,9 +99,9 @@ def _families(config: DaemonConfig, path: str
     try:
         return load_families(config)
     except ConfigError as e:
-        print(f"capwatch run: {e}", file=sys.stderr)
+        echo(f"capwatch run: {e}", file=sys.stderr)
     except (ModelError, OSError) as e:
-        print(f"capwatch run: {path}: family model: {e}", file=sys.stderr)
+        echo(f"capwatch run: {path}: family model: {e}", file=sys.stderr)
     return 2
 
 
@@ -108,12 +109,12 @@ def handle(args: argparse.Namespace) -> int:
     from capwatch.daemon.logs import configure_logging
 
     if args.connect and not args.check:
-        print("capwatch run: --connect goes with --check", file=sys.stderr)
+        echo("capwatch run: --connect goes with --check", file=sys.stderr)
         return 2
     try:
         config = load_config(args.config)
     except ConfigError as e:
-        print(f"capwatch run: {e}", file=sys.stderr)
+        echo(f"capwatch run: {e}", file=sys.stderr)
         return 2
     if args.check:
         if isinstance(_families(config, args.config), int):
@@ -133,7 +134,7 @@ def handle(args: argparse.Namespace) -> int:
         early = start_early(config)
     except (ConfigError, OSError) as e:
         # A port in use, an unreadable token file.
-        print(f"capwatch run: {e}", file=sys.stderr)
+        echo(f"capwatch run: {e}", file=sys.stderr)
         return 1
     try:
         early.startup.doing = "loading capwatch's modules"
@@ -150,11 +151,11 @@ def handle(args: argparse.Namespace) -> int:
             settle_heap()
             return service.run(exit_when_idle=args.exit_when_idle)
         except (ConfigError, DependencyError) as e:
-            print(f"capwatch run: {e}", file=sys.stderr)
+            echo(f"capwatch run: {e}", file=sys.stderr)
             return 1
         except OSError as e:
             # A missing input file, an unwritable store directory.
-            print(f"capwatch run: {e}", file=sys.stderr)
+            echo(f"capwatch run: {e}", file=sys.stderr)
             return 1
         except Exception as e:
             from kafka.errors import KafkaError
@@ -165,7 +166,7 @@ def handle(args: argparse.Namespace) -> int:
 
                 errors += (KafkaException,)
             if isinstance(e, errors):
-                print(f"capwatch run: Kafka at {config.kafka.bootstrap_servers}: {e}",
+                echo(f"capwatch run: Kafka at {config.kafka.bootstrap_servers}: {e}",
                       file=sys.stderr)
                 return 1
             raise

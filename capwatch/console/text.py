@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from capwatch.console.data import OutcomeRow
-from capwatch.contracts.wire_text import visible
+from capwatch.console.terminal import line
 
 
 def when(t: datetime | None) -> str:
@@ -22,9 +22,9 @@ def prob(p: float | None) -> str:
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
           right: Sequence[int] = ()) -> str:
     """Columns as wide as their widest cell; the last column is never padded. A character
-    the wire refuses is written as its escape (``visible``): a bidi override in a stored
-    name reordered the rest of the terminal line."""
-    cells = [list(header), *[[visible(c) for c in r] for r in rows]]
+    the wire refuses is written as its escape, a tab or a line break too (:func:`line`): a
+    bidi override in a stored name reordered the rest of the terminal line."""
+    cells = [list(header), *[[line(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = []
     for r in cells:
