@@ -61,7 +61,7 @@ from capwatch.contracts.ports import (
 from capwatch.contracts.store import Checkpoints, DriftSnapshot, WorkQueue
 from capwatch.contracts.versions import ModelRef
 from capwatch.daemon.agent_watch import AgentWatch
-from capwatch.daemon.registry import Registry
+from capwatch.daemon.registry import Registry, ended_ago
 from capwatch.model.domain import Action
 from capwatch.models_store.actions import ActionStore, AgentActivity
 from capwatch.monitor.drift import DriftConfig, DriftMonitor
@@ -773,11 +773,9 @@ class Checkpointer:
         item = queue.queue_items_by_key([key]).get(key)
         if item is None or item.status not in ("done", "failed"):
             return
-        ago = elapsed_s
-        if item.ended_at is not None:
-            # Both times on the store's clock: another replica's, or this one's, clock
-            # apart from it does not move the end (the snapshot's time is the writer's).
-            ago = max(0.0, (queue.store_now(self.clock()) - item.ended_at).total_seconds())
+        # The snapshot's time is the writer's clock: the end's, the store's, when known.
+        ago = (ended_ago(item, queue.store_now(self.clock())) if item.ended_at is not None
+               else elapsed_s)
         self.registry.hold_ended(item, ago)
 
     def forget(self, partitions: set[int]) -> None:

@@ -190,7 +190,7 @@ class Pipeline:
                              object_types=object_types)
         self.results = ResultApplier(registry=self.registry, store=store, queue=self.queue,
                                      dropped=self.enqueue.dropped,
-                                     buffered=self.enqueue.note_buffered)
+                                     buffered=self.enqueue.note_buffered, clock=clock)
         self._stop = threading.Event()
         self.signalled: int | None = None
         """A signal the process received, set by the handler and nothing else: a handler

@@ -123,6 +123,16 @@ def _ended_hold(item: PendingAssessment, ended: float) -> Held | None:
             not ended_unreachable(item), item.key)
 
 
+def ended_ago(item: PendingAssessment, store_now: datetime | None) -> float:
+    """Seconds since the work ``item`` ended, on the store's clock (``store_now``, the
+    store's time now, and ``item.ended_at`` its time then: another replica's clock, or
+    this one's, apart from it does not move the end); 0 when either is unknown (work that
+    ended before the store kept when: migration 0008)."""
+    if store_now is None or item.ended_at is None:
+        return 0.0
+    return max(0.0, (store_now - item.ended_at).total_seconds())
+
+
 class Registry:
     def __init__(self, store: ModelRegistry, settings: WatchSettings | None = None,
                  drift: DriftMonitor | None = None,
@@ -402,25 +412,32 @@ class Registry:
                 self._hinted.add(item.agent_id)
 
     def unpark_ended(self, live: Collection[str],
-                     read: Callable[[list[str]], Mapping[str, PendingAssessment]] | None = None
-                     ) -> None:
+                     read: Callable[[list[str]], Mapping[str, PendingAssessment]] | None = None,
+                     store_now: Callable[[], datetime] | None = None) -> None:
         """Release the hints (:meth:`park_queued`, :meth:`drop`) whose work is no longer
         among the ``live`` keys: done by some replica. Loaded later, the agent's watch
         reads the outcome from the store (a version); with ``read`` (the queue's items by
         key: ``WorkQueue.queue_items_by_key``, one call for every hint released) it also
-        backs off what a work that ended without one assessed, from now, as a watch
-        that awaited it would (:meth:`hold_ended`): without, the agent's next holder
-        queued the same evidence again, asking it the same questions."""
+        backs off what a work that ended without one assessed, as a watch that awaited it
+        would (:meth:`hold_ended`): without, the agent's next holder queued the same
+        evidence again, asking it the same questions. The wait counts from the work's
+        ``ended_at``, with ``store_now`` (what time it is on the store's clock, read once
+        and only when some work ended): before session 22 from now, when this replica
+        noticed, a poll or a whole outage of the store later than the end, so the
+        back-off lasted longer here than on the replica that ran the work."""
         ended = {agent_id: key for agent_id in self._hinted
                  if (key := self._parked.get(agent_id)) is None or key not in live}
         if not ended:
             return
         items = read([k for k in ended.values() if k is not None]) if read is not None else {}
+        now: datetime | None = None
         for agent_id, key in ended.items():
             self.unpark(agent_id)
             item = items.get(key) if key is not None else None
             if item is not None and item.status in ("done", "failed"):
-                self.hold_ended(item)
+                if now is None and store_now is not None and item.ended_at is not None:
+                    now = store_now()
+                self.hold_ended(item, ended_ago(item, now))
 
     def unpark_settled(self, agent_id: str, key: str) -> None:
         """The parked work ``key`` of ``agent_id``, not loaded, ended without a version

@@ -9,10 +9,12 @@ on the main loop, the only thread that touches the watches.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from capwatch.contracts.store import ModelStore, PendingAssessment
 from capwatch.contracts.versions import ModelVersion
 from capwatch.daemon.agent_watch import AgentWatch
+from capwatch.daemon.infra import utc_now
 from capwatch.daemon.registry import Registry
 from capwatch.daemon.retry import ended_unreachable
 from capwatch.daemon.work import CanaryFinding, Installed, Result, Settled, Settlement
@@ -27,8 +29,10 @@ key, its first inconsistency's action, why)."""
 class ResultApplier:
     def __init__(self, *, registry: Registry, store: ModelStore,
                  queue: Callable[[AgentWatch], None], dropped: Dropped | None = None,
-                 buffered: Callable[[AgentWatch], None] = lambda watch: None) -> None:
+                 buffered: Callable[[AgentWatch], None] = lambda watch: None,
+                 clock: Callable[[], datetime] = utc_now) -> None:
         self.registry = registry
+        self.clock = clock
         self.store = store
         self.queue = queue
         """Queues a watch's evidence (a canary finding can make it ripe)."""
@@ -90,7 +94,8 @@ class ResultApplier:
                 watch.awaiting = item.key
         self._adopt_baselines()
         live = {i.key for i in items}
-        self.registry.unpark_ended(live, self.store.queue_items_by_key)
+        self.registry.unpark_ended(live, self.store.queue_items_by_key,
+                                   lambda: self.store.store_now(self.clock()))
         waiting = [w for w in self.registry if w.awaiting is not None]
         if not waiting:
             return

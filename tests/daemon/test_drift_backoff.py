@@ -825,3 +825,53 @@ def test_a_held_end_comes_after_the_back_off_a_dropped_watch_kept(tmp_path: Path
         assert back.drift_tested == {"pick": ((60, 440), False)}
     finally:
         store.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def caller_clock_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'm.db'}"
+        return
+    from tests.support.pg_schema import scratch_schema
+    with scratch_schema(request.getfixturevalue("postgres_dsn")) as url:
+        yield url
+
+
+def test_a_hint_released_late_backs_off_from_the_works_end(
+        caller_clock_store_url: str) -> None:
+    """A parked agent (not loaded here) whose work another replica ended without a version:
+    this replica notices 400 s after the end (the end's ``ended_at``, on the store's
+    clock), a store outage or a poll later. The wait counts from the end, as on the
+    replica that ran the work, so 200 s of the 600 s back-off are left, not 600 (before
+    session 22 unpark_ended held it from the notice)."""
+    from capwatch.contracts.store import PendingAssessment
+
+    ended = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    store = open_store(caller_clock_store_url, clock="caller")
+    try:
+        seed_baselines(store, {"courier-v1": example("courier.pddl")}, ended)
+        clock = Clock()
+        clock.now = 5000.0
+        registry = Registry(store, SETTINGS, clock=clock)
+        agent = "courier-v1-000"
+        w = registry.load(agent, "courier-v1", 0)
+        assert w is not None
+        registry.park(agent, "k2", (), {"pick": (60, 440)})
+        registry.drop([agent])
+        store.enqueue(PendingAssessment(
+            "k2", agent, "courier-v1",
+            {"base": w.version.ref.to_json(), "drift": {"pick": {"counts": [60, 440]}}},
+            ended - timedelta(seconds=30)))
+        claimed = store.claim("other/w0", ended - timedelta(seconds=20), 60.0)
+        assert [i.key for i in claimed] == ["k2"]
+        store.complete("k2", "other/w0", now=ended)
+        registry.unpark_ended(set(), store.queue_items_by_key,
+                              lambda: store.store_now(ended + timedelta(seconds=400)))
+        back = registry.load(agent, "courier-v1", 0)
+        assert back is not None and back.awaiting is None
+        until, ends = back.backoff[drift_kind("pick")]
+        assert ends == 1
+        # The watch's back-off runs on its own monotonic clock: 400 s of it have passed.
+        assert until - back.clock() == pytest.approx(200.0, abs=5.0)
+    finally:
+        store.close()
