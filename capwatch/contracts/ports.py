@@ -130,6 +130,20 @@ class CommitsInBackground(Protocol):
 
 
 @runtime_checkable
+class KnowsTopicId(Protocol):
+    """A source that can tell which incarnation of its topic it reads: Kafka gives each
+    topic an id when it is created, so a topic deleted and created again under the same
+    name (its offsets starting again from 0) has another id. Positions saved against the
+    topic (the activity counts') are told from those of the topic before."""
+
+    def topic_id(self) -> str | None:
+        """The topic's id as the cluster gives it now (asked of the cluster, a round trip
+        with some clients); None if not known (no such topic yet, a broker too old to
+        have ids, no answer)."""
+        ...
+
+
+@runtime_checkable
 class SkipsRecordless(Protocol):
     """A source that reads past offsets holding no record to hand out (Kafka: a
     transaction's commit or abort marker, offsets a compacted batch kept past its last

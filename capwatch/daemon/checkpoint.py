@@ -54,6 +54,7 @@ import structlog
 from capwatch.contracts.ports import (
     CommitsInBackground,
     DeliveryError,
+    KnowsTopicId,
     Publisher,
     SkipsRecordless,
     Source,
@@ -319,6 +320,11 @@ class Checkpointer:
         read back at their next record."""
         self.evictions = 0
         self.restores = 0
+        self.topic_id: str | None = None
+        """The id of the topic's incarnation the partitions were last assigned on (a
+        source that knows it: :class:`KnowsTopicId`), saved with the activity positions:
+        a topic deleted and created again has another, and the positions saved on the
+        earlier one are not used (:meth:`load_counted`)."""
         self.counted: dict[int, int] = {}
         """Per newly assigned partition, the offset below which the store's activity
         counts every record already (:meth:`load_counted`): a replayed record below it
@@ -426,17 +432,20 @@ class Checkpointer:
         mark = self._activity_mark
         rows = self._activity_rows(None)
         counted = self._counted_positions(None) if rows else {}
+        topic_id = self.topic_id
         offsets = self._changed(self.commit_offsets())
         if snaps or rows or offsets:
             self._pending = PendingCommit(
                 offsets, self.publisher,
-                (lambda: self._write(snaps, rows, counted, now)) if snaps or rows else None,
+                (lambda: self._write(snaps, rows, counted, topic_id, now))
+                if snaps or rows else None,
                 snaps, rows, mark)
             self._writer.submit(self._pending)
         return moved
 
     def _write(self, snaps: Sequence[TakenSnapshot], rows: Sequence[AgentActivity],
-               counted: dict[tuple[str, int], int], now: datetime) -> None:
+               counted: dict[tuple[str, int], int], topic_id: str | None,
+               now: datetime) -> None:
         """The background checkpoint's store writes (its thread): the snapshots before the
         offsets, as on the main loop."""
         if snaps:
@@ -444,7 +453,7 @@ class Checkpointer:
             self.store.save_drift_snapshots(self.group, [s.snapshot(source, now)
                                                          for s in snaps])
         if rows and self._activity_store is not None:
-            self._activity_store.save_activity(rows, self.group, counted)
+            self._activity_store.save_activity(rows, self.group, counted, topic_id)
 
     def await_writes(self) -> None:
         """Wait for a background checkpoint's store writes (not its flush); if they failed,
@@ -540,7 +549,8 @@ class Checkpointer:
         rows = self._activity_rows(partitions)
         if rows and self._activity_store is not None:
             self._activity_store.save_activity(rows, self.group,
-                                               self._counted_positions(partitions))
+                                               self._counted_positions(partitions),
+                                               self.topic_id)
         return len(rows)
 
     def _counted_positions(self, partitions: set[int] | None) -> dict[tuple[str, int], int]:
@@ -561,10 +571,29 @@ class Checkpointer:
         counts their records already (:meth:`_counted_positions`, as saved)."""
         if self._activity_store is None:
             return
-        topic = self.source.name
-        for (t, p), o in self._activity_store.activity_positions(self.group).items():
-            if t == topic and p in partitions and o > self._next.get(p, 0):
+        source = self.source
+        topic = source.name
+        now_id = source.topic_id() if isinstance(source, KnowsTopicId) else None
+        if now_id is not None:
+            self.topic_id = now_id
+        stale: dict[int, tuple[int, str]] = {}
+        for (t, p), (o, saved_id) in self._activity_store.activity_positions_of(
+                self.group).items():
+            if t != topic or p not in partitions:
+                continue
+            if saved_id is not None and now_id is not None and saved_id != now_id:
+                stale[p] = (o, saved_id)
+            elif o > self._next.get(p, 0):
                 self.counted[p] = o
+        if stale:
+            # Counted on the topic before it was deleted and created again under the same
+            # name: the new topic's offsets start again from 0, and taken as this topic's
+            # the positions would read its records up to them as replays, not counted.
+            log.warning("activity positions saved on an earlier topic of the same name "
+                        "(deleted and created again): not used, the new topic's records "
+                        "are counted from its start", topic=topic, topic_id=now_id,
+                        saved_topic_ids=sorted({i for _, i in stale.values()}),
+                        positions={p: o for p, (o, _) in sorted(stale.items())})
 
     def _activity_rows(self, partitions: set[int] | None) -> list[AgentActivity]:
         """What agents did since the last save, marked saved (put back by

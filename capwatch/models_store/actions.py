@@ -119,15 +119,24 @@ class ActionStore(ModelStore, Protocol):
         ...
 
     def save_activity(self, rows: Sequence[AgentActivity], group: str | None = None,
-                      positions: Mapping[tuple[str, int], int] | None = None) -> None:
+                      positions: Mapping[tuple[str, int], int] | None = None,
+                      topic_id: str | None = None) -> None:
         """Add each row's counts to the agent's and move its last-seen time forward; with
         ``group``, in the same transaction, set the consumer group's activity positions
-        ((topic, partition) → the next offset: the rows count every record before it)."""
+        ((topic, partition) → the next offset: the rows count every record before it),
+        counted on the incarnation ``topic_id`` of the topic (Kafka's topic id; None if
+        the source knows none)."""
         ...
 
     def activity_positions(self, group: str) -> dict[tuple[str, int], int]:
         """(topic, partition) → the offset below which the activity counts every record
         of the consumer group's partition (:meth:`save_activity`'s ``positions``)."""
+        ...
+
+    def activity_positions_of(self, group: str
+                              ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """:meth:`activity_positions` with the topic id each was counted on (None: not
+        known)."""
         ...
 
     def activity(self, family: str | None = None) -> list[AgentActivity]: ...
@@ -244,7 +253,8 @@ class ActionsSql(SqlBase):
         return sorted((str(r[0]), str(r[1])) for r in rows)
 
     def save_activity(self, rows: Sequence[AgentActivity], group: str | None = None,
-                      positions: Mapping[tuple[str, int], int] | None = None) -> None:
+                      positions: Mapping[tuple[str, int], int] | None = None,
+                      topic_id: str | None = None) -> None:
         for (topic, partition), offset in (positions or {}).items():
             if offset < 0 or partition < 0 or not topic:
                 raise ValueError(f"bad activity position {topic!r}[{partition}] = {offset}")
@@ -273,17 +283,24 @@ class ActionsSql(SqlBase):
                                             default=datetime.now(UTC))))
                 tx.run_many(
                     "INSERT INTO activity_positions (consumer_group, topic, "
-                    "kafka_partition, next_offset, updated_at) VALUES (?, ?, ?, ?, ?) "
+                    "kafka_partition, next_offset, updated_at, topic_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET "
-                    "next_offset = excluded.next_offset, updated_at = excluded.updated_at",
-                    [(group, topic, partition, offset, at)
+                    "next_offset = excluded.next_offset, updated_at = excluded.updated_at, "
+                    "topic_id = excluded.topic_id",
+                    [(group, topic, partition, offset, at, topic_id)
                      for (topic, partition), offset in sorted(positions.items())])
 
     def activity_positions(self, group: str) -> dict[tuple[str, int], int]:
+        return {k: v[0] for k, v in self.activity_positions_of(group).items()}
+
+    def activity_positions_of(self, group: str
+                              ) -> dict[tuple[str, int], tuple[int, str | None]]:
         with self._tx(write=False) as tx:
-            rows = tx.rows("SELECT topic, kafka_partition, next_offset FROM "
+            rows = tx.rows("SELECT topic, kafka_partition, next_offset, topic_id FROM "
                            "activity_positions WHERE consumer_group = ?", (group,))
-        return {(str(r[0]), int(r[1])): int(r[2]) for r in rows}
+        return {(str(r[0]), int(r[1])): (int(r[2]), None if r[3] is None else str(r[3]))
+                for r in rows}
 
     def activity(self, family: str | None = None) -> list[AgentActivity]:
         sql = ("SELECT family, agent_id, transitions, inconsistent, last_seen, replica "

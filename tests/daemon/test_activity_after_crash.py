@@ -11,13 +11,13 @@ reader that sums that table as the checkpoint (the chaos harness, an operator's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from capwatch.adapters.io.streams import JsonlSource, MemoryPublisher
-from capwatch.contracts.ports import Record
+from capwatch.contracts.ports import Rebalance, Record
 from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
 from capwatch.models_store.actions import action_store
@@ -51,12 +51,31 @@ def topic(tmp_path: Path) -> Path:
     return path
 
 
-def _start(tmp_path: Path, path: Path, store_url: str) -> Pipeline:
+class Incarnation(JsonlSource):
+    """The topic file as Kafka's topic ``topic_id`` (KnowsTopicId). ``recreated``: the
+    topic was deleted and created again, and the group's committed offsets went with the
+    old one (the broker deletes them), so it is read from its start."""
+
+    def __init__(self, path: str, topic_id: str, recreated: bool = False) -> None:
+        super().__init__(path)
+        self.id = topic_id
+        self.recreated = recreated
+
+    def topic_id(self) -> str | None:
+        return self.id
+
+    def start(self, on_assign: Rebalance, on_revoke: Rebalance,
+              resume: Mapping[int, int]) -> None:
+        super().start(on_assign, on_revoke, {} if self.recreated else resume)
+
+
+def _start(tmp_path: Path, path: Path, store_url: str,
+           source: JsonlSource | None = None) -> Pipeline:
     cfg = config(tmp_path, source={"kind": "jsonl", "path": str(path)},
                  store={"url": store_url, "clock": "caller"},
                  detection={"debounce_transitions": 50, "debounce_s": 3600.0})
     d = build_service(cfg, publisher=MemoryPublisher(), agents=DriftedRover(),
-                      source=JsonlSource(str(path))).pipeline
+                      source=source or JsonlSource(str(path))).pipeline
     d.open()
     return d
 
@@ -72,9 +91,10 @@ def _counts(d: Pipeline) -> dict[str, tuple[int, int]]:
             for a in action_store(d.store).activity()}
 
 
-def _first_run(tmp_path: Path, path: Path, store_url: str) -> None:
+def _first_run(tmp_path: Path, path: Path, store_url: str,
+               source: JsonlSource | None = None) -> None:
     """Handles 7 records, checkpoints (the commit held at 1) and is killed."""
-    d = _start(tmp_path, path, store_url)
+    d = _start(tmp_path, path, store_url, source)
     try:
         d.handle_batch(d.source.poll(1.0)[:7])
         assert d.checkpoints.checkpoint()
@@ -147,3 +167,54 @@ def test_the_positions_are_not_consumer_offsets(tmp_path: Path, topic: Path,
         assert [tuple(r) for r in positions] == [("capwatch", 0, 7)]
     finally:
         _kill(d)
+
+
+def test_a_topic_created_again_is_counted_from_its_start(tmp_path: Path, topic: Path,
+                                                        store_url: str) -> None:
+    """The topic deleted and created again under the same name and group: its offsets
+    start again from 0, below the positions the counts reached on the topic before. Told
+    by the topic's id (Kafka's, new with each creation), saved with the positions: they
+    are not used, and the new topic's records are counted. Before session 22 the new
+    topic's records up to the old position (7 here) were taken for replays and not
+    counted: rover-b stayed at 3 transitions after 3 more."""
+    _first_run(tmp_path, topic, store_url, Incarnation(str(topic), "id-1"))
+    assert action_store_positions(store_url) == {
+        (topic.name, 0): (7, "id-1")}
+    topic.write_text("".join(good_sample("rover-b", step) + "\n" for step in (10, 11, 12)))
+    d = _start(tmp_path, topic, store_url, Incarnation(str(topic), "id-2", recreated=True))
+    try:
+        records = d.source.poll(1.0)
+        assert [r.offset for r in records] == [0, 1, 2]
+        d.handle_batch(records)
+        d.checkpoints.checkpoint()
+        assert _counts(d) == {"rover-a": (4, 1), "rover-b": (6, 0)}
+        assert action_store(d.store).activity_positions_of("capwatch") == {
+            (topic.name, 0): (3, "id-2")}
+    finally:
+        _kill(d)
+
+
+def test_the_same_topic_replayed_is_still_counted_once(tmp_path: Path, topic: Path,
+                                                       store_url: str) -> None:
+    """With topic ids known, a replay of the same topic (the same id) is skipped as
+    before."""
+    _first_run(tmp_path, topic, store_url, Incarnation(str(topic), "id-1"))
+    d = _start(tmp_path, topic, store_url, Incarnation(str(topic), "id-1"))
+    try:
+        records = d.source.poll(1.0)
+        assert records[0].offset == 1
+        d.handle_batch(records)
+        d.checkpoints.checkpoint()
+        assert _counts(d) == SENT
+    finally:
+        _kill(d)
+
+
+def action_store_positions(store_url: str) -> dict[tuple[str, int], tuple[int, str | None]]:
+    from capwatch.models_store import open_store
+
+    store = open_store(store_url)
+    try:
+        return action_store(store).activity_positions_of("capwatch")
+    finally:
+        store.close()

@@ -791,3 +791,44 @@ def test_an_asynchronous_commit_moves_the_group_once_answered_and_a_refused_one_
         assert group_committed(kafka_bootstrap, kafka_topic, group) == {0: 6, 1: 6}
     finally:
         source.close()
+
+
+def test_a_topic_created_again_under_its_name_has_another_id(
+        publisher_backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """KnowsTopicId, in both clients: the id an assigned member reads changes when the
+    topic is deleted and created again under the same name (the activity positions are
+    told apart by it: tests/daemon/test_activity_after_crash.py)."""
+    ids: list[str | None] = []
+    for _ in range(2):
+        create(kafka_bootstrap, kafka_topic, 2)
+        produce(kafka_bootstrap, kafka_topic, [(b"a", b"1"), (b"b", b"2")])
+        ids.append(_assigned_topic_id(publisher_backend, kafka_bootstrap, kafka_topic))
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        try:
+            admin.delete_topics([kafka_topic])
+        finally:
+            admin.close()
+        wait(lambda: kafka_topic not in _topics(kafka_bootstrap), 60, "the deletion")
+    assert all(isinstance(i, str) and i for i in ids) and ids[0] != ids[1], ids
+
+
+def _assigned_topic_id(backend: str, bootstrap: str, topic: str) -> str | None:
+    """The topic id a member of a new group reads once it is assigned the topic."""
+    from capwatch.contracts.ports import KnowsTopicId
+
+    member = Member(backend, bootstrap, topic, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        poll_until([member], lambda: member.held == {0, 1}, 60, "the assignment")
+        assert isinstance(member.source, KnowsTopicId)
+        found: str | None = member.do(member.source.topic_id)
+        return found
+    finally:
+        member.close()
+
+
+def _topics(bootstrap: str) -> set[str]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()

@@ -302,10 +302,11 @@ def test_works_ended_before_the_store_kept_when_read_without_it(store: ModelStor
     store.claim("w", T0, lease_seconds=30)
     store.complete("old", "w", now=hours(1))
     with store._tx() as tx:  # back to schema 7, the work ended there
+        tx.run("ALTER TABLE activity_positions DROP COLUMN topic_id")  # migration 0009
         tx.run("ALTER TABLE pending_assessments DROP COLUMN ended_at")
-        tx.run("DELETE FROM schema_version WHERE version = 8")
+        tx.run("DELETE FROM schema_version WHERE version >= 8")
     newest = len(load_migrations(store.dialect))
-    assert store.migrate() == newest == 8
+    assert store.migrate() == newest >= 8
     store.enqueue(PendingAssessment("new", "a", "f", {}, T0))
     store.claim("w", hours(2), lease_seconds=30)
     store.complete("new", "w", now=hours(3))

@@ -518,6 +518,15 @@ class KafkaSource:
             return None
         return self._consumer.group_metadata().member_id or None
 
+    def topic_id(self) -> str | None:
+        """See :class:`~capwatch.contracts.ports.KnowsTopicId`: from the consumer's
+        metadata (kafka-python keeps the ids of Metadata v10+, Kafka 2.8+), no round trip;
+        the assignment it is asked at was made from that metadata."""
+        if self._consumer is None:
+            return None
+        found = self._consumer._client.cluster.topic_id(self.topic)
+        return None if found is None else str(found)
+
     def backed_off(self, error: BaseException) -> bool:
         """Whether ``error``, raised by the last poll, was a partition's own: that
         partition waits alone (kafka_backoff), the next poll reads the others at once."""

@@ -29,8 +29,10 @@ from confluent_kafka import (
     KafkaException,
     Message,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from capwatch.adapters.io.kafka_common import (
     FETCH_MAX_WAIT_MS,
@@ -60,6 +62,9 @@ owner."""
 _LIBRDKAFKA_LOG = logging.getLogger("kafka.librdkafka")
 """librdkafka's own log lines, through the daemon's logging (not straight to stderr)."""
 
+_ADMIN_KEYS = frozenset({"bootstrap.servers", "client.id", "logger"})
+"""The consumer's settings an admin client of the same cluster takes (with its security
+ones)."""
 _DEFAULT_FETCH_MAX = 52_428_800
 """librdkafka's fetch.max.bytes default; raised only for a larger message limit."""
 
@@ -548,6 +553,23 @@ class ConfluentKafkaSource:
             return out
         except Exception:  # lag is a metric: never let it break a checkpoint
             return {}
+
+    def topic_id(self) -> str | None:
+        """See :class:`~capwatch.contracts.ports.KnowsTopicId`: librdkafka's consumer
+        metadata carries no topic id, so an admin client asks (DescribeTopics: one round
+        trip, at an assignment); None if it does not answer within the session timeout."""
+        admin = AdminClient({k: v for k, v in self._config.items()
+                             if k in _ADMIN_KEYS or k.startswith(("security.", "sasl.",
+                                                                  "ssl."))})
+        try:
+            futures = admin.describe_topics(TopicCollection([self.topic]),
+                                            request_timeout=self._wait_s)
+            found = futures[self.topic].result(timeout=self._wait_s).topic_id
+        except Exception as e:  # the positions are then used as before: never fatal
+            log.warning("the topic's id could not be read", topic=self.topic,
+                        error=str(e)[:300])
+            return None
+        return None if found is None else str(found)
 
     def close(self) -> None:
         if self._consumer is not None:
