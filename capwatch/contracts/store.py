@@ -69,6 +69,11 @@ class DriftSnapshot:
     state: JSON
     """capwatch.monitor.snapshot's versioned JSON."""
     updated_at: datetime
+    topic_id: str | None = None
+    """The incarnation of ``source`` the position is on (Kafka's topic id, new each time
+    the topic is created; None if the source knows none): a topic deleted and created
+    again under its name starts its offsets from 0 again, and a position of the topic
+    before says nothing of its records."""
 
     @property
     def family(self) -> str:

@@ -99,12 +99,12 @@ class TakenSnapshot:
     tables: tuple[bytes, list[tuple[Action, DriftConfig]]]
     backoff: dict[str, Any] | None
 
-    def snapshot(self, source: str, now: datetime) -> DriftSnapshot:
+    def snapshot(self, source: str, now: datetime, topic_id: str | None) -> DriftSnapshot:
         state = snapshot_frozen(self.tables, self.model.to_json())
         if self.backoff is not None:
             state[BACKOFF] = self.backoff
         return DriftSnapshot(self.agent_id, self.model, source, self.partition,
-                             self.next_offset, state, now)
+                             self.next_offset, state, now, topic_id)
 
 
 BACKOFF = "backoff"
@@ -450,7 +450,7 @@ class Checkpointer:
         offsets, as on the main loop."""
         if snaps:
             source = self.source.name
-            self.store.save_drift_snapshots(self.group, [s.snapshot(source, now)
+            self.store.save_drift_snapshots(self.group, [s.snapshot(source, now, topic_id)
                                                          for s in snaps])
         if rows and self._activity_store is not None:
             self._activity_store.save_activity(rows, self.group, counted, topic_id)
@@ -569,13 +569,13 @@ class Checkpointer:
     def load_counted(self, partitions: set[int]) -> None:
         """Newly assigned ``partitions``: the offsets below which the store's activity
         counts their records already (:meth:`_counted_positions`, as saved)."""
-        if self._activity_store is None:
-            return
         source = self.source
-        topic = source.name
         now_id = source.topic_id() if isinstance(source, KnowsTopicId) else None
         if now_id is not None:
             self.topic_id = now_id
+        if self._activity_store is None:
+            return
+        topic = source.name
         stale: dict[int, tuple[int, str]] = {}
         for (t, p), (o, saved_id) in self._activity_store.activity_positions_of(
                 self.group).items():
@@ -642,7 +642,7 @@ class Checkpointer:
         ``partitions`` only, if given; the others stay marked changed)."""
         now = self.clock()
         source = self.source.name
-        return [s.snapshot(source, now) for s in self._drift_taken(partitions)]
+        return [s.snapshot(source, now, self.topic_id) for s in self._drift_taken(partitions)]
 
     def _drift_taken(self, partitions: set[int] | None) -> list[TakenSnapshot]:
         """:meth:`_drift_snapshots`' tables as bytes, not yet encoded."""
@@ -734,7 +734,7 @@ class Checkpointer:
             if backoff is not None:
                 state[BACKOFF] = backoff
             snaps.append(DriftSnapshot(watch.agent_id, watch.version.ref, self.source.name,
-                                       watch.partition, nxt, state, now))
+                                       watch.partition, nxt, state, now, self.topic_id))
         if snaps:
             self.store.save_drift_snapshots(self.group, snaps)
         ids = [w.agent_id for w in watches]
@@ -773,7 +773,16 @@ class Checkpointer:
         except SnapshotError as e:
             log.warning("drift state unreadable; starting afresh", error=str(e))
             return
-        watch.drift_restored = (snap.partition, snap.next_offset)
+        if snap.topic_id is not None and self.topic_id is not None \
+                and snap.topic_id != self.topic_id:
+            # Counted on the topic before it was deleted and created again under its
+            # name: the tables are the agent's still, but no record of the new topic is
+            # in them, whatever its offset (the position would skip them).
+            log.info("drift state was counted on an earlier topic of the same name; its "
+                     "tables are restored, every record of the new topic counted",
+                     saved_topic_id=snap.topic_id, topic_id=self.topic_id)
+        else:
+            watch.drift_restored = (snap.partition, snap.next_offset)
         saved = snap.state.get(BACKOFF)
         if saved is not None:
             elapsed = (self.clock() - snap.updated_at).total_seconds()

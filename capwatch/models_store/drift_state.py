@@ -16,7 +16,7 @@ from capwatch.contracts.versions import JSON, ModelRef, as_utc
 from capwatch.models_store.sql_base import SqlBase
 
 _COLUMNS = ("agent_id, family, model_agent_id, model_version, source, source_partition, "
-            "next_offset, snapshot, updated_at")
+            "next_offset, snapshot, updated_at, topic_id")
 
 
 class DriftStateSql(SqlBase):
@@ -38,22 +38,27 @@ class DriftStateSql(SqlBase):
                 stamp = stamps[s.updated_at] = self._ts_in(as_utc(s.updated_at))
             rows.append((group, s.agent_id, s.model.family, s.model.agent_id or "",
                          s.model.version, s.source, s.partition, s.next_offset,
-                         self._json_in_finite(s.state), stamp))
+                         self._json_in_finite(s.state), stamp, s.topic_id))
         with self._tx() as tx:
             written = tx.run_many(
                 f"INSERT INTO drift_state (consumer_group, {_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (consumer_group, agent_id) DO UPDATE SET "
                 "family = excluded.family, model_agent_id = excluded.model_agent_id, "
                 "model_version = excluded.model_version, source = excluded.source, "
                 "source_partition = excluded.source_partition, "
                 "next_offset = excluded.next_offset, snapshot = excluded.snapshot, "
-                "updated_at = excluded.updated_at "
+                "updated_at = excluded.updated_at, topic_id = excluded.topic_id "
                 # A late write by a replica that lost the partition must not take the
-                # position back: it would make a replay count records twice.
+                # position back: it would make a replay count records twice. A position
+                # on another incarnation of the topic (created again under its name,
+                # offsets from 0) is no older: before migration 0009 the new topic's
+                # snapshots were refused until its offsets passed the old position.
                 "WHERE drift_state.source <> excluded.source "
                 "OR drift_state.source_partition <> excluded.source_partition "
-                "OR drift_state.next_offset <= excluded.next_offset", rows)
+                "OR drift_state.next_offset <= excluded.next_offset "
+                "OR (drift_state.topic_id IS NOT NULL AND excluded.topic_id IS NOT NULL "
+                "AND drift_state.topic_id <> excluded.topic_id)", rows)
         return written
 
     def load_drift_snapshots(self, group: str, source: str,
@@ -78,7 +83,8 @@ class DriftStateSql(SqlBase):
         return [DriftSnapshot(
             agent_id=str(r[0]), model=ModelRef(str(r[1]), str(r[2]) or None, int(r[3])),
             source=str(r[4]), partition=int(r[5]), next_offset=int(r[6]),
-            state=self._state(r[7]), updated_at=self._ts_out(r[8])) for r in rows]
+            state=self._state(r[7]), updated_at=self._ts_out(r[8]),
+            topic_id=None if r[9] is None else str(r[9])) for r in rows]
 
     def _state(self, v: Any) -> JSON:
         data = self._json_out(v)

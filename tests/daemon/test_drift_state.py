@@ -121,6 +121,42 @@ def test_revocation_saves_and_assignment_restores_the_tables(tmp_path: Path) -> 
     d.store.close()
 
 
+def test_tables_counted_on_a_topic_created_again_skip_none_of_its_records(
+        tmp_path: Path) -> None:
+    """The partition moves away, the topic is deleted and created again under its name
+    (another Kafka topic id, offsets from 0 again) and the partition comes back: the
+    agent's tables are restored, but the new topic's records at offsets below the old
+    snapshot's position are counted, not taken for replays (before session 22 none of
+    the first 500 was counted, and the snapshots of the new topic were refused by the
+    store until its offsets passed 500)."""
+    cfg = _fleet(tmp_path, 100)
+    d = build_service(cfg, publisher=MemoryPublisher()).pipeline
+    topic_id = ["id-1"]
+    d.source.topic_id = lambda: topic_id[0]  # type: ignore[attr-defined]
+    d.seed_families()
+    d.source.start(d.assign, d.revoke, {})
+    records = d.source.poll(1.0) + d.source.poll(1.0) + d.source.poll(1.0)
+    for r in records[:500]:
+        d.handle(r)
+    before = snapshot_agent(d.drift, AGENT)["actions"]["pick"]["seen"]
+    assert before > 0
+    d.revoke({0})
+    topic_id[0] = "id-2"  # created again: the same records stand in for its new ones
+    d.assign({0})
+    for r in records[:500]:
+        d.handle(r)
+    agent = d.registry.get(AGENT)
+    assert agent is not None and agent.drift_restored is None
+    assert snapshot_agent(d.drift, AGENT)["actions"]["pick"]["seen"] == 2 * before
+    d.revoke({0})
+    (saved,) = [s for s in d.store.load_drift_snapshots("capwatch", "simulated")
+                if s.agent_id == AGENT]
+    assert (saved.next_offset, saved.topic_id) == (500, "id-2")
+    assert saved.state["actions"]["pick"]["seen"] == 2 * before
+    d.source.close()
+    d.store.close()
+
+
 def test_state_saved_for_an_older_model_version_is_not_restored(tmp_path: Path) -> None:
     run(_fleet(tmp_path, 120))
     store = open_store(f"sqlite:///{tmp_path / 'models.db'}")

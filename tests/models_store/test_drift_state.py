@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -72,3 +73,23 @@ def test_snapshot_text_reads_back_as_the_values_written() -> None:
                                                "name": "é", "none": None, "flag": True}
     assert json.loads(dumps_finite(state)) == json.loads(dumps(state)) == state
     assert list(json.loads(dumps_finite(state))) == sorted(state)
+
+
+def test_a_snapshot_on_a_topic_created_again_replaces_one_of_the_topic_before(
+        store: ModelStore) -> None:
+    """The topic deleted and created again under its name (Kafka gives it another id):
+    its offsets start from 0 again, so its snapshots' positions are lower than the last
+    of the topic before, and are not a late write of a replica that lost the partition.
+    Before migration 0009 they were refused until the new topic's offsets passed the old
+    position, and a restart restored tables weeks old."""
+    old = replace(snap("courier-1", 0, 500), topic_id="id-1")
+    assert store.save_drift_snapshots("g", [old]) == 1
+    assert store.load_drift_snapshots("g", "capwatch.transitions") == [old]
+    # The same topic, an older position: a late write, ignored as before.
+    assert store.save_drift_snapshots("g", [replace(snap("courier-1", 0, 20),
+                                                    topic_id="id-1")]) == 0
+    new = replace(snap("courier-1", 0, 20, seen=2), topic_id="id-2")
+    assert store.save_drift_snapshots("g", [new]) == 1
+    assert store.load_drift_snapshots("g", "capwatch.transitions") == [new]
+    # A source that knows no id tells nothing apart: positions as before.
+    assert store.save_drift_snapshots("g", [snap("courier-1", 0, 10)]) == 0

@@ -303,6 +303,7 @@ def test_works_ended_before_the_store_kept_when_read_without_it(store: ModelStor
     store.complete("old", "w", now=hours(1))
     with store._tx() as tx:  # back to schema 7, the work ended there
         tx.run("ALTER TABLE activity_positions DROP COLUMN topic_id")  # migration 0009
+        tx.run("ALTER TABLE drift_state DROP COLUMN topic_id")
         tx.run("ALTER TABLE pending_assessments DROP COLUMN ended_at")
         tx.run("DELETE FROM schema_version WHERE version >= 8")
     newest = len(load_migrations(store.dialect))
