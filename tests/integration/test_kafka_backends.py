@@ -794,15 +794,16 @@ def test_an_asynchronous_commit_moves_the_group_once_answered_and_a_refused_one_
 
 
 def test_a_topic_created_again_under_its_name_has_another_id(
-        publisher_backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
-    """KnowsTopicId, in both clients: the id an assigned member reads changes when the
-    topic is deleted and created again under the same name (the activity positions are
-    told apart by it: tests/daemon/test_activity_after_crash.py)."""
+        backend: str, kafka_bootstrap: str, kafka_topic: str) -> None:
+    """KnowsTopicId, in both clients and the child-process source: the id an assigned
+    member reads changes when the topic is deleted and created again under the same name
+    (the activity and drift positions are told apart by it:
+    tests/daemon/test_activity_after_crash.py, test_drift_state.py)."""
     ids: list[str | None] = []
     for _ in range(2):
         create(kafka_bootstrap, kafka_topic, 2)
         produce(kafka_bootstrap, kafka_topic, [(b"a", b"1"), (b"b", b"2")])
-        ids.append(_assigned_topic_id(publisher_backend, kafka_bootstrap, kafka_topic))
+        ids.append(_assigned_topic_id(backend, kafka_bootstrap, kafka_topic))
         admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
         try:
             admin.delete_topics([kafka_topic])

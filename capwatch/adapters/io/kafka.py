@@ -84,6 +84,29 @@ def list_topics(bootstrap: str, *, security: Mapping[str, Any] | None = None,
         admin.close()
 
 
+def described_topic_id(bootstrap: str, topic: str, *,
+                       security: Mapping[str, Any] | None = None,
+                       client_id: str = "capwatch-admin", timeout_s: float = 10.0
+                       ) -> str | None:
+    """``topic``'s id (KnowsTopicId) asked of the cluster by an admin client of its own
+    (Metadata v10+, Kafka 2.8+): for a source whose consumer is out of reach (in a child
+    process). None if the cluster has no such topic or no id for it."""
+    ms = int(timeout_s * 1000)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id,
+                             request_timeout_ms=ms, bootstrap_timeout_ms=ms,
+                             **(security or {}))
+    try:
+        described = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    for t in described:
+        found = t.get("topic_id")
+        if t.get("name", t.get("topic")) == topic and found is not None \
+                and str(found).strip("0-"):  # all zeros: no id (a broker before 2.8)
+            return str(found)
+    return None
+
+
 def ensure_topics(bootstrap: str, *, transitions: str, models: str, alerts: str,
                   dead_letter: str, partitions: int = 6, replication_factor: int = 1,
                   client_id: str = "capwatch-admin",

@@ -292,6 +292,21 @@ class ProcessKafkaSource:
             self._connection().send_bytes(_CALL + pickle.dumps(("commit", dict(offsets))))
             self._unanswered.append(done)
 
+    def topic_id(self) -> str | None:
+        """See :class:`~capwatch.contracts.ports.KnowsTopicId`: asked of the cluster by an
+        admin client here (the child's consumer holds it, out of reach of a call): one
+        connection at an assignment; None if it cannot be read."""
+        from capwatch.adapters.io.kafka import described_topic_id
+
+        bootstrap, topic, _, options, _ = self._args
+        try:
+            return described_topic_id(bootstrap, topic, security=options.get("security"),
+                                      timeout_s=options.get("session_timeout_ms", 10_000)
+                                      / 1000)
+        except Exception as e:  # the positions are then used as before: never fatal
+            log.warning("the topic's id could not be read", topic=topic, error=str(e)[:300])
+            return None
+
     def member_id(self) -> str | None:
         """This member's id in the group (None before it joined)."""
         if self._conn is None:
