@@ -48,6 +48,7 @@ MODULES = (
     "capwatch.daemon.registry",
     "capwatch.daemon.watch_freezing",
     "capwatch.model.consistency",
+    "capwatch.model.grounding_plans",
     "capwatch.monitor.action_drift",
     "capwatch.monitor.attribution",
     "capwatch.monitor.drift",
@@ -56,8 +57,9 @@ MODULES = (
     "capwatch.monitor.transition_monitor",
 )
 """The modules compiled: the decode and monitor path of every record (cProfile of the
-steady state), and kafka-python's batches read into Records (kafka_batch: on the poll's
-thread, in one process on the main loop). The mypyc build's group is :data:`GROUP`."""
+steady state), kafka-python's batches read into Records (kafka_batch: on the poll's
+thread, in one process on the main loop), and a ground action's atoms when it is first
+met (grounding_plans: about one a message of a fleet's first pass). The mypyc build's group is :data:`GROUP`."""
 
 EXTENSIONS = ("capwatch.contracts._wire_split",)
 """C extension modules built with :data:`MODULES` (setup.py), each from the ``.c`` source

@@ -17,6 +17,7 @@ from operator import or_
 
 import numpy as np
 
+from capwatch.model import grounding_plans
 from capwatch.model.domain import Action, Domain, GroundAction, GroundAtom
 from capwatch.model.errors import ModelError
 
@@ -373,26 +374,33 @@ class Grounder:
             effects = tuple((~union(d), union(a)) for d, a in outcomes)
             return GroundOperator(lifted, ground_args, union(pos), union(neg), effects,
                                   admitted)
-        name, args = ground_action[0], tuple(ground_action[1:])
-        action = self.actions.get(name)
-        if action is None:
-            raise ModelError(f"unknown action {name!r}")
-        if len(args) != action.arity:
-            raise ModelError(
-                f"action {name!r} takes {action.arity} arguments, found {len(args)}"
-            )
-        binding = dict(zip(action.parameter_names, args, strict=True))
+        # The atoms interned in the order they always were: each outcome's deletes and
+        # adds, then the preconditions (a shared grounding's operators number alike).
+        action, args, pos, neg, outcomes, admitted = grounding_plans.ground(
+            _plan(self.actions, ground_action), ground_action)
         idx = self.index
 
-        def mask(atoms: Iterable[object]) -> int:
+        def mask(atoms: GroundAtoms) -> int:
             m = 0
             for atom in atoms:
-                m |= idx.bit(atom.ground(binding))  # type: ignore[attr-defined]
+                m |= idx.bit(atom)
             return m
 
-        effects = tuple((~mask(o.delete), mask(o.add)) for o in action.outcomes)
-        return GroundOperator(action, args, mask(action.pre_pos), mask(action.pre_neg), effects,
-                              action.admits_binding(binding))
+        effects = tuple((~mask(d), mask(a)) for d, a in outcomes)
+        return GroundOperator(action, args, mask(pos), mask(neg), effects, admitted)
+
+
+def _plan(actions: dict[str, Action], ground_action: GroundAction) -> grounding_plans.Plan:
+    """The plan of the ground action's lifted action; raises ModelError for an unknown
+    action or another number of objects than its parameters."""
+    name = ground_action[0]
+    action = actions.get(name)
+    if action is None:
+        raise ModelError(f"unknown action {name!r}")
+    found = len(ground_action) - 1
+    if found != action.arity:
+        raise ModelError(f"action {name!r} takes {action.arity} arguments, found {found}")
+    return grounding_plans.plan(action)
 
 
 GroundAtoms = tuple[GroundAtom, ...]
@@ -473,22 +481,9 @@ class SharedGrounding:
         if found is not None:
             self._keep(ground_action, found)
             return found
-        name, args = ground_action[0], tuple(ground_action[1:])
-        action = self.domain.action_map.get(name)
-        if action is None:
-            raise ModelError(f"unknown action {name!r}")
-        if len(args) != action.arity:
-            raise ModelError(
-                f"action {name!r} takes {action.arity} arguments, found {len(args)}"
-            )
-        binding = dict(zip(action.parameter_names, args, strict=True))
-
-        def atoms(lifted: Iterable[object]) -> GroundAtoms:
-            return tuple(a.ground(binding) for a in lifted)  # type: ignore[attr-defined]
-
-        found = (action, args, atoms(action.pre_pos), atoms(action.pre_neg),
-                 tuple((atoms(o.delete), atoms(o.add)) for o in action.outcomes),
-                 action.admits_binding(binding))
+        # Its atoms made by the action's plan, compiled (grounding_plans): the first
+        # pass over a fleet grounds about one new action a message.
+        found = grounding_plans.ground(_plan(self.actions, ground_action), ground_action)
         self._keep(ground_action, found)
         return found
 
