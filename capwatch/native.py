@@ -59,7 +59,8 @@ MODULES = (
 """The modules compiled: the decode and monitor path of every record (cProfile of the
 steady state), kafka-python's batches read into Records (kafka_batch: on the poll's
 thread, in one process on the main loop), and a ground action's atoms when it is first
-met (grounding_plans: about one a message of a fleet's first pass). The mypyc build's group is :data:`GROUP`."""
+met (grounding_plans: about one a message of a fleet's first pass). The mypyc build's
+group is :data:`GROUP`."""
 
 EXTENSIONS = ("capwatch.contracts._wire_split",)
 """C extension modules built with :data:`MODULES` (setup.py), each from the ``.c`` source
