@@ -311,7 +311,17 @@ def _state(raw: bytes, max_atoms: int, remember: bool = True) -> _Read:
             raise _Refused
         return seen[0], seen[1], seen[2], wire_atoms.generation
     read: wire_atoms.State
-    known = wire_atoms.ids(raw) if len(raw) > _SMALL_STATE else None
+    known = None
+    if len(raw) > _SMALL_STATE:
+        known = wire_atoms.ids(raw)
+        if known is None:
+            # Pieces never seen (a fleet's first pass, a new agent's own objects): those
+            # read alone and learnt, the others looked up, where the whole text was
+            # decoded and every atom looked up three times (wire_atoms.learn_pieces).
+            try:
+                known = wire_atoms.learn_pieces(raw, max_atoms)
+            except wire_atoms.Invalid:
+                raise _Refused from None
     if known is not None:
         if len(known) > max_atoms:
             raise _Refused
