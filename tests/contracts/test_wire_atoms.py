@@ -245,3 +245,31 @@ def test_names_found_valid_are_remembered_and_bad_ones_still_refused(
     finally:
         wire_atoms._NAMES.clear()
         wire_atoms.forget()
+
+
+def test_a_state_of_a_few_new_pieces_is_read_by_its_pieces(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fleet's first pass: each state brings a few atoms never seen among known ones.
+    # Only those pieces are read (the whole text is not parsed), and what is read is
+    # what the schema reads; an invalid new atom, or too many atoms, learns nothing.
+    scenery = [["road", f"waypoint{i}", f"waypoint{i + 1}"] for i in range(16)]
+    first = [["at", "r", "w1"], *scenery]
+    assert wire_fast.decode(event(first, first, {}), LIMITS) \
+        == wire.decode(event(first, first, {}), LIMITS)
+
+    def parse(text: bytes) -> Any:
+        raise AssertionError("parsed a state of known and new pieces whole")
+    for k, new in enumerate((["at", "r", "w9"], ["clear", "a]b"], ["é", "x,"])):
+        state = [*scenery[:k], new, *scenery[k:]]
+        raw = event(state, state, {"indent": 1} if k == 1 else {})
+        if k != 1:  # "a]b" cuts its atom in two: the full decoder's turn
+            monkeypatch.setattr(wire_fast, "_STATE", parse)
+        got = wire_fast.decode(raw, LIMITS)
+        monkeypatch.undo()
+        assert got == wire.decode(raw, LIMITS)
+        assert not isinstance(got, DeadLetter) and tuple(new) in got[0].state
+    for bad in ([["at", "r w"], *scenery], [["at", "r", "w77"], *scenery, *scenery[:4]]):
+        raw = event(bad, bad, {})
+        assert isinstance(wire_fast.decode(raw, LIMITS), DeadLetter)
+        assert isinstance(wire.decode(raw, LIMITS), DeadLetter)
+        assert tuple(bad[0]) not in wire_atoms.ID
