@@ -17,6 +17,13 @@ printed.
 run in the rows' second phase (past half of the limit every agent idle at a checkpoint is
 frozen, ~1.4 freezes an admitted agent at 20,000 -> 50,000): a second checkpoint then
 freezes the new agents themselves, which the first only trims.
+
+``--no-wall-time`` (with ``--fleet``): no work falls due by wall time (checkpoints, the
+drift audit, results' polls, idle agents frozen or evicted by their idle time, evidence
+ripe by ``detection.debounce_s``). Under callgrind a run is ~50 times slower, so that work
+came ~50 times as often an agent and differed between an A and a B by when it fell
+(admit18-admit21's tables compared ``Batches.handle`` for that reason); without it, the
+two explicit checkpoints still freeze and trim as above, the same agents on both sides.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -38,9 +46,13 @@ import bench_fleet
 import fleets
 from bench_daemon import feed
 
+from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.contracts.ports import Record
+from capwatch.daemon.config import DaemonConfig
 from capwatch.daemon.heap import settle_heap
 from capwatch.daemon.logs import configure_logging
+from capwatch.daemon.pipeline import Pipeline
+from capwatch.daemon.service import build_service
 
 
 def _instrument(on: bool) -> None:
@@ -48,6 +60,29 @@ def _instrument(on: bool) -> None:
     if tool is not None and "valgrind" in os.environ.get("LD_PRELOAD", ""):
         subprocess.run([tool, "-i", "on" if on else "off", str(os.getpid())], check=True,
                        capture_output=True)
+
+
+_NEVER = 1e9
+
+
+def _timeless(tmp: str, families: dict[str, Path], max_agents: int | None) -> Pipeline:
+    """``bench_fleet.pipeline`` with nothing due by wall time (``--no-wall-time``)."""
+    limits: dict[str, float] = {"freeze_idle_after_s": _NEVER, "evict_idle_after_s": _NEVER}
+    if max_agents:
+        limits["max_agents_in_memory"] = max_agents
+    cfg = DaemonConfig(**cast("dict[str, Any]", {
+        "replica_id": "bench", "store": {"url": f"sqlite:///{Path(tmp) / 'm.db'}"},
+        "families": {f: {"domain": str(d)} for f, d in families.items()},
+        "output": {"kind": "log"}, "http": {"enabled": False}, "limits": limits,
+        "detection": {"debounce_s": _NEVER},
+        "scheduler": {"checkpoint_s": _NEVER, "drift_audit_s": _NEVER,
+                      "results_poll_s": _NEVER},
+    }))
+    svc = build_service(cfg, publisher=MemoryPublisher(), source=bench_daemon.Replay([]),
+                        agents=bench_fleet.NoAgents())
+    settle_heap()
+    svc.pipeline.open()
+    return svc.pipeline
 
 
 def main() -> int:
@@ -60,6 +95,8 @@ def main() -> int:
                              "twice the agents held, every agent idle at a checkpoint is "
                              "frozen, as in the rows' second phase past 25,000 agents; "
                              "a second checkpoint then freezes the new agents")
+    parser.add_argument("--no-wall-time", action="store_true",
+                        help="no work by wall time (with --fleet): the same on an A and a B")
     args = parser.parse_args()
     configure_logging("error", "json")
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,7 +111,8 @@ def main() -> int:
             p.open()
         else:
             fleet = fleets.load(args.fleet)
-            p = bench_fleet.pipeline(tmp, fleet.families, args.max_agents)
+            p = (_timeless(tmp, fleet.families, args.max_agents) if args.no_wall_time
+                 else bench_fleet.pipeline(tmp, fleet.families, args.max_agents))
             stream = bench_fleet.records(fleet.events, fleet.agent_ids, 0)
         feed(p, stream[:args.warm] if args.warm else stream)
         news = (bench_daemon.renamed(raw, 0, args.agents, len(stream)) if args.fleet is None
