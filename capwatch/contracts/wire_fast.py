@@ -301,7 +301,8 @@ _SMALL_STATE = 256
 atoms, cutting it into pieces costs more than msgspec's decoding."""
 
 
-def _state(raw: bytes, max_atoms: int, remember: bool = True) -> _Read:
+def _state(raw: bytes, max_atoms: int, remember: bool = True, pieces: bool = True
+           ) -> _Read:
     # Its callers made the text bytes once: bytes() of bytes again cost ~600 instructions
     # (a generic call of the type from compiled code), at each record of an agent whose
     # states are small and at each state of a trace.
@@ -312,7 +313,7 @@ def _state(raw: bytes, max_atoms: int, remember: bool = True) -> _Read:
         return seen[0], seen[1], seen[2], wire_atoms.generation
     read: wire_atoms.State
     known = None
-    if len(raw) > _SMALL_STATE:
+    if pieces and len(raw) > _SMALL_STATE:  # (False: the caller tried them)
         known = wire_atoms.ids(raw)
         if known is None:
             # Pieces never seen (a fleet's first pass, a new agent's own objects): those
@@ -558,7 +559,15 @@ def _next_state(text: bytes, max_atoms: int, state: frozenset[GroundAtom],
         return (n, after if told else state, seen_ids, generation), told or None
     known = wire_atoms.ids(text)
     if known is None:
-        return _state(text, max_atoms, remember), None
+        # Pieces never seen (a fleet's first pass): learnt, and the step made from the
+        # state's set as below, with the atoms that differ, which the monitor encodes
+        # the next state by (read whole, it was encoded whole). None: the full decoder.
+        try:
+            known = wire_atoms.learn_pieces(text, max_atoms)
+        except wire_atoms.Invalid:
+            raise _Refused from None
+        if known is None:
+            return _state(text, max_atoms, remember, False), None
     if len(known) > max_atoms:
         raise _Refused
     # The ids that differ and the next set made from the state's by them, in C when
