@@ -17,8 +17,10 @@ transition from the stream but from no record (offset -1), so it holds no commit
 
 from __future__ import annotations
 
+import math
 import random
 import threading
+import time
 from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -156,11 +158,37 @@ class _Taken:
         return self._names
 
 
+class _Round:
+    """A canary round under way (CanaryProber.start_round)."""
+
+    __slots__ = ("forget", "lookup", "objects", "order", "period_s", "problems", "start",
+                 "started", "visited")
+
+    def __init__(self, order: list[AgentWatch], start: int,
+                 lookup: Callable[[str], AgentWatch | None],
+                 problems: Mapping[str, frozenset[GroundAtom]],
+                 objects: Mapping[str, Mapping[str, tuple[str, ...]]], started: float,
+                 period_s: float | None) -> None:
+        self.order = order
+        self.start = start
+        """The index in ``order`` of the first agent visited (then round the end)."""
+        self.visited = 0
+        """Agents whose turn came (``order`` from ``start``)."""
+        self.lookup = lookup
+        self.problems = problems
+        self.objects = objects
+        self.started = started
+        self.period_s = period_s
+        self.forget: list[str] | None = None
+        """Agents of the prober's own to check, once every agent's turn came."""
+
+
 class CanaryProber:
     def __init__(self, *, agents: AgentDirectory, metrics: DaemonMetrics, idle_s: float,
                  clock: Callable[[], datetime], post: Callable[[Result], None],
                  busy_s: float | None = None, seed: int = 0,
-                 executor: Executor | None = None, pacers: Pacers | None = None) -> None:
+                 executor: Executor | None = None, pacers: Pacers | None = None,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
         self.agents = agents
         self.pacers = pacers
         """Paces each probe thread's queries while the stream is behind (daemon.pacing)."""
@@ -179,84 +207,187 @@ class CanaryProber:
         self._lock = threading.Lock()
         self._closed = False
         """Set at shutdown: commands still queued for the main loop must not submit probes."""
+        self._timer = timer
+        """Times a round's slices and paces the round (:meth:`round_slice`)."""
+        self._round: _Round | None = None
+        self._resume: tuple[str, int] | None = None
+        """The agent (and its index in the round's order) the next round begins with."""
         self._pool = executor or ThreadPoolExecutor(max_workers=PROBE_THREADS,
                                                     thread_name_prefix="canary")
+
+    @property
+    def probing(self) -> bool:
+        """Whether a round is under way (agents to visit, or departed ones to forget)."""
+        return self._round is not None
 
     def probe_idle(self, watches: Iterable[AgentWatch],
                    problems: Mapping[str, frozenset[GroundAtom]],
                    objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
-        """Queue a probe of every due action of every agent not awaiting work."""
-        if self._closed:
-            return
-        seen: set[str] = set()
-        for watch in watches:
-            seen.add(watch.agent_id)
-            if watch.awaiting is not None:
-                continue
-            now = watch.clock()
-            probes = self._agents.get(watch.agent_id)
-            if probes is None or probes.domain is not watch.domain:
-                probes = self._agents[watch.agent_id] = _Probes(watch.domain, probes)
-            last = watch.last_state  # read once: a frozen watch reads it from its bytes
-            if last and (not probes.recent or not _same(probes.recent[-1], last)):
-                probes.recent = (*probes.recent, tuple(last))[-RECENT_STATES:]
-            recent = probes.recent
-            executed = watch.last_executed
-            times = probes.times
-            known = objects.get(watch.family)
-            init = problems.get(watch.family, frozenset())
-            pools: Pools | None = None
-            """The problem's objects completed from the agent's states (once a round, and
-            only for an action whose types the problem lacks: canary_objects)."""
-            due: list[tuple[frozenset[GroundAtom], GroundAction]] = []
-            for i, action in enumerate(watch.domain.actions):
-                last_run = executed.get(action.name, -1e18)
-                last_probe = times[i]
-                idle = now - max(last_run, last_probe) >= self.idle_s
-                if not idle and now - last_probe < self.busy_s:
-                    continue
-                with self._lock:
-                    if self._backlog >= MAX_BACKLOG:
-                        break
-                    self._backlog += 1
-                use: Pools
-                if known is not None and not missing_types(action, known):
-                    use = known
-                else:
-                    if pools is None:
-                        pools = probe_pools(watch.domain, known, recent)
-                    use = pools
-                taken = _Taken(recent, init, use)
-                args = self._grounding(action, use, taken, watch.domain)
-                if args is None:
-                    self._done()
-                    continue
-                ground = (action.name, *args)
-                binding = dict(zip(action.parameter_names, args, strict=True))
-                base, designed = self._start(recent, init, designed_only=not idle)
-                # From a designed start, each effect's atom is set so that the effect
-                # changes it or leaves it (_made_true).
-                state = _made_true(action, binding, base, self._rng if designed else None)
-                times[i] = now
-                due.append((frozenset(state), ground))
-                if idle and (action.pre_pos or action.pre_neg):
-                    wider = self._one_literal_false(action, binding, state, base, use, taken)
-                    if wider is not None:
-                        with self._lock:
-                            if self._backlog >= MAX_BACKLOG:
-                                break
-                            self._backlog += 1
-                        due.append(wider)
-            if due:
-                self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
-                                  due)
-        self._forget_departed(seen)
+        """A whole round in this call: queue a probe of every due action of every agent
+        not awaiting work (a round already under way is finished instead)."""
+        self.start_round(watches, problems, objects)
+        while self.round_slice(None):
+            pass
 
-    def _forget_departed(self, seen: set[str]) -> None:
-        """Agents no longer watched here (evicted, moved away) keep nothing in the prober;
-        a reloaded one starts its rounds afresh."""
-        for agent_id in [a for a in self._agents if a not in seen]:
-            del self._agents[agent_id]
+    def start_round(self, watches: Iterable[AgentWatch],
+                    problems: Mapping[str, frozenset[GroundAtom]],
+                    objects: Mapping[str, Mapping[str, tuple[str, ...]]], *,
+                    lookup: Callable[[str], AgentWatch | None] | None = None,
+                    period_s: float | None = None) -> bool:
+        """Begin a round over ``watches``, visited by :meth:`round_slice`, from the agent
+        where the last round found the backlog full: a round stops there (nothing more
+        can go out), and starting every round at the registry's first agent left the
+        later ones unprobed for as long as slow agents kept the backlog full.
+
+        ``lookup`` gives an agent's watch when its turn comes (None once evicted or
+        moved away since the round began: skipped); without it the agents watched are
+        those given. With ``period_s``, each slice visits at least the round's share
+        for the time gone since it began, so a round ends within ``period_s`` however
+        seldom the main loop turns. False (nothing begun) while one is under way (it
+        is left to finish) and after :meth:`close`."""
+        if self._closed or self._round is not None:
+            return False
+        order = list(watches)
+        if lookup is None:
+            lookup = {w.agent_id: w for w in order}.get
+        self._round = _Round(order, self._resume_at(order), lookup, problems, objects,
+                             self._timer(), period_s)
+        return True
+
+    def _resume_at(self, order: Sequence[AgentWatch]) -> int:
+        """Where the round begins: the agent the last one stopped at, found by its place
+        (the registry keeps its order; agents loaded since come last), or searched for
+        once agents before it left, or its place if it left too."""
+        if self._resume is None or not order:
+            return 0
+        agent_id, index = self._resume
+        if index < len(order) and order[index].agent_id == agent_id:
+            return index
+        for i, watch in enumerate(order):
+            if watch.agent_id == agent_id:
+                return i
+        return index if index < len(order) else 0
+
+    def round_slice(self, budget_s: float | None) -> bool:
+        """The round's next agents for about ``budget_s`` (at least one, and at least
+        the round's pace: :meth:`start_round`; None: the whole rest), then, once every
+        agent is visited or the backlog is full, the agents no longer watched forgotten
+        (in slices too). True while the round is still under way."""
+        r = self._round
+        if r is None:
+            return False
+        if self._closed:
+            self._round = None
+            return False
+        began = self._timer()
+        n = len(r.order)
+        owed = 0
+        if budget_s is not None and r.period_s is not None:
+            share = (began - r.started) / r.period_s if r.period_s > 0 else 1.0
+            owed = math.ceil(n * min(1.0, share)) - r.visited
+        visits = 0
+        while r.visited < n:
+            index = (r.start + r.visited) % n
+            watch = r.order[index]
+            if self._backlog >= MAX_BACKLOG:
+                # Nothing more can go out this round: the next one begins here.
+                self._resume = (watch.agent_id, index)
+                r.visited = n
+                break
+            r.visited += 1
+            current = r.lookup(watch.agent_id)
+            if current is not None and self._visit(current, r.problems, r.objects):
+                # Full before all its due actions went out: the next round begins with it.
+                self._resume = (current.agent_id, index)
+                r.visited = n
+                break
+            visits += 1
+            if r.visited == n:
+                self._resume = (r.order[r.start].agent_id, r.start)
+            elif (budget_s is not None and visits >= owed
+                    and self._timer() - began >= budget_s):
+                return True
+        if r.forget is None:
+            # Only once every agent's turn came: one a slice did not reach yet is not gone.
+            r.forget = list(self._agents)
+        while r.forget:
+            agent_id = r.forget.pop()
+            if r.lookup(agent_id) is None:
+                # No longer watched here (evicted, moved away): a reloaded one starts
+                # its rounds afresh.
+                self._agents.pop(agent_id, None)
+            if r.forget and budget_s is not None and self._timer() - began >= budget_s:
+                return True
+        self._round = None
+        return False
+
+    def _visit(self, watch: AgentWatch, problems: Mapping[str, frozenset[GroundAtom]],
+               objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> bool:
+        """Queue a probe of every due action of one agent not awaiting work; True if the
+        backlog filled before all went out (the rest stay due)."""
+        if watch.awaiting is not None:
+            return False
+        now = watch.clock()
+        probes = self._agents.get(watch.agent_id)
+        if probes is None or probes.domain is not watch.domain:
+            probes = self._agents[watch.agent_id] = _Probes(watch.domain, probes)
+        last = watch.last_state  # read once: a frozen watch reads it from its bytes
+        if last and (not probes.recent or not _same(probes.recent[-1], last)):
+            probes.recent = (*probes.recent, tuple(last))[-RECENT_STATES:]
+        recent = probes.recent
+        executed = watch.last_executed
+        times = probes.times
+        known = objects.get(watch.family)
+        init = problems.get(watch.family, frozenset())
+        pools: Pools | None = None
+        """The problem's objects completed from the agent's states (once a round, and
+        only for an action whose types the problem lacks: canary_objects)."""
+        due: list[tuple[frozenset[GroundAtom], GroundAction]] = []
+        full = False
+        for i, action in enumerate(watch.domain.actions):
+            last_run = executed.get(action.name, -1e18)
+            last_probe = times[i]
+            idle = now - max(last_run, last_probe) >= self.idle_s
+            if not idle and now - last_probe < self.busy_s:
+                continue
+            with self._lock:
+                if self._backlog >= MAX_BACKLOG:
+                    full = True
+                    break
+                self._backlog += 1
+            use: Pools
+            if known is not None and not missing_types(action, known):
+                use = known
+            else:
+                if pools is None:
+                    pools = probe_pools(watch.domain, known, recent)
+                use = pools
+            taken = _Taken(recent, init, use)
+            args = self._grounding(action, use, taken, watch.domain)
+            if args is None:
+                self._done()
+                continue
+            ground = (action.name, *args)
+            binding = dict(zip(action.parameter_names, args, strict=True))
+            base, designed = self._start(recent, init, designed_only=not idle)
+            # From a designed start, each effect's atom is set so that the effect
+            # changes it or leaves it (_made_true).
+            state = _made_true(action, binding, base, self._rng if designed else None)
+            times[i] = now
+            due.append((frozenset(state), ground))
+            if idle and (action.pre_pos or action.pre_neg):
+                wider = self._one_literal_false(action, binding, state, base, use, taken)
+                if wider is not None:
+                    with self._lock:
+                        if self._backlog >= MAX_BACKLOG:
+                            full = True
+                            break
+                        self._backlog += 1
+                    due.append(wider)
+        if due:
+            self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
+                              due)
+        return full
 
     def _grounding(self, action: Action, objects: Pools, taken: Taken = tuple,
                    domain: Domain | None = None) -> tuple[str, ...] | None:

@@ -306,6 +306,11 @@ class SchedulerConfig(Section):
     rejections raised together at the next turn (docs/performance.md, "The audit in
     slices"); 0 (the default until measured better): the whole audit in one turn."""
     canary_s: float = Field(default=60.0, gt=0)
+    canary_slice_s: float = Field(default=0.005, ge=0)
+    """The canary round runs in slices between batches: about this much of the main
+    loop's time per turn (at least one agent, and more when the round would not end
+    within half of ``canary_s`` otherwise); 0: the whole round in one turn
+    (docs/performance.md, "canary22")."""
     canary_idle_s: float = Field(default=120.0, gt=0)
     """An action not seen executing (nor probed) for this long is probed by a canary query:
     with ``canary_s`` 60 an action an agent stopped is probed within 3 minutes."""

@@ -97,6 +97,7 @@ def test_a_canary_finds_reduced_functionality_the_stream_never_shows(tmp_path: P
     while queued() < {"rover-a", "rover-b"} and time.monotonic() < deadline:
         time.sleep(0.05)
         d.drain()
+        d.canary_slice()  # as the main loop's turns do: the round runs in slices
     items = d.store.queue_items()
     assert {i.agent_id for i in items} == {"rover-a", "rover-b"}
     evidence = items[0].payload["inconsistent"]
