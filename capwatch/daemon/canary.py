@@ -161,14 +161,14 @@ class _Taken:
 class _Round:
     """A canary round under way (CanaryProber.start_round)."""
 
-    __slots__ = ("forget", "lookup", "objects", "order", "period_s", "problems", "start",
-                 "started", "visited")
+    __slots__ = ("forget", "lookup", "objects", "optimal", "order", "period_s", "problems",
+                 "start", "started", "visited")
 
     def __init__(self, order: list[AgentWatch], start: int,
                  lookup: Callable[[str], AgentWatch | None],
                  problems: Mapping[str, frozenset[GroundAtom]],
                  objects: Mapping[str, Mapping[str, tuple[str, ...]]], started: float,
-                 period_s: float | None) -> None:
+                 period_s: float | None, optimal: bool) -> None:
         self.order = order
         self.start = start
         """The index in ``order`` of the first agent visited (then round the end)."""
@@ -179,6 +179,8 @@ class _Round:
         self.objects = objects
         self.started = started
         self.period_s = period_s
+        self.optimal = 0 if optimal else len(order)
+        """Agents (``order`` from its start) whose optimal runs were checked."""
         self.forget: list[str] | None = None
         """Agents of the prober's own to check, once every agent's turn came."""
 
@@ -233,7 +235,7 @@ class CanaryProber:
                     problems: Mapping[str, frozenset[GroundAtom]],
                     objects: Mapping[str, Mapping[str, tuple[str, ...]]], *,
                     lookup: Callable[[str], AgentWatch | None] | None = None,
-                    period_s: float | None = None) -> bool:
+                    period_s: float | None = None, optimal: bool = False) -> bool:
         """Begin a round over ``watches``, visited by :meth:`round_slice`, from the agent
         where the last round found the backlog full: a round stops there (nothing more
         can go out), and starting every round at the registry's first agent left the
@@ -243,15 +245,17 @@ class CanaryProber:
         moved away since the round began: skipped); without it the agents watched are
         those given. With ``period_s``, each slice visits at least the round's share
         for the time gone since it began, so a round ends within ``period_s`` however
-        seldom the main loop turns. False (nothing begun) while one is under way (it
-        is left to finish) and after :meth:`close`."""
+        seldom the main loop turns. With ``optimal``, every agent's optimal runs are
+        checked too (:meth:`check_optimal`), in slices, a full backlog or not. False
+        (nothing begun) while one is under way (it is left to finish) and after
+        :meth:`close`."""
         if self._closed or self._round is not None:
             return False
         order = list(watches)
         if lookup is None:
             lookup = {w.agent_id: w for w in order}.get
         self._round = _Round(order, self._resume_at(order), lookup, problems, objects,
-                             self._timer(), period_s)
+                             self._timer(), period_s, optimal)
         return True
 
     def _resume_at(self, order: Sequence[AgentWatch]) -> int:
@@ -306,6 +310,13 @@ class CanaryProber:
                 self._resume = (r.order[r.start].agent_id, r.start)
             elif (budget_s is not None and visits >= owed
                     and self._timer() - began >= budget_s):
+                return True
+        while r.optimal < n:
+            current = r.lookup(r.order[r.optimal].agent_id)
+            r.optimal += 1
+            if current is not None:
+                self._check_optimal(current, r.objects)
+            if budget_s is not None and self._timer() - began >= budget_s:
                 return True
         if r.forget is None:
             # Only once every agent's turn came: one a slice did not reach yet is not gone.
@@ -509,11 +520,15 @@ class CanaryProber:
         optimal but the model reaches their end in fewer, something the model relies on
         no longer works (papers/daaisy.md §4.1). Searched on the prober's thread."""
         for watch in watches:
-            runs = watch.take_optimal_runs()
-            if not runs or watch.awaiting is not None:
-                continue
-            self._pool.submit(self._shortcuts, watch.agent_id, watch.family, watch.domain,
-                              runs, objects.get(watch.family))
+            self._check_optimal(watch, objects)
+
+    def _check_optimal(self, watch: AgentWatch,
+                       objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
+        runs = watch.take_optimal_runs()
+        if not runs or watch.awaiting is not None:
+            return
+        self._pool.submit(self._shortcuts, watch.agent_id, watch.family, watch.domain, runs,
+                          objects.get(watch.family))
 
     def _shortcuts(self, agent_id: str, family: str, domain: Domain,
                    runs: list[tuple[AgentTransition, ...]],

@@ -826,13 +826,13 @@ class Pipeline:
         sched = self.config.scheduler
         if sched.canary_slice_s <= 0:
             self.canaries.probe_idle(self.registry, problems, objects)
+            self.canaries.check_optimal(self.registry, objects)
         elif self.canaries.start_round(self.registry, problems, objects,
                                        lookup=self.registry.get,
-                                       period_s=sched.canary_s / 2):
+                                       period_s=sched.canary_s / 2, optimal=True):
             # Paced to end within half its period: one still under way when the next is
             # due makes that one wait a whole period.
             self.canary_slice()
-        self.canaries.check_optimal(self.registry, objects)
 
     def canary_slice(self) -> None:
         """The canary round's next slice: about ``scheduler.canary_slice_s`` of the main

@@ -45,6 +45,7 @@ class Watch:
         self.domain = domain
         self.last_executed: dict[str, float] = {}
         self.visits = 0
+        self.optimal_checks = 0
         self._timer = timer
         self._cost = cost
 
@@ -54,6 +55,12 @@ class Watch:
         if self._timer is not None:
             self._timer.now += self._cost
         return frozenset()
+
+    def take_optimal_runs(self) -> list[Any]:
+        self.optimal_checks += 1
+        if self._timer is not None:
+            self._timer.now += self._cost
+        return []
 
 
 class Unreachable:
@@ -180,3 +187,19 @@ def test_agents_gone_between_slices_are_skipped_and_forgotten_at_the_rounds_end(
     while prober.round_slice(3.0):
         pass
     assert set(kept) == set(registry)
+
+
+def test_a_sliced_round_checks_every_agents_optimal_runs_a_full_backlog_or_not() -> None:
+    clock, timer = Clock(), Clock()
+    ws = [Watch(f"a{i:02}", clock, timer, cost=1.0) for i in range(60)]
+    prober = _prober(Held(), timer)
+    prober.start_round(_watches(ws), {}, OBJECTS, optimal=True)
+    calls = []
+    going = True
+    while going:
+        before = sum(w.visits + w.optimal_checks for w in ws)
+        going = prober.round_slice(3.0)
+        calls.append(sum(w.visits + w.optimal_checks for w in ws) - before)
+    assert max(calls) <= 3
+    assert sum(w.visits for w in ws) < len(ws)  # the backlog filled: the round stopped
+    assert [w.optimal_checks for w in ws] == [1] * len(ws)
