@@ -28,8 +28,18 @@ from capwatch.model.pddl_reader import read_domain
 EXAMPLES = Path(__file__).resolve().parent.parent / "capwatch" / "examples"
 
 
+class Clock:
+    """The watches' monotonic clock, moved by the rounds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Dropped(Executor):
-    """Takes each probe and never runs it; :meth:`release` says they were answered."""
+    """Takes each agent's probes and never runs them (``held``: how many, per agent)."""
 
     def __init__(self) -> None:
         self.held: list[int] = []
@@ -80,15 +90,15 @@ def main() -> None:
     limit = canary.MAX_BACKLOG
     for n in args.agents:
         for scenario in ("every probe sent", "backlog full"):
-            now = [0.0]
-            fleet = _fleet(n, lambda: now[0])
+            clock = Clock()
+            fleet = _fleet(n, clock)
             dropped = Dropped()
             canary.MAX_BACKLOG = limit if scenario == "backlog full" else 10**9
             prober = CanaryProber(agents=None, metrics=DaemonMetrics(),  # type: ignore[arg-type]
                                   idle_s=1.0, clock=lambda: None,  # type: ignore[arg-type,return-value]
                                   post=lambda r: None, executor=dropped)
             for r in range(args.rounds):
-                now[0] += 600.0  # every action due again
+                clock.now += 600.0  # every action due again
                 if scenario == "every probe sent":
                     # Answered between rounds: the backlog starts empty.
                     for k in dropped.held:
