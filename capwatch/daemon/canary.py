@@ -275,8 +275,9 @@ class CanaryProber:
     def round_slice(self, budget_s: float | None) -> bool:
         """The round's next agents for about ``budget_s`` (at least one, and at least
         the round's pace: :meth:`start_round`; None: the whole rest), then, once every
-        agent is visited or the backlog is full, the agents no longer watched forgotten
-        (in slices too). True while the round is still under way."""
+        agent is visited or the backlog is full, every agent's optimal runs checked (if
+        the round was begun so) and the agents no longer watched forgotten (in slices
+        too). True while the round is still under way."""
         r = self._round
         if r is None:
             return False
