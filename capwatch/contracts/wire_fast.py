@@ -142,6 +142,16 @@ def hashed(fingerprint: Fingerprint) -> tuple[int, int]:
     return fingerprint
 
 
+# _fast and _trace read the structs' fields by position (astuple, one C call).
+if tuple(f.name for f in msgspec.structs.fields(_Transition)) != (
+        "agent_id", "family", "state", "action", "next_state", "v", "episode_id", "time",
+        "optimal", "step", "executed") \
+        or tuple(f.name for f in msgspec.structs.fields(_Trace)) != (
+            "agent_id", "family", "states", "actions", "v", "episode_id", "time", "optimal",
+            "start_step", "executed"):
+    raise ImportError("wire_structs' fields moved: wire_fast reads them by position")
+
+
 _TIME_FIELD = wire.TransitionEvent.model_fields["time"]
 # The schema's own type for the field (whatever it becomes), validated as the model does.
 _TIME: TypeAdapter[datetime | None] = TypeAdapter(
@@ -239,11 +249,6 @@ def _atoms(atoms: list[GroundAtom]) -> frozenset[GroundAtom]:
     except KeyError:
         _learn(atoms)
         return frozenset(map(_ATOM_OF, map(_ID_OF, atoms)))
-
-
-def _common_fields(event: _Transition | _Trace) -> int:
-    return ((event.v is not UNSET) + (event.episode_id is not UNSET)
-            + (event.time is not _NO_TIME) + (event.optimal is not UNSET))
 
 
 def decode(
@@ -910,20 +915,25 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
     """A trace event's transitions. ``cut``: its states' texts as the trace splitter cut
     them (``event`` then decoded from the envelope, its states ``[]``), with the number
     of its members, ``keys``, all different (the splitter compared them)."""
+    # The fields read once, in one C call, as _fast reads a transition's (a Struct's
+    # attribute read from compiled code is a generic lookup: some twenty a trace, and
+    # two more a step for its transitions).
+    (agent_id, family, states_raw, actions_raw, v, episode_raw, time_raw, optimal_raw,
+     start_raw, executed_raw) = _FIELDS(event)
     # msgspec takes true for Literal[1] (True == 1 in Python): leave it to the schema.
-    if (event.v is not UNSET and type(event.v) is not int) \
-            or (key is not None and key != event.agent_id.encode()):
+    if (v is not _UNSET and type(v) is not int) \
+            or (key is not None and key != agent_id.encode()):
         raise _Refused
-    agent_id, family = event.agent_id, event.family
-    episode_id = None if event.episode_id is UNSET else event.episode_id
-    optimal = event.optimal is True
+    episode_id: str | None = None if episode_raw is _UNSET else episode_raw
+    optimal = optimal_raw is True
     if agent_id not in _VALID_AGENT_IDS or family not in _VALID_IDS \
             or (episode_id is not None and episode_id not in _VALID_IDS):
         _ids(agent_id, family, episode_id)
     max_atoms = limits.max_state_atoms
-    time = b"" if event.time is _NO_TIME else bytes(event.time)
-    fields = 5 + (event.start_step is not UNSET) + (event.executed is not UNSET) \
-        + _common_fields(event)
+    time = b"" if time_raw is _NONE_TIME else bytes(time_raw)
+    fields = 5 + (start_raw is not _UNSET) + (executed_raw is not _UNSET) \
+        + (v is not _UNSET) + (episode_raw is not _UNSET) + (time_raw is not _NONE_TIME) \
+        + (optimal_raw is not _UNSET)
     texts: list[bytes]
     if cut is not None:
         # As many members as fields decoded, each given (msgspec takes the tag as given
@@ -934,9 +944,9 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
     else:
         if not trace_keys_unique(raw, fields, time):
             raise _Refused
-        texts = [bytes(text) for text in event.states]
-    executed = None if event.executed is UNSET else event.executed
-    n = len(event.actions)
+        texts = [bytes(text) for text in states_raw]
+    executed: list[bool] | None = None if executed_raw is _UNSET else executed_raw
+    n = len(actions_raw)
     if not texts or len(texts) != n + 1 \
             or (executed is not None and len(executed) != n) \
             or n > limits.max_trace_steps:
@@ -946,7 +956,7 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
     # nothing (msgspec.ValidationError). A text seen before is its interned atom, as a
     # transition's action is (_ACTIONS: decoding the strings, hashing their tuple and
     # looking it up in the vocabulary cost ~2,000 instructions a step).
-    action_texts = [bytes(text) for text in event.actions]
+    action_texts = [bytes(text) for text in actions_raw]
     # The generation the kept atoms are of (-1: the map is an earlier one's); an atom
     # read below may turn the vocabulary and start the map anew before the next is used.
     kept_in = wire_atoms.generation if _actions_generation == wire_atoms.generation else -1
@@ -956,7 +966,7 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
         interned = _ACTIONS.get(text)  # (its generation checked when used)
         actions.append(interned)
         decoded.append(_ATOM_TEXT(text) if interned is None else interned)
-    when = None if event.time is _NO_TIME else _time(time)
+    when = None if time_raw is _NONE_TIME else _time(time)
     states, flips, last, came = _trace_states(texts, max_atoms,
                                               None if memo is None else memo[0])
     if memo is not None:
@@ -972,15 +982,21 @@ def _trace(event: _Trace, raw: bytes, limits: DecodeLimits, key: bytes | None,
             if len(memo) > 3:
                 memo[3] = came
     read: list[GroundAtom] = []
+    # Read again only after a call that may turn it (a module's variable read from
+    # compiled code is a lookup by name, ~270 instructions, once a step before).
+    now = wire_atoms.generation
     for i, interned in enumerate(actions):
         # Kept from an earlier generation, or reading the states (or an action) turned
         # the vocabulary: learnt anew, as _fast does.
-        read.append(interned if interned is not None and kept_in == wire_atoms.generation
-                    else _text_action(action_texts[i], decoded[i]))
-    start = 0 if event.start_step is UNSET else event.start_step
+        if interned is not None and kept_in == now:
+            read.append(interned)
+        else:
+            read.append(_text_action(action_texts[i], decoded[i]))
+            now = wire_atoms.generation
+    start: int = 0 if start_raw is _UNSET else start_raw
     return [
-        AgentTransition(
-            event.agent_id, event.family, episode_id, start + i, when,
+        _NEW(
+            agent_id, family, episode_id, start + i, when,
             states[i], a, states[i + 1], optimal,
             executed[i] if executed is not None else None, partition, offset,
         )

@@ -243,6 +243,12 @@ class Batches:
         if finding is DUPLICATE:
             self._repeated(watch)
             return
+        if finding is PLAIN_APPLIED or finding is TESTED_APPLIED:
+            # A trace's step as a single transition's (handle): the shared findings told
+            # apart without reading their attributes (five generic lookups a step).
+            key = (watch.family, t.action[0], _APPLIED, finding is TESTED_APPLIED)
+            self._tally[key] = self._tally.get(key, 0) + 1
+            return
         key = (watch.family, t.action[0], finding.verdict, finding.tested)
         self._tally[key] = self._tally.get(key, 0) + 1
         if finding.alarm is not None or finding.ripe or finding.verdict is _INCONSISTENT \

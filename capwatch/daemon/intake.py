@@ -5,7 +5,7 @@ parameter's). Runs on the main loop."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -212,7 +212,8 @@ class Intake:
                             where = f"step {t.step}: " if len(decoded) > 1 else ""
                             self.dead_letter(record, where + problem, "type")
                             return None
-        if len(decoded) > 1 and not self._in_vocabulary(watch.domain, decoded):
+        if len(decoded) > 1 and not self._in_vocabulary(watch.domain, decoded,
+                                                        self.steps_flipped):
             # Something is wrong: found step by step, as the reason names the first.
             for t in decoded:
                 problem = vocabulary_error(watch.domain, t)
@@ -221,7 +222,8 @@ class Intake:
                     return None
         return watch, decoded
 
-    def _in_vocabulary(self, domain: Domain, steps: list[AgentTransition]) -> bool:
+    def _in_vocabulary(self, domain: Domain, steps: list[AgentTransition],
+                       flips: list[list[GroundAtom] | None] | None = None) -> bool:
         """Whether no step of a trace has a vocabulary error (``vocabulary_error``: every
         action of the model with its arity, every atom of a predicate with its arity);
         False also for what that check would name otherwise or fail on (an empty atom).
@@ -232,31 +234,36 @@ class Intake:
         again (one subset test of the state's set, whose atoms' hashes it holds).
         Checking each step whole (``vocabulary_error``, uncompiled, building the model's
         maps at each call) cost more than the rest of a trace's step on a fleet of traces
-        (session 14, docs/performance.md "A fleet from an outside producer")."""
+        (session 14, docs/performance.md "A fleet from an outside producer").
+
+        ``flips``: per step, the atoms the decoder made its next state from its state by
+        (``Intake.steps_flipped``), or None. A next state so made from a state checked
+        here holds no atom but the state's and those: only they are checked, where the
+        subset test of the whole state cost ~2,300 instructions a step of ~32 atoms
+        (the most of this method on an outside producer's traces; callgrind, steady22)."""
         got = self._vocabularies.get(id(domain))
         if got is None or got[0] is not domain:
             got = self._vocabulary(domain)
         actions, predicates, checked = got[1], got[2], got[3]
+        if flips is not None and len(flips) != len(steps):
+            flips = None
         last: frozenset[GroundAtom] | None = None
-        for t in steps:
+        for i, t in enumerate(steps):
             action = t.action
             if not action or actions.get(action[0], -1) != len(action) - 1:
                 return False
-            for state in (t.state, t.next_state):
-                if state is last:
-                    continue
-                # Noted before the subset test too: the next step's state is this very
-                # set, and a second test of it cost ~2,300 instructions (~32 atoms).
-                last = state
-                if state <= checked:
-                    continue
-                for atom in state:
-                    if atom not in checked:
-                        if not atom or predicates.get(atom[0], -1) != len(atom) - 1:
-                            return False
-                        if len(checked) >= MAX_CHECKED_ATOMS:
-                            checked.clear()  # a bound on memory; refilled as traces come
-                        checked.add(atom)
+            state = t.state
+            after = t.next_state
+            if state is not last and not _atoms_right(state, predicates, checked):
+                return False
+            if after is not state:
+                flipped = flips[i] if flips is not None else None
+                if not _atoms_right(after if flipped is None else flipped, predicates,
+                                    checked):
+                    return False
+            # The next step's state is this very set, checked now (its atoms, or the
+            # state's and the flipped ones).
+            last = after
         return True
 
     def _vocabulary(self, domain: Domain) -> tuple[Domain, dict[str, int], dict[str, int],
@@ -343,3 +350,20 @@ class Intake:
             DeadLetter(reason, record.value, record.size, record.sha256), record.source,
             record.partition, record.offset, self.clock()))
         log.warning("dead letter", reason=reason)
+
+
+def _atoms_right(atoms: Collection[GroundAtom], predicates: dict[str, int],
+                 checked: set[GroundAtom]) -> bool:
+    """Whether every one of ``atoms`` is of a predicate of ``predicates`` with its arity
+    (those found so are kept in ``checked``: one subset test of a state's set, whose
+    atoms' hashes it holds, when all of them were found before)."""
+    if type(atoms) is frozenset and atoms <= checked:
+        return True
+    for atom in atoms:
+        if atom not in checked:
+            if not atom or predicates.get(atom[0], -1) != len(atom) - 1:
+                return False
+            if len(checked) >= MAX_CHECKED_ATOMS:
+                checked.clear()  # a bound on memory; refilled as traces come
+            checked.add(atom)
+    return True
