@@ -39,6 +39,8 @@ from capwatch.monitor.observations import Observation as Observation
 
 AtomLists = Sequence[Sequence[str]]
 _new_tuple: Final[Any] = tuple.__new__
+Step = tuple[Verdict, GroundAction, int, int, StateMask, GroundOperator]
+""":class:`Observation`'s fields, in its order (:meth:`TransitionMonitor.step`)."""
 # Module constants: reading a member off an enum class costs ~0.15 µs on Python 3.11
 # (Final: kept in a C static by mypyc, not looked up in the module's dictionary).
 _APPLIED: Final = Verdict.APPLIED
@@ -68,11 +70,18 @@ def _in_vocabulary(arity: dict[str, int], atoms: Iterable[GroundAtom]) -> bool:
     return True
 
 
-def _unflat(buf: list[Any], kind: Any) -> list[Any]:
+def _unflat(buf: list[Any], kind: Any, keep: int) -> list[Any]:
     """A flat list of executions (:data:`RUN` values each) as one ``kind`` (a tuple type)
-    per execution."""
+    per execution: its last ``keep`` (the list holds up to :data:`RUN_SLACK` more)."""
     return [_new_tuple(kind, (buf[i], buf[i + 1], buf[i + 2], buf[i + 3]))
-            for i in range(0, len(buf), RUN)]
+            for i in range(max(0, len(buf) - RUN * keep), len(buf), RUN)]
+
+
+RUN_SLACK: Final = 8
+"""Executions an action's flat list may hold beyond ``limits.executed_per_action``
+before its oldest are dropped, all at once: dropping one execution a record moved the
+whole list (a slice deletion: ~680 instructions a record once the list was full;
+callgrind, outside fleet). Readers take the last ``executed_per_action`` (_unflat)."""
 
 
 def _union(bits: dict[GroundAtom, int], atoms: tuple[GroundAtom, ...]) -> int:
@@ -185,7 +194,8 @@ class TransitionMonitor:
             # Not index.bits: that would map atoms left unmapped (AtomIndex.defer_new).
             own = (index.atoms, None if index.maps_with(valid) else sum(valid.values()))
         return (self.transitions,
-                tuple((name, tuple(_unflat(buf, tuple))) for name, buf in self._runs.items()),
+                tuple((name, tuple(_unflat(buf, tuple, self.limits.executed_per_action)))
+                      for name, buf in self._runs.items()),
                 self._last_mask, lists is not None, own)
 
     @classmethod
@@ -240,7 +250,8 @@ class TransitionMonitor:
     def executed(self) -> dict[str, list[ExecutedTransition]]:
         """Action name → its last executions kept, oldest first; made anew from the flat
         lists at each read (assessments, freezing, canaries: off the per-record path)."""
-        return {name: _unflat(buf, ExecutedTransition) for name, buf in self._runs.items()}
+        keep = self.limits.executed_per_action
+        return {name: _unflat(buf, ExecutedTransition, keep) for name, buf in self._runs.items()}
 
     @property
     def shared(self) -> SharedGrounding | None:
@@ -285,10 +296,12 @@ class TransitionMonitor:
         dropped = self._inconsistencies is not None
         self._inconsistencies = None
         runs = self._runs
+        keep = RUN * self.limits.executed_per_action
         for name, buf in runs.items():
             if len(buf) > RUN:
                 runs[name] = buf[-RUN:]
-                dropped = True
+                # Dropped: executions a reader saw (not only those beyond the limit).
+                dropped = dropped or min(len(buf), keep) > RUN
         return dropped
 
     @property
@@ -344,7 +357,22 @@ class TransitionMonitor:
                 executed: bool | None = None,
                 came: tuple[frozenset[GroundAtom], Collection[GroundAtom]] | None = None
                 ) -> Observation:
-        """Check a transition given as sets of atoms (see :meth:`observe_lists`).
+        """Check a transition given as sets of atoms (see :meth:`observe_lists`):
+        :meth:`step` as an :class:`Observation`."""
+        obs: Observation = _new_tuple(Observation, self.step(
+            state, action, next_state, position, flipped, executed, came))
+        return obs
+
+    def step(self, state: frozenset[GroundAtom], action: GroundAction,
+             next_state: frozenset[GroundAtom], position: int = -1,
+             flipped: Collection[GroundAtom] | None = None,
+             executed: bool | None = None,
+             came: tuple[frozenset[GroundAtom], Collection[GroundAtom]] | None = None
+             ) -> Step:
+        """:meth:`observe`'s check, its observation's fields as a plain tuple: the
+        per-record path's (AgentWatch), which compiled takes it as a C struct, where
+        the NamedTuple cost a call of ``tuple.__new__`` a record (~870 instructions;
+        callgrind, outside fleet).
 
         ``executed``: the producer's word on whether the agent executed the action (the
         wire's field; None: not said), which decides an unchanged state
@@ -441,10 +469,10 @@ class TransitionMonitor:
         buf.append(s)
         buf.append(action)
         buf.append(s2)
-        if len(buf) > RUN * self.limits.executed_per_action:
-            del buf[:RUN]
-        obs: Observation = _new_tuple(Observation, (verdict, action, result[1], position, s, op))
-        return obs
+        keep = RUN * self.limits.executed_per_action
+        if len(buf) > keep + RUN * RUN_SLACK:
+            del buf[:len(buf) - keep]
+        return verdict, action, result[1], position, s, op
 
     def _operator(self, action: GroundAction) -> GroundOperator:
         """Ground ``action`` (raises ModelError); on a full shared index, in an index of
@@ -640,8 +668,9 @@ class TransitionMonitor:
         buf.append(s)
         buf.append(action)
         buf.append(s2)
-        if len(buf) > RUN * self.limits.executed_per_action:
-            del buf[:RUN]
+        keep = RUN * self.limits.executed_per_action
+        if len(buf) > keep + RUN * RUN_SLACK:
+            del buf[:len(buf) - keep]
 
     def pinned_pa_values(self) -> dict[PaTuple, frozenset[PaValue]]:
         """Pa-values still possible after every executed transition seen (Table 2),
