@@ -356,49 +356,62 @@ class CanaryProber:
         only for an action whose types the problem lacks: canary_objects)."""
         due: list[tuple[frozenset[GroundAtom], GroundAction]] = []
         full = False
-        for i, action in enumerate(watch.domain.actions):
-            last_run = executed.get(action.name, -1e18)
-            last_probe = times[i]
-            idle = now - max(last_run, last_probe) >= self.idle_s
-            if not idle and now - last_probe < self.busy_s:
-                continue
-            with self._lock:
-                if self._backlog >= MAX_BACKLOG:
-                    full = True
-                    break
-                self._backlog += 1
-            use: Pools
-            if known is not None and not missing_types(action, known):
-                use = known
-            else:
-                if pools is None:
-                    pools = probe_pools(watch.domain, known, recent)
-                use = pools
-            taken = _Taken(recent, init, use)
-            args = self._grounding(action, use, taken, watch.domain)
-            if args is None:
-                self._done()
-                continue
-            ground = (action.name, *args)
-            binding = dict(zip(action.parameter_names, args, strict=True))
-            base, designed = self._start(recent, init, designed_only=not idle)
-            # From a designed start, each effect's atom is set so that the effect
-            # changes it or leaves it (_made_true).
-            state = _made_true(action, binding, base, self._rng if designed else None)
-            times[i] = now
-            due.append((frozenset(state), ground))
-            if idle and (action.pre_pos or action.pre_neg):
-                wider = self._one_literal_false(action, binding, state, base, use, taken)
-                if wider is not None:
-                    with self._lock:
-                        if self._backlog >= MAX_BACKLOG:
-                            full = True
-                            break
-                        self._backlog += 1
-                    due.append(wider)
-        if due:
-            self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
-                              due)
+        held = 0
+        """Backlog slots taken for probes not yet handed to the pool: given back if this
+        visit fails half way (each failure would otherwise keep them, and the canary
+        stop for good once MAX_BACKLOG of them were kept)."""
+        try:
+            for i, action in enumerate(watch.domain.actions):
+                last_run = executed.get(action.name, -1e18)
+                last_probe = times[i]
+                idle = now - max(last_run, last_probe) >= self.idle_s
+                if not idle and now - last_probe < self.busy_s:
+                    continue
+                with self._lock:
+                    if self._backlog >= MAX_BACKLOG:
+                        full = True
+                        break
+                    self._backlog += 1
+                held += 1
+                use: Pools
+                if known is not None and not missing_types(action, known):
+                    use = known
+                else:
+                    if pools is None:
+                        pools = probe_pools(watch.domain, known, recent)
+                    use = pools
+                taken = _Taken(recent, init, use)
+                args = self._grounding(action, use, taken, watch.domain)
+                if args is None:
+                    self._done()
+                    held -= 1
+                    continue
+                ground = (action.name, *args)
+                binding = dict(zip(action.parameter_names, args, strict=True))
+                base, designed = self._start(recent, init, designed_only=not idle)
+                # From a designed start, each effect's atom is set so that the effect
+                # changes it or leaves it (_made_true).
+                state = _made_true(action, binding, base, self._rng if designed else None)
+                times[i] = now
+                due.append((frozenset(state), ground))
+                if idle and (action.pre_pos or action.pre_neg):
+                    wider = self._one_literal_false(action, binding, state, base, use, taken)
+                    if wider is not None:
+                        with self._lock:
+                            if self._backlog >= MAX_BACKLOG:
+                                full = True
+                                break
+                            self._backlog += 1
+                        held += 1
+                        due.append(wider)
+            if due:
+                self._pool.submit(self._probe, watch.agent_id, watch.family, watch.domain,
+                                  due)
+                held = 0
+        finally:
+            if held:
+                with self._lock:
+                    self._backlog -= held
         return full
 
     def _grounding(self, action: Action, objects: Pools, taken: Taken = tuple,

@@ -434,6 +434,9 @@ class Pipeline:
         back resumes it with nothing lost."""
         if self._partition_failed(error):
             return
+        # No stream to yield to while a dependency is out: paced work runs at full speed
+        # (it would otherwise wait out the whole outage at its reduced share).
+        self.pressure.caught_up()
         what = describe_outage(error)
         self._outage_wait = min(30.0, max(0.5, self._outage_wait * 2))
         if what != self._outage:

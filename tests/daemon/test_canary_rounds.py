@@ -203,3 +203,38 @@ def test_a_sliced_round_checks_every_agents_optimal_runs_a_full_backlog_or_not()
     assert max(calls) <= 3
     assert sum(w.visits for w in ws) < len(ws)  # the backlog filled: the round stopped
     assert [w.optimal_checks for w in ws] == [1] * len(ws)
+
+
+def test_a_visit_that_fails_half_way_gives_its_backlog_slots_back(monkeypatch: Any) -> None:
+    held = Held()
+    prober = _prober(held)
+    clock = Clock()
+    clock.now = 10.0
+    calls = {"n": 0}
+    real = CanaryProber._start
+
+    def start(self: CanaryProber, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the agent's second due action: one slot already taken
+            raise RuntimeError("design failed")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(CanaryProber, "_start", start)
+    w = Watch("a0", clock)
+    try:
+        prober.probe_idle(_watches([w]), {}, OBJECTS)
+    except RuntimeError:
+        pass
+    assert calls["n"] == 2
+    assert prober._backlog == 0  # before: the slots of the failed visit kept for good
+    # The round goes on past the failed agent as the main loop's slices do: the next
+    # agent's probes still find room.
+    monkeypatch.setattr(CanaryProber, "_start", real)
+    while prober.round_slice(None):  # the failed round ends
+        pass
+    clock.now = 1_000.0  # every action due again
+    assert prober.start_round(_watches([w, Watch("a1", clock)]), {}, OBJECTS)
+    while prober.round_slice(None):
+        pass
+    assert held.probed.get("a1", 0) > 0
+    assert prober._backlog == sum(held.probed.values())

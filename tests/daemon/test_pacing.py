@@ -258,3 +258,21 @@ def test_a_stopping_daemon_lets_running_work_use_its_grace_at_full_speed(
     assert d._step() and d.pressure.behind
     d._shutdown()
     assert not d.pressure.behind
+
+
+def test_an_outage_leaves_no_stream_to_yield_to(tmp_path: Path) -> None:
+    """While the broker or the store is out the main loop handles nothing: paced work
+    must not wait out the outage at its reduced share (it used to, the stream last seen
+    behind)."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(good_sample(step=0) + "\n")
+    source = _Stamped(str(path))
+    d = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}),
+                      publisher=MemoryPublisher(), source=source).pipeline
+    d.open()
+    assert d._step() and d.pressure.behind
+    d._stop.set()  # the outage's wait returns at once
+    d._failed(OSError(28, "No space left on device"))
+    assert not d.pressure.behind
+    d.source.close()
+    d.store.close()
