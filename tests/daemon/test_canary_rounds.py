@@ -11,6 +11,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, cast
 
+import pytest
+
 from capwatch.assess.agent import AgentQuery, AgentUnavailable
 from capwatch.daemon.agent_watch import AgentWatch
 from capwatch.daemon.canary import MAX_BACKLOG, CanaryProber
@@ -221,10 +223,8 @@ def test_a_visit_that_fails_half_way_gives_its_backlog_slots_back(monkeypatch: A
 
     monkeypatch.setattr(CanaryProber, "_start", start)
     w = Watch("a0", clock)
-    try:
+    with pytest.raises(RuntimeError, match="design failed"):
         prober.probe_idle(_watches([w]), {}, OBJECTS)
-    except RuntimeError:
-        pass
     assert calls["n"] == 2
     assert prober._backlog == 0  # before: the slots of the failed visit kept for good
     # The round goes on past the failed agent as the main loop's slices do: the next
