@@ -51,6 +51,7 @@ from capwatch.adapters.io.kafka_common import (
     PublishError,
     fetch_bytes,
     heartbeat_ms,
+    topic_id_text,
 )
 from capwatch.adapters.io.kafka_join import await_group_metadata, finish_join, join_unfinished
 from capwatch.adapters.io.kafka_records import ReadNotes
@@ -100,10 +101,8 @@ def described_topic_id(bootstrap: str, topic: str, *,
     finally:
         admin.close()
     for t in described:
-        found = t.get("topic_id")
-        if t.get("name", t.get("topic")) == topic and found is not None \
-                and str(found).strip("0-"):  # all zeros: no id (a broker before 2.8)
-            return str(found)
+        if t.get("name", t.get("topic")) == topic:
+            return topic_id_text(t.get("topic_id"))
     return None
 
 
@@ -547,8 +546,7 @@ class KafkaSource:
         the assignment it is asked at was made from that metadata."""
         if self._consumer is None:
             return None
-        found = self._consumer._client.cluster.topic_id(self.topic)
-        return None if found is None else str(found)
+        return topic_id_text(self._consumer._client.cluster.topic_id(self.topic))
 
     def backed_off(self, error: BaseException) -> bool:
         """Whether ``error``, raised by the last poll, was a partition's own: that

@@ -7,6 +7,7 @@ kafka_confluent.py), so the commit rule and the message limits cannot drift apar
   daemon commits no offset past a dead letter, model event or alert the broker refused.
 - :func:`fetch_bytes`: how much one partition fetch may hold, from the setting and the
   message limit.
+- :func:`topic_id_text`: one text for a topic's id, whichever client read it.
 
 No Kafka client is imported here.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -69,6 +71,34 @@ records are all handed out, so the main loop waits out a whole fetch every few b
 1 MiB is ~190 messages of 5.6 KB. At 4 MiB capwatch run over kafka-python came back from
 a poll empty 1-7 times per 100,000 records of 3-5.6 KB instead of 8-30
 (docs/performance.md)."""
+
+
+_HALF = (1 << 64) - 1
+
+
+def topic_id_text(found: object) -> str | None:
+    """A topic's id as stored beside positions (KnowsTopicId), the same text from every
+    client: the UUID's usual 36-character form. kafka-python hands a ``uuid.UUID``;
+    librdkafka a ``Uuid`` whose ``str()`` is base64 of the same 16 bytes, read here by its
+    two signed 64-bit halves (rev22b: the two forms of one topic compared as different
+    topics, so switching ``kafka.client`` dropped every saved position). None when there
+    is no id: none given, or all zeros (a broker before Kafka 2.8)."""
+    if found is None:
+        return None
+    value: uuid.UUID
+    if isinstance(found, uuid.UUID):
+        value = found
+    else:
+        most = getattr(found, "get_most_significant_bits", None)
+        least = getattr(found, "get_least_significant_bits", None)
+        if callable(most) and callable(least):
+            value = uuid.UUID(int=((int(most()) & _HALF) << 64) | (int(least()) & _HALF))
+        else:
+            try:
+                value = uuid.UUID(str(found))
+            except ValueError:  # not a UUID's text: kept as given, compared as it is
+                return str(found) or None
+    return None if value.int == 0 else str(value)
 
 
 def fetch_bytes(max_message_bytes: int, partition_fetch_bytes: int = PARTITION_FETCH_BYTES

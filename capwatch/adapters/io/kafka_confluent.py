@@ -46,6 +46,7 @@ from capwatch.adapters.io.kafka_common import (
     PublishError,
     fetch_bytes,
     heartbeat_ms,
+    topic_id_text,
 )
 from capwatch.contracts.ports import AssignmentLost, PartitionFailing, Rebalance, Record
 
@@ -569,7 +570,7 @@ class ConfluentKafkaSource:
             log.warning("the topic's id could not be read", topic=self.topic,
                         error=str(e)[:300])
             return None
-        return None if found is None else str(found)
+        return topic_id_text(found)
 
     def close(self) -> None:
         if self._consumer is not None:
