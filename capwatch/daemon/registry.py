@@ -430,13 +430,19 @@ class Registry:
         if not ended:
             return
         items = read([k for k in ended.values() if k is not None]) if read is not None else {}
+        # The store's clock read before any hint is released: a store failing between
+        # the two reads then leaves every hint for the next poll (rev22b: released first,
+        # an agent lost its back-off and its next holder queued the same evidence again).
         now: datetime | None = None
+        if store_now is not None and any(
+                (item := items.get(key) if key is not None else None) is not None
+                and item.status in ("done", "failed") and item.ended_at is not None
+                for key in ended.values()):
+            now = store_now()
         for agent_id, key in ended.items():
             self.unpark(agent_id)
             item = items.get(key) if key is not None else None
             if item is not None and item.status in ("done", "failed"):
-                if now is None and store_now is not None and item.ended_at is not None:
-                    now = store_now()
                 self.hold_ended(item, ended_ago(item, now))
 
     def unpark_settled(self, agent_id: str, key: str) -> None:

@@ -875,3 +875,42 @@ def test_a_hint_released_late_backs_off_from_the_works_end(
         assert until - back.clock() == pytest.approx(200.0, abs=5.0)
     finally:
         store.close()
+
+
+def test_a_store_failing_at_its_clock_releases_no_hint(tmp_path: Path) -> None:
+    """unpark_ended reads the store's clock before it releases any hint: a store failing
+    there leaves the hints for the next poll, which backs them off (rev22b: released
+    first, the agent lost its back-off and its next holder queued the same evidence)."""
+    from capwatch.contracts.store import PendingAssessment
+
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        seed_baselines(store, {"courier-v1": example("courier.pddl")}, datetime.now(UTC))
+        registry = Registry(store, SETTINGS)
+        agent = "courier-v1-000"
+        w = registry.load(agent, "courier-v1", 0)
+        assert w is not None
+        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+        _assessed_unconfirmed(w)
+        registry.park(agent, "k2", (), {"pick": (60, 440)})
+        registry.drop([agent])
+        at = datetime.now(UTC)
+        ended = PendingAssessment(
+            "k2", agent, "courier-v1",
+            {"base": w.version.ref.to_json(), "drift": {"pick": {"counts": [60, 440]}}},
+            at, status="done", ended_at=at)
+
+        def down() -> datetime:
+            raise ConnectionError("the store went away")
+
+        def items(keys: list[str]) -> dict[str, PendingAssessment]:
+            return {k: ended for k in keys if k == "k2"}
+
+        with pytest.raises(ConnectionError):
+            registry.unpark_ended(set(), items, down)
+        registry.unpark_ended(set(), items, lambda: at)
+        back = registry.load(agent, "courier-v1", 0)
+        assert back is not None and back.awaiting is None
+        assert back.backoff[drift_kind("pick")][1] == 2
+    finally:
+        store.close()
