@@ -287,9 +287,10 @@ class AssessmentConfig(Section):
     "Query size")."""
     behind_s: float | None = Field(default=0.25, gt=0)
     """The stream is behind while the newest record handled was written more than this
-    long ago (the source's timestamp): the assessment workers and canary probes, which
-    share the main loop's interpreter, then yield it (``behind_cpu_share``). null: they
-    never yield (daemon.pacing)."""
+    long ago (the source's timestamp), counted above the least age seen over the last
+    150-300 s (the producers' clock offset): the assessment workers and canary probes,
+    which share the main loop's interpreter, then yield it (``behind_cpu_share``). null:
+    they never yield (daemon.pacing)."""
     behind_cpu_share: float = Field(default=0.1, gt=0, le=1)
     """While the stream is behind, the share of a core the assessment workers together
     (and the canary's probe threads together) spend, each by its own CPU time, waiting

@@ -35,6 +35,12 @@ LONGEST_WAIT_S = 1.0
 up: a stopping daemon or a caught-up stream is not kept waiting on an old debt."""
 
 
+OFFSET_WINDOW_S = 150.0
+"""How long the least record age seen stands for the producers' clock offset: a window
+and the one before it. A stream behind for longer than two windows straight is taken as
+the new normal and no longer paces anything (pacing cannot have been helping it)."""
+
+
 _ROUNDING = 1e-9
 """A debt this small is what rounding leaves of one waited out: no wait for it."""
 
@@ -49,11 +55,30 @@ class StreamPressure:
         never is (nothing yields)."""
         self._caught_up = threading.Event()
         self._caught_up.set()
+        # A record's age is read from the producers' clocks: one running slow by more
+        # than behind_s would keep the stream "behind" for good (rev22b), paced work at
+        # its share for ever. So the age counts above the least age seen over the last
+        # one or two windows (the clocks' offset, and the stream's own latency), starting
+        # from 0 (no offset assumed); an age below 0 (a clock running fast) counts as 0,
+        # which never paces. Main loop only.
+        self._floor = 0.0
+        self._floor_before = 0.0
+        self._window_ends: float | None = None
 
     def handled(self, newest: float | None, now: float) -> None:
         """A batch was handled at ``now``; ``newest``: when the newest record handled so
         far was written (Unix seconds), None if not known."""
-        if self.behind_s is not None and newest is not None and now - newest > self.behind_s:
+        if self.behind_s is None or newest is None:
+            self._caught_up.set()
+            return
+        age = max(0.0, now - newest)
+        if self._window_ends is None:
+            self._window_ends = now + OFFSET_WINDOW_S
+        elif now >= self._window_ends:
+            self._floor_before, self._floor = self._floor, age
+            self._window_ends = now + OFFSET_WINDOW_S
+        self._floor = min(self._floor, age)
+        if age - min(self._floor, self._floor_before) > self.behind_s:
             self._caught_up.clear()
         else:
             self._caught_up.set()

@@ -20,6 +20,7 @@ from capwatch.contracts.ports import Record
 from capwatch.daemon.pacing import (
     BURST_S,
     LONGEST_WAIT_S,
+    OFFSET_WINDOW_S,
     PacedAgent,
     Pacer,
     Pacers,
@@ -276,3 +277,27 @@ def test_an_outage_leaves_no_stream_to_yield_to(tmp_path: Path) -> None:
     assert not d.pressure.behind
     d.source.close()
     d.store.close()
+
+
+def test_producers_clocks_running_slow_pace_for_two_windows_at_most() -> None:
+    """An age read from slow producer clocks (every record 0.4 s 'old' on arrival) is an
+    offset, not a backlog: it paces only until two windows have shown it, after which a
+    real backlog on top of it still does (rev22b: it paced for ever)."""
+    pressure = StreamPressure(0.25)
+    t = 1_000.0
+    while t < 1_000.0 + 2 * OFFSET_WINDOW_S + 1:
+        pressure.handled(t - 0.4, t)
+        assert pressure.behind == (t < 1_000.0 + 2 * OFFSET_WINDOW_S)
+        t += 1.0
+    pressure.handled(t - 0.6, t)
+    assert not pressure.behind  # 0.2 s above the offset
+    pressure.handled(t - 1.4, t)
+    assert pressure.behind  # 1 s of backlog above it
+
+
+def test_producers_clocks_running_fast_never_pace() -> None:
+    pressure = StreamPressure(0.25)
+    pressure.handled(1_300.0, 1_000.0)  # written 300 s "after" it was handled
+    assert not pressure.behind
+    pressure.handled(999.0, 1_000.0)
+    assert pressure.behind  # the fast record raised no floor: a real second behind
