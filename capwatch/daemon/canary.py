@@ -206,6 +206,8 @@ class CanaryProber:
         """Per agent watched, its recent states and when each action was last probed."""
         self._backlog = 0
         """Probes submitted and not yet answered (a slow agent must not grow the queue)."""
+        self._searching: set[str] = set()
+        """Agents whose optimal-run search is queued or running (under ``_lock``)."""
         self._lock = threading.Lock()
         self._closed = False
         """Set at shutdown: commands still queued for the main loop must not submit probes."""
@@ -538,15 +540,38 @@ class CanaryProber:
 
     def _check_optimal(self, watch: AgentWatch,
                        objects: Mapping[str, Mapping[str, tuple[str, ...]]]) -> None:
+        agent_id = watch.agent_id
+        with self._lock:
+            # One search an agent at a time: its runs wait in the watch (a few, bounded:
+            # optimal_runs) while the last is queued, where a round each added another
+            # task to a pool slowed by pacing, without bound (rev22b).
+            if agent_id in self._searching:
+                return
         runs = watch.take_optimal_runs()
         if not runs or watch.awaiting is not None:
             return
-        self._pool.submit(self._shortcuts, watch.agent_id, watch.family, watch.domain, runs,
-                          objects.get(watch.family))
+        with self._lock:
+            self._searching.add(agent_id)
+        try:
+            self._pool.submit(self._shortcuts, agent_id, watch.family, watch.domain, runs,
+                              objects.get(watch.family))
+        except BaseException:
+            with self._lock:
+                self._searching.discard(agent_id)
+            raise
 
     def _shortcuts(self, agent_id: str, family: str, domain: Domain,
                    runs: list[tuple[AgentTransition, ...]],
                    objects: Mapping[str, tuple[str, ...]] | None) -> None:
+        try:
+            self._search(agent_id, family, domain, runs, objects)
+        finally:
+            with self._lock:
+                self._searching.discard(agent_id)
+
+    def _search(self, agent_id: str, family: str, domain: Domain,
+                runs: list[tuple[AgentTransition, ...]],
+                objects: Mapping[str, tuple[str, ...]] | None) -> None:
         if self.pacers is not None:
             self.pacers.pacer().pace()  # the search asks no agent: paced once, before it
         traces = [Trace(tuple([run[0].state, *(t.next_state for t in run)]),

@@ -238,3 +238,31 @@ def test_a_visit_that_fails_half_way_gives_its_backlog_slots_back(monkeypatch: A
         pass
     assert held.probed.get("a1", 0) > 0
     assert prober._backlog == sum(held.probed.values())
+
+
+class _Optimal(Watch):
+    """An agent that always has an optimal run to search."""
+
+    def __init__(self, agent_id: str, clock: Clock) -> None:
+        super().__init__(agent_id, clock)
+        self.taken = 0
+
+    def take_optimal_runs(self) -> list[Any]:
+        self.taken += 1
+        return [("a run",)]
+
+
+def test_one_optimal_run_search_an_agent_is_queued_at_a_time(monkeypatch: Any) -> None:
+    """Each round took the agent's runs and queued another search, however many were
+    still waiting in a pool slowed by pacing (rev22b): now the runs wait in the watch
+    until the agent's last search ended."""
+    held = Held()
+    prober = _prober(held)
+    monkeypatch.setattr(prober, "_search", lambda *args: None)
+    w = _Optimal("a0", Clock())
+    for _ in range(3):
+        prober.check_optimal(_watches([w]), OBJECTS)
+    assert len(held.held) == 1 and w.taken == 1
+    held.answer()  # the search ran
+    prober.check_optimal(_watches([w]), OBJECTS)
+    assert len(held.held) == 1 and w.taken == 2
