@@ -434,11 +434,13 @@ class Registry:
         # the two reads then leaves every hint for the next poll (rev22b: released first,
         # an agent lost its back-off and its next holder queued the same evidence again).
         now: datetime | None = None
-        if store_now is not None and any(
-                (item := items.get(key) if key is not None else None) is not None
-                and item.status in ("done", "failed") and item.ended_at is not None
-                for key in ended.values()):
-            now = store_now()
+        if store_now is not None:
+            for key in ended.values():
+                item = items.get(key) if key is not None else None
+                if item is not None and item.status in ("done", "failed") \
+                        and item.ended_at is not None:
+                    now = store_now()
+                    break
         for agent_id, key in ended.items():
             self.unpark(agent_id)
             item = items.get(key) if key is not None else None
