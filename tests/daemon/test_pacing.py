@@ -26,6 +26,7 @@ from capwatch.daemon.pacing import (
     Pacers,
     StreamPressure,
 )
+from capwatch.daemon.pipeline import Pipeline
 from capwatch.daemon.service import build_service
 from capwatch.model.domain import GroundAction
 from tests.daemon.helpers import config, good_sample, refused_sample, run_queued
@@ -191,7 +192,8 @@ class _Stamped(JsonlSource):
         return [msgspec.structs.replace(r, timestamp=at) for r in super().poll(timeout_s)]
 
 
-def test_the_main_loop_says_when_the_stream_is_behind(tmp_path: Path) -> None:
+def _behind_pipeline(tmp_path: Path) -> tuple[Pipeline, _Stamped, Path]:
+    """A daemon that handled one record written long ago: the stream behind."""
     path = tmp_path / "in.jsonl"
     path.write_text(good_sample(step=0) + "\n")
     source = _Stamped(str(path))
@@ -199,6 +201,11 @@ def test_the_main_loop_says_when_the_stream_is_behind(tmp_path: Path) -> None:
                       publisher=MemoryPublisher(), source=source).pipeline
     d.open()
     assert d._step() and d.pressure.behind
+    return d, source, path
+
+
+def test_the_main_loop_says_when_the_stream_is_behind(tmp_path: Path) -> None:
+    d, source, path = _behind_pipeline(tmp_path)
     source.age = 0.0
     with path.open("a") as f:
         f.write(good_sample(step=1) + "\n")
@@ -250,13 +257,7 @@ def test_the_settings_default_to_yielding_a_tenth_of_a_core_past_a_quarter_secon
 
 def test_a_stopping_daemon_lets_running_work_use_its_grace_at_full_speed(
         tmp_path: Path) -> None:
-    path = tmp_path / "in.jsonl"
-    path.write_text(good_sample(step=0) + "\n")
-    source = _Stamped(str(path))
-    d = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}),
-                      publisher=MemoryPublisher(), source=source).pipeline
-    d.open()
-    assert d._step() and d.pressure.behind
+    d = _behind_pipeline(tmp_path)[0]
     d._shutdown()
     assert not d.pressure.behind
 
@@ -265,13 +266,7 @@ def test_an_outage_leaves_no_stream_to_yield_to(tmp_path: Path) -> None:
     """While the broker or the store is out the main loop handles nothing: paced work
     must not wait out the outage at its reduced share (it used to, the stream last seen
     behind)."""
-    path = tmp_path / "in.jsonl"
-    path.write_text(good_sample(step=0) + "\n")
-    source = _Stamped(str(path))
-    d = build_service(config(tmp_path, source={"kind": "jsonl", "path": str(path)}),
-                      publisher=MemoryPublisher(), source=source).pipeline
-    d.open()
-    assert d._step() and d.pressure.behind
+    d = _behind_pipeline(tmp_path)[0]
     d._stop.set()  # the outage's wait returns at once
     d._failed(OSError(28, "No space left on device"))
     assert not d.pressure.behind
