@@ -795,6 +795,19 @@ def test_an_ended_work_held_for_an_agent_not_loaded_backs_off_as_its_watch_would
         store.close()
 
 
+def _assessed_parked_dropped(store: Any) -> tuple[Registry, Any]:
+    """courier-v1-000 assessed (unconfirmed), its work k2 parked, the agent dropped."""
+    seed_baselines(store, {"courier-v1": example("courier.pddl")}, datetime.now(UTC))
+    registry = Registry(store, SETTINGS)
+    w = registry.load("courier-v1-000", "courier-v1", 0)
+    assert w is not None
+    assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
+    _assessed_unconfirmed(w)
+    registry.park(w.agent_id, "k2", (), {"pick": (60, 440)})
+    registry.drop([w.agent_id])
+    return registry, w
+
+
 def test_a_held_end_comes_after_the_back_off_a_dropped_watch_kept(tmp_path: Path) -> None:
     """A watch with a drift back-off (one end) awaits a second work over other counts
     when its partition moves away; that work ends (no change) before the agent is loaded
@@ -805,15 +818,8 @@ def test_a_held_end_comes_after_the_back_off_a_dropped_watch_kept(tmp_path: Path
 
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     try:
-        seed_baselines(store, {"courier-v1": example("courier.pddl")}, datetime.now(UTC))
-        registry = Registry(store, SETTINGS)
-        agent = "courier-v1-000"
-        w = registry.load(agent, "courier-v1", 0)
-        assert w is not None
-        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
-        _assessed_unconfirmed(w)
-        registry.park(agent, "k2", (), {"pick": (60, 440)})
-        registry.drop([agent])
+        registry, w = _assessed_parked_dropped(store)
+        agent = w.agent_id
         ended = PendingAssessment(
             "k2", agent, "courier-v1",
             {"base": w.version.ref.to_json(), "drift": {"pick": {"counts": [60, 440]}}},
@@ -885,15 +891,8 @@ def test_a_store_failing_at_its_clock_releases_no_hint(tmp_path: Path) -> None:
 
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     try:
-        seed_baselines(store, {"courier-v1": example("courier.pddl")}, datetime.now(UTC))
-        registry = Registry(store, SETTINGS)
-        agent = "courier-v1-000"
-        w = registry.load(agent, "courier-v1", 0)
-        assert w is not None
-        assert w.add_audit_alarm(_evidence(w, 300, 200), "pick") is not None
-        _assessed_unconfirmed(w)
-        registry.park(agent, "k2", (), {"pick": (60, 440)})
-        registry.drop([agent])
+        registry, w = _assessed_parked_dropped(store)
+        agent = w.agent_id
         at = datetime.now(UTC)
         ended = PendingAssessment(
             "k2", agent, "courier-v1",
