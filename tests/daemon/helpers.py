@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -200,3 +200,20 @@ def reverted_pick(store: ModelRegistry, t0: datetime) -> None:
                          evidence=estimate(0.5, 0.03))
         record_new_model(store, "courier-v1", agent, with_pick(p), t0 + timedelta(hours=2),
                          evidence=estimate(p, half))
+
+
+class EndlessSourceTail:
+    """The parts of a fake source that never ends and commits nothing: a scripted or stuck
+    source of a test inherits them and writes only its own start and poll."""
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        pass
+
+    def exhausted(self) -> bool:
+        return False
+
+    def lag(self) -> dict[int, int]:
+        return {}
+
+    def close(self) -> None:
+        pass

@@ -21,7 +21,7 @@ from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.contracts.ports import GroupView, Rebalance, Record
 from capwatch.daemon.health import Health
 from capwatch.daemon.service import build_service
-from tests.daemon.helpers import config
+from tests.daemon.helpers import EndlessSourceTail, config
 
 
 class Clock:
@@ -123,7 +123,7 @@ def test_a_source_that_is_not_a_group_member_is_not_judged_on_partitions() -> No
     assert health.partitions() == (None, None)
 
 
-class StuckSource:
+class StuckSource(EndlessSourceTail):
     """A source whose poll never returns until released: the main loop stops turning."""
 
     name = "stuck"
@@ -141,18 +141,6 @@ class StuckSource:
         if self.polls == 3:
             self.release.wait(60)
         return []
-
-    def commit(self, offsets: Mapping[int, int]) -> None:
-        pass
-
-    def exhausted(self) -> bool:
-        return False
-
-    def lag(self) -> dict[int, int]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 def wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -19,7 +19,7 @@ from capwatch.adapters.io.streams import MemoryPublisher
 from capwatch.contracts.ports import PartitionFailing, Rebalance, Record
 from capwatch.daemon.pipeline import FAILING_FETCHES
 from capwatch.daemon.service import build_service
-from tests.daemon.helpers import config
+from tests.daemon.helpers import EndlessSourceTail, config
 
 
 class FakeClock:
@@ -46,7 +46,7 @@ class FakeClock:
         return self.stopped
 
 
-class Scripted:
+class Scripted(EndlessSourceTail):
     """A source whose polls follow a script: records, or a failure that is one
     partition's own (backed off by the source, as kafka-python's are) or not."""
 
@@ -81,18 +81,6 @@ class Scripted:
 
     def failing(self) -> Mapping[int, PartitionFailing]:
         return self.reported
-
-    def commit(self, offsets: Mapping[int, int]) -> None:
-        pass
-
-    def exhausted(self) -> bool:
-        return False
-
-    def lag(self) -> dict[int, int]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 def _run(tmp_path: Path, script: list[list[Record] | BaseException],
